@@ -1,0 +1,1 @@
+//! The journal framing (placeholder; being written).

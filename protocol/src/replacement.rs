@@ -1,0 +1,1 @@
+//! The replacement machine (placeholder; being written).
