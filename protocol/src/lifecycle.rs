@@ -1,1 +1,990 @@
-//! The lifecycle machine (being written).
+//! The daemon's lifecycle, as a pure state machine.
+//!
+//! [`step`] maps a [`Lifecycle`] and a [`LifecycleEvent`] to the next
+//! [`Lifecycle`] and one [`Effect`] for the actors to perform, or to a
+//! [`Refused`] that names the reason with a stable spelling. It does no I/O and
+//! reads no clock: every moment arrives on the event, so every transition is
+//! testable by value and replayable from the journal. `spec/lifecycle.md` is
+//! the table this module is held to, pair by pair (`tests/spec_table.rs`).
+//!
+//! The one invariant it exists to hold: **a boot starts only over a released
+//! store.** The store may be open exactly in `booting`, `running`, `draining`
+//! and `wedged` ([`LifecycleState::may_hold_store`]). The machine enters a
+//! resting state (`stopped`, `failed`) from those only on an outcome that says
+//! the store was released, emits [`Effect::StartBoot`] only from a resting
+//! state or on such an outcome, and sends an outcome that says the store is
+//! still held to `wedged`, which only [`LifecycleEvent::Exit`] leaves.
+//! `tests/lifecycle_props.rs` checks this over arbitrary event sequences,
+//! together with: attempts grow by exactly one per boot, the epoch never
+//! decreases, and `exiting` is terminal.
+//!
+//! Beyond the reference machine:
+//! - [`LifecycleEvent::RuntimeEnded`]: a runtime that ends while running
+//!   drains (then: fail) and lands in `failed` with backoff, or in `wedged`
+//!   if the drain says the store is still held.
+//! - [`LifecycleEvent::Stable`]: the failure streak resets only once the
+//!   runtime has run for a stable period, so a crash loop that touches
+//!   `running` still backs off.
+//! - [`LifecycleEvent::ConfigChanged`] while running hands back
+//!   [`Effect::ApplyConfig`], so applying a change in place is also a decision
+//!   of this machine.
+//! - A `retry_due` that arrives before the failure's `next_retry_at` is
+//!   refused, so a stale timer can never start a boot early.
+//! - Every event in `exiting` is refused as `exiting`.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::time::{Timestamp, duration_ms};
+
+/// The name of one phase of a boot. Phases are named by the service; the
+/// first phase of every boot is [`Phase::RESOLVE_CONFIG`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Phase(Cow<'static, str>);
+
+impl Phase {
+    /// The first phase of every boot: resolving the effective config.
+    pub const RESOLVE_CONFIG: Phase = Phase(Cow::Borrowed("resolve_config"));
+    /// Not a boot phase: the runtime itself, once it is serving. A runtime
+    /// that ends while running fails "in" this phase.
+    pub const RUN: Phase = Phase(Cow::Borrowed("run"));
+
+    /// A phase named by the service.
+    #[must_use]
+    pub fn new(name: impl Into<Cow<'static, str>>) -> Self {
+        Self(name.into())
+    }
+
+    /// The phase's name.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Whether waiting can fix a failed boot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureClass {
+    /// Yes: retry on a timer (a port still taken, a peer not up yet).
+    Backoff,
+    /// No (a config that does not resolve): retry only when the config
+    /// changes or an operator retries.
+    Hold,
+}
+
+/// How the process ends: whether the service manager should start it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitIntent {
+    /// Exit 0: stay down. A unit with `Restart=on-failure` leaves it down.
+    Halt,
+    /// Exit 75 (`EX_TEMPFAIL`): a failure exit, so the service manager
+    /// starts a fresh process.
+    Relaunch,
+}
+
+impl ExitIntent {
+    /// The process exit code.
+    #[must_use]
+    pub const fn code(self) -> i32 {
+        match self {
+            Self::Halt => 0,
+            Self::Relaunch => 75,
+        }
+    }
+
+    /// The wire name.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Halt => "halt",
+            Self::Relaunch => "relaunch",
+        }
+    }
+}
+
+/// Why the runtime is stopped while the daemon stays up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// An operator stopped it.
+    OperatorRequest,
+    /// The hold marker was present when the daemon started.
+    HeldAtStartup,
+    /// A destructive re-initialization finished; the next start boots over
+    /// what it left.
+    ReinitComplete,
+}
+
+impl StopReason {
+    /// The wire name.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::OperatorRequest => "operator_request",
+            Self::HeldAtStartup => "held_at_startup",
+            Self::ReinitComplete => "reinit_complete",
+        }
+    }
+}
+
+/// What happened, where, and when: the report of a failed boot or of a
+/// runtime that ended on its own.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct FailureReport {
+    /// The phase it failed in ([`Phase::RUN`] for a runtime that ended).
+    pub phase: Phase,
+    /// The error, rendered.
+    pub error: String,
+    /// When.
+    pub at: Timestamp,
+}
+
+/// What a draining runtime turns into once the drain has settled.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "then", rename_all = "snake_case")]
+pub enum AfterDrain {
+    /// Rest, stopped, with the process up.
+    Stop,
+    /// Boot again.
+    Restart,
+    /// End the process.
+    Exit {
+        /// Halt or relaunch.
+        intent: ExitIntent,
+    },
+    /// The runtime ended on its own: rest as a failed boot (class backoff).
+    Fail {
+        /// What ended it.
+        report: FailureReport,
+    },
+}
+
+impl AfterDrain {
+    /// The wire name.
+    #[must_use]
+    pub const fn name(&self) -> &'static str {
+        match self {
+            Self::Stop => "stop",
+            Self::Restart => "restart",
+            Self::Exit { .. } => "exit",
+            Self::Fail { .. } => "fail",
+        }
+    }
+}
+
+/// Whether the running runtime reflects the effective configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum PendingApply {
+    /// It does.
+    InSync,
+    /// These leaves changed and take effect at the next boot.
+    RestartNeeded {
+        /// The changed leaves, dotted.
+        leaves: Vec<String>,
+    },
+}
+
+/// When a failed boot is tried again.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "class", rename_all = "snake_case")]
+pub enum RetryClass {
+    /// On a timer.
+    Backoff {
+        /// When.
+        next_retry_at: Timestamp,
+        /// The delay that was chosen.
+        delay_ms: u64,
+    },
+    /// Not until something changes: the declared file, an override, or an
+    /// operator's retry.
+    Hold,
+}
+
+/// The daemon's lifecycle. The control plane is served in every state.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum LifecycleState {
+    /// The daemon is up; nothing has been booted yet.
+    Resolving {
+        /// Since when.
+        since: Timestamp,
+    },
+    /// A boot is running.
+    Booting {
+        /// Which boot of this daemon.
+        attempt: NonZeroU32,
+        /// The phase it is in.
+        phase: Phase,
+        /// When it entered that phase.
+        since: Timestamp,
+    },
+    /// The runtime is serving.
+    Running {
+        /// Which boot of this daemon produced it.
+        attempt: NonZeroU32,
+        /// Since when.
+        since: Timestamp,
+        /// Whether it reflects the effective configuration.
+        pending: PendingApply,
+    },
+    /// The runtime (or the boot producing it) is being stopped.
+    Draining {
+        /// Which boot is being drained.
+        attempt: NonZeroU32,
+        /// What happens once the drain settles.
+        #[serde(flatten)]
+        then: AfterDrain,
+    },
+    /// The runtime is stopped, its store released; the daemon stays up.
+    Stopped {
+        /// Why.
+        reason: StopReason,
+        /// How many times this daemon has released the store.
+        epoch: u64,
+        /// Since when.
+        since: Timestamp,
+    },
+    /// The last boot failed (or the runtime ended) and released what it
+    /// opened.
+    Failed {
+        /// Which boot failed.
+        attempt: NonZeroU32,
+        /// Why.
+        report: FailureReport,
+        /// When it is tried again.
+        retry: RetryClass,
+    },
+    /// Something still holds the store and it cannot be released in this
+    /// process. Only ending the process gets out of here.
+    Wedged {
+        /// What held it.
+        cause: String,
+        /// Since when.
+        since: Timestamp,
+    },
+    /// The process is ending.
+    Exiting {
+        /// Halt or relaunch.
+        intent: ExitIntent,
+    },
+}
+
+impl LifecycleState {
+    /// The state's wire name.
+    #[must_use]
+    pub const fn name(&self) -> &'static str {
+        match self {
+            Self::Resolving { .. } => "resolving",
+            Self::Booting { .. } => "booting",
+            Self::Running { .. } => "running",
+            Self::Draining { .. } => "draining",
+            Self::Stopped { .. } => "stopped",
+            Self::Failed { .. } => "failed",
+            Self::Wedged { .. } => "wedged",
+            Self::Exiting { .. } => "exiting",
+        }
+    }
+
+    /// Whether the store may be open in this state.
+    #[must_use]
+    pub const fn may_hold_store(&self) -> bool {
+        match self {
+            Self::Booting { .. }
+            | Self::Running { .. }
+            | Self::Draining { .. }
+            | Self::Wedged { .. } => true,
+            Self::Resolving { .. }
+            | Self::Stopped { .. }
+            | Self::Failed { .. }
+            | Self::Exiting { .. } => false,
+        }
+    }
+}
+
+/// What a boot, or a drain, did about the store. Decided by observation (a
+/// probe that tries the store's lock), never by the absence of errors.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum StoreOutcome {
+    /// It is released (or was never opened).
+    Released,
+    /// Something still holds it.
+    Held {
+        /// What, as far as is known.
+        cause: String,
+    },
+}
+
+/// Everything that moves the lifecycle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum LifecycleEvent {
+    /// The daemon found the hold marker at startup.
+    HeldAtStartup {
+        /// When.
+        at: Timestamp,
+    },
+    /// Start a boot: at startup, or an operator starting a stopped runtime.
+    Start {
+        /// When.
+        at: Timestamp,
+    },
+    /// An operator asked to retry a failed boot now.
+    Retry {
+        /// When.
+        at: Timestamp,
+    },
+    /// A failed boot's backoff elapsed.
+    RetryDue {
+        /// When.
+        at: Timestamp,
+    },
+    /// The configuration a boot would read changed: the declared file, or
+    /// the override tier.
+    ConfigChanged {
+        /// When.
+        at: Timestamp,
+    },
+    /// A configuration change reached the running runtime: what it took in
+    /// place it now reflects, and `pending` is what it reflects only after a
+    /// restart.
+    ConfigApplied {
+        /// What the running runtime does not reflect yet.
+        pending: PendingApply,
+    },
+    /// The boot entered a phase.
+    Phase {
+        /// Which.
+        phase: Phase,
+        /// When.
+        at: Timestamp,
+    },
+    /// The boot finished and the runtime is serving.
+    Booted {
+        /// When.
+        at: Timestamp,
+    },
+    /// The boot failed.
+    BootFailed {
+        /// What failed, where, when.
+        report: FailureReport,
+        /// Whether waiting can fix it.
+        class: FailureClass,
+        /// What the failed boot did about the store (probed).
+        store: StoreOutcome,
+    },
+    /// The running runtime ended on its own: its serve task returned or
+    /// panicked, or a liveness probe gave up.
+    RuntimeEnded {
+        /// Which boot's runtime ended (a report about another one is stale).
+        attempt: NonZeroU32,
+        /// When.
+        at: Timestamp,
+        /// Why, rendered.
+        error: String,
+    },
+    /// The runtime has now run for the stable period: the failure streak
+    /// resets.
+    Stable {
+        /// Which boot's runtime (a timer for another one is stale).
+        attempt: NonZeroU32,
+        /// When.
+        at: Timestamp,
+    },
+    /// Stop the runtime; the process stays up.
+    Stop {
+        /// When.
+        at: Timestamp,
+    },
+    /// Stop the runtime and boot it again.
+    Restart {
+        /// When.
+        at: Timestamp,
+    },
+    /// End the process.
+    Exit {
+        /// Halt or relaunch.
+        intent: ExitIntent,
+    },
+    /// The runtime's shutdown finished.
+    Drained {
+        /// When.
+        at: Timestamp,
+        /// What it did about the store (probed).
+        store: StoreOutcome,
+    },
+}
+
+impl LifecycleEvent {
+    /// The event's wire name.
+    #[must_use]
+    pub const fn name(&self) -> &'static str {
+        match self {
+            Self::HeldAtStartup { .. } => "held_at_startup",
+            Self::Start { .. } => "start",
+            Self::Retry { .. } => "retry",
+            Self::RetryDue { .. } => "retry_due",
+            Self::ConfigChanged { .. } => "config_changed",
+            Self::ConfigApplied { .. } => "config_applied",
+            Self::Phase { .. } => "phase",
+            Self::Booted { .. } => "booted",
+            Self::BootFailed { .. } => "boot_failed",
+            Self::RuntimeEnded { .. } => "runtime_ended",
+            Self::Stable { .. } => "stable",
+            Self::Stop { .. } => "stop",
+            Self::Restart { .. } => "restart",
+            Self::Exit { .. } => "exit",
+            Self::Drained { .. } => "drained",
+        }
+    }
+
+    /// Whether this event reports that the store was released (a boot's or a
+    /// drain's probed outcome).
+    #[must_use]
+    pub const fn says_released(&self) -> bool {
+        matches!(
+            self,
+            Self::BootFailed {
+                store: StoreOutcome::Released,
+                ..
+            } | Self::Drained {
+                store: StoreOutcome::Released,
+                ..
+            }
+        )
+    }
+}
+
+/// What the actors do after a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Effect {
+    /// Nothing.
+    None,
+    /// Start boot number `attempt` over the released store.
+    StartBoot {
+        /// Which boot of this daemon.
+        attempt: NonZeroU32,
+    },
+    /// Ask the running boot to stop.
+    CancelBoot,
+    /// Shut the running runtime down (then report `drained`).
+    ShutdownRuntime,
+    /// Apply the changed config to the running runtime in place (then report
+    /// `config_applied`).
+    ApplyConfig,
+    /// End the process.
+    Exit(ExitIntent),
+}
+
+impl Effect {
+    /// The effect's wire name.
+    #[must_use]
+    pub const fn name(&self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::StartBoot { .. } => "start_boot",
+            Self::CancelBoot => "cancel_boot",
+            Self::ShutdownRuntime => "shutdown_runtime",
+            Self::ApplyConfig => "apply_config",
+            Self::Exit(_) => "exit",
+        }
+    }
+}
+
+/// Why an event was refused. The spellings are stable: they travel to
+/// operators and scripts unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefusedBecause {
+    /// The runtime is already running.
+    RuntimeRunning,
+    /// The runtime is not running (nor booting).
+    RuntimeNotRunning,
+    /// Only a failed boot is retried.
+    RuntimeNotFailed,
+    /// Only a stopped runtime is started.
+    RuntimeNotStopped,
+    /// A boot or a drain is in progress.
+    LifecycleBusy,
+    /// The store is held and cannot be released; only exiting is possible.
+    Wedged,
+    /// The process is ending; nothing else is accepted.
+    Exiting,
+    /// An internal event arrived where it cannot happen (a stale timer, a
+    /// report from a boot that already ended).
+    Unexpected,
+}
+
+impl RefusedBecause {
+    /// The wire spelling.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::RuntimeRunning => "runtime_running",
+            Self::RuntimeNotRunning => "runtime_not_running",
+            Self::RuntimeNotFailed => "runtime_not_failed",
+            Self::RuntimeNotStopped => "runtime_not_stopped",
+            Self::LifecycleBusy => "lifecycle_busy",
+            Self::Wedged => "wedged",
+            Self::Exiting => "exiting",
+            Self::Unexpected => "unexpected",
+        }
+    }
+}
+
+impl fmt::Display for RefusedBecause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An event the lifecycle refused, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, thiserror::Error, Serialize, Deserialize)]
+#[error("{event} refused while {state}: {reason}")]
+pub struct Refused {
+    /// The state it arrived in.
+    pub state: Cow<'static, str>,
+    /// The event.
+    pub event: Cow<'static, str>,
+    /// Why.
+    pub reason: RefusedBecause,
+}
+
+/// Seeded jitter for the backoff: each delay is shortened by up to
+/// `max_permille`/1000 of itself, by an amount derived from `seed` and the
+/// streak, so the same seed always gives the same delays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Jitter {
+    /// The seed (a daemon might use its pid or its identity).
+    pub seed: u64,
+    /// The largest share of a delay that may be taken off, in thousandths
+    /// (values above 1000 count as 1000).
+    pub max_permille: u16,
+}
+
+/// How long a failed boot of class backoff waits: `base` for the first
+/// failure of a streak, doubling with each further one, never above `cap`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct BackoffPolicy {
+    /// The first delay, in milliseconds.
+    pub base_ms: u64,
+    /// The largest delay, in milliseconds.
+    pub cap_ms: u64,
+    /// Optional seeded jitter; `None` (the default) gives exact delays.
+    pub jitter: Option<Jitter>,
+}
+
+impl Default for BackoffPolicy {
+    /// 1 s, doubling, capped at 60 s, no jitter.
+    fn default() -> Self {
+        Self {
+            base_ms: 1_000,
+            cap_ms: 60_000,
+            jitter: None,
+        }
+    }
+}
+
+impl BackoffPolicy {
+    /// The delay after the `streak`-th consecutive failure (counting from 1).
+    #[must_use]
+    pub fn delay(&self, streak: u32) -> Duration {
+        let doublings = streak.saturating_sub(1).min(63);
+        let nominal = self
+            .base_ms
+            .checked_mul(1u64 << doublings)
+            .unwrap_or(u64::MAX)
+            .min(self.cap_ms);
+        let ms = match self.jitter {
+            None => nominal,
+            Some(jitter) => {
+                let permille = u128::from(jitter.max_permille.min(1000));
+                let draw = u128::from(splitmix64(jitter.seed ^ u64::from(streak)) % 1001);
+                let cut = u128::from(nominal) * permille * draw / 1_000_000;
+                nominal - u64::try_from(cut).unwrap_or(nominal)
+            }
+        };
+        Duration::from_millis(ms)
+    }
+}
+
+/// A small, well-known mixing function: deterministic jitter without a
+/// random source.
+const fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// The machine's state: the lifecycle the control plane shows, and the
+/// counters the transitions are computed from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Lifecycle {
+    /// Where the daemon is.
+    pub state: LifecycleState,
+    attempts: u32,
+    epoch: u64,
+    streak: u32,
+    policy: BackoffPolicy,
+}
+
+impl Lifecycle {
+    /// A lifecycle that began at `since`, with the default backoff.
+    #[must_use]
+    pub fn at(since: Timestamp) -> Self {
+        Self::with_policy(since, BackoffPolicy::default())
+    }
+
+    /// A lifecycle that began at `since`, backing off by `policy`.
+    #[must_use]
+    pub const fn with_policy(since: Timestamp, policy: BackoffPolicy) -> Self {
+        Self {
+            state: LifecycleState::Resolving { since },
+            attempts: 0,
+            epoch: 0,
+            streak: 0,
+            policy,
+        }
+    }
+
+    /// Boots started by this daemon.
+    #[must_use]
+    pub const fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// Times this daemon has released the store. A confirmation for a
+    /// destructive operation is bound to one epoch: any boot in between
+    /// makes it stale.
+    #[must_use]
+    pub const fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Consecutive failed boots since a runtime last ran for the stable
+    /// period.
+    #[must_use]
+    pub const fn streak(&self) -> u32 {
+        self.streak
+    }
+
+    /// The backoff policy.
+    #[must_use]
+    pub const fn policy(&self) -> BackoffPolicy {
+        self.policy
+    }
+
+    /// Whether nothing more can happen.
+    #[must_use]
+    pub const fn is_terminal(&self) -> bool {
+        matches!(self.state, LifecycleState::Exiting { .. })
+    }
+
+    /// Take one step: see [`step`].
+    ///
+    /// # Errors
+    /// [`Refused`] when the event is not accepted in the current state.
+    pub fn step(&self, event: &LifecycleEvent) -> Result<(Self, Effect), Refused> {
+        step(self, event)
+    }
+
+    fn begin_boot(&mut self, at: Timestamp) -> Effect {
+        self.attempts = self.attempts.saturating_add(1);
+        let attempt = NonZeroU32::new(self.attempts).unwrap_or(NonZeroU32::MAX);
+        self.state = LifecycleState::Booting {
+            attempt,
+            phase: Phase::RESOLVE_CONFIG,
+            since: at,
+        };
+        Effect::StartBoot { attempt }
+    }
+
+    /// A boot (or a runtime) ended and released the store.
+    fn fail(
+        &mut self,
+        attempt: NonZeroU32,
+        report: FailureReport,
+        class: FailureClass,
+        at: Timestamp,
+    ) {
+        self.epoch = self.epoch.saturating_add(1);
+        self.streak = self.streak.saturating_add(1);
+        let retry = match class {
+            FailureClass::Backoff => {
+                let delay = self.policy.delay(self.streak);
+                RetryClass::Backoff {
+                    next_retry_at: at.after(delay),
+                    delay_ms: duration_ms(delay),
+                }
+            }
+            FailureClass::Hold => RetryClass::Hold,
+        };
+        self.state = LifecycleState::Failed {
+            attempt,
+            report,
+            retry,
+        };
+    }
+
+    fn rest(&mut self, reason: StopReason, since: Timestamp) -> Effect {
+        self.state = LifecycleState::Stopped {
+            reason,
+            epoch: self.epoch,
+            since,
+        };
+        Effect::None
+    }
+
+    fn wedge(&mut self, cause: &str, since: Timestamp) -> Effect {
+        self.state = LifecycleState::Wedged {
+            cause: cause.to_owned(),
+            since,
+        };
+        Effect::None
+    }
+
+    fn drain(&mut self, attempt: NonZeroU32, then: AfterDrain, effect: Effect) -> Effect {
+        self.state = LifecycleState::Draining { attempt, then };
+        effect
+    }
+
+    fn exit(&mut self, intent: ExitIntent) -> Effect {
+        self.state = LifecycleState::Exiting { intent };
+        Effect::Exit(intent)
+    }
+
+    /// A drain (or the boot it cancelled) finished: the store is released or
+    /// it is not.
+    fn settle(
+        &mut self,
+        attempt: NonZeroU32,
+        then: AfterDrain,
+        store: &StoreOutcome,
+        at: Timestamp,
+    ) -> Effect {
+        match (then, store) {
+            // Ending the process releases whatever it held.
+            (AfterDrain::Exit { intent }, _) => self.exit(intent),
+            (_, StoreOutcome::Held { cause }) => self.wedge(cause, at),
+            (AfterDrain::Stop, StoreOutcome::Released) => {
+                self.epoch = self.epoch.saturating_add(1);
+                self.rest(StopReason::OperatorRequest, at)
+            }
+            (AfterDrain::Restart, StoreOutcome::Released) => {
+                self.epoch = self.epoch.saturating_add(1);
+                self.begin_boot(at)
+            }
+            (AfterDrain::Fail { report }, StoreOutcome::Released) => {
+                self.fail(attempt, report, FailureClass::Backoff, at);
+                Effect::None
+            }
+        }
+    }
+}
+
+/// The lifecycle machine: the next lifecycle and the effect to perform, or
+/// the reason `event` is refused in `m`'s state. Pure: the same inputs always
+/// give the same answer, and a refusal leaves nothing changed.
+///
+/// # Errors
+/// [`Refused`] with a stable reason for every pair `spec/lifecycle.md` lists
+/// as refused.
+pub fn step(m: &Lifecycle, event: &LifecycleEvent) -> Result<(Lifecycle, Effect), Refused> {
+    use LifecycleEvent as E;
+    use LifecycleState as S;
+
+    let mut next = m.clone();
+    let effect = match (&m.state, event) {
+        (S::Exiting { .. }, _) => return Err(refused(m, event, RefusedBecause::Exiting)),
+        // Ending the process: from rest, or out of a wedge. A boot or a
+        // runtime is drained first.
+        (
+            S::Resolving { .. } | S::Stopped { .. } | S::Failed { .. } | S::Wedged { .. },
+            E::Exit { intent },
+        ) => next.exit(*intent),
+        (S::Wedged { .. }, _) => return Err(refused(m, event, RefusedBecause::Wedged)),
+
+        // ── starting: a boot starts only from a resting state ──────────
+        (S::Resolving { .. }, E::HeldAtStartup { at }) => next.rest(StopReason::HeldAtStartup, *at),
+        (S::Resolving { .. } | S::Stopped { .. }, E::Start { at })
+        | (S::Failed { .. }, E::Retry { at } | E::ConfigChanged { at }) => next.begin_boot(*at),
+        (
+            S::Failed {
+                retry: RetryClass::Backoff { next_retry_at, .. },
+                ..
+            },
+            E::RetryDue { at },
+        ) if at >= next_retry_at => next.begin_boot(*at),
+        (S::Failed { .. }, E::Stop { at }) => {
+            // The failed boot already released the store: resting is
+            // immediate, and the epoch is the failure's.
+            next.rest(StopReason::OperatorRequest, *at)
+        }
+
+        // ── booting ─────────────────────────────────────────────────────
+        (S::Booting { attempt, .. }, E::Phase { phase, at }) => {
+            next.state = S::Booting {
+                attempt: *attempt,
+                phase: phase.clone(),
+                since: *at,
+            };
+            Effect::None
+        }
+        (S::Booting { attempt, .. }, E::Booted { at }) => {
+            // The streak is not reset here: only `stable` does that.
+            next.state = S::Running {
+                attempt: *attempt,
+                since: *at,
+                pending: PendingApply::InSync,
+            };
+            Effect::None
+        }
+        (
+            S::Booting { attempt, .. },
+            E::BootFailed {
+                report,
+                class,
+                store,
+            },
+        ) => match store {
+            StoreOutcome::Released => {
+                next.fail(*attempt, report.clone(), *class, report.at);
+                Effect::None
+            }
+            StoreOutcome::Held { cause } => next.wedge(cause, report.at),
+        },
+        (S::Booting { attempt, .. }, E::Stop { .. }) => {
+            next.drain(*attempt, AfterDrain::Stop, Effect::CancelBoot)
+        }
+        (S::Booting { attempt, .. }, E::Restart { .. }) => {
+            next.drain(*attempt, AfterDrain::Restart, Effect::CancelBoot)
+        }
+        (S::Booting { attempt, .. }, E::Exit { intent }) => next.drain(
+            *attempt,
+            AfterDrain::Exit { intent: *intent },
+            Effect::CancelBoot,
+        ),
+
+        // ── running ─────────────────────────────────────────────────────
+        (S::Running { .. }, E::ConfigChanged { .. }) => Effect::ApplyConfig,
+        (S::Running { attempt, since, .. }, E::ConfigApplied { pending }) => {
+            next.state = S::Running {
+                attempt: *attempt,
+                since: *since,
+                pending: pending.clone(),
+            };
+            Effect::None
+        }
+        (S::Running { attempt, .. }, E::Stable { attempt: of, .. }) if of == attempt => {
+            next.streak = 0;
+            Effect::None
+        }
+        (
+            S::Running { attempt, .. },
+            E::RuntimeEnded {
+                attempt: of,
+                at,
+                error,
+            },
+        ) if of == attempt => {
+            let report = FailureReport {
+                phase: Phase::RUN,
+                error: error.clone(),
+                at: *at,
+            };
+            next.drain(
+                *attempt,
+                AfterDrain::Fail { report },
+                Effect::ShutdownRuntime,
+            )
+        }
+        (S::Running { attempt, .. }, E::Stop { .. }) => {
+            next.drain(*attempt, AfterDrain::Stop, Effect::ShutdownRuntime)
+        }
+        (S::Running { attempt, .. }, E::Restart { .. }) => {
+            next.drain(*attempt, AfterDrain::Restart, Effect::ShutdownRuntime)
+        }
+        (S::Running { attempt, .. }, E::Exit { intent }) => next.drain(
+            *attempt,
+            AfterDrain::Exit { intent: *intent },
+            Effect::ShutdownRuntime,
+        ),
+
+        // ── draining ────────────────────────────────────────────────────
+        // The boot finished before it saw the cancel: shut it down.
+        (S::Draining { .. }, E::Booted { .. }) => Effect::ShutdownRuntime,
+        // Late progress from the boot being cancelled, or the runtime
+        // ending while it is shut down: the drain's report settles it.
+        (S::Draining { .. }, E::Phase { .. }) => Effect::None,
+        (S::Draining { attempt, .. }, E::RuntimeEnded { attempt: of, .. }) if of == attempt => {
+            Effect::None
+        }
+        (S::Draining { attempt, then }, E::BootFailed { report, store, .. }) => {
+            next.settle(*attempt, then.clone(), store, report.at)
+        }
+        (S::Draining { attempt, then }, E::Drained { at, store }) => {
+            next.settle(*attempt, then.clone(), store, *at)
+        }
+        // Exiting overrides whatever the drain was for.
+        (S::Draining { attempt, .. }, E::Exit { intent }) => {
+            next.state = S::Draining {
+                attempt: *attempt,
+                then: AfterDrain::Exit { intent: *intent },
+            };
+            Effect::None
+        }
+
+        _ => return Err(refused(m, event, refusal(&m.state, event))),
+    };
+    Ok((next, effect))
+}
+
+fn refused(m: &Lifecycle, event: &LifecycleEvent, reason: RefusedBecause) -> Refused {
+    Refused {
+        state: Cow::Borrowed(m.state.name()),
+        event: Cow::Borrowed(event.name()),
+        reason,
+    }
+}
+
+/// Why `event` is refused in `state`, for every pair [`step`] does not
+/// accept (`exiting` and `wedged` are answered before this).
+fn refusal(state: &LifecycleState, event: &LifecycleEvent) -> RefusedBecause {
+    use LifecycleEvent as E;
+    use LifecycleState as S;
+    match (state, event) {
+        (S::Running { .. }, E::Start { .. }) => RefusedBecause::RuntimeRunning,
+        (S::Booting { .. } | S::Draining { .. }, E::Start { .. } | E::ConfigChanged { .. })
+        | (S::Draining { .. }, E::Stop { .. } | E::Restart { .. }) => RefusedBecause::LifecycleBusy,
+        (S::Failed { .. }, E::Start { .. }) => RefusedBecause::RuntimeNotStopped,
+        (_, E::Retry { .. }) => RefusedBecause::RuntimeNotFailed,
+        (
+            S::Resolving { .. } | S::Stopped { .. },
+            E::Stop { .. } | E::Restart { .. } | E::ConfigChanged { .. },
+        )
+        | (S::Failed { .. }, E::Restart { .. })
+        | (_, E::ConfigApplied { .. }) => RefusedBecause::RuntimeNotRunning,
+        // An internal event where it cannot happen: a stale timer, a report
+        // from a boot that already ended, a runtime report for another
+        // attempt.
+        _ => RefusedBecause::Unexpected,
+    }
+}
+
+#[cfg(test)]
+mod tests;

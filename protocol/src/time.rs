@@ -9,7 +9,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 /// A moment, in milliseconds since the Unix epoch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct Timestamp(pub u64);
 
@@ -51,9 +53,15 @@ mod tests {
 
     #[test]
     fn arithmetic_saturates_instead_of_panicking() {
-        assert_eq!(Timestamp(u64::MAX).after(Duration::from_secs(1)), Timestamp(u64::MAX));
+        assert_eq!(
+            Timestamp(u64::MAX).after(Duration::from_secs(1)),
+            Timestamp(u64::MAX)
+        );
         assert_eq!(Timestamp(5).since(Timestamp(10)), Duration::ZERO);
-        assert_eq!(Timestamp(1_500).since(Timestamp(500)), Duration::from_secs(1));
+        assert_eq!(
+            Timestamp(1_500).since(Timestamp(500)),
+            Duration::from_secs(1)
+        );
         assert_eq!(duration_ms(Duration::MAX), u64::MAX);
     }
 }

@@ -1,0 +1,747 @@
+//! Named unit tests, one per behaviour the reference machine documents and
+//! one per extension (`spec/lifecycle.md`, "Behaviours").
+
+use super::*;
+
+fn t(ms: u64) -> Timestamp {
+    Timestamp(ms)
+}
+
+fn nz(n: u32) -> NonZeroU32 {
+    NonZeroU32::new(n).expect("nonzero")
+}
+
+/// Step, expecting acceptance.
+fn ok(m: &Lifecycle, event: LifecycleEvent) -> (Lifecycle, Effect) {
+    m.step(&event).unwrap_or_else(|refusal| {
+        panic!("{} refused in {}: {refusal}", event.name(), m.state.name())
+    })
+}
+
+/// Step, expecting a refusal; the state must not change.
+fn no(m: &Lifecycle, event: LifecycleEvent) -> RefusedBecause {
+    match m.step(&event) {
+        Ok((next, effect)) => panic!(
+            "{} accepted in {}: {} / {:?}",
+            event.name(),
+            m.state.name(),
+            next.state.name(),
+            effect
+        ),
+        Err(refusal) => {
+            assert_eq!(refusal.state, m.state.name());
+            assert_eq!(refusal.event, event.name());
+            refusal.reason
+        }
+    }
+}
+
+fn report(phase: &'static str, at: u64) -> FailureReport {
+    FailureReport {
+        phase: Phase::new(phase),
+        error: format!("{phase} failed"),
+        at: t(at),
+    }
+}
+
+fn failed(class: FailureClass, at: u64) -> LifecycleEvent {
+    LifecycleEvent::BootFailed {
+        report: report("bind_listener", at),
+        class,
+        store: StoreOutcome::Released,
+    }
+}
+
+fn held(cause: &str) -> StoreOutcome {
+    StoreOutcome::Held {
+        cause: cause.into(),
+    }
+}
+
+/// A daemon that has booted attempt 1 and is running.
+fn running() -> Lifecycle {
+    let m = Lifecycle::at(t(0));
+    let (m, _) = ok(&m, LifecycleEvent::Start { at: t(1) });
+    let (m, _) = ok(&m, LifecycleEvent::Booted { at: t(2) });
+    m
+}
+
+#[test]
+fn the_hold_marker_at_startup_rests_stopped_without_booting() {
+    let (m, effect) = ok(
+        &Lifecycle::at(t(0)),
+        LifecycleEvent::HeldAtStartup { at: t(5) },
+    );
+    assert_eq!(effect, Effect::None);
+    assert_eq!(
+        m.state,
+        LifecycleState::Stopped {
+            reason: StopReason::HeldAtStartup,
+            epoch: 0,
+            since: t(5)
+        }
+    );
+    assert_eq!(m.attempts(), 0);
+    // Start boots it as attempt 1.
+    let (m, effect) = ok(&m, LifecycleEvent::Start { at: t(6) });
+    assert_eq!(effect, Effect::StartBoot { attempt: nz(1) });
+    assert!(
+        matches!(m.state, LifecycleState::Booting { ref phase, .. } if *phase == Phase::RESOLVE_CONFIG)
+    );
+}
+
+#[test]
+fn a_boot_begins_in_resolve_config_and_follows_the_services_phases() {
+    let (m, _) = ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) });
+    let (m, effect) = ok(
+        &m,
+        LifecycleEvent::Phase {
+            phase: Phase::new("open_store"),
+            at: t(3),
+        },
+    );
+    assert_eq!(effect, Effect::None);
+    assert_eq!(
+        m.state,
+        LifecycleState::Booting {
+            attempt: nz(1),
+            phase: Phase::new("open_store"),
+            since: t(3)
+        }
+    );
+}
+
+#[test]
+fn the_first_backoff_failure_waits_exactly_1000_ms() {
+    let (m, _) = ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) });
+    let (m, _) = ok(&m, failed(FailureClass::Backoff, 10));
+    assert_eq!(
+        m.state,
+        LifecycleState::Failed {
+            attempt: nz(1),
+            report: report("bind_listener", 10),
+            retry: RetryClass::Backoff {
+                next_retry_at: t(1_010),
+                delay_ms: 1_000
+            }
+        }
+    );
+    assert_eq!(m.epoch(), 1, "a failed boot released the store");
+    assert_eq!(m.streak(), 1);
+}
+
+#[test]
+fn backoff_doubles_and_is_capped() {
+    let policy = BackoffPolicy::default();
+    let delays: Vec<u64> = (1..=9).map(|s| duration_ms(policy.delay(s))).collect();
+    assert_eq!(
+        delays,
+        [
+            1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 60_000, 60_000, 60_000
+        ]
+    );
+    assert_eq!(policy.delay(u32::MAX), Duration::from_secs(60));
+    let tight = BackoffPolicy {
+        base_ms: u64::MAX / 2,
+        cap_ms: u64::MAX,
+        jitter: None,
+    };
+    assert_eq!(duration_ms(tight.delay(40)), u64::MAX, "overflow saturates");
+}
+
+#[test]
+fn seeded_jitter_is_deterministic_and_only_shortens() {
+    let policy = BackoffPolicy {
+        jitter: Some(Jitter {
+            seed: 42,
+            max_permille: 500,
+        }),
+        ..BackoffPolicy::default()
+    };
+    let plain = BackoffPolicy::default();
+    let mut differs = false;
+    for streak in 1..=20 {
+        let d = policy.delay(streak);
+        assert_eq!(d, policy.delay(streak), "same seed, same delay");
+        assert!(d <= plain.delay(streak));
+        assert!(d * 2 >= plain.delay(streak), "at most half is taken off");
+        differs |= d != plain.delay(streak);
+    }
+    assert!(differs, "jitter changes something");
+}
+
+#[test]
+fn retry_due_starts_the_next_attempt_only_for_a_backoff_failure() {
+    let (m, _) = ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) });
+    let (backoff, _) = ok(&m, failed(FailureClass::Backoff, 10));
+    let (next, effect) = ok(&backoff, LifecycleEvent::RetryDue { at: t(1_010) });
+    assert_eq!(effect, Effect::StartBoot { attempt: nz(2) });
+    assert_eq!(next.attempts(), 2);
+
+    let (hold, _) = ok(&m, failed(FailureClass::Hold, 10));
+    assert!(matches!(
+        hold.state,
+        LifecycleState::Failed {
+            retry: RetryClass::Hold,
+            ..
+        }
+    ));
+    assert_eq!(
+        no(&hold, LifecycleEvent::RetryDue { at: t(99_999) }),
+        RefusedBecause::Unexpected
+    );
+}
+
+#[test]
+fn a_retry_due_before_its_time_is_refused() {
+    let (m, _) = ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) });
+    let (m, _) = ok(&m, failed(FailureClass::Backoff, 10));
+    assert_eq!(
+        no(&m, LifecycleEvent::RetryDue { at: t(1_009) }),
+        RefusedBecause::Unexpected
+    );
+}
+
+#[test]
+fn an_operator_retry_boots_a_held_failure_and_only_a_failure() {
+    let (m, _) = ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) });
+    let (hold, _) = ok(&m, failed(FailureClass::Hold, 10));
+    let (_, effect) = ok(&hold, LifecycleEvent::Retry { at: t(20) });
+    assert_eq!(effect, Effect::StartBoot { attempt: nz(2) });
+    assert_eq!(
+        no(&running(), LifecycleEvent::Retry { at: t(20) }),
+        RefusedBecause::RuntimeNotFailed
+    );
+}
+
+#[test]
+fn a_config_change_retries_a_failed_boot() {
+    let (m, _) = ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) });
+    for class in [FailureClass::Hold, FailureClass::Backoff] {
+        let (failed_boot, _) = ok(&m, failed(class, 10));
+        let (next, effect) = ok(&failed_boot, LifecycleEvent::ConfigChanged { at: t(11) });
+        assert_eq!(effect, Effect::StartBoot { attempt: nz(2) });
+        assert!(matches!(next.state, LifecycleState::Booting { .. }));
+    }
+}
+
+#[test]
+fn a_config_change_during_a_boot_is_refused_as_busy() {
+    let (m, _) = ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) });
+    assert_eq!(
+        no(&m, LifecycleEvent::ConfigChanged { at: t(2) }),
+        RefusedBecause::LifecycleBusy
+    );
+}
+
+#[test]
+fn a_config_change_while_running_is_applied_in_place() {
+    let m = running();
+    let (m, effect) = ok(&m, LifecycleEvent::ConfigChanged { at: t(5) });
+    assert_eq!(effect, Effect::ApplyConfig);
+    let pending = PendingApply::RestartNeeded {
+        leaves: vec!["listen_addr".into()],
+    };
+    let (m, effect) = ok(
+        &m,
+        LifecycleEvent::ConfigApplied {
+            pending: pending.clone(),
+        },
+    );
+    assert_eq!(effect, Effect::None);
+    assert!(matches!(m.state, LifecycleState::Running { pending: ref p, .. } if *p == pending));
+}
+
+#[test]
+fn start_is_refused_while_running_and_from_a_failure() {
+    assert_eq!(
+        no(&running(), LifecycleEvent::Start { at: t(9) }),
+        RefusedBecause::RuntimeRunning
+    );
+    let (m, _) = ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) });
+    assert_eq!(
+        no(&m, LifecycleEvent::Start { at: t(2) }),
+        RefusedBecause::LifecycleBusy
+    );
+    let (m, _) = ok(&m, failed(FailureClass::Hold, 3));
+    assert_eq!(
+        no(&m, LifecycleEvent::Start { at: t(4) }),
+        RefusedBecause::RuntimeNotStopped
+    );
+}
+
+#[test]
+fn stop_during_a_boot_cancels_it_and_rests_once_released() {
+    let (m, _) = ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) });
+    let (m, effect) = ok(&m, LifecycleEvent::Stop { at: t(2) });
+    assert_eq!(effect, Effect::CancelBoot);
+    assert_eq!(
+        m.state,
+        LifecycleState::Draining {
+            attempt: nz(1),
+            then: AfterDrain::Stop
+        }
+    );
+    // Late progress is absorbed; a boot that finished anyway is shut down.
+    let (m, effect) = ok(
+        &m,
+        LifecycleEvent::Phase {
+            phase: Phase::new("open_store"),
+            at: t(3),
+        },
+    );
+    assert_eq!(effect, Effect::None);
+    let (m, effect) = ok(&m, LifecycleEvent::Booted { at: t(4) });
+    assert_eq!(effect, Effect::ShutdownRuntime);
+    let (m, effect) = ok(
+        &m,
+        LifecycleEvent::Drained {
+            at: t(5),
+            store: StoreOutcome::Released,
+        },
+    );
+    assert_eq!(effect, Effect::None);
+    assert_eq!(
+        m.state,
+        LifecycleState::Stopped {
+            reason: StopReason::OperatorRequest,
+            epoch: 1,
+            since: t(5)
+        }
+    );
+}
+
+#[test]
+fn a_cancelled_boot_reporting_failure_settles_the_drain() {
+    let (m, _) = ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) });
+    let (m, _) = ok(&m, LifecycleEvent::Stop { at: t(2) });
+    let (m, _) = ok(&m, failed(FailureClass::Backoff, 3));
+    assert!(matches!(m.state, LifecycleState::Stopped { epoch: 1, .. }));
+}
+
+#[test]
+fn stop_and_restart_are_busy_while_draining() {
+    let (m, _) = ok(&running(), LifecycleEvent::Stop { at: t(3) });
+    assert_eq!(
+        no(&m, LifecycleEvent::Stop { at: t(4) }),
+        RefusedBecause::LifecycleBusy
+    );
+    assert_eq!(
+        no(&m, LifecycleEvent::Restart { at: t(4) }),
+        RefusedBecause::LifecycleBusy
+    );
+    assert_eq!(
+        no(&m, LifecycleEvent::Start { at: t(4) }),
+        RefusedBecause::LifecycleBusy
+    );
+}
+
+#[test]
+fn stop_from_a_failure_rests_at_once_with_the_failures_epoch() {
+    let (m, _) = ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) });
+    let (m, _) = ok(&m, failed(FailureClass::Backoff, 2));
+    let (m, effect) = ok(&m, LifecycleEvent::Stop { at: t(3) });
+    assert_eq!(effect, Effect::None);
+    assert_eq!(
+        m.state,
+        LifecycleState::Stopped {
+            reason: StopReason::OperatorRequest,
+            epoch: 1,
+            since: t(3)
+        }
+    );
+    assert_eq!(
+        no(&m, LifecycleEvent::Stop { at: t(4) }),
+        RefusedBecause::RuntimeNotRunning
+    );
+}
+
+#[test]
+fn a_restart_releases_the_store_then_boots_the_next_attempt() {
+    let (m, effect) = ok(&running(), LifecycleEvent::Restart { at: t(3) });
+    assert_eq!(effect, Effect::ShutdownRuntime);
+    let (m, effect) = ok(
+        &m,
+        LifecycleEvent::Drained {
+            at: t(4),
+            store: StoreOutcome::Released,
+        },
+    );
+    assert_eq!(effect, Effect::StartBoot { attempt: nz(2) });
+    assert_eq!(m.epoch(), 1);
+}
+
+#[test]
+fn exit_overrides_a_drain() {
+    let (m, _) = ok(&running(), LifecycleEvent::Stop { at: t(3) });
+    let (m, effect) = ok(
+        &m,
+        LifecycleEvent::Exit {
+            intent: ExitIntent::Relaunch,
+        },
+    );
+    assert_eq!(effect, Effect::None);
+    // Whatever the drain says about the store, the process ends.
+    let (m, effect) = ok(
+        &m,
+        LifecycleEvent::Drained {
+            at: t(4),
+            store: held("a child process"),
+        },
+    );
+    assert_eq!(effect, Effect::Exit(ExitIntent::Relaunch));
+    assert!(m.is_terminal());
+}
+
+#[test]
+fn exit_while_running_drains_first() {
+    let (m, effect) = ok(
+        &running(),
+        LifecycleEvent::Exit {
+            intent: ExitIntent::Halt,
+        },
+    );
+    assert_eq!(effect, Effect::ShutdownRuntime);
+    assert_eq!(
+        m.state,
+        LifecycleState::Draining {
+            attempt: nz(1),
+            then: AfterDrain::Exit {
+                intent: ExitIntent::Halt
+            }
+        }
+    );
+}
+
+#[test]
+fn a_drain_that_leaves_the_store_held_wedges() {
+    for event in [
+        LifecycleEvent::Stop { at: t(3) },
+        LifecycleEvent::Restart { at: t(3) },
+    ] {
+        let (m, _) = ok(&running(), event);
+        let (m, effect) = ok(
+            &m,
+            LifecycleEvent::Drained {
+                at: t(4),
+                store: held("store lock still taken"),
+            },
+        );
+        assert_eq!(effect, Effect::None);
+        assert_eq!(
+            m.state,
+            LifecycleState::Wedged {
+                cause: "store lock still taken".into(),
+                since: t(4)
+            }
+        );
+    }
+}
+
+#[test]
+fn a_failed_boot_that_still_holds_the_store_wedges() {
+    let (m, _) = ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) });
+    let (m, _) = ok(
+        &m,
+        LifecycleEvent::BootFailed {
+            report: report("open_store", 2),
+            class: FailureClass::Backoff,
+            store: held("a panicking step"),
+        },
+    );
+    assert!(matches!(m.state, LifecycleState::Wedged { .. }));
+    assert_eq!(m.epoch(), 0, "nothing was released");
+}
+
+#[test]
+fn wedged_accepts_only_exit() {
+    let (m, _) = ok(&running(), LifecycleEvent::Stop { at: t(3) });
+    let (m, _) = ok(
+        &m,
+        LifecycleEvent::Drained {
+            at: t(4),
+            store: held("x"),
+        },
+    );
+    for event in [
+        LifecycleEvent::Start { at: t(5) },
+        LifecycleEvent::Retry { at: t(5) },
+        LifecycleEvent::Stop { at: t(5) },
+        LifecycleEvent::Restart { at: t(5) },
+        LifecycleEvent::ConfigChanged { at: t(5) },
+        LifecycleEvent::Drained {
+            at: t(5),
+            store: StoreOutcome::Released,
+        },
+    ] {
+        assert_eq!(no(&m, event), RefusedBecause::Wedged);
+    }
+    let (m, effect) = ok(
+        &m,
+        LifecycleEvent::Exit {
+            intent: ExitIntent::Relaunch,
+        },
+    );
+    assert_eq!(effect, Effect::Exit(ExitIntent::Relaunch));
+    assert!(m.is_terminal());
+}
+
+#[test]
+fn exiting_is_terminal_and_refuses_everything_as_exiting() {
+    let (m, _) = ok(
+        &Lifecycle::at(t(0)),
+        LifecycleEvent::Exit {
+            intent: ExitIntent::Halt,
+        },
+    );
+    assert!(m.is_terminal());
+    assert_eq!(
+        no(&m, LifecycleEvent::Start { at: t(1) }),
+        RefusedBecause::Exiting
+    );
+    assert_eq!(
+        no(
+            &m,
+            LifecycleEvent::Exit {
+                intent: ExitIntent::Halt
+            }
+        ),
+        RefusedBecause::Exiting
+    );
+}
+
+#[test]
+fn a_runtime_that_ends_while_running_drains_then_fails_with_backoff() {
+    let (m, effect) = ok(
+        &running(),
+        LifecycleEvent::RuntimeEnded {
+            attempt: nz(1),
+            at: t(50),
+            error: "serve task panicked".into(),
+        },
+    );
+    assert_eq!(effect, Effect::ShutdownRuntime);
+    assert!(matches!(
+        m.state,
+        LifecycleState::Draining {
+            then: AfterDrain::Fail { .. },
+            ..
+        }
+    ));
+    let (m, effect) = ok(
+        &m,
+        LifecycleEvent::Drained {
+            at: t(60),
+            store: StoreOutcome::Released,
+        },
+    );
+    assert_eq!(effect, Effect::None);
+    assert_eq!(
+        m.state,
+        LifecycleState::Failed {
+            attempt: nz(1),
+            report: FailureReport {
+                phase: Phase::RUN,
+                error: "serve task panicked".into(),
+                at: t(50)
+            },
+            retry: RetryClass::Backoff {
+                next_retry_at: t(1_060),
+                delay_ms: 1_000
+            }
+        }
+    );
+    assert_eq!(m.epoch(), 1);
+}
+
+#[test]
+fn a_runtime_that_ends_and_keeps_the_store_wedges() {
+    let (m, _) = ok(
+        &running(),
+        LifecycleEvent::RuntimeEnded {
+            attempt: nz(1),
+            at: t(50),
+            error: "probe gave up".into(),
+        },
+    );
+    let (m, _) = ok(
+        &m,
+        LifecycleEvent::Drained {
+            at: t(60),
+            store: held("worker thread"),
+        },
+    );
+    assert!(matches!(m.state, LifecycleState::Wedged { .. }));
+}
+
+#[test]
+fn reports_about_another_attempt_are_stale() {
+    let m = running();
+    assert_eq!(
+        no(
+            &m,
+            LifecycleEvent::RuntimeEnded {
+                attempt: nz(7),
+                at: t(5),
+                error: "old".into()
+            }
+        ),
+        RefusedBecause::Unexpected
+    );
+    assert_eq!(
+        no(
+            &m,
+            LifecycleEvent::Stable {
+                attempt: nz(7),
+                at: t(5)
+            }
+        ),
+        RefusedBecause::Unexpected
+    );
+}
+
+/// A crash loop that reaches running for a moment still backs off: the
+/// streak resets only on `stable`.
+#[test]
+fn the_streak_resets_only_after_a_stable_period() {
+    let mut m = running();
+    let mut delays = Vec::new();
+    let mut now = 10;
+    for _ in 0..4 {
+        let attempt = nz(m.attempts());
+        (m, _) = ok(
+            &m,
+            LifecycleEvent::RuntimeEnded {
+                attempt,
+                at: t(now),
+                error: "crash".into(),
+            },
+        );
+        (m, _) = ok(
+            &m,
+            LifecycleEvent::Drained {
+                at: t(now),
+                store: StoreOutcome::Released,
+            },
+        );
+        let LifecycleState::Failed {
+            retry:
+                RetryClass::Backoff {
+                    delay_ms,
+                    next_retry_at,
+                },
+            ..
+        } = m.state
+        else {
+            panic!("not failed: {:?}", m.state)
+        };
+        delays.push(delay_ms);
+        now = next_retry_at.as_millis();
+        (m, _) = ok(&m, LifecycleEvent::RetryDue { at: t(now) });
+        (m, _) = ok(&m, LifecycleEvent::Booted { at: t(now + 1) });
+    }
+    assert_eq!(delays, [1_000, 2_000, 4_000, 8_000]);
+    assert_eq!(m.streak(), 4);
+    let attempt = nz(m.attempts());
+    let (m, effect) = ok(
+        &m,
+        LifecycleEvent::Stable {
+            attempt,
+            at: t(now + 1),
+        },
+    );
+    assert_eq!(effect, Effect::None);
+    assert_eq!(m.streak(), 0);
+    let (m, _) = ok(
+        &m,
+        LifecycleEvent::RuntimeEnded {
+            attempt,
+            at: t(now + 2),
+            error: "crash".into(),
+        },
+    );
+    let (m, _) = ok(
+        &m,
+        LifecycleEvent::Drained {
+            at: t(now + 2),
+            store: StoreOutcome::Released,
+        },
+    );
+    assert!(matches!(
+        m.state,
+        LifecycleState::Failed {
+            retry: RetryClass::Backoff {
+                delay_ms: 1_000,
+                ..
+            },
+            ..
+        }
+    ));
+}
+
+#[test]
+fn serde_shapes_are_internally_tagged_and_snake_case() {
+    let m = running();
+    let json = serde_json::to_value(&m.state).expect("json");
+    assert_eq!(json["state"], "running");
+    assert_eq!(json["pending"]["kind"], "in_sync");
+    assert_eq!(json["attempt"], 1);
+
+    let draining = LifecycleState::Draining {
+        attempt: nz(2),
+        then: AfterDrain::Exit {
+            intent: ExitIntent::Relaunch,
+        },
+    };
+    let json = serde_json::to_value(&draining).expect("json");
+    assert_eq!(
+        json,
+        serde_json::json!({"state": "draining", "attempt": 2, "then": "exit", "intent": "relaunch"})
+    );
+    let back: LifecycleState = serde_json::from_value(json).expect("round trip");
+    assert_eq!(back, draining);
+
+    let failed = LifecycleState::Failed {
+        attempt: nz(1),
+        report: report("resolve_config", 5),
+        retry: RetryClass::Hold,
+    };
+    let json = serde_json::to_value(&failed).expect("json");
+    assert_eq!(json["retry"]["class"], "hold");
+    assert_eq!(json["report"]["phase"], "resolve_config");
+
+    let event = LifecycleEvent::BootFailed {
+        report: report("bind_listener", 5),
+        class: FailureClass::Backoff,
+        store: StoreOutcome::Released,
+    };
+    let json = serde_json::to_value(&event).expect("json");
+    assert_eq!(json["event"], "boot_failed");
+    assert_eq!(json["class"], "backoff");
+    assert_eq!(json["store"]["outcome"], "released");
+    assert_eq!(
+        serde_json::to_value(RefusedBecause::LifecycleBusy).expect("json"),
+        "lifecycle_busy"
+    );
+}
+
+#[test]
+fn wire_names_match_serde_names() {
+    for reason in [
+        RefusedBecause::RuntimeRunning,
+        RefusedBecause::RuntimeNotRunning,
+        RefusedBecause::RuntimeNotFailed,
+        RefusedBecause::RuntimeNotStopped,
+        RefusedBecause::LifecycleBusy,
+        RefusedBecause::Wedged,
+        RefusedBecause::Exiting,
+        RefusedBecause::Unexpected,
+    ] {
+        assert_eq!(serde_json::to_value(reason).expect("json"), reason.as_str());
+    }
+    for intent in [ExitIntent::Halt, ExitIntent::Relaunch] {
+        assert_eq!(serde_json::to_value(intent).expect("json"), intent.name());
+    }
+    assert_eq!(ExitIntent::Halt.code(), 0);
+    assert_eq!(ExitIntent::Relaunch.code(), 75);
+}

@@ -1,0 +1,233 @@
+//! The lifecycle's invariants (`spec/lifecycle.md`, "Invariants") over
+//! arbitrary event sequences: at least 10,000 sequences of up to 64 events,
+//! stale and misplaced events included, checked after every step.
+
+use std::collections::BTreeSet;
+use std::num::NonZeroU32;
+use std::sync::Mutex;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use steadfast_protocol::Timestamp;
+use steadfast_protocol::lifecycle::{
+    Effect, ExitIntent, FailureClass, FailureReport, Lifecycle, LifecycleEvent, LifecycleState,
+    PendingApply, Phase, RefusedBecause, StoreOutcome,
+};
+
+/// Sequences checked; `.ci/run` runs this count.
+const SEQUENCES: u32 = 10_000;
+const MAX_LEN: usize = 64;
+
+fn store() -> impl Strategy<Value = StoreOutcome> {
+    prop_oneof![
+        3 => Just(StoreOutcome::Released),
+        1 => Just(StoreOutcome::Held { cause: "still locked".into() }),
+    ]
+}
+
+fn event() -> impl Strategy<Value = LifecycleEvent> {
+    use LifecycleEvent as E;
+    let at = (0u64..200_000).prop_map(Timestamp);
+    let attempt = (1u32..=6).prop_map(|n| NonZeroU32::new(n).expect("nonzero"));
+    let class = prop_oneof![Just(FailureClass::Backoff), Just(FailureClass::Hold)];
+    let intent = prop_oneof![Just(ExitIntent::Halt), Just(ExitIntent::Relaunch)];
+    let phase = prop_oneof![
+        Just(Phase::RESOLVE_CONFIG),
+        Just(Phase::new("open_store")),
+        Just(Phase::new("bind_listener")),
+    ];
+    prop_oneof![
+        1 => at.clone().prop_map(|at| E::HeldAtStartup { at }),
+        3 => at.clone().prop_map(|at| E::Start { at }),
+        2 => at.clone().prop_map(|at| E::Retry { at }),
+        2 => at.clone().prop_map(|at| E::RetryDue { at }),
+        2 => at.clone().prop_map(|at| E::ConfigChanged { at }),
+        1 => prop_oneof![
+            Just(PendingApply::InSync),
+            Just(PendingApply::RestartNeeded { leaves: vec!["listen_addr".into()] })
+        ]
+        .prop_map(|pending| E::ConfigApplied { pending }),
+        2 => (phase.clone(), at.clone()).prop_map(|(phase, at)| E::Phase { phase, at }),
+        3 => at.clone().prop_map(|at| E::Booted { at }),
+        3 => (phase, at.clone(), class, store()).prop_map(|(phase, at, class, store)| E::BootFailed {
+            report: FailureReport { phase, error: "boom".into(), at },
+            class,
+            store,
+        }),
+        2 => (attempt.clone(), at.clone()).prop_map(|(attempt, at)| E::RuntimeEnded {
+            attempt,
+            at,
+            error: "serve task ended".into()
+        }),
+        2 => (attempt, at.clone()).prop_map(|(attempt, at)| E::Stable { attempt, at }),
+        2 => at.clone().prop_map(|at| E::Stop { at }),
+        2 => at.clone().prop_map(|at| E::Restart { at }),
+        1 => intent.prop_map(|intent| E::Exit { intent }),
+        3 => (at, store()).prop_map(|(at, store)| E::Drained { at, store }),
+    ]
+}
+
+/// Everything the invariants say about one step from `m` on `event`.
+fn check_step(m: &Lifecycle, event: &LifecycleEvent) -> Result<Option<Lifecycle>, TestCaseError> {
+    let before = m.clone();
+    let result = m.step(event);
+    prop_assert_eq!(m, &before, "step never mutates its input");
+    match result {
+        Err(refused) => {
+            prop_assert_eq!(refused.state.as_ref(), m.state.name());
+            prop_assert_eq!(refused.event.as_ref(), event.name());
+            if m.is_terminal() {
+                prop_assert_eq!(refused.reason, RefusedBecause::Exiting);
+            }
+            if matches!(m.state, LifecycleState::Wedged { .. }) {
+                prop_assert_eq!(refused.reason, RefusedBecause::Wedged);
+            }
+            Ok(None)
+        }
+        Ok((next, effect)) => {
+            // 5: exiting is terminal.
+            prop_assert!(!m.is_terminal(), "{} accepted in exiting", event.name());
+            // 6: wedged accepts only exit.
+            if matches!(m.state, LifecycleState::Wedged { .. }) {
+                prop_assert!(
+                    matches!(event, LifecycleEvent::Exit { .. }),
+                    "wedged accepted {}",
+                    event.name()
+                );
+            }
+            // 1: a boot starts only over a released store.
+            if let Effect::StartBoot { attempt } = effect {
+                prop_assert!(
+                    !m.state.may_hold_store() || event.says_released(),
+                    "start_boot from {} on {}",
+                    m.state.name(),
+                    event.name()
+                );
+                // 3: exactly one more attempt, and it is the one started.
+                prop_assert_eq!(next.attempts(), m.attempts() + 1);
+                prop_assert_eq!(attempt.get(), next.attempts());
+                prop_assert!(
+                    matches!(next.state, LifecycleState::Booting { .. }),
+                    "start_boot into {}",
+                    next.state.name()
+                );
+            } else {
+                prop_assert_eq!(
+                    next.attempts(),
+                    m.attempts(),
+                    "attempts move only with start_boot"
+                );
+            }
+            // 2: rest means released.
+            if matches!(
+                next.state,
+                LifecycleState::Stopped { .. } | LifecycleState::Failed { .. }
+            ) && m.state.may_hold_store()
+            {
+                prop_assert!(
+                    event.says_released(),
+                    "{} entered from {} on {}",
+                    next.state.name(),
+                    m.state.name(),
+                    event.name()
+                );
+            }
+            // 4: the epoch never decreases.
+            prop_assert!(next.epoch() >= m.epoch());
+            // 8: only `stable` resets the streak.
+            if next.streak() < m.streak() {
+                prop_assert!(
+                    matches!(event, LifecycleEvent::Stable { .. }),
+                    "streak reset by {}",
+                    event.name()
+                );
+                prop_assert_eq!(next.streak(), 0);
+            }
+            if let Effect::Exit(intent) = effect {
+                prop_assert_eq!(&next.state, &LifecycleState::Exiting { intent });
+            }
+            Ok(Some(next))
+        }
+    }
+}
+
+#[test]
+fn invariants_hold_after_every_step_of_arbitrary_sequences() {
+    let mut runner = TestRunner::new(Config {
+        cases: SEQUENCES,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let seen = Mutex::new((BTreeSet::new(), BTreeSet::new(), 0u64));
+    runner
+        .run(&proptest::collection::vec(event(), 1..=MAX_LEN), |events| {
+            let mut m = Lifecycle::at(Timestamp(0));
+            let mut states = BTreeSet::new();
+            let mut effects = BTreeSet::new();
+            for event in &events {
+                states.insert(m.state.name());
+                if let Some(next) = check_step(&m, event)? {
+                    let (_, effect) = m.step(event).expect("accepted above");
+                    effects.insert(effect.name());
+                    m = next;
+                }
+            }
+            states.insert(m.state.name());
+            let mut seen = seen.lock().expect("not poisoned");
+            seen.0.extend(states);
+            seen.1.extend(effects);
+            seen.2 += 1;
+            Ok(())
+        })
+        .unwrap_or_else(|failure| panic!("{failure}"));
+    let (states, effects, cases) = seen.into_inner().expect("not poisoned");
+    eprintln!("checked {cases} sequences; states reached {states:?}; effects {effects:?}");
+    assert!(cases >= u64::from(SEQUENCES), "ran {cases} sequences");
+    // Not vacuous: the sequences reach every state and every effect.
+    for name in [
+        "resolving",
+        "booting",
+        "running",
+        "draining",
+        "stopped",
+        "failed",
+        "wedged",
+        "exiting",
+    ] {
+        assert!(states.contains(name), "no sequence reached {name}");
+    }
+    for name in [
+        "none",
+        "start_boot",
+        "cancel_boot",
+        "shutdown_runtime",
+        "apply_config",
+        "exit",
+    ] {
+        assert!(effects.contains(name), "no sequence produced {name}");
+    }
+}
+
+/// A crash loop with arbitrary run lengths: the backoff delays double from
+/// 1000 ms for as long as no `stable` arrives.
+#[test]
+fn a_crash_loop_without_stable_backs_off_geometrically() {
+    proptest!(Config::with_cases(200), |(crashes in 1usize..12)| {
+        let mut m = Lifecycle::at(Timestamp(0));
+        let mut now = 0u64;
+        (m, _) = m.step(&LifecycleEvent::Start { at: Timestamp(now) }).expect("start");
+        for n in 0..crashes {
+            (m, _) = m.step(&LifecycleEvent::Booted { at: Timestamp(now) }).expect("booted");
+            let attempt = NonZeroU32::new(m.attempts()).expect("nonzero");
+            (m, _) = m.step(&LifecycleEvent::RuntimeEnded { attempt, at: Timestamp(now), error: "crash".into() }).expect("ended");
+            (m, _) = m.step(&LifecycleEvent::Drained { at: Timestamp(now), store: StoreOutcome::Released }).expect("drained");
+            let LifecycleState::Failed { retry: steadfast_protocol::lifecycle::RetryClass::Backoff { delay_ms, next_retry_at }, .. } = m.state else {
+                return Err(TestCaseError::fail("not failed with backoff"));
+            };
+            let expected = (1_000u64 << n.min(6)).min(60_000);
+            prop_assert_eq!(delay_ms, expected);
+            now = next_retry_at.as_millis();
+            (m, _) = m.step(&LifecycleEvent::RetryDue { at: Timestamp(now) }).expect("retry due");
+        }
+    });
+}

@@ -1,0 +1,272 @@
+//! Fixtures shared by the lifecycle's integration tests: every state of
+//! `spec/lifecycle.md` reached by real events from a fresh lifecycle, and
+//! every event of the table, by the labels the spec uses.
+
+#![allow(dead_code, missing_docs)]
+
+use std::num::NonZeroU32;
+
+use steadfast_protocol::Timestamp;
+use steadfast_protocol::lifecycle::{
+    Effect, ExitIntent, FailureClass, FailureReport, Lifecycle, LifecycleEvent, LifecycleState,
+    PendingApply, Phase, RetryClass, StoreOutcome,
+};
+
+/// The state labels of the spec's table, in its order.
+pub const STATES: [&str; 12] = [
+    "resolving",
+    "booting",
+    "running",
+    "draining(stop)",
+    "draining(restart)",
+    "draining(exit)",
+    "draining(fail)",
+    "stopped(operator_request)",
+    "failed(backoff)",
+    "failed(hold)",
+    "wedged",
+    "exiting",
+];
+
+/// The event labels of the spec's table, in its order.
+pub const EVENTS: [&str; 21] = [
+    "held_at_startup",
+    "start",
+    "retry",
+    "retry_due",
+    "retry_due(early)",
+    "config_changed",
+    "config_applied",
+    "phase",
+    "booted",
+    "boot_failed(backoff)",
+    "boot_failed(hold)",
+    "boot_failed(held)",
+    "runtime_ended",
+    "runtime_ended(stale)",
+    "stable",
+    "stable(stale)",
+    "stop",
+    "restart",
+    "exit",
+    "drained(released)",
+    "drained(held)",
+];
+
+/// When the table's events arrive: after every representative state's
+/// backoff has elapsed.
+pub const LATER: Timestamp = Timestamp(10_000);
+
+pub fn nz(n: u32) -> NonZeroU32 {
+    NonZeroU32::new(n).expect("nonzero")
+}
+
+fn drive(events: &[LifecycleEvent]) -> Lifecycle {
+    let mut m = Lifecycle::at(Timestamp(0));
+    for event in events {
+        m = m.step(event).expect("the fixture's path is accepted").0;
+    }
+    m
+}
+
+/// The representative state for `label`, reached from a fresh lifecycle by
+/// accepted events only. The states a boot leads to are reached after one
+/// failed boot, so they are attempt 2 with a streak of 1 and an epoch of 1
+/// (which makes a reset or a growth of each counter visible in the table);
+/// the failures are attempt 1, failing at t = 100.
+pub fn state(label: &str) -> Lifecycle {
+    use LifecycleEvent as E;
+    let at = Timestamp;
+    let failed = |class, when| E::BootFailed {
+        report: report("bind_listener", when),
+        class,
+        store: StoreOutcome::Released,
+    };
+    let start = E::Start { at: at(10) };
+    // A first attempt that fails on a timer and is retried: attempt 2 boots.
+    let second = [
+        start.clone(),
+        failed(FailureClass::Backoff, 20),
+        E::RetryDue { at: at(1_020) },
+    ];
+    let with = |tail: &[LifecycleEvent]| -> Lifecycle {
+        let mut path = second.to_vec();
+        path.extend_from_slice(tail);
+        drive(&path)
+    };
+    let booted = E::Booted { at: at(1_030) };
+    let stop = E::Stop { at: at(1_040) };
+    match label {
+        "resolving" => drive(&[]),
+        "booting" => with(&[]),
+        "running" => with(&[booted]),
+        "draining(stop)" => with(&[booted, stop]),
+        "draining(restart)" => with(&[booted, E::Restart { at: at(1_040) }]),
+        "draining(exit)" => with(&[
+            booted,
+            E::Exit {
+                intent: ExitIntent::Halt,
+            },
+        ]),
+        "draining(fail)" => with(&[
+            booted,
+            E::RuntimeEnded {
+                attempt: nz(ATTEMPT),
+                at: at(1_040),
+                error: "serve task ended".into(),
+            },
+        ]),
+        "stopped(operator_request)" => with(&[
+            booted,
+            stop,
+            E::Drained {
+                at: at(1_050),
+                store: StoreOutcome::Released,
+            },
+        ]),
+        "failed(backoff)" => drive(&[start, failed(FailureClass::Backoff, 100)]),
+        "failed(hold)" => drive(&[start, failed(FailureClass::Hold, 100)]),
+        "wedged" => with(&[
+            booted,
+            stop,
+            E::Drained {
+                at: at(1_050),
+                store: StoreOutcome::Held {
+                    cause: "store lock".into(),
+                },
+            },
+        ]),
+        "exiting" => drive(&[E::Exit {
+            intent: ExitIntent::Halt,
+        }]),
+        other => panic!("no state labelled {other:?}"),
+    }
+}
+
+/// The attempt of the representative states a boot leads to.
+pub const ATTEMPT: u32 = 2;
+
+pub fn report(phase: &'static str, at: u64) -> FailureReport {
+    FailureReport {
+        phase: Phase::new(phase),
+        error: format!("{phase} failed"),
+        at: Timestamp(at),
+    }
+}
+
+/// The event for `label`. Attempt-bound events name [`ATTEMPT`], or
+/// attempt 9 when `(stale)`.
+pub fn event(label: &str) -> LifecycleEvent {
+    use LifecycleEvent as E;
+    let at = LATER;
+    let boot_failed = |class, store| E::BootFailed {
+        report: report("open_store", LATER.0),
+        class,
+        store,
+    };
+    match label {
+        "held_at_startup" => E::HeldAtStartup { at },
+        "start" => E::Start { at },
+        "retry" => E::Retry { at },
+        "retry_due" => E::RetryDue { at },
+        // One millisecond before failed(backoff)'s next_retry_at (100 + 1000).
+        "retry_due(early)" => E::RetryDue {
+            at: Timestamp(1_099),
+        },
+        "config_changed" => E::ConfigChanged { at },
+        "config_applied" => E::ConfigApplied {
+            pending: PendingApply::RestartNeeded {
+                leaves: vec!["listen_addr".into()],
+            },
+        },
+        "phase" => E::Phase {
+            phase: Phase::new("open_store"),
+            at,
+        },
+        "booted" => E::Booted { at },
+        "boot_failed(backoff)" => boot_failed(FailureClass::Backoff, StoreOutcome::Released),
+        "boot_failed(hold)" => boot_failed(FailureClass::Hold, StoreOutcome::Released),
+        "boot_failed(held)" => boot_failed(
+            FailureClass::Backoff,
+            StoreOutcome::Held {
+                cause: "store lock".into(),
+            },
+        ),
+        "runtime_ended" => E::RuntimeEnded {
+            attempt: nz(ATTEMPT),
+            at,
+            error: "serve task ended".into(),
+        },
+        "runtime_ended(stale)" => E::RuntimeEnded {
+            attempt: nz(9),
+            at,
+            error: "serve task ended".into(),
+        },
+        "stable" => E::Stable {
+            attempt: nz(ATTEMPT),
+            at,
+        },
+        "stable(stale)" => E::Stable { attempt: nz(9), at },
+        "stop" => E::Stop { at },
+        "restart" => E::Restart { at },
+        "exit" => E::Exit {
+            intent: ExitIntent::Halt,
+        },
+        "drained(released)" => E::Drained {
+            at,
+            store: StoreOutcome::Released,
+        },
+        "drained(held)" => E::Drained {
+            at,
+            store: StoreOutcome::Held {
+                cause: "store lock".into(),
+            },
+        },
+        other => panic!("no event labelled {other:?}"),
+    }
+}
+
+/// The spec's label for a state.
+pub fn label(state: &LifecycleState) -> String {
+    match state {
+        LifecycleState::Draining { then, .. } => format!("draining({})", then.name()),
+        LifecycleState::Stopped { reason, .. } => format!("stopped({})", reason.name()),
+        LifecycleState::Failed { retry, .. } => match retry {
+            RetryClass::Backoff { .. } => "failed(backoff)".into(),
+            RetryClass::Hold => "failed(hold)".into(),
+        },
+        other => other.name().into(),
+    }
+}
+
+/// The spec's label for an effect.
+pub fn effect_label(effect: &Effect) -> String {
+    match effect {
+        Effect::StartBoot { attempt } => format!("start_boot({attempt})"),
+        Effect::Exit(intent) => format!("exit({})", intent.name()),
+        other => other.name().into(),
+    }
+}
+
+/// The spec's label for how the counters moved.
+pub fn counters(before: &Lifecycle, after: &Lifecycle) -> String {
+    let mut moved = Vec::new();
+    if after.attempts() != before.attempts() {
+        moved.push(format!("attempts+{}", after.attempts() - before.attempts()));
+    }
+    if after.epoch() != before.epoch() {
+        moved.push(format!("epoch+{}", after.epoch() - before.epoch()));
+    }
+    if after.streak() != before.streak() {
+        if after.streak() == 0 {
+            moved.push("streak=0".into());
+        } else {
+            moved.push(format!("streak+{}", after.streak() - before.streak()));
+        }
+    }
+    if moved.is_empty() {
+        "—".into()
+    } else {
+        moved.join(" ")
+    }
+}
