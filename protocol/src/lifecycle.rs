@@ -606,8 +606,7 @@ impl BackoffPolicy {
         let doublings = streak.saturating_sub(1).min(63);
         let nominal = self
             .base_ms
-            .checked_mul(1u64 << doublings)
-            .unwrap_or(u64::MAX)
+            .saturating_mul(1u64 << doublings)
             .min(self.cap_ms);
         let ms = match self.jitter {
             None => nominal,
