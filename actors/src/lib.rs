@@ -6,3 +6,6 @@
 //! the core it builds on.
 
 pub use steadfast_protocol as protocol;
+
+pub mod config;
+pub mod config_watcher;

@@ -1,0 +1,877 @@
+//! The effective config of a steadfast daemon, and how it is resolved.
+//!
+//! This file owns the config *data*: the [`ConfigSource`] a boot resolves
+//! through, the [`TomlFileSource`] that layers defaults < the declared file <
+//! the override tier into one `toml::Table` (the service deserializes its own
+//! typed struct from it), the [`Fingerprint`] of the declared file, the
+//! data-dir guard and the leaf diff. Watching the file lives in
+//! `config_watcher.rs`; deciding what a change means lives in the lifecycle
+//! machine.
+//!
+//! # Invariants
+//! - **A change is never lost to timing.** [`Fingerprint::of_file`] differs
+//!   whenever the file's bytes differ (or it appeared, vanished or became
+//!   unreadable), so a supervisor that fingerprints the declared file just
+//!   before a boot resolves, and again when a *hold* failure lands, retries a
+//!   fix written mid-boot even though the watcher's event was refused. A
+//!   resolve that succeeds reports the fingerprint of the very bytes it parsed.
+//!   Checked by `tests::fingerprint_follows_the_bytes`,
+//!   `tests::a_missing_file_has_its_own_fingerprint`,
+//!   `tests::the_resolved_fingerprint_is_of_the_bytes_parsed` and, over real
+//!   files, `config::a_fix_written_during_a_failing_resolve_changes_the_fingerprint`.
+//! - **Tiers merge deeply, highest wins**: defaults < declared file < override
+//!   tier; tables merge key by key, anything else (arrays included) replaces.
+//!   Checked by `tests::tiers_merge_deeply_in_order`,
+//!   `tests::overrides_set_unset_and_list`, `tests::an_override_replaces_a_leaf_with_a_table`.
+//! - **The data dir is fixed for the daemon's life**: a config whose top-level
+//!   `data_dir` names another directory is refused with an error that names
+//!   `data_dir`. Checked by `tests::a_config_that_moves_the_data_dir_is_refused`
+//!   and `tests::the_same_data_dir_spelled_differently_is_accepted`.
+//! - **A parse error says where**: it names the file and toml's line and
+//!   column. Checked by `tests::a_parse_error_names_the_file_and_the_line`.
+//! - **The leaf diff is exact and sorted**: [`changed_leaves`] lists every leaf
+//!   that changed, appeared or disappeared, arrays as leaves. Checked by
+//!   `tests::changed_leaves_lists_every_changed_leaf_sorted`.
+//!
+//! # Leaf paths
+//! A leaf is named by its dotted path (`server.listen`). A key that is not a
+//! bare TOML key (`[A-Za-z0-9_-]+`) is written in double quotes
+//! (`labels."app.kubernetes.io/name"`); a key containing `"` cannot be named.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io;
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use toml::{Table, Value};
+
+/// The fingerprint of a file's bytes as they were when it was taken.
+///
+/// Two fingerprints of the same path are equal exactly when the file held
+/// the same bytes (up to a crc32c collision among same-length contents) or
+/// was unreadable for the same reason both times. It is a comparison token
+/// for one process, not a wire type.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Fingerprint(Repr);
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Repr {
+    /// The file was read: its length and the crc32c of its bytes.
+    Bytes { len: u64, crc: u32 },
+    /// The file could not be read (`NotFound` for a missing file).
+    Unreadable(io::ErrorKind),
+}
+
+impl Fingerprint {
+    /// The fingerprint of `bytes`, as [`Fingerprint::of_file`] would take it of
+    /// a file holding them.
+    pub fn of_bytes(bytes: &[u8]) -> Self {
+        Self(Repr::Bytes {
+            len: bytes.len() as u64,
+            crc: crc32c::crc32c(bytes),
+        })
+    }
+
+    /// The fingerprint of the file at `path` as it is now. A missing or
+    /// unreadable file has a fingerprint of its own, distinct from that of
+    /// any contents (an empty file included).
+    pub fn of_file(path: &Path) -> Self {
+        match std::fs::read(path) {
+            Ok(bytes) => Self::of_bytes(&bytes),
+            Err(e) => Self::unreadable(e.kind()),
+        }
+    }
+
+    /// The fingerprint of a file that could not be read for `kind`.
+    fn unreadable(kind: io::ErrorKind) -> Self {
+        Self(Repr::Unreadable(kind))
+    }
+
+    /// Whether the file could be read when this fingerprint was taken.
+    pub fn is_readable(&self) -> bool {
+        matches!(self.0, Repr::Bytes { .. })
+    }
+}
+
+impl fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Repr::Bytes { len, crc } => write!(f, "Fingerprint({len} bytes, crc32c {crc:08x})"),
+            Repr::Unreadable(kind) => write!(f, "Fingerprint(unreadable: {kind:?})"),
+        }
+    }
+}
+
+/// Why a config did not resolve. Every variant is a *hold* failure for a
+/// boot: retrying on a timer would read the same thing again.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A tier is not valid TOML. `path` is `None` for the embedded defaults;
+    /// `message` carries toml's line, column and message.
+    #[error("cannot parse {}: {message}", origin(path.as_deref()))]
+    Parse {
+        /// The file that failed to parse, `None` for the embedded defaults.
+        path: Option<PathBuf>,
+        /// Where and why, from toml (`line 3, column 7: invalid key`).
+        message: String,
+    },
+    /// The declared file exists (or is required) but could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The declared file.
+        path: PathBuf,
+        /// The operating system's reason.
+        source: io::Error,
+    },
+    /// The config names a `data_dir` other than the one the daemon holds.
+    /// The data dir is fixed for the life of the daemon.
+    #[error(
+        "config moves data_dir to {} but this daemon holds {}; the data dir is fixed for the life of the daemon",
+        configured.display(),
+        actual.display()
+    )]
+    MovesDataDir {
+        /// The `data_dir` the config names.
+        configured: PathBuf,
+        /// The data dir the daemon holds.
+        actual: PathBuf,
+    },
+    /// The config (or an override) is well-formed TOML but not acceptable.
+    #[error("invalid config: {0}")]
+    Invalid(String),
+}
+
+/// Names where a parse error came from.
+fn origin(path: Option<&Path>) -> String {
+    match path {
+        Some(path) => path.display().to_string(),
+        None => "the defaults".to_owned(),
+    }
+}
+
+/// One resolution of the effective config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResolvedConfig {
+    /// The merged table the service deserializes its typed config from.
+    pub config: Table,
+    /// The fingerprint of the declared file's bytes this resolution parsed;
+    /// `None` when no file was declared (the supervisor then takes its own).
+    pub fingerprint: Option<Fingerprint>,
+}
+
+impl ResolvedConfig {
+    /// A resolution that does not track a file.
+    pub fn untracked(config: Table) -> Self {
+        Self {
+            config,
+            fingerprint: None,
+        }
+    }
+}
+
+/// Resolves the effective config; a boot calls it once, in its
+/// `resolve_config` phase. Cheap to clone: clones share the closure.
+#[derive(Clone)]
+pub struct ConfigSource(Arc<dyn Fn() -> Result<ResolvedConfig, ConfigError> + Send + Sync>);
+
+impl ConfigSource {
+    /// A source that resolves by calling `resolve`. It runs on a boot's task
+    /// (never on an actor's handler) and may block briefly on file I/O.
+    pub fn new(
+        resolve: impl Fn() -> Result<ResolvedConfig, ConfigError> + Send + Sync + 'static,
+    ) -> Self {
+        Self(Arc::new(resolve))
+    }
+
+    /// Resolves the effective config now.
+    pub fn resolve(&self) -> Result<ResolvedConfig, ConfigError> {
+        (self.0)()
+    }
+}
+
+impl fmt::Debug for ConfigSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ConfigSource(..)")
+    }
+}
+
+/// The override tier: leaves set at run time (by the control plane), keyed by
+/// dotted path, that win over the defaults and the declared file. Clones
+/// share the same tier.
+#[derive(Clone, Default)]
+pub struct Overrides(Arc<RwLock<BTreeMap<String, Value>>>);
+
+impl Overrides {
+    /// An empty override tier.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets `leaf` to `value`, returning the value it replaces. A table value
+    /// merges into the tiers below like any other table.
+    pub fn set(&self, leaf: &str, value: Value) -> Result<Option<Value>, ConfigError> {
+        split_leaf(leaf)?;
+        Ok(self
+            .0
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(leaf.to_owned(), value))
+    }
+
+    /// Removes the override of `leaf`, returning the value it had.
+    pub fn unset(&self, leaf: &str) -> Option<Value> {
+        self.0
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(leaf)
+    }
+
+    /// The override of `leaf`, if one is set.
+    pub fn get(&self, leaf: &str) -> Option<Value> {
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(leaf)
+            .cloned()
+    }
+
+    /// Every override, sorted by leaf.
+    pub fn list(&self) -> Vec<(String, Value)> {
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(leaf, value)| (leaf.clone(), value.clone()))
+            .collect()
+    }
+
+    /// The tier as one table, each leaf nested at its path. Overrides are
+    /// applied in leaf order, so `a = {..}` is applied before `a.b`.
+    fn as_table(&self) -> Result<Table, ConfigError> {
+        let overrides = self.0.read().unwrap_or_else(PoisonError::into_inner);
+        let mut table = Table::new();
+        for (leaf, value) in overrides.iter() {
+            let segments = split_leaf(leaf)?;
+            let mut nested = value.clone();
+            for key in segments.into_iter().rev() {
+                let mut wrapper = Table::new();
+                wrapper.insert(key, nested);
+                nested = Value::Table(wrapper);
+            }
+            if let Value::Table(nested) = nested {
+                merge(&mut table, nested);
+            }
+        }
+        Ok(table)
+    }
+}
+
+impl fmt::Debug for Overrides {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.list()).finish()
+    }
+}
+
+/// Where the lowest tier comes from.
+#[derive(Debug, Clone)]
+enum Defaults {
+    /// Embedded TOML text, parsed at each resolve.
+    Text(String),
+    /// An already-built table.
+    Table(Table),
+}
+
+/// The declared file, and whether its absence is an error.
+#[derive(Debug, Clone)]
+struct Declared {
+    /// The file's path, as the operator declared it.
+    path: PathBuf,
+    /// Whether a missing file fails the resolve (otherwise it is an empty tier).
+    required: bool,
+}
+
+/// A [`ConfigSource`] over TOML: defaults < the declared file < the override
+/// tier, merged deeply. Build it, keep [`TomlFileSource::overrides`] for the
+/// control plane, then hand [`TomlFileSource::into_source`] to the supervisor.
+#[derive(Debug, Clone)]
+pub struct TomlFileSource {
+    /// The lowest tier.
+    defaults: Defaults,
+    /// The middle tier, if a file was declared.
+    declared: Option<Declared>,
+    /// The highest tier, shared with whoever sets overrides.
+    overrides: Overrides,
+}
+
+impl Default for TomlFileSource {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TomlFileSource {
+    /// A source with empty defaults, no declared file and no overrides.
+    pub fn new() -> Self {
+        Self {
+            defaults: Defaults::Table(Table::new()),
+            declared: None,
+            overrides: Overrides::new(),
+        }
+    }
+
+    /// Uses `text` (typically `include_str!`) as the defaults tier. It is
+    /// parsed at each resolve; a parse error names "the defaults".
+    pub fn defaults_toml(mut self, text: impl Into<String>) -> Self {
+        self.defaults = Defaults::Text(text.into());
+        self
+    }
+
+    /// Uses `table` as the defaults tier.
+    pub fn defaults(mut self, table: Table) -> Self {
+        self.defaults = Defaults::Table(table);
+        self
+    }
+
+    /// Declares the file at `path`; while it is missing it is an empty tier.
+    pub fn declared_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.declared = Some(Declared {
+            path: path.into(),
+            required: false,
+        });
+        self
+    }
+
+    /// Declares the file at `path`; while it is missing, resolving fails.
+    pub fn required_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.declared = Some(Declared {
+            path: path.into(),
+            required: true,
+        });
+        self
+    }
+
+    /// Shares `overrides` as this source's override tier.
+    pub fn with_overrides(mut self, overrides: Overrides) -> Self {
+        self.overrides = overrides;
+        self
+    }
+
+    /// A handle on the override tier (clones share it).
+    pub fn overrides(&self) -> Overrides {
+        self.overrides.clone()
+    }
+
+    /// The declared file, the one to watch.
+    pub fn declared_path(&self) -> Option<&Path> {
+        self.declared.as_ref().map(|d| d.path.as_path())
+    }
+
+    /// Resolves the effective config now: reads the declared file once,
+    /// fingerprints the bytes it read, parses them, and merges the tiers.
+    pub fn resolve(&self) -> Result<ResolvedConfig, ConfigError> {
+        let mut config = match &self.defaults {
+            Defaults::Text(text) => parse(text, None)?,
+            Defaults::Table(table) => table.clone(),
+        };
+        let fingerprint = match &self.declared {
+            None => None,
+            Some(declared) => {
+                let (file, fingerprint) = read_declared(declared)?;
+                merge(&mut config, file);
+                Some(fingerprint)
+            }
+        };
+        merge(&mut config, self.overrides.as_table()?);
+        Ok(ResolvedConfig {
+            config,
+            fingerprint,
+        })
+    }
+
+    /// This source as the closure a supervisor resolves through.
+    pub fn into_source(self) -> ConfigSource {
+        ConfigSource::new(move || self.resolve())
+    }
+}
+
+/// Reads, fingerprints and parses the declared file.
+fn read_declared(declared: &Declared) -> Result<(Table, Fingerprint), ConfigError> {
+    let path = &declared.path;
+    match std::fs::read(path) {
+        Ok(bytes) => {
+            let fingerprint = Fingerprint::of_bytes(&bytes);
+            let text = std::str::from_utf8(&bytes).map_err(|e| ConfigError::Parse {
+                path: Some(path.clone()),
+                message: format!("not utf-8: {e}"),
+            })?;
+            Ok((parse(text, Some(path))?, fingerprint))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound && !declared.required => {
+            Ok((Table::new(), Fingerprint::unreadable(e.kind())))
+        }
+        Err(source) => Err(ConfigError::Read {
+            path: path.clone(),
+            source,
+        }),
+    }
+}
+
+/// Parses `text` as a table; the error carries toml's line and column.
+fn parse(text: &str, path: Option<&Path>) -> Result<Table, ConfigError> {
+    toml::from_str::<Table>(text).map_err(|e| {
+        let message = match e.span() {
+            Some(span) => {
+                let (line, column) = line_column(text, span.start);
+                format!("line {line}, column {column}: {}", e.message().trim())
+            }
+            None => e.message().trim().to_owned(),
+        };
+        ConfigError::Parse {
+            path: path.map(Path::to_path_buf),
+            message,
+        }
+    })
+}
+
+/// The one-based line and column (in characters) of byte `offset` in `text`.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let mut end = offset.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let before = &text[..end];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (line, before[line_start..].chars().count() + 1)
+}
+
+/// Merges `upper` into `lower`: tables merge key by key, anything else in
+/// `upper` replaces what `lower` had.
+pub fn merge(lower: &mut Table, upper: Table) {
+    for (key, value) in upper {
+        match (lower.get_mut(&key), value) {
+            (Some(Value::Table(below)), Value::Table(above)) => merge(below, above),
+            (_, value) => {
+                lower.insert(key, value);
+            }
+        }
+    }
+}
+
+/// Refuses a config whose top-level `data_dir` names a directory other than
+/// `actual`, the one the daemon holds. Both are compared canonicalized when
+/// both exist, else lexically after making them absolute. A config without
+/// `data_dir` is accepted.
+pub fn check_data_dir(config: &Table, actual: &Path) -> Result<(), ConfigError> {
+    let configured = match config.get("data_dir") {
+        None => return Ok(()),
+        Some(Value::String(configured)) => PathBuf::from(configured),
+        Some(other) => {
+            return Err(ConfigError::Invalid(format!(
+                "data_dir must be a string path, not a {}",
+                other.type_str()
+            )));
+        }
+    };
+    let same = match (configured.canonicalize(), actual.canonicalize()) {
+        (Ok(configured), Ok(actual)) => configured == actual,
+        _ => lexical(&configured) == lexical(actual),
+    };
+    if same {
+        Ok(())
+    } else {
+        Err(ConfigError::MovesDataDir {
+            configured,
+            actual: actual.to_path_buf(),
+        })
+    }
+}
+
+/// `path` made absolute against the working directory, with `.` and `..`
+/// removed lexically (without touching the file system).
+fn lexical(path: &Path) -> PathBuf {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut out = PathBuf::new();
+    for component in absolute.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// The dotted paths of the leaves that differ between `old` and `new`, that
+/// `new` added or that it removed, sorted. Arrays are leaves; an empty table
+/// is a leaf of its own.
+pub fn changed_leaves(old: &Table, new: &Table) -> Vec<String> {
+    let mut out = Vec::new();
+    diff_tables(old, new, &mut Vec::new(), &mut out);
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Collects into `out` the changed leaves under the table at `path`.
+fn diff_tables(old: &Table, new: &Table, path: &mut Vec<String>, out: &mut Vec<String>) {
+    let keys: std::collections::BTreeSet<&String> = old.keys().chain(new.keys()).collect();
+    for key in keys {
+        path.push(key.clone());
+        match (old.get(key), new.get(key)) {
+            (Some(Value::Table(a)), Some(Value::Table(b))) => diff_tables(a, b, path, out),
+            (Some(a), Some(b)) if a == b => {}
+            (a, b) => {
+                for value in [a, b].into_iter().flatten() {
+                    leaves_of(value, path, out);
+                }
+            }
+        }
+        path.pop();
+    }
+}
+
+/// Collects into `out` every leaf of `value`, which sits at `path`.
+fn leaves_of(value: &Value, path: &mut Vec<String>, out: &mut Vec<String>) {
+    match value {
+        Value::Table(table) if !table.is_empty() => {
+            for (key, value) in table {
+                path.push(key.clone());
+                leaves_of(value, path, out);
+                path.pop();
+            }
+        }
+        _ => out.push(join_leaf(path)),
+    }
+}
+
+/// Whether `key` can be written bare in a leaf path.
+fn is_bare(key: &str) -> bool {
+    !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Writes the keys of a path as a dotted leaf, quoting keys that are not bare.
+fn join_leaf(keys: &[String]) -> String {
+    keys.iter()
+        .map(|key| {
+            if is_bare(key) {
+                key.clone()
+            } else {
+                format!("\"{key}\"")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// Splits a dotted leaf into its keys; the inverse of [`join_leaf`].
+fn split_leaf(leaf: &str) -> Result<Vec<String>, ConfigError> {
+    let invalid = || ConfigError::Invalid(format!("{leaf:?} is not a dotted leaf path"));
+    let mut keys = Vec::new();
+    let mut rest = leaf;
+    loop {
+        let (key, after) = if let Some(quoted) = rest.strip_prefix('"') {
+            let end = quoted.find('"').ok_or_else(invalid)?;
+            (quoted[..end].to_owned(), &quoted[end + 1..])
+        } else {
+            let end = rest.find('.').unwrap_or(rest.len());
+            let key = &rest[..end];
+            if !is_bare(key) {
+                return Err(invalid());
+            }
+            (key.to_owned(), &rest[end..])
+        };
+        keys.push(key);
+        if after.is_empty() {
+            return Ok(keys);
+        }
+        rest = after.strip_prefix('.').ok_or_else(invalid)?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(text: &str) -> Table {
+        toml::from_str(text).expect("test toml")
+    }
+
+    /// DESIGN.md "Config": defaults < declared file < override tier, deeply.
+    #[test]
+    fn tiers_merge_deeply_in_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("service.toml");
+        std::fs::write(
+            &file,
+            "[server]\nlisten = \"0.0.0.0:80\"\n[store]\npaths = [\"/b\"]\n",
+        )
+        .expect("write");
+        let source = TomlFileSource::new()
+            .defaults_toml(
+                "name = \"svc\"\n[server]\nlisten = \"127.0.0.1:1\"\nworkers = 4\n\
+                 [store]\npaths = [\"/a\", \"/c\"]\n",
+            )
+            .declared_file(&file);
+        source
+            .overrides()
+            .set("server.workers", Value::Integer(8))
+            .expect("set");
+        let resolved = source.resolve().expect("resolve");
+        assert_eq!(
+            resolved.config,
+            table(
+                "name = \"svc\"\n[server]\nlisten = \"0.0.0.0:80\"\nworkers = 8\n\
+                 [store]\npaths = [\"/b\"]\n"
+            )
+        );
+        assert_eq!(
+            resolved.fingerprint,
+            Some(Fingerprint::of_file(&file)),
+            "the fingerprint is of the declared file"
+        );
+    }
+
+    /// The override tier: set, get, list and unset, seen by the next resolve.
+    #[test]
+    fn overrides_set_unset_and_list() {
+        let source = TomlFileSource::new().defaults(table("[a]\nb = 1\nc = 2\n"));
+        let overrides = source.overrides();
+        assert_eq!(overrides.set("a.b", Value::Integer(10)).expect("set"), None);
+        assert_eq!(
+            overrides
+                .set("a.\"x.y\"", Value::Boolean(true))
+                .expect("set"),
+            None
+        );
+        assert_eq!(
+            overrides.set("a.b", Value::Integer(11)).expect("set"),
+            Some(Value::Integer(10))
+        );
+        assert_eq!(overrides.get("a.b"), Some(Value::Integer(11)));
+        assert_eq!(
+            overrides.list(),
+            vec![
+                ("a.\"x.y\"".to_owned(), Value::Boolean(true)),
+                ("a.b".to_owned(), Value::Integer(11)),
+            ]
+        );
+        let resolved = source.resolve().expect("resolve");
+        assert_eq!(
+            resolved.config,
+            table("[a]\nb = 11\nc = 2\n\"x.y\" = true\n")
+        );
+        assert_eq!(resolved.fingerprint, None, "no file declared");
+
+        assert_eq!(overrides.unset("a.b"), Some(Value::Integer(11)));
+        assert_eq!(overrides.unset("a.b"), None);
+        assert_eq!(
+            source.resolve().expect("resolve").config,
+            table("[a]\nb = 1\nc = 2\n\"x.y\" = true\n")
+        );
+        for bad in ["", ".a", "a.", "a..b", "a b", "\"unterminated", "\"q\"x"] {
+            assert!(
+                matches!(
+                    overrides.set(bad, Value::Integer(1)),
+                    Err(ConfigError::Invalid(_))
+                ),
+                "{bad:?} is not a leaf"
+            );
+        }
+    }
+
+    /// A leaf replaced by a table and a table by a leaf: the higher tier wins.
+    #[test]
+    fn an_override_replaces_a_leaf_with_a_table() {
+        let source = TomlFileSource::new().defaults(table("a = 1\n[t]\nx = 1\n"));
+        let overrides = source.overrides();
+        overrides.set("a.b", Value::Integer(2)).expect("set");
+        overrides.set("t", Value::Integer(3)).expect("set");
+        assert_eq!(
+            source.resolve().expect("resolve").config,
+            table("t = 3\n[a]\nb = 2\n")
+        );
+    }
+
+    /// A missing declared file is an empty tier unless it is required.
+    #[test]
+    fn a_missing_declared_file_is_an_error_only_if_required() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("absent.toml");
+        let optional = TomlFileSource::new()
+            .defaults(table("a = 1\n"))
+            .declared_file(&file)
+            .resolve()
+            .expect("optional");
+        assert_eq!(optional.config, table("a = 1\n"));
+        assert_eq!(optional.fingerprint, Some(Fingerprint::of_file(&file)));
+        let required = TomlFileSource::new().required_file(&file).resolve();
+        match required {
+            Err(ConfigError::Read { path, source }) => {
+                assert_eq!(path, file);
+                assert_eq!(source.kind(), io::ErrorKind::NotFound);
+            }
+            other => panic!("expected a read error, got {other:?}"),
+        }
+    }
+
+    /// DESIGN.md "Config": the fingerprint changes exactly when the bytes do.
+    #[test]
+    fn fingerprint_follows_the_bytes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("f.toml");
+        std::fs::write(&file, "a = 1\n").expect("write");
+        let first = Fingerprint::of_file(&file);
+        assert!(first.is_readable());
+        std::fs::write(&file, "a = 1\n").expect("rewrite");
+        assert_eq!(Fingerprint::of_file(&file), first, "same bytes");
+        std::fs::write(&file, "a = 2\n").expect("change");
+        assert_ne!(Fingerprint::of_file(&file), first, "same length, new bytes");
+        std::fs::write(&file, "a = 1\n\n").expect("grow");
+        assert_ne!(Fingerprint::of_file(&file), first, "new length");
+        assert_eq!(Fingerprint::of_bytes(b"a = 1\n"), first);
+    }
+
+    /// A missing or unreadable file is distinct from every content.
+    #[test]
+    fn a_missing_file_has_its_own_fingerprint() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("f.toml");
+        let missing = Fingerprint::of_file(&file);
+        assert!(!missing.is_readable());
+        assert_eq!(Fingerprint::of_file(&file), missing);
+        std::fs::write(&file, "").expect("write");
+        assert_ne!(Fingerprint::of_file(&file), missing, "empty is not missing");
+        assert_ne!(
+            Fingerprint::of_file(dir.path()),
+            missing,
+            "a directory is unreadable, not missing"
+        );
+    }
+
+    /// The resolved fingerprint is of the bytes that resolve parsed, so a
+    /// later write is seen as a change by the supervisor.
+    #[test]
+    fn the_resolved_fingerprint_is_of_the_bytes_parsed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("f.toml");
+        std::fs::write(&file, "a = 1\n").expect("write");
+        let source = TomlFileSource::new().declared_file(&file).into_source();
+        let resolved = source.resolve().expect("resolve");
+        assert_eq!(
+            resolved.fingerprint,
+            Some(Fingerprint::of_bytes(b"a = 1\n"))
+        );
+        std::fs::write(&file, "a = 2\n").expect("write");
+        assert_ne!(resolved.fingerprint, Some(Fingerprint::of_file(&file)));
+    }
+
+    /// A parse error names the file and toml's line and column.
+    #[test]
+    fn a_parse_error_names_the_file_and_the_line() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("broken.toml");
+        std::fs::write(&file, "a = 1\nb = = 2\n").expect("write");
+        let err = TomlFileSource::new()
+            .declared_file(&file)
+            .resolve()
+            .expect_err("broken");
+        let text = err.to_string();
+        assert!(
+            matches!(&err, ConfigError::Parse { path: Some(p), .. } if *p == file),
+            "{err:?}"
+        );
+        assert!(text.contains("broken.toml"), "{text}");
+        assert!(text.contains("line 2, column"), "{text}");
+
+        let defaults = TomlFileSource::new()
+            .defaults_toml("[x\n")
+            .resolve()
+            .expect_err("broken defaults");
+        assert!(
+            defaults
+                .to_string()
+                .starts_with("cannot parse the defaults: line 1"),
+            "{defaults}"
+        );
+    }
+
+    /// seed 004 `a_config_that_moves_the_data_dir_is_refused`: the error
+    /// names `data_dir`.
+    #[test]
+    fn a_config_that_moves_the_data_dir_is_refused() {
+        let held = tempfile::tempdir().expect("tempdir");
+        let elsewhere = tempfile::tempdir().expect("tempdir");
+        let config = table(&format!("data_dir = {:?}\n", elsewhere.path()));
+        let err = check_data_dir(&config, held.path()).expect_err("moves");
+        assert!(matches!(err, ConfigError::MovesDataDir { .. }), "{err:?}");
+        assert!(err.to_string().contains("data_dir"), "{err}");
+
+        let missing = table("data_dir = \"/nonexistent/steadfast/elsewhere\"\n");
+        assert!(matches!(
+            check_data_dir(&missing, held.path()),
+            Err(ConfigError::MovesDataDir { .. })
+        ));
+        let err = check_data_dir(&table("data_dir = 7\n"), held.path()).expect_err("not a path");
+        assert!(matches!(err, ConfigError::Invalid(_)), "{err:?}");
+        assert!(err.to_string().contains("data_dir"), "{err}");
+    }
+
+    /// The same directory, spelled with `.`/`..`, a symlink, or not at all.
+    #[test]
+    fn the_same_data_dir_spelled_differently_is_accepted() {
+        let held = tempfile::tempdir().expect("tempdir");
+        let dir = held.path().join("data");
+        std::fs::create_dir(&dir).expect("mkdir");
+        let spelled = dir.join("..").join(".").join("data");
+        let config = table(&format!("data_dir = {:?}\n", spelled));
+        check_data_dir(&config, &dir).expect("same dir");
+        check_data_dir(&Table::new(), &dir).expect("no data_dir");
+
+        let link = held.path().join("link");
+        std::os::unix::fs::symlink(&dir, &link).expect("symlink");
+        check_data_dir(&table(&format!("data_dir = {:?}\n", link)), &dir).expect("symlink");
+
+        let absent = held.path().join("not-yet");
+        let config = table(&format!("data_dir = {:?}\n", absent.join("x").join("..")));
+        check_data_dir(&config, &absent).expect("lexically the same");
+    }
+
+    /// The leaf diff: changed, added, removed, arrays as leaves, sorted.
+    #[test]
+    fn changed_leaves_lists_every_changed_leaf_sorted() {
+        let old = table(
+            "z = 1\nsame = \"s\"\narr = [1, 2]\nscalar = 1\n\
+             [server]\nlisten = \"a\"\nworkers = 4\n[gone]\nx = 1\ny = [1]\n",
+        );
+        let new = table(
+            "z = 2\nsame = \"s\"\narr = [1, 3]\nscalar = { now = \"table\" }\nadded = true\n\
+             \"odd.key\" = 1\n[server]\nlisten = \"a\"\nworkers = 5\n[empty]\n",
+        );
+        assert_eq!(
+            changed_leaves(&old, &new),
+            vec![
+                "\"odd.key\"",
+                "added",
+                "arr",
+                "empty",
+                "gone.x",
+                "gone.y",
+                "scalar",
+                "scalar.now",
+                "server.workers",
+                "z",
+            ]
+        );
+        assert!(changed_leaves(&old, &old).is_empty());
+        for leaf in changed_leaves(&old, &new) {
+            split_leaf(&leaf).expect("every reported leaf parses back");
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! `ConfigWatcher`: notices that the declared config file changed and says so,
+//! once per burst of changes.
+//!
+//! This file owns the actor triad [`ConfigWatcherActor`] /
+//! [`ConfigWatcherState`] / [`ConfigWatcherMsg`]. It watches the declared
+//! file's *parent* directory (non-recursively) with `notify`, because editors
+//! and `std::fs::write` replace or truncate the file and a watch on the file's
+//! inode would go stale; it keeps only the events that name the file. It
+//! decides nothing: it calls `on_change`, and the supervisor turns that into a
+//! `ConfigChanged` event (which the lifecycle machine may refuse — that case is
+//! covered by the fingerprint in `config.rs`, not here).
+//!
+//! ```text
+//! notify thread ──Notified──▶ ConfigWatcherActor ──(quiet for `debounce`)──▶ on_change()
+//!        operator ──Poke─────▶          └──────────(at once)──────────────▶ on_change()
+//! ```
+//! The actor owns the notify watcher; when the actor stops, the watcher is
+//! dropped and its thread ends. It has no children.
+//!
+//! # Invariants
+//! - **A write to the declared file fires**, whether it truncates in place or
+//!   replaces the file by rename. Checked by `config::a_write_to_the_declared_file_fires`
+//!   and `config::a_rename_over_the_declared_file_fires`.
+//! - **Nothing else fires**: events for sibling files, and the reads
+//!   `on_change` itself makes (inotify reports opens), are ignored. Checked by
+//!   `config::writes_to_a_sibling_file_do_not_fire` and
+//!   `config::reading_the_file_in_on_change_does_not_fire_again`.
+//! - **A burst fires once it is over**: `on_change` runs after `debounce` of
+//!   quiet following the last relevant event, so the last firing of a burst
+//!   sees the last write. Checked by `config::a_burst_of_writes_fires_after_the_last_write`.
+//! - **Poke fires at once** (SIGHUP-style), each time it is sent. Checked by
+//!   `config::poke_fires_now`. (A debounce pending at the time is folded into
+//!   that firing: its timer is cancelled and its generation made stale.)
+//! - **A watcher that cannot be created fails `pre_start`** with an error that
+//!   names the directory. Checked by `config::a_missing_parent_directory_fails_to_start`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use notify::event::{AccessKind, AccessMode, ModifyKind};
+use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::task::JoinHandle;
+
+/// The quiet period [`ConfigWatcherArgs::debounce`] usually takes.
+pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(20);
+
+/// The config watcher actor (stateless; see [`ConfigWatcherState`]).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ConfigWatcherActor;
+
+/// What the config watcher is spawned with.
+#[derive(Clone)]
+pub struct ConfigWatcherArgs {
+    /// The declared file. Its parent directory must exist.
+    pub path: PathBuf,
+    /// How long the file must stay quiet after a change before `on_change`.
+    pub debounce: Duration,
+    /// Called once per quiet period after a change, and on every `Poke`. It
+    /// runs on the actor's handler, so it must be quick (send a message).
+    pub on_change: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl std::fmt::Debug for ConfigWatcherArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConfigWatcherArgs")
+            .field("path", &self.path)
+            .field("debounce", &self.debounce)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The messages the config watcher takes.
+#[derive(Debug)]
+pub enum ConfigWatcherMsg {
+    /// The notify watcher saw a relevant event (sent from notify's thread).
+    Notified,
+    /// The debounce timer of generation `.0` ran out.
+    Quiet(u64),
+    /// Fire `on_change` now (an operator's SIGHUP or `reload`).
+    Poke,
+}
+
+/// The config watcher's state.
+pub struct ConfigWatcherState {
+    /// Held so the watch lives exactly as long as the actor.
+    _watcher: RecommendedWatcher,
+    /// How long to wait for quiet.
+    debounce: Duration,
+    /// Who to tell.
+    on_change: Arc<dyn Fn() + Send + Sync>,
+    /// Bumped by every event and every firing; a `Quiet` of an older
+    /// generation is stale (a later event restarted the wait, or a poke fired).
+    generation: u64,
+    /// The pending debounce timer, aborted when a later event replaces it.
+    timer: Option<JoinHandle<Result<(), ractor::MessagingErr<ConfigWatcherMsg>>>>,
+}
+
+impl ConfigWatcherState {
+    /// Calls `on_change` and forgets any pending debounce.
+    fn fire(&mut self) {
+        self.generation += 1;
+        if let Some(timer) = self.timer.take() {
+            timer.abort();
+        }
+        (self.on_change)();
+    }
+}
+
+/// Whether `event` says something about `file` (an absolute path) that may
+/// have changed its contents. Opens and reads are not changes; an overflow of
+/// the kernel's queue (a rescan) might hide one, so it counts.
+fn is_relevant(event: &Event, file: &Path) -> bool {
+    if event.need_rescan() {
+        return true;
+    }
+    let kind_may_change_contents = match event.kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        EventKind::Modify(ModifyKind::Metadata(_)) => false,
+        EventKind::Create(_)
+        | EventKind::Modify(_)
+        | EventKind::Remove(_)
+        | EventKind::Any
+        | EventKind::Other => true,
+    };
+    kind_may_change_contents && event.paths.iter().any(|p| p == file)
+}
+
+impl Actor for ConfigWatcherActor {
+    type Msg = ConfigWatcherMsg;
+    type State = ConfigWatcherState;
+    type Arguments = ConfigWatcherArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let file = std::path::absolute(&args.path).map_err(|e| {
+            format!(
+                "cannot watch config file {}: {e}",
+                args.path.to_string_lossy()
+            )
+        })?;
+        let (Some(parent), Some(_)) = (file.parent(), file.file_name()) else {
+            return Err(format!("cannot watch {}: not a file path", file.display()).into());
+        };
+        let parent = parent.to_path_buf();
+        let target = file.clone();
+        let actor = myself.clone();
+        let mut watcher = notify::recommended_watcher(move |event: notify::Result<Event>| {
+            let relevant = match event {
+                Ok(event) => is_relevant(&event, &target),
+                Err(error) => {
+                    // An error may hide a change; a spurious resolve is cheap.
+                    tracing::warn!(%error, file = %target.display(), "config watch error");
+                    true
+                }
+            };
+            if relevant {
+                // Err only once the actor has stopped: nobody to tell.
+                let _ = actor.cast(ConfigWatcherMsg::Notified);
+            }
+        })
+        .map_err(|e| format!("cannot create a watcher for {}: {e}", file.display()))?;
+        watcher
+            .watch(&parent, RecursiveMode::NonRecursive)
+            .map_err(|e| {
+                format!(
+                    "cannot watch directory {} (for config file {}): {e}",
+                    parent.display(),
+                    file.display()
+                )
+            })?;
+        Ok(ConfigWatcherState {
+            _watcher: watcher,
+            debounce: args.debounce,
+            on_change: args.on_change,
+            generation: 0,
+            timer: None,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            ConfigWatcherMsg::Notified => {
+                state.generation += 1;
+                let generation = state.generation;
+                if let Some(timer) = state.timer.take() {
+                    timer.abort();
+                }
+                state.timer = Some(
+                    myself.send_after(state.debounce, move || ConfigWatcherMsg::Quiet(generation)),
+                );
+            }
+            ConfigWatcherMsg::Quiet(generation) => {
+                if generation == state.generation {
+                    state.fire();
+                }
+            }
+            ConfigWatcherMsg::Poke => state.fire(),
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(timer) = state.timer.take() {
+            timer.abort();
+        }
+        Ok(())
+    }
+}

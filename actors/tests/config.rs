@@ -1,0 +1,330 @@
+//! The config layer over real files and a real `notify` watcher (inotify on
+//! Linux): DESIGN.md "Config".
+//!
+//! What it checks, one test each: the watcher fires on a write and on a
+//! rename-over of the declared file, stays silent for sibling files and for
+//! the reads `on_change` makes, fires a burst once it is over and after its
+//! last write, fires on `Poke`, and refuses to start without a parent
+//! directory; a fix written while a resolve is failing shows in the
+//! fingerprint (seed 004 `a_change_that_lands_during_a_failing_boot_is_not_lost`);
+//! and a change to the file lets a held resolve succeed (seed 004
+//! `a_change_to_the_declared_file_retries_a_held_boot`).
+//!
+//! Waits poll with a generous timeout and never assert an upper bound on
+//! time. A "does not fire" check waits a settling period first, so on a
+//! slow machine it can only pass vacuously, never fail spuriously.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use ractor::{Actor, ActorRef};
+use steadfast_actors::config::{ConfigError, Fingerprint, TomlFileSource};
+use steadfast_actors::config_watcher::{
+    ConfigWatcherActor, ConfigWatcherArgs, ConfigWatcherMsg, DEFAULT_DEBOUNCE,
+};
+use tokio::task::JoinHandle;
+
+/// How long a positive wait may take before the test fails.
+const PATIENCE: Duration = Duration::from_secs(10);
+/// How long a negative check waits for an event that should not come.
+const SETTLE: Duration = Duration::from_millis(400);
+
+/// What `on_change` saw: how often it ran and what the file held each time.
+#[derive(Clone, Default)]
+struct Probe {
+    fired: Arc<AtomicUsize>,
+    reads: Arc<Mutex<Vec<Option<String>>>>,
+}
+
+impl Probe {
+    fn fired(&self) -> usize {
+        self.fired.load(Ordering::SeqCst)
+    }
+
+    fn last_read(&self) -> Option<Option<String>> {
+        self.reads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .last()
+            .cloned()
+    }
+}
+
+struct Watching {
+    actor: ActorRef<ConfigWatcherMsg>,
+    join: JoinHandle<()>,
+    probe: Probe,
+}
+
+impl Watching {
+    async fn stop(self) {
+        self.actor.stop(None);
+        self.join.await.expect("the watcher stops cleanly");
+    }
+}
+
+/// Spawns a watcher on `file` whose `on_change` counts and reads the file.
+async fn watch(file: &Path, debounce: Duration) -> Watching {
+    let probe = Probe::default();
+    let seen = probe.clone();
+    let read_path = file.to_path_buf();
+    let on_change = Arc::new(move || {
+        let content = std::fs::read_to_string(&read_path).ok();
+        seen.reads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(content);
+        seen.fired.fetch_add(1, Ordering::SeqCst);
+    });
+    let (actor, join) = Actor::spawn(
+        None,
+        ConfigWatcherActor,
+        ConfigWatcherArgs {
+            path: file.to_path_buf(),
+            debounce,
+            on_change,
+        },
+    )
+    .await
+    .expect("the watcher starts");
+    Watching { actor, join, probe }
+}
+
+/// Polls `done` until it holds, failing the test after [`PATIENCE`].
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn declared(dir: &tempfile::TempDir) -> PathBuf {
+    let file = dir.path().join("service.toml");
+    std::fs::write(&file, "a = 0\n").expect("write the declared file");
+    file
+}
+
+/// A plain `std::fs::write` (truncate + write in place) fires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_to_the_declared_file_fires() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = declared(&dir);
+    let watching = watch(&file, DEFAULT_DEBOUNCE).await;
+    std::fs::write(&file, "a = 1\n").expect("write");
+    until("a firing that reads the write", || {
+        watching.probe.last_read() == Some(Some("a = 1\n".to_owned()))
+    })
+    .await;
+    watching.stop().await;
+}
+
+/// Writing a temp file and renaming it over the declared file (what editors
+/// and Nix activation do) fires — and keeps firing: a watch on the replaced
+/// inode would see the first rename and then nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rename_over_the_declared_file_fires() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = declared(&dir);
+    let watching = watch(&file, DEFAULT_DEBOUNCE).await;
+    let temp = dir.path().join(".service.toml.tmp");
+    for content in ["a = 2\n", "a = 3\n", "a = 4\n"] {
+        std::fs::write(&temp, content).expect("write temp");
+        std::fs::rename(&temp, &file).expect("rename over");
+        until(&format!("a firing that reads {content:?}"), || {
+            watching.probe.last_read() == Some(Some(content.to_owned()))
+        })
+        .await;
+    }
+    watching.stop().await;
+}
+
+/// Writes, creations and renames of other files in the same directory do not
+/// fire; a write to the declared file afterwards does (the watch was live).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writes_to_a_sibling_file_do_not_fire() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = declared(&dir);
+    let watching = watch(&file, DEFAULT_DEBOUNCE).await;
+    let sibling = dir.path().join("service.toml.bak");
+    for i in 0..10 {
+        std::fs::write(&sibling, format!("b = {i}\n")).expect("write sibling");
+    }
+    std::fs::rename(&sibling, dir.path().join("other.toml")).expect("rename sibling");
+    std::fs::create_dir(dir.path().join("service")).expect("mkdir sibling");
+    tokio::time::sleep(SETTLE).await;
+    assert_eq!(watching.probe.fired(), 0, "a sibling fired on_change");
+
+    std::fs::write(&file, "a = 3\n").expect("write");
+    until("a firing", || watching.probe.fired() >= 1).await;
+    watching.stop().await;
+}
+
+/// `on_change` reading the file makes inotify report an open and a close;
+/// those are not changes, so one write fires once, not forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reading_the_file_in_on_change_does_not_fire_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = declared(&dir);
+    // A long quiet period, so the one write cannot split into two bursts.
+    let watching = watch(&file, Duration::from_millis(200)).await;
+    std::fs::write(&file, "a = 4\n").expect("write");
+    until("a firing", || watching.probe.fired() >= 1).await;
+    tokio::time::sleep(SETTLE + Duration::from_millis(200)).await;
+    assert_eq!(watching.probe.fired(), 1, "the read in on_change refired");
+    watching.stop().await;
+}
+
+/// 200 rapid writes fire far fewer than 200 times, and the last firing comes
+/// after the last write: it reads the last content written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_of_writes_fires_after_the_last_write() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = declared(&dir);
+    let watching = watch(&file, DEFAULT_DEBOUNCE).await;
+    let last = "n = 199\n".to_owned();
+    for i in 0..200 {
+        std::fs::write(&file, format!("n = {i}\n")).expect("write");
+    }
+    until("a firing that reads the last write", || {
+        watching.probe.last_read() == Some(Some(last.clone()))
+    })
+    .await;
+    tokio::time::sleep(SETTLE).await;
+    let fired = watching.probe.fired();
+    assert!(
+        (1..=200).contains(&fired),
+        "fired {fired} times for 200 writes"
+    );
+    assert_eq!(
+        watching.probe.last_read(),
+        Some(Some(last)),
+        "a firing after the last one read something else"
+    );
+    watching.stop().await;
+}
+
+/// `Poke` fires without any change to the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn poke_fires_now() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = declared(&dir);
+    let watching = watch(&file, DEFAULT_DEBOUNCE).await;
+    watching.actor.cast(ConfigWatcherMsg::Poke).expect("poke");
+    until("a firing", || watching.probe.fired() >= 1).await;
+    watching.actor.cast(ConfigWatcherMsg::Poke).expect("poke");
+    until("a second firing", || watching.probe.fired() >= 2).await;
+    assert_eq!(watching.probe.last_read(), Some(Some("a = 0\n".to_owned())));
+    watching.stop().await;
+}
+
+/// Without a parent directory there is nothing to watch: the actor does not
+/// start, and the error names the directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_missing_parent_directory_fails_to_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("no-such-dir");
+    let result = Actor::spawn(
+        None,
+        ConfigWatcherActor,
+        ConfigWatcherArgs {
+            path: missing.join("service.toml"),
+            debounce: DEFAULT_DEBOUNCE,
+            on_change: Arc::new(|| {}),
+        },
+    )
+    .await;
+    let Err(error) = result else {
+        panic!("a watcher over a missing directory started");
+    };
+    let text = error.to_string();
+    assert!(text.contains("no-such-dir"), "{text}");
+}
+
+/// seed 004 `a_change_that_lands_during_a_failing_boot_is_not_lost`: the
+/// supervisor fingerprints the declared file before a boot resolves; a fix
+/// written while that resolve fails makes the file's fingerprint differ when
+/// the failure lands, and no write leaves it equal (the hold stands).
+#[test]
+fn a_fix_written_during_a_failing_resolve_changes_the_fingerprint() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("service.toml");
+    std::fs::write(&file, "broken = \n").expect("write");
+    let source = TomlFileSource::new().required_file(&file).into_source();
+
+    let before = Fingerprint::of_file(&file);
+    let failed = source
+        .resolve()
+        .expect_err("the broken file does not parse");
+    assert!(matches!(failed, ConfigError::Parse { .. }), "{failed:?}");
+    assert_eq!(Fingerprint::of_file(&file), before, "no write: stay held");
+
+    let before = Fingerprint::of_file(&file);
+    let failed = source.resolve().expect_err("still broken");
+    std::fs::write(&file, "fixed = true\n").expect("the fix lands mid-boot");
+    assert!(matches!(failed, ConfigError::Parse { .. }), "{failed:?}");
+    assert_ne!(
+        Fingerprint::of_file(&file),
+        before,
+        "the fix is seen: retry"
+    );
+
+    let resolved = source.resolve().expect("the retry reads the fix");
+    assert_eq!(resolved.fingerprint, Some(Fingerprint::of_file(&file)));
+    assert_eq!(
+        resolved.config.get("fixed"),
+        Some(&toml::Value::Boolean(true))
+    );
+}
+
+/// seed 004 `a_change_to_the_declared_file_retries_a_held_boot`, at this
+/// layer: the watcher's `on_change` retries a resolve that failed, and the
+/// fix written to the file lets it succeed, with no one asking.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_change_to_the_declared_file_lets_a_held_resolve_succeed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("service.toml");
+    std::fs::write(&file, "[server\n").expect("write");
+    let source = TomlFileSource::new()
+        .defaults_toml("[server]\nworkers = 1\n")
+        .required_file(&file)
+        .into_source();
+    source.resolve().expect_err("held on a broken file");
+
+    let outcome: Arc<Mutex<Option<Result<i64, String>>>> = Arc::default();
+    let seen = outcome.clone();
+    let retry = source.clone();
+    let (actor, join) = Actor::spawn(
+        None,
+        ConfigWatcherActor,
+        ConfigWatcherArgs {
+            path: file.clone(),
+            debounce: DEFAULT_DEBOUNCE,
+            on_change: Arc::new(move || {
+                let result = retry
+                    .resolve()
+                    .map(|r| r.config["server"]["workers"].as_integer().unwrap_or(-1))
+                    .map_err(|e| e.to_string());
+                *seen.lock().unwrap_or_else(PoisonError::into_inner) = Some(result);
+            }),
+        },
+    )
+    .await
+    .expect("the watcher starts");
+
+    std::fs::write(&file, "[server]\nworkers = 8\n").expect("fix the file");
+    until("a resolve that succeeds", || {
+        matches!(
+            *outcome.lock().unwrap_or_else(PoisonError::into_inner),
+            Some(Ok(8))
+        )
+    })
+    .await;
+    actor.stop(None);
+    join.await.expect("the watcher stops cleanly");
+}
