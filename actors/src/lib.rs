@@ -6,3 +6,6 @@
 //! the core it builds on.
 
 pub use steadfast_protocol as protocol;
+
+pub mod control_dir;
+pub mod store;
