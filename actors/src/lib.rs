@@ -9,3 +9,5 @@ pub use steadfast_protocol as protocol;
 
 pub mod config;
 pub mod config_watcher;
+pub mod control_dir;
+pub mod store;

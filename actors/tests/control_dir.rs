@@ -1,0 +1,610 @@
+//! Integration tests for the control directory (`steadfast_actors::control_dir`)
+//! and the store lock (`steadfast_actors::store`) over real files, locks and
+//! processes in temp dirs.
+//!
+//! Each test cites the DESIGN.md rule it checks ("Control directory",
+//! "Durability rules"). Cross-process tests re-run this test binary as the
+//! other process: the `child_*` tests do nothing unless their environment
+//! variable names a data dir, in which case they take a lock, print
+//! `LOCKED_TOKEN` and hold it until their stdin closes.
+
+use std::fs;
+use std::io::{BufRead, BufReader, Lines, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Child, ChildStdout, Command, Stdio};
+
+use steadfast_actors::control_dir::{
+    ControlDir, ControlDirError, Identity, MarkerRead, PreviousRun, Recovery, RunMarker,
+};
+use steadfast_actors::protocol::journal::{self, Record};
+use steadfast_actors::protocol::lifecycle::StoreOutcome;
+use steadfast_actors::store::{StoreError, StoreLock};
+
+const HOLD_STORE_ENV: &str = "STEADFAST_TEST_HOLD_STORE";
+const HOLD_CONTROL_DIR_ENV: &str = "STEADFAST_TEST_HOLD_CONTROL_DIR";
+/// What a holder child prints once it holds its lock.
+const LOCKED_TOKEN: &str = "steadfast-test-holder-locked";
+
+fn record(n: u32) -> Record {
+    Record::PhaseStarted {
+        attempt: n,
+        phase: format!("phase-{n}"),
+        index: n,
+        total: 10,
+        at_ms: u64::from(n) * 1000,
+    }
+}
+
+fn mode(path: &Path) -> u32 {
+    fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+/// A journal of `n` records written through the API; returns its bytes.
+fn journal_with(data: &Path, n: u32) -> Vec<u8> {
+    let cd = ControlDir::open(data).unwrap();
+    let (mut j, records, recovery) = cd.open_journal().unwrap();
+    assert!(records.is_empty());
+    assert_eq!(recovery, Recovery::Fresh);
+    let records: Vec<Record> = (1..=n).map(record).collect();
+    j.append(&records).unwrap();
+    fs::read(cd.journal_path()).unwrap()
+}
+
+/// A child holding a lock, and its stdout (kept open so the child's harness
+/// can still print its result).
+struct Holder {
+    child: Child,
+    stdout: Lines<BufReader<ChildStdout>>,
+}
+
+/// Run this test binary's `child_*` test `name` holding a lock on `data`;
+/// returns once the child says it holds it.
+fn spawn_holder(name: &str, env: &str, data: &Path) -> Holder {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(env, data)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    loop {
+        let line = stdout
+            .next()
+            .expect("child exited before it held the lock")
+            .unwrap();
+        // libtest prints the test's name on the same line, before it.
+        if line.contains(LOCKED_TOKEN) {
+            break;
+        }
+    }
+    Holder { child, stdout }
+}
+
+/// Close the holder's stdin (it releases and exits) and wait for it.
+fn release_holder(mut holder: Holder) {
+    drop(holder.child.stdin.take());
+    for line in holder.stdout.by_ref() {
+        line.unwrap();
+    }
+    let status = holder.child.wait().unwrap();
+    assert!(status.success(), "holder child failed: {status}");
+}
+
+fn hold_until_stdin_closes() {
+    println!("{LOCKED_TOKEN}");
+    std::io::stdout().flush().unwrap();
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut sink);
+}
+
+/// Not a test on its own: the store-lock holder for
+/// `probe_sees_a_holder_in_another_process`.
+#[test]
+fn child_holds_store_lock() {
+    let Some(dir) = std::env::var_os(HOLD_STORE_ENV) else {
+        return;
+    };
+    let _lock = StoreLock::acquire(Path::new(&dir)).unwrap();
+    hold_until_stdin_closes();
+}
+
+/// Not a test on its own: the control-dir holder for
+/// `another_process_holding_the_control_dir_locks_it_out`.
+#[test]
+fn child_holds_control_dir() {
+    let Some(dir) = std::env::var_os(HOLD_CONTROL_DIR_ENV) else {
+        return;
+    };
+    let _cd = ControlDir::open(Path::new(&dir)).unwrap();
+    hold_until_stdin_closes();
+}
+
+/// DESIGN.md, Control directory, `lock`: one daemon per data dir.
+#[test]
+fn second_open_is_locked_until_the_first_is_dropped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let first = ControlDir::open(&data).unwrap();
+    match ControlDir::open(&data) {
+        Err(ControlDirError::Locked(path)) => {
+            assert_eq!(path, first.lock_path());
+            let msg = ControlDirError::Locked(path).to_string();
+            assert!(msg.contains(".steadfast/lock"), "{msg}");
+        }
+        other => panic!("expected Locked, got {other:?}"),
+    }
+    drop(first);
+    ControlDir::open(&data).unwrap();
+}
+
+/// The journal writer keeps the lock: no writer outlives it.
+#[test]
+fn a_journal_file_keeps_the_lock() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cd = ControlDir::open(tmp.path()).unwrap();
+    let (j, _, _) = cd.open_journal().unwrap();
+    assert!(matches!(
+        cd.open_journal(),
+        Err(ControlDirError::JournalAlreadyOpen { .. })
+    ));
+    drop(cd);
+    assert!(matches!(
+        ControlDir::open(tmp.path()),
+        Err(ControlDirError::Locked(_))
+    ));
+    drop(j);
+    ControlDir::open(tmp.path()).unwrap();
+}
+
+/// DESIGN.md, Control directory, `lock`: a second daemon (a process) gets
+/// `Locked`.
+#[test]
+fn another_process_holding_the_control_dir_locks_it_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    let child = spawn_holder("child_holds_control_dir", HOLD_CONTROL_DIR_ENV, tmp.path());
+    assert!(matches!(
+        ControlDir::open(tmp.path()),
+        Err(ControlDirError::Locked(_))
+    ));
+    release_holder(child);
+    ControlDir::open(tmp.path()).unwrap();
+}
+
+/// DESIGN.md, Durability rules: child processes never inherit the lock.
+#[test]
+fn the_lock_is_not_inherited_by_a_child() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cd = ControlDir::open(tmp.path()).unwrap();
+    let (_j, _, _) = cd.open_journal().unwrap();
+    let out = Command::new("sh")
+        .args(["-c", "ls -l /proc/$$/fd"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let listing = String::from_utf8(out.stdout).unwrap();
+    // Positive control: the listing shows the child's own fds (stdout is our pipe).
+    assert!(listing.contains("pipe:"), "{listing}");
+    assert!(listing.contains("/dev/null"), "{listing}");
+    let control = cd.path().to_str().unwrap();
+    assert!(
+        !listing.contains(control),
+        "child inherited a control-dir fd:\n{listing}"
+    );
+}
+
+/// DESIGN.md, Control directory: the dir is private, `control.sock` 0600 (the
+/// socket is bound elsewhere); markers and journal are 0600.
+#[test]
+fn control_dir_is_0700_and_files_are_0600() {
+    let tmp = tempfile::tempdir().unwrap();
+    // An existing, too-open control dir is tightened.
+    fs::create_dir_all(tmp.path().join(".steadfast")).unwrap();
+    fs::set_permissions(
+        tmp.path().join(".steadfast"),
+        fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let cd = ControlDir::open(tmp.path()).unwrap();
+    assert_eq!(cd.path(), ControlDir::under(tmp.path()));
+    assert_eq!(mode(cd.path()), 0o700);
+    let _j = cd.open_journal().unwrap();
+    cd.write_run(&RunMarker::Holding { pid: 1, attempt: 1 })
+        .unwrap();
+    cd.set_hold().unwrap();
+    cd.ensure_identity(1).unwrap();
+    for path in [
+        cd.lock_path(),
+        cd.journal_path(),
+        cd.run_path(),
+        cd.hold_path(),
+        cd.identity_path(),
+    ] {
+        assert_eq!(mode(&path), 0o600, "{}", path.display());
+    }
+    assert_eq!(cd.socket_path(), cd.path().join("control.sock"));
+
+    let fresh = tempfile::tempdir().unwrap();
+    let nested = fresh.path().join("a/b/data");
+    let cd = ControlDir::open(&nested).unwrap();
+    assert_eq!(mode(cd.path()), 0o700);
+}
+
+/// DESIGN.md, Control directory, `journal`: append-only records come back.
+#[test]
+fn journal_round_trips_across_reopen() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cd = ControlDir::open(tmp.path()).unwrap();
+    let (mut j, records, recovery) = cd.open_journal().unwrap();
+    assert_eq!((records, recovery), (vec![], Recovery::Fresh));
+    assert_eq!(j.len(), journal::HEADER_LEN as u64);
+    let all: Vec<Record> = (1..=5).map(record).collect();
+    j.append(&all[..2]).unwrap();
+    j.append(&all[2..]).unwrap();
+    j.append(&[]).unwrap();
+    assert_eq!(j.len(), fs::metadata(cd.journal_path()).unwrap().len());
+    drop((j, cd));
+
+    let cd = ControlDir::open(tmp.path()).unwrap();
+    let (mut j, records, recovery) = cd.open_journal().unwrap();
+    assert_eq!(recovery, Recovery::Clean);
+    assert_eq!(records, all);
+    j.append(&[record(6)]).unwrap();
+    drop((j, cd));
+    let cd = ControlDir::open(tmp.path()).unwrap();
+    let (_, records, _) = cd.open_journal().unwrap();
+    assert_eq!(records.len(), 6);
+    assert_eq!(records.last(), Some(&record(6)));
+}
+
+/// DESIGN.md, Durability rules: a bad last record is a torn tail — keep a
+/// `.broken` copy, truncate to the last good record, fsync.
+#[test]
+fn torn_tail_is_repaired_with_a_broken_copy() {
+    let tmp = tempfile::tempdir().unwrap();
+    let full = journal_with(tmp.path(), 10);
+    let last_frame = journal::encode_record(&record(10)).unwrap().len();
+    let good_len = full.len() - last_frame;
+    let cut = &full[..full.len() - last_frame / 2];
+    let journal_path = ControlDir::under(tmp.path()).join("journal");
+    fs::write(&journal_path, cut).unwrap();
+
+    let cd = ControlDir::open(tmp.path()).unwrap();
+    let (mut j, records, recovery) = cd.open_journal().unwrap();
+    let broken = cd.path().join("journal.broken");
+    assert_eq!(
+        recovery,
+        Recovery::RepairedTornTail {
+            offset: good_len,
+            broken_copy: broken.clone()
+        }
+    );
+    assert_eq!(records, (1..=9).map(record).collect::<Vec<_>>());
+    assert_eq!(fs::read(&broken).unwrap(), cut, "the copy is the original");
+    assert_eq!(mode(&broken), 0o600);
+    assert_eq!(fs::read(&journal_path).unwrap(), &full[..good_len]);
+    assert_eq!(j.len(), good_len as u64);
+
+    j.append(&[record(11)]).unwrap();
+    drop((j, cd));
+    let cd = ControlDir::open(tmp.path()).unwrap();
+    let (_, records, recovery) = cd.open_journal().unwrap();
+    assert_eq!(recovery, Recovery::Clean);
+    assert_eq!(records.len(), 10);
+    assert_eq!(records.last(), Some(&record(11)));
+
+    // A second repair never overwrites the first copy.
+    drop(cd);
+    let mut torn_again = fs::read(&journal_path).unwrap();
+    torn_again.extend_from_slice(&[1, 0, 0]);
+    fs::write(&journal_path, &torn_again).unwrap();
+    let cd = ControlDir::open(tmp.path()).unwrap();
+    let (_, _, recovery) = cd.open_journal().unwrap();
+    let second = cd.path().join("journal.broken.1");
+    assert!(matches!(
+        recovery,
+        Recovery::RepairedTornTail { ref broken_copy, .. } if *broken_copy == second
+    ));
+    assert_eq!(fs::read(&second).unwrap(), torn_again);
+    assert_eq!(fs::read(&broken).unwrap(), cut);
+}
+
+/// A torn header (a crash while writing the first header) starts over.
+#[test]
+fn torn_header_is_repaired_to_a_fresh_journal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = ControlDir::under(tmp.path());
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join("journal"), b"STFDJ").unwrap();
+    let cd = ControlDir::open(tmp.path()).unwrap();
+    let (mut j, records, recovery) = cd.open_journal().unwrap();
+    assert!(records.is_empty());
+    assert!(matches!(
+        recovery,
+        Recovery::RepairedTornTail { offset: 0, .. }
+    ));
+    assert_eq!(
+        fs::read(cd.journal_path()).unwrap(),
+        journal::encode_header()
+    );
+    j.append(&[record(1)]).unwrap();
+}
+
+/// DESIGN.md, Durability rules: a bad record followed by good ones is
+/// corruption — refuse with a clear error, never truncate.
+#[test]
+fn a_flipped_byte_mid_journal_is_refused_and_left_untouched() {
+    let tmp = tempfile::tempdir().unwrap();
+    let full = journal_with(tmp.path(), 10);
+    let frame_len = |n| journal::encode_record(&record(n)).unwrap().len();
+    let fifth = journal::HEADER_LEN + (1..=4).map(frame_len).sum::<usize>();
+    let mut bad = full.clone();
+    bad[fifth + journal::FRAME_HEADER_LEN + 2] ^= 0x40;
+    let journal_path = ControlDir::under(tmp.path()).join("journal");
+    fs::write(&journal_path, &bad).unwrap();
+
+    let cd = ControlDir::open(tmp.path()).unwrap();
+    match cd.open_journal() {
+        Err(ControlDirError::CorruptJournal { path, offset }) => {
+            assert_eq!(path, journal_path);
+            assert_eq!(offset, fifth);
+            let msg = ControlDirError::CorruptJournal { path, offset }.to_string();
+            assert!(msg.contains(journal_path.to_str().unwrap()), "{msg}");
+            assert!(msg.contains(&fifth.to_string()), "{msg}");
+        }
+        other => panic!("expected CorruptJournal, got {other:?}"),
+    }
+    assert_eq!(fs::read(&journal_path).unwrap(), bad, "left untouched");
+    assert!(!cd.path().join("journal.broken").exists());
+    // Refusing does not use up the one writer: it refuses again.
+    assert!(matches!(
+        cd.open_journal(),
+        Err(ControlDirError::CorruptJournal { .. })
+    ));
+}
+
+/// A file that is not a steadfast journal (or a future version) is refused,
+/// naming the file.
+#[test]
+fn a_bad_header_is_refused_naming_the_file() {
+    for header in [&b"NOTAJRNL\x01\0\0\0"[..], &b"STFDJRNL\x09\0\0\0"[..]] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = ControlDir::under(tmp.path());
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("journal"), header).unwrap();
+        let cd = ControlDir::open(tmp.path()).unwrap();
+        let err = cd.open_journal().unwrap_err();
+        assert!(
+            matches!(err, ControlDirError::BadJournalHeader { .. }),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .contains(dir.join("journal").to_str().unwrap()),
+            "{err}"
+        );
+        assert_eq!(fs::read(dir.join("journal")).unwrap(), header);
+    }
+}
+
+/// DESIGN.md, Control directory: `run`, `hold`, `identity` round trip.
+#[test]
+fn markers_round_trip() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cd = ControlDir::open(tmp.path()).unwrap();
+    assert_eq!(cd.read_run().unwrap(), MarkerRead::Missing);
+    for marker in [
+        RunMarker::Holding {
+            pid: 4242,
+            attempt: 7,
+        },
+        RunMarker::Released {
+            at_ms: 1_700_000_000_000,
+            epoch: 3,
+        },
+    ] {
+        cd.write_run(&marker).unwrap();
+        assert_eq!(cd.read_run().unwrap(), MarkerRead::Valid(marker));
+    }
+    // No temp file is left behind.
+    let names: Vec<String> = fs::read_dir(cd.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
+}
+
+/// DESIGN.md, Durability rules: an unreadable run marker reads as crashed.
+#[test]
+fn a_flipped_byte_in_the_run_marker_reads_as_crashed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cd = ControlDir::open(tmp.path()).unwrap();
+    cd.write_run(&RunMarker::Released { at_ms: 5, epoch: 1 })
+        .unwrap();
+    let run = cd.run_path();
+    drop(cd);
+    let mut bytes = fs::read(&run).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x01;
+    fs::write(&run, &bytes).unwrap();
+
+    let cd = ControlDir::open(tmp.path()).unwrap();
+    assert!(matches!(cd.read_run().unwrap(), MarkerRead::Unreadable(_)));
+    assert_eq!(
+        *cd.previous_run(),
+        PreviousRun::Crashed {
+            pid: None,
+            attempt: None
+        }
+    );
+    // Garbage of any size is unreadable too, not a panic.
+    drop(cd);
+    fs::write(&run, vec![0xAB; 100_000]).unwrap();
+    let cd = ControlDir::open(tmp.path()).unwrap();
+    assert!(matches!(cd.read_run().unwrap(), MarkerRead::Unreadable(_)));
+}
+
+/// DESIGN.md, Control directory, `run`: tells the next daemon first-ever /
+/// clean stop / crashed.
+#[test]
+fn previous_run_follows_the_run_marker() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cd = ControlDir::open(tmp.path()).unwrap();
+    assert_eq!(*cd.previous_run(), PreviousRun::FirstEver);
+    cd.write_run(&RunMarker::Holding {
+        pid: 99,
+        attempt: 2,
+    })
+    .unwrap();
+    // previous_run is what was found at open, not what this daemon wrote.
+    assert_eq!(*cd.previous_run(), PreviousRun::FirstEver);
+    drop(cd);
+
+    let cd = ControlDir::open(tmp.path()).unwrap();
+    assert_eq!(
+        *cd.previous_run(),
+        PreviousRun::Crashed {
+            pid: Some(99),
+            attempt: Some(2)
+        }
+    );
+    cd.write_run(&RunMarker::Released {
+        at_ms: 123,
+        epoch: 4,
+    })
+    .unwrap();
+    drop(cd);
+
+    let cd = ControlDir::open(tmp.path()).unwrap();
+    assert_eq!(
+        *cd.previous_run(),
+        PreviousRun::CleanStop {
+            at_ms: 123,
+            epoch: 4
+        }
+    );
+}
+
+/// DESIGN.md, Control directory, `hold`: present ⇒ held; start removes it.
+#[test]
+fn hold_set_and_clear() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cd = ControlDir::open(tmp.path()).unwrap();
+    assert!(!cd.is_held().unwrap());
+    cd.clear_hold().unwrap();
+    cd.set_hold().unwrap();
+    cd.set_hold().unwrap();
+    assert!(cd.is_held().unwrap());
+    drop(cd);
+    let cd = ControlDir::open(tmp.path()).unwrap();
+    assert!(cd.is_held().unwrap(), "a hold survives relaunch");
+    cd.clear_hold().unwrap();
+    assert!(!cd.is_held().unwrap());
+    assert!(!cd.hold_path().exists());
+}
+
+/// DESIGN.md, Control directory, `identity`: created once, outlives the
+/// process.
+#[test]
+fn identity_is_written_once_and_stable_across_reopen() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cd = ControlDir::open(tmp.path()).unwrap();
+    assert_eq!(cd.identity().unwrap(), None);
+    let first: Identity = cd.ensure_identity(1000).unwrap();
+    assert_eq!(first.id.len(), 32);
+    assert!(first.id.bytes().all(|b| b.is_ascii_hexdigit()));
+    assert_eq!(first.created_at_ms, 1000);
+    assert_eq!(cd.ensure_identity(2000).unwrap(), first);
+    drop(cd);
+
+    let cd = ControlDir::open(tmp.path()).unwrap();
+    assert_eq!(cd.identity().unwrap(), Some(first.clone()));
+    assert_eq!(cd.ensure_identity(3000).unwrap(), first);
+
+    // Another data dir gets another identity.
+    let other = tempfile::tempdir().unwrap();
+    let other_id = ControlDir::open(other.path())
+        .unwrap()
+        .ensure_identity(1000)
+        .unwrap();
+    assert_ne!(other_id.id, first.id);
+
+    // A damaged identity is reported, never replaced.
+    let mut bytes = fs::read(cd.identity_path()).unwrap();
+    bytes[20] ^= 0xFF;
+    fs::write(cd.identity_path(), &bytes).unwrap();
+    assert!(matches!(
+        cd.ensure_identity(4000),
+        Err(ControlDirError::BadMarker { .. })
+    ));
+    assert_eq!(fs::read(cd.identity_path()).unwrap(), bytes);
+}
+
+/// The store lock is exclusive and released on drop.
+#[test]
+fn store_lock_is_exclusive_and_released_on_drop() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lock = StoreLock::acquire(tmp.path()).unwrap();
+    assert_eq!(lock.path(), tmp.path().join("store.lock"));
+    match StoreLock::acquire(tmp.path()) {
+        Err(StoreError::Held(path)) => assert_eq!(path, tmp.path().join("store.lock")),
+        other => panic!("expected Held, got {other:?}"),
+    }
+    drop(lock);
+    let _again = StoreLock::acquire(tmp.path()).unwrap();
+}
+
+/// ARCHITECTURE.md: the store outcome is observed — the probe sees a holder
+/// in its own process (flock locks belong to open file descriptions).
+#[test]
+fn probe_sees_a_holder_in_this_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lock = StoreLock::acquire(tmp.path()).unwrap();
+    match StoreLock::probe(tmp.path()) {
+        StoreOutcome::Held { cause } => {
+            assert!(cause.contains("store.lock"), "{cause}");
+            assert!(cause.contains("is locked by another holder"), "{cause}");
+        }
+        StoreOutcome::Released => panic!("probe missed the holder"),
+    }
+    // The probe itself never keeps the lock: probing twice, still held.
+    assert!(matches!(
+        StoreLock::probe(tmp.path()),
+        StoreOutcome::Held { .. }
+    ));
+    drop(lock);
+    assert_eq!(StoreLock::probe(tmp.path()), StoreOutcome::Released);
+    // A winning probe released the lock at once.
+    let _lock = StoreLock::acquire(tmp.path()).unwrap();
+}
+
+/// The probe sees a holder in another process, and its release.
+#[test]
+fn probe_sees_a_holder_in_another_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let child = spawn_holder("child_holds_store_lock", HOLD_STORE_ENV, tmp.path());
+    assert!(matches!(
+        StoreLock::probe(tmp.path()),
+        StoreOutcome::Held { .. }
+    ));
+    assert!(matches!(
+        StoreLock::acquire(tmp.path()),
+        Err(StoreError::Held(_))
+    ));
+    release_holder(child);
+    assert_eq!(StoreLock::probe(tmp.path()), StoreOutcome::Released);
+}
+
+/// No lock file: nothing ever held the store.
+#[test]
+fn probe_of_a_missing_lock_file_is_released() {
+    let tmp = tempfile::tempdir().unwrap();
+    assert_eq!(StoreLock::probe(tmp.path()), StoreOutcome::Released);
+    assert!(
+        !tmp.path().join("store.lock").exists(),
+        "probe creates nothing"
+    );
+}
