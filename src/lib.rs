@@ -2,12 +2,40 @@
 //!
 //! The daemon process stays alive while its runtime (an open store, bound
 //! listeners, workers) is booted in phases, watched, drained, restarted with
-//! backoff, held on bad config and replaced, all decided by one pure state
-//! machine ([`protocol::lifecycle`]).
+//! backoff, held on bad config and retried when the declared config file
+//! changes — every move decided by one pure state machine
+//! ([`protocol::lifecycle`]) and journaled before it is acknowledged.
 //!
 //! # Layout
+//! - [`Supervisor`], [`SupervisorHandle`], [`SupervisorConfig`]: the
+//!   embedding API ([`supervisor`]).
+//! - [`Service`] and the [`Runtime`] its steps build: what an application
+//!   implements.
 //! - [`protocol`]: the pure core (crate `steadfast-protocol`).
 //! - [`actors`]: the supervision tree (crate `steadfast-actors`).
 
 pub use steadfast_actors as actors;
 pub use steadfast_protocol as protocol;
+
+pub mod daemon;
+pub mod supervisor;
+
+pub use steadfast_actors::config::{
+    ConfigError, ConfigSource, Fingerprint, ResolvedConfig, TomlFileSource,
+};
+pub use steadfast_actors::context::Timings;
+pub use steadfast_actors::control_dir::{ControlDir, RunMarker};
+pub use steadfast_actors::lifecycle::{Command, CommandError, Hold};
+pub use steadfast_actors::service::{
+    BoxFuture, Checkpoint, Observation, Runtime, Service, StepContext, StepError,
+};
+pub use steadfast_actors::store::StoreLock;
+pub use steadfast_protocol::journal::ResourceRecord;
+pub use steadfast_protocol::lifecycle::{
+    ExitIntent, FailureClass, LifecycleState, PendingApply, Phase, Refused, RefusedBecause,
+    RetryClass, StopReason,
+};
+pub use steadfast_protocol::snapshot::{
+    AttemptRecord, AttemptResult, PhaseOutcome, PreviousRun, Snapshot,
+};
+pub use supervisor::{Supervisor, SupervisorConfig, SupervisorError, SupervisorHandle};

@@ -191,49 +191,27 @@ pub enum RunMarker {
     },
 }
 
-/// How the previous daemon on this data dir ended, from the run marker found
-/// at [`ControlDir::open`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum PreviousRun {
-    /// No run marker: no daemon ever ran here.
-    FirstEver,
-    /// The marker says released: the previous daemon stopped cleanly.
-    CleanStop {
-        /// When it released, in milliseconds since the Unix epoch.
-        at_ms: u64,
-        /// The epoch it released.
-        epoch: u64,
-    },
-    /// The marker says holding, or cannot be read: the previous daemon died
-    /// without releasing.
-    Crashed {
-        /// Its process id, if the marker was readable.
-        pid: Option<u32>,
-        /// Its boot attempt, if the marker was readable.
-        attempt: Option<u32>,
-    },
-}
+/// How the previous daemon on this data dir ended (the snapshot's type; see
+/// [`previous_run_from`]).
+pub use steadfast_protocol::snapshot::PreviousRun;
 
-impl PreviousRun {
-    /// What a run marker read at open says about the previous run.
-    #[must_use]
-    pub fn from_marker(marker: &MarkerRead<RunMarker>) -> Self {
-        match marker {
-            MarkerRead::Missing => Self::FirstEver,
-            MarkerRead::Valid(RunMarker::Released { at_ms, epoch }) => Self::CleanStop {
-                at_ms: *at_ms,
-                epoch: *epoch,
-            },
-            MarkerRead::Valid(RunMarker::Holding { pid, attempt }) => Self::Crashed {
-                pid: Some(*pid),
-                attempt: Some(*attempt),
-            },
-            MarkerRead::Unreadable(_) => Self::Crashed {
-                pid: None,
-                attempt: None,
-            },
-        }
+/// What a run marker read at open says about the previous run.
+#[must_use]
+pub fn previous_run_from(marker: &MarkerRead<RunMarker>) -> PreviousRun {
+    match marker {
+        MarkerRead::Missing => PreviousRun::FirstEver,
+        MarkerRead::Valid(RunMarker::Released { at_ms, epoch }) => PreviousRun::CleanStop {
+            at: steadfast_protocol::Timestamp(*at_ms),
+            epoch: *epoch,
+        },
+        MarkerRead::Valid(RunMarker::Holding { pid, attempt }) => PreviousRun::Crashed {
+            pid: Some(*pid),
+            attempt: Some(*attempt),
+        },
+        MarkerRead::Unreadable(_) => PreviousRun::Crashed {
+            pid: None,
+            attempt: None,
+        },
     }
 }
 
@@ -475,7 +453,7 @@ impl ControlDir {
             previous_run: PreviousRun::FirstEver,
             journal_opened: AtomicBool::new(false),
         };
-        dir.previous_run = PreviousRun::from_marker(&dir.read_run()?);
+        dir.previous_run = previous_run_from(&dir.read_run()?);
         Ok(dir)
     }
 
@@ -1067,18 +1045,21 @@ mod tests {
     #[test]
     fn previous_run_from_each_marker() {
         assert_eq!(
-            PreviousRun::from_marker(&MarkerRead::Missing),
+            previous_run_from(&MarkerRead::Missing),
             PreviousRun::FirstEver
         );
         assert_eq!(
-            PreviousRun::from_marker(&MarkerRead::Valid(RunMarker::Released {
+            previous_run_from(&MarkerRead::Valid(RunMarker::Released {
                 at_ms: 5,
                 epoch: 2
             })),
-            PreviousRun::CleanStop { at_ms: 5, epoch: 2 }
+            PreviousRun::CleanStop {
+                at: steadfast_protocol::Timestamp(5),
+                epoch: 2
+            }
         );
         assert_eq!(
-            PreviousRun::from_marker(&MarkerRead::Valid(RunMarker::Holding {
+            previous_run_from(&MarkerRead::Valid(RunMarker::Holding {
                 pid: 9,
                 attempt: 1
             })),
@@ -1088,7 +1069,7 @@ mod tests {
             }
         );
         assert_eq!(
-            PreviousRun::from_marker(&MarkerRead::Unreadable("x".into())),
+            previous_run_from(&MarkerRead::Unreadable("x".into())),
             PreviousRun::Crashed {
                 pid: None,
                 attempt: None

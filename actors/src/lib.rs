@@ -1,13 +1,32 @@
-//! steadfast's supervision tree: one ractor actor a file.
+//! steadfast's supervision tree: one ractor actor a file, performing the
+//! effects the pure machines of `steadfast-protocol` hand back.
 //!
-//! The actors perform the effects that the pure machines of
-//! `steadfast-protocol` hand back; none of them decides a transition. The
-//! tree itself arrives with the supervisor issue; for now this crate re-exports
-//! the core it builds on.
+//! # Layout
+//! - [`root`]: Root, which owns the data-dir lock and supervises the rest;
+//!   its module doc draws the tree and says what each child's death brings
+//!   down.
+//! - [`lifecycle`]: the Lifecycle actor, the only place a transition is
+//!   decided (through `steadfast_protocol::lifecycle::step`).
+//! - [`boot`], [`drain`]: run one attempt, or tear a runtime down, in a task
+//!   the actor owns.
+//! - [`journal`]: the sole writer of the control directory.
+//! - [`config_watcher`]: notify on the declared config file.
+//! - [`control_dir`], [`store`], [`config`]: the file formats and helpers the
+//!   actors share (blocking I/O, run on blocking threads).
+//! - [`service`]: what an embedding application implements.
+//! - [`clock`], [`context`]: the supervisor's clock and fixed context.
 
 pub use steadfast_protocol as protocol;
 
+pub mod boot;
+pub mod clock;
 pub mod config;
 pub mod config_watcher;
+pub mod context;
 pub mod control_dir;
+pub mod drain;
+pub mod journal;
+pub mod lifecycle;
+pub mod root;
+pub mod service;
 pub mod store;

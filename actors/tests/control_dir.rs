@@ -482,7 +482,7 @@ fn previous_run_follows_the_run_marker() {
     assert_eq!(
         *cd.previous_run(),
         PreviousRun::CleanStop {
-            at_ms: 123,
+            at: steadfast_protocol::Timestamp(123),
             epoch: 4
         }
     );

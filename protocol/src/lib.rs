@@ -22,6 +22,7 @@
 pub mod journal;
 pub mod lifecycle;
 pub mod replacement;
+pub mod snapshot;
 pub mod time;
 
 pub use time::Timestamp;

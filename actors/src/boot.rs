@@ -1,0 +1,372 @@
+//! The Boot actor: runs one attempt — `resolve_config`, then the service's
+//! plan — in a task it owns, and reports every phase to the Lifecycle actor.
+//!
+//! Invariants:
+//! - The first phase of every boot is `resolve_config`; a config that does
+//!   not resolve, or that moves the data directory, fails it with class
+//!   *hold*. The declared file's fingerprint is taken *before* the source
+//!   reads it and travels with the failure, so the Lifecycle actor can settle
+//!   a held failure against the file as it is when the failure lands.
+//! - Each completed step's checkpoint is acknowledged by the journal (an
+//!   fsync) before the next step starts.
+//! - A boot that fails or is cancelled tears down what it built (reverse
+//!   order, confirmed by observation) and reports the *probed* store outcome.
+//! - The actor stays free while a step runs: `Cancel` trips the boot's
+//!   cancellation token, and the step's future is dropped at once.
+//! - A boot task that panics fails this actor: Root turns that into a failed
+//!   boot of class backoff with a probed store outcome (the runtime the task
+//!   held was dropped while unwinding).
+//!
+//! Checked by `tests/supervisor.rs` (`a_boot_that_cannot_bind_is_retried_until_the_port_frees`,
+//! `a_panicking_boot_step_is_a_failed_boot_not_a_crashed_process`,
+//! `a_change_that_lands_during_a_failing_boot_is_not_lost`).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use steadfast_protocol::journal::Record;
+use steadfast_protocol::lifecycle::{FailureClass, FailureReport, Phase, StoreOutcome};
+use steadfast_protocol::snapshot::PhaseOutcome;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Fingerprint, check_data_dir};
+use crate::context::Shared;
+use crate::drain::teardown;
+use crate::journal::JournalMsg;
+use crate::lifecycle::{BootReport, LifecycleMsg};
+use crate::service::{Checkpoint, LiveRuntime, Runtime, StepContext, panic_message};
+use crate::store::StoreLock;
+
+/// The Boot actor.
+#[derive(Debug, Default)]
+pub struct BootActor;
+
+/// The Boot actor's state.
+#[derive(Debug)]
+pub struct BootState {
+    shared: Arc<Shared>,
+    /// The running attempt's cancellation token.
+    current: Option<(u32, CancellationToken)>,
+}
+
+/// What the Boot actor is asked.
+pub enum BootMsg {
+    /// Run boot number `attempt`.
+    Run {
+        /// Which boot.
+        attempt: u32,
+        /// Where progress and the outcome go.
+        report_to: ActorRef<LifecycleMsg>,
+        /// Where checkpoints are made durable.
+        journal: ActorRef<JournalMsg>,
+    },
+    /// Cancel the running boot; it reports a failure with the probed store.
+    Cancel,
+    /// The boot task ended; a panic fails the actor (a supervision event).
+    TaskEnded {
+        /// Which boot.
+        attempt: u32,
+        /// The panic message, if it panicked.
+        panic: Option<String>,
+    },
+}
+
+impl Actor for BootActor {
+    type Msg = BootMsg;
+    type State = BootState;
+    type Arguments = Arc<Shared>;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<BootMsg>,
+        shared: Arc<Shared>,
+    ) -> Result<BootState, ActorProcessingErr> {
+        Ok(BootState {
+            shared,
+            current: None,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<BootMsg>,
+        msg: BootMsg,
+        state: &mut BootState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            BootMsg::Run {
+                attempt,
+                report_to,
+                journal,
+            } => {
+                let cancel = CancellationToken::new();
+                if let Some((_, old)) = state.current.replace((attempt, cancel.clone())) {
+                    // The lifecycle starts a boot only after the previous one
+                    // reported; a leftover token is stale.
+                    old.cancel();
+                }
+                let shared = Arc::clone(&state.shared);
+                let work = tokio::spawn(run_attempt(shared, attempt, cancel, report_to, journal));
+                tokio::spawn(async move {
+                    let panic = match work.await {
+                        Err(join) if join.is_panic() => {
+                            Some(panic_message(join.into_panic().as_ref()))
+                        }
+                        _ => None,
+                    };
+                    let _ = myself.cast(BootMsg::TaskEnded { attempt, panic });
+                });
+            }
+            BootMsg::Cancel => {
+                if let Some((_, cancel)) = &state.current {
+                    cancel.cancel();
+                }
+            }
+            BootMsg::TaskEnded { attempt, panic } => {
+                if state.current.as_ref().is_some_and(|(a, _)| *a == attempt) {
+                    state.current = None;
+                }
+                if let Some(panic) = panic {
+                    return Err(format!("boot attempt {attempt} panicked: {panic}").into());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reports progress of one attempt to the Lifecycle actor.
+struct Reporter<'a> {
+    shared: &'a Shared,
+    attempt: u32,
+    to: ActorRef<LifecycleMsg>,
+}
+
+impl Reporter<'_> {
+    fn send(&self, report: BootReport) {
+        let _ = self.to.cast(LifecycleMsg::Boot(report));
+    }
+
+    fn started(&self, phase: &Phase, index: u32, total: u32) -> Instant {
+        self.send(BootReport::PhaseStarted {
+            attempt: self.attempt,
+            phase: phase.clone(),
+            index,
+            total,
+            at: self.shared.clock.now(),
+        });
+        Instant::now()
+    }
+
+    fn ended(&self, phase: &Phase, started: Instant, outcome: PhaseOutcome) {
+        self.send(BootReport::PhaseEnded {
+            attempt: self.attempt,
+            phase: phase.clone(),
+            at: self.shared.clock.now(),
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            outcome,
+        });
+    }
+
+    fn failed(
+        &self,
+        phase: Phase,
+        error: String,
+        class: FailureClass,
+        store: StoreOutcome,
+        fingerprint: Option<Fingerprint>,
+        cancelled: bool,
+    ) {
+        self.send(BootReport::Failed {
+            attempt: self.attempt,
+            report: FailureReport {
+                phase,
+                error,
+                at: self.shared.clock.now(),
+            },
+            class,
+            store,
+            fingerprint,
+            cancelled,
+        });
+    }
+}
+
+/// One attempt, start to end. Always ends with exactly one `Booted` or
+/// `Failed` report (unless it panics, which Root reports).
+async fn run_attempt(
+    shared: Arc<Shared>,
+    attempt: u32,
+    cancel: CancellationToken,
+    report_to: ActorRef<LifecycleMsg>,
+    journal: ActorRef<JournalMsg>,
+) {
+    let reporter = Reporter {
+        shared: &shared,
+        attempt,
+        to: report_to,
+    };
+
+    // ── resolve_config ──────────────────────────────────────────────────
+    let phase = Phase::RESOLVE_CONFIG;
+    let started = reporter.started(&phase, 1, 0);
+    let fingerprint = shared.declared.as_deref().map(Fingerprint::of_file);
+    let source = shared.source.clone();
+    let resolved = match tokio::task::spawn_blocking(move || source.resolve()).await {
+        Ok(Ok(resolved)) => check_data_dir(&resolved.config, &shared.data_dir).map(|()| resolved),
+        Ok(Err(error)) => Err(error),
+        Err(join) => Err(crate::config::ConfigError::Invalid(format!(
+            "the config source panicked: {}",
+            join.try_into_panic()
+                .map_or_else(|_| "cancelled".to_owned(), |p| panic_message(p.as_ref()))
+        ))),
+    };
+    let config = match resolved {
+        Ok(resolved) => resolved.config,
+        Err(error) => {
+            let error = error.to_string();
+            reporter.ended(
+                &phase,
+                started,
+                PhaseOutcome::Failed {
+                    error: error.clone(),
+                },
+            );
+            let store = StoreLock::probe(&shared.data_dir);
+            reporter.failed(
+                phase,
+                error,
+                FailureClass::Hold,
+                store,
+                fingerprint,
+                cancel.is_cancelled(),
+            );
+            return;
+        }
+    };
+    reporter.ended(&phase, started, PhaseOutcome::Completed);
+
+    // ── the service's plan ──────────────────────────────────────────────
+    let plan = shared.service.plan(&config);
+    let total = u32::try_from(plan.len() + 1).unwrap_or(u32::MAX);
+    let mut runtime = Runtime::new();
+    let mut checkpoints: Vec<Checkpoint> = Vec::with_capacity(plan.len());
+    for (offset, step) in plan.iter().enumerate() {
+        let index = u32::try_from(offset + 2).unwrap_or(u32::MAX);
+        let phase = Phase::new(step.clone());
+        if cancel.is_cancelled() {
+            let (store, _) = teardown(&shared, runtime, checkpoints).await;
+            reporter.failed(
+                phase,
+                "cancelled".into(),
+                FailureClass::Backoff,
+                store,
+                fingerprint,
+                true,
+            );
+            return;
+        }
+        let started = reporter.started(&phase, index, total);
+        let cx = StepContext {
+            attempt,
+            config: &config,
+            data_dir: &shared.data_dir,
+            runtime: &mut runtime,
+            prior: &checkpoints,
+        };
+        let result = tokio::select! {
+            biased;
+            () = cancel.cancelled() => None,
+            result = shared.service.execute(step, cx) => Some(result),
+        };
+        match result {
+            None => {
+                reporter.ended(
+                    &phase,
+                    started,
+                    PhaseOutcome::Failed {
+                        error: "cancelled".into(),
+                    },
+                );
+                let (store, _) = teardown(&shared, runtime, checkpoints).await;
+                reporter.failed(
+                    phase,
+                    "cancelled".into(),
+                    FailureClass::Backoff,
+                    store,
+                    fingerprint,
+                    true,
+                );
+                return;
+            }
+            Some(Err(error)) => {
+                reporter.ended(
+                    &phase,
+                    started,
+                    PhaseOutcome::Failed {
+                        error: error.message.clone(),
+                    },
+                );
+                let (store, _) = teardown(&shared, runtime, checkpoints).await;
+                reporter.failed(
+                    phase,
+                    error.message,
+                    error.class,
+                    store,
+                    fingerprint,
+                    cancel.is_cancelled(),
+                );
+                return;
+            }
+            Some(Ok(resource)) => {
+                let checkpoint = Checkpoint {
+                    step: step.clone(),
+                    index,
+                    resource,
+                };
+                // Checkpoint before proceeding: durable before the next step.
+                let record = Record::Checkpoint {
+                    attempt,
+                    step: checkpoint.step.clone(),
+                    index,
+                    resource: checkpoint.resource.clone(),
+                };
+                checkpoints.push(checkpoint);
+                if let Err(error) =
+                    crate::journal::append(&journal, vec![record], shared.timings.journal_timeout)
+                        .await
+                {
+                    let error = format!("checkpoint not durable: {error}");
+                    reporter.ended(
+                        &phase,
+                        started,
+                        PhaseOutcome::Failed {
+                            error: error.clone(),
+                        },
+                    );
+                    let (store, _) = teardown(&shared, runtime, checkpoints).await;
+                    reporter.failed(
+                        phase,
+                        error,
+                        FailureClass::Backoff,
+                        store,
+                        fingerprint,
+                        cancel.is_cancelled(),
+                    );
+                    return;
+                }
+                reporter.ended(&phase, started, PhaseOutcome::Completed);
+            }
+        }
+    }
+    reporter.send(BootReport::Booted {
+        live: LiveRuntime {
+            attempt,
+            runtime,
+            checkpoints,
+        },
+        config,
+        at: shared.clock.now(),
+    });
+}

@@ -1,0 +1,64 @@
+//! The supervisor's one clock: wall-clock milliseconds that advance with
+//! tokio's time.
+//!
+//! The pure core never reads a clock; the actors stamp events with
+//! [`Clock::now`]. It is the wall-clock time when the supervisor started plus
+//! the tokio [`Instant`] elapsed since, so timestamps
+//! and timers agree, and under tokio's paused time (the deterministic tests)
+//! a backoff's `retry_due` arrives exactly when the machine expects it.
+//! Checked by `clock::tests::paused_time_moves_the_clock`.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use steadfast_protocol::Timestamp;
+use tokio::time::Instant;
+
+/// Wall-clock time anchored once, advanced by tokio's monotonic clock.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    origin: Instant,
+    origin_ms: u64,
+}
+
+impl Clock {
+    /// A clock anchored now. Must be called inside a tokio runtime.
+    #[must_use]
+    pub fn start() -> Self {
+        let origin_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        Self {
+            origin: Instant::now(),
+            origin_ms,
+        }
+    }
+
+    /// Now.
+    #[must_use]
+    pub fn now(&self) -> Timestamp {
+        Timestamp(self.origin_ms).after(self.origin.elapsed())
+    }
+
+    /// How long until `at` (zero if it has passed).
+    #[must_use]
+    pub fn until(&self, at: Timestamp) -> Duration {
+        at.since(self.now())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn paused_time_moves_the_clock() {
+        let clock = Clock::start();
+        let before = clock.now();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(clock.now().since(before), Duration::from_secs(3));
+        assert_eq!(
+            clock.until(before.after(Duration::from_secs(5))),
+            Duration::from_secs(2)
+        );
+    }
+}

@@ -1,0 +1,69 @@
+//! What every actor of one supervisor shares, fixed for the life of the
+//! daemon: the service, the config source, the data directory and the
+//! timings. Read-only once built, so it is shared by `Arc` without a lock.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use steadfast_protocol::lifecycle::BackoffPolicy;
+
+use crate::clock::Clock;
+use crate::config::ConfigSource;
+use crate::service::Service;
+
+/// How long the supervisor waits for things, and how it backs off.
+#[derive(Debug, Clone, Copy)]
+pub struct Timings {
+    /// The backoff after failed boots of class backoff.
+    pub backoff: BackoffPolicy,
+    /// How long a runtime must run before the failure streak resets.
+    pub stable_period: Duration,
+    /// How long serving tasks get to finish after the shutdown token is
+    /// cancelled, before they are aborted.
+    pub drain_grace: Duration,
+    /// Quiet time after a change to the declared file before it counts.
+    pub debounce: Duration,
+    /// How long an actor waits for the journal's acknowledgement (an fsync).
+    pub journal_timeout: Duration,
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Self {
+            backoff: BackoffPolicy::default(),
+            stable_period: Duration::from_secs(30),
+            drain_grace: Duration::from_secs(10),
+            debounce: Duration::from_millis(20),
+            journal_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The fixed context of one supervisor.
+pub struct Shared {
+    /// The embedding application's runtime.
+    pub service: Arc<dyn Service>,
+    /// Where the effective config comes from.
+    pub source: ConfigSource,
+    /// The data directory; a config that moves it is refused.
+    pub data_dir: PathBuf,
+    /// The declared config file, watched for changes.
+    pub declared: Option<PathBuf>,
+    /// The supervisor's clock.
+    pub clock: Clock,
+    /// Timings and backoff.
+    pub timings: Timings,
+    /// This process's id.
+    pub pid: u32,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("data_dir", &self.data_dir)
+            .field("declared", &self.declared)
+            .field("timings", &self.timings)
+            .finish_non_exhaustive()
+    }
+}

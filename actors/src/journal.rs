@@ -1,0 +1,153 @@
+//! The Journal actor: the sole writer of the control directory.
+//!
+//! Every record and marker a supervisor writes goes through this actor, one
+//! at a time, and is acknowledged only after its fsync returned (the file
+//! work runs on a blocking thread, so the tokio workers never wait on a
+//! disk). A failed write or fsync is never retried: the journal file poisons
+//! itself and every later append fails, so nothing is acknowledged that might
+//! not be on disk (`control_dir` tests). If this actor panics, Root restarts
+//! it over a freshly reopened journal.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use steadfast_protocol::journal::Record;
+
+use crate::control_dir::{ControlDir, JournalFile, RunMarker};
+
+/// The Journal actor.
+#[derive(Debug, Default)]
+pub struct JournalActor;
+
+/// The Journal actor's arguments: the control directory and the journal
+/// file opened (and repaired) at startup.
+pub struct JournalArgs {
+    /// The locked control directory.
+    pub control: Arc<ControlDir>,
+    /// The open journal, or `None` to reopen it (after a restart).
+    pub file: Option<JournalFile>,
+}
+
+/// The Journal actor's state.
+pub struct JournalState {
+    control: Arc<ControlDir>,
+    /// `None` only while a blocking write has it.
+    file: Option<JournalFile>,
+}
+
+/// What a journal write answers: `Ok` once durable, or the error rendered.
+pub type Durable<T = ()> = Result<T, String>;
+
+/// What the Journal actor is asked.
+pub enum JournalMsg {
+    /// Append records; answered after the fsync.
+    Append(Vec<Record>, RpcReplyPort<Durable>),
+    /// Replace the run marker.
+    WriteRun(RunMarker, RpcReplyPort<Durable>),
+    /// Set (`true`) or clear the hold marker.
+    SetHold(bool, RpcReplyPort<Durable>),
+    /// The identity, created now (at this many ms) if it does not exist.
+    EnsureIdentity(u64, RpcReplyPort<Durable<String>>),
+}
+
+impl Actor for JournalActor {
+    type Msg = JournalMsg;
+    type State = JournalState;
+    type Arguments = JournalArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<JournalMsg>,
+        args: JournalArgs,
+    ) -> Result<JournalState, ActorProcessingErr> {
+        let file = match args.file {
+            Some(file) => file,
+            None => {
+                let control = Arc::clone(&args.control);
+                tokio::task::spawn_blocking(move || control.open_journal())
+                    .await??
+                    .0
+            }
+        };
+        Ok(JournalState {
+            control: args.control,
+            file: Some(file),
+        })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<JournalMsg>,
+        msg: JournalMsg,
+        state: &mut JournalState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            JournalMsg::Append(records, reply) => {
+                let mut file = state.file.take().ok_or("the journal file is in use")?;
+                let (file, result) = tokio::task::spawn_blocking(move || {
+                    let result = file.append(&records);
+                    (file, result)
+                })
+                .await?;
+                state.file = Some(file);
+                let _ = reply.send(result.map_err(|e| e.to_string()));
+            }
+            JournalMsg::WriteRun(marker, reply) => {
+                let control = Arc::clone(&state.control);
+                let result =
+                    tokio::task::spawn_blocking(move || control.write_run(&marker)).await?;
+                let _ = reply.send(result.map_err(|e| e.to_string()));
+            }
+            JournalMsg::SetHold(hold, reply) => {
+                let control = Arc::clone(&state.control);
+                let result = tokio::task::spawn_blocking(move || {
+                    if hold {
+                        control.set_hold()
+                    } else {
+                        control.clear_hold()
+                    }
+                })
+                .await?;
+                let _ = reply.send(result.map_err(|e| e.to_string()));
+            }
+            JournalMsg::EnsureIdentity(now_ms, reply) => {
+                let control = Arc::clone(&state.control);
+                let result =
+                    tokio::task::spawn_blocking(move || control.ensure_identity(now_ms)).await?;
+                let _ = reply.send(
+                    result
+                        .map(|identity| identity.id)
+                        .map_err(|e| e.to_string()),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Ask `journal` to do something and wait for the durable answer.
+pub async fn ask<T: Send + 'static>(
+    journal: &ActorRef<JournalMsg>,
+    timeout: Duration,
+    msg: impl FnOnce(RpcReplyPort<Durable<T>>) -> JournalMsg,
+) -> Durable<T> {
+    match journal.call(msg, Some(timeout)).await {
+        Ok(ractor::rpc::CallResult::Success(answer)) => answer,
+        Ok(ractor::rpc::CallResult::Timeout) => {
+            Err(format!("the journal did not answer within {timeout:?}"))
+        }
+        Ok(ractor::rpc::CallResult::SenderError) | Err(_) => {
+            Err("the journal is not running".to_owned())
+        }
+    }
+}
+
+/// Append `records` and wait until they are durable.
+pub async fn append(
+    journal: &ActorRef<JournalMsg>,
+    records: Vec<Record>,
+    timeout: Duration,
+) -> Durable {
+    ask(journal, timeout, |reply| JournalMsg::Append(records, reply)).await
+}

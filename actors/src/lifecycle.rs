@@ -1,0 +1,921 @@
+//! The Lifecycle actor: the only place a transition is decided.
+//!
+//! Every event — an operator's command, a boot's progress, a drain's outcome,
+//! a timer, a config change, a child's death reported by Root — arrives here
+//! as a [`LifecycleMsg`], is stepped through the pure machine
+//! ([`steadfast_protocol::lifecycle::step`]), journaled, adopted, published
+//! as a new [`Snapshot`], and only then is its effect performed (start a boot,
+//! cancel it, hand the runtime to the drain, apply a config, exit). A refused
+//! command is answered with the machine's refusal, unchanged.
+//!
+//! Invariants:
+//! - A transition is acknowledged (published, answered) only after its
+//!   journal record's fsync returned; a journal that fails is reported in the
+//!   snapshot's `error` rather than hidden.
+//! - A held failure is settled against the declared file as it is when the
+//!   failure lands: if its fingerprint differs from the one taken before the
+//!   boot read it, the change is not lost (`config_changed` is stepped at
+//!   once).
+//! - Timers are never trusted: a `retry_due` or `stable` that is stale or
+//!   early is refused by the machine and ignored here.
+//!
+//! Checked by `tests/supervisor.rs` end to end.
+
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use steadfast_protocol::Timestamp;
+use steadfast_protocol::journal::{AttemptResult as JournalResult, Record};
+use steadfast_protocol::lifecycle::{
+    Effect, ExitIntent, FailureClass, FailureReport, Lifecycle, LifecycleEvent, LifecycleState,
+    PendingApply, Phase, Refused, RetryClass, StoreOutcome,
+};
+use steadfast_protocol::snapshot::{
+    AttemptRecord, AttemptResult, PhaseOutcome, PhaseRecord, Snapshot,
+};
+use tokio::sync::{mpsc, watch};
+
+use crate::boot::BootMsg;
+use crate::config::{Fingerprint, check_data_dir};
+use crate::context::Shared;
+use crate::control_dir::RunMarker;
+use crate::drain::DrainMsg;
+use crate::journal::{self, JournalMsg};
+use crate::service::{LiveRuntime, TaskEnded};
+use crate::store::StoreLock;
+
+/// How many attempts a snapshot keeps.
+pub const ATTEMPTS_KEPT: usize = 32;
+
+/// Whether a stop survives a relaunch of the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Hold {
+    /// An ordinary stop: the next process boots.
+    None,
+    /// The next process starts `stopped{held_at_startup}` until started.
+    AcrossRelaunch,
+}
+
+/// An operator's command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    /// Boot a stopped runtime.
+    Start,
+    /// Stop the runtime; answered once the drain has settled.
+    Stop(Hold),
+    /// Stop the runtime and boot it again.
+    Restart,
+    /// Retry a failed boot now.
+    Retry,
+    /// End the process (after a drain).
+    Exit(ExitIntent),
+    /// Re-read the config (SIGHUP): a `config_changed`.
+    Reload,
+}
+
+/// Why a command was not carried out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CommandError {
+    /// The lifecycle refused it; the reason is the machine's, unchanged.
+    #[error("{0}")]
+    Refused(Refused),
+    /// It was accepted but could not be made durable (a journal or marker
+    /// write failed); it was not acknowledged.
+    #[error("not durable: {0}")]
+    Durability(String),
+    /// The supervisor is not running.
+    #[error("the supervisor is not running")]
+    Unavailable,
+}
+
+/// A command and where its answer goes.
+pub type CommandRequest = (Command, RpcReplyPort<Result<Snapshot, CommandError>>);
+
+/// Progress and outcome of a boot, from the Boot actor's task.
+pub enum BootReport {
+    /// A phase started.
+    PhaseStarted {
+        /// Which boot.
+        attempt: u32,
+        /// Which phase.
+        phase: Phase,
+        /// Its position, from 1.
+        index: u32,
+        /// Phases in the plan (0 while unknown).
+        total: u32,
+        /// When.
+        at: Timestamp,
+    },
+    /// A phase ended.
+    PhaseEnded {
+        /// Which boot.
+        attempt: u32,
+        /// Which phase.
+        phase: Phase,
+        /// When.
+        at: Timestamp,
+        /// How long it took.
+        duration_ms: u64,
+        /// How it went.
+        outcome: PhaseOutcome,
+    },
+    /// The boot finished: the runtime is serving.
+    Booted {
+        /// The runtime.
+        live: LiveRuntime,
+        /// The config it booted with.
+        config: toml::Table,
+        /// When.
+        at: Timestamp,
+    },
+    /// The boot failed (or was cancelled) and tore down what it built.
+    Failed {
+        /// Which boot.
+        attempt: u32,
+        /// What, where, when.
+        report: FailureReport,
+        /// Whether waiting can fix it.
+        class: FailureClass,
+        /// The probed store outcome.
+        store: StoreOutcome,
+        /// The declared file's fingerprint before the boot read it.
+        fingerprint: Option<Fingerprint>,
+        /// Whether it ended because it was cancelled.
+        cancelled: bool,
+    },
+}
+
+/// The children the Lifecycle actor hands work to (replaced when Root
+/// restarts one).
+#[derive(Clone)]
+pub struct Children {
+    /// Runs boots.
+    pub boot: ActorRef<BootMsg>,
+    /// Runs drains.
+    pub drain: ActorRef<DrainMsg>,
+    /// Makes things durable.
+    pub journal: ActorRef<JournalMsg>,
+}
+
+/// What the Lifecycle actor is told.
+pub enum LifecycleMsg {
+    /// Begin: rest held at startup, or boot.
+    Begin,
+    /// An operator's command.
+    Command(Command, RpcReplyPort<Result<Snapshot, CommandError>>),
+    /// A boot's progress or outcome.
+    Boot(BootReport),
+    /// A drain settled.
+    Drained {
+        /// Which boot's runtime.
+        attempt: u32,
+        /// The probed store outcome.
+        store: StoreOutcome,
+        /// What could not be confirmed gone.
+        survivors: Vec<String>,
+    },
+    /// A task of the running runtime ended.
+    RuntimeEnded {
+        /// Which boot's runtime.
+        attempt: u32,
+        /// Which task, and why.
+        ended: TaskEnded,
+    },
+    /// A backoff timer fired.
+    RetryDue,
+    /// The stable-period timer of `attempt` fired.
+    Stable {
+        /// Which boot's runtime.
+        attempt: u32,
+    },
+    /// The declared config file (or the override tier) changed.
+    ConfigChanged,
+    /// The running runtime took a config change; `pending` is what it could
+    /// not take.
+    ConfigApplied {
+        /// Which boot's runtime.
+        attempt: u32,
+        /// What needs a restart.
+        pending: PendingApply,
+    },
+    /// The Boot actor died (a panicking boot): Root's report.
+    BootCrashed {
+        /// The panic, rendered.
+        reason: String,
+    },
+    /// The Drain actor died (a panicking drain): Root's report.
+    DrainCrashed {
+        /// The panic, rendered.
+        reason: String,
+    },
+    /// Root restarted a child.
+    SetChildren(Children),
+}
+
+/// The Lifecycle actor.
+#[derive(Debug, Default)]
+pub struct LifecycleActor;
+
+/// What the Lifecycle actor starts from.
+pub struct LifecycleArgs {
+    /// The fixed context.
+    pub shared: Arc<Shared>,
+    /// Its children.
+    pub children: Children,
+    /// Where snapshots are published; holds the initial snapshot.
+    pub snapshots: watch::Sender<Snapshot>,
+    /// Commands from handles (forwarded into this actor).
+    pub commands: mpsc::UnboundedReceiver<CommandRequest>,
+    /// Where the exit intent is left for `Supervisor::run`.
+    pub exit: Arc<Mutex<Option<ExitIntent>>>,
+}
+
+/// The Lifecycle actor's state.
+pub struct LifecycleActorState {
+    shared: Arc<Shared>,
+    machine: Lifecycle,
+    snapshot: Snapshot,
+    snapshots: watch::Sender<Snapshot>,
+    children: Children,
+    /// The running (or just booted) runtime.
+    runtime: Option<LiveRuntime>,
+    /// The config the running runtime booted with (or took in place).
+    config: Option<toml::Table>,
+    /// The declared file's fingerprint taken before the last boot read it.
+    boot_fingerprint: Option<Fingerprint>,
+    /// Stop commands waiting for the drain to settle.
+    stop_waiters: Vec<RpcReplyPort<Result<Snapshot, CommandError>>>,
+    exit: Arc<Mutex<Option<ExitIntent>>>,
+}
+
+impl Actor for LifecycleActor {
+    type Msg = LifecycleMsg;
+    type State = LifecycleActorState;
+    type Arguments = LifecycleArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<LifecycleMsg>,
+        args: LifecycleArgs,
+    ) -> Result<LifecycleActorState, ActorProcessingErr> {
+        let LifecycleArgs {
+            shared,
+            children,
+            snapshots,
+            mut commands,
+            exit,
+        } = args;
+        let snapshot = snapshots.borrow().clone();
+        let since = match snapshot.lifecycle {
+            LifecycleState::Resolving { since } => since,
+            _ => shared.clock.now(),
+        };
+        let machine = Lifecycle::with_policy(since, shared.timings.backoff);
+        // Commands arrive on a channel the handles hold from before the tree
+        // existed; forward them into the mailbox.
+        let forward = myself.clone();
+        tokio::spawn(async move {
+            while let Some((command, reply)) = commands.recv().await {
+                if forward.cast(LifecycleMsg::Command(command, reply)).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(LifecycleActorState {
+            shared,
+            machine,
+            snapshot,
+            snapshots,
+            children,
+            runtime: None,
+            config: None,
+            boot_fingerprint: None,
+            stop_waiters: Vec::new(),
+            exit,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<LifecycleMsg>,
+        msg: LifecycleMsg,
+        state: &mut LifecycleActorState,
+    ) -> Result<(), ActorProcessingErr> {
+        let now = state.shared.clock.now();
+        match msg {
+            LifecycleMsg::Begin => {
+                let event = if state.snapshot.hold {
+                    LifecycleEvent::HeldAtStartup { at: now }
+                } else {
+                    LifecycleEvent::Start { at: now }
+                };
+                state.fire(&myself, event).await.ok();
+            }
+            LifecycleMsg::Command(command, reply) => state.command(&myself, command, reply).await,
+            LifecycleMsg::Boot(report) => state.boot_report(&myself, report).await,
+            LifecycleMsg::Drained {
+                store, survivors, ..
+            } => {
+                if !survivors.is_empty() {
+                    tracing::warn!(
+                        ?survivors,
+                        "the drain could not confirm every resource gone"
+                    );
+                }
+                state
+                    .fire(&myself, LifecycleEvent::Drained { at: now, store })
+                    .await
+                    .ok();
+            }
+            LifecycleMsg::RuntimeEnded { attempt, ended } => {
+                if let Some(attempt) = NonZeroU32::new(attempt) {
+                    let error = format!("runtime task {} ended: {}", ended.task, ended.error);
+                    state
+                        .fire(
+                            &myself,
+                            LifecycleEvent::RuntimeEnded {
+                                attempt,
+                                at: now,
+                                error,
+                            },
+                        )
+                        .await
+                        .ok();
+                }
+            }
+            LifecycleMsg::RetryDue => {
+                state
+                    .fire(&myself, LifecycleEvent::RetryDue { at: now })
+                    .await
+                    .ok();
+            }
+            LifecycleMsg::Stable { attempt } => {
+                if let Some(attempt) = NonZeroU32::new(attempt) {
+                    state
+                        .fire(&myself, LifecycleEvent::Stable { attempt, at: now })
+                        .await
+                        .ok();
+                }
+            }
+            LifecycleMsg::ConfigChanged => {
+                state
+                    .fire(&myself, LifecycleEvent::ConfigChanged { at: now })
+                    .await
+                    .ok();
+            }
+            LifecycleMsg::ConfigApplied { attempt, pending } => {
+                if matches!(state.machine.state, LifecycleState::Running { attempt: a, .. } if a.get() == attempt)
+                {
+                    state
+                        .fire(&myself, LifecycleEvent::ConfigApplied { pending })
+                        .await
+                        .ok();
+                }
+            }
+            LifecycleMsg::BootCrashed { reason } => {
+                let phase = match &state.machine.state {
+                    LifecycleState::Booting { phase, .. } => phase.clone(),
+                    _ => state
+                        .current_attempt()
+                        .and_then(|a| a.phases.last())
+                        .map_or(Phase::RESOLVE_CONFIG, |p| p.phase.clone()),
+                };
+                let store = StoreLock::probe(&state.shared.data_dir);
+                let event = LifecycleEvent::BootFailed {
+                    report: FailureReport {
+                        phase,
+                        error: format!("the boot panicked: {reason}"),
+                        at: now,
+                    },
+                    class: FailureClass::Backoff,
+                    store,
+                };
+                state.mark_attempt(AttemptResult::Failed);
+                state.fire(&myself, event).await.ok();
+            }
+            LifecycleMsg::DrainCrashed { reason } => {
+                tracing::error!(%reason, "the drain panicked; probing the store");
+                let store = StoreLock::probe(&state.shared.data_dir);
+                state
+                    .fire(&myself, LifecycleEvent::Drained { at: now, store })
+                    .await
+                    .ok();
+            }
+            LifecycleMsg::SetChildren(children) => state.children = children,
+        }
+        Ok(())
+    }
+}
+
+impl LifecycleActorState {
+    /// Step `event`; journal, adopt, publish, then perform the effect.
+    async fn fire(
+        &mut self,
+        myself: &ActorRef<LifecycleMsg>,
+        event: LifecycleEvent,
+    ) -> Result<Effect, Refused> {
+        self.fire_with(myself, event, None).await
+    }
+
+    /// As [`Self::fire`], with a hold-marker change made durable after the
+    /// machine accepted the event and before it is adopted.
+    async fn fire_with(
+        &mut self,
+        myself: &ActorRef<LifecycleMsg>,
+        event: LifecycleEvent,
+        hold: Option<bool>,
+    ) -> Result<Effect, Refused> {
+        let (next, effect) = match self.machine.step(&event) {
+            Ok(stepped) => stepped,
+            Err(refused) => {
+                tracing::debug!(%refused, "event refused");
+                return Err(refused);
+            }
+        };
+        let at = self.shared.clock.now();
+        if let Some(hold) = hold {
+            let timeout = self.shared.timings.journal_timeout;
+            match journal::ask(&self.children.journal, timeout, |reply| {
+                JournalMsg::SetHold(hold, reply)
+            })
+            .await
+            {
+                Ok(()) => self.snapshot.hold = hold,
+                Err(error) => {
+                    self.snapshot.error =
+                        Some(format!("the hold marker could not be written: {error}"))
+                }
+            }
+        }
+        let mut records = Vec::with_capacity(2);
+        if !matches!(event, LifecycleEvent::Phase { .. }) {
+            records.push(Record::Transition {
+                at_ms: at.as_millis(),
+                from: label(&self.machine.state),
+                event: event.name().to_owned(),
+                to: label(&next.state),
+            });
+        }
+        if let Effect::StartBoot { attempt } = effect {
+            records.push(Record::AttemptStarted {
+                attempt: attempt.get(),
+                at_ms: at.as_millis(),
+            });
+        }
+        self.record(records).await;
+
+        let entered =
+            std::mem::discriminant(&self.machine.state) != std::mem::discriminant(&next.state);
+        self.machine = next;
+        if let Effect::StartBoot { attempt } = effect {
+            self.snapshot
+                .attempts
+                .push(AttemptRecord::new(attempt.get(), at));
+            if self.snapshot.attempts.len() > ATTEMPTS_KEPT {
+                let excess = self.snapshot.attempts.len() - ATTEMPTS_KEPT;
+                self.snapshot.attempts.drain(..excess);
+            }
+        }
+        if entered {
+            self.entering().await;
+        }
+        self.publish();
+        self.perform(myself, effect).await;
+        self.after(myself, entered).await;
+        Ok(effect)
+    }
+
+    /// Perform what the machine handed back.
+    async fn perform(&mut self, myself: &ActorRef<LifecycleMsg>, effect: Effect) {
+        let timeout = self.shared.timings.journal_timeout;
+        match effect {
+            Effect::None => {}
+            Effect::StartBoot { attempt } => {
+                let marker = RunMarker::Holding {
+                    pid: self.shared.pid,
+                    attempt: attempt.get(),
+                };
+                if let Err(error) = journal::ask(&self.children.journal, timeout, |r| {
+                    JournalMsg::WriteRun(marker, r)
+                })
+                .await
+                {
+                    self.fail_durability(format!("the run marker could not be written: {error}"));
+                }
+                let run = BootMsg::Run {
+                    attempt: attempt.get(),
+                    report_to: myself.clone(),
+                    journal: self.children.journal.clone(),
+                };
+                if self.children.boot.cast(run).is_err() {
+                    // The Boot actor is being restarted; Root reports its
+                    // death, which fails this attempt with a probed store.
+                    tracing::error!("the boot actor is not running");
+                }
+            }
+            Effect::CancelBoot => {
+                let _ = self.children.boot.cast(BootMsg::Cancel);
+            }
+            Effect::ShutdownRuntime => match self.runtime.take() {
+                Some(live) => {
+                    let run = DrainMsg::Run {
+                        live,
+                        report_to: myself.clone(),
+                    };
+                    if let Err(error) = self.children.drain.cast(run) {
+                        // The runtime came back in the error; dropping it
+                        // aborts its tasks, and the probe settles the drain.
+                        drop(error);
+                        let store = StoreLock::probe(&self.shared.data_dir);
+                        let _ = myself.cast(LifecycleMsg::Drained {
+                            attempt: 0,
+                            store,
+                            survivors: Vec::new(),
+                        });
+                    }
+                }
+                None => {
+                    let store = StoreLock::probe(&self.shared.data_dir);
+                    let _ = myself.cast(LifecycleMsg::Drained {
+                        attempt: 0,
+                        store,
+                        survivors: Vec::new(),
+                    });
+                }
+            },
+            Effect::ApplyConfig => self.apply_config(myself).await,
+            Effect::Exit(intent) => {
+                let marker = RunMarker::Released {
+                    at_ms: self.shared.clock.now().as_millis(),
+                    epoch: self.machine.epoch(),
+                };
+                if let Err(error) = journal::ask(&self.children.journal, timeout, |r| {
+                    JournalMsg::WriteRun(marker, r)
+                })
+                .await
+                {
+                    // The next daemon will read "crashed": say so now.
+                    self.fail_durability(format!("the run marker could not be written: {error}"));
+                }
+                if let Ok(mut exit) = self.exit.lock() {
+                    *exit = Some(intent);
+                }
+                self.answer_stop_waiters();
+                myself.stop(Some(format!("exit({})", intent.name())));
+            }
+        }
+    }
+
+    /// What follows entering a state: timers, the fingerprint check, the
+    /// identity, waiting stop commands.
+    async fn after(&mut self, myself: &ActorRef<LifecycleMsg>, entered: bool) {
+        match &self.machine.state {
+            LifecycleState::Failed { retry, .. } if entered => {
+                match retry {
+                    RetryClass::Backoff { next_retry_at, .. } => {
+                        let wait =
+                            self.shared.clock.until(*next_retry_at) + Duration::from_millis(1);
+                        myself.send_after(wait, || LifecycleMsg::RetryDue);
+                    }
+                    RetryClass::Hold => {
+                        // Settle against the file as it is now, not against
+                        // the events that happened to arrive.
+                        if let (Some(path), Some(before)) =
+                            (&self.shared.declared, self.boot_fingerprint)
+                            && Fingerprint::of_file(path) != before
+                        {
+                            let _ = myself.cast(LifecycleMsg::ConfigChanged);
+                        }
+                    }
+                }
+            }
+            LifecycleState::Running { attempt, .. } if entered => {
+                let attempt = attempt.get();
+                myself.send_after(self.shared.timings.stable_period, move || {
+                    LifecycleMsg::Stable { attempt }
+                });
+                if let Some(live) = self.runtime.as_mut()
+                    && let Some(mut ended) = live.runtime.take_ended()
+                {
+                    let watcher = myself.clone();
+                    tokio::spawn(async move {
+                        if let Some(ended) = ended.recv().await {
+                            let _ = watcher.cast(LifecycleMsg::RuntimeEnded { attempt, ended });
+                        }
+                    });
+                }
+            }
+            _ => {}
+        }
+        if !matches!(self.machine.state, LifecycleState::Draining { .. }) {
+            self.answer_stop_waiters();
+        }
+    }
+
+    /// What entering the current state records before it is published.
+    async fn entering(&mut self) {
+        if let LifecycleState::Running { attempt, .. } = self.machine.state {
+            self.mark_attempt(AttemptResult::Succeeded);
+            let now = self.shared.clock.now().as_millis();
+            self.record(vec![Record::AttemptEnded {
+                attempt: attempt.get(),
+                at_ms: now,
+                result: JournalResult::Succeeded,
+            }])
+            .await;
+            if self.snapshot.identity.is_none() {
+                let timeout = self.shared.timings.journal_timeout;
+                match journal::ask(&self.children.journal, timeout, |r| {
+                    JournalMsg::EnsureIdentity(now, r)
+                })
+                .await
+                {
+                    Ok(identity) => self.snapshot.identity = Some(identity),
+                    Err(error) => {
+                        self.fail_durability(format!("the identity could not be written: {error}"))
+                    }
+                }
+            }
+        }
+    }
+
+    async fn command(
+        &mut self,
+        myself: &ActorRef<LifecycleMsg>,
+        command: Command,
+        reply: RpcReplyPort<Result<Snapshot, CommandError>>,
+    ) {
+        let at = self.shared.clock.now();
+        let (event, hold) = match command {
+            Command::Start => (
+                LifecycleEvent::Start { at },
+                self.snapshot.hold.then_some(false),
+            ),
+            Command::Stop(Hold::None) => (LifecycleEvent::Stop { at }, None),
+            Command::Stop(Hold::AcrossRelaunch) => (LifecycleEvent::Stop { at }, Some(true)),
+            Command::Restart => (LifecycleEvent::Restart { at }, None),
+            Command::Retry => (LifecycleEvent::Retry { at }, None),
+            Command::Exit(intent) => (LifecycleEvent::Exit { intent }, None),
+            Command::Reload => (LifecycleEvent::ConfigChanged { at }, None),
+        };
+        let errors_before = self.snapshot.error.clone();
+        match self.fire_with(myself, event, hold).await {
+            Err(refused) => {
+                let _ = reply.send(Err(CommandError::Refused(refused)));
+            }
+            Ok(_) if self.snapshot.error != errors_before && self.snapshot.error.is_some() => {
+                let error = self.snapshot.error.clone().unwrap_or_default();
+                let _ = reply.send(Err(CommandError::Durability(error)));
+            }
+            Ok(_)
+                if matches!(command, Command::Stop(_))
+                    && matches!(self.machine.state, LifecycleState::Draining { .. }) =>
+            {
+                self.stop_waiters.push(reply);
+            }
+            Ok(_) => {
+                let _ = reply.send(Ok(self.snapshot.clone()));
+            }
+        }
+    }
+
+    async fn boot_report(&mut self, myself: &ActorRef<LifecycleMsg>, report: BootReport) {
+        match report {
+            BootReport::PhaseStarted {
+                attempt,
+                phase,
+                index,
+                total,
+                at,
+            } => {
+                self.record(vec![Record::PhaseStarted {
+                    attempt,
+                    phase: phase.to_string(),
+                    index,
+                    total,
+                    at_ms: at.as_millis(),
+                }])
+                .await;
+                if let Some(record) = self.snapshot.attempt_mut(attempt) {
+                    record.phases.push(PhaseRecord {
+                        phase: phase.clone(),
+                        index,
+                        total,
+                        started_at: at,
+                        duration_ms: None,
+                        outcome: PhaseOutcome::Running,
+                    });
+                }
+                if self
+                    .fire(myself, LifecycleEvent::Phase { phase, at })
+                    .await
+                    .is_err()
+                {
+                    self.publish();
+                }
+            }
+            BootReport::PhaseEnded {
+                attempt,
+                phase,
+                at,
+                duration_ms,
+                outcome,
+            } => {
+                let name = phase.to_string();
+                let at_ms = at.as_millis();
+                let record = match &outcome {
+                    PhaseOutcome::Failed { error } => Record::PhaseFailed {
+                        attempt,
+                        phase: name,
+                        at_ms,
+                        duration_ms,
+                        error: error.clone(),
+                    },
+                    PhaseOutcome::Skipped => Record::PhaseSkipped {
+                        attempt,
+                        phase: name,
+                        at_ms,
+                        reason: "its resource is still present".into(),
+                    },
+                    PhaseOutcome::Running | PhaseOutcome::Completed => Record::PhaseCompleted {
+                        attempt,
+                        phase: name,
+                        at_ms,
+                        duration_ms,
+                    },
+                };
+                self.record(vec![record]).await;
+                if let Some(p) = self
+                    .snapshot
+                    .attempt_mut(attempt)
+                    .and_then(|a| a.phase_mut(&phase))
+                {
+                    p.duration_ms = Some(duration_ms);
+                    p.outcome = outcome;
+                }
+                self.publish();
+            }
+            BootReport::Booted { live, config, at } => {
+                self.runtime = Some(live);
+                self.config = Some(config);
+                if self
+                    .fire(myself, LifecycleEvent::Booted { at })
+                    .await
+                    .is_err()
+                {
+                    // Refused (the process is ending): drop the runtime.
+                    self.runtime = None;
+                }
+            }
+            BootReport::Failed {
+                attempt,
+                report,
+                class,
+                store,
+                fingerprint,
+                cancelled,
+            } => {
+                self.boot_fingerprint = fingerprint;
+                let result = if cancelled {
+                    AttemptResult::Cancelled
+                } else {
+                    AttemptResult::Failed
+                };
+                self.mark_attempt(result);
+                self.record(vec![Record::AttemptEnded {
+                    attempt,
+                    at_ms: report.at.as_millis(),
+                    result: if cancelled {
+                        JournalResult::Cancelled
+                    } else {
+                        JournalResult::Failed
+                    },
+                }])
+                .await;
+                self.fire(
+                    myself,
+                    LifecycleEvent::BootFailed {
+                        report,
+                        class,
+                        store,
+                    },
+                )
+                .await
+                .ok();
+            }
+        }
+    }
+
+    /// Resolve the config again and hand it to the running runtime.
+    async fn apply_config(&mut self, myself: &ActorRef<LifecycleMsg>) {
+        let source = self.shared.source.clone();
+        let resolved = match tokio::task::spawn_blocking(move || source.resolve()).await {
+            Ok(Ok(resolved)) => {
+                check_data_dir(&resolved.config, &self.shared.data_dir).map(|()| resolved)
+            }
+            Ok(Err(error)) => Err(error),
+            Err(_) => Err(crate::config::ConfigError::Invalid(
+                "the config source panicked".into(),
+            )),
+        };
+        let new = match resolved {
+            Ok(resolved) => resolved.config,
+            Err(error) => {
+                self.snapshot.error = Some(format!("a config change was not applied: {error}"));
+                self.publish();
+                return;
+            }
+        };
+        let (Some(live), Some(old)) = (self.runtime.as_mut(), self.config.as_ref()) else {
+            return;
+        };
+        let leaves = self
+            .shared
+            .service
+            .apply_config(old, &new, &mut live.runtime)
+            .await;
+        let attempt = live.attempt;
+        self.config = Some(new);
+        if self
+            .snapshot
+            .error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("a config change"))
+        {
+            self.snapshot.error = None;
+        }
+        let pending = if leaves.is_empty() {
+            PendingApply::InSync
+        } else {
+            // Leaves that still differ from what the runtime booted with
+            // accumulate until a restart.
+            let mut all = match &self.snapshot.pending {
+                PendingApply::RestartNeeded { leaves } => leaves.clone(),
+                PendingApply::InSync => Vec::new(),
+            };
+            all.extend(leaves);
+            all.sort();
+            all.dedup();
+            PendingApply::RestartNeeded { leaves: all }
+        };
+        let _ = myself.cast(LifecycleMsg::ConfigApplied { attempt, pending });
+    }
+
+    /// Append `records`; a failure is reported in the snapshot, never retried.
+    async fn record(&mut self, records: Vec<Record>) {
+        if records.is_empty() {
+            return;
+        }
+        let timeout = self.shared.timings.journal_timeout;
+        if let Err(error) = journal::append(&self.children.journal, records, timeout).await {
+            self.fail_durability(format!("the journal could not be written: {error}"));
+        }
+    }
+
+    fn fail_durability(&mut self, error: String) {
+        tracing::error!(%error, "durability failure");
+        self.snapshot.error = Some(error);
+    }
+
+    fn current_attempt(&self) -> Option<&AttemptRecord> {
+        self.snapshot.attempts.last()
+    }
+
+    fn mark_attempt(&mut self, result: AttemptResult) {
+        if let Some(last) = self.snapshot.attempts.last_mut()
+            && last.result == AttemptResult::InProgress
+        {
+            last.result = result;
+        }
+    }
+
+    fn answer_stop_waiters(&mut self) {
+        for waiter in self.stop_waiters.drain(..) {
+            let _ = waiter.send(Ok(self.snapshot.clone()));
+        }
+    }
+
+    /// Publish the current state as a new snapshot version.
+    fn publish(&mut self) {
+        self.snapshot.version += 1;
+        self.snapshot.lifecycle = self.machine.state.clone();
+        self.snapshot.epoch = self.machine.epoch();
+        self.snapshot.streak = self.machine.streak();
+        self.snapshot.pending = match &self.machine.state {
+            LifecycleState::Running { pending, .. } => pending.clone(),
+            _ => PendingApply::InSync,
+        };
+        self.snapshots.send_replace(self.snapshot.clone());
+    }
+}
+
+/// A state's label for the journal: its name, with the drain's purpose.
+fn label(state: &LifecycleState) -> String {
+    match state {
+        LifecycleState::Draining { then, .. } => format!("draining({})", then.name()),
+        other => other.name().to_owned(),
+    }
+}

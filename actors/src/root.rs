@@ -1,0 +1,303 @@
+//! Root: owns the data-dir lock and supervises the tree.
+//!
+//! ```text
+//! Root (holds the ControlDir, so the data-dir lock, for the process's life)
+//! ├── Journal        sole writer of the control dir
+//! ├── Lifecycle      the machine; publishes snapshots; performs effects
+//! ├── Boot           runs one attempt in a task it owns
+//! ├── Drain          tears a runtime down in a task it owns
+//! ├── ConfigWatcher  notify on the declared file (when there is one)
+//! └── (Replacement   arrives with its own issue)
+//! ```
+//!
+//! What each child's death brings down:
+//! - **Boot** (a boot step panicked): nothing. Root tells Lifecycle, which
+//!   fails the attempt with class backoff and a *probed* store outcome (the
+//!   runtime the task held was dropped while unwinding), and Root starts a new
+//!   Boot actor.
+//! - **Drain** (a destroy panicked): nothing. Lifecycle settles the drain with
+//!   a probed store outcome (wedged if it is still held); a new Drain actor.
+//! - **Journal**: restarted over the reopened journal, at most
+//!   [`RESTARTS`] times; past that, the process exits with intent
+//!   `relaunch` (a fresh process reopens the control directory).
+//! - **ConfigWatcher**: restarted, at most [`RESTARTS`] times; past that the
+//!   daemon goes on without watching (the snapshot says so) — an operator's
+//!   `retry` still works.
+//! - **Lifecycle**: the machine is gone, so the process ends with intent
+//!   `relaunch`; the runtime it held was dropped with it (tasks aborted,
+//!   store lock released).
+//!
+//! When Lifecycle stops normally (an exit), Root stops the tree and the
+//! supervisor's `run` returns the exit intent.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
+use steadfast_protocol::lifecycle::ExitIntent;
+use steadfast_protocol::snapshot::Snapshot;
+use tokio::sync::{mpsc, watch};
+
+use crate::boot::{BootActor, BootMsg};
+use crate::config_watcher::{ConfigWatcherActor, ConfigWatcherArgs, ConfigWatcherMsg};
+use crate::context::Shared;
+use crate::control_dir::{ControlDir, JournalFile};
+use crate::drain::{DrainActor, DrainMsg};
+use crate::journal::{JournalActor, JournalArgs, JournalMsg};
+use crate::lifecycle::{Children, CommandRequest, LifecycleActor, LifecycleArgs, LifecycleMsg};
+
+/// How many times Root restarts the journal or the watcher before it gives up.
+pub const RESTARTS: u32 = 3;
+
+/// Root.
+#[derive(Debug, Default)]
+pub struct RootActor;
+
+/// What Root starts the tree from.
+pub struct RootArgs {
+    /// The fixed context.
+    pub shared: Arc<Shared>,
+    /// The locked control directory.
+    pub control: Arc<ControlDir>,
+    /// The journal opened (and repaired) by `Supervisor::new`.
+    pub journal: JournalFile,
+    /// Where snapshots are published.
+    pub snapshots: watch::Sender<Snapshot>,
+    /// Commands from handles.
+    pub commands: mpsc::UnboundedReceiver<CommandRequest>,
+    /// Where the exit intent is left.
+    pub exit: Arc<Mutex<Option<ExitIntent>>>,
+}
+
+/// Root's state: its children and their restart counts.
+pub struct RootState {
+    shared: Arc<Shared>,
+    control: Arc<ControlDir>,
+    exit: Arc<Mutex<Option<ExitIntent>>>,
+    lifecycle: ActorRef<LifecycleMsg>,
+    journal: ActorRef<JournalMsg>,
+    boot: ActorRef<BootMsg>,
+    drain: ActorRef<DrainMsg>,
+    watcher: Option<ActorRef<ConfigWatcherMsg>>,
+    journal_restarts: u32,
+    watcher_restarts: u32,
+    /// Set once the tree is coming down: children's deaths are expected.
+    stopping: bool,
+}
+
+/// Root takes no messages of its own; it acts on supervision events.
+pub enum RootMsg {}
+
+impl Actor for RootActor {
+    type Msg = RootMsg;
+    type State = RootState;
+    type Arguments = RootArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<RootMsg>,
+        args: RootArgs,
+    ) -> Result<RootState, ActorProcessingErr> {
+        let RootArgs {
+            shared,
+            control,
+            journal,
+            snapshots,
+            commands,
+            exit,
+        } = args;
+        let cell = myself.get_cell();
+        let (journal, _) = Actor::spawn_linked(
+            None,
+            JournalActor,
+            JournalArgs {
+                control: Arc::clone(&control),
+                file: Some(journal),
+            },
+            cell.clone(),
+        )
+        .await?;
+        let (boot, _) =
+            Actor::spawn_linked(None, BootActor, Arc::clone(&shared), cell.clone()).await?;
+        let (drain, _) =
+            Actor::spawn_linked(None, DrainActor, Arc::clone(&shared), cell.clone()).await?;
+        let children = Children {
+            boot: boot.clone(),
+            drain: drain.clone(),
+            journal: journal.clone(),
+        };
+        let (lifecycle, _) = Actor::spawn_linked(
+            None,
+            LifecycleActor,
+            LifecycleArgs {
+                shared: Arc::clone(&shared),
+                children,
+                snapshots,
+                commands,
+                exit: Arc::clone(&exit),
+            },
+            cell.clone(),
+        )
+        .await?;
+        let watcher = match &shared.declared {
+            Some(path) => {
+                Some(spawn_watcher(path.clone(), &shared, &lifecycle, cell.clone()).await?)
+            }
+            None => None,
+        };
+        lifecycle.cast(LifecycleMsg::Begin)?;
+        Ok(RootState {
+            shared,
+            control,
+            exit,
+            lifecycle,
+            journal,
+            boot,
+            drain,
+            watcher,
+            journal_restarts: 0,
+            watcher_restarts: 0,
+            stopping: false,
+        })
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<RootMsg>,
+        event: SupervisionEvent,
+        state: &mut RootState,
+    ) -> Result<(), ActorProcessingErr> {
+        let (who, failure) = match event {
+            SupervisionEvent::ActorFailed(who, error) => (who, Some(error.to_string())),
+            SupervisionEvent::ActorTerminated(who, _, _) => (who, None),
+            _ => return Ok(()),
+        };
+        if state.stopping {
+            return Ok(());
+        }
+        let id = who.get_id();
+        let cell = myself.get_cell();
+        if id == state.lifecycle.get_id() {
+            if let Some(error) = failure {
+                tracing::error!(%error, "the lifecycle actor died; ending the process for a relaunch");
+                state.set_exit(ExitIntent::Relaunch);
+            }
+            state.stop_children();
+            state.stopping = true;
+            myself.stop(None);
+        } else if id == state.boot.get_id() {
+            let reason = failure.unwrap_or_else(|| "the boot actor stopped".into());
+            let (boot, _) =
+                Actor::spawn_linked(None, BootActor, Arc::clone(&state.shared), cell).await?;
+            state.boot = boot;
+            state.tell_children();
+            let _ = state.lifecycle.cast(LifecycleMsg::BootCrashed { reason });
+        } else if id == state.drain.get_id() {
+            let reason = failure.unwrap_or_else(|| "the drain actor stopped".into());
+            let (drain, _) =
+                Actor::spawn_linked(None, DrainActor, Arc::clone(&state.shared), cell).await?;
+            state.drain = drain;
+            state.tell_children();
+            let _ = state.lifecycle.cast(LifecycleMsg::DrainCrashed { reason });
+        } else if id == state.journal.get_id() {
+            state.journal_restarts += 1;
+            tracing::error!(error = ?failure, restarts = state.journal_restarts, "the journal actor died");
+            if state.journal_restarts > RESTARTS {
+                state.give_up(&myself);
+                return Ok(());
+            }
+            let args = JournalArgs {
+                control: Arc::clone(&state.control),
+                file: None,
+            };
+            match Actor::spawn_linked(None, JournalActor, args, cell).await {
+                Ok((journal, _)) => {
+                    state.journal = journal;
+                    state.tell_children();
+                }
+                Err(error) => {
+                    tracing::error!(%error, "the journal could not be reopened");
+                    state.give_up(&myself);
+                }
+            }
+        } else if state.watcher.as_ref().is_some_and(|w| w.get_id() == id) {
+            state.watcher_restarts += 1;
+            tracing::error!(error = ?failure, restarts = state.watcher_restarts, "the config watcher died");
+            state.watcher = None;
+            if state.watcher_restarts <= RESTARTS
+                && let Some(path) = state.shared.declared.clone()
+            {
+                match spawn_watcher(path, &state.shared, &state.lifecycle, cell).await {
+                    Ok(watcher) => state.watcher = Some(watcher),
+                    Err(error) => {
+                        tracing::error!(%error, "the config watcher could not be restarted")
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<RootMsg>,
+        state: &mut RootState,
+    ) -> Result<(), ActorProcessingErr> {
+        state.stop_children();
+        Ok(())
+    }
+}
+
+impl RootState {
+    fn tell_children(&self) {
+        let _ = self.lifecycle.cast(LifecycleMsg::SetChildren(Children {
+            boot: self.boot.clone(),
+            drain: self.drain.clone(),
+            journal: self.journal.clone(),
+        }));
+    }
+
+    fn set_exit(&self, intent: ExitIntent) {
+        if let Ok(mut exit) = self.exit.lock() {
+            exit.get_or_insert(intent);
+        }
+    }
+
+    /// Escalate: end the process with intent relaunch. The Lifecycle actor
+    /// is stopped with the rest; its runtime is dropped, which aborts the
+    /// runtime's tasks and releases what they held.
+    fn give_up(&mut self, myself: &ActorRef<RootMsg>) {
+        self.stopping = true;
+        self.set_exit(ExitIntent::Relaunch);
+        self.stop_children();
+        myself.stop(Some("escalated".into()));
+    }
+
+    fn stop_children(&self) {
+        self.lifecycle.stop(None);
+        self.journal.stop(None);
+        self.boot.stop(None);
+        self.drain.stop(None);
+        if let Some(watcher) = &self.watcher {
+            watcher.stop(None);
+        }
+    }
+}
+
+async fn spawn_watcher(
+    path: PathBuf,
+    shared: &Shared,
+    lifecycle: &ActorRef<LifecycleMsg>,
+    supervisor: ActorCell,
+) -> Result<ActorRef<ConfigWatcherMsg>, ActorProcessingErr> {
+    let target = lifecycle.clone();
+    let args = ConfigWatcherArgs {
+        path,
+        debounce: shared.timings.debounce,
+        on_change: Arc::new(move || {
+            let _ = target.cast(LifecycleMsg::ConfigChanged);
+        }),
+    };
+    let (watcher, _) = Actor::spawn_linked(None, ConfigWatcherActor, args, supervisor).await?;
+    Ok(watcher)
+}

@@ -1,0 +1,223 @@
+//! Round trips through the supervision tree, beside the cost of one journal
+//! fsync on the same disk, and many supervisors in one process.
+//!
+//! - `journal_fsync`: append one record and `sync_data` it (what every
+//!   acknowledged transition costs at least once).
+//! - `stop_to_stopped` / `start_to_running`: a command through the handle, the
+//!   Lifecycle actor, the journal and the Boot or Drain actor, for a no-op
+//!   service, until the snapshot says it arrived. Target: each ≤ 10× one fsync.
+//! - `thousand_supervisors`: 1,000 supervisors on separate data dirs in one
+//!   process, all reaching running; prints the RSS added per supervisor
+//!   (target ≤ 256 KiB).
+//!
+//! Run: `cargo bench --bench supervisor`.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use steadfast::protocol::journal::{Record, encode_header, encode_record};
+use steadfast::{
+    BoxFuture, Checkpoint, ConfigSource, ExitIntent, Hold, LifecycleState, Observation,
+    ResolvedConfig, ResourceRecord, Runtime, Service, Snapshot, StepContext, StepError, Supervisor,
+    SupervisorConfig, SupervisorHandle,
+};
+
+/// A service with one step that creates nothing.
+struct Noop;
+
+impl Service for Noop {
+    fn plan(&self, _config: &toml::Table) -> Vec<String> {
+        vec!["noop".into()]
+    }
+    fn execute<'a>(
+        &'a self,
+        _step: &'a str,
+        _cx: StepContext<'a>,
+    ) -> BoxFuture<'a, Result<ResourceRecord, StepError>> {
+        Box::pin(async {
+            Ok(ResourceRecord {
+                kind: "noop".into(),
+                id: String::new(),
+                payload: Vec::new(),
+            })
+        })
+    }
+    fn observe<'a>(
+        &'a self,
+        _checkpoint: &'a Checkpoint,
+        _runtime: &'a Runtime,
+    ) -> BoxFuture<'a, Observation> {
+        Box::pin(async { Observation::Gone })
+    }
+    fn destroy<'a>(
+        &'a self,
+        _checkpoint: &'a Checkpoint,
+        _runtime: &'a mut Runtime,
+    ) -> BoxFuture<'a, Result<(), StepError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+fn source() -> ConfigSource {
+    ConfigSource::new(|| Ok(ResolvedConfig::untracked(toml::Table::new())))
+}
+
+async fn until(handle: &SupervisorHandle, pred: impl Fn(&Snapshot) -> bool) {
+    let mut rx = handle.watch();
+    loop {
+        if pred(&rx.borrow_and_update()) {
+            return;
+        }
+        rx.changed().await.expect("alive");
+    }
+}
+
+fn running(s: &Snapshot) -> bool {
+    matches!(s.lifecycle, LifecycleState::Running { .. })
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+fn bench(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let tmp = tempfile::tempdir().expect("tempdir");
+
+    // One fsync of one record, on the same disk as the data dirs.
+    let mut file = std::fs::File::create(tmp.path().join("fsync-probe")).expect("create");
+    file.write_all(&encode_header()).expect("header");
+    let frame = encode_record(&Record::Transition {
+        at_ms: 1,
+        from: "running".into(),
+        event: "stop".into(),
+        to: "draining(stop)".into(),
+    })
+    .expect("encode");
+    c.bench_function("journal_fsync", |b| {
+        b.iter(|| {
+            file.write_all(&frame).expect("write");
+            file.sync_data().expect("fsync");
+        });
+    });
+
+    let (handle, run) = rt.block_on(async {
+        let (supervisor, handle) = Supervisor::new(SupervisorConfig::new(
+            tmp.path().join("one"),
+            source(),
+            Arc::new(Noop),
+        ))
+        .expect("new");
+        let run = tokio::spawn(supervisor.run());
+        until(&handle, running).await;
+        (handle, run)
+    });
+    c.bench_function("stop_to_stopped_then_start_to_running", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let start = Instant::now();
+                    handle.stop(Hold::None).await.expect("stop");
+                    handle.start().await.expect("start");
+                    until(&handle, running).await;
+                    total += start.elapsed();
+                }
+                total
+            })
+        });
+    });
+    let mut group = c.benchmark_group("round_trip");
+    group.bench_function("stop_to_stopped", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let start = Instant::now();
+                    handle.stop(Hold::None).await.expect("stop");
+                    total += start.elapsed();
+                    handle.start().await.expect("start");
+                    until(&handle, running).await;
+                }
+                total
+            })
+        });
+    });
+    group.bench_function("start_to_running", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    handle.stop(Hold::None).await.expect("stop");
+                    let start = Instant::now();
+                    handle.start().await.expect("start");
+                    until(&handle, running).await;
+                    total += start.elapsed();
+                }
+                total
+            })
+        });
+    });
+    group.finish();
+    rt.block_on(async {
+        handle.exit(ExitIntent::Halt).await.expect("exit");
+        run.await.expect("run");
+    });
+
+    let mut group = c.benchmark_group("many");
+    group.sample_size(10);
+    group.bench_function("thousand_supervisors", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for round in 0..iters {
+                let before = rss_kib();
+                let start = Instant::now();
+                let handles = rt.block_on(async {
+                    let mut all = Vec::with_capacity(1000);
+                    for i in 0..1000 {
+                        let dir = tmp.path().join(format!("many-{round}-{i}"));
+                        let (supervisor, handle) =
+                            Supervisor::new(SupervisorConfig::new(dir, source(), Arc::new(Noop))).expect("new");
+                        all.push((tokio::spawn(supervisor.run()), handle));
+                    }
+                    for (_, handle) in &all {
+                        until(handle, running).await;
+                    }
+                    all
+                });
+                total += start.elapsed();
+                let added = rss_kib().saturating_sub(before);
+                eprintln!(
+                    "1000 supervisors running after {:?}; RSS added {} KiB, {:.1} KiB per supervisor",
+                    start.elapsed(),
+                    added,
+                    added as f64 / 1000.0
+                );
+                rt.block_on(async {
+                    for (run, handle) in handles {
+                        handle.exit(ExitIntent::Halt).await.expect("exit");
+                        run.await.expect("run");
+                    }
+                });
+            }
+            total
+        });
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

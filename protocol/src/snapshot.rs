@@ -1,0 +1,204 @@
+//! What a supervisor publishes: the [`Snapshot`] that `watch`, `status --json`
+//! and the embedding handle show.
+//!
+//! A snapshot is a value: the lifecycle state, the recent attempts with their
+//! phases, what the previous run of this data directory left behind, the
+//! identity, the counters and the hold marker. Each published snapshot has a
+//! `version` one higher than the one before, so a long-poll can ask for "the
+//! first snapshot newer than N". The shapes are snake_case and, where they are
+//! enums with data, internally tagged, for JSON (`spec/control.md` once
+//! written). Checked by `snapshot::tests::json_shape_is_snake_case_and_tagged`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::Timestamp;
+use crate::lifecycle::{LifecycleState, PendingApply, Phase};
+
+/// What the previous run of this data directory left behind, read from the
+/// run marker when the daemon opened it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum PreviousRun {
+    /// No daemon ever ran over this data directory.
+    FirstEver,
+    /// The previous daemon exited cleanly and released the store.
+    CleanStop {
+        /// When it released it.
+        at: Timestamp,
+        /// Its epoch then.
+        epoch: u64,
+    },
+    /// The previous daemon ended without releasing (killed, crashed, power
+    /// lost), or its run marker could not be read.
+    Crashed {
+        /// Its pid, if the marker was readable.
+        pid: Option<u32>,
+        /// The attempt it was on, if the marker was readable.
+        attempt: Option<u32>,
+    },
+}
+
+/// How one phase of an attempt went.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum PhaseOutcome {
+    /// Still in progress.
+    Running,
+    /// Executed and checkpointed.
+    Completed,
+    /// Skipped: its checkpointed resource was observed still present.
+    Skipped,
+    /// Failed with this error.
+    Failed {
+        /// The error, rendered.
+        error: String,
+    },
+}
+
+/// One phase of an attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PhaseRecord {
+    /// Which phase.
+    pub phase: Phase,
+    /// Its position in the plan, from 1 (`resolve_config` is 1).
+    pub index: u32,
+    /// How many phases the plan has (0 while the plan is not known yet).
+    pub total: u32,
+    /// When it started.
+    pub started_at: Timestamp,
+    /// How long it took, once it ended.
+    pub duration_ms: Option<u64>,
+    /// How it went.
+    #[serde(flatten)]
+    pub outcome: PhaseOutcome,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptResult {
+    /// Still booting, or running.
+    InProgress,
+    /// It reached running.
+    Succeeded,
+    /// It failed.
+    Failed,
+    /// It was cancelled (a stop, restart or exit during the boot).
+    Cancelled,
+}
+
+/// One boot of this daemon and its phases.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    /// Which boot (from 1).
+    pub attempt: u32,
+    /// When it started.
+    pub started_at: Timestamp,
+    /// Its phases, in order.
+    pub phases: Vec<PhaseRecord>,
+    /// How it ended.
+    pub result: AttemptResult,
+}
+
+impl AttemptRecord {
+    /// A new attempt, with no phases yet.
+    #[must_use]
+    pub const fn new(attempt: u32, started_at: Timestamp) -> Self {
+        Self {
+            attempt,
+            started_at,
+            phases: Vec::new(),
+            result: AttemptResult::InProgress,
+        }
+    }
+
+    /// The phase record for `phase`, if it has started.
+    pub fn phase_mut(&mut self, phase: &Phase) -> Option<&mut PhaseRecord> {
+        self.phases.iter_mut().rev().find(|p| p.phase == *phase)
+    }
+}
+
+/// Everything a supervisor publishes about itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// One higher for every published snapshot.
+    pub version: u64,
+    /// Where the lifecycle is.
+    pub lifecycle: LifecycleState,
+    /// The most recent attempts of this process, oldest first (bounded).
+    pub attempts: Vec<AttemptRecord>,
+    /// What the previous run of this data directory left behind.
+    pub previous_run: PreviousRun,
+    /// The data directory's identity, once a boot has succeeded.
+    pub identity: Option<String>,
+    /// Times this process has released the store.
+    pub epoch: u64,
+    /// Consecutive failed boots since a runtime last ran stably.
+    pub streak: u32,
+    /// Whether a stop is held across relaunch.
+    pub hold: bool,
+    /// Whether the running runtime reflects the effective configuration.
+    pub pending: PendingApply,
+    /// The daemon's process id.
+    pub pid: u32,
+    /// A durability or I/O error the supervisor met, if any (a failed journal
+    /// write): the daemon says so rather than pretending.
+    pub error: Option<String>,
+}
+
+impl Snapshot {
+    /// The attempt record for `attempt`, if it is still kept.
+    pub fn attempt_mut(&mut self, attempt: u32) -> Option<&mut AttemptRecord> {
+        self.attempts
+            .iter_mut()
+            .rev()
+            .find(|a| a.attempt == attempt)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_shape_is_snake_case_and_tagged() {
+        let mut attempt = AttemptRecord::new(1, Timestamp(5));
+        attempt.phases.push(PhaseRecord {
+            phase: Phase::RESOLVE_CONFIG,
+            index: 1,
+            total: 3,
+            started_at: Timestamp(5),
+            duration_ms: Some(2),
+            outcome: PhaseOutcome::Failed {
+                error: "bad".into(),
+            },
+        });
+        let snapshot = Snapshot {
+            version: 7,
+            lifecycle: LifecycleState::Resolving {
+                since: Timestamp(1),
+            },
+            attempts: vec![attempt],
+            previous_run: PreviousRun::CleanStop {
+                at: Timestamp(0),
+                epoch: 2,
+            },
+            identity: None,
+            epoch: 0,
+            streak: 0,
+            hold: false,
+            pending: PendingApply::InSync,
+            pid: 42,
+            error: None,
+        };
+        let json = serde_json::to_value(&snapshot).expect("json");
+        assert_eq!(json["lifecycle"]["state"], "resolving");
+        assert_eq!(json["previous_run"]["kind"], "clean_stop");
+        assert_eq!(json["attempts"][0]["result"], "in_progress");
+        assert_eq!(json["attempts"][0]["phases"][0]["outcome"], "failed");
+        assert_eq!(json["attempts"][0]["phases"][0]["error"], "bad");
+        assert_eq!(json["pending"]["kind"], "in_sync");
+        let back: Snapshot = serde_json::from_value(json).expect("round trip");
+        assert_eq!(back, snapshot);
+    }
+}

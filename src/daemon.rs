@@ -1,0 +1,137 @@
+//! The process-wide part of a daemon: signals, systemd notification and the
+//! exit code. Opt-in, for the daemon's `main` — a process may run many
+//! supervisors, but only one of them answers signals and talks to systemd.
+//!
+//! - SIGTERM and SIGINT → `exit(halt)` (after a drain); SIGHUP → re-read the
+//!   config (a `config_changed`).
+//! - When `NOTIFY_SOCKET` is set: `READY=1` when the runtime first runs,
+//!   `STATUS=<state>` on every transition, `STOPPING=1` when exiting, and
+//!   `WATCHDOG=1` at half of `WATCHDOG_USEC` while the supervisor lives.
+//! - [`run`] returns the [`ExitIntent`]; `std::process::exit(intent.code())`
+//!   gives 0 (halt: stay down) or 75 (relaunch: `Restart=on-failure` starts a
+//!   new process).
+//!
+//! Checked by `tests/daemon.rs`, which runs a real child process under a
+//! fake `NOTIFY_SOCKET` and sends it real signals.
+
+use std::time::Duration;
+
+use sd_notify::NotifyState;
+use steadfast_protocol::lifecycle::{ExitIntent, LifecycleState};
+use steadfast_protocol::snapshot::Snapshot;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::supervisor::{Supervisor, SupervisorHandle};
+
+/// One line for `STATUS=`: the state and what matters about it.
+#[must_use]
+pub fn status_line(snapshot: &Snapshot) -> String {
+    match &snapshot.lifecycle {
+        LifecycleState::Booting { attempt, phase, .. } => {
+            format!("booting (attempt {attempt}, {phase})")
+        }
+        LifecycleState::Running { attempt, .. } => format!("running (attempt {attempt})"),
+        LifecycleState::Failed { report, retry, .. } => {
+            format!(
+                "failed in {}: {} (retry: {})",
+                report.phase,
+                report.error,
+                retry_name(retry)
+            )
+        }
+        LifecycleState::Stopped { reason, .. } => format!("stopped ({})", reason.name()),
+        LifecycleState::Wedged { cause, .. } => format!("wedged: {cause}"),
+        LifecycleState::Draining { then, .. } => format!("draining (then {})", then.name()),
+        other => other.name().to_owned(),
+    }
+}
+
+fn retry_name(retry: &steadfast_protocol::lifecycle::RetryClass) -> String {
+    match retry {
+        steadfast_protocol::lifecycle::RetryClass::Backoff { delay_ms, .. } => {
+            format!("in {delay_ms} ms")
+        }
+        steadfast_protocol::lifecycle::RetryClass::Hold => "when the config changes".to_owned(),
+    }
+}
+
+/// Run `supervisor` as the process's daemon: answer signals, notify systemd
+/// when `NOTIFY_SOCKET` is set, and return the exit intent.
+pub async fn run(supervisor: Supervisor, handle: SupervisorHandle) -> ExitIntent {
+    let signals = tokio::spawn(answer_signals(handle.clone()));
+    let notifier = tokio::spawn(notify_systemd(handle.clone()));
+    let intent = supervisor.run().await;
+    signals.abort();
+    notifier.abort();
+    if std::env::var_os("NOTIFY_SOCKET").is_some() {
+        let _ = sd_notify::notify(&[NotifyState::Stopping, NotifyState::Status("exiting")]);
+    }
+    intent
+}
+
+async fn answer_signals(handle: SupervisorHandle) {
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    ) else {
+        tracing::error!("signal handlers could not be installed");
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = term.recv() => exit_on_signal(&handle, "SIGTERM").await,
+            _ = int.recv() => exit_on_signal(&handle, "SIGINT").await,
+            _ = hup.recv() => {
+                tracing::info!("SIGHUP: re-reading the config");
+                if let Err(error) = handle.reload().await {
+                    tracing::warn!(%error, "SIGHUP: the config was not re-read");
+                }
+            }
+        }
+    }
+}
+
+async fn exit_on_signal(handle: &SupervisorHandle, name: &str) {
+    tracing::info!("{name}: exiting after a drain");
+    if let Err(error) = handle.exit(ExitIntent::Halt).await {
+        tracing::warn!(%error, "{name}: exit refused");
+    }
+}
+
+async fn notify_systemd(handle: SupervisorHandle) {
+    if std::env::var_os("NOTIFY_SOCKET").is_none() {
+        return;
+    }
+    let watchdog = sd_notify::watchdog_enabled().map(|usec| usec / 2);
+    let mut snapshots = handle.watch();
+    let mut ready = false;
+    let mut last_status = String::new();
+    let mut tick = tokio::time::interval(watchdog.unwrap_or(Duration::from_secs(3600)));
+    loop {
+        {
+            let snapshot = snapshots.borrow_and_update().clone();
+            let status = status_line(&snapshot);
+            if status != last_status {
+                let mut states = vec![NotifyState::Status(&status)];
+                if !ready && matches!(snapshot.lifecycle, LifecycleState::Running { .. }) {
+                    ready = true;
+                    states.push(NotifyState::Ready);
+                }
+                if matches!(snapshot.lifecycle, LifecycleState::Exiting { .. }) {
+                    states.push(NotifyState::Stopping);
+                }
+                if let Err(error) = sd_notify::notify(&states) {
+                    tracing::warn!(%error, "sd_notify failed");
+                }
+                last_status = status;
+            }
+        }
+        tokio::select! {
+            changed = snapshots.changed() => if changed.is_err() { return },
+            _ = tick.tick(), if watchdog.is_some() => {
+                let _ = sd_notify::notify(&[NotifyState::Watchdog]);
+            }
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! The embedding API: [`Supervisor`] and [`SupervisorHandle`].
+//!
+//! `Supervisor::new` opens the data directory — takes its lock (a second
+//! supervisor gets [`SupervisorError::Locked`]), opens and repairs the journal
+//! (a corrupt one refuses to start, naming the file and offset), reads what
+//! the previous run left, and marks this run as holding — all before anything
+//! runs. `Supervisor::run` starts the actor tree and returns the exit intent
+//! once the lifecycle has exited. The handle works from the moment `new`
+//! returns: commands sent before `run` wait in a queue.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use steadfast_actors::clock::Clock;
+use steadfast_actors::config::ConfigSource;
+use steadfast_actors::context::{Shared, Timings};
+use steadfast_actors::control_dir::{ControlDir, ControlDirError, RunMarker};
+use steadfast_actors::lifecycle::{Command, CommandError, CommandRequest, Hold};
+use steadfast_actors::root::{RootActor, RootArgs};
+use steadfast_actors::service::Service;
+use steadfast_protocol::lifecycle::{ExitIntent, LifecycleState, PendingApply};
+use steadfast_protocol::snapshot::Snapshot;
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// Everything a supervisor needs.
+pub struct SupervisorConfig {
+    /// The data directory: the store and the control directory live under it.
+    pub data_dir: PathBuf,
+    /// Where the effective config comes from.
+    pub source: ConfigSource,
+    /// The embedding application's runtime.
+    pub service: Arc<dyn Service>,
+    /// The declared config file, watched for changes (optional).
+    pub declared: Option<PathBuf>,
+    /// Backoff, stable period, drain grace, debounce.
+    pub timings: Timings,
+}
+
+impl SupervisorConfig {
+    /// A config with the default timings and no declared file.
+    pub fn new(
+        data_dir: impl Into<PathBuf>,
+        source: ConfigSource,
+        service: Arc<dyn Service>,
+    ) -> Self {
+        Self {
+            data_dir: data_dir.into(),
+            source,
+            service,
+            declared: None,
+            timings: Timings::default(),
+        }
+    }
+
+    /// Watch `path` as the declared config file.
+    #[must_use]
+    pub fn declared(mut self, path: impl Into<PathBuf>) -> Self {
+        self.declared = Some(path.into());
+        self
+    }
+
+    /// Use these timings.
+    #[must_use]
+    pub fn timings(mut self, timings: Timings) -> Self {
+        self.timings = timings;
+        self
+    }
+}
+
+impl std::fmt::Debug for SupervisorConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SupervisorConfig")
+            .field("data_dir", &self.data_dir)
+            .field("declared", &self.declared)
+            .field("timings", &self.timings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a supervisor could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SupervisorError {
+    /// Another daemon holds this data directory.
+    #[error("another daemon holds the data directory ({0})")]
+    Locked(PathBuf),
+    /// The control directory could not be opened, repaired or trusted.
+    #[error("the control directory: {0}")]
+    ControlDir(#[source] ControlDirError),
+}
+
+impl From<ControlDirError> for SupervisorError {
+    fn from(error: ControlDirError) -> Self {
+        match error {
+            ControlDirError::Locked(path) => Self::Locked(path),
+            other => Self::ControlDir(other),
+        }
+    }
+}
+
+/// A daemon's supervisor, ready to run.
+pub struct Supervisor {
+    args: RootArgs,
+}
+
+impl std::fmt::Debug for Supervisor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Supervisor")
+            .field("shared", &self.args.shared)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Drives and watches a supervisor. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct SupervisorHandle {
+    commands: mpsc::UnboundedSender<CommandRequest>,
+    snapshots: watch::Receiver<Snapshot>,
+}
+
+impl Supervisor {
+    /// Open the data directory and prepare the tree. Call inside a tokio
+    /// runtime (the clock is anchored on tokio's).
+    ///
+    /// # Errors
+    /// [`SupervisorError::Locked`] when another daemon holds the data
+    /// directory; [`SupervisorError::ControlDir`] when the control directory
+    /// cannot be opened, or its journal is corrupt (the error names the file
+    /// and the offset; nothing is truncated).
+    pub fn new(config: SupervisorConfig) -> Result<(Self, SupervisorHandle), SupervisorError> {
+        let SupervisorConfig {
+            data_dir,
+            source,
+            service,
+            declared,
+            timings,
+        } = config;
+        let control = ControlDir::open(&data_dir)?;
+        let (journal, _records, recovery) = control.open_journal()?;
+        tracing::info!(?recovery, data_dir = %data_dir.display(), "opened the control directory");
+        let previous_run = control.previous_run().clone();
+        let hold = control.is_held()?;
+        let identity = control
+            .identity()
+            .ok()
+            .flatten()
+            .map(|identity| identity.id);
+        let pid = std::process::id();
+        control.write_run(&RunMarker::Holding { pid, attempt: 0 })?;
+
+        let clock = Clock::start();
+        let snapshot = Snapshot {
+            version: 0,
+            lifecycle: LifecycleState::Resolving { since: clock.now() },
+            attempts: Vec::new(),
+            previous_run,
+            identity,
+            epoch: 0,
+            streak: 0,
+            hold,
+            pending: PendingApply::InSync,
+            pid,
+            error: None,
+        };
+        let (snapshot_tx, snapshot_rx) = watch::channel(snapshot);
+        let (command_tx, command_rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            service,
+            source,
+            data_dir,
+            declared,
+            clock,
+            timings,
+            pid,
+        });
+        let supervisor = Self {
+            args: RootArgs {
+                shared,
+                control: Arc::new(control),
+                journal,
+                snapshots: snapshot_tx,
+                commands: command_rx,
+                exit: Arc::new(Mutex::new(None)),
+            },
+        };
+        let handle = SupervisorHandle {
+            commands: command_tx,
+            snapshots: snapshot_rx,
+        };
+        Ok((supervisor, handle))
+    }
+
+    /// Run the tree until the lifecycle exits; return how the process should
+    /// end. If the tree cannot start, or the lifecycle dies, the intent is
+    /// `relaunch` (a fresh process starts over).
+    pub async fn run(self) -> ExitIntent {
+        let exit = Arc::clone(&self.args.exit);
+        match ractor::Actor::spawn(None, RootActor, self.args).await {
+            Ok((_root, join)) => {
+                let _ = join.await;
+            }
+            Err(error) => {
+                tracing::error!(%error, "the supervision tree could not start");
+            }
+        }
+        let intent = exit.lock().ok().and_then(|intent| *intent);
+        intent.unwrap_or(ExitIntent::Relaunch)
+    }
+}
+
+impl SupervisorHandle {
+    /// The latest snapshot.
+    #[must_use]
+    pub fn snapshot(&self) -> Snapshot {
+        self.snapshots.borrow().clone()
+    }
+
+    /// A receiver of every published snapshot.
+    #[must_use]
+    pub fn watch(&self) -> watch::Receiver<Snapshot> {
+        self.snapshots.clone()
+    }
+
+    async fn send(&self, command: Command) -> Result<Snapshot, CommandError> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send((command, tx.into()))
+            .map_err(|_| CommandError::Unavailable)?;
+        rx.await.map_err(|_| CommandError::Unavailable)?
+    }
+
+    /// Boot a stopped runtime (clears a hold).
+    ///
+    /// # Errors
+    /// The lifecycle's refusal, unchanged ([`CommandError::Refused`]), or a
+    /// durability failure.
+    pub async fn start(&self) -> Result<Snapshot, CommandError> {
+        self.send(Command::Start).await
+    }
+
+    /// Stop the runtime; answered once the drain has settled.
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub async fn stop(&self, hold: Hold) -> Result<Snapshot, CommandError> {
+        self.send(Command::Stop(hold)).await
+    }
+
+    /// Stop the runtime and boot it again.
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub async fn restart(&self) -> Result<Snapshot, CommandError> {
+        self.send(Command::Restart).await
+    }
+
+    /// Retry a failed boot now.
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub async fn retry(&self) -> Result<Snapshot, CommandError> {
+        self.send(Command::Retry).await
+    }
+
+    /// Re-read the config now (what SIGHUP does): retries a failed boot, or
+    /// applies the change to a running runtime.
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub async fn reload(&self) -> Result<Snapshot, CommandError> {
+        self.send(Command::Reload).await
+    }
+
+    /// End the process after a drain.
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub async fn exit(&self, intent: ExitIntent) -> Result<Snapshot, CommandError> {
+        self.send(Command::Exit(intent)).await
+    }
+}

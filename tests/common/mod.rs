@@ -1,0 +1,277 @@
+//! A small service for the supervisor's integration tests: a store lock, a
+//! real TCP listener and a serve task, with switches in its config to make a
+//! step panic, a drain leak the store, or the serve task end on its own.
+
+#![allow(dead_code, missing_docs)]
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use steadfast::{
+    BoxFuture, Checkpoint, ConfigError, ConfigSource, ExitIntent, LifecycleState, Observation,
+    ResolvedConfig, ResourceRecord, Runtime, Service, Snapshot, StepContext, StepError, StoreLock,
+    Supervisor, SupervisorConfig, SupervisorHandle, Timings,
+};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// The test service. Config leaves it reads:
+/// - `listen_addr` (default `127.0.0.1:0`);
+/// - `panic_in` = a step name: that step panics;
+/// - `leak_store_on_drain` = true: destroying the store leaks its lock;
+/// - `serve_ends_after_ms` = N: the serve task ends with an error after N ms.
+#[derive(Debug, Default)]
+pub struct TestService {
+    /// Store locks leaked on purpose (kept alive for the test's life).
+    leaked: Mutex<Vec<StoreLock>>,
+}
+
+struct Listener(Option<TcpListener>, String);
+struct Serving;
+
+fn leaf<'a>(config: &'a toml::Table, key: &str) -> Option<&'a toml::Value> {
+    config.get(key)
+}
+
+impl Service for TestService {
+    fn plan(&self, _config: &toml::Table) -> Vec<String> {
+        vec!["open_store".into(), "bind_listener".into(), "serve".into()]
+    }
+
+    fn execute<'a>(
+        &'a self,
+        step: &'a str,
+        cx: StepContext<'a>,
+    ) -> BoxFuture<'a, Result<ResourceRecord, StepError>> {
+        Box::pin(async move {
+            if leaf(cx.config, "panic_in").and_then(toml::Value::as_str) == Some(step) {
+                panic!("the test asked {step} to panic");
+            }
+            match step {
+                "open_store" => {
+                    let lock = StoreLock::acquire(cx.data_dir).map_err(StepError::backoff)?;
+                    cx.runtime.insert(lock);
+                    if leaf(cx.config, "leak_store_on_drain").and_then(toml::Value::as_bool)
+                        == Some(true)
+                    {
+                        cx.runtime.insert(LeakStore);
+                    }
+                    Ok(record("store", &cx.data_dir.display().to_string()))
+                }
+                "bind_listener" => {
+                    let addr = leaf(cx.config, "listen_addr")
+                        .and_then(toml::Value::as_str)
+                        .unwrap_or("127.0.0.1:0");
+                    let listener = TcpListener::bind(addr)
+                        .await
+                        .map_err(|e| StepError::backoff(format!("cannot bind {addr}: {e}")))?;
+                    let local = listener
+                        .local_addr()
+                        .map_err(StepError::backoff)?
+                        .to_string();
+                    cx.runtime.insert(Listener(Some(listener), local.clone()));
+                    Ok(record("listener", &local))
+                }
+                "serve" => {
+                    let listener = cx
+                        .runtime
+                        .get_mut::<Listener>()
+                        .and_then(|l| l.0.take())
+                        .ok_or_else(|| StepError::backoff("no listener"))?;
+                    let ends_after =
+                        leaf(cx.config, "serve_ends_after_ms").and_then(toml::Value::as_integer);
+                    let token = cx.runtime.shutdown_token();
+                    cx.runtime.spawn("accept", async move {
+                        let ending = async {
+                            match ends_after {
+                                Some(ms) => {
+                                    tokio::time::sleep(Duration::from_millis(ms.unsigned_abs()))
+                                        .await
+                                }
+                                None => std::future::pending().await,
+                            }
+                        };
+                        tokio::pin!(ending);
+                        loop {
+                            tokio::select! {
+                                () = token.cancelled() => return Ok(()),
+                                () = &mut ending => return Err("the serve loop gave up".to_owned()),
+                                accepted = listener.accept() => drop(accepted),
+                            }
+                        }
+                    });
+                    cx.runtime.insert(Serving);
+                    Ok(record("serve", "accept"))
+                }
+                other => Err(StepError::hold(format!("no step {other}"))),
+            }
+        })
+    }
+
+    fn observe<'a>(
+        &'a self,
+        checkpoint: &'a Checkpoint,
+        runtime: &'a Runtime,
+    ) -> BoxFuture<'a, Observation> {
+        Box::pin(async move {
+            let present = match checkpoint.resource.kind.as_str() {
+                "store" => matches!(
+                    StoreLock::probe(Path::new(&checkpoint.resource.id)),
+                    steadfast::protocol::lifecycle::StoreOutcome::Held { .. }
+                ),
+                "listener" => runtime.get::<Listener>().is_some(),
+                "serve" => runtime.get::<Serving>().is_some(),
+                _ => false,
+            };
+            if present {
+                Observation::Present
+            } else {
+                Observation::Gone
+            }
+        })
+    }
+
+    fn destroy<'a>(
+        &'a self,
+        checkpoint: &'a Checkpoint,
+        runtime: &'a mut Runtime,
+    ) -> BoxFuture<'a, Result<(), StepError>> {
+        Box::pin(async move {
+            match checkpoint.resource.kind.as_str() {
+                "store" => {
+                    if let Some(lock) = runtime.remove::<StoreLock>()
+                        && runtime.get::<LeakStore>().is_some()
+                    {
+                        self.leaked
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .push(lock);
+                    }
+                }
+                "listener" => drop(runtime.remove::<Listener>()),
+                "serve" => drop(runtime.remove::<Serving>()),
+                _ => {}
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Present in the runtime when the config asks the drain to leak the store.
+pub struct LeakStore;
+
+fn record(kind: &str, id: &str) -> ResourceRecord {
+    ResourceRecord {
+        kind: kind.into(),
+        id: id.into(),
+        payload: Vec::new(),
+    }
+}
+
+/// A config source the test can change between boots: `None` does not
+/// resolve.
+#[derive(Clone, Default)]
+pub struct Switch(Arc<Mutex<Option<toml::Table>>>);
+
+impl Switch {
+    pub fn new(config: Option<toml::Table>) -> Self {
+        Self(Arc::new(Mutex::new(config)))
+    }
+
+    pub fn set(&self, config: Option<toml::Table>) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = config;
+    }
+
+    pub fn source(&self) -> ConfigSource {
+        let cell = Arc::clone(&self.0);
+        ConfigSource::new(move || {
+            cell.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+                .map(ResolvedConfig::untracked)
+                .ok_or_else(|| ConfigError::Invalid("the test's config does not resolve".into()))
+        })
+    }
+}
+
+pub fn config(text: &str) -> toml::Table {
+    text.parse().expect("test config parses")
+}
+
+pub fn good() -> toml::Table {
+    config("listen_addr = \"127.0.0.1:0\"")
+}
+
+pub fn test_timings() -> Timings {
+    Timings {
+        drain_grace: Duration::from_secs(2),
+        ..Timings::default()
+    }
+}
+
+pub fn supervise(
+    data_dir: &Path,
+    source: ConfigSource,
+    declared: Option<PathBuf>,
+) -> (JoinHandle<ExitIntent>, SupervisorHandle) {
+    supervise_with(data_dir, source, declared, Arc::new(TestService::default()))
+}
+
+pub fn supervise_with(
+    data_dir: &Path,
+    source: ConfigSource,
+    declared: Option<PathBuf>,
+    service: Arc<dyn Service>,
+) -> (JoinHandle<ExitIntent>, SupervisorHandle) {
+    let mut config = SupervisorConfig::new(data_dir, source, service).timings(test_timings());
+    config.declared = declared;
+    let (supervisor, handle) = Supervisor::new(config).expect("the supervisor starts");
+    (tokio::spawn(supervisor.run()), handle)
+}
+
+/// Wait until the published snapshot satisfies `pred`.
+pub async fn until(
+    handle: &SupervisorHandle,
+    what: &str,
+    pred: impl Fn(&Snapshot) -> bool,
+) -> Snapshot {
+    let mut rx = handle.watch();
+    let waited = tokio::time::timeout(PATIENCE, async {
+        loop {
+            {
+                let snapshot = rx.borrow_and_update();
+                if pred(&snapshot) {
+                    return snapshot.clone();
+                }
+            }
+            rx.changed().await.expect("the supervisor is alive");
+        }
+    })
+    .await;
+    waited.unwrap_or_else(|_| {
+        panic!(
+            "timed out waiting for {what}; now {:?}",
+            handle.snapshot().lifecycle
+        )
+    })
+}
+
+pub fn running(s: &Snapshot) -> bool {
+    matches!(s.lifecycle, LifecycleState::Running { .. })
+}
+
+pub fn failed(s: &Snapshot) -> bool {
+    matches!(s.lifecycle, LifecycleState::Failed { .. })
+}
+
+pub async fn exit(run: JoinHandle<ExitIntent>, handle: &SupervisorHandle, intent: ExitIntent) {
+    handle.exit(intent).await.expect("exit accepted");
+    let ended = tokio::time::timeout(PATIENCE, run)
+        .await
+        .expect("the supervisor ends")
+        .expect("the supervisor task");
+    assert_eq!(ended, intent);
+}

@@ -1,0 +1,107 @@
+//! The process-wide helper (`steadfast::daemon`) in a real child process:
+//! the `minimal` example runs under a fake `NOTIFY_SOCKET` (a Unix datagram
+//! socket this test binds), reports `READY=1`, `STATUS=` and `WATCHDOG=1`,
+//! and on a real SIGTERM drains, says `STOPPING=1` and exits 0.
+
+use std::os::unix::net::UnixDatagram;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `minimal` example's binary, built by `cargo test` beside this test.
+fn minimal_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let debug_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target dir");
+    let binary = debug_dir.join("examples").join("minimal");
+    if !binary.exists() {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--example", "minimal"])
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "the minimal example builds");
+    }
+    binary
+}
+
+/// Datagrams received until one contains `want` (or the patience runs out).
+fn read_until(socket: &UnixDatagram, seen: &mut Vec<String>, want: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut buf = vec![0u8; 4096];
+    while Instant::now() < deadline {
+        if seen.iter().any(|m| m.contains(want)) {
+            return true;
+        }
+        if let Ok(n) = socket.recv(&mut buf) {
+            seen.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        }
+    }
+    seen.iter().any(|m| m.contains(want))
+}
+
+#[test]
+fn a_daemon_notifies_systemd_and_exits_cleanly_on_sigterm() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let socket_path = tmp.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).expect("bind the notify socket");
+    socket
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let config = tmp.path().join("minimal.toml");
+    std::fs::write(&config, format!("listen_addr = \"127.0.0.1:{port}\"\n")).expect("config");
+
+    let mut child = Command::new(minimal_binary())
+        .arg(tmp.path().join("data"))
+        .arg(&config)
+        .env("NOTIFY_SOCKET", &socket_path)
+        .env("WATCHDOG_USEC", "200000")
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("the daemon starts");
+
+    let mut seen = Vec::new();
+    assert!(
+        read_until(&socket, &mut seen, "READY=1"),
+        "READY=1 never came: {seen:?}"
+    );
+    assert!(
+        seen.iter().any(|m| m.contains("STATUS=running")),
+        "{seen:?}"
+    );
+    assert!(
+        seen.iter().any(|m| m.contains("STATUS=booting")),
+        "a status for every transition: {seen:?}"
+    );
+    assert!(
+        read_until(&socket, &mut seen, "WATCHDOG=1"),
+        "no watchdog ping: {seen:?}"
+    );
+
+    // The runtime really serves.
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    let mut greeting = String::new();
+    std::io::Read::read_to_string(&mut stream, &mut greeting).ok();
+    assert_eq!(greeting, "hello\n");
+
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    assert!(
+        read_until(&socket, &mut seen, "STOPPING=1"),
+        "STOPPING=1 never came: {seen:?}"
+    );
+    let exit = child.wait().expect("the daemon ends");
+    assert_eq!(exit.code(), Some(0), "SIGTERM means exit(halt): code 0");
+    // The run marker says the next daemon follows a clean stop.
+    let run =
+        std::fs::read(tmp.path().join("data").join(".steadfast").join("run")).expect("run marker");
+    assert!(!run.is_empty());
+}

@@ -1,0 +1,529 @@
+//! The supervisor end to end (seed 004's scenarios and steadfast's own):
+//! each test runs a real [`Supervisor`] over a throwaway data directory with
+//! real files, a real TCP bind and a real notify watcher, drives it the way an
+//! operator or a service manager would, and reads the published snapshot —
+//! never the actors — to see where it is.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use steadfast::protocol::journal::{Record, decode};
+use steadfast::protocol::lifecycle::StoreOutcome;
+use steadfast::{
+    AttemptResult, CommandError, ConfigError, ConfigSource, ExitIntent, Hold, LifecycleState,
+    PreviousRun, RefusedBecause, ResolvedConfig, RetryClass, StopReason, StoreLock, Supervisor,
+    SupervisorConfig, SupervisorError,
+};
+
+fn journal_records(data_dir: &std::path::Path) -> Vec<Record> {
+    let bytes =
+        std::fs::read(data_dir.join(".steadfast").join("journal")).expect("the journal exists");
+    decode(&bytes).expect("the journal decodes").records
+}
+
+/// A port someone else holds is waited out: the boot fails at the bind, is
+/// retried on backoff (first delay exactly 1000 ms), and comes up once the
+/// port is free — no process exit involved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_boot_that_cannot_bind_is_retried_until_the_port_frees() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let squatter = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = squatter.local_addr().expect("addr").to_string();
+    let cfg = config(&format!("listen_addr = \"{addr}\""));
+    let (run, handle) = supervise(tmp.path(), Switch::new(Some(cfg)).source(), None);
+
+    let failed_boot = until(&handle, "a failed bind", failed).await;
+    let LifecycleState::Failed { report, retry, .. } = failed_boot.lifecycle else {
+        unreachable!()
+    };
+    assert_eq!(report.phase.as_str(), "bind_listener");
+    assert!(
+        matches!(retry, RetryClass::Backoff { delay_ms: 1000, .. }),
+        "{retry:?}"
+    );
+
+    drop(squatter);
+    let up = until(&handle, "running", running).await;
+    assert!(up.attempts.len() >= 2);
+    let first = &up.attempts[0];
+    assert_eq!(first.result, AttemptResult::Failed);
+    assert_eq!(
+        first.phases.last().map(|p| p.phase.as_str()),
+        Some("bind_listener")
+    );
+    let last = up.attempts.last().expect("an attempt");
+    assert_eq!(last.result, AttemptResult::Succeeded);
+    assert_eq!(
+        last.phases
+            .iter()
+            .map(|p| p.phase.as_str())
+            .collect::<Vec<_>>(),
+        ["resolve_config", "open_store", "bind_listener", "serve"]
+    );
+
+    exit(run, &handle, ExitIntent::Halt).await;
+    let records = journal_records(tmp.path());
+    let started = records
+        .iter()
+        .filter(|r| matches!(r, Record::AttemptStarted { .. }))
+        .count();
+    assert_eq!(started, up.attempts.len(), "every attempt is journaled");
+    assert!(StoreLock::probe(tmp.path()) == StoreOutcome::Released);
+}
+
+/// A config that does not resolve is held — no timer retries it — until an
+/// operator retries after fixing it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_config_that_does_not_resolve_is_held_until_retried() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let switch = Switch::new(None);
+    let (run, handle) = supervise(tmp.path(), switch.source(), None);
+
+    let held = until(&handle, "a held failure", failed).await;
+    assert!(matches!(
+        &held.lifecycle,
+        LifecycleState::Failed { report, retry: RetryClass::Hold, .. } if report.phase.as_str() == "resolve_config"
+    ));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        handle.snapshot().attempts.len(),
+        1,
+        "a held failure is not retried on a timer"
+    );
+
+    switch.set(Some(good()));
+    handle.retry().await.expect("retry accepted");
+    let up = until(&handle, "running", running).await;
+    assert_eq!(up.attempts.len(), 2);
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// Stop and start without leaving the process: the store is released between
+/// them, and the second boot is the next attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_runtime_stops_and_starts_again_in_the_same_daemon() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+    until(&handle, "running", running).await;
+
+    let refused = handle.start().await.expect_err("already running");
+    assert!(
+        matches!(refused, CommandError::Refused(r) if r.reason == RefusedBecause::RuntimeRunning)
+    );
+
+    let stopped = handle.stop(Hold::None).await.expect("stop");
+    assert_eq!(stopped.epoch, 1);
+    assert!(matches!(
+        stopped.lifecycle,
+        LifecycleState::Stopped {
+            reason: StopReason::OperatorRequest,
+            epoch: 1,
+            ..
+        }
+    ));
+    assert_eq!(
+        StoreLock::probe(tmp.path()),
+        StoreOutcome::Released,
+        "the stop released the store"
+    );
+
+    handle.start().await.expect("start");
+    let up = until(&handle, "running again", running).await;
+    assert!(matches!(up.lifecycle, LifecycleState::Running { attempt, .. } if attempt.get() == 2));
+    exit(run, &handle, ExitIntent::Relaunch).await;
+}
+
+/// A stop held across relaunch survives the process: the next daemon comes up
+/// stopped, knows the last one ended cleanly, and boots when started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hold_keeps_a_relaunched_daemon_stopped_until_started() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let source = Switch::new(Some(good())).source();
+    let identity = {
+        let (run, handle) = supervise(tmp.path(), source.clone(), None);
+        let up = until(&handle, "running", running).await;
+        assert_eq!(up.previous_run, PreviousRun::FirstEver);
+        assert!(up.identity.is_some(), "the first boot records its identity");
+        handle.stop(Hold::AcrossRelaunch).await.expect("stop");
+        exit(run, &handle, ExitIntent::Relaunch).await;
+        up.identity
+    };
+    assert!(tmp.path().join(".steadfast").join("hold").exists());
+
+    let (run, handle) = supervise(tmp.path(), source, None);
+    let held = until(&handle, "held at startup", |s| {
+        matches!(
+            s.lifecycle,
+            LifecycleState::Stopped {
+                reason: StopReason::HeldAtStartup,
+                ..
+            }
+        )
+    })
+    .await;
+    assert!(
+        matches!(held.previous_run, PreviousRun::CleanStop { .. }),
+        "{:?}",
+        held.previous_run
+    );
+    assert_eq!(held.identity, identity, "the identity outlives the process");
+    assert!(held.hold);
+
+    let started = handle.start().await.expect("start");
+    assert!(!started.hold);
+    assert!(
+        !tmp.path().join(".steadfast").join("hold").exists(),
+        "starting clears the hold"
+    );
+    until(&handle, "running", running).await;
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_daemon_per_data_directory() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let source = Switch::new(None).source();
+    let service = Arc::new(TestService::default());
+    let (_first, _handle) = Supervisor::new(SupervisorConfig::new(
+        tmp.path(),
+        source.clone(),
+        service.clone(),
+    ))
+    .expect("the first daemon");
+    let second = Supervisor::new(SupervisorConfig::new(tmp.path(), source, service));
+    assert!(
+        matches!(second, Err(SupervisorError::Locked(_))),
+        "{second:?}"
+    );
+}
+
+/// The data directory is fixed for the life of the daemon: a config that
+/// moves it is a held failure whose error names `data_dir`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_config_that_moves_the_data_dir_is_refused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let cfg = config(&format!(
+        "data_dir = {:?}\nlisten_addr = \"127.0.0.1:0\"",
+        elsewhere.path().display().to_string()
+    ));
+    let (run, handle) = supervise(tmp.path(), Switch::new(Some(cfg)).source(), None);
+    let failed_boot = until(&handle, "a held failure", failed).await;
+    let LifecycleState::Failed { report, retry, .. } = failed_boot.lifecycle else {
+        unreachable!()
+    };
+    assert_eq!(report.phase.as_str(), "resolve_config");
+    assert!(report.error.contains("data_dir"), "{}", report.error);
+    assert_eq!(retry, RetryClass::Hold);
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+fn file_source(file: std::path::PathBuf) -> ConfigSource {
+    ConfigSource::new(move || {
+        let text =
+            std::fs::read_to_string(&file).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        if text.trim() == "fixed" {
+            Ok(ResolvedConfig::untracked(good()))
+        } else {
+            Err(ConfigError::Invalid(format!("not fixed: {text:?}")))
+        }
+    })
+}
+
+/// A boot held on its config is retried when the declared file changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_change_to_the_declared_file_retries_a_held_boot() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let declared = tmp.path().join("daemon.toml");
+    std::fs::write(&declared, "broken\n").expect("write");
+    let (run, handle) = supervise(
+        tmp.path(),
+        file_source(declared.clone()),
+        Some(declared.clone()),
+    );
+    until(&handle, "a held failure", |s| {
+        matches!(
+            s.lifecycle,
+            LifecycleState::Failed {
+                retry: RetryClass::Hold,
+                ..
+            }
+        )
+    })
+    .await;
+
+    std::fs::write(&declared, "fixed\n").expect("fix the file");
+    until(&handle, "running", running).await;
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// The same fix, landing while the boot that will fail is still reading: the
+/// watcher's event reaches a lifecycle that is booting and is refused, so the
+/// supervisor must settle against the file as it is when the failure lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_change_that_lands_during_a_failing_boot_is_not_lost() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let declared = tmp.path().join("daemon.toml");
+    std::fs::write(&declared, "broken\n").expect("write");
+    let file = declared.clone();
+    let (reading_tx, reading_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    // Taken by the first resolve only; every later one runs straight through.
+    let gate = std::sync::Mutex::new(Some((reading_tx, go_rx)));
+    let source = ConfigSource::new(move || {
+        let text =
+            std::fs::read_to_string(&file).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        if let Some((reading, go)) = gate
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+        {
+            let _ = reading.send(());
+            let _ = go.recv();
+        }
+        if text.trim() == "fixed" {
+            Ok(ResolvedConfig::untracked(good()))
+        } else {
+            Err(ConfigError::Invalid(format!("not fixed: {text:?}")))
+        }
+    });
+    let (run, handle) = supervise(tmp.path(), source, Some(declared.clone()));
+
+    tokio::task::spawn_blocking(move || reading_rx.recv())
+        .await
+        .expect("join")
+        .expect("the first attempt read the declared file");
+    std::fs::write(&declared, "fixed\n").expect("fix the file mid-boot");
+    // Let the watcher's (refused) event arrive while the boot is still held.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let _ = go_tx.send(());
+
+    until(&handle, "running", running).await;
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// A boot step that panics is a failed boot of class backoff, not a crashed
+/// process; the store it had opened is probed released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_panicking_boot_step_is_a_failed_boot_not_a_crashed_process() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let switch = Switch::new(Some(config("panic_in = \"bind_listener\"")));
+    let (run, handle) = supervise(tmp.path(), switch.source(), None);
+    let failed_boot = until(&handle, "a failed boot", failed).await;
+    let LifecycleState::Failed { report, retry, .. } = &failed_boot.lifecycle else {
+        unreachable!()
+    };
+    assert!(report.error.contains("panicked"), "{}", report.error);
+    assert_eq!(report.phase.as_str(), "bind_listener");
+    assert!(matches!(retry, RetryClass::Backoff { .. }));
+    assert_eq!(StoreLock::probe(tmp.path()), StoreOutcome::Released);
+
+    switch.set(Some(good()));
+    let up = until(&handle, "running after the backoff", running).await;
+    assert!(up.attempts.len() >= 2);
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// A drain that cannot release the store wedges; only exit is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drain_that_cannot_release_wedges_and_only_exit_is_accepted() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let switch = Switch::new(Some(config("leak_store_on_drain = true")));
+    let (run, handle) = supervise(tmp.path(), switch.source(), None);
+    until(&handle, "running", running).await;
+    let stopped = handle.stop(Hold::None).await.expect("stop answered");
+    let LifecycleState::Wedged { cause, .. } = &stopped.lifecycle else {
+        panic!("not wedged: {:?}", stopped.lifecycle)
+    };
+    assert!(
+        cause.contains("open_store"),
+        "the cause names the survivor: {cause}"
+    );
+    for refused in [
+        handle.start().await,
+        handle.retry().await,
+        handle.restart().await,
+        handle.stop(Hold::None).await,
+    ] {
+        assert!(
+            matches!(refused, Err(CommandError::Refused(r)) if r.reason == RefusedBecause::Wedged)
+        );
+    }
+    exit(run, &handle, ExitIntent::Relaunch).await;
+}
+
+/// A runtime that dies while running goes to failed with backoff, then boots
+/// again on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_runtime_dying_while_running_fails_with_backoff() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let switch = Switch::new(Some(config("serve_ends_after_ms = 100")));
+    let (run, handle) = supervise(tmp.path(), switch.source(), None);
+    until(&handle, "running", running).await;
+    let failed_run = until(&handle, "failed after the runtime ended", failed).await;
+    let LifecycleState::Failed { report, retry, .. } = &failed_run.lifecycle else {
+        unreachable!()
+    };
+    assert_eq!(report.phase.as_str(), "run");
+    assert!(report.error.contains("gave up"), "{}", report.error);
+    assert!(matches!(retry, RetryClass::Backoff { delay_ms: 1000, .. }));
+    assert_eq!(StoreLock::probe(tmp.path()), StoreOutcome::Released);
+    switch.set(Some(good()));
+    until(&handle, "running again", |s| {
+        running(s) && s.attempts.len() >= 2
+    })
+    .await;
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// A torn journal tail (a crash mid-append) is repaired at open with a
+/// `.broken` copy kept, and the daemon starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_torn_journal_tail_is_recovered() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    {
+        let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+        until(&handle, "running", running).await;
+        exit(run, &handle, ExitIntent::Halt).await;
+    }
+    let path = tmp.path().join(".steadfast").join("journal");
+    let mut bytes = std::fs::read(&path).expect("read");
+    let before = decode(&bytes).expect("decodes").records.len();
+    bytes.extend_from_slice(&[40, 0, 0, 0, 1, 2, 3]); // half a frame
+    std::fs::write(&path, &bytes).expect("tear");
+
+    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+    until(&handle, "running", running).await;
+    exit(run, &handle, ExitIntent::Halt).await;
+    assert_eq!(
+        std::fs::read(tmp.path().join(".steadfast").join("journal.broken")).expect("broken copy"),
+        bytes
+    );
+    assert!(
+        journal_records(tmp.path()).len() > before,
+        "appends continue after the repair"
+    );
+}
+
+/// A bad record followed by good ones is corruption: the supervisor refuses to
+/// start, names the file and the offset, and leaves the file as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_journal_is_refused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    {
+        let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+        until(&handle, "running", running).await;
+        exit(run, &handle, ExitIntent::Halt).await;
+    }
+    let path = tmp.path().join(".steadfast").join("journal");
+    let mut bytes = std::fs::read(&path).expect("read");
+    let first_payload = steadfast::protocol::journal::HEADER_LEN + 8;
+    bytes[first_payload] ^= 0x40;
+    std::fs::write(&path, &bytes).expect("corrupt");
+
+    let result = Supervisor::new(SupervisorConfig::new(
+        tmp.path(),
+        Switch::new(Some(good())).source(),
+        Arc::new(TestService::default()),
+    ));
+    let error = result
+        .expect_err("a corrupt journal refuses to start")
+        .to_string();
+    assert!(error.contains("journal"), "{error}");
+    assert!(
+        error.contains(&steadfast::protocol::journal::HEADER_LEN.to_string()),
+        "names the offset: {error}"
+    );
+    assert_eq!(
+        std::fs::read(&path).expect("read"),
+        bytes,
+        "nothing was truncated"
+    );
+}
+
+/// 1,000 commands from 8 tasks at once are all answered — accepted or
+/// refused with a reason — and the lifecycle's invariants still hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_thousand_concurrent_commands_are_all_answered() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+    until(&handle, "running", running).await;
+    let mut tasks = Vec::new();
+    for worker in 0..8u32 {
+        let handle = handle.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut answered = 0u32;
+            for i in 0..125u32 {
+                let result = match (worker + i) % 4 {
+                    0 => handle.stop(Hold::None).await,
+                    1 => handle.start().await,
+                    2 => handle.restart().await,
+                    _ => handle.retry().await,
+                };
+                match result {
+                    Ok(_) | Err(CommandError::Refused(_)) => answered += 1,
+                    Err(other) => panic!("a command was not answered: {other}"),
+                }
+            }
+            answered
+        }));
+    }
+    let mut answered = 0;
+    for task in tasks {
+        answered += task.await.expect("worker");
+    }
+    assert_eq!(answered, 1000);
+    let last = handle.snapshot();
+    assert!(last.error.is_none(), "{:?}", last.error);
+    // Whatever state it ended in, it can still be driven to running.
+    if !running(&last) {
+        let _ = handle.start().await;
+        let _ = handle.retry().await;
+        until(&handle, "running", running).await;
+    }
+    exit(run, &handle, ExitIntent::Halt).await;
+    assert_eq!(StoreLock::probe(tmp.path()), StoreOutcome::Released);
+}
+
+/// 200 rapid writes to the declared file cause a bounded number of boots, and
+/// the daemon ends on the last content.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rapid_writes_to_the_declared_file_end_on_the_last_content() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let declared = tmp.path().join("daemon.toml");
+    std::fs::write(&declared, "version = 0\n").expect("write");
+    let file = declared.clone();
+    let source = ConfigSource::new(move || {
+        let text =
+            std::fs::read_to_string(&file).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| ConfigError::Invalid(e.to_string()))?;
+        // Only the last version is good: every other one is held.
+        if table.get("version").and_then(toml::Value::as_integer) == Some(200) {
+            Ok(ResolvedConfig::untracked(good()))
+        } else {
+            Err(ConfigError::Invalid(format!(
+                "version {:?} is not the last",
+                table.get("version")
+            )))
+        }
+    });
+    let (run, handle) = supervise(tmp.path(), source, Some(declared.clone()));
+    until(&handle, "a held failure", failed).await;
+    for version in 1..=200 {
+        std::fs::write(&declared, format!("version = {version}\n")).expect("write");
+    }
+    let up = until(&handle, "running on the last content", running).await;
+    let LifecycleState::Running { attempt, .. } = up.lifecycle else {
+        unreachable!()
+    };
+    let boots = attempt.get();
+    // The watcher debounces: far fewer boots than writes.
+    assert!(boots <= 100, "bounded: {boots} boots for 200 writes");
+    eprintln!("200 writes caused {boots} boots");
+    exit(run, &handle, ExitIntent::Halt).await;
+}
