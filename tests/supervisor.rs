@@ -527,3 +527,88 @@ async fn rapid_writes_to_the_declared_file_end_on_the_last_content() {
     eprintln!("200 writes caused {boots} boots");
     exit(run, &handle, ExitIntent::Halt).await;
 }
+
+/// A drain that panics is a supervision event, not a crash: Root starts a new
+/// Drain actor and the lifecycle settles the drain on a probed store (the
+/// runtime was dropped while the drain unwound, which released the store).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_panicking_drain_settles_on_a_probed_store() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = supervise(
+        tmp.path(),
+        Switch::new(Some(config("panic_on_destroy = true"))).source(),
+        None,
+    );
+    until(&handle, "running", running).await;
+    let stopped = handle.stop(Hold::None).await.expect("stop answered");
+    assert!(
+        matches!(
+            stopped.lifecycle,
+            LifecycleState::Stopped {
+                reason: StopReason::OperatorRequest,
+                ..
+            }
+        ),
+        "{:?}",
+        stopped.lifecycle
+    );
+    assert_eq!(StoreLock::probe(tmp.path()), StoreOutcome::Released);
+    // The new Drain actor works: another round trip.
+    handle.start().await.expect("start");
+    until(&handle, "running again", running).await;
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// The Lifecycle actor holds the machine: if it dies (here, the service's
+/// in-place config apply panics inside it), Root ends the process with intent
+/// relaunch, and the runtime it held is dropped, releasing the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dead_lifecycle_ends_the_process_for_a_relaunch() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let switch = Switch::new(Some(good()));
+    let (run, handle) = supervise(tmp.path(), switch.source(), None);
+    until(&handle, "running", running).await;
+    switch.set(Some(config("panic_on_apply = true")));
+    let answer = handle.reload().await;
+    assert!(
+        matches!(answer, Err(CommandError::Unavailable)),
+        "{answer:?}"
+    );
+    let intent = tokio::time::timeout(PATIENCE, run)
+        .await
+        .expect("ends")
+        .expect("task");
+    assert_eq!(intent, ExitIntent::Relaunch);
+    assert_eq!(StoreLock::probe(tmp.path()), StoreOutcome::Released);
+}
+
+/// While running, a config change is handed to the service in place; the
+/// leaves it cannot take are reported as `pending: restart_needed`, and a
+/// restart boots with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_change_while_running_reports_the_leaves_that_need_a_restart() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let switch = Switch::new(Some(good()));
+    let (run, handle) = supervise(tmp.path(), switch.source(), None);
+    until(&handle, "running", running).await;
+    switch.set(Some(config("listen_addr = \"127.0.0.1:0\"\nworkers = 4")));
+    handle.reload().await.expect("reload accepted");
+    let pending = until(&handle, "pending leaves", |s| {
+        s.pending != steadfast::PendingApply::InSync
+    })
+    .await;
+    assert_eq!(
+        pending.pending,
+        steadfast::PendingApply::RestartNeeded {
+            leaves: vec!["workers".into()]
+        }
+    );
+    assert!(running(&pending), "still running on the old config");
+    handle.restart().await.expect("restart");
+    let again = until(&handle, "running after the restart", |s| {
+        running(s) && s.attempts.len() == 2 && s.pending == steadfast::PendingApply::InSync
+    })
+    .await;
+    assert_eq!(again.epoch, 1);
+    exit(run, &handle, ExitIntent::Halt).await;
+}

@@ -22,7 +22,9 @@ pub const PATIENCE: Duration = Duration::from_secs(30);
 /// - `listen_addr` (default `127.0.0.1:0`);
 /// - `panic_in` = a step name: that step panics;
 /// - `leak_store_on_drain` = true: destroying the store leaks its lock;
-/// - `serve_ends_after_ms` = N: the serve task ends with an error after N ms.
+/// - `serve_ends_after_ms` = N: the serve task ends with an error after N ms;
+/// - `panic_on_destroy` = true: every destroy panics;
+/// - `panic_on_apply` = true: applying a config change in place panics.
 #[derive(Debug, Default)]
 pub struct TestService {
     /// Store locks leaked on purpose (kept alive for the test's life).
@@ -111,6 +113,20 @@ impl Service for TestService {
         })
     }
 
+    fn apply_config<'a>(
+        &'a self,
+        old: &'a toml::Table,
+        new: &'a toml::Table,
+        _runtime: &'a mut Runtime,
+    ) -> BoxFuture<'a, Vec<String>> {
+        Box::pin(async move {
+            if leaf(new, "panic_on_apply").and_then(toml::Value::as_bool) == Some(true) {
+                panic!("the test asked apply_config to panic");
+            }
+            steadfast::actors::config::changed_leaves(old, new)
+        })
+    }
+
     fn observe<'a>(
         &'a self,
         checkpoint: &'a Checkpoint,
@@ -140,6 +156,9 @@ impl Service for TestService {
         runtime: &'a mut Runtime,
     ) -> BoxFuture<'a, Result<(), StepError>> {
         Box::pin(async move {
+            if runtime.get::<PanicOnDestroy>().is_some() {
+                panic!("the test asked destroy to panic");
+            }
             match checkpoint.resource.kind.as_str() {
                 "store" => {
                     if let Some(lock) = runtime.remove::<StoreLock>()
@@ -159,6 +178,9 @@ impl Service for TestService {
         })
     }
 }
+
+/// Present in the runtime when the config asks destroy to panic.
+pub struct PanicOnDestroy;
 
 /// Present in the runtime when the config asks the drain to leak the store.
 pub struct LeakStore;
