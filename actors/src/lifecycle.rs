@@ -248,6 +248,9 @@ pub struct LifecycleActorState {
     boot_fingerprint: Option<Fingerprint>,
     /// Stop commands waiting for the drain to settle.
     stop_waiters: Vec<RpcReplyPort<Result<Snapshot, CommandError>>>,
+    /// The durability failure met while handling the current event, if any:
+    /// a command whose transition was not made durable is not acknowledged.
+    unacknowledged: Option<String>,
     exit: Arc<Mutex<Option<ExitIntent>>>,
 }
 
@@ -294,6 +297,7 @@ impl Actor for LifecycleActor {
             config: None,
             boot_fingerprint: None,
             stop_waiters: Vec::new(),
+            unacknowledged: None,
             exit,
         })
     }
@@ -661,13 +665,13 @@ impl LifecycleActorState {
             Command::Exit(intent) => (LifecycleEvent::Exit { intent }, None),
             Command::Reload => (LifecycleEvent::ConfigChanged { at }, None),
         };
-        let errors_before = self.snapshot.error.clone();
+        self.unacknowledged = None;
         match self.fire_with(myself, event, hold).await {
             Err(refused) => {
                 let _ = reply.send(Err(CommandError::Refused(refused)));
             }
-            Ok(_) if self.snapshot.error != errors_before && self.snapshot.error.is_some() => {
-                let error = self.snapshot.error.clone().unwrap_or_default();
+            Ok(_) if self.unacknowledged.is_some() => {
+                let error = self.unacknowledged.take().unwrap_or_default();
                 let _ = reply.send(Err(CommandError::Durability(error)));
             }
             Ok(_)
@@ -877,6 +881,7 @@ impl LifecycleActorState {
 
     fn fail_durability(&mut self, error: String) {
         tracing::error!(%error, "durability failure");
+        self.unacknowledged = Some(error.clone());
         self.snapshot.error = Some(error);
     }
 
