@@ -141,6 +141,7 @@ struct Reporter<'a> {
     shared: &'a Shared,
     attempt: u32,
     to: ActorRef<LifecycleMsg>,
+    journal: ActorRef<JournalMsg>,
 }
 
 impl Reporter<'_> {
@@ -148,23 +149,61 @@ impl Reporter<'_> {
         let _ = self.to.cast(LifecycleMsg::Boot(report));
     }
 
+    /// Progress goes to the journal (staged, in this task's order) and to
+    /// the Lifecycle actor (for the snapshot).
+    fn stage(&self, record: Record) {
+        let _ = self.journal.cast(JournalMsg::Stage(vec![record]));
+    }
+
     fn started(&self, phase: &Phase, index: u32, total: u32) -> Instant {
+        let at = self.shared.clock.now();
+        self.stage(Record::PhaseStarted {
+            attempt: self.attempt,
+            phase: phase.to_string(),
+            index,
+            total,
+            at_ms: at.as_millis(),
+        });
         self.send(BootReport::PhaseStarted {
             attempt: self.attempt,
             phase: phase.clone(),
             index,
             total,
-            at: self.shared.clock.now(),
+            at,
         });
         Instant::now()
     }
 
     fn ended(&self, phase: &Phase, started: Instant, outcome: PhaseOutcome) {
+        let at = self.shared.clock.now();
+        let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let (attempt, name, at_ms) = (self.attempt, phase.to_string(), at.as_millis());
+        self.stage(match &outcome {
+            PhaseOutcome::Failed { error } => Record::PhaseFailed {
+                attempt,
+                phase: name,
+                at_ms,
+                duration_ms,
+                error: error.clone(),
+            },
+            PhaseOutcome::Skipped => Record::PhaseSkipped {
+                attempt,
+                phase: name,
+                at_ms,
+                reason: "its resource is still present".into(),
+            },
+            PhaseOutcome::Running | PhaseOutcome::Completed => Record::PhaseCompleted {
+                attempt,
+                phase: name,
+                at_ms,
+                duration_ms,
+            },
+        });
         self.send(BootReport::PhaseEnded {
-            attempt: self.attempt,
+            attempt,
             phase: phase.clone(),
-            at: self.shared.clock.now(),
-            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            at,
+            duration_ms,
             outcome,
         });
     }
@@ -206,6 +245,7 @@ async fn run_attempt(
         shared: &shared,
         attempt,
         to: report_to,
+        journal: journal.clone(),
     };
 
     // ── resolve_config ──────────────────────────────────────────────────

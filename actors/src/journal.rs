@@ -1,7 +1,9 @@
 //! The Journal actor: the sole writer of the control directory.
 //!
 //! Every record and marker a supervisor writes goes through this actor, one
-//! at a time, and is acknowledged only after its fsync returned (the file
+//! at a time, and is acknowledged only after its fsync returned. Records that
+//! need no acknowledgement (a boot's progress) are staged and ride along with
+//! the next acknowledged append, so one fsync covers them (the file
 //! work runs on a blocking thread, so the tokio workers never wait on a
 //! disk). A failed write or fsync is never retried: the journal file poisons
 //! itself and every later append fails, so nothing is acknowledged that might
@@ -34,6 +36,8 @@ pub struct JournalState {
     control: Arc<ControlDir>,
     /// `None` only while a blocking write has it.
     file: Option<JournalFile>,
+    /// Records staged for the next append.
+    staged: Vec<Record>,
 }
 
 /// What a journal write answers: `Ok` once durable, or the error rendered.
@@ -41,8 +45,13 @@ pub type Durable<T = ()> = Result<T, String>;
 
 /// What the Journal actor is asked.
 pub enum JournalMsg {
-    /// Append records; answered after the fsync.
+    /// Append records; answered after the fsync. Staged records go first.
     Append(Vec<Record>, RpcReplyPort<Durable>),
+    /// Stage records that need no acknowledgement of their own (a boot's
+    /// progress): they are written, in order, with the next `Append` and
+    /// made durable by its fsync. A crash before then loses only records
+    /// nobody was told were durable.
+    Stage(Vec<Record>),
     /// Replace the run marker.
     WriteRun(RunMarker, RpcReplyPort<Durable>),
     /// Set (`true`) or clear the hold marker.
@@ -73,6 +82,7 @@ impl Actor for JournalActor {
         Ok(JournalState {
             control: args.control,
             file: Some(file),
+            staged: Vec::new(),
         })
     }
 
@@ -83,7 +93,11 @@ impl Actor for JournalActor {
         state: &mut JournalState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
+            JournalMsg::Stage(records) => state.staged.extend(records),
             JournalMsg::Append(records, reply) => {
+                let mut all = std::mem::take(&mut state.staged);
+                all.extend(records);
+                let records = all;
                 let mut file = state.file.take().ok_or("the journal file is in use")?;
                 let (file, result) = tokio::task::spawn_blocking(move || {
                     let result = file.append(&records);

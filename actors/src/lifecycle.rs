@@ -421,16 +421,18 @@ impl LifecycleActorState {
         myself: &ActorRef<LifecycleMsg>,
         event: LifecycleEvent,
     ) -> Result<Effect, Refused> {
-        self.fire_with(myself, event, None).await
+        self.fire_with(myself, event, None, Vec::new()).await
     }
 
     /// As [`Self::fire`], with a hold-marker change made durable after the
-    /// machine accepted the event and before it is adopted.
+    /// machine accepted the event and before it is adopted, and `extra`
+    /// records journaled with the transition (in the same fsync).
     async fn fire_with(
         &mut self,
         myself: &ActorRef<LifecycleMsg>,
         event: LifecycleEvent,
         hold: Option<bool>,
+        extra: Vec<Record>,
     ) -> Result<Effect, Refused> {
         let (next, effect) = match self.machine.step(&event) {
             Ok(stepped) => stepped,
@@ -449,12 +451,11 @@ impl LifecycleActorState {
             {
                 Ok(()) => self.snapshot.hold = hold,
                 Err(error) => {
-                    self.snapshot.error =
-                        Some(format!("the hold marker could not be written: {error}"))
+                    self.fail_durability(format!("the hold marker could not be written: {error}"));
                 }
             }
         }
-        let mut records = Vec::with_capacity(2);
+        let mut records = extra;
         if !matches!(event, LifecycleEvent::Phase { .. }) {
             records.push(Record::Transition {
                 at_ms: at.as_millis(),
@@ -467,6 +468,15 @@ impl LifecycleActorState {
             records.push(Record::AttemptStarted {
                 attempt: attempt.get(),
                 at_ms: at.as_millis(),
+            });
+        }
+        if let (LifecycleState::Booting { .. }, LifecycleState::Running { attempt, .. }) =
+            (&self.machine.state, &next.state)
+        {
+            records.push(Record::AttemptEnded {
+                attempt: attempt.get(),
+                at_ms: at.as_millis(),
+                result: JournalResult::Succeeded,
             });
         }
         self.record(records).await;
@@ -498,17 +508,6 @@ impl LifecycleActorState {
         match effect {
             Effect::None => {}
             Effect::StartBoot { attempt } => {
-                let marker = RunMarker::Holding {
-                    pid: self.shared.pid,
-                    attempt: attempt.get(),
-                };
-                if let Err(error) = journal::ask(&self.children.journal, timeout, |r| {
-                    JournalMsg::WriteRun(marker, r)
-                })
-                .await
-                {
-                    self.fail_durability(format!("the run marker could not be written: {error}"));
-                }
                 let run = BootMsg::Run {
                     attempt: attempt.get(),
                     report_to: myself.clone(),
@@ -621,15 +620,9 @@ impl LifecycleActorState {
 
     /// What entering the current state records before it is published.
     async fn entering(&mut self) {
-        if let LifecycleState::Running { attempt, .. } = self.machine.state {
+        if let LifecycleState::Running { .. } = self.machine.state {
             self.mark_attempt(AttemptResult::Succeeded);
             let now = self.shared.clock.now().as_millis();
-            self.record(vec![Record::AttemptEnded {
-                attempt: attempt.get(),
-                at_ms: now,
-                result: JournalResult::Succeeded,
-            }])
-            .await;
             if self.snapshot.identity.is_none() {
                 let timeout = self.shared.timings.journal_timeout;
                 match journal::ask(&self.children.journal, timeout, |r| {
@@ -666,7 +659,7 @@ impl LifecycleActorState {
             Command::Reload => (LifecycleEvent::ConfigChanged { at }, None),
         };
         self.unacknowledged = None;
-        match self.fire_with(myself, event, hold).await {
+        match self.fire_with(myself, event, hold, Vec::new()).await {
             Err(refused) => {
                 let _ = reply.send(Err(CommandError::Refused(refused)));
             }
@@ -695,14 +688,9 @@ impl LifecycleActorState {
                 total,
                 at,
             } => {
-                self.record(vec![Record::PhaseStarted {
-                    attempt,
-                    phase: phase.to_string(),
-                    index,
-                    total,
-                    at_ms: at.as_millis(),
-                }])
-                .await;
+                // The boot task staged its progress records in the journal
+                // itself, in its own order; they become durable with the
+                // next acknowledged write.
                 if let Some(record) = self.snapshot.attempt_mut(attempt) {
                     record.phases.push(PhaseRecord {
                         phase: phase.clone(),
@@ -724,34 +712,10 @@ impl LifecycleActorState {
             BootReport::PhaseEnded {
                 attempt,
                 phase,
-                at,
+                at: _,
                 duration_ms,
                 outcome,
             } => {
-                let name = phase.to_string();
-                let at_ms = at.as_millis();
-                let record = match &outcome {
-                    PhaseOutcome::Failed { error } => Record::PhaseFailed {
-                        attempt,
-                        phase: name,
-                        at_ms,
-                        duration_ms,
-                        error: error.clone(),
-                    },
-                    PhaseOutcome::Skipped => Record::PhaseSkipped {
-                        attempt,
-                        phase: name,
-                        at_ms,
-                        reason: "its resource is still present".into(),
-                    },
-                    PhaseOutcome::Running | PhaseOutcome::Completed => Record::PhaseCompleted {
-                        attempt,
-                        phase: name,
-                        at_ms,
-                        duration_ms,
-                    },
-                };
-                self.record(vec![record]).await;
                 if let Some(p) = self
                     .snapshot
                     .attempt_mut(attempt)
@@ -789,7 +753,7 @@ impl LifecycleActorState {
                     AttemptResult::Failed
                 };
                 self.mark_attempt(result);
-                self.record(vec![Record::AttemptEnded {
+                let ended = Record::AttemptEnded {
                     attempt,
                     at_ms: report.at.as_millis(),
                     result: if cancelled {
@@ -797,18 +761,13 @@ impl LifecycleActorState {
                     } else {
                         JournalResult::Failed
                     },
-                }])
-                .await;
-                self.fire(
-                    myself,
-                    LifecycleEvent::BootFailed {
-                        report,
-                        class,
-                        store,
-                    },
-                )
-                .await
-                .ok();
+                };
+                let event = LifecycleEvent::BootFailed {
+                    report,
+                    class,
+                    store,
+                };
+                self.fire_with(myself, event, None, vec![ended]).await.ok();
             }
         }
     }
