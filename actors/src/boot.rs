@@ -35,7 +35,9 @@ use crate::context::Shared;
 use crate::drain::teardown;
 use crate::journal::JournalMsg;
 use crate::lifecycle::{BootReport, LifecycleMsg};
-use crate::service::{Checkpoint, LiveRuntime, Runtime, StepContext, panic_message};
+use crate::service::{
+    Checkpoint, LiveRuntime, Runtime, StepContext, StepError, panic_message, spawn_watched,
+};
 use crate::store::StoreLock;
 
 /// The Boot actor.
@@ -107,16 +109,12 @@ impl Actor for BootActor {
                     old.cancel();
                 }
                 let shared = Arc::clone(&state.shared);
-                let work = tokio::spawn(run_attempt(shared, attempt, cancel, report_to, journal));
-                tokio::spawn(async move {
-                    let panic = match work.await {
-                        Err(join) if join.is_panic() => {
-                            Some(panic_message(join.into_panic().as_ref()))
-                        }
-                        _ => None,
-                    };
-                    let _ = myself.cast(BootMsg::TaskEnded { attempt, panic });
-                });
+                spawn_watched(
+                    run_attempt(shared, attempt, cancel, report_to, journal),
+                    move |panic| {
+                        let _ = myself.cast(BootMsg::TaskEnded { attempt, panic });
+                    },
+                );
             }
             BootMsg::Cancel => {
                 if let Some((_, cancel)) = &state.current {
@@ -295,18 +293,6 @@ async fn run_attempt(
     for (offset, step) in plan.iter().enumerate() {
         let index = u32::try_from(offset + 2).unwrap_or(u32::MAX);
         let phase = Phase::new(step.clone());
-        if cancel.is_cancelled() {
-            let (store, _) = teardown(&shared, runtime, checkpoints).await;
-            reporter.failed(
-                phase,
-                "cancelled".into(),
-                FailureClass::Backoff,
-                store,
-                fingerprint,
-                true,
-            );
-            return;
-        }
         let started = reporter.started(&phase, index, total);
         let cx = StepContext {
             attempt,
@@ -315,51 +301,15 @@ async fn run_attempt(
             runtime: &mut runtime,
             prior: &checkpoints,
         };
+        // A cancel before or during the step drops the step's future at once.
         let result = tokio::select! {
             biased;
-            () = cancel.cancelled() => None,
-            result = shared.service.execute(step, cx) => Some(result),
+            () = cancel.cancelled() => Err(StepError::backoff("cancelled")),
+            result = shared.service.execute(step, cx) => result,
         };
-        match result {
-            None => {
-                reporter.ended(
-                    &phase,
-                    started,
-                    PhaseOutcome::Failed {
-                        error: "cancelled".into(),
-                    },
-                );
-                let (store, _) = teardown(&shared, runtime, checkpoints).await;
-                reporter.failed(
-                    phase,
-                    "cancelled".into(),
-                    FailureClass::Backoff,
-                    store,
-                    fingerprint,
-                    true,
-                );
-                return;
-            }
-            Some(Err(error)) => {
-                reporter.ended(
-                    &phase,
-                    started,
-                    PhaseOutcome::Failed {
-                        error: error.message.clone(),
-                    },
-                );
-                let (store, _) = teardown(&shared, runtime, checkpoints).await;
-                reporter.failed(
-                    phase,
-                    error.message,
-                    error.class,
-                    store,
-                    fingerprint,
-                    cancel.is_cancelled(),
-                );
-                return;
-            }
-            Some(Ok(resource)) => {
+        let failure = match result {
+            Err(error) => Some(error),
+            Ok(resource) => {
                 let checkpoint = Checkpoint {
                     step: step.clone(),
                     index,
@@ -373,32 +323,34 @@ async fn run_attempt(
                     resource: checkpoint.resource.clone(),
                 };
                 checkpoints.push(checkpoint);
-                if let Err(error) =
-                    crate::journal::append(&journal, vec![record], shared.timings.journal_timeout)
-                        .await
-                {
-                    let error = format!("checkpoint not durable: {error}");
-                    reporter.ended(
-                        &phase,
-                        started,
-                        PhaseOutcome::Failed {
-                            error: error.clone(),
-                        },
-                    );
-                    let (store, _) = teardown(&shared, runtime, checkpoints).await;
-                    reporter.failed(
-                        phase,
-                        error,
-                        FailureClass::Backoff,
-                        store,
-                        fingerprint,
-                        cancel.is_cancelled(),
-                    );
-                    return;
-                }
-                reporter.ended(&phase, started, PhaseOutcome::Completed);
+                let timeout = shared.timings.journal_timeout;
+                crate::journal::append(&journal, vec![record], timeout)
+                    .await
+                    .err()
+                    .map(|error| StepError::backoff(format!("checkpoint not durable: {error}")))
             }
+        };
+        if let Some(error) = failure {
+            reporter.ended(
+                &phase,
+                started,
+                PhaseOutcome::Failed {
+                    error: error.message.clone(),
+                },
+            );
+            let (store, _) = teardown(&shared, runtime, checkpoints).await;
+            let cancelled = cancel.is_cancelled();
+            reporter.failed(
+                phase,
+                error.message,
+                error.class,
+                store,
+                fingerprint,
+                cancelled,
+            );
+            return;
         }
+        reporter.ended(&phase, started, PhaseOutcome::Completed);
     }
     reporter.send(BootReport::Booted {
         live: LiveRuntime {

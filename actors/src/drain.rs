@@ -19,7 +19,7 @@ use steadfast_protocol::lifecycle::StoreOutcome;
 
 use crate::context::Shared;
 use crate::lifecycle::LifecycleMsg;
-use crate::service::{Checkpoint, LiveRuntime, Observation, Runtime, Service, panic_message};
+use crate::service::{Checkpoint, LiveRuntime, Observation, Runtime, Service, spawn_watched};
 use crate::store::StoreLock;
 
 /// Destroy `checkpoints` in reverse order over `runtime`, confirming each by
@@ -121,21 +121,15 @@ impl Actor for DrainActor {
                     runtime,
                     checkpoints,
                 } = live;
-                let work = tokio::spawn(async move {
+                let work = async move {
                     let (store, survivors) = teardown(&shared, runtime, checkpoints).await;
                     let _ = report_to.cast(LifecycleMsg::Drained {
                         attempt,
                         store,
                         survivors,
                     });
-                });
-                tokio::spawn(async move {
-                    let panic = match work.await {
-                        Err(join) if join.is_panic() => {
-                            Some(panic_message(join.into_panic().as_ref()))
-                        }
-                        _ => None,
-                    };
+                };
+                spawn_watched(work, move |panic| {
                     let _ = myself.cast(DrainMsg::TaskEnded { panic });
                 });
                 Ok(())

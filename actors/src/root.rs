@@ -32,11 +32,13 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
 use steadfast_protocol::lifecycle::ExitIntent;
 use steadfast_protocol::snapshot::Snapshot;
 use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 
 use crate::boot::{BootActor, BootMsg};
 use crate::config_watcher::{ConfigWatcherActor, ConfigWatcherArgs, ConfigWatcherMsg};
@@ -83,6 +85,10 @@ pub struct RootState {
     watcher_restarts: u32,
     /// Set once the tree is coming down: children's deaths are expected.
     stopping: bool,
+    /// Every child's join handle: Root's own stop waits for them, so
+    /// `Supervisor::run` returns only once every child (and whatever state it
+    /// held, such as a runtime) is gone.
+    joins: Vec<JoinHandle<()>>,
 }
 
 /// Root takes no messages of its own; it acts on supervision events.
@@ -107,7 +113,7 @@ impl Actor for RootActor {
             exit,
         } = args;
         let cell = myself.get_cell();
-        let (journal, _) = Actor::spawn_linked(
+        let (journal, journal_join) = Actor::spawn_linked(
             None,
             JournalActor,
             JournalArgs {
@@ -117,16 +123,16 @@ impl Actor for RootActor {
             cell.clone(),
         )
         .await?;
-        let (boot, _) =
+        let (boot, boot_join) =
             Actor::spawn_linked(None, BootActor, Arc::clone(&shared), cell.clone()).await?;
-        let (drain, _) =
+        let (drain, drain_join) =
             Actor::spawn_linked(None, DrainActor, Arc::clone(&shared), cell.clone()).await?;
         let children = Children {
             boot: boot.clone(),
             drain: drain.clone(),
             journal: journal.clone(),
         };
-        let (lifecycle, _) = Actor::spawn_linked(
+        let (lifecycle, lifecycle_join) = Actor::spawn_linked(
             None,
             LifecycleActor,
             LifecycleArgs {
@@ -139,9 +145,13 @@ impl Actor for RootActor {
             cell.clone(),
         )
         .await?;
+        let mut joins = vec![journal_join, boot_join, drain_join, lifecycle_join];
         let watcher = match &shared.declared {
             Some(path) => {
-                Some(spawn_watcher(path.clone(), &shared, &lifecycle, cell.clone()).await?)
+                let (watcher, join) =
+                    spawn_watcher(path.clone(), &shared, &lifecycle, cell.clone()).await?;
+                joins.push(join);
+                Some(watcher)
             }
             None => None,
         };
@@ -158,6 +168,7 @@ impl Actor for RootActor {
             journal_restarts: 0,
             watcher_restarts: 0,
             stopping: false,
+            joins,
         })
     }
 
@@ -187,15 +198,17 @@ impl Actor for RootActor {
             myself.stop(None);
         } else if id == state.boot.get_id() {
             let reason = failure.unwrap_or_else(|| "the boot actor stopped".into());
-            let (boot, _) =
+            let (boot, join) =
                 Actor::spawn_linked(None, BootActor, Arc::clone(&state.shared), cell).await?;
+            state.joins.push(join);
             state.boot = boot;
             state.tell_children();
             let _ = state.lifecycle.cast(LifecycleMsg::BootCrashed { reason });
         } else if id == state.drain.get_id() {
             let reason = failure.unwrap_or_else(|| "the drain actor stopped".into());
-            let (drain, _) =
+            let (drain, join) =
                 Actor::spawn_linked(None, DrainActor, Arc::clone(&state.shared), cell).await?;
+            state.joins.push(join);
             state.drain = drain;
             state.tell_children();
             let _ = state.lifecycle.cast(LifecycleMsg::DrainCrashed { reason });
@@ -211,7 +224,8 @@ impl Actor for RootActor {
                 file: None,
             };
             match Actor::spawn_linked(None, JournalActor, args, cell).await {
-                Ok((journal, _)) => {
+                Ok((journal, join)) => {
+                    state.joins.push(join);
                     state.journal = journal;
                     state.tell_children();
                 }
@@ -228,7 +242,10 @@ impl Actor for RootActor {
                 && let Some(path) = state.shared.declared.clone()
             {
                 match spawn_watcher(path, &state.shared, &state.lifecycle, cell).await {
-                    Ok(watcher) => state.watcher = Some(watcher),
+                    Ok((watcher, join)) => {
+                        state.joins.push(join);
+                        state.watcher = Some(watcher);
+                    }
                     Err(error) => {
                         tracing::error!(%error, "the config watcher could not be restarted")
                     }
@@ -244,6 +261,12 @@ impl Actor for RootActor {
         state: &mut RootState,
     ) -> Result<(), ActorProcessingErr> {
         state.stop_children();
+        let grace = state.shared.timings.drain_grace + Duration::from_secs(5);
+        for join in state.joins.drain(..) {
+            if tokio::time::timeout(grace, join).await.is_err() {
+                tracing::error!("a child actor did not stop within {grace:?}");
+            }
+        }
         Ok(())
     }
 }
@@ -289,7 +312,7 @@ async fn spawn_watcher(
     shared: &Shared,
     lifecycle: &ActorRef<LifecycleMsg>,
     supervisor: ActorCell,
-) -> Result<ActorRef<ConfigWatcherMsg>, ActorProcessingErr> {
+) -> Result<(ActorRef<ConfigWatcherMsg>, JoinHandle<()>), ActorProcessingErr> {
     let target = lifecycle.clone();
     let args = ConfigWatcherArgs {
         path,
@@ -298,6 +321,5 @@ async fn spawn_watcher(
             let _ = target.cast(LifecycleMsg::ConfigChanged);
         }),
     };
-    let (watcher, _) = Actor::spawn_linked(None, ConfigWatcherActor, args, supervisor).await?;
-    Ok(watcher)
+    Ok(Actor::spawn_linked(None, ConfigWatcherActor, args, supervisor).await?)
 }

@@ -311,6 +311,23 @@ impl Drop for Runtime {
     }
 }
 
+/// Run `work` in a task of its own; when it ends, call `ended` with its
+/// panic message if it panicked. How the Boot and Drain actors keep a step or
+/// a destroy off their mailbox and still learn of its panic.
+pub fn spawn_watched<F>(work: F, ended: impl FnOnce(Option<String>) + Send + 'static)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let task = tokio::spawn(work);
+    tokio::spawn(async move {
+        let panic = match task.await {
+            Err(join) if join.is_panic() => Some(panic_message(join.into_panic().as_ref())),
+            _ => None,
+        };
+        ended(panic);
+    });
+}
+
 /// A panic payload, rendered.
 #[must_use]
 pub fn panic_message(payload: &(dyn Any + Send)) -> String {

@@ -653,12 +653,21 @@ proptest! {
         let (mut file, _) = journal(&records);
         let at = at.index(file.len());
         let end = (at + junk.len()).min(file.len());
+        // The first byte the junk really changes (junk may repeat what was
+        // there): damage starts here, not at `at`.
+        let changed = (at..end).find(|&i| file[i] != junk[i - at]);
         file[at..end].copy_from_slice(&junk[..end - at]);
         let cut = cut.index(file.len() + 1);
         match decode(&file[..cut]) {
             Ok(d) => prop_assert_eq!(&d.records[..], &records[..d.records.len()]),
-            Err(JournalError::Corrupt { offset }) => prop_assert!(offset <= at),
-            Err(e) => prop_assert!(at < HEADER_LEN, "header error {} without header damage", e),
+            Err(JournalError::Corrupt { offset }) => {
+                let first = changed.ok_or_else(|| TestCaseError::fail("corrupt without damage"))?;
+                prop_assert!(offset <= first, "corrupt at {} after the damage at {}", offset, first);
+            }
+            Err(e) => prop_assert!(
+                changed.is_some_and(|first| first < HEADER_LEN),
+                "header error {} without header damage", e
+            ),
         }
     }
 }
