@@ -287,6 +287,20 @@ pub struct JournalFile<S: JournalSink = File> {
     /// The control directory's lock, kept alive so no writer outlives it
     /// (`None` for a sink built in tests).
     _lock: Option<Arc<File>>,
+    /// The control directory's "a writer is out" flag, cleared when this
+    /// writer is dropped so the journal can be reopened (a restarted Journal
+    /// actor) — never while this writer lives.
+    _slot: Option<WriterSlot>,
+}
+
+/// Clears the control directory's one-writer flag on drop.
+#[derive(Debug)]
+struct WriterSlot(Arc<AtomicBool>);
+
+impl Drop for WriterSlot {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
 }
 
 impl<S: JournalSink> std::fmt::Debug for JournalFile<S> {
@@ -310,6 +324,7 @@ impl<S: JournalSink> JournalFile<S> {
             len,
             poisoned: false,
             _lock: None,
+            _slot: None,
         }
     }
 
@@ -397,7 +412,7 @@ pub struct ControlDir {
     /// What the run marker said at open, before this daemon wrote its own.
     previous_run: PreviousRun,
     /// Whether [`Self::open_journal`] has handed out the one writer.
-    journal_opened: AtomicBool,
+    journal_opened: Arc<AtomicBool>,
 }
 
 impl ControlDir {
@@ -451,7 +466,7 @@ impl ControlDir {
             path,
             lock: Arc::new(lock),
             previous_run: PreviousRun::FirstEver,
-            journal_opened: AtomicBool::new(false),
+            journal_opened: Arc::new(AtomicBool::new(false)),
         };
         dir.previous_run = previous_run_from(&dir.read_run()?);
         Ok(dir)
@@ -518,7 +533,8 @@ impl ControlDir {
     /// # Errors
     /// [`ControlDirError::CorruptJournal`] for mid-file corruption (nothing is
     /// changed); [`ControlDirError::BadJournalHeader`] for a bad magic or
-    /// version; [`ControlDirError::JournalAlreadyOpen`] on a second call;
+    /// version; [`ControlDirError::JournalAlreadyOpen`] while a writer from
+    /// an earlier call is alive;
     /// [`ControlDirError::Io`] for I/O failures.
     pub fn open_journal(&self) -> Result<(JournalFile, Vec<Record>, Recovery), ControlDirError> {
         let path = self.journal_path();
@@ -587,6 +603,7 @@ impl ControlDir {
         let len = file.metadata().map_err(io_err(path))?.len();
         let mut writer = JournalFile::with_sink(file, path.to_path_buf(), len);
         writer._lock = Some(Arc::clone(&self.lock));
+        writer._slot = Some(WriterSlot(Arc::clone(&self.journal_opened)));
         Ok((writer, decoded.records, recovery))
     }
 

@@ -83,12 +83,17 @@ pub struct RootState {
     watcher: Option<ActorRef<ConfigWatcherMsg>>,
     journal_restarts: u32,
     watcher_restarts: u32,
+    boot_restarts: u32,
+    drain_restarts: u32,
     /// Set once the tree is coming down: children's deaths are expected.
     stopping: bool,
     /// Every child's join handle: Root's own stop waits for them, so
     /// `Supervisor::run` returns only once every child (and whatever state it
     /// held, such as a runtime) is gone.
     joins: Vec<JoinHandle<()>>,
+    /// The journal's join handle, apart: a restart waits for the dead
+    /// journal to be gone (its writer dropped) before reopening the file.
+    journal_join: Option<JoinHandle<()>>,
 }
 
 /// Root takes no messages of its own; it acts on supervision events.
@@ -114,7 +119,7 @@ impl Actor for RootActor {
         } = args;
         let cell = myself.get_cell();
         let (journal, journal_join) = Actor::spawn_linked(
-            None,
+            Some(child_name(&shared.data_dir, "journal", 0)),
             JournalActor,
             JournalArgs {
                 control: Arc::clone(&control),
@@ -123,17 +128,27 @@ impl Actor for RootActor {
             cell.clone(),
         )
         .await?;
-        let (boot, boot_join) =
-            Actor::spawn_linked(None, BootActor, Arc::clone(&shared), cell.clone()).await?;
-        let (drain, drain_join) =
-            Actor::spawn_linked(None, DrainActor, Arc::clone(&shared), cell.clone()).await?;
+        let (boot, boot_join) = Actor::spawn_linked(
+            Some(child_name(&shared.data_dir, "boot", 0)),
+            BootActor,
+            Arc::clone(&shared),
+            cell.clone(),
+        )
+        .await?;
+        let (drain, drain_join) = Actor::spawn_linked(
+            Some(child_name(&shared.data_dir, "drain", 0)),
+            DrainActor,
+            Arc::clone(&shared),
+            cell.clone(),
+        )
+        .await?;
         let children = Children {
             boot: boot.clone(),
             drain: drain.clone(),
             journal: journal.clone(),
         };
         let (lifecycle, lifecycle_join) = Actor::spawn_linked(
-            None,
+            Some(child_name(&shared.data_dir, "lifecycle", 0)),
             LifecycleActor,
             LifecycleArgs {
                 shared: Arc::clone(&shared),
@@ -145,11 +160,11 @@ impl Actor for RootActor {
             cell.clone(),
         )
         .await?;
-        let mut joins = vec![journal_join, boot_join, drain_join, lifecycle_join];
+        let mut joins = vec![boot_join, drain_join, lifecycle_join];
         let watcher = match &shared.declared {
             Some(path) => {
                 let (watcher, join) =
-                    spawn_watcher(path.clone(), &shared, &lifecycle, cell.clone()).await?;
+                    spawn_watcher(path.clone(), &shared, &lifecycle, cell.clone(), 0).await?;
                 joins.push(join);
                 Some(watcher)
             }
@@ -167,8 +182,11 @@ impl Actor for RootActor {
             watcher,
             journal_restarts: 0,
             watcher_restarts: 0,
+            boot_restarts: 0,
+            drain_restarts: 0,
             stopping: false,
             joins,
+            journal_join: Some(journal_join),
         })
     }
 
@@ -180,7 +198,13 @@ impl Actor for RootActor {
     ) -> Result<(), ActorProcessingErr> {
         let (who, failure) = match event {
             SupervisionEvent::ActorFailed(who, error) => (who, Some(error.to_string())),
-            SupervisionEvent::ActorTerminated(who, _, _) => (who, None),
+            SupervisionEvent::ActorTerminated(who, last_state, _) => {
+                // A stopped actor hands back its last state; drop it now, so
+                // whatever it held (the journal's writer) is gone before a
+                // successor reopens it.
+                drop(last_state);
+                (who, None)
+            }
             _ => return Ok(()),
         };
         if state.stopping {
@@ -198,16 +222,21 @@ impl Actor for RootActor {
             myself.stop(None);
         } else if id == state.boot.get_id() {
             let reason = failure.unwrap_or_else(|| "the boot actor stopped".into());
+            state.boot_restarts += 1;
+            let name = child_name(&state.shared.data_dir, "boot", state.boot_restarts);
             let (boot, join) =
-                Actor::spawn_linked(None, BootActor, Arc::clone(&state.shared), cell).await?;
+                Actor::spawn_linked(Some(name), BootActor, Arc::clone(&state.shared), cell).await?;
             state.joins.push(join);
             state.boot = boot;
             state.tell_children();
             let _ = state.lifecycle.cast(LifecycleMsg::BootCrashed { reason });
         } else if id == state.drain.get_id() {
             let reason = failure.unwrap_or_else(|| "the drain actor stopped".into());
+            state.drain_restarts += 1;
+            let name = child_name(&state.shared.data_dir, "drain", state.drain_restarts);
             let (drain, join) =
-                Actor::spawn_linked(None, DrainActor, Arc::clone(&state.shared), cell).await?;
+                Actor::spawn_linked(Some(name), DrainActor, Arc::clone(&state.shared), cell)
+                    .await?;
             state.joins.push(join);
             state.drain = drain;
             state.tell_children();
@@ -219,13 +248,17 @@ impl Actor for RootActor {
                 state.give_up(&myself);
                 return Ok(());
             }
+            if let Some(dead) = state.journal_join.take() {
+                let _ = tokio::time::timeout(Duration::from_secs(5), dead).await;
+            }
             let args = JournalArgs {
                 control: Arc::clone(&state.control),
                 file: None,
             };
-            match Actor::spawn_linked(None, JournalActor, args, cell).await {
+            let name = child_name(&state.shared.data_dir, "journal", state.journal_restarts);
+            match Actor::spawn_linked(Some(name), JournalActor, args, cell).await {
                 Ok((journal, join)) => {
-                    state.joins.push(join);
+                    state.journal_join = Some(join);
                     state.journal = journal;
                     state.tell_children();
                 }
@@ -241,7 +274,15 @@ impl Actor for RootActor {
             if state.watcher_restarts <= RESTARTS
                 && let Some(path) = state.shared.declared.clone()
             {
-                match spawn_watcher(path, &state.shared, &state.lifecycle, cell).await {
+                match spawn_watcher(
+                    path,
+                    &state.shared,
+                    &state.lifecycle,
+                    cell,
+                    state.watcher_restarts,
+                )
+                .await
+                {
                     Ok((watcher, join)) => {
                         state.joins.push(join);
                         state.watcher = Some(watcher);
@@ -262,7 +303,8 @@ impl Actor for RootActor {
     ) -> Result<(), ActorProcessingErr> {
         state.stop_children();
         let grace = state.shared.timings.drain_grace + Duration::from_secs(5);
-        for join in state.joins.drain(..) {
+        let journal = state.journal_join.take();
+        for join in state.joins.drain(..).chain(journal) {
             if tokio::time::timeout(grace, join).await.is_err() {
                 tracing::error!("a child actor did not stop within {grace:?}");
             }
@@ -307,11 +349,22 @@ impl RootState {
     }
 }
 
+/// The registered name of one of a supervisor's children: `role` is
+/// `journal`, `lifecycle`, `boot`, `drain` or `config_watcher`, and
+/// `generation` counts Root's restarts of that child (0 for the first). One
+/// daemon per data dir makes the names unique in a process; operators and
+/// tests find a child with `ractor::registry::where_is`.
+#[must_use]
+pub fn child_name(data_dir: &std::path::Path, role: &str, generation: u32) -> String {
+    format!("steadfast:{}:{role}:{generation}", data_dir.display())
+}
+
 async fn spawn_watcher(
     path: PathBuf,
     shared: &Shared,
     lifecycle: &ActorRef<LifecycleMsg>,
     supervisor: ActorCell,
+    generation: u32,
 ) -> Result<(ActorRef<ConfigWatcherMsg>, JoinHandle<()>), ActorProcessingErr> {
     let target = lifecycle.clone();
     let args = ConfigWatcherArgs {
@@ -321,5 +374,6 @@ async fn spawn_watcher(
             let _ = target.cast(LifecycleMsg::ConfigChanged);
         }),
     };
-    Ok(Actor::spawn_linked(None, ConfigWatcherActor, args, supervisor).await?)
+    let name = child_name(&shared.data_dir, "config_watcher", generation);
+    Ok(Actor::spawn_linked(Some(name), ConfigWatcherActor, args, supervisor).await?)
 }

@@ -149,6 +149,14 @@ fn a_journal_file_keeps_the_lock() {
         cd.open_journal(),
         Err(ControlDirError::JournalAlreadyOpen { .. })
     ));
+    // Once the writer is gone the journal can be reopened (a restarted
+    // Journal actor), and the new writer is again the only one.
+    drop(j);
+    let (j, _, _) = cd.open_journal().unwrap();
+    assert!(matches!(
+        cd.open_journal(),
+        Err(ControlDirError::JournalAlreadyOpen { .. })
+    ));
     drop(cd);
     assert!(matches!(
         ControlDir::open(tmp.path()),

@@ -1,0 +1,109 @@
+//! Root's supervision of the journal and the config watcher (the table in
+//! ARCHITECTURE.md): a child killed from outside is restarted, the daemon
+//! keeps working through the new child, and a journal that keeps dying ends
+//! the process with intent relaunch instead of running on without
+//! durability.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use steadfast::actors::root::{RESTARTS, child_name};
+use steadfast::{ExitIntent, Hold, LifecycleState, RetryClass};
+
+/// Kill the named child and wait until its successor is registered.
+async fn kill_and_await_successor(data_dir: &Path, role: &str, generation: u32) {
+    let victim = ractor::registry::where_is(child_name(data_dir, role, generation))
+        .unwrap_or_else(|| panic!("{role} generation {generation} is registered"));
+    victim.kill();
+    let successor = child_name(data_dir, role, generation + 1);
+    tokio::time::timeout(PATIENCE, async {
+        while ractor::registry::where_is(successor.clone()).is_none() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{role} was not restarted"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_journal_is_restarted_and_writes_go_on() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+    until(&handle, "running", running).await;
+    kill_and_await_successor(tmp.path(), "journal", 0).await;
+
+    // A stop and a start go through the new journal (each is acknowledged
+    // only after its fsync), and land in the file.
+    let stopped = handle
+        .stop(Hold::None)
+        .await
+        .expect("stop through the new journal");
+    assert!(stopped.error.is_none(), "{:?}", stopped.error);
+    handle.start().await.expect("start");
+    until(&handle, "running again", running).await;
+    exit(run, &handle, ExitIntent::Halt).await;
+    let bytes = std::fs::read(tmp.path().join(".steadfast").join("journal")).expect("journal");
+    let records = steadfast::protocol::journal::decode(&bytes)
+        .expect("decodes")
+        .records;
+    let stops = records
+        .iter()
+        .filter(|r| matches!(r, steadfast::protocol::journal::Record::Transition { event, .. } if event == "stop"))
+        .count();
+    assert_eq!(stops, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_journal_that_keeps_dying_ends_the_process_for_a_relaunch() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+    until(&handle, "running", running).await;
+    for generation in 0..RESTARTS {
+        kill_and_await_successor(tmp.path(), "journal", generation).await;
+    }
+    let last = ractor::registry::where_is(child_name(tmp.path(), "journal", RESTARTS))
+        .expect("the last journal");
+    last.kill();
+    let intent = tokio::time::timeout(PATIENCE, run)
+        .await
+        .expect("the process ends")
+        .expect("task");
+    assert_eq!(intent, ExitIntent::Relaunch);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_config_watcher_is_restarted_and_still_watches() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let declared = tmp.path().join("daemon.toml");
+    std::fs::write(&declared, "broken\n").expect("write");
+    let file = declared.clone();
+    let source = steadfast::ConfigSource::new(move || {
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| steadfast::ConfigError::Invalid(e.to_string()))?;
+        if text.trim() == "fixed" {
+            Ok(steadfast::ResolvedConfig::untracked(good()))
+        } else {
+            Err(steadfast::ConfigError::Invalid(format!(
+                "not fixed: {text:?}"
+            )))
+        }
+    });
+    let (run, handle) = supervise(tmp.path(), source, Some(declared.clone()));
+    until(&handle, "a held failure", |s| {
+        matches!(
+            s.lifecycle,
+            LifecycleState::Failed {
+                retry: RetryClass::Hold,
+                ..
+            }
+        )
+    })
+    .await;
+    kill_and_await_successor(tmp.path(), "config_watcher", 0).await;
+    std::fs::write(&declared, "fixed\n").expect("fix the file");
+    until(&handle, "running after the fix", running).await;
+    exit(run, &handle, ExitIntent::Halt).await;
+}
