@@ -27,7 +27,7 @@ pub use steadfast_actors::context::Timings;
 pub use steadfast_actors::control_dir::{ControlDir, RunMarker};
 pub use steadfast_actors::lifecycle::{Command, CommandError, Hold};
 pub use steadfast_actors::service::{
-    BoxFuture, Checkpoint, Observation, Runtime, Service, StepContext, StepError,
+    BoxFuture, CancellationToken, Checkpoint, Observation, Runtime, Service, StepContext, StepError,
 };
 pub use steadfast_actors::store::StoreLock;
 pub use steadfast_protocol::journal::ResourceRecord;

@@ -29,7 +29,7 @@ use steadfast_protocol::journal::ResourceRecord;
 use steadfast_protocol::lifecycle::FailureClass;
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinHandle};
-use tokio_util::sync::CancellationToken;
+pub use tokio_util::sync::CancellationToken;
 
 /// A boxed, sendable future: what [`Service`]'s methods return, so the trait
 /// stays object-safe.

@@ -1,0 +1,430 @@
+//! kvd: a small durable key-value daemon that embeds steadfast, written the
+//! way a user would write one.
+//!
+//! `cargo run --release --example kvd -- [--data-dir DIR] [--config FILE]`
+//!
+//! It speaks a TCP line protocol on `listen_addr` (default `127.0.0.1:7070`):
+//! `SET key value` → `OK`, `GET key` → the value or `NOT_FOUND`, `DEL key` →
+//! `OK` or `NOT_FOUND`, anything else → `ERR reason`. A write is answered only
+//! once it is durable (appended to `store.log` under the data dir and
+//! fsynced). Its runtime boots in steadfast phases — `resolve_config`,
+//! `open_store` (takes the store lock), `replay_log`, `bind_listener`,
+//! `serve` — and `log_level` and `max_connections` apply in place while
+//! `listen_addr` needs a restart. The process exits with its exit intent's
+//! code: 0 for halt, 75 for relaunch.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use steadfast::{
+    BoxFuture, CancellationToken, Checkpoint, Observation, ResourceRecord, Runtime, Service,
+    StepContext, StepError, StoreLock, Supervisor, SupervisorConfig, TomlFileSource,
+};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+const DEFAULTS: &str = r#"
+listen_addr = "127.0.0.1:7070"
+log_level = "info"
+max_connections = 64
+"#;
+
+/// The store: the map, and the log that makes it durable.
+struct Store {
+    map: HashMap<String, String>,
+    log: File,
+}
+
+type Shared = Arc<Mutex<Store>>;
+
+impl Store {
+    /// Append one line and fsync it; only then apply it to the map.
+    fn write(
+        &mut self,
+        line: &str,
+        apply: impl FnOnce(&mut HashMap<String, String>),
+    ) -> std::io::Result<()> {
+        self.log.write_all(line.as_bytes())?;
+        self.log.sync_data()?;
+        apply(&mut self.map);
+        Ok(())
+    }
+}
+
+/// Replay `store.log`: every complete line; a torn last line (a crash
+/// mid-append, never acknowledged) is cut off.
+fn replay(path: &Path) -> std::io::Result<(HashMap<String, String>, File)> {
+    let mut map = HashMap::new();
+    let mut good_len = 0u64;
+    if let Ok(file) = File::open(path) {
+        let mut reader = BufReader::new(file);
+        let mut line = String::new();
+        while reader.read_line(&mut line)? > 0 {
+            if !line.ends_with('\n') {
+                break;
+            }
+            good_len += line.len() as u64;
+            let body = line.trim_end_matches('\n');
+            match body.split_once(' ') {
+                Some(("S", rest)) => {
+                    if let Some((key, value)) = rest.split_once(' ') {
+                        map.insert(key.to_owned(), value.to_owned());
+                    }
+                }
+                Some(("D", key)) => {
+                    map.remove(key);
+                }
+                _ => {}
+            }
+            line.clear();
+        }
+    }
+    let log = OpenOptions::new().create(true).append(true).open(path)?;
+    if log.metadata()?.len() > good_len {
+        log.set_len(good_len)?;
+        log.sync_all()?;
+    }
+    Ok((map, log))
+}
+
+/// The settings that apply in place.
+struct Live {
+    max_connections: AtomicUsize,
+    log_level: Mutex<String>,
+}
+
+struct Listener(Option<TcpListener>);
+struct Serving;
+
+struct Kvd;
+
+fn record(kind: &str, id: impl Into<String>) -> ResourceRecord {
+    ResourceRecord {
+        kind: kind.into(),
+        id: id.into(),
+        payload: Vec::new(),
+    }
+}
+
+fn leaf_str<'a>(config: &'a toml::Table, key: &str, default: &'a str) -> &'a str {
+    config
+        .get(key)
+        .and_then(toml::Value::as_str)
+        .unwrap_or(default)
+}
+
+fn max_connections(config: &toml::Table) -> usize {
+    config
+        .get("max_connections")
+        .and_then(toml::Value::as_integer)
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(64)
+}
+
+impl Service for Kvd {
+    fn plan(&self, _config: &toml::Table) -> Vec<String> {
+        ["open_store", "replay_log", "bind_listener", "serve"]
+            .map(String::from)
+            .to_vec()
+    }
+
+    fn execute<'a>(
+        &'a self,
+        step: &'a str,
+        cx: StepContext<'a>,
+    ) -> BoxFuture<'a, Result<ResourceRecord, StepError>> {
+        Box::pin(async move {
+            match step {
+                "open_store" => {
+                    let lock = StoreLock::acquire(cx.data_dir).map_err(StepError::backoff)?;
+                    cx.runtime.insert(lock);
+                    Ok(record(
+                        "store_lock",
+                        StoreLock::path_under(cx.data_dir).display().to_string(),
+                    ))
+                }
+                "replay_log" => {
+                    let path = cx.data_dir.join("store.log");
+                    let replayed = tokio::task::spawn_blocking({
+                        let path = path.clone();
+                        move || replay(&path)
+                    })
+                    .await
+                    .map_err(StepError::backoff)?
+                    .map_err(|e| StepError::backoff(format!("{}: {e}", path.display())))?;
+                    let (map, log) = replayed;
+                    let keys = map.len();
+                    cx.runtime
+                        .insert::<Shared>(Arc::new(Mutex::new(Store { map, log })));
+                    Ok(record("store", format!("{} ({keys} keys)", path.display())))
+                }
+                "bind_listener" => {
+                    let addr = leaf_str(cx.config, "listen_addr", "127.0.0.1:7070");
+                    let listener = TcpListener::bind(addr)
+                        .await
+                        .map_err(|e| StepError::backoff(format!("cannot bind {addr}: {e}")))?;
+                    let bound = listener.local_addr().map_err(StepError::backoff)?;
+                    cx.runtime.insert(Listener(Some(listener)));
+                    Ok(record("listener", bound.to_string()))
+                }
+                "serve" => {
+                    let listener = cx
+                        .runtime
+                        .get_mut::<Listener>()
+                        .and_then(|l| l.0.take())
+                        .ok_or_else(|| StepError::backoff("no listener"))?;
+                    let store = cx
+                        .runtime
+                        .get::<Shared>()
+                        .cloned()
+                        .ok_or_else(|| StepError::backoff("no store"))?;
+                    let live = Arc::new(Live {
+                        max_connections: AtomicUsize::new(max_connections(cx.config)),
+                        log_level: Mutex::new(leaf_str(cx.config, "log_level", "info").to_owned()),
+                    });
+                    cx.runtime.insert(Arc::clone(&live));
+                    let stop = cx.runtime.shutdown_token();
+                    let open = Arc::new(AtomicUsize::new(0));
+                    cx.runtime.spawn("accept", async move {
+                        loop {
+                            let (stream, _) = tokio::select! {
+                                () = stop.cancelled() => return Ok(()),
+                                accepted = listener.accept() => accepted.map_err(|e| e.to_string())?,
+                            };
+                            if open.load(Ordering::SeqCst) >= live.max_connections.load(Ordering::SeqCst) {
+                                let mut stream = stream;
+                                let _ = stream.write_all(b"ERR too many connections\n").await;
+                                continue;
+                            }
+                            open.fetch_add(1, Ordering::SeqCst);
+                            let (store, open, stop) = (Arc::clone(&store), Arc::clone(&open), stop.clone());
+                            tokio::spawn(async move {
+                                serve_connection(stream, store, stop).await;
+                                open.fetch_sub(1, Ordering::SeqCst);
+                            });
+                        }
+                    });
+                    cx.runtime.insert(Serving);
+                    Ok(record("serve", "accept"))
+                }
+                other => Err(StepError::hold(format!("kvd has no step {other}"))),
+            }
+        })
+    }
+
+    fn observe<'a>(
+        &'a self,
+        checkpoint: &'a Checkpoint,
+        runtime: &'a Runtime,
+    ) -> BoxFuture<'a, Observation> {
+        let present = match checkpoint.resource.kind.as_str() {
+            "store_lock" => runtime.get::<StoreLock>().is_some(),
+            "store" => runtime.get::<Shared>().is_some(),
+            "listener" => runtime.get::<Listener>().is_some(),
+            _ => runtime.get::<Serving>().is_some(),
+        };
+        Box::pin(async move {
+            if present {
+                Observation::Present
+            } else {
+                Observation::Gone
+            }
+        })
+    }
+
+    fn destroy<'a>(
+        &'a self,
+        checkpoint: &'a Checkpoint,
+        runtime: &'a mut Runtime,
+    ) -> BoxFuture<'a, Result<(), StepError>> {
+        match checkpoint.resource.kind.as_str() {
+            "store_lock" => drop(runtime.remove::<StoreLock>()),
+            "store" => drop(runtime.remove::<Shared>()),
+            "listener" => drop(runtime.remove::<Listener>()),
+            _ => {
+                drop(runtime.remove::<Serving>());
+                drop(runtime.remove::<Arc<Live>>());
+            }
+        }
+        Box::pin(async { Ok(()) })
+    }
+
+    fn apply_config<'a>(
+        &'a self,
+        old: &'a toml::Table,
+        new: &'a toml::Table,
+        runtime: &'a mut Runtime,
+    ) -> BoxFuture<'a, Vec<String>> {
+        let changed = steadfast::actors::config::changed_leaves(old, new);
+        let live = runtime.get::<Arc<Live>>().cloned();
+        Box::pin(async move {
+            let mut restart = Vec::new();
+            for leaf in changed {
+                match (leaf.as_str(), &live) {
+                    ("max_connections", Some(live)) => live
+                        .max_connections
+                        .store(max_connections(new), Ordering::SeqCst),
+                    ("log_level", Some(live)) => {
+                        *live
+                            .log_level
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner) =
+                            leaf_str(new, "log_level", "info").to_owned();
+                    }
+                    _ => restart.push(leaf),
+                }
+            }
+            restart
+        })
+    }
+}
+
+/// One client: a line in, a line out.
+async fn serve_connection(stream: TcpStream, store: Shared, stop: CancellationToken) {
+    let (read, mut write) = stream.into_split();
+    let mut lines = AsyncBufReader::new(read).lines();
+    loop {
+        let line = tokio::select! {
+            () = stop.cancelled() => return,
+            line = lines.next_line() => match line {
+                Ok(Some(line)) => line,
+                _ => return,
+            },
+        };
+        let answer = answer(&line, &store).await;
+        if write.write_all(answer.as_bytes()).await.is_err()
+            || write.write_all(b"\n").await.is_err()
+        {
+            return;
+        }
+    }
+}
+
+async fn answer(line: &str, store: &Shared) -> String {
+    let mut words = line.splitn(3, ' ');
+    let (verb, key, value) = (words.next().unwrap_or(""), words.next(), words.next());
+    let valid_key = |k: &str| !k.is_empty() && !k.contains(char::is_whitespace);
+    match (verb.to_ascii_uppercase().as_str(), key, value) {
+        ("GET", Some(key), None) if valid_key(key) => {
+            let store = store.lock().unwrap_or_else(PoisonError::into_inner);
+            store
+                .map
+                .get(key)
+                .cloned()
+                .unwrap_or_else(|| "NOT_FOUND".into())
+        }
+        ("SET", Some(key), Some(value)) if valid_key(key) && !value.contains('\n') => {
+            let (store, key, value) = (Arc::clone(store), key.to_owned(), value.to_owned());
+            durable(move || {
+                let mut store = store.lock().unwrap_or_else(PoisonError::into_inner);
+                let line = format!("S {key} {value}\n");
+                store.write(&line, |map| {
+                    map.insert(key, value);
+                })?;
+                Ok("OK".into())
+            })
+            .await
+        }
+        ("DEL", Some(key), None) if valid_key(key) => {
+            let (store, key) = (Arc::clone(store), key.to_owned());
+            durable(move || {
+                let mut store = store.lock().unwrap_or_else(PoisonError::into_inner);
+                if !store.map.contains_key(&key) {
+                    return Ok("NOT_FOUND".into());
+                }
+                let line = format!("D {key}\n");
+                store.write(&line, |map| {
+                    map.remove(&key);
+                })?;
+                Ok("OK".into())
+            })
+            .await
+        }
+        ("GET" | "SET" | "DEL", _, _) => {
+            format!("ERR usage: SET key value | GET key | DEL key (got {line:?})")
+        }
+        _ => format!("ERR unknown command {verb:?}"),
+    }
+}
+
+/// Run a write on a blocking thread; an I/O error is answered `ERR`, never
+/// `OK`.
+async fn durable(write: impl FnOnce() -> std::io::Result<String> + Send + 'static) -> String {
+    match tokio::task::spawn_blocking(write).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(error)) => format!("ERR not durable: {error}"),
+        Err(_) => "ERR the write did not complete".into(),
+    }
+}
+
+fn usage() -> ! {
+    eprintln!("usage: kvd [--data-dir DIR] [--config FILE]");
+    std::process::exit(2)
+}
+
+#[tokio::main]
+async fn main() {
+    let mut data_dir: Option<PathBuf> = None;
+    let mut config: Option<PathBuf> = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--data-dir" => data_dir = Some(args.next().unwrap_or_else(|| usage()).into()),
+            "--config" => config = Some(args.next().unwrap_or_else(|| usage()).into()),
+            "-h" | "--help" => usage(),
+            _ => usage(),
+        }
+    }
+    // The data dir: the flag, else the config file's `data_dir`, else
+    // ./kvd-data. A later edit that moves it is refused (a held failure).
+    let from_file = config
+        .as_ref()
+        .and_then(|path| std::fs::read_to_string(path).ok())
+        .and_then(|text| text.parse::<toml::Table>().ok())
+        .and_then(|table| {
+            table
+                .get("data_dir")
+                .and_then(toml::Value::as_str)
+                .map(PathBuf::from)
+        });
+    let data_dir = data_dir
+        .or(from_file)
+        .unwrap_or_else(|| PathBuf::from("kvd-data"));
+
+    let mut source = TomlFileSource::new().defaults_toml(DEFAULTS);
+    if let Some(path) = &config {
+        source = source.declared_file(path);
+    }
+    let mut supervisor_config =
+        SupervisorConfig::new(&data_dir, source.into_source(), Arc::new(Kvd));
+    supervisor_config.declared = config;
+    let (supervisor, handle) = match Supervisor::new(supervisor_config) {
+        Ok(started) => started,
+        Err(error) => {
+            eprintln!("kvd: {error}");
+            std::process::exit(1);
+        }
+    };
+    // One line on stderr per change of state, like a service's journal.
+    let mut snapshots = handle.watch();
+    tokio::spawn(async move {
+        let mut last = String::new();
+        loop {
+            let line = steadfast::daemon::status_line(&snapshots.borrow_and_update());
+            if line != last {
+                eprintln!("kvd: {line}");
+                last = line;
+            }
+            if snapshots.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+    let intent = steadfast::daemon::run(supervisor, handle).await;
+    eprintln!("kvd: exiting ({}, code {})", intent.name(), intent.code());
+    std::process::exit(intent.code());
+}
