@@ -246,7 +246,7 @@ impl Service for Kvd {
             "store" => drop(runtime.remove::<Shared>()),
             "listener" => drop(runtime.remove::<Listener>()),
             _ => {
-                drop(runtime.remove::<Serving>());
+                runtime.remove::<Serving>();
                 drop(runtime.remove::<Arc<Live>>());
             }
         }
