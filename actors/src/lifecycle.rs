@@ -522,25 +522,15 @@ impl LifecycleActorState {
             Effect::CancelBoot => {
                 let _ = self.children.boot.cast(BootMsg::Cancel);
             }
-            Effect::ShutdownRuntime => match self.runtime.take() {
-                Some(live) => {
-                    let run = DrainMsg::Run {
-                        live,
-                        report_to: myself.clone(),
-                    };
-                    if let Err(error) = self.children.drain.cast(run) {
-                        // The runtime came back in the error; dropping it
-                        // aborts its tasks, and the probe settles the drain.
-                        drop(error);
-                        let store = StoreLock::probe(&self.shared.data_dir);
-                        let _ = myself.cast(LifecycleMsg::Drained {
-                            attempt: 0,
-                            store,
-                            survivors: Vec::new(),
-                        });
-                    }
-                }
-                None => {
+            Effect::ShutdownRuntime => {
+                let drain = self.runtime.take().map(|live| DrainMsg::Run {
+                    live,
+                    report_to: myself.clone(),
+                });
+                // No runtime to hand over (or no Drain actor to take it: the
+                // runtime comes back in the error and is dropped here, which
+                // aborts its tasks): the probe alone settles the drain.
+                if drain.is_none_or(|run| self.children.drain.cast(run).is_err()) {
                     let store = StoreLock::probe(&self.shared.data_dir);
                     let _ = myself.cast(LifecycleMsg::Drained {
                         attempt: 0,
@@ -548,7 +538,7 @@ impl LifecycleActorState {
                         survivors: Vec::new(),
                     });
                 }
-            },
+            }
             Effect::ApplyConfig => self.apply_config(myself).await,
             Effect::Exit(intent) => {
                 let marker = RunMarker::Released {
