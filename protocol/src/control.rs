@@ -192,10 +192,7 @@ mod tests {
         let ok: ControlAnswer = Ok(WireSnapshot::from_snapshot(&snapshot()));
         let back = round_trip(&ok);
         assert_eq!(back, ok);
-        assert_eq!(
-            back.expect("ok").into_snapshot().expect("json"),
-            snapshot()
-        );
+        assert_eq!(back.expect("ok").into_snapshot().expect("json"), snapshot());
         for refusal in [
             ControlRefusal::Refused {
                 state: "running".into(),
