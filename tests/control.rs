@@ -313,7 +313,7 @@ async fn random_frames_do_not_hurt_the_daemon() {
                 let mut body: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
                 // A quarter start like a request (variant 0), to get past
                 // the first byte into the deadline and the message.
-                if rng.next() % 4 == 0 && !body.is_empty() {
+                if rng.next().is_multiple_of(4) && !body.is_empty() {
                     body[0] = 0;
                 }
                 bytes.extend_from_slice(&u32::try_from(len).expect("fits").to_be_bytes());
