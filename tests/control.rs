@@ -16,7 +16,9 @@ use bincode::Options;
 use common::*;
 use serde::Serialize;
 use steadfast::control::codec::options;
-use steadfast::control::{ClientError, ControlClient, ServerGuard, serve_unix};
+use steadfast::control::{
+    ClientError, ControlClient, ServerGuard, ServerLimits, serve_unix, serve_unix_with,
+};
 use steadfast::protocol::control::{ControlRequest, ControlResponse, MAX_FRAME_LEN};
 use steadfast::{ExitIntent, Hold, LifecycleState, RefusedBecause, StopReason, SupervisorHandle};
 
@@ -471,5 +473,58 @@ async fn another_uid_is_refused() {
         .snapshot()
         .await
         .expect("root is answered");
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// The bounds hold: a request beyond the in-flight limit of one connection
+/// is shed with tarpc's throttle error (the others still answer), and a
+/// connection beyond the connection limit is closed at accept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_flight_and_connection_bounds_hold() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+    let limits = ServerLimits {
+        max_connections: 1,
+        max_in_flight_per_connection: 2,
+    };
+    let _server = serve_unix_with(handle.clone(), socket(tmp.path()), limits).expect("serves");
+    let up = until(&handle, "running", running).await;
+    let client = connect(tmp.path()).await;
+
+    // Two long-polls fill the connection's in-flight budget…
+    let waits: Vec<_> = (0..2)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move { client.watch(up.version, Duration::from_secs(2)).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // …so a third call on it is shed, not queued without bound.
+    let shed = client
+        .snapshot()
+        .await
+        .expect_err("over the in-flight limit");
+    assert!(
+        matches!(&shed, ClientError::Rpc(tarpc::client::RpcError::Server(e)) if e.detail.contains("throttled")),
+        "{shed:?}"
+    );
+    assert!(!shed.is_refusal());
+    // A second connection is over the connection limit: closed at accept.
+    let second = connect(tmp.path()).await;
+    let closed = second
+        .snapshot()
+        .await
+        .expect_err("over the connection limit");
+    assert!(matches!(closed, ClientError::Rpc(_)), "{closed:?}");
+
+    for wait in waits {
+        wait.await
+            .expect("task")
+            .expect("the admitted calls are answered");
+    }
+    client
+        .snapshot()
+        .await
+        .expect("answered once the budget frees");
     exit(run, &handle, ExitIntent::Halt).await;
 }

@@ -19,7 +19,7 @@
 //!   one (more are answered with tarpc's throttle error), frames of at most
 //!   1 MiB (a longer one closes that connection), deadlines clamped to
 //!   [`codec::MAX_DEADLINE`], `watch` waits capped at 60 s.
-//!   `many_clients_are_all_answered`,
+//!   `in_flight_and_connection_bounds_hold`, `many_clients_are_all_answered`,
 //!   `a_frame_over_the_limit_closes_that_connection_only`,
 //!   `random_frames_do_not_hurt_the_daemon`,
 //!   `a_deadline_of_u64_max_seconds_is_still_answered`.
