@@ -28,7 +28,7 @@ use steadfast::{
 #[command(name = "steadfastctl", version)]
 struct Cli {
     /// The daemon's data directory; its socket is
-    /// `<DIR>/.steadfast/control.sock`.
+    /// `<DIR>/.steadfast/control.sock` (default: the current directory).
     #[arg(long, value_name = "DIR", global = true, conflicts_with = "socket")]
     data_dir: Option<PathBuf>,
     /// The control socket's path (instead of --data-dir).
