@@ -486,6 +486,7 @@ async fn in_flight_and_connection_bounds_hold() {
     let limits = ServerLimits {
         max_connections: 1,
         max_in_flight_per_connection: 2,
+        ..ServerLimits::default()
     };
     let _server = serve_unix_with(handle.clone(), socket(tmp.path()), limits).expect("serves");
     let up = until(&handle, "running", running).await;
@@ -526,5 +527,40 @@ async fn in_flight_and_connection_bounds_hold() {
         .snapshot()
         .await
         .expect("answered once the budget frees");
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// A connection on which nothing moves for the idle timeout is closed; one
+/// that keeps calling is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_idle_connection_is_closed() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+    let limits = ServerLimits {
+        idle_timeout: Duration::from_millis(400),
+        ..ServerLimits::default()
+    };
+    let _server = serve_unix_with(handle.clone(), socket(tmp.path()), limits).expect("serves");
+    until(&handle, "running", running).await;
+
+    let busy = connect(tmp.path()).await;
+    let path = socket(tmp.path());
+    let silent = tokio::task::spawn_blocking(move || {
+        let started = std::time::Instant::now();
+        let mut stream = StdUnixStream::connect(&path).expect("connect");
+        (closed_by_peer(&mut stream), started.elapsed())
+    });
+    // Meanwhile the busy client calls every 100 ms for over twice the timeout.
+    for _ in 0..10 {
+        busy.snapshot().await.expect("a busy connection stays open");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (closed, after) = silent.await.expect("task");
+    assert!(closed, "the silent connection was closed");
+    assert!(
+        after >= Duration::from_millis(350),
+        "closed after {after:?}"
+    );
+    assert!(after < Duration::from_secs(10), "closed after {after:?}");
     exit(run, &handle, ExitIntent::Halt).await;
 }

@@ -17,9 +17,10 @@
 //!   (more are closed at accept), at most
 //!   [`ServerLimits::max_in_flight_per_connection`] requests in flight on
 //!   one (more are answered with tarpc's throttle error), frames of at most
-//!   1 MiB (a longer one closes that connection), deadlines clamped to
+//!   1 MiB (a longer one closes that connection), connections idle for
+//!   [`ServerLimits::idle_timeout`] closed, deadlines clamped to
 //!   [`codec::MAX_DEADLINE`], `watch` waits capped at 60 s.
-//!   `in_flight_and_connection_bounds_hold`, `many_clients_are_all_answered`,
+//!   `in_flight_and_connection_bounds_hold`, `an_idle_connection_is_closed`, `many_clients_are_all_answered`,
 //!   `a_frame_over_the_limit_closes_that_connection_only`,
 //!   `random_frames_do_not_hurt_the_daemon`,
 //!   `a_deadline_of_u64_max_seconds_is_still_answered`.
@@ -30,7 +31,10 @@ use std::fs;
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -42,9 +46,11 @@ use steadfast_protocol::lifecycle::ExitIntent;
 use steadfast_protocol::snapshot::Snapshot;
 use tarpc::context::Context;
 use tarpc::server::{BaseChannel, Channel};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::codec::{self, Bincode1};
@@ -89,6 +95,10 @@ pub struct ServerLimits {
     /// Requests in flight on one connection; more are answered with
     /// tarpc's throttle error.
     pub max_in_flight_per_connection: usize,
+    /// A connection on which no byte moved either way for this long is
+    /// closed. Keep it above the longest call a client waits on (a `watch`
+    /// waits at most 60 s).
+    pub idle_timeout: Duration,
 }
 
 impl Default for ServerLimits {
@@ -96,6 +106,7 @@ impl Default for ServerLimits {
         Self {
             max_connections: 64,
             max_in_flight_per_connection: 32,
+            idle_timeout: Duration::from_secs(600),
         }
     }
 }
@@ -244,19 +255,102 @@ async fn accept_loop(
             );
             continue;
         };
+        let last_activity = Arc::new(AtomicU64::new(0));
+        let epoch = Instant::now();
+        let stream = Activity {
+            inner: stream,
+            epoch,
+            last: Arc::clone(&last_activity),
+        };
         let connection = serve_connection(stream, handle.clone(), limits);
+        let idle = idle_watch(epoch, limits.idle_timeout, last_activity);
         let cancel = cancel.clone();
         tokio::spawn(async move {
             tokio::select! {
                 () = cancel.cancelled() => {}
                 () = connection => {}
+                () = idle => tracing::debug!("idle control connection closed"),
             }
             drop(permit);
         });
     }
 }
 
-async fn serve_connection(stream: UnixStream, handle: SupervisorHandle, limits: ServerLimits) {
+/// Resolves once no byte has moved on the connection for `timeout`.
+async fn idle_watch(epoch: Instant, timeout: Duration, last: Arc<AtomicU64>) {
+    loop {
+        let last_ms = last.load(Ordering::Relaxed);
+        let idle_since = epoch + Duration::from_millis(last_ms);
+        let deadline = idle_since + timeout;
+        if Instant::now() >= deadline {
+            return;
+        }
+        tokio::time::sleep_until(deadline).await;
+    }
+}
+
+/// A stream that records when a byte last moved, in milliseconds since
+/// `epoch` (shared with [`idle_watch`]).
+struct Activity {
+    /// The connection.
+    inner: UnixStream,
+    /// When the connection was accepted.
+    epoch: Instant,
+    /// Milliseconds after `epoch` at which a byte last moved.
+    last: Arc<AtomicU64>,
+}
+
+impl Activity {
+    fn touch(&self) {
+        let ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last.store(ms, Ordering::Relaxed);
+    }
+}
+
+impl AsyncRead for Activity {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.touch();
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Activity {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, data);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.touch();
+        }
+        polled
+    }
+
+    fn poll_flush(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+async fn serve_connection(stream: Activity, handle: SupervisorHandle, limits: ServerLimits) {
     let transport = tarpc::serde_transport::new(codec::framed(stream), Bincode1::server());
     BaseChannel::with_defaults(transport)
         .max_concurrent_requests(limits.max_in_flight_per_connection)
