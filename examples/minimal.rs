@@ -1,7 +1,9 @@
 //! The smallest useful embedding: a daemon whose runtime is a store lock and
 //! a TCP listener that greets each connection, supervised by steadfast —
 //! booted in phases, restarted with backoff, held on a bad config, stopped
-//! and exited on SIGTERM, and reported to systemd when `NOTIFY_SOCKET` is set.
+//! and exited on SIGTERM, reported to systemd when `NOTIFY_SOCKET` is set,
+//! and driven by `steadfastctl --data-dir ./minimal-data status` over its
+//! control socket.
 //!
 //! `cargo run --example minimal -- ./minimal-data [config.toml]`
 //! (the config may set `listen_addr`; the default is `127.0.0.1:7071`).
@@ -110,6 +112,8 @@ async fn main() {
         eprintln!("minimal: {error}");
         std::process::exit(1)
     });
-    let intent = steadfast::daemon::run(supervisor, handle).await;
+    // Also serve the control socket, for `steadfastctl --data-dir <data_dir>`.
+    let options = steadfast::daemon::DaemonOptions::new().control_socket(true);
+    let intent = steadfast::daemon::run_with(supervisor, handle, options).await;
     std::process::exit(intent.code());
 }

@@ -11,6 +11,12 @@
 //!   gives 0 (halt: stay down) or 75 (relaunch: `Restart=on-failure` starts a
 //!   new process).
 //!
+//! - With [`DaemonOptions::control_socket`] (see [`run_with`]), the control
+//!   plane ([`crate::control`]) is served on
+//!   `<data_dir>/.steadfast/control.sock` for the supervisor's life; if the
+//!   socket cannot be bound the daemon logs it and runs without one (the
+//!   runtime matters more than its remote control).
+//!
 //! Checked by `tests/daemon.rs`, which runs a real child process under a
 //! fake `NOTIFY_SOCKET` and sends it real signals.
 
@@ -55,14 +61,64 @@ fn retry_name(retry: &steadfast_protocol::lifecycle::RetryClass) -> String {
     }
 }
 
+/// What [`run_with`] does besides signals and systemd.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DaemonOptions {
+    /// Serve the control plane on the data directory's control socket
+    /// (off by default).
+    pub control_socket: bool,
+}
+
+impl DaemonOptions {
+    /// The defaults: no control socket.
+    #[must_use]
+    pub const fn new() -> Self {
+        Self {
+            control_socket: false,
+        }
+    }
+
+    /// Serve (or not) the control socket.
+    #[must_use]
+    pub const fn control_socket(mut self, on: bool) -> Self {
+        self.control_socket = on;
+        self
+    }
+}
+
 /// Run `supervisor` as the process's daemon: answer signals, notify systemd
-/// when `NOTIFY_SOCKET` is set, and return the exit intent.
+/// when `NOTIFY_SOCKET` is set, and return the exit intent. No control
+/// socket; see [`run_with`].
 pub async fn run(supervisor: Supervisor, handle: SupervisorHandle) -> ExitIntent {
+    run_with(supervisor, handle, DaemonOptions::new()).await
+}
+
+/// [`run`], with options: `DaemonOptions::new().control_socket(true)` also
+/// serves the control plane for `steadfastctl`.
+pub async fn run_with(
+    supervisor: Supervisor,
+    handle: SupervisorHandle,
+    options: DaemonOptions,
+) -> ExitIntent {
+    let control = if options.control_socket {
+        let path = supervisor.control_socket_path();
+        match crate::control::serve_unix(handle.clone(), &path) {
+            Ok(guard) => Some(guard),
+            Err(error) => {
+                tracing::error!(%error, "the control socket is not served");
+                None
+            }
+        }
+    } else {
+        None
+    };
     let signals = tokio::spawn(answer_signals(handle.clone()));
     let notifier = tokio::spawn(notify_systemd(handle.clone()));
     let intent = supervisor.run().await;
     signals.abort();
     notifier.abort();
+    drop(control);
     if std::env::var_os("NOTIFY_SOCKET").is_some() {
         let _ = sd_notify::notify(&[NotifyState::Stopping, NotifyState::Status("exiting")]);
     }

@@ -11,12 +11,17 @@
 //!   embedding API ([`supervisor`]).
 //! - [`Service`] and the [`Runtime`] its steps build: what an application
 //!   implements.
+//! - [`control`]: the control plane's Unix-socket server and client;
+//!   `steadfastctl` (`src/bin/steadfastctl.rs`) is its command line.
+//! - [`daemon`]: the process-wide helper (signals, systemd, exit code,
+//!   optionally the control socket).
 //! - [`protocol`]: the pure core (crate `steadfast-protocol`).
 //! - [`actors`]: the supervision tree (crate `steadfast-actors`).
 
 pub use steadfast_actors as actors;
 pub use steadfast_protocol as protocol;
 
+pub mod control;
 pub mod daemon;
 pub mod supervisor;
 

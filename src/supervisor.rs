@@ -207,6 +207,15 @@ impl Supervisor {
     }
 }
 
+impl Supervisor {
+    /// Where this supervisor's control socket goes:
+    /// `<data_dir>/.steadfast/control.sock` (see [`crate::control`]).
+    #[must_use]
+    pub fn control_socket_path(&self) -> PathBuf {
+        self.args.control.socket_path()
+    }
+}
+
 impl SupervisorHandle {
     /// The latest snapshot.
     #[must_use]

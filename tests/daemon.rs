@@ -1,7 +1,9 @@
 //! The process-wide helper (`steadfast::daemon`) in a real child process:
 //! the `minimal` example runs under a fake `NOTIFY_SOCKET` (a Unix datagram
 //! socket this test binds), reports `READY=1`, `STATUS=` and `WATCHDOG=1`,
-//! and on a real SIGTERM drains, says `STOPPING=1` and exits 0.
+//! and on a real SIGTERM drains, says `STOPPING=1` and exits 0. It serves
+//! its control socket (`daemon::run_with`), which the real `steadfastctl`
+//! reads while it runs, and which is gone once it has exited.
 
 use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
@@ -89,6 +91,21 @@ fn a_daemon_notifies_systemd_and_exits_cleanly_on_sigterm() {
     std::io::Read::read_to_string(&mut stream, &mut greeting).ok();
     assert_eq!(greeting, "hello\n");
 
+    // The control socket is served: steadfastctl reads the running daemon.
+    let ctl = Command::new(env!("CARGO_BIN_EXE_steadfastctl"))
+        .arg("--data-dir")
+        .arg(tmp.path().join("data"))
+        .args(["probe", "ready"])
+        .status()
+        .expect("steadfastctl runs");
+    assert_eq!(ctl.code(), Some(0), "probe ready over the control socket");
+    let control_socket = tmp
+        .path()
+        .join("data")
+        .join(".steadfast")
+        .join("control.sock");
+    assert!(control_socket.exists());
+
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -104,4 +121,8 @@ fn a_daemon_notifies_systemd_and_exits_cleanly_on_sigterm() {
     let run =
         std::fs::read(tmp.path().join("data").join(".steadfast").join("run")).expect("run marker");
     assert!(!run.is_empty());
+    assert!(
+        !control_socket.exists(),
+        "the control socket is removed at exit"
+    );
 }

@@ -424,7 +424,9 @@ async fn main() {
             }
         }
     });
-    let intent = steadfast::daemon::run(supervisor, handle).await;
+    // Serve the control socket too: `steadfastctl --data-dir <data_dir> status`.
+    let options = steadfast::daemon::DaemonOptions::new().control_socket(true);
+    let intent = steadfast::daemon::run_with(supervisor, handle, options).await;
     eprintln!("kvd: exiting ({}, code {})", intent.name(), intent.code());
     std::process::exit(intent.code());
 }

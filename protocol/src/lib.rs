@@ -13,12 +13,16 @@
 //!   (checked by `tests/spec_table.rs`).
 //! - [`replacement`]: the upgrade transaction's ordering as a pure machine.
 //! - [`journal`]: the control directory journal's record types and framing.
+//! - `control` (feature `rpc`, on by default): the control plane's tarpc
+//!   service trait and its wire values (`spec/control.md`).
 //! - [`time`]: [`Timestamp`], the only notion of time the core has.
 //!
 //! The invariant this crate exists to hold is its purity: `cargo tree -p
 //! steadfast-protocol --no-default-features -e normal` names neither tokio nor
 //! ractor, and `.ci/run` checks it.
 
+#[cfg(feature = "rpc")]
+pub mod control;
 pub mod journal;
 pub mod lifecycle;
 pub mod replacement;

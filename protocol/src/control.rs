@@ -1,0 +1,239 @@
+//! The control plane's service: the tarpc trait [`Control`] and the values
+//! that cross the wire (`spec/control.md` is the authority on both).
+//!
+//! This module owns the *shapes*, not the transport: no socket, no clock.
+//! The facade (`steadfast::control`) serves the trait over a Unix socket and
+//! drives a client of it.
+//!
+//! Invariants:
+//! - Every answer is bincode-safe. bincode 1.3 cannot decode internally
+//!   tagged enums (`LifecycleState`, `PreviousRun`, … are
+//!   `#[serde(tag = …)]`), so a snapshot travels as its JSON text inside
+//!   the bincode frame ([`WireSnapshot`]), and a refusal travels as
+//!   [`ControlRefusal`], an externally tagged enum of plain fields. Checked
+//!   by `control::tests::answers_round_trip_through_bincode`.
+//! - A refusal keeps the lifecycle's typed reason unchanged: the
+//!   [`RefusedBecause`] and the state and event names. Checked by
+//!   `control::tests::refusal_keeps_the_typed_reason`.
+//! - Waiting is bounded by the server: [`clamp_watch_timeout`] caps a
+//!   `watch` at [`MAX_WATCH_TIMEOUT_MS`]. Checked by
+//!   `control::tests::watch_timeout_is_clamped`.
+
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
+
+use crate::lifecycle::{ExitIntent, Refused, RefusedBecause};
+use crate::snapshot::Snapshot;
+
+/// The longest a `watch` waits, in milliseconds, whatever the client asks.
+pub const MAX_WATCH_TIMEOUT_MS: u64 = 60_000;
+
+/// The largest frame either side sends or accepts, in bytes (1 MiB).
+pub const MAX_FRAME_LEN: usize = 1 << 20;
+
+/// The server's cap on a wait of `timeout_ms`.
+#[must_use]
+pub const fn clamp_watch_timeout(timeout_ms: u64) -> u64 {
+    if timeout_ms > MAX_WATCH_TIMEOUT_MS {
+        MAX_WATCH_TIMEOUT_MS
+    } else {
+        timeout_ms
+    }
+}
+
+/// A [`Snapshot`] as it crosses the wire: its JSON text (the shape of
+/// `spec/control.md`), because bincode cannot carry its tagged enums.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireSnapshot {
+    /// The snapshot as JSON.
+    pub json: String,
+}
+
+impl WireSnapshot {
+    /// Wrap a snapshot.
+    ///
+    /// # Panics
+    /// Never in practice: a [`Snapshot`] has only string keys and
+    /// serializable values, so serde_json cannot fail on it.
+    #[must_use]
+    pub fn from_snapshot(snapshot: &Snapshot) -> Self {
+        #[allow(clippy::expect_used)]
+        let json = serde_json::to_string(snapshot).expect("a snapshot always serializes to JSON");
+        Self { json }
+    }
+
+    /// The snapshot back.
+    ///
+    /// # Errors
+    /// When the text is not a snapshot (a peer of another version, a bug).
+    pub fn into_snapshot(&self) -> Result<Snapshot, serde_json::Error> {
+        serde_json::from_str(&self.json)
+    }
+}
+
+/// Why a control call was not carried out. Application errors travel here;
+/// transport failures stay tarpc's `RpcError`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, thiserror::Error)]
+pub enum ControlRefusal {
+    /// The lifecycle refused the command; the reason is the machine's,
+    /// unchanged.
+    #[error("{event} refused while {state}: {reason}")]
+    Refused {
+        /// The state the command arrived in (wire name).
+        state: String,
+        /// The event the command became (wire name).
+        event: String,
+        /// Why.
+        reason: RefusedBecause,
+    },
+    /// The command was accepted but could not be made durable; it was not
+    /// acknowledged.
+    #[error("not durable: {0}")]
+    Durability(String),
+    /// The supervisor is not running (it has exited, or is exiting).
+    #[error("the supervisor is not running")]
+    Unavailable,
+}
+
+impl From<Refused> for ControlRefusal {
+    fn from(refused: Refused) -> Self {
+        Self::Refused {
+            state: refused.state.into_owned(),
+            event: refused.event.into_owned(),
+            reason: refused.reason,
+        }
+    }
+}
+
+impl ControlRefusal {
+    /// The lifecycle's refusal, when this is one.
+    #[must_use]
+    pub fn refused(&self) -> Option<Refused> {
+        match self {
+            Self::Refused {
+                state,
+                event,
+                reason,
+            } => Some(Refused {
+                state: Cow::Owned(state.clone()),
+                event: Cow::Owned(event.clone()),
+                reason: *reason,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// What every control method answers: the snapshot after the call, or why
+/// not.
+pub type ControlAnswer = Result<WireSnapshot, ControlRefusal>;
+
+/// The control plane. Every method answers the snapshot after it took
+/// effect (commands are answered once durable), or a [`ControlRefusal`].
+#[tarpc::service]
+pub trait Control {
+    /// The latest snapshot.
+    async fn snapshot() -> ControlAnswer;
+    /// Long-poll: the first snapshot whose version is greater than
+    /// `after_version`, or the current one once `timeout_ms` (capped at
+    /// [`MAX_WATCH_TIMEOUT_MS`]) has passed.
+    async fn watch(after_version: u64, timeout_ms: u64) -> ControlAnswer;
+    /// Boot a stopped runtime (clears a hold).
+    async fn start() -> ControlAnswer;
+    /// Stop the runtime; `hold` keeps it stopped across a relaunch.
+    /// Answered once the drain has settled.
+    async fn stop(hold: bool) -> ControlAnswer;
+    /// Stop the runtime and boot it again.
+    async fn restart() -> ControlAnswer;
+    /// Retry a failed boot now.
+    async fn retry() -> ControlAnswer;
+    /// End the process after a drain: `halt` (exit 0) or `relaunch` (75).
+    async fn exit(intent: ExitIntent) -> ControlAnswer;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Timestamp;
+    use crate::lifecycle::{LifecycleState, PendingApply};
+    use crate::snapshot::PreviousRun;
+    use bincode::Options;
+
+    fn snapshot() -> Snapshot {
+        Snapshot {
+            version: 3,
+            lifecycle: LifecycleState::Resolving {
+                since: Timestamp(9),
+            },
+            attempts: Vec::new(),
+            previous_run: PreviousRun::Crashed {
+                pid: Some(7),
+                attempt: None,
+            },
+            identity: Some("id".into()),
+            epoch: 1,
+            streak: 2,
+            hold: true,
+            pending: PendingApply::InSync,
+            pid: 42,
+            error: None,
+        }
+    }
+
+    fn round_trip<T: Serialize + for<'de> Deserialize<'de>>(value: &T) -> T {
+        let options = bincode::DefaultOptions::new().with_limit(MAX_FRAME_LEN as u64);
+        let bytes = options.serialize(value).expect("encodes");
+        options.deserialize(&bytes).expect("decodes")
+    }
+
+    #[test]
+    fn answers_round_trip_through_bincode() {
+        let ok: ControlAnswer = Ok(WireSnapshot::from_snapshot(&snapshot()));
+        let back = round_trip(&ok);
+        assert_eq!(back, ok);
+        assert_eq!(back.expect("ok").into_snapshot().expect("json"), snapshot());
+        for refusal in [
+            ControlRefusal::Refused {
+                state: "running".into(),
+                event: "start".into(),
+                reason: RefusedBecause::RuntimeNotStopped,
+            },
+            ControlRefusal::Durability("fsync failed".into()),
+            ControlRefusal::Unavailable,
+        ] {
+            let answer: ControlAnswer = Err(refusal);
+            assert_eq!(round_trip(&answer), answer);
+        }
+        let request = ControlRequest::Exit {
+            intent: ExitIntent::Relaunch,
+        };
+        let back = round_trip(&request);
+        assert!(matches!(
+            back,
+            ControlRequest::Exit {
+                intent: ExitIntent::Relaunch
+            }
+        ));
+    }
+
+    #[test]
+    fn refusal_keeps_the_typed_reason() {
+        let refused = Refused {
+            state: Cow::Borrowed("running"),
+            event: Cow::Borrowed("start"),
+            reason: RefusedBecause::RuntimeNotStopped,
+        };
+        let wire = ControlRefusal::from(refused.clone());
+        assert_eq!(wire.refused(), Some(refused.clone()));
+        assert_eq!(wire.to_string(), refused.to_string());
+        assert_eq!(ControlRefusal::Unavailable.refused(), None);
+    }
+
+    #[test]
+    fn watch_timeout_is_clamped() {
+        assert_eq!(clamp_watch_timeout(0), 0);
+        assert_eq!(clamp_watch_timeout(1_500), 1_500);
+        assert_eq!(clamp_watch_timeout(u64::MAX), MAX_WATCH_TIMEOUT_MS);
+    }
+}

@@ -1,0 +1,459 @@
+//! `steadfastctl`: the control plane's command line (`spec/control.md`).
+//!
+//! It owns the operator's view: which socket to call (`--socket`, or the
+//! one under `--data-dir`), how a snapshot reads to a human (like
+//! `systemctl status`) or a script (`--json`), and the exit codes:
+//! 0 accepted, 1 cannot connect (or the call failed on the way), 2 usage
+//! (clap's), 3 refused (the reason on stderr). `probe` is silent unless
+//! `--verbose` and exits 0 or 1 only.
+//!
+//! Checked by `tests/ctl.rs`, which runs this binary against a real
+//! in-process supervisor.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use steadfast::control::{ClientError, ControlClient};
+use steadfast::{
+    AttemptResult, ControlDir, ExitIntent, Hold, LifecycleState, PhaseOutcome, PreviousRun,
+    Snapshot,
+};
+
+/// Drive and watch a steadfast daemon over its control socket.
+///
+/// Exit codes: 0 accepted, 1 cannot connect, 2 usage, 3 refused.
+#[derive(Debug, Parser)]
+#[command(name = "steadfastctl", version)]
+struct Cli {
+    /// The daemon's data directory; its socket is
+    /// `<DIR>/.steadfast/control.sock` (default: the current directory).
+    #[arg(long, value_name = "DIR", global = true, conflicts_with = "socket")]
+    data_dir: Option<PathBuf>,
+    /// The control socket's path (instead of --data-dir).
+    #[arg(long, value_name = "PATH", global = true)]
+    socket: Option<PathBuf>,
+    /// Print the snapshot as JSON (the shape of `spec/control.md`).
+    #[arg(long, global = true)]
+    json: bool,
+    /// Say more (for `probe`: say why it failed).
+    #[arg(long, short, global = true)]
+    verbose: bool,
+    /// What to do.
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Show the daemon's state, its previous run and its recent attempts.
+    Status,
+    /// Boot a stopped runtime (clears a hold).
+    Start,
+    /// Stop the runtime; returns once the drain has settled.
+    Stop {
+        /// Keep it stopped across a relaunch of the daemon.
+        #[arg(long)]
+        hold: bool,
+    },
+    /// Stop the runtime and boot it again.
+    Restart,
+    /// Retry a failed boot now.
+    Retry,
+    /// End the daemon's process after a drain (exit 0: stays down).
+    Exit {
+        /// Exit 75 instead, so the service manager starts it again.
+        #[arg(long)]
+        relaunch: bool,
+    },
+    /// Print each transition and each boot phase as they happen.
+    Watch {
+        /// Return (exit 0) once the daemon reaches this state.
+        #[arg(long, value_name = "STATE")]
+        until: Option<StateName>,
+    },
+    /// Exit 0 when the daemon is ready (running) or live (answering), 1
+    /// otherwise; silent unless --verbose.
+    Probe {
+        /// Which probe.
+        what: ProbeKind,
+    },
+}
+
+/// A lifecycle state's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "snake_case")]
+enum StateName {
+    Resolving,
+    Booting,
+    Running,
+    Draining,
+    Stopped,
+    Failed,
+    Wedged,
+    Exiting,
+}
+
+impl StateName {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Resolving => "resolving",
+            Self::Booting => "booting",
+            Self::Running => "running",
+            Self::Draining => "draining",
+            Self::Stopped => "stopped",
+            Self::Failed => "failed",
+            Self::Wedged => "wedged",
+            Self::Exiting => "exiting",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ProbeKind {
+    /// The runtime is running.
+    Ready,
+    /// The daemon answers.
+    Live,
+}
+
+const EXIT_CANNOT_CONNECT: u8 = 1;
+const EXIT_REFUSED: u8 = 3;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("steadfastctl: cannot start a runtime: {error}");
+            return ExitCode::from(EXIT_CANNOT_CONNECT);
+        }
+    };
+    runtime.block_on(run(cli))
+}
+
+fn socket_path(cli: &Cli) -> PathBuf {
+    match (&cli.socket, &cli.data_dir) {
+        (Some(socket), _) => socket.clone(),
+        (None, Some(dir)) => ControlDir::under(dir).join("control.sock"),
+        (None, None) => ControlDir::under(std::path::Path::new(".")).join("control.sock"),
+    }
+}
+
+async fn run(cli: Cli) -> ExitCode {
+    let path = socket_path(&cli);
+    let client = match ControlClient::connect_unix(&path).await {
+        Ok(client) => client,
+        Err(error) => {
+            if !matches!(cli.command, Cmd::Probe { .. }) || cli.verbose {
+                eprintln!("steadfastctl: {error}");
+            }
+            return ExitCode::from(EXIT_CANNOT_CONNECT);
+        }
+    };
+    let answer = match &cli.command {
+        Cmd::Status => client.snapshot().await,
+        Cmd::Start => client.start().await,
+        Cmd::Stop { hold } => {
+            let hold = if *hold {
+                Hold::AcrossRelaunch
+            } else {
+                Hold::None
+            };
+            client.stop(hold).await
+        }
+        Cmd::Restart => client.restart().await,
+        Cmd::Retry => client.retry().await,
+        Cmd::Exit { relaunch } => {
+            let intent = if *relaunch {
+                ExitIntent::Relaunch
+            } else {
+                ExitIntent::Halt
+            };
+            client.exit(intent).await
+        }
+        Cmd::Watch { until } => return watch(&client, *until, cli.json).await,
+        Cmd::Probe { what } => return probe(&client, *what, cli.verbose).await,
+    };
+    match answer {
+        Ok(snapshot) => {
+            if cli.json {
+                print_json(&snapshot);
+            } else {
+                print!("{}", render_status(&snapshot, now_ms()));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(error) => fail(&error),
+    }
+}
+
+fn fail(error: &ClientError) -> ExitCode {
+    eprintln!("steadfastctl: {error}");
+    if error.is_refusal() {
+        ExitCode::from(EXIT_REFUSED)
+    } else {
+        ExitCode::from(EXIT_CANNOT_CONNECT)
+    }
+}
+
+fn print_json(snapshot: &Snapshot) {
+    match serde_json::to_string_pretty(snapshot) {
+        Ok(json) => println!("{json}"),
+        Err(error) => eprintln!("steadfastctl: {error}"),
+    }
+}
+
+async fn probe(client: &ControlClient, what: ProbeKind, verbose: bool) -> ExitCode {
+    match client.snapshot().await {
+        Ok(snapshot) => {
+            let ok = match what {
+                ProbeKind::Live => true,
+                ProbeKind::Ready => matches!(snapshot.lifecycle, LifecycleState::Running { .. }),
+            };
+            if verbose {
+                eprintln!(
+                    "steadfastctl: {} ({})",
+                    if ok { "ok" } else { "not ready" },
+                    snapshot.lifecycle.name()
+                );
+            }
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(error) => {
+            if verbose {
+                eprintln!("steadfastctl: {error}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Follow the daemon with the long-poll, printing what changed.
+async fn watch(client: &ControlClient, until: Option<StateName>, json: bool) -> ExitCode {
+    let mut last: Option<Snapshot> = None;
+    loop {
+        let after = last.as_ref().map_or(0, |s| s.version);
+        let next = if last.is_none() {
+            client.snapshot().await
+        } else {
+            client.watch(after, Duration::from_secs(30)).await
+        };
+        let snapshot = match next {
+            Ok(snapshot) => snapshot,
+            Err(error) => return fail(&error),
+        };
+        if last.as_ref().map(|s| s.version) != Some(snapshot.version) {
+            if json {
+                match serde_json::to_string(&snapshot) {
+                    Ok(line) => println!("{line}"),
+                    Err(error) => eprintln!("steadfastctl: {error}"),
+                }
+            } else {
+                for line in changes(last.as_ref(), &snapshot) {
+                    println!("{line}");
+                }
+            }
+        }
+        if until.is_some_and(|state| snapshot.lifecycle.name() == state.name()) {
+            return ExitCode::SUCCESS;
+        }
+        if matches!(snapshot.lifecycle, LifecycleState::Exiting { .. }) && until.is_none() {
+            return ExitCode::SUCCESS;
+        }
+        last = Some(snapshot);
+    }
+}
+
+/// The lines `watch` prints for the step from `before` to `now`: a
+/// transition, and each phase that started or ended.
+fn changes(before: Option<&Snapshot>, now: &Snapshot) -> Vec<String> {
+    let mut lines = Vec::new();
+    let state_changed = before.is_none_or(|b| b.lifecycle != now.lifecycle);
+    for attempt in &now.attempts {
+        let old = before.and_then(|b| b.attempts.iter().find(|a| a.attempt == attempt.attempt));
+        for (i, phase) in attempt.phases.iter().enumerate() {
+            let old_phase = old.and_then(|a| a.phases.get(i));
+            if old_phase == Some(phase) {
+                continue;
+            }
+            let position = if phase.total > 0 {
+                format!("{}/{}", phase.index, phase.total)
+            } else {
+                format!("{}", phase.index)
+            };
+            let line = match (&phase.outcome, phase.duration_ms) {
+                (PhaseOutcome::Running, _) => {
+                    format!(
+                        "attempt {} phase {position} {}: started",
+                        attempt.attempt, phase.phase
+                    )
+                }
+                (outcome, duration) => format!(
+                    "attempt {} phase {position} {}: {}{}",
+                    attempt.attempt,
+                    phase.phase,
+                    outcome_text(outcome),
+                    duration
+                        .map(|ms| format!(" in {ms} ms"))
+                        .unwrap_or_default()
+                ),
+            };
+            lines.push(line);
+        }
+    }
+    if state_changed {
+        lines.push(format!("→ {}", state_line(now)));
+    }
+    lines
+}
+
+fn outcome_text(outcome: &PhaseOutcome) -> String {
+    match outcome {
+        PhaseOutcome::Running => "running".into(),
+        PhaseOutcome::Completed => "completed".into(),
+        PhaseOutcome::Skipped => "skipped (still present)".into(),
+        PhaseOutcome::Failed { error } => format!("failed: {error}"),
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn ago(now: u64, at: u64) -> String {
+    let ms = now.saturating_sub(at);
+    if ms < 1_000 {
+        format!("{ms} ms ago")
+    } else if ms < 120_000 {
+        format!("{:.1} s ago", ms as f64 / 1000.0)
+    } else {
+        format!("{} min ago", ms / 60_000)
+    }
+}
+
+fn state_line(snapshot: &Snapshot) -> String {
+    steadfast::daemon::status_line(snapshot)
+}
+
+fn since(lifecycle: &LifecycleState) -> Option<u64> {
+    match lifecycle {
+        LifecycleState::Resolving { since }
+        | LifecycleState::Booting { since, .. }
+        | LifecycleState::Running { since, .. }
+        | LifecycleState::Stopped { since, .. }
+        | LifecycleState::Wedged { since, .. } => Some(since.as_millis()),
+        LifecycleState::Failed { report, .. } => Some(report.at.as_millis()),
+        _ => None,
+    }
+}
+
+fn attempt_of(lifecycle: &LifecycleState) -> Option<u32> {
+    match lifecycle {
+        LifecycleState::Booting { attempt, .. }
+        | LifecycleState::Running { attempt, .. }
+        | LifecycleState::Draining { attempt, .. }
+        | LifecycleState::Failed { attempt, .. } => Some(attempt.get()),
+        _ => None,
+    }
+}
+
+/// The human status, like `systemctl status`.
+fn render_status(snapshot: &Snapshot, now: u64) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "● steadfast daemon (pid {}) — {}",
+        snapshot.pid,
+        snapshot.lifecycle.name()
+    );
+    let _ = writeln!(out, "      State: {}", state_line(snapshot));
+    if let Some(at) = since(&snapshot.lifecycle) {
+        let _ = writeln!(out, "      Since: {}", ago(now, at));
+    }
+    if let Some(attempt) = attempt_of(&snapshot.lifecycle) {
+        let _ = writeln!(
+            out,
+            "    Attempt: {attempt} (failure streak {})",
+            snapshot.streak
+        );
+    }
+    let previous = match &snapshot.previous_run {
+        PreviousRun::FirstEver => "first ever".to_owned(),
+        PreviousRun::CleanStop { at, epoch } => {
+            format!("clean stop {} (epoch {epoch})", ago(now, at.as_millis()))
+        }
+        PreviousRun::Crashed { pid, attempt } => format!(
+            "crashed (pid {}, attempt {})",
+            pid.map_or("?".into(), |p| p.to_string()),
+            attempt.map_or("?".into(), |a| a.to_string())
+        ),
+    };
+    let _ = writeln!(out, "   Previous: {previous}");
+    let pending = match &snapshot.pending {
+        steadfast::PendingApply::InSync => "in sync".to_owned(),
+        steadfast::PendingApply::RestartNeeded { leaves } => {
+            format!("restart needed for {}", leaves.join(", "))
+        }
+    };
+    let _ = writeln!(out, "    Pending: {pending}");
+    if snapshot.hold {
+        let _ = writeln!(out, "       Hold: held across relaunch");
+    }
+    if let Some(identity) = &snapshot.identity {
+        let _ = writeln!(out, "   Identity: {identity}");
+    }
+    let _ = writeln!(out, "      Epoch: {}", snapshot.epoch);
+    let last_error = match &snapshot.lifecycle {
+        LifecycleState::Failed { report, .. } => {
+            Some(format!("{}: {}", report.phase, report.error))
+        }
+        _ => None,
+    }
+    .or_else(|| snapshot.error.clone());
+    if let Some(error) = last_error {
+        let _ = writeln!(out, " Last error: {error}");
+    }
+    if !snapshot.attempts.is_empty() {
+        let _ = writeln!(out, "\nRecent attempts:");
+        for attempt in &snapshot.attempts {
+            let result = match attempt.result {
+                AttemptResult::InProgress => "in progress",
+                AttemptResult::Succeeded => "succeeded",
+                AttemptResult::Failed => "failed",
+                AttemptResult::Cancelled => "cancelled",
+            };
+            let _ = writeln!(
+                out,
+                "  #{} {} (started {})",
+                attempt.attempt,
+                result,
+                ago(now, attempt.started_at.as_millis())
+            );
+            for phase in &attempt.phases {
+                let duration = phase
+                    .duration_ms
+                    .map_or_else(|| "…".to_owned(), |ms| format!("{ms} ms"));
+                let _ = writeln!(
+                    out,
+                    "     {:<20} {:>10}  {}",
+                    phase.phase.to_string(),
+                    duration,
+                    outcome_text(&phase.outcome)
+                );
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,203 @@
+//! The control plane's client: [`ControlClient`] calls a daemon's
+//! [`Control`](steadfast_protocol::control::Control) service over its Unix
+//! socket and hands back typed [`Snapshot`]s.
+//!
+//! Invariant: a refusal comes back as [`ClientError::Refused`] carrying the
+//! lifecycle's [`Refused`] unchanged, and *not reaching* a daemon is always
+//! [`ClientError::Connect`] or [`ClientError::Rpc`] — never a refusal.
+//! Checked by `tests/control.rs::a_refusal_arrives_typed` and
+//! `tests/control.rs::no_daemon_is_a_connect_error`.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use steadfast_protocol::control::{
+    ControlAnswer, ControlClient as RawClient, ControlRefusal, MAX_WATCH_TIMEOUT_MS,
+};
+use steadfast_protocol::lifecycle::{ExitIntent, Refused};
+use steadfast_protocol::snapshot::Snapshot;
+use tarpc::client::{self, RpcError};
+use tarpc::context;
+use tokio::net::UnixStream;
+
+use super::codec::{self, Bincode1};
+use steadfast_actors::lifecycle::Hold;
+
+/// How long a command may take by default (a stop waits for the drain).
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Extra time a `watch` call is given beyond its own wait.
+const WATCH_MARGIN: Duration = Duration::from_secs(10);
+
+/// Why a control call did not give a snapshot.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The daemon's socket could not be reached (no daemon, wrong path, no
+    /// permission).
+    #[error("cannot connect to {path}: {source}")]
+    Connect {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The lifecycle refused the command; the reason is the machine's.
+    #[error("{0}")]
+    Refused(Refused),
+    /// The command was accepted but not made durable.
+    #[error("not durable: {0}")]
+    Durability(String),
+    /// The supervisor is not running.
+    #[error("the supervisor is not running")]
+    Unavailable,
+    /// The call failed on the way (the connection closed, the deadline
+    /// passed, the server shed it).
+    #[error("the call failed: {0}")]
+    Rpc(#[from] RpcError),
+    /// The daemon answered something that is not a snapshot.
+    #[error("the daemon's snapshot does not parse: {0}")]
+    Malformed(#[from] serde_json::Error),
+}
+
+impl ClientError {
+    /// Whether the daemon was reached and refused (as opposed to not
+    /// reached at all).
+    #[must_use]
+    pub const fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            Self::Refused(_) | Self::Durability(_) | Self::Unavailable
+        )
+    }
+}
+
+/// A connection to a daemon's control socket. Cheap to clone; calls on
+/// clones share the connection.
+#[derive(Clone, Debug)]
+pub struct ControlClient {
+    /// The generated tarpc client.
+    inner: RawClient,
+    /// The deadline given to each command.
+    timeout: Duration,
+}
+
+impl ControlClient {
+    /// Connect to the socket at `path`. Call inside a tokio runtime.
+    ///
+    /// # Errors
+    /// [`ClientError::Connect`] when nothing answers at `path`.
+    pub async fn connect_unix(path: impl AsRef<Path>) -> Result<Self, ClientError> {
+        let path = path.as_ref();
+        let stream = UnixStream::connect(path)
+            .await
+            .map_err(|source| ClientError::Connect {
+                path: path.to_owned(),
+                source,
+            })?;
+        let transport = tarpc::serde_transport::new(codec::framed(stream), Bincode1::client());
+        let inner = RawClient::new(client::Config::default(), transport).spawn();
+        Ok(Self {
+            inner,
+            timeout: DEFAULT_CALL_TIMEOUT,
+        })
+    }
+
+    /// Give each command this long (default [`DEFAULT_CALL_TIMEOUT`]).
+    #[must_use]
+    pub const fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    fn context(timeout: Duration) -> context::Context {
+        let mut cx = context::current();
+        cx.deadline = Instant::now() + timeout;
+        cx
+    }
+
+    fn unwrap(answer: Result<ControlAnswer, RpcError>) -> Result<Snapshot, ClientError> {
+        match answer? {
+            Ok(wire) => Ok(wire.into_snapshot()?),
+            Err(ControlRefusal::Refused {
+                state,
+                event,
+                reason,
+            }) => Err(ClientError::Refused(Refused {
+                state: state.into(),
+                event: event.into(),
+                reason,
+            })),
+            Err(ControlRefusal::Durability(error)) => Err(ClientError::Durability(error)),
+            Err(ControlRefusal::Unavailable) => Err(ClientError::Unavailable),
+        }
+    }
+
+    /// The latest snapshot.
+    ///
+    /// # Errors
+    /// [`ClientError`]: the call failed on the way.
+    pub async fn snapshot(&self) -> Result<Snapshot, ClientError> {
+        Self::unwrap(self.inner.snapshot(Self::context(self.timeout)).await)
+    }
+
+    /// The first snapshot whose version is greater than `after_version`, or
+    /// the current one after `timeout` (the server caps it at 60 s).
+    ///
+    /// # Errors
+    /// As [`Self::snapshot`].
+    pub async fn watch(
+        &self,
+        after_version: u64,
+        timeout: Duration,
+    ) -> Result<Snapshot, ClientError> {
+        let ms = u64::try_from(timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .min(MAX_WATCH_TIMEOUT_MS);
+        let cx = Self::context(Duration::from_millis(ms) + WATCH_MARGIN);
+        Self::unwrap(self.inner.watch(cx, after_version, ms).await)
+    }
+
+    /// Boot a stopped runtime (clears a hold).
+    ///
+    /// # Errors
+    /// [`ClientError::Refused`] with the lifecycle's reason, or as
+    /// [`Self::snapshot`].
+    pub async fn start(&self) -> Result<Snapshot, ClientError> {
+        Self::unwrap(self.inner.start(Self::context(self.timeout)).await)
+    }
+
+    /// Stop the runtime; answered once the drain has settled.
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub async fn stop(&self, hold: Hold) -> Result<Snapshot, ClientError> {
+        let hold = matches!(hold, Hold::AcrossRelaunch);
+        Self::unwrap(self.inner.stop(Self::context(self.timeout), hold).await)
+    }
+
+    /// Stop the runtime and boot it again.
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub async fn restart(&self) -> Result<Snapshot, ClientError> {
+        Self::unwrap(self.inner.restart(Self::context(self.timeout)).await)
+    }
+
+    /// Retry a failed boot now.
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub async fn retry(&self) -> Result<Snapshot, ClientError> {
+        Self::unwrap(self.inner.retry(Self::context(self.timeout)).await)
+    }
+
+    /// End the daemon's process after a drain.
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub async fn exit(&self, intent: ExitIntent) -> Result<Snapshot, ClientError> {
+        Self::unwrap(self.inner.exit(Self::context(self.timeout), intent).await)
+    }
+}

@@ -1,0 +1,566 @@
+//! The control plane over its real Unix socket (`spec/control.md`): a real
+//! in-process [`steadfast::Supervisor`] running the test service, served by
+//! `steadfast::control::serve_unix`, called by `ControlClient` — or by raw
+//! bytes, where the test is about what a hostile or broken peer sends.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream as StdUnixStream;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bincode::Options;
+use common::*;
+use serde::Serialize;
+use steadfast::control::codec::options;
+use steadfast::control::{
+    ClientError, ControlClient, ServerGuard, ServerLimits, serve_unix, serve_unix_with,
+};
+use steadfast::protocol::control::{ControlRequest, ControlResponse, MAX_FRAME_LEN};
+use steadfast::{ExitIntent, Hold, LifecycleState, RefusedBecause, StopReason, SupervisorHandle};
+
+static PANICS: AtomicUsize = AtomicUsize::new(0);
+
+/// Count panics anywhere in this process (the server's tasks included),
+/// so a test can say "no panic" and mean it.
+fn count_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            PANICS.fetch_add(1, Ordering::SeqCst);
+            default(info);
+        }));
+    });
+}
+
+fn socket(dir: &Path) -> std::path::PathBuf {
+    steadfast::ControlDir::under(dir).join("control.sock")
+}
+
+fn serve(dir: &Path, handle: &SupervisorHandle) -> ServerGuard {
+    serve_unix(handle.clone(), socket(dir)).expect("the control socket binds")
+}
+
+async fn connect(dir: &Path) -> ControlClient {
+    ControlClient::connect_unix(socket(dir))
+        .await
+        .expect("connects")
+}
+
+/// Every method of the service, end to end, answers what the handle would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_method_end_to_end() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let switch = Switch::new(Some(good()));
+    let (run, handle) = supervise(tmp.path(), switch.source(), None);
+    let _server = serve(tmp.path(), &handle);
+    let client = connect(tmp.path()).await;
+
+    let up = until(&handle, "running", running).await;
+    let seen = client.snapshot().await.expect("snapshot");
+    assert!(seen.version >= up.version);
+    assert!(running(&seen));
+    assert_eq!(seen.pid, std::process::id());
+
+    // watch: nothing newer arrives, so the current one comes back after the wait.
+    let started = std::time::Instant::now();
+    let same = client
+        .watch(seen.version, Duration::from_millis(300))
+        .await
+        .expect("watch");
+    assert_eq!(same.version, seen.version);
+    assert!(started.elapsed() >= Duration::from_millis(250));
+
+    // watch: a stop publishes newer snapshots; the long-poll returns the first.
+    let watcher = {
+        let client = client.clone();
+        let after = seen.version;
+        tokio::spawn(async move { client.watch(after, Duration::from_secs(20)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let stopped = client.stop(Hold::None).await.expect("stop");
+    assert!(matches!(
+        stopped.lifecycle,
+        LifecycleState::Stopped {
+            reason: StopReason::OperatorRequest,
+            ..
+        }
+    ));
+    assert!(!stopped.hold);
+    let newer = watcher.await.expect("task").expect("watch");
+    assert!(newer.version > seen.version);
+
+    client.start().await.expect("start");
+    until(&handle, "running again", running).await;
+
+    let held = client
+        .stop(Hold::AcrossRelaunch)
+        .await
+        .expect("stop --hold");
+    assert!(held.hold);
+    client.start().await.expect("start clears the hold");
+    let up = until(&handle, "running a third time", running).await;
+    assert!(!up.hold);
+
+    client.restart().await.expect("restart");
+    until(&handle, "running after restart", |s| {
+        running(s) && s.attempts.last().is_some_and(|a| a.attempt == 4)
+    })
+    .await;
+
+    // retry: a held failure (a config that does not resolve), then a retry.
+    switch.set(None);
+    client.restart().await.expect("restart into a bad config");
+    until(&handle, "a held failure", failed).await;
+    switch.set(Some(good()));
+    client.retry().await.expect("retry");
+    until(&handle, "running after retry", running).await;
+
+    let exiting = client.exit(ExitIntent::Relaunch).await.expect("exit");
+    assert!(
+        matches!(
+            exiting.lifecycle,
+            LifecycleState::Draining { .. } | LifecycleState::Exiting { .. }
+        ),
+        "{:?}",
+        exiting.lifecycle
+    );
+    let ended = tokio::time::timeout(PATIENCE, run)
+        .await
+        .expect("ends")
+        .expect("task");
+    assert_eq!(ended, ExitIntent::Relaunch);
+}
+
+/// A refusal crosses the wire as the lifecycle's typed reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refusal_arrives_typed() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+    let _server = serve(tmp.path(), &handle);
+    let client = connect(tmp.path()).await;
+    until(&handle, "running", running).await;
+
+    let refused = client.start().await.expect_err("already running");
+    let ClientError::Refused(refused) = &refused else {
+        panic!("not a refusal: {refused:?}");
+    };
+    assert_eq!(refused.reason, RefusedBecause::RuntimeRunning);
+    assert_eq!(refused.state, "running");
+    assert!(!refused.event.is_empty());
+
+    let refused = client.retry().await.expect_err("nothing failed");
+    assert!(
+        matches!(&refused, ClientError::Refused(r) if r.reason == RefusedBecause::RuntimeNotFailed),
+        "{refused:?}"
+    );
+    assert!(refused.is_refusal());
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// Nothing listening is a connect error, never a refusal.
+#[tokio::test]
+async fn no_daemon_is_a_connect_error() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let error = ControlClient::connect_unix(tmp.path().join("nothing.sock"))
+        .await
+        .expect_err("nothing listens");
+    assert!(matches!(error, ClientError::Connect { .. }), "{error:?}");
+    assert!(!error.is_refusal());
+}
+
+/// The socket is 0600 inside the 0700 control directory, and a stale
+/// socket file left by a crashed daemon is replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_socket_is_0600_and_the_control_dir_0700() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+    let path = socket(tmp.path());
+    // A stale socket, bound and abandoned (as a crashed daemon leaves it).
+    drop(std::os::unix::net::UnixListener::bind(&path).expect("stale bind"));
+    assert!(path.exists());
+
+    let server = serve(tmp.path(), &handle);
+    let mode = |p: &Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o7777;
+    assert_eq!(mode(&path), 0o600);
+    assert_eq!(mode(path.parent().expect("dir")), 0o700);
+    connect(tmp.path()).await.snapshot().await.expect("answers");
+
+    drop(server);
+    assert!(!path.exists(), "the guard removes its socket");
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// 16 clients, each on its own connection, 1,000 snapshot calls each: all
+/// answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_clients_are_all_answered() {
+    const CLIENTS: usize = 16;
+    const CALLS: usize = 1_000;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+    let _server = serve(tmp.path(), &handle);
+    until(&handle, "running", running).await;
+
+    let mut tasks = Vec::new();
+    for _ in 0..CLIENTS {
+        let client = connect(tmp.path()).await;
+        tasks.push(tokio::spawn(async move {
+            let mut answered = 0;
+            for _ in 0..CALLS {
+                client.snapshot().await.expect("answered");
+                answered += 1;
+            }
+            answered
+        }));
+    }
+    let mut total = 0;
+    for task in tasks {
+        total += task.await.expect("task");
+    }
+    assert_eq!(total, CLIENTS * CALLS);
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// Read until the peer closes (or `PATIENCE` passes): whether it closed.
+fn closed_by_peer(stream: &mut StdUnixStream) -> bool {
+    stream
+        .set_read_timeout(Some(PATIENCE))
+        .expect("read timeout");
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// A frame whose length prefix is over 1 MiB closes that connection before
+/// anything is buffered; other clients are still answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_frame_over_the_limit_closes_that_connection_only() {
+    count_panics();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+    let _server = serve(tmp.path(), &handle);
+    let other = connect(tmp.path()).await;
+    until(&handle, "running", running).await;
+
+    let path = socket(tmp.path());
+    let closed = tokio::task::spawn_blocking(move || {
+        let mut stream = StdUnixStream::connect(&path).expect("connect");
+        let len = u32::try_from(MAX_FRAME_LEN + 1).expect("fits");
+        stream.write_all(&len.to_be_bytes()).expect("prefix");
+        // Some of the body too: the server must not wait for all of it.
+        let _ = stream.write_all(&[0u8; 4096]);
+        closed_by_peer(&mut stream)
+    })
+    .await
+    .expect("task");
+    assert!(closed, "the server closed the oversized connection");
+    other.snapshot().await.expect("another client is answered");
+    connect(tmp.path())
+        .await
+        .snapshot()
+        .await
+        .expect("a new client is answered");
+    assert_eq!(PANICS.load(Ordering::SeqCst), 0);
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// splitmix64: a seeded generator, enough for fuzz bytes.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+/// 100,000 frames of seeded random bytes (valid length prefixes, random
+/// bodies, some starting like a request) on 2,000 connections: no panic, and
+/// the daemon still answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn random_frames_do_not_hurt_the_daemon() {
+    const CONNECTIONS: usize = 2_000;
+    const FRAMES_PER_CONNECTION: usize = 50;
+    count_panics();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+    let _server = serve(tmp.path(), &handle);
+    until(&handle, "running", running).await;
+
+    let path = socket(tmp.path());
+    let (sent, closed) = tokio::task::spawn_blocking(move || {
+        let mut rng = SplitMix(0x5EED_F00D);
+        let mut sent = 0usize;
+        let mut closed = 0usize;
+        for _ in 0..CONNECTIONS {
+            let Ok(mut stream) = StdUnixStream::connect(&path) else {
+                continue;
+            };
+            let mut bytes = Vec::new();
+            for _ in 0..FRAMES_PER_CONNECTION {
+                let len = usize::try_from(rng.next() % 96).expect("small");
+                let mut body: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+                // A quarter start like a request (variant 0), to get past
+                // the first byte into the deadline and the message.
+                if rng.next().is_multiple_of(4) && !body.is_empty() {
+                    body[0] = 0;
+                }
+                bytes.extend_from_slice(&u32::try_from(len).expect("fits").to_be_bytes());
+                bytes.extend_from_slice(&body);
+                sent += 1;
+            }
+            // The server may close mid-write: that is its right. Then wait
+            // for it to close (at the first frame that does not decode, or
+            // at our end of stream), so every connection is really read.
+            let _ = stream.write_all(&bytes);
+            let _ = stream.shutdown(std::net::Shutdown::Write);
+            if closed_by_peer(&mut stream) {
+                closed += 1;
+            }
+        }
+        (sent, closed)
+    })
+    .await
+    .expect("task");
+    assert_eq!(sent, CONNECTIONS * FRAMES_PER_CONNECTION);
+    assert_eq!(closed, CONNECTIONS, "the server ends every connection");
+
+    let answered = tokio::time::timeout(PATIENCE, async {
+        loop {
+            if let Ok(client) = ControlClient::connect_unix(socket(tmp.path())).await
+                && client.snapshot().await.is_ok()
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(answered.is_ok(), "the daemon answers after the noise");
+    assert_eq!(PANICS.load(Ordering::SeqCst), 0, "nothing panicked");
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// tarpc's request frame, spelled out so a test can send a deadline no
+/// `Instant` can hold.
+#[derive(Serialize)]
+enum RawClientMessage {
+    Request(RawRequest),
+}
+
+#[derive(Serialize)]
+struct RawRequest {
+    context: RawContext,
+    id: u64,
+    message: ControlRequest,
+}
+
+#[derive(Serialize)]
+struct RawContext {
+    deadline: Duration,
+    trace_context: tarpc::trace::Context,
+}
+
+/// A request whose deadline is `u64::MAX` seconds away (a far-future
+/// `SystemTime` turned relative) is clamped, answered, and nothing panics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deadline_of_u64_max_seconds_is_still_answered() {
+    count_panics();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+    let _server = serve(tmp.path(), &handle);
+    until(&handle, "running", running).await;
+
+    let path = socket(tmp.path());
+    let answer = tokio::task::spawn_blocking(move || {
+        let frame = options()
+            .serialize(&RawClientMessage::Request(RawRequest {
+                context: RawContext {
+                    deadline: Duration::new(u64::MAX, 999_999_999),
+                    trace_context: tarpc::trace::Context::default(),
+                },
+                id: 7,
+                message: ControlRequest::Snapshot {},
+            }))
+            .expect("encodes");
+        let mut stream = StdUnixStream::connect(&path).expect("connect");
+        stream
+            .write_all(&u32::try_from(frame.len()).expect("fits").to_be_bytes())
+            .expect("prefix");
+        stream.write_all(&frame).expect("frame");
+        stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
+        let mut len = [0u8; 4];
+        stream.read_exact(&mut len).expect("an answer's length");
+        let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+        stream.read_exact(&mut body).expect("an answer");
+        let response: tarpc::Response<ControlResponse> =
+            options().deserialize(&body).expect("a response");
+        response
+    })
+    .await
+    .expect("task");
+    assert_eq!(answer.request_id, 7);
+    let Ok(ControlResponse::Snapshot(Ok(wire))) = answer.message else {
+        panic!("not a snapshot: {:?}", answer.message);
+    };
+    assert!(running(&wire.into_snapshot().expect("json")));
+    connect(tmp.path())
+        .await
+        .snapshot()
+        .await
+        .expect("still answers");
+    assert_eq!(PANICS.load(Ordering::SeqCst), 0);
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// A peer of another uid is closed before any frame is read, even when the
+/// socket's mode would let it connect. Runs only as root with `setpriv`
+/// (the client is `steadfastctl` as `nobody`); otherwise says why it skips.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn another_uid_is_refused() {
+    let setpriv = Path::new("/usr/bin/setpriv");
+    if rustix::process::geteuid().as_raw() != 0 || !setpriv.exists() {
+        eprintln!("skipped: needs root and /usr/bin/setpriv to run a client as another uid");
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+    let server = serve(tmp.path(), &handle);
+    until(&handle, "running", running).await;
+    // Open the way through the file system on purpose: the uid check is the
+    // line of defence under test.
+    let path = server.path().to_owned();
+    for dir in [tmp.path(), path.parent().expect("dir")] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+
+    let ctl = env!("CARGO_BIN_EXE_steadfastctl");
+    let as_nobody = tokio::task::spawn_blocking({
+        let path = path.clone();
+        move || {
+            std::process::Command::new("/usr/bin/setpriv")
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups", ctl])
+                .arg("--socket")
+                .arg(&path)
+                .arg("status")
+                .output()
+                .expect("runs")
+        }
+    })
+    .await
+    .expect("task");
+    let stderr = String::from_utf8_lossy(&as_nobody.stderr);
+    assert_eq!(as_nobody.status.code(), Some(1), "stderr: {stderr}");
+    assert!(as_nobody.stdout.is_empty());
+    // The owner (root) is still answered.
+    connect(tmp.path())
+        .await
+        .snapshot()
+        .await
+        .expect("root is answered");
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// The bounds hold: a request beyond the in-flight limit of one connection
+/// is shed with tarpc's throttle error (the others still answer), and a
+/// connection beyond the connection limit is closed at accept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_flight_and_connection_bounds_hold() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+    let limits = ServerLimits {
+        max_connections: 1,
+        max_in_flight_per_connection: 2,
+        ..ServerLimits::default()
+    };
+    let _server = serve_unix_with(handle.clone(), socket(tmp.path()), limits).expect("serves");
+    let up = until(&handle, "running", running).await;
+    let client = connect(tmp.path()).await;
+
+    // Two long-polls fill the connection's in-flight budget…
+    let waits: Vec<_> = (0..2)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move { client.watch(up.version, Duration::from_secs(2)).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // …so a third call on it is shed, not queued without bound.
+    let shed = client
+        .snapshot()
+        .await
+        .expect_err("over the in-flight limit");
+    assert!(
+        matches!(&shed, ClientError::Rpc(tarpc::client::RpcError::Server(e)) if e.detail.contains("throttled")),
+        "{shed:?}"
+    );
+    assert!(!shed.is_refusal());
+    // A second connection is over the connection limit: closed at accept.
+    let second = connect(tmp.path()).await;
+    let closed = second
+        .snapshot()
+        .await
+        .expect_err("over the connection limit");
+    assert!(matches!(closed, ClientError::Rpc(_)), "{closed:?}");
+
+    for wait in waits {
+        wait.await
+            .expect("task")
+            .expect("the admitted calls are answered");
+    }
+    client
+        .snapshot()
+        .await
+        .expect("answered once the budget frees");
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// A connection on which nothing moves for the idle timeout is closed; one
+/// that keeps calling is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_idle_connection_is_closed() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+    let limits = ServerLimits {
+        idle_timeout: Duration::from_millis(400),
+        ..ServerLimits::default()
+    };
+    let _server = serve_unix_with(handle.clone(), socket(tmp.path()), limits).expect("serves");
+    until(&handle, "running", running).await;
+
+    let busy = connect(tmp.path()).await;
+    let path = socket(tmp.path());
+    let silent = tokio::task::spawn_blocking(move || {
+        let started = std::time::Instant::now();
+        let mut stream = StdUnixStream::connect(&path).expect("connect");
+        (closed_by_peer(&mut stream), started.elapsed())
+    });
+    // Meanwhile the busy client calls every 100 ms for over twice the timeout.
+    for _ in 0..10 {
+        busy.snapshot().await.expect("a busy connection stays open");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (closed, after) = silent.await.expect("task");
+    assert!(closed, "the silent connection was closed");
+    assert!(
+        after >= Duration::from_millis(350),
+        "closed after {after:?}"
+    );
+    assert!(after < Duration::from_secs(10), "closed after {after:?}");
+    exit(run, &handle, ExitIntent::Halt).await;
+}
