@@ -1,0 +1,220 @@
+//! The README's walkthrough, end to end, against real processes: the `kvd`
+//! example runs as a child process and is driven only through the real
+//! `steadfastctl` binary (`--json`, exit codes) and kvd's TCP port. Each step
+//! asserts what the README says the user will see.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// An example binary built by `cargo test` beside this test.
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let debug_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target dir");
+    let binary = debug_dir.join("examples").join(name);
+    if !binary.exists() {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--example", name])
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "the {name} example builds");
+    }
+    binary
+}
+
+fn ctl(data_dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_steadfastctl"))
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(args)
+        .output()
+        .expect("steadfastctl runs")
+}
+
+/// `status --json`, parsed; `None` while the daemon does not answer.
+fn status(data_dir: &Path) -> Option<serde_json::Value> {
+    let out = ctl(data_dir, &["status", "--json"]);
+    if out.status.code() != Some(0) {
+        return None;
+    }
+    serde_json::from_slice(&out.stdout).ok()
+}
+
+/// Poll `status --json` until `pred` holds.
+fn until(
+    data_dir: &Path,
+    what: &str,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + PATIENCE;
+    let mut last = None;
+    while Instant::now() < deadline {
+        if let Some(s) = status(data_dir) {
+            if pred(&s) {
+                return s;
+            }
+            last = Some(s);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("timed out waiting for {what}; last status: {last:#?}")
+}
+
+fn state(s: &serde_json::Value) -> &str {
+    s["lifecycle"]["state"].as_str().unwrap_or("")
+}
+
+fn kvd(data_dir: &Path, config: &Path) -> Child {
+    Command::new(example("kvd"))
+        .arg("--data-dir")
+        .arg(data_dir)
+        .arg("--config")
+        .arg(config)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kvd starts")
+}
+
+/// One request on kvd's line protocol.
+fn kv(port: u16, line: &str) -> String {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to kvd");
+    stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
+    stream
+        .write_all(format!("{line}\n").as_bytes())
+        .expect("send");
+    let mut answer = String::new();
+    BufReader::new(stream)
+        .read_line(&mut answer)
+        .expect("answer");
+    answer.trim_end().to_owned()
+}
+
+fn wait_exit(child: &mut Child) -> Option<i32> {
+    let deadline = Instant::now() + PATIENCE;
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status.code();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    panic!("kvd did not exit");
+}
+
+#[test]
+fn the_readme_walkthrough() {
+    let started = Instant::now();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("kvd-data");
+    let config = tmp.path().join("kvd.toml");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let good = format!("listen_addr = \"127.0.0.1:{port}\"\n");
+    std::fs::write(&config, &good).expect("config");
+
+    // 1. Run kvd; `status` shows it running, first ever; set a key.
+    let mut daemon = kvd(&data, &config);
+    let up = until(&data, "running", |s| state(s) == "running");
+    assert_eq!(up["previous_run"]["kind"], "first_ever");
+    let human = ctl(&data, &["status"]);
+    assert_eq!(human.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&human.stdout).contains("running"));
+    assert_eq!(kv(port, "SET greeting hello world"), "OK");
+    assert_eq!(kv(port, "GET greeting"), "hello world");
+
+    // 2. stop --hold, then exit --relaunch: the process ends with 75.
+    let stopped = ctl(&data, &["stop", "--hold", "--json"]);
+    assert_eq!(
+        stopped.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&stopped.stderr)
+    );
+    let stopped: serde_json::Value = serde_json::from_slice(&stopped.stdout).expect("json");
+    assert_eq!(state(&stopped), "stopped");
+    assert_eq!(stopped["hold"], true);
+    let refused = ctl(&data, &["stop"]);
+    assert_eq!(
+        refused.status.code(),
+        Some(3),
+        "stopping a stopped runtime is refused"
+    );
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("runtime_not_running"));
+    assert_eq!(ctl(&data, &["exit", "--relaunch"]).status.code(), Some(0));
+    assert_eq!(
+        wait_exit(&mut daemon),
+        Some(75),
+        "exit --relaunch ends the process with 75"
+    );
+
+    // 3. Start kvd again: stopped (held at startup), previous run clean_stop;
+    //    `start` brings it to running, and the data is there.
+    let mut daemon = kvd(&data, &config);
+    let held = until(&data, "held at startup", |s| state(s) == "stopped");
+    assert_eq!(held["lifecycle"]["reason"], "held_at_startup");
+    assert_eq!(held["previous_run"]["kind"], "clean_stop");
+    let probe = ctl(&data, &["probe", "ready"]);
+    assert_eq!(probe.status.code(), Some(1), "not ready while stopped");
+    assert!(
+        probe.stdout.is_empty() && probe.stderr.is_empty(),
+        "probes are silent"
+    );
+    assert_eq!(ctl(&data, &["probe", "live"]).status.code(), Some(0));
+    assert_eq!(ctl(&data, &["start"]).status.code(), Some(0));
+    until(&data, "running", |s| state(s) == "running");
+    assert_eq!(ctl(&data, &["probe", "ready"]).status.code(), Some(0));
+    assert_eq!(kv(port, "GET greeting"), "hello world");
+
+    // 4. kill -9 and start again: previous run crashed, data intact.
+    assert_eq!(kv(port, "SET after kill"), "OK");
+    daemon.kill().expect("kill -9");
+    daemon.wait().expect("reaped");
+    let mut daemon = kvd(&data, &config);
+    let again = until(&data, "running after the crash", |s| state(s) == "running");
+    assert_eq!(again["previous_run"]["kind"], "crashed");
+    assert_eq!(kv(port, "GET greeting"), "hello world");
+    assert_eq!(kv(port, "GET after"), "kill");
+
+    // 5. Break the config file and restart: a held failure with the error
+    //    shown; fix the file: it boots by itself.
+    std::fs::write(&config, "listen_addr = [\n").expect("break the config");
+    assert_eq!(ctl(&data, &["restart"]).status.code(), Some(0));
+    let held = until(&data, "a held failure", |s| state(s) == "failed");
+    assert_eq!(held["lifecycle"]["retry"]["class"], "hold");
+    assert_eq!(held["lifecycle"]["report"]["phase"], "resolve_config");
+    let error = held["lifecycle"]["report"]["error"].as_str().unwrap_or("");
+    assert!(
+        error.contains("kvd.toml"),
+        "the error names the file: {error}"
+    );
+    let human = String::from_utf8_lossy(&ctl(&data, &["status"]).stdout).into_owned();
+    assert!(
+        human.contains("kvd.toml"),
+        "status shows the error:\n{human}"
+    );
+    std::fs::write(&config, &good).expect("fix the config");
+    until(&data, "running on the fixed config", |s| {
+        state(s) == "running"
+    });
+    assert_eq!(kv(port, "GET greeting"), "hello world");
+
+    // Done: exit (halt) ends the process with 0.
+    assert_eq!(ctl(&data, &["exit"]).status.code(), Some(0));
+    assert_eq!(wait_exit(&mut daemon), Some(0));
+    assert_eq!(
+        ctl(&data, &["status"]).status.code(),
+        Some(1),
+        "no daemon: cannot connect"
+    );
+    eprintln!("the walkthrough took {:?}", started.elapsed());
+}
