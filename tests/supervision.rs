@@ -13,19 +13,27 @@ use common::*;
 use steadfast::actors::root::{RESTARTS, child_name};
 use steadfast::{ExitIntent, Hold, LifecycleState, RetryClass};
 
-/// Kill the named child and wait until its successor is registered.
-async fn kill_and_await_successor(data_dir: &Path, role: &str, generation: u32) {
-    let victim = ractor::registry::where_is(child_name(data_dir, role, generation))
-        .unwrap_or_else(|| panic!("{role} generation {generation} is registered"));
-    victim.kill();
-    let successor = child_name(data_dir, role, generation + 1);
+/// Wait until the named child is registered and has finished starting.
+async fn await_running(data_dir: &Path, role: &str, generation: u32) -> ractor::ActorCell {
+    let name = child_name(data_dir, role, generation);
     tokio::time::timeout(PATIENCE, async {
-        while ractor::registry::where_is(successor.clone()).is_none() {
+        loop {
+            if let Some(cell) = ractor::registry::where_is(name.clone())
+                && cell.get_status() == ractor::ActorStatus::Running
+            {
+                return cell;
+            }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
     .await
-    .unwrap_or_else(|_| panic!("{role} was not restarted"));
+    .unwrap_or_else(|_| panic!("{role} generation {generation} is not running"))
+}
+
+/// Kill the named child and wait until its successor runs.
+async fn kill_and_await_successor(data_dir: &Path, role: &str, generation: u32) {
+    await_running(data_dir, role, generation).await.kill();
+    await_running(data_dir, role, generation + 1).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -242,29 +242,30 @@ impl Actor for RootActor {
             state.tell_children();
             let _ = state.lifecycle.cast(LifecycleMsg::DrainCrashed { reason });
         } else if id == state.journal.get_id() {
-            state.journal_restarts += 1;
             tracing::error!(error = ?failure, restarts = state.journal_restarts, "the journal actor died");
-            if state.journal_restarts > RESTARTS {
-                state.give_up(&myself);
-                return Ok(());
-            }
             if let Some(dead) = state.journal_join.take() {
                 let _ = tokio::time::timeout(Duration::from_secs(5), dead).await;
             }
-            let args = JournalArgs {
-                control: Arc::clone(&state.control),
-                file: None,
-            };
-            let name = child_name(&state.shared.data_dir, "journal", state.journal_restarts);
-            match Actor::spawn_linked(Some(name), JournalActor, args, cell).await {
-                Ok((journal, join)) => {
-                    state.journal_join = Some(join);
-                    state.journal = journal;
-                    state.tell_children();
-                }
-                Err(error) => {
-                    tracing::error!(%error, "the journal could not be reopened");
+            // A successor that cannot start counts as another death.
+            loop {
+                state.journal_restarts += 1;
+                if state.journal_restarts > RESTARTS {
                     state.give_up(&myself);
+                    return Ok(());
+                }
+                let args = JournalArgs {
+                    control: Arc::clone(&state.control),
+                    file: None,
+                };
+                let name = child_name(&state.shared.data_dir, "journal", state.journal_restarts);
+                match Actor::spawn_linked(Some(name), JournalActor, args, cell.clone()).await {
+                    Ok((journal, join)) => {
+                        state.journal_join = Some(join);
+                        state.journal = journal;
+                        state.tell_children();
+                        break;
+                    }
+                    Err(error) => tracing::error!(%error, "the journal could not be reopened"),
                 }
             }
         } else if state.watcher.as_ref().is_some_and(|w| w.get_id() == id) {
