@@ -16,52 +16,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bincode::Options;
+mod support;
+
+use support::{Noop, empty_source};
+
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use steadfast::control::codec::options;
 use steadfast::control::{ControlClient, serve_unix};
 use steadfast::protocol::control::{ControlRefusal, WireSnapshot};
-use steadfast::{
-    BoxFuture, Checkpoint, ConfigSource, ControlDir, LifecycleState, Observation, ResolvedConfig,
-    ResourceRecord, Runtime, Service, StepContext, StepError, Supervisor, SupervisorConfig,
-};
+use steadfast::{ControlDir, LifecycleState, Supervisor, SupervisorConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
-
-/// A service with one step that creates nothing.
-struct Noop;
-
-impl Service for Noop {
-    fn plan(&self, _config: &toml::Table) -> Vec<String> {
-        vec!["noop".into()]
-    }
-    fn execute<'a>(
-        &'a self,
-        _step: &'a str,
-        _cx: StepContext<'a>,
-    ) -> BoxFuture<'a, Result<ResourceRecord, StepError>> {
-        Box::pin(async {
-            Ok(ResourceRecord {
-                kind: "noop".into(),
-                id: String::new(),
-                payload: Vec::new(),
-            })
-        })
-    }
-    fn observe<'a>(
-        &'a self,
-        _checkpoint: &'a Checkpoint,
-        _runtime: &'a Runtime,
-    ) -> BoxFuture<'a, Observation> {
-        Box::pin(async { Observation::Gone })
-    }
-    fn destroy<'a>(
-        &'a self,
-        _checkpoint: &'a Checkpoint,
-        _runtime: &'a mut Runtime,
-    ) -> BoxFuture<'a, Result<(), StepError>> {
-        Box::pin(async { Ok(()) })
-    }
-}
 
 /// Echo server: read a frame, answer `answer_len` bytes.
 async fn echo(listener: UnixListener, answer_len: usize) {
@@ -110,8 +75,7 @@ fn bench(c: &mut Criterion) {
         .expect("runtime");
     let tmp = tempfile::tempdir().expect("tempdir");
     let (handle, _server, socket) = rt.block_on(async {
-        let source = ConfigSource::new(|| Ok(ResolvedConfig::untracked(toml::Table::new())));
-        let config = SupervisorConfig::new(tmp.path(), source, Arc::new(Noop));
+        let config = SupervisorConfig::new(tmp.path(), empty_source(), Arc::new(Noop));
         let (supervisor, handle) = Supervisor::new(config).expect("supervisor");
         let socket = supervisor.control_socket_path();
         tokio::spawn(supervisor.run());

@@ -16,53 +16,15 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod support;
+
+use support::{Noop, empty_source};
+
 use criterion::{Criterion, criterion_group, criterion_main};
 use steadfast::protocol::journal::{Record, encode_header, encode_record};
 use steadfast::{
-    BoxFuture, Checkpoint, ConfigSource, ExitIntent, Hold, LifecycleState, Observation,
-    ResolvedConfig, ResourceRecord, Runtime, Service, Snapshot, StepContext, StepError, Supervisor,
-    SupervisorConfig, SupervisorHandle,
+    ExitIntent, Hold, LifecycleState, Snapshot, Supervisor, SupervisorConfig, SupervisorHandle,
 };
-
-/// A service with one step that creates nothing.
-struct Noop;
-
-impl Service for Noop {
-    fn plan(&self, _config: &toml::Table) -> Vec<String> {
-        vec!["noop".into()]
-    }
-    fn execute<'a>(
-        &'a self,
-        _step: &'a str,
-        _cx: StepContext<'a>,
-    ) -> BoxFuture<'a, Result<ResourceRecord, StepError>> {
-        Box::pin(async {
-            Ok(ResourceRecord {
-                kind: "noop".into(),
-                id: String::new(),
-                payload: Vec::new(),
-            })
-        })
-    }
-    fn observe<'a>(
-        &'a self,
-        _checkpoint: &'a Checkpoint,
-        _runtime: &'a Runtime,
-    ) -> BoxFuture<'a, Observation> {
-        Box::pin(async { Observation::Gone })
-    }
-    fn destroy<'a>(
-        &'a self,
-        _checkpoint: &'a Checkpoint,
-        _runtime: &'a mut Runtime,
-    ) -> BoxFuture<'a, Result<(), StepError>> {
-        Box::pin(async { Ok(()) })
-    }
-}
-
-fn source() -> ConfigSource {
-    ConfigSource::new(|| Ok(ResolvedConfig::untracked(toml::Table::new())))
-}
 
 async fn until(handle: &SupervisorHandle, pred: impl Fn(&Snapshot) -> bool) {
     let mut rx = handle.watch();
@@ -117,7 +79,7 @@ fn bench(c: &mut Criterion) {
     let (handle, run) = rt.block_on(async {
         let (supervisor, handle) = Supervisor::new(SupervisorConfig::new(
             tmp.path().join("one"),
-            source(),
+            empty_source(),
             Arc::new(Noop),
         ))
         .expect("new");
@@ -193,7 +155,7 @@ fn bench(c: &mut Criterion) {
                     for i in 0..1000 {
                         let dir = tmp.path().join(format!("many-{round}-{i}"));
                         let (supervisor, handle) =
-                            Supervisor::new(SupervisorConfig::new(dir, source(), Arc::new(Noop))).expect("new");
+                            Supervisor::new(SupervisorConfig::new(dir, empty_source(), Arc::new(Noop))).expect("new");
                         all.push((tokio::spawn(supervisor.run()), handle));
                     }
                     for (_, handle) in &all {
