@@ -87,19 +87,11 @@ async fn a_killed_config_watcher_is_restarted_and_still_watches() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let declared = tmp.path().join("daemon.toml");
     std::fs::write(&declared, "broken\n").expect("write");
-    let file = declared.clone();
-    let source = steadfast::ConfigSource::new(move || {
-        let text = std::fs::read_to_string(&file)
-            .map_err(|e| steadfast::ConfigError::Invalid(e.to_string()))?;
-        if text.trim() == "fixed" {
-            Ok(steadfast::ResolvedConfig::untracked(good()))
-        } else {
-            Err(steadfast::ConfigError::Invalid(format!(
-                "not fixed: {text:?}"
-            )))
-        }
-    });
-    let (run, handle) = supervise(tmp.path(), source, Some(declared.clone()));
+    let (run, handle) = supervise(
+        tmp.path(),
+        fixed_file_source(declared.clone()),
+        Some(declared.clone()),
+    );
     until(&handle, "a held failure", |s| {
         matches!(
             s.lifecycle,

@@ -221,18 +221,6 @@ async fn a_config_that_moves_the_data_dir_is_refused() {
     exit(run, &handle, ExitIntent::Halt).await;
 }
 
-fn file_source(file: std::path::PathBuf) -> ConfigSource {
-    ConfigSource::new(move || {
-        let text =
-            std::fs::read_to_string(&file).map_err(|e| ConfigError::Invalid(e.to_string()))?;
-        if text.trim() == "fixed" {
-            Ok(ResolvedConfig::untracked(good()))
-        } else {
-            Err(ConfigError::Invalid(format!("not fixed: {text:?}")))
-        }
-    })
-}
-
 /// A boot held on its config is retried when the declared file changes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_change_to_the_declared_file_retries_a_held_boot() {
@@ -241,7 +229,7 @@ async fn a_change_to_the_declared_file_retries_a_held_boot() {
     std::fs::write(&declared, "broken\n").expect("write");
     let (run, handle) = supervise(
         tmp.path(),
-        file_source(declared.clone()),
+        fixed_file_source(declared.clone()),
         Some(declared.clone()),
     );
     until(&handle, "a held failure", |s| {
@@ -384,11 +372,7 @@ async fn a_runtime_dying_while_running_fails_with_backoff() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_torn_journal_tail_is_recovered() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    {
-        let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
-        until(&handle, "running", running).await;
-        exit(run, &handle, ExitIntent::Halt).await;
-    }
+    run_once(tmp.path()).await;
     let path = tmp.path().join(".steadfast").join("journal");
     let mut bytes = std::fs::read(&path).expect("read");
     let before = decode(&bytes).expect("decodes").records.len();
@@ -413,11 +397,7 @@ async fn a_torn_journal_tail_is_recovered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_journal_is_refused() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    {
-        let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
-        until(&handle, "running", running).await;
-        exit(run, &handle, ExitIntent::Halt).await;
-    }
+    run_once(tmp.path()).await;
     let path = tmp.path().join(".steadfast").join("journal");
     let mut bytes = std::fs::read(&path).expect("read");
     let first_payload = steadfast::protocol::journal::HEADER_LEN + 8;

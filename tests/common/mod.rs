@@ -297,3 +297,25 @@ pub async fn exit(run: JoinHandle<ExitIntent>, handle: &SupervisorHandle, intent
         .expect("the supervisor task");
     assert_eq!(ended, intent);
 }
+
+/// Boot a daemon over `data_dir` to running, then exit it (halt): leaves a
+/// journal and markers behind for a test to inspect or damage.
+pub async fn run_once(data_dir: &Path) {
+    let (run, handle) = supervise(data_dir, Switch::new(Some(good())).source(), None);
+    until(&handle, "running", running).await;
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// A source over a declared file that resolves only once the file says
+/// `fixed`.
+pub fn fixed_file_source(file: PathBuf) -> ConfigSource {
+    ConfigSource::new(move || {
+        let text =
+            std::fs::read_to_string(&file).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        if text.trim() == "fixed" {
+            Ok(ResolvedConfig::untracked(good()))
+        } else {
+            Err(ConfigError::Invalid(format!("not fixed: {text:?}")))
+        }
+    })
+}
