@@ -32,16 +32,28 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn status_json_parses_and_status_reads_like_systemctl() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
-    let _server = serve_unix(
+/// A supervisor over `data_dir`, running, with its control socket served.
+async fn running_with_socket(
+    data_dir: &Path,
+) -> (
+    tokio::task::JoinHandle<ExitIntent>,
+    steadfast::SupervisorHandle,
+    steadfast::control::ServerGuard,
+) {
+    let (run, handle) = supervise(data_dir, Switch::new(Some(good())).source(), None);
+    let server = serve_unix(
         handle.clone(),
-        steadfast::ControlDir::under(tmp.path()).join("control.sock"),
+        steadfast::ControlDir::under(data_dir).join("control.sock"),
     )
     .expect("serves");
     until(&handle, "running", running).await;
+    (run, handle, server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn status_json_parses_and_status_reads_like_systemctl() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle, _server) = running_with_socket(tmp.path()).await;
 
     let json = ctl(tmp.path(), &["status", "--json"]).await;
     assert_eq!(json.status.code(), Some(0), "{}", text(&json.stderr));
@@ -69,13 +81,7 @@ async fn status_json_parses_and_status_reads_like_systemctl() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_refused_command_exits_3_with_the_reason_and_accepted_ones_0() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
-    let _server = serve_unix(
-        handle.clone(),
-        steadfast::ControlDir::under(tmp.path()).join("control.sock"),
-    )
-    .expect("serves");
-    until(&handle, "running", running).await;
+    let (run, handle, _server) = running_with_socket(tmp.path()).await;
 
     let refused = ctl(tmp.path(), &["start"]).await;
     assert_eq!(refused.status.code(), Some(3));
@@ -124,13 +130,7 @@ async fn no_daemon_exits_1_and_probes_fail_silently() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn probe_ready_follows_running_and_live_follows_the_daemon() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
-    let _server = serve_unix(
-        handle.clone(),
-        steadfast::ControlDir::under(tmp.path()).join("control.sock"),
-    )
-    .expect("serves");
-    until(&handle, "running", running).await;
+    let (run, handle, _server) = running_with_socket(tmp.path()).await;
 
     let ready = ctl(tmp.path(), &["probe", "ready"]).await;
     assert_eq!(ready.status.code(), Some(0));
@@ -149,13 +149,7 @@ async fn probe_ready_follows_running_and_live_follows_the_daemon() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn watch_prints_transitions_and_phases_until_running() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
-    let _server = serve_unix(
-        handle.clone(),
-        steadfast::ControlDir::under(tmp.path()).join("control.sock"),
-    )
-    .expect("serves");
-    until(&handle, "running", running).await;
+    let (run, handle, _server) = running_with_socket(tmp.path()).await;
     handle.stop(Hold::None).await.expect("stop");
 
     let watcher = {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::*;
 use steadfast::actors::root::{RESTARTS, child_name};
-use steadfast::{ExitIntent, Hold, LifecycleState, RetryClass};
+use steadfast::{ExitIntent, Hold};
 
 /// Wait until the named child is registered and has finished starting.
 async fn await_running(data_dir: &Path, role: &str, generation: u32) -> ractor::ActorCell {
@@ -85,23 +85,7 @@ async fn a_journal_that_keeps_dying_ends_the_process_for_a_relaunch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_config_watcher_is_restarted_and_still_watches() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let declared = tmp.path().join("daemon.toml");
-    std::fs::write(&declared, "broken\n").expect("write");
-    let (run, handle) = supervise(
-        tmp.path(),
-        fixed_file_source(declared.clone()),
-        Some(declared.clone()),
-    );
-    until(&handle, "a held failure", |s| {
-        matches!(
-            s.lifecycle,
-            LifecycleState::Failed {
-                retry: RetryClass::Hold,
-                ..
-            }
-        )
-    })
-    .await;
+    let (declared, run, handle) = held_on_declared_file(tmp.path()).await;
     kill_and_await_successor(tmp.path(), "config_watcher", 0).await;
     std::fs::write(&declared, "fixed\n").expect("fix the file");
     until(&handle, "running after the fix", running).await;

@@ -225,23 +225,7 @@ async fn a_config_that_moves_the_data_dir_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_change_to_the_declared_file_retries_a_held_boot() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let declared = tmp.path().join("daemon.toml");
-    std::fs::write(&declared, "broken\n").expect("write");
-    let (run, handle) = supervise(
-        tmp.path(),
-        fixed_file_source(declared.clone()),
-        Some(declared.clone()),
-    );
-    until(&handle, "a held failure", |s| {
-        matches!(
-            s.lifecycle,
-            LifecycleState::Failed {
-                retry: RetryClass::Hold,
-                ..
-            }
-        )
-    })
-    .await;
+    let (declared, run, handle) = held_on_declared_file(tmp.path()).await;
 
     std::fs::write(&declared, "fixed\n").expect("fix the file");
     until(&handle, "running", running).await;

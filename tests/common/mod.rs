@@ -319,3 +319,29 @@ pub fn fixed_file_source(file: PathBuf) -> ConfigSource {
         }
     })
 }
+
+/// A daemon whose declared file (`daemon.toml` in `dir`) says `broken`,
+/// waited until its boot is held on the config; `fixed_file_source` resolves
+/// once the file says `fixed`.
+pub async fn held_on_declared_file(
+    dir: &Path,
+) -> (PathBuf, JoinHandle<ExitIntent>, SupervisorHandle) {
+    let declared = dir.join("daemon.toml");
+    std::fs::write(&declared, "broken\n").expect("write");
+    let (run, handle) = supervise(
+        dir,
+        fixed_file_source(declared.clone()),
+        Some(declared.clone()),
+    );
+    until(&handle, "a held failure", |s| {
+        matches!(
+            s.lifecycle,
+            LifecycleState::Failed {
+                retry: steadfast::RetryClass::Hold,
+                ..
+            }
+        )
+    })
+    .await;
+    (declared, run, handle)
+}
