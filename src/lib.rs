@@ -32,7 +32,8 @@ pub use steadfast_actors::context::Timings;
 pub use steadfast_actors::control_dir::{ControlDir, RunMarker};
 pub use steadfast_actors::lifecycle::{Command, CommandError, Hold};
 pub use steadfast_actors::service::{
-    BoxFuture, CancellationToken, Checkpoint, Observation, Runtime, Service, StepContext, StepError,
+    BoxFuture, CancellationToken, Checkpoint, Observation, Runtime, Service, StepContext,
+    StepError, StepProgress,
 };
 pub use steadfast_actors::store::StoreLock;
 pub use steadfast_protocol::journal::ResourceRecord;
@@ -43,4 +44,6 @@ pub use steadfast_protocol::lifecycle::{
 pub use steadfast_protocol::snapshot::{
     AttemptRecord, AttemptResult, PhaseOutcome, PreviousRun, Snapshot,
 };
-pub use supervisor::{Supervisor, SupervisorConfig, SupervisorError, SupervisorHandle};
+pub use supervisor::{
+    DEFAULT_JOURNAL_KEEP_ATTEMPTS, Supervisor, SupervisorConfig, SupervisorError, SupervisorHandle,
+};

@@ -15,6 +15,7 @@ use steadfast_actors::clock::Clock;
 use steadfast_actors::config::ConfigSource;
 use steadfast_actors::context::{Shared, Timings};
 use steadfast_actors::control_dir::{ControlDir, ControlDirError, RunMarker};
+use steadfast_actors::ledger::Ledger;
 use steadfast_actors::lifecycle::{Command, CommandError, CommandRequest, Hold};
 use steadfast_actors::root::{RootActor, RootArgs};
 use steadfast_actors::service::Service;
@@ -34,7 +35,14 @@ pub struct SupervisorConfig {
     pub declared: Option<PathBuf>,
     /// Backoff, stable period, drain grace, debounce.
     pub timings: Timings,
+    /// How many boot attempts the journal keeps when it is compacted (it is
+    /// compacted once it holds twice as many; the checkpoints a resume needs
+    /// are always kept). Default [`DEFAULT_JOURNAL_KEEP_ATTEMPTS`].
+    pub journal_keep_attempts: usize,
 }
+
+/// How many attempts a compacted journal keeps unless configured.
+pub const DEFAULT_JOURNAL_KEEP_ATTEMPTS: usize = 64;
 
 impl SupervisorConfig {
     /// A config with the default timings and no declared file.
@@ -49,7 +57,15 @@ impl SupervisorConfig {
             service,
             declared: None,
             timings: Timings::default(),
+            journal_keep_attempts: DEFAULT_JOURNAL_KEEP_ATTEMPTS,
         }
+    }
+
+    /// Keep the last `keep` attempts when the journal is compacted.
+    #[must_use]
+    pub const fn journal_keep_attempts(mut self, keep: usize) -> Self {
+        self.journal_keep_attempts = keep;
+        self
     }
 
     /// Watch `path` as the declared config file.
@@ -133,9 +149,11 @@ impl Supervisor {
             service,
             declared,
             timings,
+            journal_keep_attempts,
         } = config;
-        let control = ControlDir::open(&data_dir)?;
-        let (journal, _records, recovery) = control.open_journal()?;
+        let control = ControlDir::open(&data_dir)?.with_journal_keep(journal_keep_attempts);
+        let (journal, records, recovery) = control.open_journal()?;
+        let ledger = Ledger::from_journal(&records);
         tracing::info!(?recovery, data_dir = %data_dir.display(), "opened the control directory");
         let previous_run = control.previous_run().clone();
         let hold = control.is_held()?;
@@ -171,6 +189,7 @@ impl Supervisor {
             clock,
             timings,
             pid,
+            ledger,
         });
         let supervisor = Self {
             args: RootArgs {

@@ -15,9 +15,11 @@
 use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use steadfast_protocol::journal::Record;
 use steadfast_protocol::lifecycle::StoreOutcome;
 
 use crate::context::Shared;
+use crate::journal::JournalMsg;
 use crate::lifecycle::LifecycleMsg;
 use crate::service::{Checkpoint, LiveRuntime, Observation, Runtime, Service, spawn_watched};
 use crate::store::StoreLock;
@@ -25,8 +27,15 @@ use crate::store::StoreLock;
 /// Destroy `checkpoints` in reverse order over `runtime`, confirming each by
 /// observation, then drop the runtime and probe the store. Returns the
 /// probed store outcome and the survivors (`step: resource id`).
+///
+/// Each confirmed destruction clears the step's checkpoint from the ledger
+/// and stages a `CheckpointCleared` record in `journal` (durable with the
+/// next acknowledged append: the drain's or the failed boot's transition).
+/// A crash before then leaves the checkpoint outstanding, and the next boot
+/// observes the resource gone and runs the step again.
 pub async fn teardown(
     shared: &Shared,
+    journal: Option<&ActorRef<JournalMsg>>,
     mut runtime: Runtime,
     checkpoints: Vec<Checkpoint>,
 ) -> (StoreOutcome, Vec<String>) {
@@ -41,9 +50,17 @@ pub async fn teardown(
     let mut survivors = Vec::new();
     for checkpoint in checkpoints.iter().rev() {
         let destroyed = service.destroy(checkpoint, &mut runtime).await;
+        crate::failpoint::hit("drain.mid_destroy");
         let observed = service.observe(checkpoint, &runtime).await;
         match (destroyed, observed) {
-            (_, Observation::Gone) => {}
+            (_, Observation::Gone) => {
+                shared.ledger.cleared(&checkpoint.step);
+                if let Some(journal) = journal {
+                    let _ = journal.cast(JournalMsg::Stage(vec![Record::CheckpointCleared {
+                        step: checkpoint.step.clone(),
+                    }]));
+                }
+            }
             (Err(error), Observation::Present) => {
                 survivors.push(format!(
                     "{} ({}): {error}",
@@ -86,6 +103,8 @@ pub enum DrainMsg {
         live: LiveRuntime,
         /// Where the outcome goes.
         report_to: ActorRef<LifecycleMsg>,
+        /// Where each confirmed destruction's `CheckpointCleared` is staged.
+        journal: ActorRef<JournalMsg>,
     },
     /// The drain task ended; a panic fails the actor (a supervision event).
     TaskEnded {
@@ -114,7 +133,11 @@ impl Actor for DrainActor {
         state: &mut DrainState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            DrainMsg::Run { live, report_to } => {
+            DrainMsg::Run {
+                live,
+                report_to,
+                journal,
+            } => {
                 let shared = Arc::clone(&state.shared);
                 let LiveRuntime {
                     attempt,
@@ -122,7 +145,8 @@ impl Actor for DrainActor {
                     checkpoints,
                 } = live;
                 let work = async move {
-                    let (store, survivors) = teardown(&shared, runtime, checkpoints).await;
+                    let (store, survivors) =
+                        teardown(&shared, Some(&journal), runtime, checkpoints).await;
                     let _ = report_to.cast(LifecycleMsg::Drained {
                         attempt,
                         store,

@@ -1,0 +1,308 @@
+//! The crash harness (`spec/control-dir.md`, "Recovery"): a real daemon
+//! (`examples/crashd.rs`) is killed with `SIGKILL` at failpoints between a
+//! write and its fsync, between an fsync and a rename, mid-step and
+//! mid-drain, and relaunched over the same data directory, again and again.
+//! Every relaunch must classify the previous run (crashed, or clean stop if
+//! the point was not reached), decode the journal without accepting a torn
+//! record, find every transition the killed process published, take the
+//! lock within 100 ms of the old process's death, and resume: skip
+//! `prepare` exactly when its checkpoint is outstanding and its file is
+//! still there.
+//!
+//! `kill_points_in_a_chain_of_relaunches` runs 200 points; set
+//! `STEADFAST_CRASH_POINTS=1000` (README, "Crash harness") for the long run.
+//!
+//! The 100 ms bound is the issue's: the relaunched process is already
+//! blocked on the lock (a blocking `flock`) when the old one dies, so what
+//! is measured is the kernel handing the lock over, not a process start;
+//! it is taken between the moment the test's `wait()` returns and the
+//! moment the new process says it holds the lock, both wall clock.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use steadfast::actors::failpoint::{ENV, POINTS};
+
+/// The `crashd` example's binary, built by `cargo test` beside this test.
+fn crashd_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let debug_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target dir");
+    let binary = debug_dir.join("examples").join("crashd");
+    if !binary.exists() {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--example", "crashd"])
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "the crashd example builds");
+    }
+    binary
+}
+
+fn now_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+}
+
+/// One crashd process and the lines it has printed.
+struct Daemon {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+    crash_at: Option<String>,
+}
+
+impl Daemon {
+    fn spawn(data_dir: &Path, crash_at: Option<String>) -> Self {
+        let mut command = Command::new(crashd_binary());
+        command
+            .arg(data_dir)
+            .env("CRASHD_KEEP", "4")
+            .env_remove(ENV)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        if let Some(point) = &crash_at {
+            command.env(ENV, point);
+        }
+        let mut child = command.spawn().expect("crashd starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Self {
+            child,
+            lines,
+            seen: Vec::new(),
+            crash_at,
+        }
+    }
+
+    /// The first line starting with `prefix` (waiting up to 30 s for it).
+    fn wait_for(&mut self, prefix: &str) -> Option<String> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(line) = self.seen.iter().find(|l| l.starts_with(prefix)) {
+                return Some(line[prefix.len()..].trim().to_owned());
+            }
+            let left = deadline.checked_duration_since(Instant::now())?;
+            match self.lines.recv_timeout(left) {
+                Ok(line) => self.seen.push(line),
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Every line, once the process has ended and its pipe closed.
+    fn drain(&mut self) {
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(30)) {
+            self.seen.push(line);
+        }
+    }
+
+    fn values(&self, prefix: &str) -> Vec<String> {
+        self.seen
+            .iter()
+            .filter_map(|l| l.strip_prefix(prefix).map(|v| v.trim().to_owned()))
+            .collect()
+    }
+}
+
+/// Whether `needles` appear in `haystack` in order (not necessarily next to
+/// each other: a watcher may coalesce snapshots).
+fn is_subsequence(needles: &[String], haystack: &[String]) -> bool {
+    let mut it = haystack.iter();
+    needles.iter().all(|n| it.any(|h| h == n))
+}
+
+fn kill_leftovers(pids: &BTreeSet<i32>) {
+    for pid in pids {
+        if let Some(pid) = rustix::process::Pid::from_raw(*pid) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+/// The `i`-th kill point of a run: points in turn, the `nth` hit growing
+/// every round so later writes, steps and drains are reached too.
+fn kill_point(i: usize) -> String {
+    let point = POINTS[i % POINTS.len()];
+    let round = i / POINTS.len();
+    let span = match point {
+        "journal.mid_write" | "journal.before_fsync" | "journal.after_fsync" => 24,
+        "boot.before_checkpoint" | "boot.after_checkpoint" => 9,
+        "drain.mid_destroy" => 9,
+        "marker.before_rename" | "marker.before_dir_fsync" => 3,
+        _ => 1,
+    };
+    format!("{point}:{}", 1 + round % span)
+}
+
+/// What the relaunch `next` must say about the process `prev` that just
+/// ended, whose death the test saw at `died_ms`.
+fn check_relaunch(prev: &mut Daemon, next: &mut Daemon, died_ms: u128, killed: bool) {
+    let what = prev.crash_at.clone().unwrap_or_default();
+    let locked: u128 = next
+        .wait_for("locked ")
+        .unwrap_or_else(|| panic!("[{what}] the relaunch never took the lock"))
+        .parse()
+        .expect("a time");
+    // Measured only when the relaunch found the lock held and blocked on it
+    // (otherwise the old process was gone before the new one looked).
+    if next.seen.iter().any(|l| l == "waiting") {
+        let latency = locked.saturating_sub(died_ms);
+        assert!(
+            latency < 100,
+            "[{what}] the relaunch took the lock {latency} ms after the old process died"
+        );
+    }
+    let journal = next.wait_for("journal ").expect("the journal line");
+    assert!(
+        journal.starts_with("ok "),
+        "[{what}] the journal was refused after a kill: {journal}"
+    );
+    // Every state the killed process published is in its durable journal.
+    let segment: Vec<String> = next
+        .wait_for("segment")
+        .expect("the segment line")
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let acked = prev.values("ack ");
+    assert!(
+        is_subsequence(&acked, &segment),
+        "[{what}] published states {acked:?} are not all in the journal {segment:?}"
+    );
+    // The relaunch may itself be killed while it opens the data dir (its
+    // own run marker's write is a failpoint), before it says this.
+    let Some(previous) = next.wait_for("previous ") else {
+        assert!(
+            next.crash_at.is_some(),
+            "the last daemon did not open: {:?}",
+            next.seen
+        );
+        return;
+    };
+    // Killed after its `released` run marker was renamed into place (only
+    // the directory's fsync was left): the release is what the disk says.
+    let released =
+        what.starts_with("marker.before_dir_fsync") && acked.last().is_some_and(|s| s == "exiting");
+    let expected = if killed && !released {
+        "crashed"
+    } else {
+        "clean_stop"
+    };
+    assert_eq!(previous, expected, "[{what}] previous run");
+}
+
+/// Resume (seed 003): a daemon's first boot skipped `prepare` exactly when
+/// the journal it opened had `prepare`'s checkpoint outstanding and the file
+/// was still there. `daemon` has ended; its lines are all read.
+fn check_resume(daemon: &Daemon) -> bool {
+    let expect = daemon.values("expect_skip prepare ");
+    let first = daemon.values("phase 1 prepare ");
+    if let (Some(expect), Some(first)) = (expect.first(), first.first()) {
+        if first == "skipped" || first == "completed" {
+            assert_eq!(
+                first == "skipped",
+                expect == "yes",
+                "[{:?}] prepare was {first} while expect_skip was {expect}",
+                daemon.crash_at
+            );
+            return first == "skipped";
+        }
+    }
+    false
+}
+
+/// Run `points` kill points in one data directory, each process the
+/// relaunch of the one before.
+fn chain(points: usize) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data_dir = tmp.path().join("data");
+    let mut leftovers = BTreeSet::new();
+    let mut killed_at: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut skips = 0;
+    let mut current = Daemon::spawn(&data_dir, Some(kill_point(0)));
+    current.wait_for("locked ").expect("the first daemon locks");
+    for i in 1..=points {
+        let crash_at = (i < points).then(|| kill_point(i));
+        let mut next = Daemon::spawn(&data_dir, crash_at);
+        // Let the relaunch block on the lock before the old one dies.
+        std::thread::sleep(Duration::from_millis(5));
+        let status = current.child.wait().expect("wait");
+        let died_ms = now_ms();
+        current.drain();
+        let killed = status.signal() == Some(9);
+        assert!(
+            killed || status.code() == Some(0),
+            "[{:?}] crashd ended with {status:?}: {:?}",
+            current.crash_at,
+            current.seen
+        );
+        if killed {
+            let point = current
+                .crash_at
+                .as_deref()
+                .and_then(|p| p.split(':').next())
+                .unwrap_or("");
+            if let Some(name) = POINTS.iter().find(|p| **p == point) {
+                *killed_at.entry(name).or_default() += 1;
+            }
+        }
+        for pid in current.values("child ") {
+            leftovers.extend(pid.parse::<i32>());
+        }
+        check_relaunch(&mut current, &mut next, died_ms, killed);
+        skips += usize::from(check_resume(&current));
+        current = next;
+    }
+    let status = current.child.wait().expect("wait");
+    current.drain();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "the last daemon exits halt: {:?}",
+        current.seen
+    );
+    skips += usize::from(check_resume(&current));
+    for pid in current.values("child ") {
+        leftovers.extend(pid.parse::<i32>());
+    }
+    kill_leftovers(&leftovers);
+    if points >= 200 {
+        for point in POINTS {
+            assert!(
+                killed_at.get(point).copied().unwrap_or(0) > 0,
+                "no run was killed at {point}: {killed_at:?}"
+            );
+        }
+    }
+    if points >= 200 {
+        assert!(skips > 0, "no relaunch resumed by skipping a step");
+    }
+    eprintln!("killed at: {killed_at:?}; resumed by skipping prepare: {skips}");
+}
+
+#[test]
+fn kill_points_in_a_chain_of_relaunches() {
+    let points = std::env::var("STEADFAST_CRASH_POINTS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200);
+    chain(points);
+}
