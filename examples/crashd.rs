@@ -249,15 +249,48 @@ async fn main() {
         .unwrap_or_default();
     say(&format!("previous {previous}"));
 
+    // `CRASHD_FSIZE=<bytes>`: from here on, no file of this process may grow
+    // past that size, so a journal append fails for real (EFBIG, and a
+    // short write before it). SIGXFSZ is caught so the write fails instead
+    // of the process dying.
+    let fsize = std::env::var("CRASHD_FSIZE")
+        .ok()
+        .and_then(|n| n.parse::<u64>().ok());
+    let _xfsz = match fsize {
+        Some(limit) => {
+            let caught = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(
+                rustix::process::Signal::XFSZ.as_raw(),
+            ));
+            let limited = rustix::process::setrlimit(
+                rustix::process::Resource::Fsize,
+                rustix::process::Rlimit {
+                    current: Some(limit),
+                    maximum: None,
+                },
+            );
+            say(&format!(
+                "fsize {limit} {}",
+                limited.is_ok() && caught.is_ok()
+            ));
+            caught.ok()
+        }
+        None => None,
+    };
+
     // Every published state, and every phase as it ends.
     let mut published = handle.watch();
     tokio::spawn(async move {
         // The first snapshot (resolving) is where every process starts, not a
         // transition: nothing journals it.
         let mut last = "resolving".to_owned();
+        let mut error_said = false;
         let mut phases_seen = std::collections::HashSet::new();
         loop {
             let snapshot = published.borrow_and_update().clone();
+            if let (Some(error), false) = (&snapshot.error, error_said) {
+                say(&format!("error {error}"));
+                error_said = true;
+            }
             let state = snapshot.lifecycle.name().to_owned();
             if state != last {
                 say(&format!("ack {state}"));
@@ -288,8 +321,26 @@ async fn main() {
     let script = {
         let handle = handle.clone();
         async move {
+            if fsize.is_some() {
+                // Once the journal has failed: a command is not acknowledged.
+                let mut watch = handle.watch();
+                let _ = watch.wait_for(|s| s.error.is_some()).await;
+                match handle.stop(Hold::None).await {
+                    Ok(_) => say("stop ok"),
+                    Err(error) => say(&format!("stop err {error}")),
+                }
+                return;
+            }
             let mut watch = handle.watch();
             wait_running(&mut watch).await;
+            // `CRASHD_PAUSE_MS`: stay running that long first (so a test can
+            // look at the serve step's child process).
+            if let Some(ms) = std::env::var("CRASHD_PAUSE_MS")
+                .ok()
+                .and_then(|ms| ms.parse().ok())
+            {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
             let _ = handle.restart().await;
             wait_running(&mut watch).await;
             let _ = handle.stop(Hold::None).await;

@@ -62,7 +62,12 @@ struct Daemon {
 
 impl Daemon {
     fn spawn(data_dir: &Path, crash_at: Option<String>) -> Self {
+        Self::spawn_with(data_dir, crash_at, &[])
+    }
+
+    fn spawn_with(data_dir: &Path, crash_at: Option<String>, env: &[(&str, &str)]) -> Self {
         let mut command = Command::new(crashd_binary());
+        command.envs(env.iter().copied());
         command
             .arg(data_dir)
             .env("CRASHD_KEEP", "4")
@@ -305,4 +310,144 @@ fn kill_points_in_a_chain_of_relaunches() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(200);
     chain(points);
+}
+
+/// The records of the journal under `data_dir`, which must decode.
+fn journal_records(data_dir: &Path) -> Vec<steadfast::protocol::journal::Record> {
+    let bytes = std::fs::read(data_dir.join(".steadfast/journal")).expect("the journal");
+    steadfast::protocol::journal::decode(&bytes)
+        .expect("the journal decodes")
+        .records
+}
+
+#[test]
+fn a_checkpointed_step_is_skipped_after_a_crash_only_if_still_present() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data_dir = tmp.path().join("data");
+    // Killed right after `prepare`'s checkpoint was fsynced.
+    let mut first = Daemon::spawn(&data_dir, Some("boot.after_checkpoint:1".into()));
+    assert_eq!(first.child.wait().expect("wait").signal(), Some(9));
+    first.drain();
+    assert!(data_dir.join("prepared").exists());
+
+    // The relaunch observes the file: `prepare` is skipped, the rest run.
+    // It is killed after its next checkpoint (`open_store`'s).
+    let mut second = Daemon::spawn(&data_dir, Some("boot.after_checkpoint:1".into()));
+    assert_eq!(second.child.wait().expect("wait").signal(), Some(9));
+    second.drain();
+    assert_eq!(second.values("previous "), ["crashed"]);
+    assert_eq!(second.values("expect_skip prepare "), ["yes"]);
+    assert_eq!(second.values("phase 1 prepare "), ["skipped"]);
+    // The skip is in the journal (staged, then made durable by the fsync of
+    // `open_store`'s checkpoint, after which the process was killed).
+    let records = journal_records(&data_dir);
+    assert!(
+        records.iter().any(|r| matches!(r,
+            steadfast::protocol::journal::Record::PhaseSkipped { phase, .. } if phase == "prepare")),
+        "no PhaseSkipped for prepare in {records:?}"
+    );
+
+    // The resource is gone now: the checkpoint is outstanding, but the step
+    // runs again.
+    std::fs::remove_file(data_dir.join("prepared")).expect("remove");
+    let mut third = Daemon::spawn(&data_dir, None);
+    assert_eq!(third.child.wait().expect("wait").code(), Some(0));
+    third.drain();
+    assert_eq!(third.values("expect_skip prepare "), ["no"]);
+    assert_eq!(third.values("phase 1 prepare "), ["completed"]);
+    for pid in first
+        .values("child ")
+        .iter()
+        .chain(&second.values("child "))
+    {
+        kill_leftovers(&pid.parse().into_iter().collect());
+    }
+    // A clean exit drained everything: nothing is outstanding.
+    let left = steadfast::protocol::journal::outstanding(&journal_records(&data_dir));
+    assert!(left.is_empty(), "{left:?}");
+    assert!(!data_dir.join("prepared").exists());
+}
+
+/// What `/proc/<pid>/fd` links to.
+fn open_files(pid: &str) -> Option<Vec<PathBuf>> {
+    let entries = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    Some(
+        entries
+            .filter_map(Result::ok)
+            .filter_map(|e| std::fs::read_link(e.path()).ok())
+            .collect(),
+    )
+}
+
+#[test]
+fn a_child_process_never_inherits_the_lock() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data_dir = tmp.path().join("data");
+    let mut daemon = Daemon::spawn_with(&data_dir, None, &[("CRASHD_PAUSE_MS", "3000")]);
+    let child = daemon.wait_for("child ").expect("the serve step's child");
+    let lock = data_dir.join(".steadfast/lock");
+    let holds = |files: &[PathBuf]| {
+        files
+            .iter()
+            .any(|f| *f == lock || f.ends_with("store.lock") || f.ends_with(".steadfast/journal"))
+    };
+    // The daemon itself has them open (so the check below can fail)...
+    let own = open_files(&daemon.child.id().to_string()).expect("the daemon's fds");
+    assert!(holds(&own), "the daemon holds its locks: {own:?}");
+    // ...and the child it spawned has none of them.
+    let inherited = open_files(&child).expect("the child is alive during the pause");
+    assert!(!holds(&inherited), "the child inherited {inherited:?}");
+    assert_eq!(daemon.child.wait().expect("wait").code(), Some(0));
+}
+
+#[test]
+fn a_journal_write_that_fails_is_never_acknowledged() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data_dir = tmp.path().join("data");
+    // No file of the daemon may grow past 300 bytes once it has opened the
+    // data dir: an append of its first boot fails with EFBIG.
+    let mut daemon = Daemon::spawn_with(&data_dir, None, &[("CRASHD_FSIZE", "300")]);
+    assert_eq!(daemon.wait_for("fsize 300 ").as_deref(), Some("true"));
+    let error = daemon
+        .wait_for("error ")
+        .expect("the failure is in the snapshot");
+    assert!(
+        error.contains("File too large") || error.contains("poisoned"),
+        "{error}"
+    );
+    let stop = daemon.wait_for("stop ").expect("the stop's answer");
+    assert!(stop.starts_with("err "), "a stop was acknowledged: {stop}");
+    daemon.child.kill().expect("kill -9");
+    assert_eq!(daemon.child.wait().expect("wait").signal(), Some(9));
+    daemon.drain();
+    kill_leftovers(
+        &daemon
+            .values("child ")
+            .iter()
+            .filter_map(|p| p.parse().ok())
+            .collect(),
+    );
+
+    // The next daemon: the journal decodes (a short write's torn tail is
+    // cut, never read as a record), the run counts as crashed, and it runs.
+    let mut next = Daemon::spawn(&data_dir, None);
+    assert_eq!(next.child.wait().expect("wait").code(), Some(0));
+    next.drain();
+    assert!(
+        next.values("journal ")[0].starts_with("ok "),
+        "{:?}",
+        next.seen
+    );
+    assert_eq!(next.values("previous "), ["crashed"]);
+    assert_eq!(
+        next.values("ack ").last().map(String::as_str),
+        Some("exiting")
+    );
+    kill_leftovers(
+        &next
+            .values("child ")
+            .iter()
+            .filter_map(|p| p.parse().ok())
+            .collect(),
+    );
 }
