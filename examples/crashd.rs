@@ -162,11 +162,11 @@ impl Service for Crashd {
 /// to take. Nobody else contends for it in the harness.
 fn wait_for_the_lock(data_dir: &Path) {
     let lock = ControlDir::under(data_dir).join("lock");
-    if let Ok(file) = std::fs::File::open(&lock) {
-        if matches!(file.try_lock(), Err(std::fs::TryLockError::WouldBlock)) {
-            say("waiting");
-            let _ = file.lock();
-        }
+    if let Ok(file) = std::fs::File::open(&lock)
+        && matches!(file.try_lock(), Err(std::fs::TryLockError::WouldBlock))
+    {
+        say("waiting");
+        let _ = file.lock();
     }
     say(&format!("locked {}", now_ms()));
 }

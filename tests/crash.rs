@@ -220,16 +220,16 @@ fn check_relaunch(prev: &mut Daemon, next: &mut Daemon, died_ms: u128, killed: b
 fn check_resume(daemon: &Daemon) -> bool {
     let expect = daemon.values("expect_skip prepare ");
     let first = daemon.values("phase 1 prepare ");
-    if let (Some(expect), Some(first)) = (expect.first(), first.first()) {
-        if first == "skipped" || first == "completed" {
-            assert_eq!(
-                first == "skipped",
-                expect == "yes",
-                "[{:?}] prepare was {first} while expect_skip was {expect}",
-                daemon.crash_at
-            );
-            return first == "skipped";
-        }
+    if let (Some(expect), Some(first)) = (expect.first(), first.first())
+        && (first == "skipped" || first == "completed")
+    {
+        assert_eq!(
+            first == "skipped",
+            expect == "yes",
+            "[{:?}] prepare was {first} while expect_skip was {expect}",
+            daemon.crash_at
+        );
+        return first == "skipped";
     }
     false
 }

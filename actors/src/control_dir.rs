@@ -767,12 +767,12 @@ impl ControlDir {
         writer.keep_attempts = self.journal_keep;
         writer.attempts = journal::attempts_in(&decoded.records);
         let mut records = decoded.records;
-        if writer.wants_compaction() {
-            if let Some(compacted) = writer.compact()? {
-                tracing::info!(?compacted, "compacted the journal at open");
-                if let Some(kept) = journal::compact(&records, self.journal_keep.unwrap_or(0)) {
-                    records = kept;
-                }
+        if writer.wants_compaction()
+            && let Some(compacted) = writer.compact()?
+        {
+            tracing::info!(?compacted, "compacted the journal at open");
+            if let Some(kept) = journal::compact(&records, self.journal_keep.unwrap_or(0)) {
+                records = kept;
             }
         }
         Ok((writer, records, recovery))

@@ -4,8 +4,8 @@
 //! mid-drain, and check what the next daemon makes of it.
 //!
 //! A point is armed only by the environment variable [`ENV`], read once:
-//! `STEADFAST_CRASH_AT=<point>:<nth>` kills the process the `nth` time (from
-//! 1) `<point>` is reached. Unset, [`hit`] is one atomic load and a branch.
+//! `STEADFAST_CRASH_AT=<point>:<nth>` kills the process the `nth` time
+//! (counting from 1) `<point>` is reached. Unset, [`hit`] is one atomic load and a branch.
 //! The points ([`POINTS`]) are named where they sit; nothing else in the
 //! library knows about them.
 //!
