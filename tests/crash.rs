@@ -158,7 +158,12 @@ fn kill_point(i: usize) -> String {
 
 /// What the relaunch `next` must say about the process `prev` that just
 /// ended, whose death the test saw at `died_ms`.
-fn check_relaunch(prev: &mut Daemon, next: &mut Daemon, died_ms: u128, killed: bool) {
+fn check_relaunch(
+    prev: &mut Daemon,
+    next: &mut Daemon,
+    died_ms: u128,
+    killed: bool,
+) -> Option<u128> {
     let what = prev.crash_at.clone().unwrap_or_default();
     let locked: u128 = next
         .wait_for("locked ")
@@ -167,8 +172,9 @@ fn check_relaunch(prev: &mut Daemon, next: &mut Daemon, died_ms: u128, killed: b
         .expect("a time");
     // Measured only when the relaunch found the lock held and blocked on it
     // (otherwise the old process was gone before the new one looked).
-    if next.seen.iter().any(|l| l == "waiting") {
-        let latency = locked.saturating_sub(died_ms);
+    let waited = next.seen.iter().any(|l| l == "waiting");
+    let latency = locked.saturating_sub(died_ms);
+    if waited {
         assert!(
             latency < 100,
             "[{what}] the relaunch took the lock {latency} ms after the old process died"
@@ -200,7 +206,7 @@ fn check_relaunch(prev: &mut Daemon, next: &mut Daemon, died_ms: u128, killed: b
             "the last daemon did not open: {:?}",
             next.seen
         );
-        return;
+        return waited.then_some(latency);
     };
     // Killed after its `released` run marker was renamed into place (only
     // the directory's fsync was left): the release is what the disk says.
@@ -212,6 +218,7 @@ fn check_relaunch(prev: &mut Daemon, next: &mut Daemon, died_ms: u128, killed: b
         "clean_stop"
     };
     assert_eq!(previous, expected, "[{what}] previous run");
+    waited.then_some(latency)
 }
 
 /// Resume (seed 003): a daemon's first boot skipped `prepare` exactly when
@@ -242,6 +249,7 @@ fn chain(points: usize) {
     let mut leftovers = BTreeSet::new();
     let mut killed_at: BTreeMap<&str, usize> = BTreeMap::new();
     let mut skips = 0;
+    let mut latencies = Vec::new();
     let mut current = Daemon::spawn(&data_dir, Some(kill_point(0)));
     current.wait_for("locked ").expect("the first daemon locks");
     for i in 1..=points {
@@ -272,7 +280,7 @@ fn chain(points: usize) {
         for pid in current.values("child ") {
             leftovers.extend(pid.parse::<i32>());
         }
-        check_relaunch(&mut current, &mut next, died_ms, killed);
+        latencies.extend(check_relaunch(&mut current, &mut next, died_ms, killed));
         skips += usize::from(check_resume(&current));
         current = next;
     }
@@ -300,7 +308,14 @@ fn chain(points: usize) {
     if points >= 200 {
         assert!(skips > 0, "no relaunch resumed by skipping a step");
     }
-    eprintln!("killed at: {killed_at:?}; resumed by skipping prepare: {skips}");
+    latencies.sort_unstable();
+    eprintln!(
+        "killed at: {killed_at:?}; resumed by skipping prepare: {skips}; \
+         lock handed over {} times, median {:?} ms, max {:?} ms",
+        latencies.len(),
+        latencies.get(latencies.len() / 2),
+        latencies.last()
+    );
 }
 
 #[test]

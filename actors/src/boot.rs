@@ -17,7 +17,7 @@
 //! - A step that runs past its deadline (`Timings::step_deadline`, pushed
 //!   back by every `StepContext::progress` report) fails with class backoff
 //!   and an error naming the step and the deadline. Checked by
-//!   `tests/supervisor.rs` (`a_step_past_its_deadline_fails_unless_it_reports_progress`).
+//!   `tests/durability.rs` (`a_step_past_its_deadline_fails_unless_it_reports_progress`).
 //! - A boot that fails or is cancelled tears down what it built (reverse
 //!   order, confirmed by observation) and reports the *probed* store outcome.
 //! - The actor stays free while a step runs: `Cancel` trips the boot's

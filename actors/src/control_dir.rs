@@ -60,6 +60,13 @@
 //!   `control_dir::a_flipped_byte_in_the_run_marker_reads_as_crashed`,
 //!   `control_dir::previous_run_follows_the_run_marker` and the unit tests
 //!   `marker_decoding_refuses_damage` and `previous_run_from_each_marker`.
+//! - **Compaction is crash-safe and loses nothing a resume needs.**
+//!   [`JournalFile::compact`] writes [`COMPACT_TMP_NAME`], fsyncs it, renames
+//!   it over the journal and fsyncs the directory; the kept records are
+//!   `steadfast_protocol::journal::compact`'s. A leftover temp file is
+//!   removed at open. Checked by
+//!   `durability::the_journal_stays_bounded_and_keeps_what_a_resume_needs`
+//!   and by the `compact.*` points of `crash::kill_points_in_a_chain_of_relaunches`.
 //! - **Identity is written once.** [`ControlDir::ensure_identity`] never
 //!   replaces an identity, readable or not. Checked by
 //!   `control_dir::identity_is_written_once_and_stable_across_reopen`.
