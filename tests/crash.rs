@@ -307,6 +307,18 @@ fn chain(points: usize) {
     }
     if points >= 200 {
         assert!(skips > 0, "no relaunch resumed by skipping a step");
+        // Torn tails happened (journal.mid_write) and were cut with a copy
+        // kept, never read as records (every relaunch's decode was `ok`).
+        let broken = std::fs::read_dir(data_dir.join(".steadfast"))
+            .expect("the control dir")
+            .filter_map(Result::ok)
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("journal.broken")
+            })
+            .count();
+        assert!(broken > 0, "no torn tail was ever repaired");
     }
     latencies.sort_unstable();
     eprintln!(
@@ -426,10 +438,9 @@ fn a_journal_write_that_fails_is_never_acknowledged() {
     let error = daemon
         .wait_for("error ")
         .expect("the failure is in the snapshot");
-    assert!(
-        error.contains("File too large") || error.contains("poisoned"),
-        "{error}"
-    );
+    // EFBIG, named even when the snapshot's error is a later append's
+    // refusal by the poisoned writer.
+    assert!(error.contains("File too large"), "{error}");
     let stop = daemon.wait_for("stop ").expect("the stop's answer");
     assert!(stop.starts_with("err "), "a stop was acknowledged: {stop}");
     daemon.child.kill().expect("kill -9");

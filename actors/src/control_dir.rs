@@ -148,11 +148,13 @@ pub enum ControlDirError {
     /// An earlier write or fsync of this journal failed; nothing more is
     /// appended (a failed fsync is never retried).
     #[error(
-        "journal {path} is poisoned by an earlier failed write or fsync; nothing more is appended"
+        "journal {path} is poisoned by an earlier failed write or fsync ({cause}); nothing more is appended"
     )]
     JournalPoisoned {
         /// The journal file.
         path: PathBuf,
+        /// The failure that poisoned it, rendered.
+        cause: String,
     },
     /// [`ControlDir::open_journal`] was already called on this value: there
     /// is one writer per journal.
@@ -291,6 +293,8 @@ pub struct JournalFile<S: JournalSink = File> {
     len: u64,
     /// Set by a failed write or fsync; every later append refuses.
     poisoned: bool,
+    /// The failure that poisoned it, for every later refusal.
+    poison_cause: String,
     /// The control directory's lock, kept alive so no writer outlives it
     /// (`None` for a sink built in tests).
     _lock: Option<Arc<File>>,
@@ -335,6 +339,7 @@ impl<S: JournalSink> JournalFile<S> {
             path,
             len,
             poisoned: false,
+            poison_cause: String::new(),
             _lock: None,
             _slot: None,
             keep_attempts: None,
@@ -356,6 +361,7 @@ impl<S: JournalSink> JournalFile<S> {
         if self.poisoned {
             return Err(ControlDirError::JournalPoisoned {
                 path: self.path.clone(),
+                cause: self.poison_cause.clone(),
             });
         }
         let mut buf = Vec::new();
@@ -374,6 +380,7 @@ impl<S: JournalSink> JournalFile<S> {
         let written = self.write_then_sync(&buf);
         if let Err(source) = written {
             self.poisoned = true;
+            self.poison_cause = source.to_string();
             tracing::error!(path = %self.path.display(), error = %source,
                 "journal write or fsync failed; the journal is poisoned");
             return Err(ControlDirError::Io {
@@ -474,6 +481,7 @@ impl JournalFile<File> {
         if self.poisoned {
             return Err(ControlDirError::JournalPoisoned {
                 path: self.path.clone(),
+                cause: self.poison_cause.clone(),
             });
         }
         let path = self.path.clone();
@@ -540,6 +548,7 @@ impl JournalFile<File> {
             }
             Err(error) => {
                 self.poisoned = true;
+                self.poison_cause = error.to_string();
                 Err(error)
             }
         }
@@ -1152,6 +1161,10 @@ mod tests {
             "{err:?}"
         );
         assert!(err.to_string().contains("/cd/journal"), "{err}");
+        assert!(
+            err.to_string().contains("os error 5"),
+            "the refusal names what poisoned it: {err}"
+        );
         assert_eq!(
             sink.syncs.load(Ordering::SeqCst),
             1,
