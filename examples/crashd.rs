@@ -135,6 +135,9 @@ impl Service for Crashd {
         runtime: &'a mut Runtime,
     ) -> BoxFuture<'a, Result<(), StepError>> {
         let result = match checkpoint.step.as_str() {
+            // `CRASHD_KEEP_FILE=1`: a destroy that says it worked and did
+            // not (the drain must notice by observing).
+            "prepare" if std::env::var_os("CRASHD_KEEP_FILE").is_some() => Ok(()),
             "prepare" => match std::fs::remove_file(self.prepared()) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                     Err(StepError::backoff(e.to_string()))

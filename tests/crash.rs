@@ -28,22 +28,26 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use steadfast::actors::failpoint::{ENV, POINTS};
 
-/// The `crashd` example's binary, built by `cargo test` beside this test.
+/// The `crashd` example's binary. `cargo test` builds examples under hashed
+/// names only, so this asks cargo for the plain one, once per test process
+/// (a no-op when it is fresh; never a stale binary from an earlier build).
 fn crashd_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let debug_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target dir");
-    let binary = debug_dir.join("examples").join("crashd");
-    if !binary.exists() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--example", "crashd"])
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "the crashd example builds");
-    }
-    binary
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = std::env::current_exe().expect("current exe");
+            let debug_dir = exe
+                .parent()
+                .and_then(|deps| deps.parent())
+                .expect("target dir");
+            let status = Command::new(env!("CARGO"))
+                .args(["build", "--quiet", "--example", "crashd"])
+                .status()
+                .expect("cargo runs");
+            assert!(status.success(), "the crashd example builds");
+            debug_dir.join("examples").join("crashd")
+        })
+        .clone()
 }
 
 fn now_ms() -> u128 {
@@ -471,6 +475,34 @@ fn a_journal_write_that_fails_is_never_acknowledged() {
     );
     kill_leftovers(
         &next
+            .values("child ")
+            .iter()
+            .filter_map(|p| p.parse().ok())
+            .collect(),
+    );
+}
+
+#[test]
+fn a_destroy_that_reports_success_but_leaves_the_resource_is_a_survivor() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data_dir = tmp.path().join("data");
+    // `prepare`'s destroy answers Ok and leaves the file: only observation
+    // can tell.
+    let mut daemon = Daemon::spawn_with(&data_dir, None, &[("CRASHD_KEEP_FILE", "1")]);
+    assert_eq!(daemon.child.wait().expect("wait").code(), Some(0));
+    daemon.drain();
+    // The restart's drain did not clear it, so the next boot of the same
+    // process observed it present and skipped the step.
+    assert_eq!(daemon.values("phase 1 prepare "), ["completed"]);
+    assert_eq!(daemon.values("phase 2 prepare "), ["skipped"]);
+    // The survivor is still outstanding in the journal; the store's own
+    // checkpoint, confirmed gone, is not.
+    let left = steadfast::protocol::journal::outstanding(&journal_records(&data_dir));
+    let steps: Vec<&str> = left.iter().map(|o| o.step.as_str()).collect();
+    assert_eq!(steps, ["prepare"]);
+    assert!(data_dir.join("prepared").exists());
+    kill_leftovers(
+        &daemon
             .values("child ")
             .iter()
             .filter_map(|p| p.parse().ok())
