@@ -461,6 +461,21 @@ mod tests {
         assert_eq!(aborted, vec!["stubborn".to_owned()]);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_step_deadline_moves_only_when_progress_is_reported() {
+        let progress = StepProgress::new(Duration::from_secs(10));
+        let first = progress.deadline();
+        tokio::time::advance(Duration::from_secs(6)).await;
+        progress.report();
+        assert_eq!(progress.deadline(), first + Duration::from_secs(6));
+        // Unreported, it expires 10 s after the last report, not before.
+        let expired = tokio::time::timeout(Duration::from_secs(9), progress.expired()).await;
+        assert!(expired.is_err(), "expired 9 s after a report");
+        tokio::time::timeout(Duration::from_secs(2), progress.expired())
+            .await
+            .expect("expired 10 s after the last report");
+    }
+
     #[tokio::test]
     async fn dropping_a_runtime_stops_its_tasks() {
         let stopped = Arc::new(AtomicBool::new(false));
