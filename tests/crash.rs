@@ -494,7 +494,26 @@ fn a_destroy_that_reports_success_but_leaves_the_resource_is_a_survivor() {
     // The restart's drain did not clear it, so the next boot of the same
     // process observed it present and skipped the step.
     assert_eq!(daemon.values("phase 1 prepare "), ["completed"]);
+    // The drain reported each destruction, dependents first; the one that
+    // observation contradicted failed.
+    let destroys: Vec<String> = daemon
+        .seen
+        .iter()
+        .filter_map(|l| l.strip_prefix("phase 1 destroy:"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        destroys,
+        ["serve completed", "open_store completed", "prepare failed"]
+    );
     assert_eq!(daemon.values("phase 2 prepare "), ["skipped"]);
+    let records = journal_records(&data_dir);
+    assert!(
+        records.iter().any(|r| matches!(r,
+            steadfast::protocol::journal::Record::PhaseFailed { phase, error, .. }
+                if phase == "destroy:prepare" && error.contains("still present"))),
+        "the survivor's failed destruction is journaled"
+    );
     // The survivor is still outstanding in the journal; the store's own
     // checkpoint, confirmed gone, is not.
     let left = steadfast::protocol::journal::outstanding(&journal_records(&data_dir));

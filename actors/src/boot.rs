@@ -378,7 +378,10 @@ async fn run_attempt(
                     error: error.message.clone(),
                 },
             );
-            let (store, _) = teardown(&shared, Some(&journal), runtime, checkpoints).await;
+            // Journaled only: a failing boot's own phases stay what the
+            // snapshot shows (the state is still booting).
+            let (store, _) =
+                teardown(&shared, Some(&journal), None, attempt, runtime, checkpoints).await;
             let cancelled = cancel.is_cancelled();
             reporter.failed(
                 phase,
