@@ -250,13 +250,21 @@ impl Overrides {
     /// are invisible here until [`Self::replace_with`].
     #[must_use]
     pub fn clone_detached(&self) -> Self {
-        let leaves = self.0.read().unwrap_or_else(PoisonError::into_inner).clone();
+        let leaves = self
+            .0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         Self(Arc::new(RwLock::new(leaves)))
     }
 
     /// Adopt `other`'s leaves (every clone of this tier sees them).
     pub fn replace_with(&self, other: &Self) {
-        let leaves = other.0.read().unwrap_or_else(PoisonError::into_inner).clone();
+        let leaves = other
+            .0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         *self.0.write().unwrap_or_else(PoisonError::into_inner) = leaves;
     }
 

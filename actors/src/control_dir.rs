@@ -789,26 +789,10 @@ impl ControlDir {
             }
             return sync_dir(&self.path);
         }
-        let size = marker_options()
-            .serialized_size(&leaves)
-            .map_err(|e| e.to_string());
-        match size {
-            Ok(size) if size <= u64::from(MAX_MARKER_PAYLOAD) => {}
-            Ok(size) => {
-                return Err(ControlDirError::BadMarker {
-                    path: self.overrides_path(),
-                    reason: format!(
-                        "the override tier would take {size} bytes, more than {MAX_MARKER_PAYLOAD}"
-                    ),
-                });
-            }
-            Err(reason) => {
-                return Err(ControlDirError::BadMarker {
-                    path: self.overrides_path(),
-                    reason,
-                });
-            }
-        }
+        overrides_fit(leaves).map_err(|reason| ControlDirError::BadMarker {
+            path: self.overrides_path(),
+            reason,
+        })?;
         self.write_marker("overrides", OVERRIDES_MAGIC, &leaves)
     }
 
@@ -883,19 +867,37 @@ fn is_identity_id(id: &str) -> bool {
 /// As [`ControlDir::read_journal`].
 pub fn read_journal(path: &Path) -> Result<Vec<Record>, ControlDirError> {
     let path = path.to_path_buf();
-        let bytes = match fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(io_err(&path)(e)),
-        };
-        match journal::decode(&bytes) {
-            Ok(decoded) => Ok(decoded.records),
-            Err(JournalError::Corrupt { offset }) => {
-                Err(ControlDirError::CorruptJournal { path, offset })
-            }
-            Err(source) => Err(ControlDirError::BadJournalHeader { path, source }),
+    let bytes = match fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_err(&path)(e)),
+    };
+    match journal::decode(&bytes) {
+        Ok(decoded) => Ok(decoded.records),
+        Err(JournalError::Corrupt { offset }) => {
+            Err(ControlDirError::CorruptJournal { path, offset })
         }
+        Err(source) => Err(ControlDirError::BadJournalHeader { path, source }),
     }
+}
+
+/// Whether an override tier fits its marker ([`MAX_MARKER_PAYLOAD`]
+/// bytes encoded); if not, why.
+///
+/// # Errors
+/// The reason, naming the size.
+pub fn overrides_fit(leaves: &[(String, String)]) -> Result<(), String> {
+    let size = bincode::DefaultOptions::new()
+        .serialized_size(&leaves)
+        .map_err(|e| e.to_string())?;
+    if size <= u64::from(MAX_MARKER_PAYLOAD) {
+        Ok(())
+    } else {
+        Err(format!(
+            "the override tier would take {size} bytes, more than {MAX_MARKER_PAYLOAD}"
+        ))
+    }
+}
 
 fn marker_options() -> impl Options {
     bincode::DefaultOptions::new().with_limit(u64::from(MAX_MARKER_PAYLOAD))

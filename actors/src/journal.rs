@@ -143,7 +143,6 @@ impl Actor for JournalActor {
                     tokio::task::spawn_blocking(move || control.write_overrides(&leaves)).await?;
                 let _ = reply.send(result.map_err(|e| e.to_string()));
             }
-
         }
         Ok(())
     }

@@ -449,7 +449,8 @@ impl Actor for LifecycleActor {
             LifecycleMsg::DrainCrashed { reason } => {
                 tracing::error!(%reason, "the drain panicked; probing the store");
                 let store = StoreLock::probe(&state.shared.data_dir);
-                let event = if matches!(state.machine.state, LifecycleState::Reinitializing { .. }) {
+                let event = if matches!(state.machine.state, LifecycleState::Reinitializing { .. })
+                {
                     LifecycleEvent::Wiped {
                         at: now,
                         store,
@@ -928,6 +929,10 @@ impl LifecycleActorState {
             Ok(true) => {}
         }
         let leaves = staged.to_text();
+        if let Err(reason) = crate::control_dir::overrides_fit(&leaves) {
+            let _ = reply.send(Err(CommandError::Invalid(reason)));
+            return;
+        }
         let timeout = self.shared.timings.journal_timeout;
         if let Err(error) = journal::ask(&self.children.journal, timeout, |r| {
             JournalMsg::WriteOverrides(leaves, r)

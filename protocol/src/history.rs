@@ -83,7 +83,14 @@ pub fn attempts(records: &[Record], limit: usize) -> Vec<JournalAttempt> {
                 phase,
                 duration_ms,
                 ..
-            } => end_phase(&mut out, run, *attempt, phase, Some(*duration_ms), PhaseOutcome::Completed),
+            } => end_phase(
+                &mut out,
+                run,
+                *attempt,
+                phase,
+                Some(*duration_ms),
+                PhaseOutcome::Completed,
+            ),
             Record::PhaseSkipped { attempt, phase, .. } => {
                 end_phase(&mut out, run, *attempt, phase, None, PhaseOutcome::Skipped);
             }
@@ -272,7 +279,14 @@ mod tests {
         assert_eq!(reinit_token_epoch(&token, b"/data/b"), None);
         let forged = token.replace("reinit-4-", "reinit-5-");
         assert_eq!(reinit_token_epoch(&forged, b"/data/a"), None);
-        for junk in ["", "reinit-", "reinit-x-1", "reinit-4", "4-abc", "reinit-4-zz"] {
+        for junk in [
+            "",
+            "reinit-",
+            "reinit-x-1",
+            "reinit-4",
+            "4-abc",
+            "reinit-4-zz",
+        ] {
             assert_eq!(reinit_token_epoch(junk, b"/data/a"), None, "{junk}");
         }
     }

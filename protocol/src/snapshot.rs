@@ -216,4 +216,3 @@ pub struct ConfigView {
     /// Why the config does not resolve, if it does not.
     pub error: Option<String>,
 }
-

@@ -13,8 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use steadfast_protocol::control::{
-    ControlAnswer, ControlClient as RawClient, ControlRefusal, MAX_WATCH_TIMEOUT_MS,
-    ReinitPrepared,
+    ControlAnswer, ControlClient as RawClient, ControlRefusal, MAX_WATCH_TIMEOUT_MS, ReinitPrepared,
 };
 use steadfast_protocol::history::JournalAttempt;
 use steadfast_protocol::lifecycle::{ExitIntent, Refused};
@@ -208,7 +207,10 @@ impl ControlClient {
     /// [`ClientError::Failed`] when the daemon cannot read its journal, or
     /// as [`Self::snapshot`].
     pub async fn journal(&self, limit: u32) -> Result<Vec<JournalAttempt>, ClientError> {
-        let answer = self.inner.journal(Self::context(self.timeout), limit).await?;
+        let answer = self
+            .inner
+            .journal(Self::context(self.timeout), limit)
+            .await?;
         Ok(answer.map_err(refused)?.into_attempts()?)
     }
 

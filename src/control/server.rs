@@ -38,8 +38,8 @@ use std::task::Poll;
 use std::time::Duration;
 
 use futures::StreamExt;
-use steadfast_actors::lifecycle::{CommandError, Hold};
 use steadfast_actors::config::parse_value;
+use steadfast_actors::lifecycle::{CommandError, Hold};
 use steadfast_protocol::control::{
     Control, ControlAnswer, ControlRefusal, MAX_JOURNAL_ATTEMPTS, ReinitPrepared, WireJournal,
     WireSnapshot, clamp_watch_timeout,

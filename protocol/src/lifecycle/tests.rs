@@ -706,7 +706,13 @@ fn reinit_runs_only_from_stopped_with_the_current_epoch_and_spends_it() {
     };
     assert_eq!(no(&m, stale), RefusedBecause::StaleConfirmation);
     assert_eq!(
-        no(&m, E::Reinit { epoch: None, at: t(70) }),
+        no(
+            &m,
+            E::Reinit {
+                epoch: None,
+                at: t(70)
+            }
+        ),
         RefusedBecause::StaleConfirmation
     );
     let (wiping, effect) = ok(
@@ -718,9 +724,17 @@ fn reinit_runs_only_from_stopped_with_the_current_epoch_and_spends_it() {
     );
     assert_eq!(effect, Effect::Wipe);
     assert!(wiping.state.may_hold_store());
-    assert_eq!(no(&wiping, E::Start { at: t(71) }), RefusedBecause::LifecycleBusy);
     assert_eq!(
-        no(&wiping, E::Exit { intent: ExitIntent::Halt }),
+        no(&wiping, E::Start { at: t(71) }),
+        RefusedBecause::LifecycleBusy
+    );
+    assert_eq!(
+        no(
+            &wiping,
+            E::Exit {
+                intent: ExitIntent::Halt
+            }
+        ),
         RefusedBecause::LifecycleBusy
     );
     let (done, effect) = ok(
