@@ -34,7 +34,8 @@ struct Cli {
     /// The control socket's path (instead of --data-dir).
     #[arg(long, value_name = "PATH", global = true)]
     socket: Option<PathBuf>,
-    /// Print the snapshot as JSON (the shape of `spec/control.md`).
+    /// Print JSON for scripts: the snapshot (the shape of `spec/control.md`),
+    /// or the value a command answers (journal, config show, reinit).
     #[arg(long, global = true)]
     json: bool,
     /// Say more (for `probe`: say why it failed).
