@@ -26,7 +26,7 @@ pub mod daemon;
 pub mod supervisor;
 
 pub use steadfast_actors::config::{
-    ConfigError, ConfigSource, Fingerprint, ResolvedConfig, TomlFileSource,
+    ConfigError, ConfigSource, Fingerprint, Overrides, ResolvedConfig, TomlFileSource, parse_value,
 };
 pub use steadfast_actors::context::Timings;
 pub use steadfast_actors::control_dir::{ControlDir, RunMarker};
@@ -36,14 +36,16 @@ pub use steadfast_actors::service::{
     StepError, StepProgress,
 };
 pub use steadfast_actors::store::StoreLock;
+pub use steadfast_protocol::history::JournalAttempt;
 pub use steadfast_protocol::journal::ResourceRecord;
 pub use steadfast_protocol::lifecycle::{
     ExitIntent, FailureClass, LifecycleState, PendingApply, Phase, Refused, RefusedBecause,
     RetryClass, StopReason,
 };
 pub use steadfast_protocol::snapshot::{
-    AttemptRecord, AttemptResult, PhaseOutcome, PreviousRun, Snapshot,
+    AttemptRecord, AttemptResult, ConfigView, PhaseOutcome, PreviousRun, Snapshot,
 };
 pub use supervisor::{
-    DEFAULT_JOURNAL_KEEP_ATTEMPTS, Supervisor, SupervisorConfig, SupervisorError, SupervisorHandle,
+    DEFAULT_JOURNAL_KEEP_ATTEMPTS, ReinitConfirmation, Supervisor, SupervisorConfig,
+    SupervisorError, SupervisorHandle,
 };

@@ -13,10 +13,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use steadfast_protocol::control::{
-    ControlAnswer, ControlClient as RawClient, ControlRefusal, MAX_WATCH_TIMEOUT_MS,
+    ControlAnswer, ControlClient as RawClient, ControlRefusal, MAX_WATCH_TIMEOUT_MS, ReinitPrepared,
 };
+use steadfast_protocol::history::JournalAttempt;
 use steadfast_protocol::lifecycle::{ExitIntent, Refused};
-use steadfast_protocol::snapshot::Snapshot;
+use steadfast_protocol::snapshot::{ConfigView, Snapshot};
 use tarpc::client::{self, RpcError};
 use tarpc::context;
 use tokio::net::UnixStream;
@@ -52,6 +53,13 @@ pub enum ClientError {
     /// The supervisor is not running.
     #[error("the supervisor is not running")]
     Unavailable,
+    /// The arguments were not acceptable (a malformed leaf, no override
+    /// tier); nothing changed.
+    #[error("invalid: {0}")]
+    Invalid(String),
+    /// The command was carried out and failed (a wipe step's error).
+    #[error("failed: {0}")]
+    Failed(String),
     /// The call failed on the way (the connection closed, the deadline
     /// passed, the server shed it).
     #[error("the call failed: {0}")]
@@ -68,7 +76,11 @@ impl ClientError {
     pub const fn is_refusal(&self) -> bool {
         matches!(
             self,
-            Self::Refused(_) | Self::Durability(_) | Self::Unavailable
+            Self::Refused(_)
+                | Self::Durability(_)
+                | Self::Unavailable
+                | Self::Invalid(_)
+                | Self::Failed(_)
         )
     }
 }
@@ -118,20 +130,7 @@ impl ControlClient {
     }
 
     fn unwrap(answer: Result<ControlAnswer, RpcError>) -> Result<Snapshot, ClientError> {
-        match answer? {
-            Ok(wire) => Ok(wire.into_snapshot()?),
-            Err(ControlRefusal::Refused {
-                state,
-                event,
-                reason,
-            }) => Err(ClientError::Refused(Refused {
-                state: state.into(),
-                event: event.into(),
-                reason,
-            })),
-            Err(ControlRefusal::Durability(error)) => Err(ClientError::Durability(error)),
-            Err(ControlRefusal::Unavailable) => Err(ClientError::Unavailable),
-        }
+        Ok(answer?.map_err(refused)?.into_snapshot()?)
     }
 
     /// The latest snapshot.
@@ -199,5 +198,97 @@ impl ControlClient {
     /// As [`Self::start`].
     pub async fn exit(&self, intent: ExitIntent) -> Result<Snapshot, ClientError> {
         Self::unwrap(self.inner.exit(Self::context(self.timeout), intent).await)
+    }
+
+    /// The last `limit` attempts the journal records, with their phases,
+    /// across the runs it still holds, oldest first.
+    ///
+    /// # Errors
+    /// [`ClientError::Failed`] when the daemon cannot read its journal, or
+    /// as [`Self::snapshot`].
+    pub async fn journal(&self, limit: u32) -> Result<Vec<JournalAttempt>, ClientError> {
+        let answer = self
+            .inner
+            .journal(Self::context(self.timeout), limit)
+            .await?;
+        Ok(answer.map_err(refused)?.into_attempts()?)
+    }
+
+    /// Set `leaf` of the daemon's override tier to `value` (TOML text; a
+    /// bare word is a string).
+    ///
+    /// # Errors
+    /// [`ClientError::Invalid`] for a malformed leaf or no override tier, or
+    /// as [`Self::start`].
+    pub async fn config_set(&self, leaf: &str, value: &str) -> Result<Snapshot, ClientError> {
+        let cx = Self::context(self.timeout);
+        Self::unwrap(
+            self.inner
+                .config_set(cx, leaf.to_owned(), value.to_owned())
+                .await,
+        )
+    }
+
+    /// Remove `leaf` from the daemon's override tier.
+    ///
+    /// # Errors
+    /// As [`Self::config_set`].
+    pub async fn config_unset(&self, leaf: &str) -> Result<Snapshot, ClientError> {
+        let cx = Self::context(self.timeout);
+        Self::unwrap(self.inner.config_unset(cx, leaf.to_owned()).await)
+    }
+
+    /// The override tier (or one `leaf` of it) and the effective value.
+    ///
+    /// # Errors
+    /// As [`Self::config_set`].
+    pub async fn config_show(&self, leaf: Option<&str>) -> Result<ConfigView, ClientError> {
+        let cx = Self::context(self.timeout);
+        let answer = self.inner.config_show(cx, leaf.map(str::to_owned)).await?;
+        answer.map_err(refused)
+    }
+
+    /// Prepare a re-initialization: the confirmation for [`Self::reinit`].
+    ///
+    /// # Errors
+    /// [`ClientError::Refused`] unless the runtime is stopped, or as
+    /// [`Self::snapshot`].
+    pub async fn reinit_prepare(&self) -> Result<ReinitPrepared, ClientError> {
+        let answer = self
+            .inner
+            .reinit_prepare(Self::context(self.timeout))
+            .await?;
+        answer.map_err(refused)
+    }
+
+    /// Re-initialize the stopped runtime with a confirmation from
+    /// [`Self::reinit_prepare`]; answered once the wipe settled.
+    ///
+    /// # Errors
+    /// [`ClientError::Refused`] (`stale_confirmation` for a token of another
+    /// epoch), [`ClientError::Failed`] when the wipe failed, or as
+    /// [`Self::snapshot`].
+    pub async fn reinit(&self, token: &str) -> Result<Snapshot, ClientError> {
+        let cx = Self::context(self.timeout);
+        Self::unwrap(self.inner.reinit(cx, token.to_owned()).await)
+    }
+}
+
+/// A daemon's refusal as the client's error.
+fn refused(refusal: ControlRefusal) -> ClientError {
+    match refusal {
+        ControlRefusal::Refused {
+            state,
+            event,
+            reason,
+        } => ClientError::Refused(Refused {
+            state: state.into(),
+            event: event.into(),
+            reason,
+        }),
+        ControlRefusal::Durability(error) => ClientError::Durability(error),
+        ControlRefusal::Unavailable => ClientError::Unavailable,
+        ControlRefusal::Invalid(error) => ClientError::Invalid(error),
+        ControlRefusal::Failed(error) => ClientError::Failed(error),
     }
 }
