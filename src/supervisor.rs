@@ -9,16 +9,18 @@
 //! returns: commands sent before `run` wait in a queue.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use steadfast_actors::clock::Clock;
 use steadfast_actors::config::ConfigSource;
 use steadfast_actors::context::{Shared, Timings};
 use steadfast_actors::control_dir::{ControlDir, ControlDirError, RunMarker};
 use steadfast_actors::lifecycle::{Command, CommandError, CommandRequest, Hold};
+use steadfast_actors::replacement::{ReplaceJob, ReplaceRequest, ReplacementChannels};
 use steadfast_actors::root::{RootActor, RootArgs};
 use steadfast_actors::service::Service;
 use steadfast_protocol::lifecycle::{ExitIntent, LifecycleState, PendingApply};
+use steadfast_protocol::replacement::{ReplaceRefusal, Report};
 use steadfast_protocol::snapshot::Snapshot;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -34,6 +36,9 @@ pub struct SupervisorConfig {
     pub declared: Option<PathBuf>,
     /// Backoff, stable period, drain grace, debounce.
     pub timings: Timings,
+    /// The application's version, reported to the control plane (a
+    /// replacement's live proof names it). `None`: not reported.
+    pub version: Option<String>,
 }
 
 impl SupervisorConfig {
@@ -49,7 +54,15 @@ impl SupervisorConfig {
             service,
             declared: None,
             timings: Timings::default(),
+            version: None,
         }
+    }
+
+    /// Report `version` as the application's version.
+    #[must_use]
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.version = Some(version.into());
+        self
     }
 
     /// Watch `path` as the declared config file.
@@ -73,6 +86,7 @@ impl std::fmt::Debug for SupervisorConfig {
             .field("data_dir", &self.data_dir)
             .field("declared", &self.declared)
             .field("timings", &self.timings)
+            .field("version", &self.version)
             .finish_non_exhaustive()
     }
 }
@@ -86,6 +100,16 @@ pub enum SupervisorError {
     /// The control directory could not be opened, repaired or trusted.
     #[error("the control directory: {0}")]
     ControlDir(#[source] ControlDirError),
+    /// This process was started as a replacement candidate, but the
+    /// incumbent's handover could not be received.
+    #[error("the replacement handover: {0}")]
+    Handover(#[source] std::io::Error),
+}
+
+impl From<crate::handover::HandoverError> for SupervisorError {
+    fn from(error: crate::handover::HandoverError) -> Self {
+        Self::Handover(error.0)
+    }
 }
 
 impl From<ControlDirError> for SupervisorError {
@@ -115,6 +139,23 @@ impl std::fmt::Debug for Supervisor {
 pub struct SupervisorHandle {
     commands: mpsc::UnboundedSender<CommandRequest>,
     snapshots: watch::Receiver<Snapshot>,
+    replace: ReplaceSide,
+}
+
+/// A handle's side of replacement: the Replacement actor's requests and
+/// reports, and what a process driver needs of this daemon.
+#[derive(Clone, Debug)]
+pub(crate) struct ReplaceSide {
+    pub(crate) requests: mpsc::UnboundedSender<ReplaceRequest>,
+    pub(crate) reports: watch::Receiver<Option<Report>>,
+    /// The control directory, while the tree holds it (weak, so a handle
+    /// never keeps the data-dir lock alive).
+    pub(crate) control: Weak<ControlDir>,
+    pub(crate) data_dir: PathBuf,
+    pub(crate) version: Option<String>,
+    /// Set once a committed replacement handed the daemon over: the
+    /// process must end (see `daemon::run_with`).
+    pub(crate) handed_over: Arc<watch::Sender<bool>>,
 }
 
 impl Supervisor {
@@ -133,8 +174,12 @@ impl Supervisor {
             service,
             declared,
             timings,
+            version,
         } = config;
-        let control = ControlDir::open(&data_dir)?;
+        let control = match crate::handover::take_lock()? {
+            Some(lock) => ControlDir::open_handed_over(&data_dir, lock)?,
+            None => ControlDir::open(&data_dir)?,
+        };
         let (journal, _records, recovery) = control.open_journal()?;
         tracing::info!(?recovery, data_dir = %data_dir.display(), "opened the control directory");
         let previous_run = control.previous_run().clone();
@@ -172,19 +217,35 @@ impl Supervisor {
             timings,
             pid,
         });
+        let control = Arc::new(control);
+        let (request_tx, request_rx) = mpsc::unbounded_channel();
+        let (report_tx, report_rx) = watch::channel(None);
+        let replace = ReplaceSide {
+            requests: request_tx,
+            reports: report_rx,
+            control: Arc::downgrade(&control),
+            data_dir: shared.data_dir.clone(),
+            version,
+            handed_over: Arc::new(watch::channel(false).0),
+        };
         let supervisor = Self {
             args: RootArgs {
                 shared,
-                control: Arc::new(control),
+                control,
                 journal,
                 snapshots: snapshot_tx,
                 commands: command_rx,
                 exit: Arc::new(Mutex::new(None)),
+                replacement: ReplacementChannels {
+                    reports: Arc::new(report_tx),
+                    requests: request_rx,
+                },
             },
         };
         let handle = SupervisorHandle {
             commands: command_tx,
             snapshots: snapshot_rx,
+            replace,
         };
         Ok((supervisor, handle))
     }
@@ -277,6 +338,46 @@ impl SupervisorHandle {
     /// As [`Self::start`].
     pub async fn reload(&self) -> Result<Snapshot, CommandError> {
         self.send(Command::Reload).await
+    }
+
+    /// Run a replacement transaction over `job`'s driver, under the upgrade
+    /// lock. Answered as soon as it started, with the report as it stands;
+    /// follow it with [`Self::replace_reports`].
+    ///
+    /// # Errors
+    /// [`ReplaceRefusal`]: one is already running, another process holds
+    /// the upgrade lock, the request is invalid, or the supervisor is gone.
+    pub async fn replace(&self, job: ReplaceJob) -> Result<Report, ReplaceRefusal> {
+        let (tx, rx) = oneshot::channel();
+        self.replace
+            .requests
+            .send((job, tx.into()))
+            .map_err(|_| ReplaceRefusal::Unavailable)?;
+        rx.await.map_err(|_| ReplaceRefusal::Unavailable)?
+    }
+
+    /// A receiver of the latest replacement report (`None` before the first
+    /// replacement).
+    #[must_use]
+    pub fn replace_reports(&self) -> watch::Receiver<Option<Report>> {
+        self.replace.reports.clone()
+    }
+
+    /// The application's version, as configured.
+    #[must_use]
+    pub fn version(&self) -> Option<&str> {
+        self.replace.version.as_deref()
+    }
+
+    /// Whether a committed replacement handed this daemon over to its
+    /// successor: the process must end now without touching the data dir.
+    #[must_use]
+    pub fn handed_over(&self) -> watch::Receiver<bool> {
+        self.replace.handed_over.subscribe()
+    }
+
+    pub(crate) const fn replace_side(&self) -> &ReplaceSide {
+        &self.replace
     }
 
     /// End the process after a drain.

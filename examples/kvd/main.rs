@@ -402,6 +402,10 @@ async fn main() {
     let mut supervisor_config =
         SupervisorConfig::new(&data_dir, source.into_source(), Arc::new(Kvd));
     supervisor_config.declared = config;
+    // The version a replacement's live proof reports: the crate's, or
+    // KVD_VERSION (so a test can tell an upgraded kvd from its incumbent).
+    supervisor_config.version =
+        Some(std::env::var("KVD_VERSION").unwrap_or_else(|_| env!("CARGO_PKG_VERSION").to_owned()));
     let (supervisor, handle) = match Supervisor::new(supervisor_config) {
         Ok(started) => started,
         Err(error) => {

@@ -24,6 +24,7 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 
 use crate::lifecycle::{ExitIntent, Refused, RefusedBecause};
+use crate::replacement::{Mode, ReplaceRefusal, Report};
 use crate::snapshot::Snapshot;
 
 /// The longest a `watch` waits, in milliseconds, whatever the client asks.
@@ -94,6 +95,9 @@ pub enum ControlRefusal {
     /// The supervisor is not running (it has exited, or is exiting).
     #[error("the supervisor is not running")]
     Unavailable,
+    /// A replacement was not started (see [`ReplaceRefusal`]).
+    #[error("replace refused: {0}")]
+    Replace(ReplaceRefusal),
 }
 
 impl From<Refused> for ControlRefusal {
@@ -150,7 +154,48 @@ pub trait Control {
     async fn retry() -> ControlAnswer;
     /// End the process after a drain: `halt` (exit 0) or `relaunch` (75).
     async fn exit(intent: ExitIntent) -> ControlAnswer;
+
+    // -- Replacement (issue 7) --
+    /// Replace this daemon's binary by `request.binary`, in `request.mode`.
+    /// Answered as soon as the transaction started (or was refused), with
+    /// its report; follow it with `replace_status`.
+    async fn replace(request: ReplaceRequest) -> ReplaceAnswer;
+    /// Long-poll: the replacement status once the report's `seq` is greater
+    /// than `after_seq`, or as it is after `timeout_ms` (capped at
+    /// [`MAX_WATCH_TIMEOUT_MS`]). Also the live proof a replacement asks a
+    /// candidate for: its pid, identity and version.
+    async fn replace_status(after_seq: u64, timeout_ms: u64) -> ReplaceAnswer;
 }
+
+/// A `replace` request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplaceRequest {
+    /// The candidate binary, as a path on the daemon's machine.
+    pub binary: String,
+    /// Overlap or exclusive.
+    pub mode: Mode,
+    /// The setup budget in milliseconds (must not be 0).
+    pub setup_budget_ms: u64,
+    /// The drain budget in milliseconds; `None`: unbounded.
+    pub drain_budget_ms: Option<u64>,
+}
+
+/// What `replace` and `replace_status` answer: who answered, and the latest
+/// replacement report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplaceStatus {
+    /// The daemon's pid.
+    pub pid: u32,
+    /// The daemon's identity (from its control directory).
+    pub identity: Option<String>,
+    /// The application's version, when it reports one.
+    pub version: Option<String>,
+    /// The latest replacement's report; `None` before the first.
+    pub report: Option<Report>,
+}
+
+/// The answer of the replacement methods.
+pub type ReplaceAnswer = Result<ReplaceStatus, ControlRefusal>;
 
 #[cfg(test)]
 mod tests {

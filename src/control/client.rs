@@ -59,6 +59,9 @@ pub enum ClientError {
     /// The daemon answered something that is not a snapshot.
     #[error("the daemon's snapshot does not parse: {0}")]
     Malformed(#[from] serde_json::Error),
+    /// A replacement was not started.
+    #[error("replace refused: {0}")]
+    ReplaceRefused(steadfast_protocol::replacement::ReplaceRefusal),
 }
 
 impl ClientError {
@@ -68,7 +71,7 @@ impl ClientError {
     pub const fn is_refusal(&self) -> bool {
         matches!(
             self,
-            Self::Refused(_) | Self::Durability(_) | Self::Unavailable
+            Self::Refused(_) | Self::Durability(_) | Self::Unavailable | Self::ReplaceRefused(_)
         )
     }
 }
@@ -120,17 +123,24 @@ impl ControlClient {
     fn unwrap(answer: Result<ControlAnswer, RpcError>) -> Result<Snapshot, ClientError> {
         match answer? {
             Ok(wire) => Ok(wire.into_snapshot()?),
-            Err(ControlRefusal::Refused {
+            Err(refusal) => Err(Self::refusal(refusal)),
+        }
+    }
+
+    fn refusal(refusal: ControlRefusal) -> ClientError {
+        match refusal {
+            ControlRefusal::Refused {
                 state,
                 event,
                 reason,
-            }) => Err(ClientError::Refused(Refused {
+            } => ClientError::Refused(Refused {
                 state: state.into(),
                 event: event.into(),
                 reason,
-            })),
-            Err(ControlRefusal::Durability(error)) => Err(ClientError::Durability(error)),
-            Err(ControlRefusal::Unavailable) => Err(ClientError::Unavailable),
+            }),
+            ControlRefusal::Durability(error) => ClientError::Durability(error),
+            ControlRefusal::Unavailable => ClientError::Unavailable,
+            ControlRefusal::Replace(refusal) => ClientError::ReplaceRefused(refusal),
         }
     }
 
@@ -199,5 +209,46 @@ impl ControlClient {
     /// As [`Self::start`].
     pub async fn exit(&self, intent: ExitIntent) -> Result<Snapshot, ClientError> {
         Self::unwrap(self.inner.exit(Self::context(self.timeout), intent).await)
+    }
+
+    // -- Replacement (issue 7) --
+
+    /// Start replacing the daemon's binary; answered once started, with the
+    /// first report.
+    ///
+    /// # Errors
+    /// [`ClientError::ReplaceRefused`] with the typed reason, or as
+    /// [`Self::snapshot`].
+    pub async fn replace(
+        &self,
+        request: steadfast_protocol::control::ReplaceRequest,
+    ) -> Result<steadfast_protocol::control::ReplaceStatus, ClientError> {
+        self.inner
+            .replace(Self::context(self.timeout), request)
+            .await?
+            .map_err(Self::refusal)
+    }
+
+    /// The replacement status once its report's `seq` passes `after_seq`, or
+    /// as it is after `timeout` (the server caps it at 60 s). With a zero
+    /// timeout: who answers (pid, identity, version) and the latest report.
+    ///
+    /// # Errors
+    /// As [`Self::snapshot`].
+    pub async fn replace_status(
+        &self,
+        after_seq: u64,
+        timeout: Duration,
+    ) -> Result<steadfast_protocol::control::ReplaceStatus, ClientError> {
+        let ms = u64::try_from(timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .min(MAX_WATCH_TIMEOUT_MS);
+        let cx = Self::context(
+            Duration::from_millis(ms).max(self.timeout.min(WATCH_MARGIN)) + WATCH_MARGIN,
+        );
+        self.inner
+            .replace_status(cx, after_seq, ms)
+            .await?
+            .map_err(Self::refusal)
     }
 }
