@@ -361,6 +361,19 @@ async fn durable(write: impl FnOnce() -> std::io::Result<String> + Send + 'stati
     }
 }
 
+/// The version a replacement's live proof reports: the first line of a
+/// `<binary>.version` file beside the executable when there is one (how a
+/// packaging step stamps a build; the tests stamp a copy of kvd this way),
+/// else the crate's version.
+fn version() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| std::fs::read_to_string(exe.with_extension("version")).ok())
+        .and_then(|text| text.lines().next().map(str::trim).map(str::to_owned))
+        .filter(|line| !line.is_empty())
+        .unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_owned())
+}
+
 fn usage() -> ! {
     eprintln!("usage: kvd [--data-dir DIR] [--config FILE]");
     std::process::exit(2)
@@ -402,10 +415,7 @@ async fn main() {
     let mut supervisor_config =
         SupervisorConfig::new(&data_dir, source.into_source(), Arc::new(Kvd));
     supervisor_config.declared = config;
-    // The version a replacement's live proof reports: the crate's, or
-    // KVD_VERSION (so a test can tell an upgraded kvd from its incumbent).
-    supervisor_config.version =
-        Some(std::env::var("KVD_VERSION").unwrap_or_else(|_| env!("CARGO_PKG_VERSION").to_owned()));
+    supervisor_config.version = Some(version());
     let (supervisor, handle) = match Supervisor::new(supervisor_config) {
         Ok(started) => started,
         Err(error) => {
