@@ -9,15 +9,15 @@
 //! `SO_PEERCRED`): one message, the names of the files as a line of text,
 //! the files themselves as ancillary data.
 //!
-//! The candidate receives it once, on first use ([`take_lock`],
+//! The candidate receives it once, on first use ([`take_lock`], [`take`],
 //! [`take_listener`]): `Supervisor::new` takes the lock (the same open file
 //! as the incumbent's, so the lock is held throughout and outlives the
 //! incumbent: there is no moment at which a third daemon could take the data
-//! dir); the application takes its listeners by name.
+//! dir); the application takes its files by name.
 //!
-//! A listener to hand over in overlap is offered by the application with
-//! [`share_listener`] when it binds, and withdrawn with [`withdraw_listener`]
-//! when it closes.
+//! What to hand over in overlap (a listening socket, a store's lock) is
+//! offered by the application with [`share`] when it opens it, and withdrawn
+//! with [`withdraw`] when it closes it. Exclusive hands over the lock only.
 //!
 //! Checked by `tests/replace.rs` (real kvd processes).
 
@@ -38,8 +38,8 @@ use rustix::net::{
 /// socket is.
 pub const HANDOVER_ENV: &str = "STEADFAST_HANDOVER";
 
-/// The name under which the data dir's lock travels.
-const LOCK: &str = "lock";
+/// The name under which the data dir's lock travels (reserved).
+const LOCK: &str = "steadfast:lock";
 
 /// The most files one handover carries.
 pub const MAX_FILES: usize = 16;
@@ -124,47 +124,57 @@ pub fn take_lock() -> Result<Option<File>, HandoverError> {
     Ok(files.remove(LOCK).map(File::from))
 }
 
-/// The listener the incumbent handed over as `name`, if this process is a
-/// candidate that received one. Set it non-blocking before giving it to
-/// tokio.
+/// The file the incumbent handed over as `name` (see [`share`]), if this
+/// process is a candidate that received one. Taken once.
+///
+/// # Errors
+/// As [`take_lock`].
+pub fn take(name: &str) -> Result<Option<OwnedFd>, HandoverError> {
+    let files = received()?;
+    let mut files = files.lock().unwrap_or_else(PoisonError::into_inner);
+    Ok(files.remove(name))
+}
+
+/// The listening socket the incumbent handed over as `name`, as a std
+/// listener (blocking: set it non-blocking before giving it to tokio).
 ///
 /// # Errors
 /// As [`take_lock`].
 pub fn take_listener(name: &str) -> Result<Option<std::net::TcpListener>, HandoverError> {
-    let files = received()?;
-    let mut files = files.lock().unwrap_or_else(PoisonError::into_inner);
-    Ok(files
-        .remove(&format!("listener:{name}"))
-        .map(std::net::TcpListener::from))
+    Ok(take(name)?.map(std::net::TcpListener::from))
 }
 
-/// Offer `listener` to a successor as `name` (an overlap replacement passes
-/// it on); the offer holds a duplicate of the socket until withdrawn.
+/// Offer `file` (a listening socket, a store's lock) to the candidate of an
+/// overlap replacement as `name`; the offer holds a duplicate of it until
+/// [`withdraw`]n, and a candidate receives a duplicate of that.
 ///
 /// # Errors
-/// The socket could not be duplicated.
-pub fn share_listener(name: &str, listener: &impl AsFd) -> Result<(), HandoverError> {
-    let fd = listener.as_fd().try_clone_to_owned()?;
+/// `name` is reserved or not one line, or the file could not be duplicated.
+pub fn share(name: &str, file: &impl AsFd) -> Result<(), HandoverError> {
+    if name == LOCK || name.is_empty() || name.contains('\n') {
+        return Err(invalid(format!("{name:?} cannot name a handed-over file")).into());
+    }
+    let fd = file.as_fd().try_clone_to_owned()?;
     let shared = SHARED.get_or_init(Mutex::default);
     shared
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .insert(format!("listener:{name}"), fd);
+        .insert(name.to_owned(), fd);
     Ok(())
 }
 
-/// Withdraw the listener offered as `name` (its duplicate is closed).
-pub fn withdraw_listener(name: &str) {
+/// Withdraw the file offered as `name` (its duplicate is closed).
+pub fn withdraw(name: &str) {
     if let Some(shared) = SHARED.get() {
         shared
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .remove(&format!("listener:{name}"));
+            .remove(name);
     }
 }
 
-/// Duplicates of every listener offered now, with their names.
-pub(crate) fn shared_listeners() -> Result<Vec<(String, OwnedFd)>, HandoverError> {
+/// Duplicates of every file offered now, with their names.
+pub(crate) fn shared_files() -> Result<Vec<(String, OwnedFd)>, HandoverError> {
     let Some(shared) = SHARED.get() else {
         return Ok(Vec::new());
     };

@@ -11,7 +11,7 @@
 //! | verify | through the control socket: a daemon that answers with the candidate's pid, this daemon's identity and a version, and is running (`pending` until then) | same |
 //! | validate | the binary is unchanged since prepare, the selection since recheck, the candidate alive | same |
 //! | commit | write `<data_dir>/.steadfast/selection` (temp, fsync, rename, dir fsync); under systemd `MAINPID=` the candidate | same |
-//! | retire | — | stop the runtime (in-flight work finishes in the drain grace) |
+//! | retire | — | stop the runtime: admission closes, in-flight work finishes in the drain; `wedged` on the store the successor now holds counts as retired |
 //!
 //! After the transaction ([`ReplaceDriver::settle`]): a failure before commit
 //! stops the candidate (SIGTERM, then SIGKILL after 5 s), marks the run as
@@ -252,6 +252,25 @@ impl ProcessDriver {
         }
     }
 
+    /// Overlap's retire: stop this daemon's runtime. In-flight work finishes
+    /// within the drain (the application's own drain rules). The store the
+    /// runtime held was handed over and is held by the successor now, so a
+    /// drain that settles `wedged` on it is this retirement working.
+    async fn retire(&mut self) -> Result<Progress, ProcessError> {
+        let after = self
+            .handle
+            .stop(Hold::None)
+            .await
+            .map_err(|e| ProcessError::Retire(e.to_string()))?;
+        match after.lifecycle {
+            LifecycleState::Stopped { .. } | LifecycleState::Wedged { .. } => Ok(Progress::Done),
+            other => Err(ProcessError::Retire(format!(
+                "the runtime is {} after the drain",
+                other.name()
+            ))),
+        }
+    }
+
     async fn start(&mut self) -> Result<Progress, ProcessError> {
         let control = self
             .handle
@@ -264,7 +283,7 @@ impl ProcessDriver {
             .try_clone()
             .map_err(|e| ProcessError::Start(format!("the lock: {e}")))?;
         let listeners = if self.mode == Mode::Overlap {
-            crate::handover::shared_listeners().map_err(|e| ProcessError::Start(e.to_string()))?
+            crate::handover::shared_files().map_err(|e| ProcessError::Start(e.to_string()))?
         } else {
             Vec::new()
         };
@@ -409,10 +428,7 @@ impl ProcessDriver {
             Step::Verify => self.verify(deadline).await,
             Step::Validate => self.validate(),
             Step::Commit => self.commit(),
-            Step::Retire => {
-                self.stop_runtime().await.map_err(ProcessError::Retire)?;
-                Ok(Progress::Done)
-            }
+            Step::Retire => self.retire().await,
         }
     }
 

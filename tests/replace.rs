@@ -299,6 +299,10 @@ fn an_exclusive_upgrade_leaves_kvd_serving_the_new_binary() {
         candidate.canonicalize().expect("canonical")
     );
     let result = load.finish();
+    assert_eq!(
+        result.dropped, 0,
+        "accepted connections closed without an answer"
+    );
     assert_eq!(kv(kvd.port, "GET before").as_deref(), Some("1"));
     for key in &result.acknowledged {
         assert!(
@@ -308,6 +312,83 @@ fn an_exclusive_upgrade_leaves_kvd_serving_the_new_binary() {
     }
     eprintln!(
         "exclusive upgrade: {} writes acknowledged, {} connections dropped, client-visible gap {:?}",
+        result.acknowledged.len(),
+        result.dropped,
+        result.longest_gap
+    );
+    kvd.stop_whoever_serves();
+}
+
+#[test]
+fn an_overlap_upgrade_under_load_loses_no_connection_and_no_write() {
+    let mut kvd = start_kvd("kvd-1", "1.0.0-incumbent");
+    let before = status(&kvd.data).expect("status");
+    let old_pid = pid_of(&before);
+    assert_eq!(kv(kvd.port, "SET before 1").as_deref(), Some("OK"));
+    let candidate = stamped_kvd(&kvd.dir, "kvd-2", "2.0.0-candidate");
+
+    let load = load(kvd.port);
+    // Some load on the incumbent alone first.
+    std::thread::sleep(Duration::from_millis(200));
+    let out = ctl(
+        &kvd.data,
+        &[
+            "replace",
+            "--binary",
+            candidate.to_str().expect("utf-8"),
+            "--mode",
+            "overlap",
+            "--setup-budget",
+            "30",
+            "--drain-budget",
+            "30",
+        ],
+    );
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout: {printed}\nstderr: {}\nlog: {}",
+        String::from_utf8_lossy(&out.stderr),
+        kvd.log()
+    );
+    let order = [
+        "recheck", "prepare", "start", "verify", "validate", "commit", "retire",
+    ];
+    let mut at = 0;
+    for step in order {
+        let found = printed[at..]
+            .find(&format!("  {step} Done"))
+            .unwrap_or_else(|| panic!("{step} done not shown in order: {printed}"));
+        at += found;
+    }
+    assert!(
+        !printed.contains("drain"),
+        "overlap never drains: {printed}"
+    );
+    assert!(printed.contains("outcome: Complete"), "{printed}");
+
+    assert_eq!(wait_exit(&mut kvd.child), Some(0), "log: {}", kvd.log());
+    let after = until(&kvd.data, "the candidate running", running);
+    assert_ne!(pid_of(&after), old_pid);
+    assert_eq!(after["identity"], before["identity"]);
+    let result = load.finish();
+    assert_eq!(
+        result.dropped,
+        0,
+        "accepted connections closed without an answer; log: {}",
+        kvd.log()
+    );
+    assert!(!result.acknowledged.is_empty());
+    assert_eq!(kv(kvd.port, "GET before").as_deref(), Some("1"));
+    for key in &result.acknowledged {
+        assert!(
+            kv(kvd.port, &format!("GET {key}")).is_some_and(|v| v.starts_with('v')),
+            "acknowledged write {key} lost"
+        );
+    }
+    eprintln!(
+        "overlap upgrade: {} writes acknowledged, {} connections dropped, client-visible gap {:?}",
         result.acknowledged.len(),
         result.dropped,
         result.longest_gap
