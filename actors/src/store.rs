@@ -83,7 +83,7 @@ impl StoreLock {
             .open(&path)
             .map_err(io_err)?;
         match file.try_lock() {
-            Ok(()) => Ok(Self { file: file, path }),
+            Ok(()) => Ok(Self { file, path }),
             Err(fs::TryLockError::WouldBlock) => Err(StoreError::Held(path)),
             Err(fs::TryLockError::Error(e)) => Err(io_err(e)),
         }
@@ -110,7 +110,7 @@ impl StoreLock {
             return Err(StoreError::Held(path));
         }
         match file.try_lock() {
-            Ok(()) => Ok(Self { file: file, path }),
+            Ok(()) => Ok(Self { file, path }),
             Err(fs::TryLockError::WouldBlock) => Err(StoreError::Held(path)),
             Err(fs::TryLockError::Error(e)) => Err(io_err(e)),
         }

@@ -281,4 +281,81 @@ mod tests {
         assert_eq!(clamp_watch_timeout(1_500), 1_500);
         assert_eq!(clamp_watch_timeout(u64::MAX), MAX_WATCH_TIMEOUT_MS);
     }
+
+    #[test]
+    fn replace_answers_round_trip_through_bincode() {
+        use crate::replacement::{Ended, Outcome, Progress, ReasonKind, Step, StepEvent};
+        let report = Report {
+            seq: 4,
+            serial: 1,
+            mode: Mode::Overlap,
+            target: "/opt/kvd-2".into(),
+            setup_ms: 30_000,
+            drain_ms: None,
+            events: vec![
+                StepEvent {
+                    step: Step::Recheck,
+                    answer: None,
+                    at: Timestamp(1),
+                },
+                StepEvent {
+                    step: Step::Recheck,
+                    answer: Some(Progress::Done),
+                    at: Timestamp(2),
+                },
+            ],
+            ended: Some(Ended::Failed {
+                step: Step::Verify,
+                committed: false,
+                reason: ReasonKind::Deadline,
+                message: "deadline expired".into(),
+            }),
+        };
+        let ok: ReplaceAnswer = Ok(ReplaceStatus {
+            pid: 7,
+            identity: Some("id".into()),
+            version: Some("2.0.0".into()),
+            report: Some(report.clone()),
+        });
+        assert_eq!(round_trip(&ok), ok);
+        let done = Report {
+            ended: Some(Ended::Outcome(Outcome::RetirementPending)),
+            ..report
+        };
+        assert_eq!(round_trip(&done), done);
+        for refusal in [
+            ReplaceRefusal::InProgress,
+            ReplaceRefusal::Locked("/d/.steadfast/upgrade.lock".into()),
+            ReplaceRefusal::Invalid("no binary given".into()),
+            ReplaceRefusal::Io("eio".into()),
+            ReplaceRefusal::Unavailable,
+        ] {
+            let answer: ReplaceAnswer = Err(ControlRefusal::Replace(refusal.clone()));
+            assert_eq!(round_trip(&answer), answer);
+            assert_eq!(
+                serde_json::to_value(&refusal)
+                    .unwrap()
+                    .as_str()
+                    .map_or_else(
+                        || serde_json::to_value(&refusal)
+                            .unwrap()
+                            .as_object()
+                            .unwrap()
+                            .keys()
+                            .next()
+                            .unwrap()
+                            .clone(),
+                        str::to_owned
+                    ),
+                refusal.name()
+            );
+        }
+        let request = ReplaceRequest {
+            binary: "/opt/kvd-2".into(),
+            mode: Mode::Exclusive,
+            setup_budget_ms: 5_000,
+            drain_budget_ms: Some(60_000),
+        };
+        assert_eq!(round_trip(&request), request);
+    }
 }
