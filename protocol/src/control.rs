@@ -332,23 +332,13 @@ mod tests {
         ] {
             let answer: ReplaceAnswer = Err(ControlRefusal::Replace(refusal.clone()));
             assert_eq!(round_trip(&answer), answer);
-            assert_eq!(
-                serde_json::to_value(&refusal)
-                    .unwrap()
-                    .as_str()
-                    .map_or_else(
-                        || serde_json::to_value(&refusal)
-                            .unwrap()
-                            .as_object()
-                            .unwrap()
-                            .keys()
-                            .next()
-                            .unwrap()
-                            .clone(),
-                        str::to_owned
-                    ),
-                refusal.name()
-            );
+            // The wire name is serde's tag: the string, or the object's key.
+            let json = serde_json::to_value(&refusal).unwrap();
+            let tag = json
+                .as_str()
+                .map(str::to_owned)
+                .or_else(|| json.as_object().and_then(|o| o.keys().next().cloned()));
+            assert_eq!(tag.as_deref(), Some(refusal.name()));
         }
         let request = ReplaceRequest {
             binary: "/opt/kvd-2".into(),
