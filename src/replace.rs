@@ -24,7 +24,7 @@
 //! Checked end to end with kvd processes by `tests/replace.rs`.
 
 use std::ffi::OsString;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -78,6 +78,7 @@ impl Selection {
             .write(true)
             .create(true)
             .truncate(true)
+            .mode(0o600)
             .open(&tmp)?;
         file.write_all(&bytes)?;
         file.sync_all()?;

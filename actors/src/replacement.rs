@@ -22,6 +22,7 @@
 //!   result, committed flag included (`the_report_follows_every_step`).
 
 use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -101,6 +102,7 @@ pub fn try_upgrade_lock(data_dir: &Path) -> Result<File, ReplaceRefusal> {
         .truncate(false)
         .read(true)
         .write(true)
+        .mode(0o600)
         .open(&path)
         .map_err(|e| ReplaceRefusal::Io(format!("{}: {e}", path.display())))?;
     match file.try_lock() {

@@ -4,7 +4,7 @@
 //! one under `--data-dir`), how a snapshot reads to a human (like
 //! `systemctl status`) or a script (`--json`), and the exit codes:
 //! 0 accepted, 1 cannot connect (or the call failed on the way), 2 usage
-//! (clap's), 3 refused (the reason on stderr). `probe` is silent unless
+//! (clap's), 3 refused (the reason on stderr), 4 a replacement failed. `probe` is silent unless
 //! `--verbose` and exits 0 or 1 only.
 //!
 //! Checked by `tests/ctl.rs`, which runs this binary against a real
@@ -23,7 +23,8 @@ use steadfast::{
 
 /// Drive and watch a steadfast daemon over its control socket.
 ///
-/// Exit codes: 0 accepted, 1 cannot connect, 2 usage, 3 refused.
+/// Exit codes: 0 accepted, 1 cannot connect, 2 usage, 3 refused, 4 a
+/// replacement failed.
 #[derive(Debug, Parser)]
 #[command(name = "steadfastctl", version)]
 struct Cli {
