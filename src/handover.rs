@@ -66,6 +66,9 @@ static RECEIVED: OnceLock<Mutex<HashMap<String, OwnedFd>>> = OnceLock::new();
 static SHARED: OnceLock<Mutex<HashMap<String, OwnedFd>>> = OnceLock::new();
 
 fn received() -> Result<&'static Mutex<HashMap<String, OwnedFd>>, HandoverError> {
+    // One receiver at a time: the incumbent serves one connection only.
+    static RECEIVING: Mutex<()> = Mutex::new(());
+    let _receiving = RECEIVING.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(files) = RECEIVED.get() {
         return Ok(files);
     }

@@ -109,6 +109,15 @@ struct Kvd {
 }
 
 fn start_kvd(binary_name: &str, version: &str) -> Kvd {
+    start_kvd_with(binary_name, version, |_, _| {})
+}
+
+/// kvd, with `setup` adding to its command (given the test's directory).
+fn start_kvd_with(
+    binary_name: &str,
+    version: &str,
+    setup: impl FnOnce(&mut Command, &Path),
+) -> Kvd {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().to_path_buf();
     let data = dir.join("data");
@@ -117,16 +126,17 @@ fn start_kvd(binary_name: &str, version: &str) -> Kvd {
     std::fs::write(&config, format!("listen_addr = \"127.0.0.1:{port}\"\n")).expect("config");
     let binary = stamped_kvd(&dir, binary_name, version);
     let log = std::fs::File::create(dir.join("kvd.log")).expect("log");
-    let child = Command::new(&binary)
+    let mut command = Command::new(&binary);
+    command
         .arg("--data-dir")
         .arg(&data)
         .arg("--config")
         .arg(&config)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("kvd starts");
+        .stderr(log);
+    setup(&mut command, &dir);
+    let child = command.spawn().expect("kvd starts");
     until(&data, "kvd running", running);
     Kvd {
         _tmp: tmp,
@@ -401,7 +411,8 @@ fn a_candidate_that_fails_verification_is_stopped_and_the_incumbent_keeps_servin
     let mut kvd = start_kvd("kvd-1", "1.0.0-incumbent");
     let old_pid = pid_of(&status(&kvd.data).expect("status"));
     assert_eq!(kv(kvd.port, "SET kept 1").as_deref(), Some("OK"));
-    // A candidate that starts but never gives a live proof.
+    // A candidate that starts but never gives a live proof (the setup budget
+    // runs out at verify).
     let candidate = kvd.dir.join("silent");
     let pid_file = kvd.dir.join("silent.pid");
     std::fs::write(
@@ -417,7 +428,19 @@ fn a_candidate_that_fails_verification_is_stopped_and_the_incumbent_keeps_servin
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
     )
     .expect("chmod");
-    for mode in ["exclusive", "overlap"] {
+    // And one that dies at once.
+    let crashing = kvd.dir.join("crashing");
+    std::fs::write(
+        &crashing,
+        format!("#!/bin/sh\necho $$ > {}\nexit 3\n", pid_file.display()),
+    )
+    .expect("script");
+    std::fs::set_permissions(
+        &crashing,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    for (mode, candidate) in [("exclusive", &candidate), ("overlap", &crashing)] {
         let out = ctl(
             &kvd.data,
             &[
@@ -493,5 +516,113 @@ fn a_second_replacement_is_refused_and_bad_input_is_a_typed_error() {
     assert_eq!(out.status.code(), Some(2));
     // The incumbent was never drained for a binary that is not there.
     assert!(running(&status(&kvd.data).expect("status")));
+
+    // While one replacement runs (its candidate never proves itself), a
+    // second is refused, typed.
+    let silent = kvd.dir.join("silent");
+    let pid_file = kvd.dir.join("silent.pid");
+    std::fs::write(
+        &silent,
+        format!(
+            "#!/bin/sh\necho $$ > {}\nexec sleep 600\n",
+            pid_file.display()
+        ),
+    )
+    .expect("script");
+    std::fs::set_permissions(&silent, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let mut first = Command::new(env!("CARGO_BIN_EXE_steadfastctl"))
+        .arg("--data-dir")
+        .arg(&kvd.data)
+        .args([
+            "replace",
+            "--mode",
+            "overlap",
+            "--setup-budget",
+            "3",
+            "--binary",
+        ])
+        .arg(&silent)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("steadfastctl runs");
+    let deadline = Instant::now() + PATIENCE;
+    while !pid_file.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the first replacement never started its candidate"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = ctl(
+        &kvd.data,
+        &["replace", "--binary", "/bin/true", "--mode", "exclusive"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("already in progress"), "{stderr}");
+    assert_eq!(wait_exit(&mut first), Some(4));
+    assert!(running(&status(&kvd.data).expect("status")));
     kvd.stop_whoever_serves();
+}
+
+#[test]
+fn under_systemd_mainpid_names_the_new_process_after_commit() {
+    use std::os::unix::net::UnixDatagram;
+    let notify_dir = tempfile::tempdir().expect("tempdir");
+    let socket_path = notify_dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).expect("bind the notify socket");
+    socket
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    // Read notifications as systemd does, all along: a datagram queue that
+    // fills up would block the daemons' sends.
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            let mut buf = vec![0u8; 4096];
+            while !stop.load(Ordering::SeqCst) {
+                if let Ok(n) = socket.recv(&mut buf) {
+                    seen.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+                }
+            }
+            seen
+        })
+    };
+    let mut kvd = start_kvd_with("kvd-1", "1.0.0-incumbent", |command, _| {
+        command.env("NOTIFY_SOCKET", &socket_path);
+    });
+    let candidate = stamped_kvd(&kvd.dir, "kvd-2", "2.0.0-candidate");
+    let out = ctl(
+        &kvd.data,
+        &[
+            "replace",
+            "--binary",
+            candidate.to_str().expect("utf-8"),
+            "--mode",
+            "exclusive",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(wait_exit(&mut kvd.child), Some(0));
+    let selection: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(kvd.data.join(".steadfast/selection")).expect("selection"),
+    )
+    .expect("selection json");
+    let want = format!("MAINPID={}", selection["pid"].as_u64().expect("pid"));
+    kvd.stop_whoever_serves();
+    stop.store(true, Ordering::SeqCst);
+    let seen = reader.join().expect("reader");
+    assert!(
+        seen.iter().any(|m| m.lines().any(|l| l == want)),
+        "no {want} among the notifications: {seen:?}"
+    );
 }
