@@ -19,7 +19,11 @@
 //! offered by the application with [`share`] when it opens it, and withdrawn
 //! with [`withdraw`] when it closes it. Exclusive hands over the lock only.
 //!
-//! Checked by `tests/replace.rs` (real kvd processes).
+//! Checked by the unit tests here (`the_expected_peer_receives_the_lock_and_the_shared_files`,
+//! `another_peer_gets_nothing`, `no_socket_is_not_found`) and by
+//! `tests/replace.rs` (real kvd processes). A [`HANDOVER_ENV`] naming a
+//! socket nobody serves (an inherited environment, a dead incumbent) hands
+//! nothing over: the data dir's lock alone decides who runs.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -73,7 +77,21 @@ fn received() -> Result<&'static Mutex<HashMap<String, OwnedFd>>, HandoverError>
         return Ok(files);
     }
     let files = match std::env::var_os(HANDOVER_ENV) {
-        Some(path) => receive(Path::new(&path))?,
+        Some(path) => match receive(Path::new(&path)) {
+            // Nothing listens there (any more): an environment inherited
+            // from an old replacement, or an incumbent that died. Nothing
+            // is handed over; the data dir's lock decides who runs.
+            Err(HandoverError(error))
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+                ) =>
+            {
+                tracing::warn!(%error, "no handover: starting as an ordinary daemon");
+                HashMap::new()
+            }
+            other => other?,
+        },
         None => HashMap::new(),
     };
     Ok(RECEIVED.get_or_init(|| Mutex::new(files)))
@@ -99,6 +117,13 @@ fn receive(path: &Path) -> Result<HashMap<String, OwnedFd>, HandoverError> {
         if let RecvAncillaryMessage::ScmRights(rights) = message {
             fds.extend(rights);
         }
+    }
+    if got.bytes == 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "the incumbent closed the handover without handing anything over",
+        )
+        .into());
     }
     let text = bytes
         .get(..got.bytes)
@@ -318,4 +343,76 @@ fn send(
         return Err(invalid("the handover's names were cut short"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offer_in(dir: &Path) -> (Offer, std::net::TcpListener, File) {
+        let lock = File::create(dir.join("lock")).expect("lock file");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
+        let shared = vec![(
+            "app:listener".to_owned(),
+            listener.as_fd().try_clone_to_owned().expect("dup"),
+        )];
+        let offer = Offer::bind(dir, lock.as_fd().try_clone_to_owned().expect("dup"), shared)
+            .expect("bind");
+        (offer, listener, lock)
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_expected_peer_receives_the_lock_and_the_shared_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (offer, listener, lock) = offer_in(dir.path());
+        offer.expect_pid(std::process::id());
+        let path = offer.path().to_owned();
+        let mut files = tokio::task::spawn_blocking(move || receive(&path))
+            .await
+            .expect("join")
+            .expect("received");
+        let got = std::net::TcpListener::from(files.remove("app:listener").expect("listener"));
+        assert_eq!(got.local_addr().ok(), listener.local_addr().ok());
+        let got = File::from(files.remove(LOCK).expect("lock"));
+        use std::os::unix::fs::MetadataExt;
+        let (a, b) = (
+            got.metadata().expect("meta"),
+            lock.metadata().expect("meta"),
+        );
+        assert_eq!((a.dev(), a.ino()), (b.dev(), b.ino()));
+        assert!(files.is_empty());
+        assert!(offer.served());
+        let socket = offer.path().to_owned();
+        drop(offer);
+        assert!(!socket.exists(), "dropping the offer removes its socket");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn another_peer_gets_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (offer, _listener, _lock) = offer_in(dir.path());
+        // Not us: pid 1.
+        offer.expect_pid(1);
+        let path = offer.path().to_owned();
+        let answer = tokio::task::spawn_blocking(move || receive(&path))
+            .await
+            .expect("join");
+        assert!(answer.is_err(), "{answer:?}");
+        assert!(!offer.served());
+    }
+
+    #[test]
+    fn no_socket_is_not_found() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let error = receive(&dir.path().join("handover.sock")).expect_err("nothing there");
+        assert_eq!(error.0.kind(), std::io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn reserved_and_multiline_names_are_refused() {
+        let file = File::open("/dev/null").expect("open");
+        assert!(share(LOCK, &file).is_err());
+        assert!(share("a\nb", &file).is_err());
+        assert!(share("", &file).is_err());
+    }
 }
