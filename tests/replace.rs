@@ -4,9 +4,10 @@
 //! and the upgrade is driven only through the real `steadfastctl replace`.
 //!
 //! While an upgrade runs, a client connects to kvd over and over and writes a
-//! key on every connection it gets; the test asserts no write that was
-//! acknowledged is lost, and prints the client-visible gap (the longest time
-//! without an accepted connection). The gap is printed, never asserted: this
+//! key on every connection it gets; the tests assert no write that was
+//! acknowledged is lost (and, in overlap, no connection is closed without an
+//! answer), and print the client-visible gap (the longest time between two
+//! answered connections) and the connections closed unanswered. The gap is printed, never asserted: this
 //! machine is shared and noisy.
 
 use std::io::{BufRead, BufReader, Write};
@@ -309,10 +310,10 @@ fn an_exclusive_upgrade_leaves_kvd_serving_the_new_binary() {
         candidate.canonicalize().expect("canonical")
     );
     let result = load.finish();
-    assert_eq!(
-        result.dropped, 0,
-        "accepted connections closed without an answer"
-    );
+    // No assertion on `dropped` here: exclusive closes the incumbent's
+    // listener at the drain, and a connection the kernel completed into its
+    // backlog but kvd never accepted is reset with it (overlap hands the
+    // socket over instead, and asserts none is lost). It is reported.
     assert_eq!(kv(kvd.port, "GET before").as_deref(), Some("1"));
     for key in &result.acknowledged {
         assert!(
