@@ -17,7 +17,9 @@
 //! stops the candidate (SIGTERM, then SIGKILL after 5 s), marks the run as
 //! this process's again and, if this daemon was drained, starts its runtime
 //! again: the incumbent keeps serving. Once committed (even if a later step
-//! failed) the daemon is handed over: nothing is rolled back, and
+//! failed) the daemon is handed over: nothing is rolled back; an overlap
+//! retire that did not finish (its drain budget ran out) is let run to its
+//! end first, since a budget never kills work; then
 //! [`crate::daemon::run_with`] returns `halt` so the process exits without
 //! touching the data directory again.
 //!
@@ -272,6 +274,28 @@ impl ProcessDriver {
         }
     }
 
+    /// Let the runtime's drain run to its end, with no deadline: stop it if
+    /// it still runs, then wait until it rests.
+    async fn finish_retirement(&mut self) {
+        let busy = |state: &LifecycleState| {
+            matches!(
+                state,
+                LifecycleState::Running { .. }
+                    | LifecycleState::Booting { .. }
+                    | LifecycleState::Draining { .. }
+            )
+        };
+        if matches!(
+            self.handle.snapshot().lifecycle,
+            LifecycleState::Running { .. } | LifecycleState::Booting { .. }
+        ) && let Err(error) = self.handle.stop(Hold::None).await
+        {
+            tracing::warn!(%error, "retiring after commit: the stop was not accepted");
+        }
+        let mut snapshots = self.handle.watch();
+        let _ = snapshots.wait_for(|s| !busy(&s.lifecycle)).await;
+    }
+
     async fn start(&mut self) -> Result<Progress, ProcessError> {
         let control = self
             .handle
@@ -494,6 +518,12 @@ impl ReplaceDriver for ProcessDriver {
                 Err(failure) => failure.committed,
             };
             if committed {
+                // Overlap's retire did not finish (its drain budget ran out,
+                // or it failed): the budget only stops the waiting, never the
+                // work, so the incumbent still retires before it goes.
+                if self.mode == Mode::Overlap && !matches!(result, Ok(Outcome::Complete)) {
+                    self.finish_retirement().await;
+                }
                 // The candidate now owns the data dir: this process must end
                 // without writing to it. The candidate is not our child to
                 // wait for; it goes on when we exit.

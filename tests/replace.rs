@@ -627,3 +627,42 @@ fn under_systemd_mainpid_names_the_new_process_after_commit() {
         "no {want} among the notifications: {seen:?}"
     );
 }
+
+#[test]
+fn a_failure_after_commit_says_committed_and_keeps_the_new_selection() {
+    let mut kvd = start_kvd("kvd-1", "1.0.0-incumbent");
+    let old_pid = pid_of(&status(&kvd.data).expect("status"));
+    assert_eq!(kv(kvd.port, "SET before 1").as_deref(), Some("OK"));
+    let candidate = stamped_kvd(&kvd.dir, "kvd-2", "2.0.0-candidate");
+    // A drain budget of a millisecond: retire, after commit, runs out of it.
+    let out = ctl(
+        &kvd.data,
+        &[
+            "replace",
+            "--binary",
+            candidate.to_str().expect("utf-8"),
+            "--mode",
+            "overlap",
+            "--drain-budget",
+            "0.001",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.contains("failed at retire (committed: true): deadline expired"),
+        "{stderr}"
+    );
+    // Not rolled back: the incumbent still retired and exited, the
+    // candidate serves, selected, with the data.
+    assert_eq!(wait_exit(&mut kvd.child), Some(0), "log: {}", kvd.log());
+    let after = until(&kvd.data, "the candidate running", running);
+    assert_ne!(pid_of(&after), old_pid);
+    let selection: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(kvd.data.join(".steadfast/selection")).expect("selection"),
+    )
+    .expect("selection json");
+    assert_eq!(selection["pid"].as_u64(), Some(pid_of(&after)));
+    assert_eq!(kv(kvd.port, "GET before").as_deref(), Some("1"));
+    kvd.stop_whoever_serves();
+}
