@@ -381,7 +381,12 @@ mod tests {
         );
         assert_eq!((a.dev(), a.ino()), (b.dev(), b.ino()));
         assert!(files.is_empty());
-        assert!(offer.served());
+        // The offer learns it was served just after the peer received.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !offer.served() {
+            assert!(std::time::Instant::now() < deadline, "never marked served");
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
         let socket = offer.path().to_owned();
         drop(offer);
         assert!(!socket.exists(), "dropping the offer removes its socket");
