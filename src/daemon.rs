@@ -17,6 +17,11 @@
 //!   socket cannot be bound the daemon logs it and runs without one (the
 //!   runtime matters more than its remote control).
 //!
+//! - After a committed replacement (`crate::replace`) hands the daemon over,
+//!   [`run_with`] returns `halt` at once (after [`HANDOVER_LINGER`], so the
+//!   outcome can be read over the control socket): the successor owns the
+//!   data directory, and this process must exit without writing to it.
+//!
 //! Checked by `tests/daemon.rs`, which runs a real child process under a
 //! fake `NOTIFY_SOCKET` and sends it real signals.
 
@@ -115,7 +120,20 @@ pub async fn run_with(
     };
     let signals = tokio::spawn(answer_signals(handle.clone()));
     let notifier = tokio::spawn(notify_systemd(handle.clone()));
-    let intent = supervisor.run().await;
+    let mut handed_over = handle.handed_over();
+    let intent = tokio::select! {
+        intent = supervisor.run() => intent,
+        () = handed_over_then_reported(&handle, &mut handed_over) => {
+            // A committed replacement: the successor owns the data dir. The
+            // tree is left as it is (its runtime is already drained or
+            // retired); the process must exit now, writing nothing more.
+            tracing::info!("handed over to the replacement; exiting");
+            signals.abort();
+            notifier.abort();
+            drop(control);
+            return ExitIntent::Halt;
+        }
+    };
     signals.abort();
     notifier.abort();
     drop(control);
@@ -124,6 +142,26 @@ pub async fn run_with(
     }
     intent
 }
+
+/// Resolves once a committed replacement handed the daemon over and the
+/// final report had a moment to be read by whoever follows it (at most
+/// [`HANDOVER_LINGER`]).
+async fn handed_over_then_reported(
+    handle: &SupervisorHandle,
+    handed_over: &mut tokio::sync::watch::Receiver<bool>,
+) {
+    if handed_over.wait_for(|over| *over).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+    let mut reports = handle.replace_reports();
+    let ended = reports.wait_for(|r| r.as_ref().is_some_and(|r| r.ended.is_some()));
+    let _ = tokio::time::timeout(HANDOVER_LINGER, ended).await;
+    tokio::time::sleep(HANDOVER_LINGER).await;
+}
+
+/// How long a handed-over daemon lingers so a `steadfastctl replace`
+/// following it reads the outcome.
+pub const HANDOVER_LINGER: Duration = Duration::from_millis(500);
 
 async fn answer_signals(handle: SupervisorHandle) {
     let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (

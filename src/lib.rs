@@ -15,6 +15,9 @@
 //!   `steadfastctl` (`src/bin/steadfastctl.rs`) is its command line.
 //! - [`daemon`]: the process-wide helper (signals, systemd, exit code,
 //!   optionally the control socket).
+//! - [`replace`], [`handover`]: the built-in process driver that replaces
+//!   the daemon's own binary (overlap or exclusive), and the passing of the
+//!   data dir's lock and listeners to the candidate.
 //! - [`protocol`]: the pure core (crate `steadfast-protocol`).
 //! - [`actors`]: the supervision tree (crate `steadfast-actors`).
 
@@ -23,6 +26,8 @@ pub use steadfast_protocol as protocol;
 
 pub mod control;
 pub mod daemon;
+pub mod handover;
+pub mod replace;
 pub mod supervisor;
 
 pub use steadfast_actors::config::{

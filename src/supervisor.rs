@@ -9,7 +9,7 @@
 //! returns: commands sent before `run` wait in a queue.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use steadfast_actors::clock::Clock;
 use steadfast_actors::config::{ConfigSource, Overrides, TomlFileSource, value_text};
@@ -17,10 +17,12 @@ use steadfast_actors::context::{Shared, Timings, reinit_salt};
 use steadfast_actors::control_dir::{self, ControlDir, ControlDirError, RunMarker};
 use steadfast_actors::ledger::Ledger;
 use steadfast_actors::lifecycle::{Command, CommandError, CommandRequest, Hold};
+use steadfast_actors::replacement::{ReplaceJob, ReplaceRequest, ReplacementChannels};
 use steadfast_actors::root::{RootActor, RootArgs};
 use steadfast_actors::service::Service;
 use steadfast_protocol::history::{self, JournalAttempt};
 use steadfast_protocol::lifecycle::{ExitIntent, LifecycleState, PendingApply};
+use steadfast_protocol::replacement::{ReplaceRefusal, Report};
 use steadfast_protocol::snapshot::{ConfigView, Snapshot};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -44,6 +46,9 @@ pub struct SupervisorConfig {
     /// in the control directory and loaded back at startup. `None`: the
     /// source has no override tier and `config set` is refused.
     pub overrides: Option<Overrides>,
+    /// The application's version, reported to the control plane (a
+    /// replacement's live proof names it). `None`: not reported.
+    pub version: Option<String>,
 }
 
 /// How many attempts a compacted journal keeps unless configured.
@@ -64,6 +69,7 @@ impl SupervisorConfig {
             timings: Timings::default(),
             journal_keep_attempts: DEFAULT_JOURNAL_KEEP_ATTEMPTS,
             overrides: None,
+            version: None,
         }
     }
 
@@ -96,6 +102,13 @@ impl SupervisorConfig {
         self
     }
 
+    /// Report `version` as the application's version.
+    #[must_use]
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.version = Some(version.into());
+        self
+    }
+
     /// Watch `path` as the declared config file.
     #[must_use]
     pub fn declared(mut self, path: impl Into<PathBuf>) -> Self {
@@ -117,6 +130,7 @@ impl std::fmt::Debug for SupervisorConfig {
             .field("data_dir", &self.data_dir)
             .field("declared", &self.declared)
             .field("timings", &self.timings)
+            .field("version", &self.version)
             .finish_non_exhaustive()
     }
 }
@@ -130,6 +144,16 @@ pub enum SupervisorError {
     /// The control directory could not be opened, repaired or trusted.
     #[error("the control directory: {0}")]
     ControlDir(#[source] ControlDirError),
+    /// This process was started as a replacement candidate, but the
+    /// incumbent's handover could not be received.
+    #[error("the replacement handover: {0}")]
+    Handover(#[source] std::io::Error),
+}
+
+impl From<crate::handover::HandoverError> for SupervisorError {
+    fn from(error: crate::handover::HandoverError) -> Self {
+        Self::Handover(error.0)
+    }
 }
 
 impl From<ControlDirError> for SupervisorError {
@@ -163,6 +187,7 @@ pub struct SupervisorHandle {
     overrides: Option<Overrides>,
     journal_path: Arc<PathBuf>,
     reinit_salt: Arc<[u8]>,
+    replace: ReplaceSide,
 }
 
 /// What `reinit_prepare` answers: the confirmation to pass to
@@ -173,6 +198,22 @@ pub struct ReinitConfirmation {
     pub token: String,
     /// The epoch it is valid in: any boot makes it stale.
     pub epoch: u64,
+}
+
+/// A handle's side of replacement: the Replacement actor's requests and
+/// reports, and what a process driver needs of this daemon.
+#[derive(Clone, Debug)]
+pub(crate) struct ReplaceSide {
+    pub(crate) requests: mpsc::UnboundedSender<ReplaceRequest>,
+    pub(crate) reports: watch::Receiver<Option<Report>>,
+    /// The control directory, while the tree holds it (weak, so a handle
+    /// never keeps the data-dir lock alive).
+    pub(crate) control: Weak<ControlDir>,
+    pub(crate) data_dir: PathBuf,
+    pub(crate) version: Option<String>,
+    /// Set once a committed replacement handed the daemon over: the
+    /// process must end (see `daemon::run_with`).
+    pub(crate) handed_over: Arc<watch::Sender<bool>>,
 }
 
 impl Supervisor {
@@ -193,8 +234,13 @@ impl Supervisor {
             timings,
             overrides,
             journal_keep_attempts,
+            version,
         } = config;
-        let control = ControlDir::open(&data_dir)?.with_journal_keep(journal_keep_attempts);
+        let control = match crate::handover::take_lock()? {
+            Some(lock) => ControlDir::open_handed_over(&data_dir, lock)?,
+            None => ControlDir::open(&data_dir)?,
+        }
+        .with_journal_keep(journal_keep_attempts);
         if let Some(overrides) = &overrides {
             let leaves = control.read_overrides()?;
             overrides
@@ -247,14 +293,29 @@ impl Supervisor {
             ledger,
             overrides: overrides.clone(),
         });
+        let control = Arc::new(control);
+        let (request_tx, request_rx) = mpsc::unbounded_channel();
+        let (report_tx, report_rx) = watch::channel(None);
+        let replace = ReplaceSide {
+            requests: request_tx,
+            reports: report_rx,
+            control: Arc::downgrade(&control),
+            data_dir: shared.data_dir.clone(),
+            version,
+            handed_over: Arc::new(watch::channel(false).0),
+        };
         let supervisor = Self {
             args: RootArgs {
                 shared,
-                control: Arc::new(control),
+                control,
                 journal,
                 snapshots: snapshot_tx,
                 commands: command_rx,
                 exit: Arc::new(Mutex::new(None)),
+                replacement: ReplacementChannels {
+                    reports: Arc::new(report_tx),
+                    requests: request_rx,
+                },
             },
         };
         let handle = SupervisorHandle {
@@ -264,6 +325,7 @@ impl Supervisor {
             overrides,
             journal_path,
             reinit_salt: salt,
+            replace,
         };
         Ok((supervisor, handle))
     }
@@ -356,6 +418,46 @@ impl SupervisorHandle {
     /// As [`Self::start`].
     pub async fn reload(&self) -> Result<Snapshot, CommandError> {
         self.send(Command::Reload).await
+    }
+
+    /// Run a replacement transaction over `job`'s driver, under the upgrade
+    /// lock. Answered as soon as it started, with the report as it stands;
+    /// follow it with [`Self::replace_reports`].
+    ///
+    /// # Errors
+    /// [`ReplaceRefusal`]: one is already running, another process holds
+    /// the upgrade lock, the request is invalid, or the supervisor is gone.
+    pub async fn replace(&self, job: ReplaceJob) -> Result<Report, ReplaceRefusal> {
+        let (tx, rx) = oneshot::channel();
+        self.replace
+            .requests
+            .send((job, tx.into()))
+            .map_err(|_| ReplaceRefusal::Unavailable)?;
+        rx.await.map_err(|_| ReplaceRefusal::Unavailable)?
+    }
+
+    /// A receiver of the latest replacement report (`None` before the first
+    /// replacement).
+    #[must_use]
+    pub fn replace_reports(&self) -> watch::Receiver<Option<Report>> {
+        self.replace.reports.clone()
+    }
+
+    /// The application's version, as configured.
+    #[must_use]
+    pub fn version(&self) -> Option<&str> {
+        self.replace.version.as_deref()
+    }
+
+    /// Whether a committed replacement handed this daemon over to its
+    /// successor: the process must end now without touching the data dir.
+    #[must_use]
+    pub fn handed_over(&self) -> watch::Receiver<bool> {
+        self.replace.handed_over.subscribe()
+    }
+
+    pub(crate) const fn replace_side(&self) -> &ReplaceSide {
+        &self.replace
     }
 
     /// End the process after a drain.

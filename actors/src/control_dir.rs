@@ -598,6 +598,29 @@ impl ControlDir {
     /// [`ControlDirError::Io`] if a directory or file cannot be created,
     /// opened or read.
     pub fn open(data_dir: &Path) -> Result<Self, ControlDirError> {
+        Self::open_inner(data_dir, None)
+    }
+
+    /// [`Self::open`] over a lock handed over by the incumbent of a
+    /// replacement: `lock` is the incumbent's own open `lock` file (received
+    /// over the handover socket), so its lock is already held — by the same
+    /// open file, which now both processes share and which outlives the
+    /// incumbent. Refused unless `lock` is the data dir's `lock` file.
+    ///
+    /// # Errors
+    /// As [`Self::open`]; [`ControlDirError::Locked`] also when `lock` is
+    /// not this data dir's lock file.
+    pub fn open_handed_over(data_dir: &Path, lock: File) -> Result<Self, ControlDirError> {
+        Self::open_inner(data_dir, Some(lock))
+    }
+
+    /// The open `lock` file, whose lock a replacement hands to its candidate.
+    #[must_use]
+    pub fn lock_file(&self) -> &File {
+        &self.lock
+    }
+
+    fn open_inner(data_dir: &Path, inherited: Option<File>) -> Result<Self, ControlDirError> {
         fs::create_dir_all(data_dir).map_err(io_err(data_dir))?;
         let path = Self::under(data_dir);
         let created = match DirBuilder::new().mode(CONTROL_DIR_MODE).create(&path) {
@@ -606,14 +629,25 @@ impl ControlDir {
             Err(e) => return Err(io_err(&path)(e)),
         };
         let lock_path = path.join("lock");
-        let lock = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(FILE_MODE)
-            .open(&lock_path)
-            .map_err(io_err(&lock_path))?;
+        let lock = match inherited {
+            Some(file) => {
+                use std::os::unix::fs::MetadataExt;
+                let ours = fs::metadata(&lock_path).map_err(io_err(&lock_path))?;
+                let theirs = file.metadata().map_err(io_err(&lock_path))?;
+                if (ours.dev(), ours.ino()) != (theirs.dev(), theirs.ino()) {
+                    return Err(ControlDirError::Locked(lock_path));
+                }
+                file
+            }
+            None => OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(FILE_MODE)
+                .open(&lock_path)
+                .map_err(io_err(&lock_path))?,
+        };
         match lock.try_lock() {
             Ok(()) => {}
             Err(fs::TryLockError::WouldBlock) => return Err(ControlDirError::Locked(lock_path)),

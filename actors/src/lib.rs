@@ -16,6 +16,10 @@
 //! - [`control_dir`], [`store`], [`config`]: the file formats and helpers the
 //!   actors share (blocking I/O, run on blocking threads).
 //! - [`service`]: what an embedding application implements.
+//! - [`replace_runner`]: the blocking and async runners of a replacement
+//!   transaction over an application's driver, with its budgets.
+//! - [`replacement`]: the Replacement actor (the upgrade lock, one
+//!   transaction at a time, its report).
 //! - [`clock`], [`context`]: the supervisor's clock and fixed context.
 //! - [`failpoint`]: `SIGKILL` at a named point, armed by an environment
 //!   variable, for the crash harness.
@@ -33,6 +37,8 @@ pub mod failpoint;
 pub mod journal;
 pub mod ledger;
 pub mod lifecycle;
+pub mod replace_runner;
+pub mod replacement;
 pub mod root;
 pub mod service;
 pub mod store;

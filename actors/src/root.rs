@@ -7,7 +7,7 @@
 //! ├── Boot           runs one attempt in a task it owns
 //! ├── Drain          tears a runtime down in a task it owns
 //! ├── ConfigWatcher  notify on the declared file (when there is one)
-//! └── (Replacement   arrives with its own issue)
+//! └── Replacement    one replacement transaction at a time, under the upgrade lock
 //! ```
 //!
 //! What each child's death brings down:
@@ -23,6 +23,9 @@
 //! - **ConfigWatcher**: restarted, at most [`RESTARTS`] times; past that the
 //!   daemon goes on without watching (the snapshot says so) — an operator's
 //!   `retry` still works.
+//! - **Replacement**: not restarted (its request channel went with it); the
+//!   daemon goes on, and a `replace` is answered `unavailable`. A transaction
+//!   in flight runs in its own task and settles on its own.
 //! - **Lifecycle**: the machine is gone, so the process ends with intent
 //!   `relaunch`; the runtime it held was dropped with it (tasks aborted,
 //!   store lock released).
@@ -47,6 +50,7 @@ use crate::control_dir::{ControlDir, JournalFile};
 use crate::drain::{DrainActor, DrainMsg};
 use crate::journal::{JournalActor, JournalArgs, JournalMsg};
 use crate::lifecycle::{Children, CommandRequest, LifecycleActor, LifecycleArgs, LifecycleMsg};
+use crate::replacement::{ReplacementActor, ReplacementArgs, ReplacementChannels, ReplacementMsg};
 
 /// How many times Root restarts the journal or the watcher before it gives up.
 pub const RESTARTS: u32 = 3;
@@ -69,6 +73,8 @@ pub struct RootArgs {
     pub commands: mpsc::UnboundedReceiver<CommandRequest>,
     /// Where the exit intent is left.
     pub exit: Arc<Mutex<Option<ExitIntent>>>,
+    /// The Replacement actor's report channel and requests.
+    pub replacement: ReplacementChannels,
 }
 
 /// Root's state: its children and their restart counts.
@@ -81,6 +87,8 @@ pub struct RootState {
     boot: ActorRef<BootMsg>,
     drain: ActorRef<DrainMsg>,
     watcher: Option<ActorRef<ConfigWatcherMsg>>,
+    /// Not restarted when it dies (see the module doc).
+    replacement: Option<ActorRef<ReplacementMsg>>,
     journal_restarts: u32,
     watcher_restarts: u32,
     boot_restarts: u32,
@@ -116,6 +124,7 @@ impl Actor for RootActor {
             snapshots,
             commands,
             exit,
+            replacement,
         } = args;
         let cell = myself.get_cell();
         let (journal, journal_join) = Actor::spawn_linked(
@@ -170,6 +179,19 @@ impl Actor for RootActor {
             }
             None => None,
         };
+        let (replacement, replacement_join) = Actor::spawn_linked(
+            Some(child_name(&shared.data_dir, "replacement", 0)),
+            ReplacementActor,
+            ReplacementArgs {
+                data_dir: shared.data_dir.clone(),
+                clock: shared.clock,
+                reports: replacement.reports,
+                requests: replacement.requests,
+            },
+            cell.clone(),
+        )
+        .await?;
+        joins.push(replacement_join);
         lifecycle.cast(LifecycleMsg::Begin)?;
         Ok(RootState {
             shared,
@@ -180,6 +202,7 @@ impl Actor for RootActor {
             boot,
             drain,
             watcher,
+            replacement: Some(replacement),
             journal_restarts: 0,
             watcher_restarts: 0,
             boot_restarts: 0,
@@ -268,6 +291,9 @@ impl Actor for RootActor {
                     Err(error) => tracing::error!(%error, "the journal could not be reopened"),
                 }
             }
+        } else if state.replacement.as_ref().is_some_and(|r| r.get_id() == id) {
+            tracing::error!(error = ?failure, "the replacement actor died; replacements are unavailable");
+            state.replacement = None;
         } else if state.watcher.as_ref().is_some_and(|w| w.get_id() == id) {
             state.watcher_restarts += 1;
             tracing::error!(error = ?failure, restarts = state.watcher_restarts, "the config watcher died");
@@ -347,11 +373,15 @@ impl RootState {
         if let Some(watcher) = &self.watcher {
             watcher.stop(None);
         }
+        if let Some(replacement) = &self.replacement {
+            replacement.stop(None);
+        }
     }
 }
 
 /// The registered name of one of a supervisor's children: `role` is
-/// `journal`, `lifecycle`, `boot`, `drain` or `config_watcher`, and
+/// `journal`, `lifecycle`, `boot`, `drain`, `config_watcher` or
+/// `replacement`, and
 /// `generation` counts Root's restarts of that child (0 for the first). One
 /// daemon per data dir makes the names unique in a process; operators and
 /// tests find a child with `ractor::registry::where_is`.

@@ -52,7 +52,7 @@ pub enum StoreError {
 #[derive(Debug)]
 pub struct StoreLock {
     /// The locked file; closing it releases the lock.
-    _file: File,
+    file: File,
     /// Where it is, for diagnostics.
     path: PathBuf,
 }
@@ -83,10 +83,43 @@ impl StoreLock {
             .open(&path)
             .map_err(io_err)?;
         match file.try_lock() {
-            Ok(()) => Ok(Self { _file: file, path }),
+            Ok(()) => Ok(Self { file, path }),
             Err(fs::TryLockError::WouldBlock) => Err(StoreError::Held(path)),
             Err(fs::TryLockError::Error(e)) => Err(io_err(e)),
         }
+    }
+
+    /// Adopt `file`, the store lock file of `data_dir` opened by another
+    /// process that holds its lock and handed the open file over (an overlap
+    /// replacement): the lock is that open file's, so it is held throughout.
+    ///
+    /// # Errors
+    /// [`StoreError::Held`] when `file` is not `data_dir`'s lock file or its
+    /// lock is held by another open file; [`StoreError::Io`] when it cannot
+    /// be inspected.
+    pub fn adopt(data_dir: &Path, file: File) -> Result<Self, StoreError> {
+        use std::os::unix::fs::MetadataExt;
+        let path = Self::path_under(data_dir);
+        let io_err = |source| StoreError::Io {
+            path: path.clone(),
+            source,
+        };
+        let ours = fs::metadata(&path).map_err(io_err)?;
+        let theirs = file.metadata().map_err(io_err)?;
+        if (ours.dev(), ours.ino()) != (theirs.dev(), theirs.ino()) {
+            return Err(StoreError::Held(path));
+        }
+        match file.try_lock() {
+            Ok(()) => Ok(Self { file, path }),
+            Err(fs::TryLockError::WouldBlock) => Err(StoreError::Held(path)),
+            Err(fs::TryLockError::Error(e)) => Err(io_err(e)),
+        }
+    }
+
+    /// The open, locked file (to hand over with the store).
+    #[must_use]
+    pub const fn file(&self) -> &File {
+        &self.file
     }
 
     /// The lock file.

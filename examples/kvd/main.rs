@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -34,61 +34,108 @@ max_connections = 64
 "#;
 
 /// The store: the map, and the log that makes it durable.
+///
+/// The log may have two writers for a moment: during an overlap replacement
+/// the incumbent and its candidate both serve (the candidate adopted the
+/// store lock). So every append holds an exclusive `flock` on the log and
+/// first applies what the other process appended (`catch_up`); a read
+/// catches up too. Only complete lines are ever applied.
 struct Store {
     map: HashMap<String, String>,
     log: File,
+    /// How many bytes of the log are applied to `map`.
+    applied: u64,
 }
 
 type Shared = Arc<Mutex<Store>>;
 
+/// Apply one log line (without its newline) to `map`.
+fn apply_line(map: &mut HashMap<String, String>, body: &str) {
+    match body.split_once(' ') {
+        Some(("S", rest)) => {
+            if let Some((key, value)) = rest.split_once(' ') {
+                map.insert(key.to_owned(), value.to_owned());
+            }
+        }
+        Some(("D", key)) => {
+            map.remove(key);
+        }
+        _ => {}
+    }
+}
+
+/// Apply the complete lines of `bytes`; return how many bytes they span.
+fn apply_lines(map: &mut HashMap<String, String>, bytes: &[u8]) -> u64 {
+    let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    for line in bytes[..complete].split(|&b| b == b'\n') {
+        if let Ok(body) = std::str::from_utf8(line) {
+            apply_line(map, body);
+        }
+    }
+    complete as u64
+}
+
 impl Store {
-    /// Append one line and fsync it; only then apply it to the map.
+    /// Apply whatever was appended to the log beyond `applied`.
+    fn catch_up(&mut self) -> std::io::Result<()> {
+        use std::io::{Read, Seek, SeekFrom};
+        let len = self.log.metadata()?.len();
+        if len <= self.applied {
+            return Ok(());
+        }
+        let mut reader = &self.log;
+        reader.seek(SeekFrom::Start(self.applied))?;
+        let mut bytes = Vec::new();
+        reader.take(len - self.applied).read_to_end(&mut bytes)?;
+        self.applied += apply_lines(&mut self.map, &bytes);
+        Ok(())
+    }
+
+    /// Under the log's lock: catch up, append one line and fsync it; only
+    /// then apply it to the map.
     fn write(
         &mut self,
         line: &str,
         apply: impl FnOnce(&mut HashMap<String, String>),
     ) -> std::io::Result<()> {
-        self.log.write_all(line.as_bytes())?;
-        self.log.sync_data()?;
+        self.log.lock()?;
+        let written = self.catch_up().and_then(|()| {
+            (&self.log).write_all(line.as_bytes())?;
+            self.log.sync_data()
+        });
+        let unlocked = self.log.unlock();
+        written?;
+        unlocked?;
+        self.applied += line.len() as u64;
         apply(&mut self.map);
         Ok(())
     }
 }
 
-/// Replay `store.log`: every complete line; a torn last line (a crash
-/// mid-append, never acknowledged) is cut off.
-fn replay(path: &Path) -> std::io::Result<(HashMap<String, String>, File)> {
+/// Replay `store.log` under its lock: every complete line; a torn last line
+/// (a crash mid-append, never acknowledged) is cut off.
+fn replay(path: &Path) -> std::io::Result<Store> {
+    use std::io::Read;
+    let log = OpenOptions::new()
+        .create(true)
+        .read(true)
+        .append(true)
+        .open(path)?;
+    log.lock()?;
+    let mut bytes = Vec::new();
+    (&log).read_to_end(&mut bytes)?;
     let mut map = HashMap::new();
-    let mut good_len = 0u64;
-    if let Ok(file) = File::open(path) {
-        let mut reader = BufReader::new(file);
-        let mut line = String::new();
-        while reader.read_line(&mut line)? > 0 {
-            if !line.ends_with('\n') {
-                break;
-            }
-            good_len += line.len() as u64;
-            let body = line.trim_end_matches('\n');
-            match body.split_once(' ') {
-                Some(("S", rest)) => {
-                    if let Some((key, value)) = rest.split_once(' ') {
-                        map.insert(key.to_owned(), value.to_owned());
-                    }
-                }
-                Some(("D", key)) => {
-                    map.remove(key);
-                }
-                _ => {}
-            }
-            line.clear();
-        }
-    }
-    let log = OpenOptions::new().create(true).append(true).open(path)?;
-    if log.metadata()?.len() > good_len {
+    let good_len = apply_lines(&mut map, &bytes);
+    if bytes.len() as u64 > good_len {
         log.set_len(good_len)?;
         log.sync_all()?;
     }
-    Ok((map, log))
+    log.unlock()?;
+    Ok(Store {
+        map,
+        log,
+        applied: good_len,
+    })
 }
 
 /// The settings that apply in place.
@@ -98,6 +145,16 @@ struct Live {
 }
 
 struct Listener(Option<TcpListener>);
+
+/// The names kvd's listener and store lock are handed over under, to the
+/// candidate of an overlap replacement (`steadfast::handover`).
+const LISTENER_HANDOVER: &str = "kvd:listener";
+const STORE_LOCK_HANDOVER: &str = "kvd:store_lock";
+
+/// How long a connection is still served once the runtime stops: a client
+/// accepted just before the stop gets its answers as long as it keeps
+/// asking within this long.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(500);
 struct Serving;
 
 struct Kvd;
@@ -140,7 +197,17 @@ impl Service for Kvd {
         Box::pin(async move {
             match step {
                 "open_store" => {
-                    let lock = StoreLock::acquire(cx.data_dir).map_err(StepError::backoff)?;
+                    // An overlap replacement's candidate adopts the store
+                    // lock its incumbent handed over; anyone else takes it.
+                    let handed = steadfast::handover::take(STORE_LOCK_HANDOVER)
+                        .map_err(StepError::backoff)?;
+                    let lock = match handed {
+                        Some(fd) => StoreLock::adopt(cx.data_dir, File::from(fd)),
+                        None => StoreLock::acquire(cx.data_dir),
+                    }
+                    .map_err(StepError::backoff)?;
+                    steadfast::handover::share(STORE_LOCK_HANDOVER, lock.file())
+                        .map_err(StepError::backoff)?;
                     cx.runtime.insert(lock);
                     Ok(record(
                         "store_lock",
@@ -156,17 +223,24 @@ impl Service for Kvd {
                     .await
                     .map_err(StepError::backoff)?
                     .map_err(|e| StepError::backoff(format!("{}: {e}", path.display())))?;
-                    let (map, log) = replayed;
-                    let keys = map.len();
-                    cx.runtime
-                        .insert::<Shared>(Arc::new(Mutex::new(Store { map, log })));
+                    let keys = replayed.map.len();
+                    cx.runtime.insert::<Shared>(Arc::new(Mutex::new(replayed)));
                     Ok(record("store", format!("{} ({keys} keys)", path.display())))
                 }
                 "bind_listener" => {
                     let addr = leaf_str(cx.config, "listen_addr", "127.0.0.1:7070");
-                    let listener = TcpListener::bind(addr)
-                        .await
-                        .map_err(|e| StepError::backoff(format!("cannot bind {addr}: {e}")))?;
+                    // An overlap candidate accepts on its incumbent's socket.
+                    let handed = steadfast::handover::take_listener(LISTENER_HANDOVER)
+                        .map_err(StepError::backoff)?;
+                    let listener = match handed {
+                        Some(listener) => listener
+                            .set_nonblocking(true)
+                            .and_then(|()| TcpListener::from_std(listener)),
+                        None => TcpListener::bind(addr).await,
+                    }
+                    .map_err(|e| StepError::backoff(format!("cannot bind {addr}: {e}")))?;
+                    steadfast::handover::share(LISTENER_HANDOVER, &listener)
+                        .map_err(StepError::backoff)?;
                     let bound = listener.local_addr().map_err(StepError::backoff)?;
                     cx.runtime.insert(Listener(Some(listener)));
                     Ok(record("listener", bound.to_string()))
@@ -242,9 +316,15 @@ impl Service for Kvd {
         runtime: &'a mut Runtime,
     ) -> BoxFuture<'a, Result<(), StepError>> {
         match checkpoint.resource.kind.as_str() {
-            "store_lock" => drop(runtime.remove::<StoreLock>()),
+            "store_lock" => {
+                steadfast::handover::withdraw(STORE_LOCK_HANDOVER);
+                drop(runtime.remove::<StoreLock>());
+            }
             "store" => drop(runtime.remove::<Shared>()),
-            "listener" => drop(runtime.remove::<Listener>()),
+            "listener" => {
+                steadfast::handover::withdraw(LISTENER_HANDOVER);
+                drop(runtime.remove::<Listener>());
+            }
             _ => {
                 runtime.remove::<Serving>();
                 drop(runtime.remove::<Arc<Live>>());
@@ -300,17 +380,27 @@ impl Service for Kvd {
     }
 }
 
-/// One client: a line in, a line out.
+/// One client: a line in, a line out. Once the runtime stops, the
+/// connection is still answered while its client keeps asking within
+/// [`LINGER`]: an accepted connection is never closed on a request in flight.
 async fn serve_connection(stream: TcpStream, store: Shared, stop: CancellationToken) {
     let (read, mut write) = stream.into_split();
     let mut lines = AsyncBufReader::new(read).lines();
     loop {
-        let line = tokio::select! {
-            () = stop.cancelled() => return,
-            line = lines.next_line() => match line {
-                Ok(Some(line)) => line,
-                _ => return,
-            },
+        let next = if stop.is_cancelled() {
+            match tokio::time::timeout(LINGER, lines.next_line()).await {
+                Ok(line) => line,
+                Err(_) => return,
+            }
+        } else {
+            tokio::select! {
+                () = stop.cancelled() => continue,
+                line = lines.next_line() => line,
+            }
+        };
+        let line = match next {
+            Ok(Some(line)) => line,
+            _ => return,
         };
         let answer = answer(&line, &store).await;
         if write.write_all(answer.as_bytes()).await.is_err()
@@ -327,7 +417,10 @@ async fn answer(line: &str, store: &Shared) -> String {
     let valid_key = |k: &str| !k.is_empty() && !k.contains(char::is_whitespace);
     match (verb.to_ascii_uppercase().as_str(), key, value) {
         ("GET", Some(key), None) if valid_key(key) => {
-            let store = store.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut store = store.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Err(error) = store.catch_up() {
+                return format!("ERR the log cannot be read: {error}");
+            }
             store
                 .map
                 .get(key)
@@ -350,6 +443,7 @@ async fn answer(line: &str, store: &Shared) -> String {
             let (store, key) = (Arc::clone(store), key.to_owned());
             durable(move || {
                 let mut store = store.lock().unwrap_or_else(PoisonError::into_inner);
+                store.catch_up()?;
                 if !store.map.contains_key(&key) {
                     return Ok("NOT_FOUND".into());
                 }
@@ -376,6 +470,19 @@ async fn durable(write: impl FnOnce() -> std::io::Result<String> + Send + 'stati
         Ok(Err(error)) => format!("ERR not durable: {error}"),
         Err(_) => "ERR the write did not complete".into(),
     }
+}
+
+/// The version a replacement's live proof reports: the first line of a
+/// `<binary>.version` file beside the executable when there is one (how a
+/// packaging step stamps a build; the tests stamp a copy of kvd this way),
+/// else the crate's version.
+fn version() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| std::fs::read_to_string(exe.with_extension("version")).ok())
+        .and_then(|text| text.lines().next().map(str::trim).map(str::to_owned))
+        .filter(|line| !line.is_empty())
+        .unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_owned())
 }
 
 fn usage() -> ! {
@@ -418,7 +525,8 @@ async fn main() {
     }
     // The override tier (`steadfastctl config set`) and the declared file
     // come with the TOML source.
-    let supervisor_config = SupervisorConfig::toml(&data_dir, source, Arc::new(Kvd));
+    let mut supervisor_config = SupervisorConfig::toml(&data_dir, source, Arc::new(Kvd));
+    supervisor_config.version = Some(version());
     let (supervisor, handle) = match Supervisor::new(supervisor_config) {
         Ok(started) => started,
         Err(error) => {

@@ -24,6 +24,7 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 
 use crate::lifecycle::{ExitIntent, Refused, RefusedBecause};
+use crate::replacement::{Mode, ReplaceRefusal, Report};
 use crate::snapshot::Snapshot;
 
 /// The longest a `watch` waits, in milliseconds, whatever the client asks.
@@ -102,6 +103,9 @@ pub enum ControlRefusal {
     /// journal that cannot be read).
     #[error("failed: {0}")]
     Failed(String),
+    /// A replacement was not started (see [`ReplaceRefusal`]).
+    #[error("replace refused: {0}")]
+    Replace(ReplaceRefusal),
 }
 
 impl From<Refused> for ControlRefusal {
@@ -219,7 +223,48 @@ pub trait Control {
     /// Re-initialize the stopped runtime (the service's wipe step) with a
     /// confirmation from `reinit_prepare`; answered once it settled.
     async fn reinit(token: String) -> ControlAnswer;
+
+    // -- Replacement (issue 7) --
+    /// Replace this daemon's binary by `request.binary`, in `request.mode`.
+    /// Answered as soon as the transaction started (or was refused), with
+    /// its report; follow it with `replace_status`.
+    async fn replace(request: ReplaceRequest) -> ReplaceAnswer;
+    /// Long-poll: the replacement status once the report's `seq` is greater
+    /// than `after_seq`, or as it is after `timeout_ms` (capped at
+    /// [`MAX_WATCH_TIMEOUT_MS`]). Also the live proof a replacement asks a
+    /// candidate for: its pid, identity and version.
+    async fn replace_status(after_seq: u64, timeout_ms: u64) -> ReplaceAnswer;
 }
+
+/// A `replace` request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplaceRequest {
+    /// The candidate binary, as a path on the daemon's machine.
+    pub binary: String,
+    /// Overlap or exclusive.
+    pub mode: Mode,
+    /// The setup budget in milliseconds (must not be 0).
+    pub setup_budget_ms: u64,
+    /// The drain budget in milliseconds; `None`: unbounded.
+    pub drain_budget_ms: Option<u64>,
+}
+
+/// What `replace` and `replace_status` answer: who answered, and the latest
+/// replacement report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplaceStatus {
+    /// The daemon's pid.
+    pub pid: u32,
+    /// The daemon's identity (from its control directory).
+    pub identity: Option<String>,
+    /// The application's version, when it reports one.
+    pub version: Option<String>,
+    /// The latest replacement's report; `None` before the first.
+    pub report: Option<Report>,
+}
+
+/// The answer of the replacement methods.
+pub type ReplaceAnswer = Result<ReplaceStatus, ControlRefusal>;
 
 #[cfg(test)]
 mod tests {
@@ -304,5 +349,72 @@ mod tests {
         assert_eq!(clamp_watch_timeout(0), 0);
         assert_eq!(clamp_watch_timeout(1_500), 1_500);
         assert_eq!(clamp_watch_timeout(u64::MAX), MAX_WATCH_TIMEOUT_MS);
+    }
+
+    #[test]
+    fn replace_answers_round_trip_through_bincode() {
+        use crate::replacement::{Ended, Outcome, Progress, ReasonKind, Step, StepEvent};
+        let report = Report {
+            seq: 4,
+            serial: 1,
+            mode: Mode::Overlap,
+            target: "/opt/kvd-2".into(),
+            setup_ms: 30_000,
+            drain_ms: None,
+            events: vec![
+                StepEvent {
+                    step: Step::Recheck,
+                    answer: None,
+                    at: Timestamp(1),
+                },
+                StepEvent {
+                    step: Step::Recheck,
+                    answer: Some(Progress::Done),
+                    at: Timestamp(2),
+                },
+            ],
+            ended: Some(Ended::Failed {
+                step: Step::Verify,
+                committed: false,
+                reason: ReasonKind::Deadline,
+                message: "deadline expired".into(),
+            }),
+        };
+        let ok: ReplaceAnswer = Ok(ReplaceStatus {
+            pid: 7,
+            identity: Some("id".into()),
+            version: Some("2.0.0".into()),
+            report: Some(report.clone()),
+        });
+        assert_eq!(round_trip(&ok), ok);
+        let done = Report {
+            ended: Some(Ended::Outcome(Outcome::RetirementPending)),
+            ..report
+        };
+        assert_eq!(round_trip(&done), done);
+        for refusal in [
+            ReplaceRefusal::InProgress,
+            ReplaceRefusal::Locked("/d/.steadfast/upgrade.lock".into()),
+            ReplaceRefusal::Invalid("no binary given".into()),
+            ReplaceRefusal::Io("eio".into()),
+            ReplaceRefusal::Unavailable,
+        ] {
+            let answer: ReplaceAnswer = Err(ControlRefusal::Replace(refusal.clone()));
+            assert_eq!(round_trip(&answer), answer);
+            // The wire name is serde's tag: the string, or the object's key.
+            let json = serde_json::to_value(&refusal).unwrap();
+            let tag = json
+                .as_str()
+                .map(str::to_owned)
+                .or_else(|| json.as_object().and_then(|o| o.keys().next().cloned()));
+            assert_eq!(tag.as_deref(), Some(refusal.name()));
+        }
+        let request = ReplaceRequest {
+            binary: "/opt/kvd-2".into(),
+            mode: Mode::Exclusive,
+            setup_budget_ms: 5_000,
+            drain_budget_ms: Some(60_000),
+        };
+        assert_eq!(round_trip(&request), request);
     }
 }

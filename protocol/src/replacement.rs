@@ -460,6 +460,123 @@ impl Machine {
     }
 }
 
+/// One thing that happened in a transaction: a step was asked (`answer`
+/// `None`), or answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepEvent {
+    /// The step.
+    pub step: Step,
+    /// Its answer, once it came.
+    pub answer: Option<Progress>,
+    /// When it happened.
+    pub at: Timestamp,
+}
+
+/// How a transaction ended, for a report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ended {
+    /// It ended without failing.
+    Outcome(Outcome),
+    /// It failed: where, whether selection had committed, why.
+    Failed {
+        /// The step it failed at.
+        step: Step,
+        /// Whether the candidate is selected despite the failure.
+        committed: bool,
+        /// The kind of reason.
+        reason: ReasonKind,
+        /// The reason in words (the adapter's error, when it is one).
+        message: String,
+    },
+}
+
+impl Ended {
+    /// The report's end for a runner's result.
+    #[must_use]
+    pub fn from_result<E: fmt::Display>(result: &Result<Outcome, Failure<E>>) -> Self {
+        match result {
+            Ok(outcome) => Self::Outcome(*outcome),
+            Err(failure) => Self::Failed {
+                step: failure.step,
+                committed: failure.committed,
+                reason: failure.reason.kind(),
+                message: match &failure.reason {
+                    Reason::Adapter(error) => error.to_string(),
+                    other => other.kind().message().to_owned(),
+                },
+            },
+        }
+    }
+
+    /// Whether selection committed (the candidate is authoritative).
+    #[must_use]
+    pub const fn committed(&self) -> bool {
+        match self {
+            Self::Outcome(outcome) => !matches!(outcome, Outcome::Unchanged),
+            Self::Failed { committed, .. } => *committed,
+        }
+    }
+}
+
+/// The progress of one replacement transaction, as a daemon publishes it
+/// while the transaction runs and after it ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Report {
+    /// One higher on every change of any report in this process, so a
+    /// watcher can ask for the first report newer than one it saw.
+    pub seq: u64,
+    /// The transaction's number in this process, from 1.
+    pub serial: u64,
+    /// The mode.
+    pub mode: Mode,
+    /// What replaces the incumbent (for the process driver, the binary).
+    pub target: String,
+    /// The budgets, in milliseconds (`drain_ms` `None`: unbounded).
+    pub setup_ms: u64,
+    /// See [`Report::setup_ms`].
+    pub drain_ms: Option<u64>,
+    /// Every step asked and answered, in order.
+    pub events: Vec<StepEvent>,
+    /// How it ended; `None` while it runs.
+    pub ended: Option<Ended>,
+}
+
+/// Why a replacement was not started. Wire names are snake_case.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, thiserror::Error)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplaceRefusal {
+    /// A replacement is already running in this daemon.
+    #[error("a replacement is already in progress")]
+    InProgress,
+    /// Another process holds the upgrade lock.
+    #[error("another process holds the upgrade lock {0}")]
+    Locked(String),
+    /// The request cannot be carried out as asked.
+    #[error("invalid replacement request: {0}")]
+    Invalid(String),
+    /// The upgrade lock could not be taken.
+    #[error("the upgrade lock: {0}")]
+    Io(String),
+    /// The supervisor (or its Replacement actor) is not running.
+    #[error("replacement is unavailable")]
+    Unavailable,
+}
+
+impl ReplaceRefusal {
+    /// The wire name, as serde spells it.
+    #[must_use]
+    pub const fn name(&self) -> &'static str {
+        match self {
+            Self::InProgress => "in_progress",
+            Self::Locked(_) => "locked",
+            Self::Invalid(_) => "invalid",
+            Self::Io(_) => "io",
+            Self::Unavailable => "unavailable",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,7 @@
 //! one under `--data-dir`), how a snapshot reads to a human (like
 //! `systemctl status`) or a script (`--json`), and the exit codes:
 //! 0 accepted, 1 cannot connect (or the call failed on the way), 2 usage
-//! (clap's), 3 refused (the reason on stderr). `probe` is silent unless
+//! (clap's), 3 refused (the reason on stderr), 4 a replacement failed. `probe` is silent unless
 //! `--verbose` and exits 0 or 1 only.
 //!
 //! Checked by `tests/ctl.rs`, which runs this binary against a real
@@ -23,7 +23,8 @@ use steadfast::{
 
 /// Drive and watch a steadfast daemon over its control socket.
 ///
-/// Exit codes: 0 accepted, 1 cannot connect, 2 usage, 3 refused.
+/// Exit codes: 0 accepted, 1 cannot connect, 2 usage, 3 refused, 4 a
+/// replacement failed.
 #[derive(Debug, Parser)]
 #[command(name = "steadfastctl", version)]
 struct Cli {
@@ -99,6 +100,25 @@ enum Cmd {
         #[arg(long, value_name = "TOKEN")]
         confirm: Option<String>,
     },
+    /// Replace the daemon's binary (issue 7): print each step as it happens
+    /// and end with the outcome. Exit 0 when it completed (or nothing needed
+    /// replacing), 4 when it failed (the message says whether the candidate
+    /// was committed anyway).
+    Replace {
+        /// The candidate binary (a path on the daemon's machine).
+        #[arg(long, value_name = "PATH")]
+        binary: PathBuf,
+        /// Overlap: the candidate starts beside the incumbent; exclusive:
+        /// the incumbent drains first.
+        #[arg(long, value_enum)]
+        mode: ReplaceMode,
+        /// Seconds shared by the setup steps (restarted after a drain).
+        #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+        setup_budget: f64,
+        /// Seconds the drain (and retire) may take; unbounded when absent.
+        #[arg(long, value_name = "SECS")]
+        drain_budget: Option<f64>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -123,6 +143,16 @@ enum ConfigCmd {
         leaf: Option<String>,
     },
 }
+
+/// A replacement's mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ReplaceMode {
+    Overlap,
+    Exclusive,
+}
+
+/// Exit code of a replacement that failed.
+const EXIT_REPLACE_FAILED: u8 = 4;
 
 /// A lifecycle state's name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -233,6 +263,22 @@ async fn run(cli: Cli) -> ExitCode {
         Cmd::Reinit {
             confirm: Some(token),
         } => client.reinit(token).await,
+        Cmd::Replace {
+            binary,
+            mode,
+            setup_budget,
+            drain_budget,
+        } => {
+            return replace(
+                &client,
+                binary,
+                *mode,
+                *setup_budget,
+                *drain_budget,
+                cli.json,
+            )
+            .await;
+        }
     };
     match answer {
         Ok(snapshot) => {
@@ -595,4 +641,138 @@ fn render_attempt(attempt: &AttemptRecord, now: u64) -> String {
         );
     }
     out
+}
+
+/// Seconds (from the command line) as milliseconds; `None` when negative or
+/// not a number.
+fn secs_to_ms(secs: f64) -> Option<u64> {
+    Duration::try_from_secs_f64(secs)
+        .ok()
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Start a replacement and follow it to its end.
+async fn replace(
+    client: &ControlClient,
+    binary: &std::path::Path,
+    mode: ReplaceMode,
+    setup_budget: f64,
+    drain_budget: Option<f64>,
+    json: bool,
+) -> ExitCode {
+    use steadfast::protocol::control::ReplaceRequest;
+    use steadfast::protocol::replacement::{Ended, Mode, Step};
+    let Some(setup_budget_ms) = secs_to_ms(setup_budget).filter(|&ms| ms > 0) else {
+        eprintln!("steadfastctl: --setup-budget must be a positive number of seconds");
+        return ExitCode::from(2);
+    };
+    let drain_budget_ms = match drain_budget.map(secs_to_ms) {
+        None => None,
+        Some(Some(ms)) => Some(ms),
+        Some(None) => {
+            eprintln!("steadfastctl: --drain-budget must be a number of seconds");
+            return ExitCode::from(2);
+        }
+    };
+    // Relative paths are the operator's: resolve them here.
+    let binary = std::path::absolute(binary).unwrap_or_else(|_| binary.to_path_buf());
+    let request = ReplaceRequest {
+        binary: binary.display().to_string(),
+        mode: match mode {
+            ReplaceMode::Overlap => Mode::Overlap,
+            ReplaceMode::Exclusive => Mode::Exclusive,
+        },
+        setup_budget_ms,
+        drain_budget_ms,
+    };
+    let started = match client.replace(request).await {
+        Ok(status) => status,
+        Err(error) => return fail(&error),
+    };
+    let Some(mut report) = started.report else {
+        eprintln!("steadfastctl: the daemon started no replacement");
+        return ExitCode::from(EXIT_CANNOT_CONNECT);
+    };
+    let serial = report.serial;
+    if !json {
+        println!(
+            "replacing pid {} by {} ({} mode)",
+            started.pid,
+            report.target,
+            mode_name(report.mode)
+        );
+    }
+    let mut printed = 0;
+    loop {
+        for event in report.events.iter().skip(printed) {
+            if json {
+                match serde_json::to_string(event) {
+                    Ok(line) => println!("{line}"),
+                    Err(error) => eprintln!("steadfastctl: {error}"),
+                }
+            } else {
+                match event.answer {
+                    None => println!("  {} ...", event.step),
+                    Some(answer) => println!("  {} {answer:?}", event.step),
+                }
+            }
+        }
+        printed = report.events.len();
+        if let Some(ended) = &report.ended {
+            if json {
+                match serde_json::to_string(ended) {
+                    Ok(line) => println!("{line}"),
+                    Err(error) => eprintln!("steadfastctl: {error}"),
+                }
+            }
+            return match ended {
+                Ended::Outcome(outcome) => {
+                    if !json {
+                        println!("outcome: {outcome:?}");
+                    }
+                    ExitCode::SUCCESS
+                }
+                Ended::Failed {
+                    step,
+                    committed,
+                    message,
+                    ..
+                } => {
+                    eprintln!(
+                        "steadfastctl: the replacement failed at {step} (committed: {committed}): {message}"
+                    );
+                    ExitCode::from(EXIT_REPLACE_FAILED)
+                }
+            };
+        }
+        let committed = report
+            .events
+            .iter()
+            .any(|e| e.step == Step::Commit && e.answer.is_some());
+        match client
+            .replace_status(report.seq, Duration::from_secs(30))
+            .await
+        {
+            Ok(status) => match status.report {
+                Some(next) if next.serial == serial => report = next,
+                _ => {
+                    eprintln!("steadfastctl: the daemon lost track of the replacement");
+                    return ExitCode::from(EXIT_CANNOT_CONNECT);
+                }
+            },
+            Err(error) if committed => {
+                // The incumbent handed over and exited before the last word.
+                println!("committed; the incumbent has exited ({error})");
+                return ExitCode::SUCCESS;
+            }
+            Err(error) => return fail(&error),
+        }
+    }
+}
+
+const fn mode_name(mode: steadfast::protocol::replacement::Mode) -> &'static str {
+    match mode {
+        steadfast::protocol::replacement::Mode::Overlap => "overlap",
+        steadfast::protocol::replacement::Mode::Exclusive => "exclusive",
+    }
 }

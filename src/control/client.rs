@@ -67,6 +67,9 @@ pub enum ClientError {
     /// The daemon answered something that is not a snapshot.
     #[error("the daemon's snapshot does not parse: {0}")]
     Malformed(#[from] serde_json::Error),
+    /// A replacement was not started.
+    #[error("replace refused: {0}")]
+    ReplaceRefused(steadfast_protocol::replacement::ReplaceRefusal),
 }
 
 impl ClientError {
@@ -81,6 +84,7 @@ impl ClientError {
                 | Self::Unavailable
                 | Self::Invalid(_)
                 | Self::Failed(_)
+                | Self::ReplaceRefused(_)
         )
     }
 }
@@ -272,6 +276,47 @@ impl ControlClient {
         let cx = Self::context(self.timeout);
         Self::unwrap(self.inner.reinit(cx, token.to_owned()).await)
     }
+
+    // -- Replacement (issue 7) --
+
+    /// Start replacing the daemon's binary; answered once started, with the
+    /// first report.
+    ///
+    /// # Errors
+    /// [`ClientError::ReplaceRefused`] with the typed reason, or as
+    /// [`Self::snapshot`].
+    pub async fn replace(
+        &self,
+        request: steadfast_protocol::control::ReplaceRequest,
+    ) -> Result<steadfast_protocol::control::ReplaceStatus, ClientError> {
+        self.inner
+            .replace(Self::context(self.timeout), request)
+            .await?
+            .map_err(refused)
+    }
+
+    /// The replacement status once its report's `seq` passes `after_seq`, or
+    /// as it is after `timeout` (the server caps it at 60 s). With a zero
+    /// timeout: who answers (pid, identity, version) and the latest report.
+    ///
+    /// # Errors
+    /// As [`Self::snapshot`].
+    pub async fn replace_status(
+        &self,
+        after_seq: u64,
+        timeout: Duration,
+    ) -> Result<steadfast_protocol::control::ReplaceStatus, ClientError> {
+        let ms = u64::try_from(timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .min(MAX_WATCH_TIMEOUT_MS);
+        let cx = Self::context(
+            Duration::from_millis(ms).max(self.timeout.min(WATCH_MARGIN)) + WATCH_MARGIN,
+        );
+        self.inner
+            .replace_status(cx, after_seq, ms)
+            .await?
+            .map_err(refused)
+    }
 }
 
 /// A daemon's refusal as the client's error.
@@ -290,5 +335,6 @@ fn refused(refusal: ControlRefusal) -> ClientError {
         ControlRefusal::Unavailable => ClientError::Unavailable,
         ControlRefusal::Invalid(error) => ClientError::Invalid(error),
         ControlRefusal::Failed(error) => ClientError::Failed(error),
+        ControlRefusal::Replace(refusal) => ClientError::ReplaceRefused(refusal),
     }
 }

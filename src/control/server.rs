@@ -475,4 +475,66 @@ impl Control for ControlService {
     async fn reinit(self, _: Context, token: String) -> ControlAnswer {
         answer(self.handle.reinit(&token).await)
     }
+
+    // -- Replacement (issue 7) --
+    async fn replace(
+        self,
+        _: Context,
+        request: steadfast_protocol::control::ReplaceRequest,
+    ) -> steadfast_protocol::control::ReplaceAnswer {
+        let budgets = steadfast_protocol::replacement::Budgets {
+            setup: Duration::from_millis(request.setup_budget_ms),
+            drain: request.drain_budget_ms.map(Duration::from_millis),
+        };
+        let report = crate::replace::replace_binary(
+            &self.handle,
+            request.binary.into(),
+            request.mode,
+            budgets,
+        )
+        .await
+        .map_err(ControlRefusal::Replace)?;
+        Ok(replace_status(&self.handle, Some(report)))
+    }
+
+    async fn replace_status(
+        self,
+        _: Context,
+        after_seq: u64,
+        timeout_ms: u64,
+    ) -> steadfast_protocol::control::ReplaceAnswer {
+        let mut reports = self.handle.replace_reports();
+        let newer = async {
+            loop {
+                if reports
+                    .borrow_and_update()
+                    .as_ref()
+                    .is_some_and(|r| r.seq > after_seq)
+                {
+                    return;
+                }
+                if reports.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        let wait = Duration::from_millis(clamp_watch_timeout(timeout_ms));
+        let _ = tokio::time::timeout(wait, newer).await;
+        let report = reports.borrow().clone();
+        Ok(replace_status(&self.handle, report))
+    }
+}
+
+/// Who answers, and `report`.
+fn replace_status(
+    handle: &SupervisorHandle,
+    report: Option<steadfast_protocol::replacement::Report>,
+) -> steadfast_protocol::control::ReplaceStatus {
+    let snapshot = handle.snapshot();
+    steadfast_protocol::control::ReplaceStatus {
+        pid: snapshot.pid,
+        identity: snapshot.identity,
+        version: handle.version().map(str::to_owned),
+        report,
+    }
 }

@@ -1,0 +1,566 @@
+//! The built-in process driver: replaces the daemon's own binary by a
+//! candidate binary, in overlap or exclusive mode, over the Replacement
+//! actor's runner.
+//!
+//! | step | exclusive | overlap |
+//! |---|---|---|
+//! | recheck | `unchanged` when the selection already names the binary and this process runs it | same |
+//! | prepare | the binary is an executable file; its size and mtime are noted; this daemon's identity is read | same |
+//! | drain | stop the runtime (the lifecycle's `stop`): admission closes, the store is released | — |
+//! | start | bind the handover socket; spawn the binary with this process's arguments and [`HANDOVER_ENV`]; the candidate receives the data dir's lock (and in overlap the shared listeners) | same |
+//! | verify | through the control socket: a daemon that answers with the candidate's pid, this daemon's identity and a version, and is running (`pending` until then) | same |
+//! | validate | the binary is unchanged since prepare, the selection since recheck, the candidate alive | same |
+//! | commit | write `<data_dir>/.steadfast/selection` (temp, fsync, rename, dir fsync); under systemd `MAINPID=` the candidate | same |
+//! | retire | — | stop the runtime: admission closes, in-flight work finishes in the drain; `wedged` on the store the successor now holds counts as retired |
+//!
+//! After the transaction ([`ReplaceDriver::settle`]): a failure before commit
+//! stops the candidate (SIGTERM, then SIGKILL after 5 s), marks the run as
+//! this process's again and, if this daemon was drained, starts its runtime
+//! again: the incumbent keeps serving. Once committed (even if a later step
+//! failed) the daemon is handed over: nothing is rolled back; an overlap
+//! retire that did not finish (its drain budget ran out) is let run to its
+//! end first, since a budget never kills work; then
+//! [`crate::daemon::run_with`] returns `halt` so the process exits without
+//! touching the data directory again.
+//!
+//! Checked end to end with kvd processes by `tests/replace.rs`.
+
+use std::ffi::OsString;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use steadfast_actors::control_dir::{ControlDir, RunMarker};
+use steadfast_actors::lifecycle::Hold;
+use steadfast_actors::replace_runner::{AsyncDriver, StepFuture};
+use steadfast_actors::replacement::{DriverError, ReplaceDriver, ReplaceJob, SettleFuture};
+use steadfast_protocol::lifecycle::LifecycleState;
+use steadfast_protocol::replacement::{
+    Budgets, Failure, Mode, Outcome, Progress, ReplaceRefusal, Report, Step,
+};
+
+use crate::control::ControlClient;
+use crate::handover::{HANDOVER_ENV, Offer};
+use crate::supervisor::SupervisorHandle;
+
+/// The selection file's name in the control directory.
+pub const SELECTION_FILE: &str = "selection";
+
+/// What `<data_dir>/.steadfast/selection` records: the binary a committed
+/// replacement selected. JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Selection {
+    /// The selected binary (absolute).
+    pub binary: PathBuf,
+    /// The version the candidate reported when it was verified.
+    pub version: Option<String>,
+    /// The candidate's pid.
+    pub pid: u32,
+    /// When it was committed, in milliseconds since the epoch.
+    pub committed_at_ms: u64,
+}
+
+impl Selection {
+    /// Read the selection of `data_dir`; `None` when there is none (or it
+    /// does not parse: a selection is only ever written whole).
+    #[must_use]
+    pub fn read(data_dir: &Path) -> Option<Self> {
+        let text = std::fs::read(ControlDir::under(data_dir).join(SELECTION_FILE)).ok()?;
+        serde_json::from_slice(&text).ok()
+    }
+
+    fn write(&self, data_dir: &Path) -> std::io::Result<()> {
+        use std::io::Write;
+        let dir = ControlDir::under(data_dir);
+        let tmp = dir.join(".selection.tmp");
+        let target = dir.join(SELECTION_FILE);
+        let bytes = serde_json::to_vec(self).map_err(std::io::Error::other)?;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        file.write_all(&bytes)?;
+        file.sync_all()?;
+        drop(file);
+        std::fs::rename(&tmp, &target)?;
+        std::fs::File::open(&dir)?.sync_all()
+    }
+}
+
+/// A step of the process driver failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// The candidate binary is not usable.
+    #[error("the binary {path}: {reason}")]
+    Binary {
+        /// The binary.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The daemon's own runtime could not be drained.
+    #[error("the incumbent could not be drained: {0}")]
+    Drain(String),
+    /// The candidate could not be started.
+    #[error("the candidate could not be started: {0}")]
+    Start(String),
+    /// The candidate exited before it was selected.
+    #[error("the candidate exited: {0}")]
+    CandidateExited(String),
+    /// The candidate's live proof does not match.
+    #[error("the candidate's proof does not match: {0}")]
+    Proof(String),
+    /// Something changed between recheck/prepare and validate.
+    #[error("changed since it was prepared: {0}")]
+    Changed(String),
+    /// The selection could not be written.
+    #[error("the selection could not be committed: {0}")]
+    Commit(String),
+    /// The incumbent could not be retired.
+    #[error("the incumbent could not be retired: {0}")]
+    Retire(String),
+}
+
+/// The fingerprint of a binary: size and modification time.
+fn fingerprint(path: &Path) -> Result<(u64, Option<SystemTime>), ProcessError> {
+    let meta = std::fs::metadata(path).map_err(|e| ProcessError::Binary {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })?;
+    if !meta.is_file() {
+        return Err(ProcessError::Binary {
+            path: path.to_owned(),
+            reason: "not a regular file".into(),
+        });
+    }
+    if meta.permissions().mode() & 0o111 == 0 {
+        return Err(ProcessError::Binary {
+            path: path.to_owned(),
+            reason: "not executable".into(),
+        });
+    }
+    Ok((meta.len(), meta.modified().ok()))
+}
+
+/// The process driver (see the module doc).
+pub struct ProcessDriver {
+    handle: SupervisorHandle,
+    data_dir: PathBuf,
+    binary: PathBuf,
+    mode: Mode,
+    args: Vec<OsString>,
+    /// Noted at recheck; validate refuses a selection that moved.
+    selection: Option<Selection>,
+    /// Noted at prepare; validate refuses a binary that changed.
+    prepared: Option<(u64, Option<SystemTime>)>,
+    identity: Option<String>,
+    /// Whether this daemon's runtime was stopped by this transaction.
+    drained: bool,
+    offer: Option<Offer>,
+    child: Option<tokio::process::Child>,
+    candidate_version: Option<String>,
+}
+
+impl std::fmt::Debug for ProcessDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessDriver")
+            .field("binary", &self.binary)
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProcessDriver {
+    /// A driver replacing the daemon behind `handle` by `binary`, started
+    /// with this process's own arguments.
+    #[must_use]
+    pub fn new(handle: SupervisorHandle, binary: PathBuf, mode: Mode) -> Self {
+        let data_dir = handle.replace_side().data_dir.clone();
+        Self {
+            handle,
+            data_dir,
+            binary,
+            mode,
+            args: std::env::args_os().skip(1).collect(),
+            selection: None,
+            prepared: None,
+            identity: None,
+            drained: false,
+            offer: None,
+            child: None,
+            candidate_version: None,
+        }
+    }
+
+    /// Start the candidate with `args` instead of this process's arguments.
+    #[must_use]
+    pub fn args(mut self, args: Vec<OsString>) -> Self {
+        self.args = args;
+        self
+    }
+
+    fn recheck(&mut self) -> Progress {
+        self.selection = Selection::read(&self.data_dir);
+        let running = std::env::current_exe()
+            .ok()
+            .and_then(|p| p.canonicalize().ok());
+        let wanted = self.binary.canonicalize().ok();
+        let selected = self
+            .selection
+            .as_ref()
+            .and_then(|s| s.binary.canonicalize().ok());
+        if wanted.is_some() && wanted == running && wanted == selected {
+            Progress::Unchanged
+        } else {
+            Progress::Done
+        }
+    }
+
+    fn prepare(&mut self) -> Result<Progress, ProcessError> {
+        self.binary = self
+            .binary
+            .canonicalize()
+            .map_err(|e| ProcessError::Binary {
+                path: self.binary.clone(),
+                reason: e.to_string(),
+            })?;
+        self.prepared = Some(fingerprint(&self.binary)?);
+        self.identity = self.handle.snapshot().identity;
+        if self.identity.is_none() {
+            return Err(ProcessError::Binary {
+                path: self.binary.clone(),
+                reason: "this daemon has no identity yet (it has never run): nothing to prove the candidate against".into(),
+            });
+        }
+        Ok(Progress::Done)
+    }
+
+    async fn stop_runtime(&mut self) -> Result<(), String> {
+        let snapshot = self.handle.snapshot();
+        if matches!(snapshot.lifecycle, LifecycleState::Stopped { .. }) {
+            return Ok(());
+        }
+        self.drained = true;
+        let after = self
+            .handle
+            .stop(Hold::None)
+            .await
+            .map_err(|e| e.to_string())?;
+        match after.lifecycle {
+            LifecycleState::Stopped { .. } => Ok(()),
+            other => Err(format!("the runtime is {} after the drain", other.name())),
+        }
+    }
+
+    /// Overlap's retire: stop this daemon's runtime. In-flight work finishes
+    /// within the drain (the application's own drain rules). The store the
+    /// runtime held was handed over and is held by the successor now, so a
+    /// drain that settles `wedged` on it is this retirement working.
+    async fn retire(&mut self) -> Result<Progress, ProcessError> {
+        let after = self
+            .handle
+            .stop(Hold::None)
+            .await
+            .map_err(|e| ProcessError::Retire(e.to_string()))?;
+        match after.lifecycle {
+            LifecycleState::Stopped { .. } | LifecycleState::Wedged { .. } => Ok(Progress::Done),
+            other => Err(ProcessError::Retire(format!(
+                "the runtime is {} after the drain",
+                other.name()
+            ))),
+        }
+    }
+
+    /// Let the runtime's drain run to its end, with no deadline: stop it if
+    /// it still runs, then wait until it rests.
+    async fn finish_retirement(&mut self) {
+        let busy = |state: &LifecycleState| {
+            matches!(
+                state,
+                LifecycleState::Running { .. }
+                    | LifecycleState::Booting { .. }
+                    | LifecycleState::Draining { .. }
+            )
+        };
+        if matches!(
+            self.handle.snapshot().lifecycle,
+            LifecycleState::Running { .. } | LifecycleState::Booting { .. }
+        ) && let Err(error) = self.handle.stop(Hold::None).await
+        {
+            tracing::warn!(%error, "retiring after commit: the stop was not accepted");
+        }
+        let mut snapshots = self.handle.watch();
+        let _ = snapshots.wait_for(|s| !busy(&s.lifecycle)).await;
+    }
+
+    async fn start(&mut self) -> Result<Progress, ProcessError> {
+        let control = self
+            .handle
+            .replace_side()
+            .control
+            .upgrade()
+            .ok_or_else(|| ProcessError::Start("the supervisor is gone".into()))?;
+        let lock = control
+            .lock_file()
+            .try_clone()
+            .map_err(|e| ProcessError::Start(format!("the lock: {e}")))?;
+        let listeners = if self.mode == Mode::Overlap {
+            crate::handover::shared_files().map_err(|e| ProcessError::Start(e.to_string()))?
+        } else {
+            Vec::new()
+        };
+        let offer = Offer::bind(control.path(), lock.into(), listeners)
+            .map_err(|e| ProcessError::Start(e.to_string()))?;
+        drop(control);
+        let child = tokio::process::Command::new(&self.binary)
+            .args(&self.args)
+            .env(HANDOVER_ENV, offer.path())
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(false)
+            .spawn()
+            .map_err(|e| ProcessError::Start(format!("{}: {e}", self.binary.display())))?;
+        let pid = child
+            .id()
+            .ok_or_else(|| ProcessError::Start("the candidate has no pid".into()))?;
+        offer.expect_pid(pid);
+        self.offer = Some(offer);
+        self.child = Some(child);
+        Ok(Progress::Done)
+    }
+
+    fn candidate_alive(&mut self) -> Result<u32, ProcessError> {
+        let child = self
+            .child
+            .as_mut()
+            .ok_or_else(|| ProcessError::CandidateExited("no candidate".into()))?;
+        match child.try_wait() {
+            Ok(Some(status)) => Err(ProcessError::CandidateExited(status.to_string())),
+            Ok(None) => child
+                .id()
+                .ok_or_else(|| ProcessError::CandidateExited("reaped".into())),
+            Err(e) => Err(ProcessError::CandidateExited(e.to_string())),
+        }
+    }
+
+    async fn verify(&mut self, deadline: Option<Instant>) -> Result<Progress, ProcessError> {
+        let pid = self.candidate_alive()?;
+        let socket = ControlDir::under(&self.data_dir).join("control.sock");
+        let budget = deadline
+            .map(|d| d.saturating_duration_since(Instant::now()))
+            .unwrap_or(Duration::from_secs(5))
+            .clamp(Duration::from_millis(100), Duration::from_secs(5));
+        // Until the candidate has bound the socket, this daemon answers:
+        // not the candidate's pid, so pending.
+        let Ok(client) = ControlClient::connect_unix(&socket).await else {
+            return Ok(Progress::Pending);
+        };
+        let client = client.with_timeout(budget);
+        let Ok(status) = client.replace_status(0, Duration::ZERO).await else {
+            return Ok(Progress::Pending);
+        };
+        if status.pid != pid {
+            return Ok(Progress::Pending);
+        }
+        // The candidate cannot run without the handed-over lock; the offer
+        // marks itself served a moment after the candidate received it.
+        if !self.offer.as_ref().is_some_and(Offer::served) {
+            return Ok(Progress::Pending);
+        }
+        if status.identity != self.identity {
+            return Err(ProcessError::Proof(format!(
+                "identity {:?}, expected {:?}",
+                status.identity, self.identity
+            )));
+        }
+        let Some(version) = status.version else {
+            return Err(ProcessError::Proof(
+                "the candidate reports no version".into(),
+            ));
+        };
+        let snapshot = match client.snapshot().await {
+            Ok(snapshot) => snapshot,
+            Err(_) => return Ok(Progress::Pending),
+        };
+        match snapshot.lifecycle {
+            LifecycleState::Running { .. } => {
+                self.candidate_version = Some(version);
+                Ok(Progress::Done)
+            }
+            LifecycleState::Failed { report, .. } => Err(ProcessError::Proof(format!(
+                "the candidate's runtime failed in {}: {}",
+                report.phase, report.error
+            ))),
+            LifecycleState::Wedged { cause, .. } => Err(ProcessError::Proof(format!(
+                "the candidate is wedged: {cause}"
+            ))),
+            _ => Ok(Progress::Pending),
+        }
+    }
+
+    fn validate(&mut self) -> Result<Progress, ProcessError> {
+        if Some(fingerprint(&self.binary)?) != self.prepared {
+            return Err(ProcessError::Changed(format!(
+                "the binary {}",
+                self.binary.display()
+            )));
+        }
+        if Selection::read(&self.data_dir) != self.selection {
+            return Err(ProcessError::Changed("the selection".into()));
+        }
+        self.candidate_alive()?;
+        Ok(Progress::Done)
+    }
+
+    fn commit(&mut self) -> Result<Progress, ProcessError> {
+        let pid = self.candidate_alive()?;
+        let committed_at_ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0);
+        let selection = Selection {
+            binary: self.binary.clone(),
+            version: self.candidate_version.clone(),
+            pid,
+            committed_at_ms,
+        };
+        selection
+            .write(&self.data_dir)
+            .map_err(|e| ProcessError::Commit(e.to_string()))?;
+        if std::env::var_os("NOTIFY_SOCKET").is_some()
+            && let Err(error) = sd_notify::notify(&[sd_notify::NotifyState::MainPid(pid)])
+        {
+            tracing::warn!(%error, "sd_notify MAINPID failed");
+        }
+        Ok(Progress::Done)
+    }
+
+    async fn perform_step(
+        &mut self,
+        step: Step,
+        deadline: Option<Instant>,
+    ) -> Result<Progress, ProcessError> {
+        match step {
+            Step::Recheck => Ok(self.recheck()),
+            Step::Prepare => self.prepare(),
+            Step::Drain => {
+                self.stop_runtime().await.map_err(ProcessError::Drain)?;
+                Ok(Progress::Done)
+            }
+            Step::Start => self.start().await,
+            Step::Verify => self.verify(deadline).await,
+            Step::Validate => self.validate(),
+            Step::Commit => self.commit(),
+            Step::Retire => self.retire().await,
+        }
+    }
+
+    /// A failure before commit: stop the candidate and serve again.
+    async fn roll_back(&mut self) {
+        self.offer = None;
+        if let Some(mut child) = self.child.take() {
+            if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok())
+                && let Some(pid) = rustix::process::Pid::from_raw(pid)
+            {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            }
+            if tokio::time::timeout(Duration::from_secs(5), child.wait())
+                .await
+                .is_err()
+            {
+                let _ = child.kill().await;
+            }
+        }
+        // The candidate may have marked the run as its own: it is ours.
+        if let Some(control) = self.handle.replace_side().control.upgrade()
+            && let Err(error) = control.write_run(&RunMarker::Holding {
+                pid: std::process::id(),
+                attempt: 0,
+            })
+        {
+            tracing::error!(%error, "the run marker could not be restored after a failed replacement");
+        }
+        if self.drained {
+            if let Err(error) = self.handle.start().await {
+                tracing::error!(%error, "the runtime could not be started again after a failed replacement");
+            }
+            self.drained = false;
+        }
+    }
+}
+
+impl AsyncDriver for ProcessDriver {
+    type Error = DriverError;
+
+    fn perform(&mut self, step: Step, deadline: Option<Instant>) -> StepFuture<'_, DriverError> {
+        Box::pin(async move {
+            self.perform_step(step, deadline)
+                .await
+                .map_err(|e| Box::new(e) as DriverError)
+        })
+    }
+
+    fn warmup_paths(&self) -> Vec<PathBuf> {
+        vec![self.binary.clone()]
+    }
+}
+
+impl ReplaceDriver for ProcessDriver {
+    fn settle<'a>(
+        &'a mut self,
+        result: &'a Result<Outcome, Failure<DriverError>>,
+    ) -> SettleFuture<'a> {
+        Box::pin(async move {
+            let committed = match result {
+                Ok(outcome) => !matches!(outcome, Outcome::Unchanged),
+                Err(failure) => failure.committed,
+            };
+            if committed {
+                // Overlap's retire did not finish (its drain budget ran out,
+                // or it failed): the budget only stops the waiting, never the
+                // work, so the incumbent still retires before it goes.
+                if self.mode == Mode::Overlap && !matches!(result, Ok(Outcome::Complete)) {
+                    self.finish_retirement().await;
+                }
+                // The candidate now owns the data dir: this process must end
+                // without writing to it. The candidate is not our child to
+                // wait for; it goes on when we exit.
+                self.offer = None;
+                if let Some(child) = self.child.take() {
+                    std::mem::forget(child);
+                }
+                let _ = self.handle.replace_side().handed_over.send(true);
+            } else if self.child.is_some() || self.drained {
+                self.roll_back().await;
+            }
+        })
+    }
+}
+
+/// Replace the daemon behind `handle` by `binary` (started with this
+/// process's arguments): the request the control plane's `replace` makes.
+///
+/// # Errors
+/// The Replacement actor's refusal.
+pub async fn replace_binary(
+    handle: &SupervisorHandle,
+    binary: PathBuf,
+    mode: Mode,
+    budgets: Budgets,
+) -> Result<Report, ReplaceRefusal> {
+    if binary.as_os_str().is_empty() {
+        return Err(ReplaceRefusal::Invalid("no binary given".into()));
+    }
+    let target = binary.display().to_string();
+    let driver = ProcessDriver::new(handle.clone(), binary, mode);
+    handle
+        .replace(ReplaceJob {
+            mode,
+            budgets,
+            target,
+            driver: Box::new(driver),
+        })
+        .await
+}
