@@ -1,15 +1,32 @@
 //! The control plane's client: [`ControlClient`] calls a daemon's
 //! [`Control`](steadfast_protocol::control::Control) service over its Unix
-//! socket and hands back typed [`Snapshot`]s.
+//! socket or its TCP port and hands back typed [`Snapshot`]s.
 //!
-//! Invariant: a refusal comes back as [`ClientError::Refused`] carrying the
-//! lifecycle's [`Refused`] unchanged, and *not reaching* a daemon is always
-//! [`ClientError::Connect`] or [`ClientError::Rpc`] — never a refusal.
-//! Checked by `tests/control.rs::a_refusal_arrives_typed` and
-//! `tests/control.rs::no_daemon_is_a_connect_error`.
+//! Invariants:
+//! - A refusal comes back as [`ClientError::Refused`] carrying the
+//!   lifecycle's [`Refused`] unchanged, and *not reaching* a daemon is
+//!   always [`ClientError::Connect`], [`ClientError::Auth`],
+//!   [`ClientError::Busy`] or [`ClientError::Rpc`] — never a refusal.
+//!   Checked by `tests/control.rs::a_refusal_arrives_typed` and
+//!   `tests/control.rs::no_daemon_is_a_connect_error`.
+//! - The client reconnects: once its connection is known to be broken (the
+//!   daemon closed it, restarted, was relaunched), the next call dials
+//!   again. A call that finds the connection already ended before sending
+//!   dials first, so nothing was sent on the dead one. A read-only call
+//!   (`snapshot`, `watch`) that breaks *in flight* is retried once on a new
+//!   connection; a command is not: it may have reached the daemon and been
+//!   applied before the connection broke, and applying `stop` or `exit`
+//!   twice is not the caller's intent — it gets [`ClientError::Rpc`] and
+//!   decides (read the snapshot, then act). Checked by
+//!   `tests/control.rs::the_client_reconnects_after_a_server_restart` and
+//!   `tests/control.rs::reads_are_retried_once_and_commands_never`.
 
+use std::fmt;
+use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use steadfast_protocol::control::{
@@ -17,10 +34,13 @@ use steadfast_protocol::control::{
 };
 use steadfast_protocol::lifecycle::{ExitIntent, Refused};
 use steadfast_protocol::snapshot::Snapshot;
-use tarpc::client::{self, RpcError};
+use tarpc::client::{self, NewClient, RpcError};
 use tarpc::context;
 use tokio::net::UnixStream;
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
 
+use super::auth::Token;
 use super::codec::{self, Bincode1};
 use steadfast_actors::lifecycle::Hold;
 
@@ -33,15 +53,29 @@ const WATCH_MARGIN: Duration = Duration::from_secs(10);
 /// Why a control call did not give a snapshot.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// The daemon's socket could not be reached (no daemon, wrong path, no
-    /// permission).
-    #[error("cannot connect to {path}: {source}")]
+    /// The daemon could not be reached (no daemon, wrong path or address,
+    /// no permission, the handshake timed out).
+    #[error("cannot connect to {endpoint}: {source}")]
     Connect {
-        /// The socket.
-        path: PathBuf,
+        /// The socket's path or the TCP address.
+        endpoint: String,
         /// Why.
         #[source]
         source: io::Error,
+    },
+    /// TCP: the daemon refused the token (missing, wrong, or not a
+    /// steadfast hello).
+    #[error("{endpoint} refused the token (is --token-file the daemon's token file?)")]
+    Auth {
+        /// The TCP address.
+        endpoint: String,
+    },
+    /// TCP: the daemon is at its connection bound (in all, or from this
+    /// address) and closed the new connection.
+    #[error("{endpoint} has too many control connections open; try again later")]
+    Busy {
+        /// The TCP address.
+        endpoint: String,
     },
     /// The lifecycle refused the command; the reason is the machine's.
     #[error("{0}")]
@@ -52,8 +86,8 @@ pub enum ClientError {
     /// The supervisor is not running.
     #[error("the supervisor is not running")]
     Unavailable,
-    /// The call failed on the way (the connection closed, the deadline
-    /// passed, the server shed it).
+    /// The call failed on the way: the transport (the connection closed,
+    /// the deadline passed, the server shed it). The next call dials again.
     #[error("the call failed: {0}")]
     Rpc(#[from] RpcError),
     /// The daemon answered something that is not a snapshot.
@@ -73,12 +107,99 @@ impl ClientError {
     }
 }
 
-/// A connection to a daemon's control socket. Cheap to clone; calls on
-/// clones share the connection.
+/// Where a daemon's control plane is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// Its Unix socket.
+    Unix(PathBuf),
+    /// Its TCP port, and the token to present there.
+    Tcp {
+        /// The address.
+        addr: SocketAddr,
+        /// The token.
+        token: Token,
+    },
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unix(path) => write!(f, "{}", path.display()),
+            Self::Tcp { addr, .. } => write!(f, "{addr}"),
+        }
+    }
+}
+
+/// One dialled connection.
+#[derive(Debug)]
+struct Connection {
+    /// The generated tarpc client.
+    raw: RawClient,
+    /// The connection's dispatch task: finished means the connection is
+    /// gone (and nothing more can be sent on it).
+    dispatch: JoinHandle<()>,
+    /// Which dial this is, so a failure seen on an old connection does not
+    /// drop a newer one.
+    generation: u64,
+}
+
+/// Dial `endpoint` and start its dispatch.
+async fn dial(endpoint: &Endpoint, generation: u64) -> Result<Connection, ClientError> {
+    match endpoint {
+        Endpoint::Unix(path) => {
+            let stream =
+                UnixStream::connect(path)
+                    .await
+                    .map_err(|source| ClientError::Connect {
+                        endpoint: path.display().to_string(),
+                        source,
+                    })?;
+            Ok(start(stream, generation))
+        }
+        Endpoint::Tcp { addr, token } => {
+            let stream = super::tcp::dial(*addr, token).await?;
+            Ok(start(stream, generation))
+        }
+    }
+}
+
+/// Put tarpc over a connected stream and spawn its dispatch.
+fn start<S>(stream: S, generation: u64) -> Connection
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
+{
+    let transport = tarpc::serde_transport::new(codec::framed(stream), Bincode1::client());
+    let NewClient { client, dispatch } = RawClient::new(client::Config::default(), transport);
+    let dispatch = tokio::spawn(async move {
+        if let Err(error) = dispatch.await {
+            tracing::debug!(%error, "the control connection broke");
+        }
+    });
+    Connection {
+        raw: client,
+        dispatch,
+        generation,
+    }
+}
+
+/// Whether `error` means the connection is gone (rather than one call
+/// failing on a live connection).
+const fn is_broken(error: &RpcError) -> bool {
+    matches!(
+        error,
+        RpcError::Shutdown | RpcError::Send(_) | RpcError::Channel(_)
+    )
+}
+
+/// A client of a daemon's control plane, over its Unix socket or its TCP
+/// port. Cheap to clone; calls on clones share the connection. Reconnects
+/// by itself: see the module's documentation for what is retried.
 #[derive(Clone, Debug)]
 pub struct ControlClient {
-    /// The generated tarpc client.
-    inner: RawClient,
+    /// Where the daemon is.
+    endpoint: Arc<Endpoint>,
+    /// The current connection, if one is believed alive.
+    connection: Arc<Mutex<Option<Connection>>>,
     /// The deadline given to each command.
     timeout: Duration,
 }
@@ -89,19 +210,102 @@ impl ControlClient {
     /// # Errors
     /// [`ClientError::Connect`] when nothing answers at `path`.
     pub async fn connect_unix(path: impl AsRef<Path>) -> Result<Self, ClientError> {
-        let path = path.as_ref();
-        let stream = UnixStream::connect(path)
-            .await
-            .map_err(|source| ClientError::Connect {
-                path: path.to_owned(),
-                source,
-            })?;
-        let transport = tarpc::serde_transport::new(codec::framed(stream), Bincode1::client());
-        let inner = RawClient::new(client::Config::default(), transport).spawn();
+        Self::connect(Endpoint::Unix(path.as_ref().to_owned())).await
+    }
+
+    /// Connect to a daemon's TCP control port at `addr` and present `token`
+    /// (read it with [`Token::read_file`]). Call inside a tokio runtime.
+    ///
+    /// # Errors
+    /// [`ClientError::Connect`] when nothing answers at `addr` (or the
+    /// handshake times out), [`ClientError::Auth`] when the token is
+    /// refused, [`ClientError::Busy`] when the daemon has too many
+    /// connections.
+    pub async fn connect_tcp(addr: SocketAddr, token: Token) -> Result<Self, ClientError> {
+        Self::connect(Endpoint::Tcp { addr, token }).await
+    }
+
+    /// Connect to `endpoint` now (so a wrong address fails here, not at the
+    /// first call).
+    ///
+    /// # Errors
+    /// As [`Self::connect_unix`] and [`Self::connect_tcp`].
+    pub async fn connect(endpoint: Endpoint) -> Result<Self, ClientError> {
+        let connection = dial(&endpoint, 0).await?;
         Ok(Self {
-            inner,
+            endpoint: Arc::new(endpoint),
+            connection: Arc::new(Mutex::new(Some(connection))),
             timeout: DEFAULT_CALL_TIMEOUT,
         })
+    }
+
+    /// Where this client calls.
+    #[must_use]
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// A live connection's client and generation: the current one, or a
+    /// new one when there is none or its dispatch has ended.
+    async fn raw(&self) -> Result<(RawClient, u64), ClientError> {
+        let mut slot = self.connection.lock().await;
+        if let Some(connection) = slot.as_ref()
+            && !connection.dispatch.is_finished()
+        {
+            return Ok((connection.raw.clone(), connection.generation));
+        }
+        let generation = slot.as_ref().map_or(0, |c| c.generation + 1);
+        *slot = None;
+        let connection = dial(&self.endpoint, generation).await?;
+        let raw = connection.raw.clone();
+        *slot = Some(connection);
+        Ok((raw, generation))
+    }
+
+    /// Forget connection `generation` after it broke (the next call dials).
+    async fn broke(&self, generation: u64) {
+        let mut slot = self.connection.lock().await;
+        if slot.as_ref().is_some_and(|c| c.generation == generation) {
+            *slot = None;
+        }
+    }
+
+    /// A call that changes nothing: retried once on a new connection if the
+    /// connection breaks under it.
+    async fn read_only<F, Fut>(&self, call: F) -> Result<Snapshot, ClientError>
+    where
+        F: Fn(RawClient) -> Fut,
+        Fut: Future<Output = Result<ControlAnswer, RpcError>>,
+    {
+        let (raw, generation) = self.raw().await?;
+        match call(raw).await {
+            Err(error) if is_broken(&error) => {
+                self.broke(generation).await;
+                tracing::debug!(%error, "the control connection broke; retrying a read once");
+                let (raw, generation) = self.raw().await?;
+                let answer = call(raw).await;
+                if matches!(&answer, Err(error) if is_broken(error)) {
+                    self.broke(generation).await;
+                }
+                Self::unwrap(answer)
+            }
+            answer => Self::unwrap(answer),
+        }
+    }
+
+    /// A command: sent once. If the connection breaks under it, the error
+    /// is the caller's (it may have been applied) and the next call dials.
+    async fn command<F, Fut>(&self, call: F) -> Result<Snapshot, ClientError>
+    where
+        F: FnOnce(RawClient) -> Fut,
+        Fut: Future<Output = Result<ControlAnswer, RpcError>>,
+    {
+        let (raw, generation) = self.raw().await?;
+        let answer = call(raw).await;
+        if matches!(&answer, Err(error) if is_broken(error)) {
+            self.broke(generation).await;
+        }
+        Self::unwrap(answer)
     }
 
     /// Give each command this long (default [`DEFAULT_CALL_TIMEOUT`]).
@@ -139,7 +343,9 @@ impl ControlClient {
     /// # Errors
     /// [`ClientError`]: the call failed on the way.
     pub async fn snapshot(&self) -> Result<Snapshot, ClientError> {
-        Self::unwrap(self.inner.snapshot(Self::context(self.timeout)).await)
+        let timeout = self.timeout;
+        self.read_only(|raw| async move { raw.snapshot(Self::context(timeout)).await })
+            .await
     }
 
     /// The first snapshot whose version is greater than `after_version`, or
@@ -155,8 +361,9 @@ impl ControlClient {
         let ms = u64::try_from(timeout.as_millis())
             .unwrap_or(u64::MAX)
             .min(MAX_WATCH_TIMEOUT_MS);
-        let cx = Self::context(Duration::from_millis(ms) + WATCH_MARGIN);
-        Self::unwrap(self.inner.watch(cx, after_version, ms).await)
+        let wait = Duration::from_millis(ms) + WATCH_MARGIN;
+        self.read_only(|raw| async move { raw.watch(Self::context(wait), after_version, ms).await })
+            .await
     }
 
     /// Boot a stopped runtime (clears a hold).
@@ -165,7 +372,8 @@ impl ControlClient {
     /// [`ClientError::Refused`] with the lifecycle's reason, or as
     /// [`Self::snapshot`].
     pub async fn start(&self) -> Result<Snapshot, ClientError> {
-        Self::unwrap(self.inner.start(Self::context(self.timeout)).await)
+        let cx = Self::context(self.timeout);
+        self.command(|raw| async move { raw.start(cx).await }).await
     }
 
     /// Stop the runtime; answered once the drain has settled.
@@ -174,7 +382,9 @@ impl ControlClient {
     /// As [`Self::start`].
     pub async fn stop(&self, hold: Hold) -> Result<Snapshot, ClientError> {
         let hold = matches!(hold, Hold::AcrossRelaunch);
-        Self::unwrap(self.inner.stop(Self::context(self.timeout), hold).await)
+        let cx = Self::context(self.timeout);
+        self.command(|raw| async move { raw.stop(cx, hold).await })
+            .await
     }
 
     /// Stop the runtime and boot it again.
@@ -182,7 +392,9 @@ impl ControlClient {
     /// # Errors
     /// As [`Self::start`].
     pub async fn restart(&self) -> Result<Snapshot, ClientError> {
-        Self::unwrap(self.inner.restart(Self::context(self.timeout)).await)
+        let cx = Self::context(self.timeout);
+        self.command(|raw| async move { raw.restart(cx).await })
+            .await
     }
 
     /// Retry a failed boot now.
@@ -190,7 +402,8 @@ impl ControlClient {
     /// # Errors
     /// As [`Self::start`].
     pub async fn retry(&self) -> Result<Snapshot, ClientError> {
-        Self::unwrap(self.inner.retry(Self::context(self.timeout)).await)
+        let cx = Self::context(self.timeout);
+        self.command(|raw| async move { raw.retry(cx).await }).await
     }
 
     /// End the daemon's process after a drain.
@@ -198,6 +411,8 @@ impl ControlClient {
     /// # Errors
     /// As [`Self::start`].
     pub async fn exit(&self, intent: ExitIntent) -> Result<Snapshot, ClientError> {
-        Self::unwrap(self.inner.exit(Self::context(self.timeout), intent).await)
+        let cx = Self::context(self.timeout);
+        self.command(|raw| async move { raw.exit(cx, intent).await })
+            .await
     }
 }
