@@ -338,7 +338,7 @@ async fn oversized_frames_keep_memory_flat() {
         let body = Arc::clone(&body);
         async move {
             let mut stream = greeted(addr, &token).await;
-            let (len, bytes) = if i % 2 == 0 {
+            let (len, bytes) = if i.is_multiple_of(2) {
                 (u32::try_from(MAX_FRAME_LEN + 1).expect("fits"), &body[..])
             } else {
                 (1u32 << 30, &body[..4096])
