@@ -11,6 +11,8 @@
 //!   client, stopping at the `WireSnapshot` (no JSON parse on the client):
 //!   the difference to `snapshot_unix` is what turning the JSON back into a
 //!   `Snapshot` costs.
+//! - `control/snapshot_json_parse`, `control/snapshot_json_encode`: the
+//!   client's and the server's JSON work for one snapshot, alone.
 //! - `control/snapshot_tcp` and `control/raw_pingpong_tcp_same_size`: the
 //!   same pair over loopback TCP (after the token handshake, which is paid
 //!   once per connection and not measured).
@@ -193,6 +195,14 @@ fn bench(c: &mut Criterion) {
                 .expect("answered")
                 .expect("a snapshot")
         });
+    });
+    let wire = WireSnapshot::from_snapshot(&handle.snapshot());
+    group.bench_function("snapshot_json_parse", |b| {
+        b.iter(|| wire.into_snapshot().expect("parses"));
+    });
+    group.bench_function("snapshot_json_encode", |b| {
+        let snapshot = handle.snapshot();
+        b.iter(|| WireSnapshot::from_snapshot(&snapshot));
     });
     group.bench_function("snapshot_tcp", |b| {
         b.iter(|| client_rt.block_on(tcp_client.snapshot()).expect("answered"));
