@@ -492,3 +492,54 @@ async fn steadfastctl_over_tcp() {
     assert_eq!(usage.status.code(), Some(2), "--tcp or --socket, not both");
     exit(run, &handle, ExitIntent::Halt).await;
 }
+
+/// `daemon::run_with` with `control_tcp(…)` and `create_token(true)`: the
+/// token file is created 0600, the port answers a client holding it, and an
+/// `exit` over TCP ends the daemon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_daemon_serves_tcp_and_creates_its_token_file() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let config = steadfast::SupervisorConfig::new(
+        tmp.path(),
+        Switch::new(Some(good())).source(),
+        Arc::new(TestService::default()),
+    )
+    .timings(test_timings());
+    let (supervisor, handle) = steadfast::Supervisor::new(config).expect("a supervisor");
+    // A free loopback port: bound and released (the daemon takes a fixed
+    // address, as a real one would be configured with).
+    let addr = std::net::TcpListener::bind(loopback())
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let token_path = tmp.path().join("control.token");
+    let options = steadfast::daemon::DaemonOptions::new()
+        .control_tcp(addr, &token_path)
+        .create_token(true);
+    let daemon = tokio::spawn(steadfast::daemon::run_with(
+        supervisor,
+        handle.clone(),
+        options,
+    ));
+    until(&handle, "running", running).await;
+
+    let mode = std::fs::metadata(&token_path)
+        .expect("the token file was created")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o600);
+    let token = Token::read_file(&token_path).expect("reads");
+    let client = ControlClient::connect_tcp(addr, token)
+        .await
+        .expect("the daemon's port answers");
+    assert!(running(&client.snapshot().await.expect("a snapshot")));
+    client.exit(ExitIntent::Halt).await.expect("exit over tcp");
+    let intent = tokio::time::timeout(PATIENCE, daemon)
+        .await
+        .expect("the daemon ends")
+        .expect("task");
+    assert_eq!(intent, ExitIntent::Halt);
+    assert!(
+        TcpStream::connect(addr).await.is_err(),
+        "the port is closed once the daemon returns"
+    );
+}
