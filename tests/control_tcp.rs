@@ -543,3 +543,23 @@ async fn a_daemon_serves_tcp_and_creates_its_token_file() {
         "the port is closed once the daemon returns"
     );
 }
+
+/// An authenticated TCP connection on which nothing moves for the idle
+/// timeout is closed, as on the Unix socket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_idle_tcp_connection_is_closed() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let limits = ServerLimits {
+        idle_timeout: Duration::from_millis(300),
+        ..ServerLimits::default()
+    };
+    let (run, handle, server, token) = running_on_tcp(tmp.path(), limits).await;
+    let mut idle = greeted(server.local_addr(), &token).await;
+    let sent = read_to_close(&mut idle).await;
+    assert_eq!(
+        sent,
+        Some(vec![]),
+        "closed, with nothing sent after the hello's answer"
+    );
+    exit(run, &handle, ExitIntent::Halt).await;
+}

@@ -25,6 +25,9 @@
 //!   those still in their handshake): `connections_per_peer_are_bounded`.
 //! - Frames over 1 MiB close that connection and memory stays flat:
 //!   `oversized_frames_keep_memory_flat`.
+//! - After the handshake a connection is served exactly as on the Unix
+//!   socket (`server::serve_admitted`: in-flight bound, idle timeout):
+//!   `an_idle_tcp_connection_is_closed`.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
