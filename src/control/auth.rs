@@ -188,12 +188,17 @@ impl Token {
             });
         }
         let mut text = String::new();
-        file.take(MAX_FILE_LEN)
+        // One byte more than allowed, so a longer file is seen as such
+        // rather than cut to a prefix that might parse.
+        file.take(MAX_FILE_LEN + 1)
             .read_to_string(&mut text)
             .map_err(|error| match error.kind() {
                 io::ErrorKind::InvalidData => TokenError::Malformed(path.to_owned()),
                 _ => io_at(path)(error),
             })?;
+        if text.len() as u64 > MAX_FILE_LEN {
+            return Err(TokenError::Malformed(path.to_owned()));
+        }
         Self::from_hex(&text).ok_or_else(|| TokenError::Malformed(path.to_owned()))
     }
 
@@ -336,6 +341,10 @@ mod tests {
         assert!(loose.to_string().contains("chmod 600"), "{loose}");
         fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).expect("chmod");
         Token::read_file(&path).expect("private now");
+        let padded = format!("{}{}", Token::from_bytes([1; 32]).to_hex(), " ".repeat(300));
+        fs::write(&path, padded).expect("write");
+        let long = Token::read_file(&path).expect_err("longer than a token file may be");
+        assert!(matches!(long, TokenError::Malformed(_)), "{long:?}");
         fs::write(&path, "not a token").expect("write");
         let bad = Token::read_file(&path).expect_err("malformed");
         assert!(matches!(bad, TokenError::Malformed(_)), "{bad:?}");
