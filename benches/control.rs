@@ -18,6 +18,7 @@
 //!   once per connection and not measured).
 //! - `control/16_clients`: 16 clients on their own connections, 100
 //!   `snapshot` calls each, concurrently; throughput in calls/s.
+//!   `control/16_clients_tcp`: the same over loopback TCP.
 //!
 //! The daemon side (supervisor, servers, echo tasks) runs on a 4-worker
 //! runtime, as in a daemon; the single-call clients run on a
@@ -107,6 +108,27 @@ async fn ping<S: AsyncRead + AsyncWrite + Unpin>(
     stream.read_exact(answer).await.expect("read");
 }
 
+const CLIENTS: usize = 16;
+const CALLS: usize = 100;
+
+/// Each client makes `CALLS` snapshot calls, all clients at once.
+async fn many_calls(clients: &[ControlClient]) {
+    let tasks: Vec<_> = clients
+        .iter()
+        .cloned()
+        .map(|client| {
+            tokio::spawn(async move {
+                for _ in 0..CALLS {
+                    client.snapshot().await.expect("answered");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("task");
+    }
+}
+
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
@@ -143,6 +165,7 @@ fn bench(c: &mut Criterion) {
 
     let raw_path = ControlDir::under(tmp.path()).join("raw.sock");
     let token = Token::generate().expect("a token");
+    let tcp_token = token.clone();
     let (tcp_server, raw_tcp_addr) = rt.block_on(async {
         let listener = UnixListener::bind(&raw_path).expect("raw bind");
         tokio::spawn(echo(listener, answer_len));
@@ -174,7 +197,7 @@ fn bench(c: &mut Criterion) {
             transport,
         )
         .spawn();
-        let tcp_client = ControlClient::connect_tcp(tcp_server.local_addr(), token)
+        let tcp_client = ControlClient::connect_tcp(tcp_server.local_addr(), token.clone())
             .await
             .expect("connects over tcp");
         let raw = UnixStream::connect(&raw_path).await.expect("raw connect");
@@ -215,39 +238,30 @@ fn bench(c: &mut Criterion) {
         b.iter(|| client_rt.block_on(ping(&mut raw_tcp, &request, &mut buf)));
     });
 
-    const CLIENTS: usize = 16;
-    const CALLS: usize = 100;
-    let clients: Vec<ControlClient> = rt.block_on(async {
+    let tcp_addr = tcp_server.local_addr();
+    let (clients, tcp_clients) = rt.block_on(async {
         let mut clients = Vec::new();
+        let mut tcp_clients = Vec::new();
         for _ in 0..CLIENTS {
             clients.push(
                 ControlClient::connect_unix(&socket)
                     .await
                     .expect("connects"),
             );
+            tcp_clients.push(
+                ControlClient::connect_tcp(tcp_addr, tcp_token.clone())
+                    .await
+                    .expect("connects over tcp"),
+            );
         }
-        clients
+        (clients, tcp_clients)
     });
     group.throughput(Throughput::Elements((CLIENTS * CALLS) as u64));
     group.bench_function("16_clients", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let tasks: Vec<_> = clients
-                    .iter()
-                    .cloned()
-                    .map(|client| {
-                        tokio::spawn(async move {
-                            for _ in 0..CALLS {
-                                client.snapshot().await.expect("answered");
-                            }
-                        })
-                    })
-                    .collect();
-                for task in tasks {
-                    task.await.expect("task");
-                }
-            });
-        });
+        b.iter(|| rt.block_on(many_calls(&clients)));
+    });
+    group.bench_function("16_clients_tcp", |b| {
+        b.iter(|| rt.block_on(many_calls(&tcp_clients)));
     });
     group.finish();
 }
