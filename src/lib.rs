@@ -27,7 +27,7 @@ pub mod daemon;
 pub mod supervisor;
 
 pub use steadfast_actors::config::{
-    ConfigError, ConfigSource, Fingerprint, ResolvedConfig, TomlFileSource,
+    ConfigError, ConfigSource, Fingerprint, Overrides, ResolvedConfig, TomlFileSource, parse_value,
 };
 pub use steadfast_actors::context::Timings;
 pub use steadfast_actors::control_dir::{ControlDir, RunMarker};
@@ -36,12 +36,15 @@ pub use steadfast_actors::service::{
     BoxFuture, CancellationToken, Checkpoint, Observation, Runtime, Service, StepContext, StepError,
 };
 pub use steadfast_actors::store::StoreLock;
+pub use steadfast_protocol::history::JournalAttempt;
 pub use steadfast_protocol::journal::ResourceRecord;
 pub use steadfast_protocol::lifecycle::{
     ExitIntent, FailureClass, LifecycleState, PendingApply, Phase, Refused, RefusedBecause,
     RetryClass, StopReason,
 };
 pub use steadfast_protocol::snapshot::{
-    AttemptRecord, AttemptResult, PhaseOutcome, PreviousRun, Snapshot,
+    AttemptRecord, AttemptResult, ConfigView, PhaseOutcome, PreviousRun, Snapshot,
 };
-pub use supervisor::{Supervisor, SupervisorConfig, SupervisorError, SupervisorHandle};
+pub use supervisor::{
+    ReinitConfirmation, Supervisor, SupervisorConfig, SupervisorError, SupervisorHandle,
+};

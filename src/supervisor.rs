@@ -12,14 +12,15 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use steadfast_actors::clock::Clock;
-use steadfast_actors::config::ConfigSource;
-use steadfast_actors::context::{Shared, Timings};
-use steadfast_actors::control_dir::{ControlDir, ControlDirError, RunMarker};
+use steadfast_actors::config::{ConfigSource, Overrides, TomlFileSource, value_text};
+use steadfast_actors::context::{Shared, Timings, reinit_salt};
+use steadfast_actors::control_dir::{self, ControlDir, ControlDirError, RunMarker};
 use steadfast_actors::lifecycle::{Command, CommandError, CommandRequest, Hold};
 use steadfast_actors::root::{RootActor, RootArgs};
 use steadfast_actors::service::Service;
+use steadfast_protocol::history::{self, JournalAttempt};
 use steadfast_protocol::lifecycle::{ExitIntent, LifecycleState, PendingApply};
-use steadfast_protocol::snapshot::Snapshot;
+use steadfast_protocol::snapshot::{ConfigView, Snapshot};
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// Everything a supervisor needs.
@@ -34,6 +35,10 @@ pub struct SupervisorConfig {
     pub declared: Option<PathBuf>,
     /// Backoff, stable period, drain grace, debounce.
     pub timings: Timings,
+    /// The override tier the control plane sets (`config set`), made durable
+    /// in the control directory and loaded back at startup. `None`: the
+    /// source has no override tier and `config set` is refused.
+    pub overrides: Option<Overrides>,
 }
 
 impl SupervisorConfig {
@@ -49,7 +54,30 @@ impl SupervisorConfig {
             service,
             declared: None,
             timings: Timings::default(),
+            overrides: None,
         }
+    }
+
+    /// A config over a [`TomlFileSource`]: its declared file is watched and
+    /// its override tier is the one the control plane sets.
+    pub fn toml(
+        data_dir: impl Into<PathBuf>,
+        source: TomlFileSource,
+        service: Arc<dyn Service>,
+    ) -> Self {
+        let declared = source.declared_path().map(std::path::Path::to_path_buf);
+        let overrides = source.overrides();
+        let mut config = Self::new(data_dir, source.into_source(), service).overrides(overrides);
+        config.declared = declared;
+        config
+    }
+
+    /// Let the control plane set leaves of this override tier (the one the
+    /// config source reads).
+    #[must_use]
+    pub fn overrides(mut self, overrides: Overrides) -> Self {
+        self.overrides = Some(overrides);
+        self
     }
 
     /// Watch `path` as the declared config file.
@@ -115,6 +143,20 @@ impl std::fmt::Debug for Supervisor {
 pub struct SupervisorHandle {
     commands: mpsc::UnboundedSender<CommandRequest>,
     snapshots: watch::Receiver<Snapshot>,
+    source: ConfigSource,
+    overrides: Option<Overrides>,
+    journal_path: Arc<PathBuf>,
+    reinit_salt: Arc<[u8]>,
+}
+
+/// What `reinit_prepare` answers: the confirmation to pass to
+/// [`SupervisorHandle::reinit`], and the epoch it is bound to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReinitConfirmation {
+    /// The token.
+    pub token: String,
+    /// The epoch it is valid in: any boot makes it stale.
+    pub epoch: u64,
 }
 
 impl Supervisor {
@@ -133,8 +175,18 @@ impl Supervisor {
             service,
             declared,
             timings,
+            overrides,
         } = config;
         let control = ControlDir::open(&data_dir)?;
+        if let Some(overrides) = &overrides {
+            let leaves = control.read_overrides()?;
+            overrides
+                .load_text(&leaves)
+                .map_err(|error| ControlDirError::BadMarker {
+                    path: control.overrides_path(),
+                    reason: error.to_string(),
+                })?;
+        }
         let (journal, _records, recovery) = control.open_journal()?;
         tracing::info!(?recovery, data_dir = %data_dir.display(), "opened the control directory");
         let previous_run = control.previous_run().clone();
@@ -163,6 +215,9 @@ impl Supervisor {
         };
         let (snapshot_tx, snapshot_rx) = watch::channel(snapshot);
         let (command_tx, command_rx) = mpsc::unbounded_channel();
+        let handle_source = source.clone();
+        let journal_path = Arc::new(control.journal_path());
+        let salt: Arc<[u8]> = reinit_salt(&data_dir, pid).into();
         let shared = Arc::new(Shared {
             service,
             source,
@@ -171,6 +226,7 @@ impl Supervisor {
             clock,
             timings,
             pid,
+            overrides: overrides.clone(),
         });
         let supervisor = Self {
             args: RootArgs {
@@ -185,6 +241,10 @@ impl Supervisor {
         let handle = SupervisorHandle {
             commands: command_tx,
             snapshots: snapshot_rx,
+            source: handle_source,
+            overrides,
+            journal_path,
+            reinit_salt: salt,
         };
         Ok((supervisor, handle))
     }
@@ -286,4 +346,126 @@ impl SupervisorHandle {
     pub async fn exit(&self, intent: ExitIntent) -> Result<Snapshot, CommandError> {
         self.send(Command::Exit(intent)).await
     }
+
+    /// Set `leaf` (dotted) of the override tier to `value`: made durable in
+    /// the control directory, then a `config_changed` (a running runtime
+    /// applies it in place or reports `restart_needed`; a held failure is
+    /// retried; a stopped runtime reads it at its next boot).
+    ///
+    /// # Errors
+    /// [`CommandError::Invalid`] for a malformed leaf or when the source has
+    /// no override tier; [`CommandError::Durability`] when it could not be
+    /// made durable (nothing changed).
+    pub async fn config_set(
+        &self,
+        leaf: &str,
+        value: toml::Value,
+    ) -> Result<Snapshot, CommandError> {
+        self.send(Command::ConfigSet {
+            leaf: leaf.to_owned(),
+            value,
+        })
+        .await
+    }
+
+    /// Remove `leaf` from the override tier (durably), then a
+    /// `config_changed`. Removing a leaf that is not set changes nothing.
+    ///
+    /// # Errors
+    /// As [`Self::config_set`].
+    pub async fn config_unset(&self, leaf: &str) -> Result<Snapshot, CommandError> {
+        self.send(Command::ConfigUnset {
+            leaf: leaf.to_owned(),
+        })
+        .await
+    }
+
+    /// The override tier (or its `leaf`) and the effective value (of `leaf`,
+    /// or the whole config) as the source resolves it now.
+    ///
+    /// # Errors
+    /// [`CommandError::Invalid`] when the source has no override tier.
+    pub async fn config_show(&self, leaf: Option<&str>) -> Result<ConfigView, CommandError> {
+        let Some(overrides) = &self.overrides else {
+            return Err(CommandError::Invalid(
+                "this daemon's config source has no override tier".into(),
+            ));
+        };
+        let mut view = ConfigView {
+            overrides: overrides
+                .to_text()
+                .into_iter()
+                .filter(|(l, _)| leaf.is_none_or(|leaf| l == leaf))
+                .collect(),
+            ..ConfigView::default()
+        };
+        let source = self.source.clone();
+        match tokio::task::spawn_blocking(move || source.resolve()).await {
+            Ok(Ok(resolved)) => {
+                view.effective = match leaf {
+                    None => toml::to_string(&resolved.config).ok(),
+                    Some(leaf) => lookup(&resolved.config, leaf).map(value_text),
+                };
+            }
+            Ok(Err(error)) => view.error = Some(error.to_string()),
+            Err(_) => view.error = Some("the config source panicked".into()),
+        }
+        Ok(view)
+    }
+
+    /// The last `limit` attempts the journal records, with their phases,
+    /// across the runs (processes) it still holds, oldest first.
+    ///
+    /// # Errors
+    /// [`CommandError::Failed`] when the journal cannot be read (the error
+    /// names the file).
+    pub async fn journal(&self, limit: usize) -> Result<Vec<JournalAttempt>, CommandError> {
+        let path = Arc::clone(&self.journal_path);
+        let records = tokio::task::spawn_blocking(move || control_dir::read_journal(&path))
+            .await
+            .map_err(|_| CommandError::Failed("reading the journal panicked".into()))?
+            .map_err(|error| CommandError::Failed(error.to_string()))?;
+        Ok(history::attempts(&records, limit))
+    }
+
+    /// Prepare a destructive re-initialization: the confirmation to pass to
+    /// [`Self::reinit`], bound to the current epoch (any boot makes it
+    /// stale) and to this process.
+    ///
+    /// # Errors
+    /// The refusal a re-initialization would get now (only a stopped
+    /// runtime is re-initialized: `runtime_not_stopped`, `lifecycle_busy`…).
+    pub async fn reinit_prepare(&self) -> Result<ReinitConfirmation, CommandError> {
+        let snapshot = self.send(Command::ReinitPrepare).await?;
+        Ok(ReinitConfirmation {
+            token: history::reinit_token(snapshot.epoch, &self.reinit_salt),
+            epoch: snapshot.epoch,
+        })
+    }
+
+    /// Re-initialize the stopped runtime: the service's wipe step runs over
+    /// the released store; answered once it settled, in
+    /// `stopped{reinit_complete}`.
+    ///
+    /// # Errors
+    /// [`CommandError::Refused`] with `stale_confirmation` for a token of
+    /// another epoch or process, or the state's refusal;
+    /// [`CommandError::Failed`] when the wipe step failed (the state is then
+    /// `stopped{reinit_failed}`, or `wedged` if the store stayed held).
+    pub async fn reinit(&self, token: &str) -> Result<Snapshot, CommandError> {
+        self.send(Command::Reinit {
+            token: token.to_owned(),
+        })
+        .await
+    }
+}
+
+/// The value at dotted `leaf` in `config`.
+fn lookup<'a>(config: &'a toml::Table, leaf: &str) -> Option<&'a toml::Value> {
+    let mut segments = leaf.split('.');
+    let mut value = config.get(segments.next()?)?;
+    for key in segments {
+        value = value.as_table()?.get(key)?;
+    }
+    Some(value)
 }

@@ -182,3 +182,70 @@ async fn watch_prints_transitions_and_phases_until_running() {
     );
     exit(run, &handle, ExitIntent::Halt).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn journal_config_and_reinit_from_the_command_line() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = supervise_toml(tmp.path(), "listen_addr = \"127.0.0.1:0\"");
+    let _server = serve_unix(
+        handle.clone(),
+        steadfast::ControlDir::under(tmp.path()).join("control.sock"),
+    )
+    .expect("serves");
+    until(&handle, "running", running).await;
+
+    let journal = ctl(tmp.path(), &["journal", "--json"]).await;
+    assert_eq!(journal.status.code(), Some(0), "{}", text(&journal.stderr));
+    let attempts: Vec<steadfast::JournalAttempt> =
+        serde_json::from_slice(&journal.stdout).expect("the JSON is a list of attempts");
+    assert_eq!(attempts.len(), 1);
+    let human = text(&ctl(tmp.path(), &["journal"]).await.stdout);
+    assert!(
+        human.contains("Run 1:") && human.contains("bind_listener"),
+        "{human}"
+    );
+
+    let set = ctl(tmp.path(), &["config", "set", "log_level", "debug"]).await;
+    assert_eq!(set.status.code(), Some(0), "{}", text(&set.stderr));
+    let show = ctl(tmp.path(), &["config", "show", "log_level", "--json"]).await;
+    let view: steadfast::ConfigView = serde_json::from_slice(&show.stdout).expect("a view");
+    assert_eq!(view.effective.as_deref(), Some("\"debug\""));
+    let show = text(&ctl(tmp.path(), &["config", "show"]).await.stdout);
+    assert!(show.contains("log_level = \"debug\""), "{show}");
+    let bad = ctl(tmp.path(), &["config", "set", "a..b", "1"]).await;
+    assert_eq!(bad.status.code(), Some(3));
+    assert!(
+        text(&bad.stderr).contains("invalid"),
+        "{}",
+        text(&bad.stderr)
+    );
+
+    // reinit: refused while running, then prepared, confirmed, spent.
+    let early = ctl(tmp.path(), &["reinit"]).await;
+    assert_eq!(early.status.code(), Some(3));
+    assert!(text(&early.stderr).contains("runtime_not_stopped"));
+    assert_eq!(ctl(tmp.path(), &["stop"]).await.status.code(), Some(0));
+    let prepared = ctl(tmp.path(), &["reinit", "--json"]).await;
+    assert_eq!(
+        prepared.status.code(),
+        Some(0),
+        "{}",
+        text(&prepared.stderr)
+    );
+    let prepared: serde_json::Value = serde_json::from_slice(&prepared.stdout).expect("json");
+    let token = prepared["token"].as_str().expect("a token").to_owned();
+    let human = text(&ctl(tmp.path(), &["reinit"]).await.stdout);
+    assert!(
+        human.contains(&format!("steadfastctl reinit --confirm {token}")),
+        "{human}"
+    );
+    let bogus = ctl(tmp.path(), &["reinit", "--confirm", "reinit-1-00000000"]).await;
+    assert_eq!(bogus.status.code(), Some(3));
+    assert!(text(&bogus.stderr).contains("stale_confirmation"));
+    let done = ctl(tmp.path(), &["reinit", "--confirm", &token]).await;
+    assert_eq!(done.status.code(), Some(0), "{}", text(&done.stderr));
+    assert!(text(&done.stdout).contains("stopped (reinit_complete)"));
+    let spent = ctl(tmp.path(), &["reinit", "--confirm", &token]).await;
+    assert_eq!(spent.status.code(), Some(3));
+    exit(run, &handle, ExitIntent::Halt).await;
+}

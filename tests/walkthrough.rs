@@ -208,6 +208,46 @@ fn the_readme_walkthrough() {
     });
     assert_eq!(kv(port, "GET greeting"), "hello world");
 
+    // 6. A setting through the override tier (applied in place), the
+    //    journal across the relaunches above, and a confirmed wipe.
+    let set = ctl(&data, &["config", "set", "max_connections", "8"]);
+    assert_eq!(
+        set.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&set.stderr)
+    );
+    let shown = ctl(&data, &["config", "show", "max_connections", "--json"]);
+    let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("a config view");
+    assert_eq!(shown["effective"], "8");
+    until(&data, "the setting applied in place", |s| {
+        state(s) == "running" && s["pending"]["kind"] == "in_sync"
+    });
+    let journal = ctl(&data, &["journal", "--json"]);
+    let journal: serde_json::Value = serde_json::from_slice(&journal.stdout).expect("attempts");
+    let runs: std::collections::BTreeSet<u64> = journal
+        .as_array()
+        .expect("an array")
+        .iter()
+        .filter_map(|a| a["run"].as_u64())
+        .collect();
+    assert!(runs.len() >= 3, "three processes ran: {journal}");
+    assert_eq!(ctl(&data, &["stop"]).status.code(), Some(0));
+    let prepared = ctl(&data, &["reinit", "--json"]);
+    let prepared: serde_json::Value = serde_json::from_slice(&prepared.stdout).expect("a token");
+    let token = prepared["token"].as_str().expect("token").to_owned();
+    assert_eq!(
+        ctl(&data, &["reinit", "--confirm", &token]).status.code(),
+        Some(0)
+    );
+    let wiped = until(&data, "re-initialized", |s| state(s) == "stopped");
+    assert_eq!(wiped["lifecycle"]["reason"], "reinit_complete");
+    assert_eq!(ctl(&data, &["start"]).status.code(), Some(0));
+    until(&data, "running over the wiped store", |s| {
+        state(s) == "running"
+    });
+    assert_eq!(kv(port, "GET greeting"), "NOT_FOUND");
+
     // Done: exit (halt) ends the process with 0.
     assert_eq!(ctl(&data, &["exit"]).status.code(), Some(0));
     assert_eq!(wait_exit(&mut daemon), Some(0));

@@ -9,7 +9,7 @@ use std::time::Duration;
 use steadfast_protocol::lifecycle::BackoffPolicy;
 
 use crate::clock::Clock;
-use crate::config::ConfigSource;
+use crate::config::{ConfigSource, Overrides};
 use crate::service::Service;
 
 /// How long the supervisor waits for things, and how it backs off.
@@ -56,6 +56,27 @@ pub struct Shared {
     pub timings: Timings,
     /// This process's id.
     pub pid: u32,
+    /// The override tier operators set through the control plane, when the
+    /// config source has one.
+    pub overrides: Option<Overrides>,
+}
+
+impl Shared {
+    /// What binds a re-initialization confirmation to this daemon: its data
+    /// directory and its process (a relaunched daemon counts its epochs
+    /// afresh, so a token from the process before must not match).
+    #[must_use]
+    pub fn reinit_salt(&self) -> Vec<u8> {
+        reinit_salt(&self.data_dir, self.pid)
+    }
+}
+
+/// See [`Shared::reinit_salt`].
+#[must_use]
+pub fn reinit_salt(data_dir: &std::path::Path, pid: u32) -> Vec<u8> {
+    let mut salt = data_dir.as_os_str().as_encoded_bytes().to_vec();
+    salt.extend_from_slice(&pid.to_le_bytes());
+    salt
 }
 
 impl std::fmt::Debug for Shared {

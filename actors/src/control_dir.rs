@@ -94,6 +94,7 @@ const MARKER_HEADER_LEN: usize = 16;
 const RUN_MAGIC: [u8; 8] = *b"STFDRUN1";
 const HOLD_MAGIC: [u8; 8] = *b"STFDHLD1";
 const IDENTITY_MAGIC: [u8; 8] = *b"STFDIDN1";
+const OVERRIDES_MAGIC: [u8; 8] = *b"STFDOVR1";
 
 /// Why a control directory operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -508,6 +509,12 @@ impl ControlDir {
         self.path.join("identity")
     }
 
+    /// The override tier an operator set (`steadfastctl config set`).
+    #[must_use]
+    pub fn overrides_path(&self) -> PathBuf {
+        self.path.join("overrides")
+    }
+
     /// The control plane's Unix socket.
     #[must_use]
     pub fn socket_path(&self) -> PathBuf {
@@ -736,6 +743,59 @@ impl ControlDir {
         Ok(identity)
     }
 
+    /// The journal's records as they are on disk now, for reading (the
+    /// `journal` control method): the longest valid prefix. A torn tail is
+    /// not an error here (an append may be in flight); mid-file corruption
+    /// is.
+    ///
+    /// # Errors
+    /// [`ControlDirError::CorruptJournal`] or
+    /// [`ControlDirError::BadJournalHeader`] as at open;
+    /// [`ControlDirError::Io`] if it cannot be read.
+    pub fn read_journal(&self) -> Result<Vec<Record>, ControlDirError> {
+        read_journal(&self.journal_path())
+    }
+
+    /// The override tier as it was last made durable: `(leaf, value as TOML
+    /// text)`, sorted by leaf. None set: empty.
+    ///
+    /// # Errors
+    /// [`ControlDirError::BadMarker`] if the marker is damaged: an operator's
+    /// overrides are never silently dropped, so the daemon refuses to start
+    /// and names the file. [`ControlDirError::Io`] if it cannot be read.
+    pub fn read_overrides(&self) -> Result<Vec<(String, String)>, ControlDirError> {
+        let path = self.overrides_path();
+        match read_marker::<Vec<(String, String)>>(&path, OVERRIDES_MAGIC)? {
+            MarkerRead::Missing => Ok(Vec::new()),
+            MarkerRead::Valid(leaves) => Ok(leaves),
+            MarkerRead::Unreadable(reason) => Err(ControlDirError::BadMarker { path, reason }),
+        }
+    }
+
+    /// Make the override tier durable (atomically, like every marker); an
+    /// empty tier removes the file.
+    ///
+    /// # Errors
+    /// [`ControlDirError::BadMarker`] if the tier does not fit a marker
+    /// ([`MAX_MARKER_PAYLOAD`] bytes); [`ControlDirError::Io`] if a step of
+    /// the atomic write fails.
+    pub fn write_overrides(&self, leaves: &[(String, String)]) -> Result<(), ControlDirError> {
+        if leaves.is_empty() {
+            let path = self.overrides_path();
+            match fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+                Err(e) => return Err(io_err(&path)(e)),
+            }
+            return sync_dir(&self.path);
+        }
+        overrides_fit(leaves).map_err(|reason| ControlDirError::BadMarker {
+            path: self.overrides_path(),
+            reason,
+        })?;
+        self.write_marker("overrides", OVERRIDES_MAGIC, &leaves)
+    }
+
     /// Encode `value` as a marker, then: temp file (0600) in the control dir
     /// → write → fsync → rename over `name` → fsync the directory.
     fn write_marker<T: Serialize>(
@@ -795,6 +855,48 @@ fn sync_dir(dir: &Path) -> Result<(), ControlDirError> {
 
 fn is_identity_id(id: &str) -> bool {
     id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// The journal at `path` as it is on disk now, for readers outside the
+/// daemon's writer (the `journal` control method): see
+/// [`ControlDir::read_journal`]. Reading needs no lock: the writer only
+/// appends whole frames, so a reader sees a valid prefix and at worst a torn
+/// tail, which is not returned.
+///
+/// # Errors
+/// As [`ControlDir::read_journal`].
+pub fn read_journal(path: &Path) -> Result<Vec<Record>, ControlDirError> {
+    let path = path.to_path_buf();
+    let bytes = match fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_err(&path)(e)),
+    };
+    match journal::decode(&bytes) {
+        Ok(decoded) => Ok(decoded.records),
+        Err(JournalError::Corrupt { offset }) => {
+            Err(ControlDirError::CorruptJournal { path, offset })
+        }
+        Err(source) => Err(ControlDirError::BadJournalHeader { path, source }),
+    }
+}
+
+/// Whether an override tier fits its marker ([`MAX_MARKER_PAYLOAD`]
+/// bytes encoded); if not, why.
+///
+/// # Errors
+/// The reason, naming the size.
+pub fn overrides_fit(leaves: &[(String, String)]) -> Result<(), String> {
+    let size = bincode::DefaultOptions::new()
+        .serialized_size(&leaves)
+        .map_err(|e| e.to_string())?;
+    if size <= u64::from(MAX_MARKER_PAYLOAD) {
+        Ok(())
+    } else {
+        Err(format!(
+            "the override tier would take {size} bytes, more than {MAX_MARKER_PAYLOAD}"
+        ))
+    }
 }
 
 fn marker_options() -> impl Options {

@@ -9,7 +9,9 @@
 //! survivors named in the cause. The work runs in a task the actor owns, so
 //! the actor is never blocked by it; a drain that panics fails the actor,
 //! which Root turns into a probed `drained` (the runtime was dropped while
-//! unwinding, which aborts its tasks). Checked by `tests/supervisor.rs`
+//! unwinding, which aborts its tasks). The Drain actor also runs the
+//! service's wipe step for a confirmed re-initialization ([`wipe`]): the
+//! other destructive job, with the same probed outcome. Checked by `tests/supervisor.rs`
 //! (`a_drain_that_cannot_release_wedges_and_only_exit_is_accepted`).
 
 use std::sync::Arc;
@@ -68,6 +70,27 @@ pub async fn teardown(
     (store, survivors)
 }
 
+/// Run the service's wipe step with the effective config (if it resolves),
+/// then probe the store. Returns the probed outcome and the wipe's error.
+pub async fn wipe(shared: &Arc<Shared>) -> (StoreOutcome, Option<String>) {
+    let source = shared.source.clone();
+    let config = match tokio::task::spawn_blocking(move || source.resolve()).await {
+        Ok(Ok(resolved)) => Some(resolved.config),
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "the config does not resolve; wiping without it");
+            None
+        }
+        Err(_) => None,
+    };
+    let error = shared
+        .service
+        .wipe(&shared.data_dir, config.as_ref())
+        .await
+        .err()
+        .map(|e| e.message);
+    (StoreLock::probe(&shared.data_dir), error)
+}
+
 /// The Drain actor.
 #[derive(Debug, Default)]
 pub struct DrainActor;
@@ -84,6 +107,12 @@ pub enum DrainMsg {
     Run {
         /// The runtime and its checkpoints.
         live: LiveRuntime,
+        /// Where the outcome goes.
+        report_to: ActorRef<LifecycleMsg>,
+    },
+    /// Run the service's wipe step over the released store (a confirmed
+    /// re-initialization) and report `wiped` to `report_to`.
+    Wipe {
         /// Where the outcome goes.
         report_to: ActorRef<LifecycleMsg>,
     },
@@ -128,6 +157,17 @@ impl Actor for DrainActor {
                         store,
                         survivors,
                     });
+                };
+                spawn_watched(work, move |panic| {
+                    let _ = myself.cast(DrainMsg::TaskEnded { panic });
+                });
+                Ok(())
+            }
+            DrainMsg::Wipe { report_to } => {
+                let shared = Arc::clone(&state.shared);
+                let work = async move {
+                    let (store, error) = wipe(&shared).await;
+                    let _ = report_to.cast(LifecycleMsg::Wiped { store, error });
                 };
                 spawn_watched(work, move |panic| {
                     let _ = myself.cast(DrainMsg::TaskEnded { panic });

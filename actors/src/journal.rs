@@ -58,6 +58,8 @@ pub enum JournalMsg {
     SetHold(bool, RpcReplyPort<Durable>),
     /// The identity, created now (at this many ms) if it does not exist.
     EnsureIdentity(u64, RpcReplyPort<Durable<String>>),
+    /// Make the override tier durable (`(leaf, TOML value)`).
+    WriteOverrides(Vec<(String, String)>, RpcReplyPort<Durable>),
 }
 
 impl Actor for JournalActor {
@@ -134,6 +136,12 @@ impl Actor for JournalActor {
                         .map(|identity| identity.id)
                         .map_err(|e| e.to_string()),
                 );
+            }
+            JournalMsg::WriteOverrides(leaves, reply) => {
+                let control = Arc::clone(&state.control);
+                let result =
+                    tokio::task::spawn_blocking(move || control.write_overrides(&leaves)).await?;
+                let _ = reply.send(result.map_err(|e| e.to_string()));
             }
         }
         Ok(())

@@ -30,7 +30,7 @@ use steadfast_protocol::Timestamp;
 use steadfast_protocol::journal::{AttemptResult as JournalResult, Record};
 use steadfast_protocol::lifecycle::{
     Effect, ExitIntent, FailureClass, FailureReport, Lifecycle, LifecycleEvent, LifecycleState,
-    PendingApply, Phase, Refused, RetryClass, StoreOutcome,
+    PendingApply, Phase, Refused, RetryClass, StopReason, StoreOutcome,
 };
 use steadfast_protocol::snapshot::{
     AttemptRecord, AttemptResult, PhaseOutcome, PhaseRecord, Snapshot,
@@ -60,7 +60,7 @@ pub enum Hold {
 }
 
 /// An operator's command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Command {
     /// Boot a stopped runtime.
     Start,
@@ -74,6 +74,27 @@ pub enum Command {
     Exit(ExitIntent),
     /// Re-read the config (SIGHUP): a `config_changed`.
     Reload,
+    /// Set a leaf of the override tier (durably), then `config_changed`.
+    ConfigSet {
+        /// The dotted leaf.
+        leaf: String,
+        /// Its value.
+        value: toml::Value,
+    },
+    /// Remove a leaf from the override tier (durably), then
+    /// `config_changed`.
+    ConfigUnset {
+        /// The dotted leaf.
+        leaf: String,
+    },
+    /// Check that a re-initialization would be accepted now; answered with
+    /// the snapshot whose epoch the confirmation is bound to.
+    ReinitPrepare,
+    /// A confirmed re-initialization; answered once the wipe settled.
+    Reinit {
+        /// The confirmation `ReinitPrepare` led to.
+        token: String,
+    },
 }
 
 /// Why a command was not carried out.
@@ -89,6 +110,14 @@ pub enum CommandError {
     /// The supervisor is not running.
     #[error("the supervisor is not running")]
     Unavailable,
+    /// The command's arguments are not acceptable (a malformed leaf, no
+    /// override tier); nothing changed.
+    #[error("invalid: {0}")]
+    Invalid(String),
+    /// The command was carried out and failed (a wipe step's error); the
+    /// snapshot's `error` says the same.
+    #[error("failed: {0}")]
+    Failed(String),
 }
 
 /// A command and where its answer goes.
@@ -211,6 +240,13 @@ pub enum LifecycleMsg {
         /// The panic, rendered.
         reason: String,
     },
+    /// The wipe of a re-initialization finished.
+    Wiped {
+        /// The probed store outcome.
+        store: StoreOutcome,
+        /// The wipe step's error, if it failed.
+        error: Option<String>,
+    },
     /// Root restarted a child.
     SetChildren(Children),
 }
@@ -248,6 +284,13 @@ pub struct LifecycleActorState {
     boot_fingerprint: Option<Fingerprint>,
     /// Stop commands waiting for the drain to settle.
     stop_waiters: Vec<RpcReplyPort<Result<Snapshot, CommandError>>>,
+    /// A re-initialization waiting for its wipe to settle.
+    reinit_waiter: Option<RpcReplyPort<Result<Snapshot, CommandError>>>,
+    /// Bumped by every change to the override tier.
+    overrides_generation: u64,
+    /// `overrides_generation` when the current boot started: a held
+    /// failure settles against the tier as it is when the failure lands.
+    boot_overrides_generation: u64,
     /// The durability failure met while handling the current event, if any:
     /// a command whose transition was not made durable is not acknowledged.
     unacknowledged: Option<String>,
@@ -297,6 +340,9 @@ impl Actor for LifecycleActor {
             config: None,
             boot_fingerprint: None,
             stop_waiters: Vec::new(),
+            reinit_waiter: None,
+            overrides_generation: 0,
+            boot_overrides_generation: 0,
             unacknowledged: None,
             exit,
         })
@@ -403,8 +449,31 @@ impl Actor for LifecycleActor {
             LifecycleMsg::DrainCrashed { reason } => {
                 tracing::error!(%reason, "the drain panicked; probing the store");
                 let store = StoreLock::probe(&state.shared.data_dir);
+                let event = if matches!(state.machine.state, LifecycleState::Reinitializing { .. })
+                {
+                    LifecycleEvent::Wiped {
+                        at: now,
+                        store,
+                        error: Some(format!("the wipe panicked: {reason}")),
+                    }
+                } else {
+                    LifecycleEvent::Drained { at: now, store }
+                };
+                state.fire(&myself, event).await.ok();
+            }
+            LifecycleMsg::Wiped { store, error } => {
+                if let Some(error) = &error {
+                    state.snapshot.error = Some(format!("the re-initialization failed: {error}"));
+                }
                 state
-                    .fire(&myself, LifecycleEvent::Drained { at: now, store })
+                    .fire(
+                        &myself,
+                        LifecycleEvent::Wiped {
+                            at: now,
+                            store,
+                            error,
+                        },
+                    )
                     .await
                     .ok();
             }
@@ -508,6 +577,7 @@ impl LifecycleActorState {
         match effect {
             Effect::None => {}
             Effect::StartBoot { attempt } => {
+                self.boot_overrides_generation = self.overrides_generation;
                 let run = BootMsg::Run {
                     attempt: attempt.get(),
                     report_to: myself.clone(),
@@ -540,6 +610,18 @@ impl LifecycleActorState {
                 }
             }
             Effect::ApplyConfig => self.apply_config(myself).await,
+            Effect::Wipe => {
+                let wipe = DrainMsg::Wipe {
+                    report_to: myself.clone(),
+                };
+                if self.children.drain.cast(wipe).is_err() {
+                    let store = StoreLock::probe(&self.shared.data_dir);
+                    let _ = myself.cast(LifecycleMsg::Wiped {
+                        store,
+                        error: Some("the drain actor is not running".into()),
+                    });
+                }
+            }
             Effect::Exit(intent) => {
                 let marker = RunMarker::Released {
                     at_ms: self.shared.clock.now().as_millis(),
@@ -576,10 +658,11 @@ impl LifecycleActorState {
                     RetryClass::Hold => {
                         // Settle against the file as it is now, not against
                         // the events that happened to arrive.
-                        if let (Some(path), Some(before)) =
-                            (&self.shared.declared, self.boot_fingerprint)
-                            && Fingerprint::of_file(path) != before
-                        {
+                        let file_changed = matches!(
+                            (&self.shared.declared, self.boot_fingerprint),
+                            (Some(path), Some(before)) if Fingerprint::of_file(path) != before
+                        );
+                        if file_changed || self.overrides_changed_since_boot() {
                             let _ = myself.cast(LifecycleMsg::ConfigChanged);
                         }
                     }
@@ -587,6 +670,11 @@ impl LifecycleActorState {
             }
             LifecycleState::Running { attempt, .. } if entered => {
                 let attempt = attempt.get();
+                if self.overrides_changed_since_boot() {
+                    // An override set while this boot ran: apply it now.
+                    self.boot_overrides_generation = self.overrides_generation;
+                    let _ = myself.cast(LifecycleMsg::ConfigChanged);
+                }
                 myself.send_after(self.shared.timings.stable_period, move || {
                     LifecycleMsg::Stable { attempt }
                 });
@@ -606,6 +694,27 @@ impl LifecycleActorState {
         if !matches!(self.machine.state, LifecycleState::Draining { .. }) {
             self.answer_stop_waiters();
         }
+        if !matches!(self.machine.state, LifecycleState::Reinitializing { .. })
+            && let Some(waiter) = self.reinit_waiter.take()
+        {
+            let answer = match &self.machine.state {
+                LifecycleState::Stopped {
+                    reason: StopReason::ReinitComplete,
+                    ..
+                } => Ok(self.snapshot.clone()),
+                _ => Err(CommandError::Failed(
+                    self.snapshot
+                        .error
+                        .clone()
+                        .unwrap_or_else(|| format!("ended {}", self.machine.state.name())),
+                )),
+            };
+            let _ = waiter.send(answer);
+        }
+    }
+
+    fn overrides_changed_since_boot(&self) -> bool {
+        self.overrides_generation != self.boot_overrides_generation
     }
 
     /// What entering the current state records before it is published.
@@ -636,7 +745,27 @@ impl LifecycleActorState {
         reply: RpcReplyPort<Result<Snapshot, CommandError>>,
     ) {
         let at = self.shared.clock.now();
-        let (event, hold) = match command {
+        let (event, hold) = match command.clone() {
+            Command::ConfigSet { leaf, value } => {
+                return self.set_override(myself, &leaf, Some(value), reply).await;
+            }
+            Command::ConfigUnset { leaf } => {
+                return self.set_override(myself, &leaf, None, reply).await;
+            }
+            Command::ReinitPrepare => {
+                let answer = self
+                    .machine
+                    .reinit_epoch(at)
+                    .map(|_| self.snapshot.clone())
+                    .map_err(CommandError::Refused);
+                let _ = reply.send(answer);
+                return;
+            }
+            Command::Reinit { token } => {
+                let salt = self.shared.reinit_salt();
+                let epoch = steadfast_protocol::history::reinit_token_epoch(&token, &salt);
+                (LifecycleEvent::Reinit { epoch, at }, None)
+            }
             Command::Start => (
                 LifecycleEvent::Start { at },
                 self.snapshot.hold.then_some(false),
@@ -662,6 +791,9 @@ impl LifecycleActorState {
                     && matches!(self.machine.state, LifecycleState::Draining { .. }) =>
             {
                 self.stop_waiters.push(reply);
+            }
+            Ok(_) if matches!(self.machine.state, LifecycleState::Reinitializing { .. }) => {
+                self.reinit_waiter = Some(reply);
             }
             Ok(_) => {
                 let _ = reply.send(Ok(self.snapshot.clone()));
@@ -758,6 +890,78 @@ impl LifecycleActorState {
                     store,
                 };
                 self.fire_with(myself, event, None, vec![ended]).await.ok();
+            }
+        }
+    }
+
+    /// Change one leaf of the override tier: check it, make the whole tier
+    /// durable, adopt it, then step `config_changed` (a refusal of that
+    /// step — a stopped or booting runtime — is no refusal of the change:
+    /// the next boot reads the tier, and a boot in flight settles against
+    /// it).
+    async fn set_override(
+        &mut self,
+        myself: &ActorRef<LifecycleMsg>,
+        leaf: &str,
+        value: Option<toml::Value>,
+        reply: RpcReplyPort<Result<Snapshot, CommandError>>,
+    ) {
+        let Some(overrides) = self.shared.overrides.clone() else {
+            let _ = reply.send(Err(CommandError::Invalid(
+                "this daemon's config source has no override tier".into(),
+            )));
+            return;
+        };
+        let staged = overrides.clone_detached();
+        let changed = match value {
+            Some(value) => staged.set(leaf, value).map(|_| true),
+            None => staged.unset_checked(leaf).map(|old| old.is_some()),
+        };
+        match changed {
+            Err(error) => {
+                let _ = reply.send(Err(CommandError::Invalid(error.to_string())));
+                return;
+            }
+            Ok(false) => {
+                let _ = reply.send(Ok(self.snapshot.clone()));
+                return;
+            }
+            Ok(true) => {}
+        }
+        let leaves = staged.to_text();
+        if let Err(reason) = crate::control_dir::overrides_fit(&leaves) {
+            let _ = reply.send(Err(CommandError::Invalid(reason)));
+            return;
+        }
+        let timeout = self.shared.timings.journal_timeout;
+        if let Err(error) = journal::ask(&self.children.journal, timeout, |r| {
+            JournalMsg::WriteOverrides(leaves, r)
+        })
+        .await
+        {
+            let error = format!("the override tier could not be written: {error}");
+            self.fail_durability(error.clone());
+            self.publish();
+            let _ = reply.send(Err(CommandError::Durability(error)));
+            return;
+        }
+        overrides.replace_with(&staged);
+        self.overrides_generation += 1;
+        let at = self.shared.clock.now();
+        self.unacknowledged = None;
+        if self
+            .fire(myself, LifecycleEvent::ConfigChanged { at })
+            .await
+            .is_err()
+        {
+            self.publish();
+        }
+        match self.unacknowledged.take() {
+            Some(error) => {
+                let _ = reply.send(Err(CommandError::Durability(error)));
+            }
+            None => {
+                let _ = reply.send(Ok(self.snapshot.clone()));
             }
         }
     }

@@ -139,6 +139,20 @@ pub trait Service: Send + Sync + 'static {
         let _ = runtime;
         Box::pin(async move { crate::config::changed_leaves(old, new) })
     }
+
+    /// Destroy the stopped runtime's data, for a confirmed re-initialization
+    /// (`steadfastctl reinit`): the store is released when this runs, and
+    /// the next start boots over what it leaves. `config` is the effective
+    /// config, when it resolves. By default a service has no wipe step and
+    /// the re-initialization fails, naming that.
+    fn wipe<'a>(
+        &'a self,
+        data_dir: &'a std::path::Path,
+        config: Option<&'a toml::Table>,
+    ) -> BoxFuture<'a, Result<(), StepError>> {
+        let _ = (data_dir, config);
+        Box::pin(async { Err(StepError::hold("this service has no wipe step")) })
+    }
 }
 
 /// How a runtime task ended.

@@ -328,3 +328,29 @@ async fn a_change_to_the_declared_file_lets_a_held_resolve_succeed() {
     actor.stop(None);
     join.await.expect("the watcher stops cleanly");
 }
+
+/// `steadfastctl config set` values: TOML where the text is TOML, else the
+/// text as a string; and back to the same text.
+#[test]
+fn operator_values_parse_as_toml_or_as_a_string_and_print_back() {
+    use steadfast_actors::config::{Overrides, parse_value, value_text};
+    use toml::Value;
+    assert_eq!(parse_value("8080"), Value::Integer(8080));
+    assert_eq!(parse_value("true"), Value::Boolean(true));
+    assert_eq!(parse_value("\"quoted\""), Value::String("quoted".into()));
+    assert_eq!(parse_value("debug"), Value::String("debug".into()));
+    // Not one value: the whole text is the string, nothing else is set.
+    assert_eq!(
+        parse_value("1\nother = 2"),
+        Value::String("1\nother = 2".into())
+    );
+    for text in ["8080", "true", "\"quoted\"", "[1, 2]", "{ a = 1 }", "1.5"] {
+        assert_eq!(value_text(&parse_value(text)), text, "{text}");
+    }
+    let tier = Overrides::new();
+    tier.load_text(&[("a.b".into(), "[1, 2]".into())]).unwrap();
+    assert_eq!(tier.to_text(), [("a.b".to_owned(), "[1, 2]".to_owned())]);
+    assert!(tier.load_text(&[("a..b".into(), "1".into())]).is_err());
+    assert!(tier.load_text(&[("c".into(), "not toml".into())]).is_err());
+    assert_eq!(tier.list().len(), 1, "a failed load sets nothing");
+}

@@ -616,3 +616,42 @@ fn probe_of_a_missing_lock_file_is_released() {
         "probe creates nothing"
     );
 }
+
+/// The override tier is a marker like the others: written atomically
+/// (0600), read back, removed when empty; a damaged one is refused naming
+/// the file, never dropped ("Durability rules": nothing an operator set is
+/// silently lost).
+#[test]
+fn the_override_tier_round_trips_and_a_damaged_one_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let control = ControlDir::open(tmp.path()).unwrap();
+    assert!(control.read_overrides().unwrap().is_empty());
+    let leaves = vec![
+        ("limits.max".to_owned(), "8".to_owned()),
+        ("log_level".to_owned(), "\"debug\"".to_owned()),
+    ];
+    control.write_overrides(&leaves).unwrap();
+    assert_eq!(mode(&control.overrides_path()), 0o600);
+    assert_eq!(control.read_overrides().unwrap(), leaves);
+
+    let too_big = vec![("big".to_owned(), "x".repeat(8 * 1024))];
+    assert!(matches!(
+        control.write_overrides(&too_big),
+        Err(ControlDirError::BadMarker { .. })
+    ));
+    assert_eq!(control.read_overrides().unwrap(), leaves, "unchanged");
+
+    let mut bytes = fs::read(control.overrides_path()).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    fs::write(control.overrides_path(), &bytes).unwrap();
+    match control.read_overrides() {
+        Err(ControlDirError::BadMarker { path, .. }) => {
+            assert_eq!(path, control.overrides_path());
+        }
+        other => panic!("a damaged tier must be refused, got {other:?}"),
+    }
+
+    control.write_overrides(&[]).unwrap();
+    assert!(!control.overrides_path().exists());
+}

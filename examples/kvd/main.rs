@@ -281,6 +281,23 @@ impl Service for Kvd {
             restart
         })
     }
+
+    /// `steadfastctl reinit`: remove the log, under the store lock (which
+    /// also proves nothing else has the store open).
+    fn wipe<'a>(
+        &'a self,
+        data_dir: &'a Path,
+        _config: Option<&'a toml::Table>,
+    ) -> BoxFuture<'a, Result<(), StepError>> {
+        Box::pin(async move {
+            let _lock = StoreLock::acquire(data_dir).map_err(StepError::backoff)?;
+            match std::fs::remove_file(data_dir.join("store.log")) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(StepError::backoff(format!("store.log: {e}"))),
+            }
+        })
+    }
 }
 
 /// One client: a line in, a line out.
@@ -399,9 +416,9 @@ async fn main() {
     if let Some(path) = &config {
         source = source.declared_file(path);
     }
-    let mut supervisor_config =
-        SupervisorConfig::new(&data_dir, source.into_source(), Arc::new(Kvd));
-    supervisor_config.declared = config;
+    // The override tier (`steadfastctl config set`) and the declared file
+    // come with the TOML source.
+    let supervisor_config = SupervisorConfig::toml(&data_dir, source, Arc::new(Kvd));
     let (supervisor, handle) = match Supervisor::new(supervisor_config) {
         Ok(started) => started,
         Err(error) => {

@@ -94,6 +94,14 @@ pub enum ControlRefusal {
     /// The supervisor is not running (it has exited, or is exiting).
     #[error("the supervisor is not running")]
     Unavailable,
+    /// The arguments are not acceptable (a malformed leaf, no override
+    /// tier); nothing changed.
+    #[error("invalid: {0}")]
+    Invalid(String),
+    /// The command was carried out and failed (a wipe step's error, a
+    /// journal that cannot be read).
+    #[error("failed: {0}")]
+    Failed(String),
 }
 
 impl From<Refused> for ControlRefusal {
@@ -129,6 +137,48 @@ impl ControlRefusal {
 /// not.
 pub type ControlAnswer = Result<WireSnapshot, ControlRefusal>;
 
+/// The journal's attempts as they cross the wire: a JSON array of
+/// [`crate::history::JournalAttempt`] (their phases carry tagged enums).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireJournal {
+    /// The attempts as JSON.
+    pub json: String,
+}
+
+impl WireJournal {
+    /// Wrap attempts.
+    ///
+    /// # Panics
+    /// Never in practice: attempts have only string keys and serializable
+    /// values.
+    #[must_use]
+    pub fn from_attempts(attempts: &[crate::history::JournalAttempt]) -> Self {
+        #[allow(clippy::expect_used)]
+        let json = serde_json::to_string(attempts).expect("attempts always serialize to JSON");
+        Self { json }
+    }
+
+    /// The attempts back.
+    ///
+    /// # Errors
+    /// When the text is not a list of attempts.
+    pub fn into_attempts(&self) -> Result<Vec<crate::history::JournalAttempt>, serde_json::Error> {
+        serde_json::from_str(&self.json)
+    }
+}
+
+/// What `reinit_prepare` answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReinitPrepared {
+    /// The confirmation to pass to `reinit`.
+    pub token: String,
+    /// The epoch it is bound to: any boot makes it stale.
+    pub epoch: u64,
+}
+
+/// The most attempts `journal` answers, whatever the client asks.
+pub const MAX_JOURNAL_ATTEMPTS: u32 = 1_000;
+
 /// The control plane. Every method answers the snapshot after it took
 /// effect (commands are answered once durable), or a [`ControlRefusal`].
 #[tarpc::service]
@@ -150,6 +200,25 @@ pub trait Control {
     async fn retry() -> ControlAnswer;
     /// End the process after a drain: `halt` (exit 0) or `relaunch` (75).
     async fn exit(intent: ExitIntent) -> ControlAnswer;
+    /// The last `limit` attempts the journal records (capped at
+    /// [`MAX_JOURNAL_ATTEMPTS`]), with their phases, oldest first.
+    async fn journal(limit: u32) -> Result<WireJournal, ControlRefusal>;
+    /// Set `leaf` of the override tier to `value` (TOML text; a bare word
+    /// is a string), durably, then `config_changed`.
+    async fn config_set(leaf: String, value: String) -> ControlAnswer;
+    /// Remove `leaf` from the override tier, durably, then
+    /// `config_changed`.
+    async fn config_unset(leaf: String) -> ControlAnswer;
+    /// The override tier (or one leaf of it) and the effective value.
+    async fn config_show(
+        leaf: Option<String>,
+    ) -> Result<crate::snapshot::ConfigView, ControlRefusal>;
+    /// Prepare a re-initialization: a confirmation bound to the current
+    /// epoch. Refused unless the runtime is stopped.
+    async fn reinit_prepare() -> Result<ReinitPrepared, ControlRefusal>;
+    /// Re-initialize the stopped runtime (the service's wipe step) with a
+    /// confirmation from `reinit_prepare`; answered once it settled.
+    async fn reinit(token: String) -> ControlAnswer;
 }
 
 #[cfg(test)]

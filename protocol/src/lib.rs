@@ -13,6 +13,8 @@
 //!   (checked by `tests/spec_table.rs`).
 //! - [`replacement`]: the upgrade transaction's ordering as a pure machine.
 //! - [`journal`]: the control directory journal's record types and framing.
+//! - [`history`]: attempts folded from journal records, and the
+//!   re-initialization confirmation token.
 //! - `control` (feature `rpc`, on by default): the control plane's tarpc
 //!   service trait and its wire values (`spec/control.md`).
 //! - [`time`]: [`Timestamp`], the only notion of time the core has.
@@ -23,6 +25,7 @@
 
 #[cfg(feature = "rpc")]
 pub mod control;
+pub mod history;
 pub mod journal;
 pub mod lifecycle;
 pub mod replacement;

@@ -126,6 +126,9 @@ pub enum StopReason {
     /// A destructive re-initialization finished; the next start boots over
     /// what it left.
     ReinitComplete,
+    /// A destructive re-initialization failed part way and released the
+    /// store; what it left is unknown until the next boot observes it.
+    ReinitFailed,
 }
 
 impl StopReason {
@@ -136,6 +139,7 @@ impl StopReason {
             Self::OperatorRequest => "operator_request",
             Self::HeldAtStartup => "held_at_startup",
             Self::ReinitComplete => "reinit_complete",
+            Self::ReinitFailed => "reinit_failed",
         }
     }
 }
@@ -281,6 +285,14 @@ pub enum LifecycleState {
         /// Halt or relaunch.
         intent: ExitIntent,
     },
+    /// The service's wipe step is destroying the stopped runtime's data
+    /// (a confirmed re-initialization).
+    Reinitializing {
+        /// The epoch the confirmation was bound to.
+        epoch: u64,
+        /// Since when.
+        since: Timestamp,
+    },
 }
 
 impl LifecycleState {
@@ -296,6 +308,7 @@ impl LifecycleState {
             Self::Failed { .. } => "failed",
             Self::Wedged { .. } => "wedged",
             Self::Exiting { .. } => "exiting",
+            Self::Reinitializing { .. } => "reinitializing",
         }
     }
 
@@ -306,7 +319,8 @@ impl LifecycleState {
             Self::Booting { .. }
             | Self::Running { .. }
             | Self::Draining { .. }
-            | Self::Wedged { .. } => true,
+            | Self::Wedged { .. }
+            | Self::Reinitializing { .. } => true,
             Self::Resolving { .. }
             | Self::Stopped { .. }
             | Self::Failed { .. }
@@ -427,6 +441,25 @@ pub enum LifecycleEvent {
         /// What it did about the store (probed).
         store: StoreOutcome,
     },
+    /// An operator confirmed a destructive re-initialization of a stopped
+    /// runtime. `epoch` is the epoch the confirmation was prepared in
+    /// (`None`: the confirmation is not one this daemon issued); it must be
+    /// the current one, so a confirmation cannot outlive a boot.
+    Reinit {
+        /// The confirmation's epoch.
+        epoch: Option<u64>,
+        /// When.
+        at: Timestamp,
+    },
+    /// The service's wipe step finished.
+    Wiped {
+        /// When.
+        at: Timestamp,
+        /// What it left of the store (probed).
+        store: StoreOutcome,
+        /// Why it failed, if it did.
+        error: Option<String>,
+    },
 }
 
 impl LifecycleEvent {
@@ -449,6 +482,8 @@ impl LifecycleEvent {
             Self::Restart { .. } => "restart",
             Self::Exit { .. } => "exit",
             Self::Drained { .. } => "drained",
+            Self::Reinit { .. } => "reinit",
+            Self::Wiped { .. } => "wiped",
         }
     }
 
@@ -462,6 +497,9 @@ impl LifecycleEvent {
                 store: StoreOutcome::Released,
                 ..
             } | Self::Drained {
+                store: StoreOutcome::Released,
+                ..
+            } | Self::Wiped {
                 store: StoreOutcome::Released,
                 ..
             }
@@ -488,6 +526,9 @@ pub enum Effect {
     ApplyConfig,
     /// End the process.
     Exit(ExitIntent),
+    /// Run the service's wipe step over the released store (then report
+    /// `wiped`).
+    Wipe,
 }
 
 impl Effect {
@@ -501,6 +542,7 @@ impl Effect {
             Self::ShutdownRuntime => "shutdown_runtime",
             Self::ApplyConfig => "apply_config",
             Self::Exit(_) => "exit",
+            Self::Wipe => "wipe",
         }
     }
 }
@@ -527,6 +569,9 @@ pub enum RefusedBecause {
     /// An internal event arrived where it cannot happen (a stale timer, a
     /// report from a boot that already ended).
     Unexpected,
+    /// A destructive command's confirmation is not for the current epoch
+    /// (something booted since it was prepared) or was never issued.
+    StaleConfirmation,
 }
 
 impl RefusedBecause {
@@ -542,6 +587,7 @@ impl RefusedBecause {
             Self::Wedged => "wedged",
             Self::Exiting => "exiting",
             Self::Unexpected => "unexpected",
+            Self::StaleConfirmation => "stale_confirmation",
         }
     }
 }
@@ -692,6 +738,20 @@ impl Lifecycle {
     #[must_use]
     pub const fn is_terminal(&self) -> bool {
         matches!(self.state, LifecycleState::Exiting { .. })
+    }
+
+    /// The epoch a re-initialization confirmation is prepared in: the
+    /// current one, when a `reinit` would be accepted now.
+    ///
+    /// # Errors
+    /// The refusal a `reinit` would get in this state (only a stopped
+    /// runtime is re-initialized).
+    pub fn reinit_epoch(&self, at: Timestamp) -> Result<u64, Refused> {
+        self.step(&LifecycleEvent::Reinit {
+            epoch: Some(self.epoch),
+            at,
+        })
+        .map(|_| self.epoch)
     }
 
     /// Take one step: see [`step`].
@@ -939,6 +999,33 @@ pub fn step(m: &Lifecycle, event: &LifecycleEvent) -> Result<(Lifecycle, Effect)
         (S::Draining { attempt, then }, E::Drained { at, store }) => {
             next.settle(*attempt, then.clone(), store, *at)
         }
+        // ── re-initializing: only a stopped runtime, only with a fresh
+        // confirmation; the wipe's probed outcome settles it ─────────────
+        (S::Stopped { .. }, E::Reinit { epoch, at }) => {
+            if *epoch != Some(m.epoch) {
+                return Err(refused(m, event, RefusedBecause::StaleConfirmation));
+            }
+            next.state = S::Reinitializing {
+                epoch: m.epoch,
+                since: *at,
+            };
+            Effect::Wipe
+        }
+        (S::Reinitializing { .. }, E::Wiped { at, store, error }) => match store {
+            StoreOutcome::Held { cause } => next.wedge(cause, *at),
+            StoreOutcome::Released => {
+                // The wipe touched the store: a confirmation for the epoch
+                // before it is spent, whatever the outcome.
+                next.epoch = next.epoch.saturating_add(1);
+                let reason = if error.is_some() {
+                    StopReason::ReinitFailed
+                } else {
+                    StopReason::ReinitComplete
+                };
+                next.rest(reason, *at)
+            }
+        },
+
         // Exiting overrides whatever the drain was for.
         (S::Draining { attempt, .. }, E::Exit { intent }) => {
             next.state = S::Draining {
@@ -968,8 +1055,21 @@ fn refusal(state: &LifecycleState, event: &LifecycleEvent) -> RefusedBecause {
     use LifecycleState as S;
     match (state, event) {
         (S::Running { .. }, E::Start { .. }) => RefusedBecause::RuntimeRunning,
-        (S::Booting { .. } | S::Draining { .. }, E::Start { .. } | E::ConfigChanged { .. })
-        | (S::Draining { .. }, E::Stop { .. } | E::Restart { .. }) => RefusedBecause::LifecycleBusy,
+        (
+            S::Booting { .. } | S::Draining { .. },
+            E::Start { .. } | E::ConfigChanged { .. } | E::Reinit { .. },
+        )
+        | (S::Draining { .. }, E::Stop { .. } | E::Restart { .. })
+        | (
+            S::Reinitializing { .. },
+            E::Start { .. }
+            | E::Stop { .. }
+            | E::Restart { .. }
+            | E::ConfigChanged { .. }
+            | E::Reinit { .. }
+            | E::Exit { .. },
+        ) => RefusedBecause::LifecycleBusy,
+        (_, E::Reinit { .. }) => RefusedBecause::RuntimeNotStopped,
         (S::Failed { .. }, E::Start { .. }) => RefusedBecause::RuntimeNotStopped,
         (_, E::Retry { .. }) => RefusedBecause::RuntimeNotFailed,
         (

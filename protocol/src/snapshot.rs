@@ -202,3 +202,17 @@ mod tests {
         assert_eq!(back, snapshot);
     }
 }
+
+/// What `config show` answers: the override tier and the effective value.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ConfigView {
+    /// Every leaf of the override tier with its value as TOML text, sorted
+    /// by leaf (only the asked leaf, when one was asked).
+    pub overrides: Vec<(String, String)>,
+    /// The effective value (the asked leaf's, or the whole config) as TOML
+    /// text; `None` when the leaf is not set in any tier or the config does
+    /// not resolve.
+    pub effective: Option<String>,
+    /// Why the config does not resolve, if it does not.
+    pub error: Option<String>,
+}

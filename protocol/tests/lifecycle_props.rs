@@ -63,7 +63,10 @@ fn event() -> impl Strategy<Value = LifecycleEvent> {
         2 => at.clone().prop_map(|at| E::Stop { at }),
         2 => at.clone().prop_map(|at| E::Restart { at }),
         1 => intent.prop_map(|intent| E::Exit { intent }),
-        3 => (at, store()).prop_map(|(at, store)| E::Drained { at, store }),
+        3 => (at.clone(), store()).prop_map(|(at, store)| E::Drained { at, store }),
+        1 => (prop::option::of(0u64..4), at.clone()).prop_map(|(epoch, at)| E::Reinit { epoch, at }),
+        1 => (at, store(), prop::option::of(Just("wipe failed".to_owned())))
+            .prop_map(|(at, store, error)| E::Wiped { at, store, error }),
     ]
 }
 
@@ -193,6 +196,7 @@ fn invariants_hold_after_every_step_of_arbitrary_sequences() {
         "failed",
         "wedged",
         "exiting",
+        "reinitializing",
     ] {
         assert!(states.contains(name), "no sequence reached {name}");
     }
@@ -203,6 +207,7 @@ fn invariants_hold_after_every_step_of_arbitrary_sequences() {
         "shutdown_runtime",
         "apply_config",
         "exit",
+        "wipe",
     ] {
         assert!(effects.contains(name), "no sequence produced {name}");
     }

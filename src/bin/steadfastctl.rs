@@ -19,8 +19,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use clap::{Parser, Subcommand, ValueEnum};
 use steadfast::control::{ClientError, ControlClient, Token};
 use steadfast::{
-    AttemptResult, ControlDir, ExitIntent, Hold, LifecycleState, PhaseOutcome, PreviousRun,
-    Snapshot,
+    AttemptRecord, AttemptResult, ControlDir, ExitIntent, Hold, LifecycleState, PhaseOutcome,
+    PreviousRun, Snapshot,
 };
 
 /// Drive and watch a steadfast daemon over its control socket (or its TCP
@@ -52,7 +52,8 @@ struct Cli {
     /// file only its owner may read (mode 0600; a looser file is refused).
     #[arg(long, value_name = "PATH", global = true, requires = "tcp")]
     token_file: Option<PathBuf>,
-    /// Print the snapshot as JSON (the shape of `spec/control.md`).
+    /// Print JSON for scripts: the snapshot (the shape of `spec/control.md`),
+    /// or the value a command answers (journal, config show, reinit).
     #[arg(long, global = true)]
     json: bool,
     /// Say more (for `probe`: say why it failed).
@@ -97,6 +98,48 @@ enum Cmd {
         /// Which probe.
         what: ProbeKind,
     },
+    /// Show the attempts the journal records (across relaunches), with each
+    /// phase's outcome and duration.
+    Journal {
+        /// How many of the most recent attempts.
+        #[arg(long, short = 'n', default_value_t = 20, value_name = "N")]
+        limit: u32,
+    },
+    /// Read or change the override tier (the highest config tier, kept in
+    /// the control directory across relaunches).
+    #[command(subcommand)]
+    Config(ConfigCmd),
+    /// Destroy the stopped runtime's data (the service's wipe step). Without
+    /// --confirm, prints the confirmation token; it is valid until the
+    /// runtime next boots.
+    Reinit {
+        /// The token a previous `steadfastctl reinit` printed.
+        #[arg(long, value_name = "TOKEN")]
+        confirm: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCmd {
+    /// Set a leaf: a running runtime applies it in place or reports that a
+    /// restart is needed; a held failure is retried.
+    Set {
+        /// The dotted leaf, e.g. `log.level`.
+        leaf: String,
+        /// The value as TOML (`8080`, `true`, `"text"`, `[1, 2]`); a bare
+        /// word is a string.
+        value: String,
+    },
+    /// Remove a leaf from the override tier (the lower tiers show again).
+    Unset {
+        /// The dotted leaf.
+        leaf: String,
+    },
+    /// Show the override tier and the effective config (or one leaf).
+    Show {
+        /// Only this dotted leaf.
+        leaf: Option<String>,
+    },
 }
 
 /// A lifecycle state's name.
@@ -111,6 +154,7 @@ enum StateName {
     Failed,
     Wedged,
     Exiting,
+    Reinitializing,
 }
 
 impl StateName {
@@ -124,6 +168,7 @@ impl StateName {
             Self::Failed => "failed",
             Self::Wedged => "wedged",
             Self::Exiting => "exiting",
+            Self::Reinitializing => "reinitializing",
         }
     }
 }
@@ -212,6 +257,16 @@ async fn run(cli: Cli) -> ExitCode {
         }
         Cmd::Watch { until } => return watch(&client, *until, cli.json).await,
         Cmd::Probe { what } => return probe(&client, *what, cli.verbose).await,
+        Cmd::Journal { limit } => return journal(&client, *limit, cli.json).await,
+        Cmd::Config(ConfigCmd::Show { leaf }) => {
+            return config_show(&client, leaf.as_deref(), cli.json).await;
+        }
+        Cmd::Config(ConfigCmd::Set { leaf, value }) => client.config_set(leaf, value).await,
+        Cmd::Config(ConfigCmd::Unset { leaf }) => client.config_unset(leaf).await,
+        Cmd::Reinit { confirm: None } => return reinit_prepare(&client, cli.json).await,
+        Cmd::Reinit {
+            confirm: Some(token),
+        } => client.reinit(token).await,
     };
     match answer {
         Ok(snapshot) => {
@@ -235,8 +290,8 @@ fn fail(error: &ClientError) -> ExitCode {
     }
 }
 
-fn print_json(snapshot: &Snapshot) {
-    match serde_json::to_string_pretty(snapshot) {
+fn print_json(value: &impl serde::Serialize) {
+    match serde_json::to_string_pretty(value) {
         Ok(json) => println!("{json}"),
         Err(error) => eprintln!("steadfastctl: {error}"),
     }
@@ -268,6 +323,81 @@ async fn probe(client: &ControlClient, what: ProbeKind, verbose: bool) -> ExitCo
             }
             ExitCode::FAILURE
         }
+    }
+}
+
+async fn journal(client: &ControlClient, limit: u32, json: bool) -> ExitCode {
+    match client.journal(limit).await {
+        Ok(attempts) if json => {
+            print_json(&attempts);
+            ExitCode::SUCCESS
+        }
+        Ok(attempts) => {
+            if attempts.is_empty() {
+                println!("The journal records no attempt.");
+            }
+            let now = now_ms();
+            let mut run = None;
+            for entry in &attempts {
+                if run != Some(entry.run) {
+                    run = Some(entry.run);
+                    println!("Run {}:", entry.run);
+                }
+                print!("{}", render_attempt(&entry.attempt, now));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(error) => fail(&error),
+    }
+}
+
+async fn config_show(client: &ControlClient, leaf: Option<&str>, json: bool) -> ExitCode {
+    match client.config_show(leaf).await {
+        Ok(view) if json => {
+            print_json(&view);
+            ExitCode::SUCCESS
+        }
+        Ok(view) => {
+            if view.overrides.is_empty() {
+                println!("# override tier: empty");
+            } else {
+                println!("# override tier");
+                for (leaf, value) in &view.overrides {
+                    println!("{leaf} = {value}");
+                }
+            }
+            match (&view.effective, &view.error, leaf) {
+                (_, Some(error), _) => println!("\n# effective: does not resolve: {error}"),
+                (Some(value), None, Some(leaf)) => println!("\n# effective\n{leaf} = {value}"),
+                (Some(config), None, None) => println!("\n# effective\n{}", config.trim_end()),
+                (None, None, Some(leaf)) => println!("\n# effective: {leaf} is not set"),
+                (None, None, None) => {}
+            }
+            ExitCode::SUCCESS
+        }
+        Err(error) => fail(&error),
+    }
+}
+
+async fn reinit_prepare(client: &ControlClient, json: bool) -> ExitCode {
+    match client.reinit_prepare().await {
+        Ok(prepared) if json => {
+            print_json(&serde_json::json!({
+                "token": prepared.token,
+                "epoch": prepared.epoch,
+            }));
+            ExitCode::SUCCESS
+        }
+        Ok(prepared) => {
+            println!(
+                "This destroys the stopped runtime's data (the service's wipe step).\n\
+                 To confirm, run within this epoch ({}; any boot makes the token stale):\n\n  \
+                 steadfastctl reinit --confirm {}",
+                prepared.epoch, prepared.token
+            );
+            ExitCode::SUCCESS
+        }
+        Err(error) => fail(&error),
     }
 }
 
@@ -386,7 +516,8 @@ fn since(lifecycle: &LifecycleState) -> Option<u64> {
         | LifecycleState::Booting { since, .. }
         | LifecycleState::Running { since, .. }
         | LifecycleState::Stopped { since, .. }
-        | LifecycleState::Wedged { since, .. } => Some(since.as_millis()),
+        | LifecycleState::Wedged { since, .. }
+        | LifecycleState::Reinitializing { since, .. } => Some(since.as_millis()),
         LifecycleState::Failed { report, .. } => Some(report.at.as_millis()),
         _ => None,
     }
@@ -462,32 +593,40 @@ fn render_status(snapshot: &Snapshot, now: u64) -> String {
     if !snapshot.attempts.is_empty() {
         let _ = writeln!(out, "\nRecent attempts:");
         for attempt in &snapshot.attempts {
-            let result = match attempt.result {
-                AttemptResult::InProgress => "in progress",
-                AttemptResult::Succeeded => "succeeded",
-                AttemptResult::Failed => "failed",
-                AttemptResult::Cancelled => "cancelled",
-            };
-            let _ = writeln!(
-                out,
-                "  #{} {} (started {})",
-                attempt.attempt,
-                result,
-                ago(now, attempt.started_at.as_millis())
-            );
-            for phase in &attempt.phases {
-                let duration = phase
-                    .duration_ms
-                    .map_or_else(|| "…".to_owned(), |ms| format!("{ms} ms"));
-                let _ = writeln!(
-                    out,
-                    "     {:<20} {:>10}  {}",
-                    phase.phase.to_string(),
-                    duration,
-                    outcome_text(&phase.outcome)
-                );
-            }
+            out.push_str(&render_attempt(attempt, now));
         }
+    }
+    out
+}
+
+/// One attempt and its phases, as `status` and `journal` print it.
+fn render_attempt(attempt: &AttemptRecord, now: u64) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let result = match attempt.result {
+        AttemptResult::InProgress => "in progress",
+        AttemptResult::Succeeded => "succeeded",
+        AttemptResult::Failed => "failed",
+        AttemptResult::Cancelled => "cancelled",
+    };
+    let _ = writeln!(
+        out,
+        "  #{} {} (started {})",
+        attempt.attempt,
+        result,
+        ago(now, attempt.started_at.as_millis())
+    );
+    for phase in &attempt.phases {
+        let duration = phase
+            .duration_ms
+            .map_or_else(|| "…".to_owned(), |ms| format!("{ms} ms"));
+        let _ = writeln!(
+            out,
+            "     {:<20} {:>10}  {}",
+            phase.phase.to_string(),
+            duration,
+            outcome_text(&phase.outcome)
+        );
     }
     out
 }

@@ -14,7 +14,9 @@
 //!   again. A call that finds the connection already ended before sending
 //!   dials first, so nothing was sent on the dead one. A read-only call
 //!   (`snapshot`, `watch`) that breaks *in flight* is retried once on a new
-//!   connection; a command is not: it may have reached the daemon and been
+//!   connection, and so are the other reads (`journal`, `config_show`,
+//!   `reinit_prepare`, which changes nothing); a command is not: it may
+//!   have reached the daemon and been
 //!   applied before the connection broke, and applying `stop` or `exit`
 //!   twice is not the caller's intent — it gets [`ClientError::Rpc`] and
 //!   decides (read the snapshot, then act). Checked by
@@ -30,10 +32,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use steadfast_protocol::control::{
-    ControlAnswer, ControlClient as RawClient, ControlRefusal, MAX_WATCH_TIMEOUT_MS,
+    ControlAnswer, ControlClient as RawClient, ControlRefusal, MAX_WATCH_TIMEOUT_MS, ReinitPrepared,
 };
+use steadfast_protocol::history::JournalAttempt;
 use steadfast_protocol::lifecycle::{ExitIntent, Refused};
-use steadfast_protocol::snapshot::Snapshot;
+use steadfast_protocol::snapshot::{ConfigView, Snapshot};
 use tarpc::client::{self, NewClient, RpcError};
 use tarpc::context;
 use tokio::net::UnixStream;
@@ -86,6 +89,13 @@ pub enum ClientError {
     /// The supervisor is not running.
     #[error("the supervisor is not running")]
     Unavailable,
+    /// The arguments were not acceptable (a malformed leaf, no override
+    /// tier); nothing changed.
+    #[error("invalid: {0}")]
+    Invalid(String),
+    /// The command was carried out and failed (a wipe step's error).
+    #[error("failed: {0}")]
+    Failed(String),
     /// The call failed on the way: the transport (the connection closed,
     /// the deadline passed, the server shed it). The next call dials again.
     #[error("the call failed: {0}")]
@@ -102,7 +112,11 @@ impl ClientError {
     pub const fn is_refusal(&self) -> bool {
         matches!(
             self,
-            Self::Refused(_) | Self::Durability(_) | Self::Unavailable
+            Self::Refused(_)
+                | Self::Durability(_)
+                | Self::Unavailable
+                | Self::Invalid(_)
+                | Self::Failed(_)
         )
     }
 }
@@ -272,10 +286,10 @@ impl ControlClient {
 
     /// A call that changes nothing: retried once on a new connection if the
     /// connection breaks under it.
-    async fn read_only<F, Fut>(&self, call: F) -> Result<Snapshot, ClientError>
+    async fn read_only<T, F, Fut>(&self, call: F) -> Result<T, ClientError>
     where
         F: Fn(RawClient) -> Fut,
-        Fut: Future<Output = Result<ControlAnswer, RpcError>>,
+        Fut: Future<Output = Result<T, RpcError>>,
     {
         let (raw, generation) = self.raw().await?;
         match call(raw).await {
@@ -287,25 +301,25 @@ impl ControlClient {
                 if matches!(&answer, Err(error) if is_broken(error)) {
                     self.broke(generation).await;
                 }
-                Self::unwrap(answer)
+                Ok(answer?)
             }
-            answer => Self::unwrap(answer),
+            answer => Ok(answer?),
         }
     }
 
     /// A command: sent once. If the connection breaks under it, the error
     /// is the caller's (it may have been applied) and the next call dials.
-    async fn command<F, Fut>(&self, call: F) -> Result<Snapshot, ClientError>
+    async fn command<T, F, Fut>(&self, call: F) -> Result<T, ClientError>
     where
         F: FnOnce(RawClient) -> Fut,
-        Fut: Future<Output = Result<ControlAnswer, RpcError>>,
+        Fut: Future<Output = Result<T, RpcError>>,
     {
         let (raw, generation) = self.raw().await?;
         let answer = call(raw).await;
         if matches!(&answer, Err(error) if is_broken(error)) {
             self.broke(generation).await;
         }
-        Self::unwrap(answer)
+        Ok(answer?)
     }
 
     /// Give each command this long (default [`DEFAULT_CALL_TIMEOUT`]).
@@ -321,21 +335,8 @@ impl ControlClient {
         cx
     }
 
-    fn unwrap(answer: Result<ControlAnswer, RpcError>) -> Result<Snapshot, ClientError> {
-        match answer? {
-            Ok(wire) => Ok(wire.into_snapshot()?),
-            Err(ControlRefusal::Refused {
-                state,
-                event,
-                reason,
-            }) => Err(ClientError::Refused(Refused {
-                state: state.into(),
-                event: event.into(),
-                reason,
-            })),
-            Err(ControlRefusal::Durability(error)) => Err(ClientError::Durability(error)),
-            Err(ControlRefusal::Unavailable) => Err(ClientError::Unavailable),
-        }
+    fn unwrap(answer: Result<ControlAnswer, ClientError>) -> Result<Snapshot, ClientError> {
+        Ok(answer?.map_err(refused)?.into_snapshot()?)
     }
 
     /// The latest snapshot.
@@ -344,8 +345,10 @@ impl ControlClient {
     /// [`ClientError`]: the call failed on the way.
     pub async fn snapshot(&self) -> Result<Snapshot, ClientError> {
         let timeout = self.timeout;
-        self.read_only(|raw| async move { raw.snapshot(Self::context(timeout)).await })
-            .await
+        Self::unwrap(
+            self.read_only(|raw| async move { raw.snapshot(Self::context(timeout)).await })
+                .await,
+        )
     }
 
     /// The first snapshot whose version is greater than `after_version`, or
@@ -362,8 +365,12 @@ impl ControlClient {
             .unwrap_or(u64::MAX)
             .min(MAX_WATCH_TIMEOUT_MS);
         let wait = Duration::from_millis(ms) + WATCH_MARGIN;
-        self.read_only(|raw| async move { raw.watch(Self::context(wait), after_version, ms).await })
-            .await
+        Self::unwrap(
+            self.read_only(
+                |raw| async move { raw.watch(Self::context(wait), after_version, ms).await },
+            )
+            .await,
+        )
     }
 
     /// Boot a stopped runtime (clears a hold).
@@ -373,7 +380,7 @@ impl ControlClient {
     /// [`Self::snapshot`].
     pub async fn start(&self) -> Result<Snapshot, ClientError> {
         let cx = Self::context(self.timeout);
-        self.command(|raw| async move { raw.start(cx).await }).await
+        Self::unwrap(self.command(|raw| async move { raw.start(cx).await }).await)
     }
 
     /// Stop the runtime; answered once the drain has settled.
@@ -383,8 +390,10 @@ impl ControlClient {
     pub async fn stop(&self, hold: Hold) -> Result<Snapshot, ClientError> {
         let hold = matches!(hold, Hold::AcrossRelaunch);
         let cx = Self::context(self.timeout);
-        self.command(|raw| async move { raw.stop(cx, hold).await })
-            .await
+        Self::unwrap(
+            self.command(|raw| async move { raw.stop(cx, hold).await })
+                .await,
+        )
     }
 
     /// Stop the runtime and boot it again.
@@ -393,8 +402,10 @@ impl ControlClient {
     /// As [`Self::start`].
     pub async fn restart(&self) -> Result<Snapshot, ClientError> {
         let cx = Self::context(self.timeout);
-        self.command(|raw| async move { raw.restart(cx).await })
-            .await
+        Self::unwrap(
+            self.command(|raw| async move { raw.restart(cx).await })
+                .await,
+        )
     }
 
     /// Retry a failed boot now.
@@ -403,7 +414,7 @@ impl ControlClient {
     /// As [`Self::start`].
     pub async fn retry(&self) -> Result<Snapshot, ClientError> {
         let cx = Self::context(self.timeout);
-        self.command(|raw| async move { raw.retry(cx).await }).await
+        Self::unwrap(self.command(|raw| async move { raw.retry(cx).await }).await)
     }
 
     /// End the daemon's process after a drain.
@@ -412,7 +423,115 @@ impl ControlClient {
     /// As [`Self::start`].
     pub async fn exit(&self, intent: ExitIntent) -> Result<Snapshot, ClientError> {
         let cx = Self::context(self.timeout);
-        self.command(|raw| async move { raw.exit(cx, intent).await })
-            .await
+        Self::unwrap(
+            self.command(|raw| async move { raw.exit(cx, intent).await })
+                .await,
+        )
+    }
+
+    /// The last `limit` attempts the journal records, with their phases,
+    /// across the runs it still holds, oldest first.
+    ///
+    /// # Errors
+    /// [`ClientError::Failed`] when the daemon cannot read its journal, or
+    /// as [`Self::snapshot`].
+    pub async fn journal(&self, limit: u32) -> Result<Vec<JournalAttempt>, ClientError> {
+        let timeout = self.timeout;
+        let answer = self
+            .read_only(|raw| async move { raw.journal(Self::context(timeout), limit).await })
+            .await?;
+        Ok(answer.map_err(refused)?.into_attempts()?)
+    }
+
+    /// Set `leaf` of the daemon's override tier to `value` (TOML text; a
+    /// bare word is a string).
+    ///
+    /// # Errors
+    /// [`ClientError::Invalid`] for a malformed leaf or no override tier, or
+    /// as [`Self::start`].
+    pub async fn config_set(&self, leaf: &str, value: &str) -> Result<Snapshot, ClientError> {
+        let cx = Self::context(self.timeout);
+        let (leaf, value) = (leaf.to_owned(), value.to_owned());
+        Self::unwrap(
+            self.command(|raw| async move { raw.config_set(cx, leaf, value).await })
+                .await,
+        )
+    }
+
+    /// Remove `leaf` from the daemon's override tier.
+    ///
+    /// # Errors
+    /// As [`Self::config_set`].
+    pub async fn config_unset(&self, leaf: &str) -> Result<Snapshot, ClientError> {
+        let cx = Self::context(self.timeout);
+        let leaf = leaf.to_owned();
+        Self::unwrap(
+            self.command(|raw| async move { raw.config_unset(cx, leaf).await })
+                .await,
+        )
+    }
+
+    /// The override tier (or one `leaf` of it) and the effective value.
+    ///
+    /// # Errors
+    /// As [`Self::config_set`].
+    pub async fn config_show(&self, leaf: Option<&str>) -> Result<ConfigView, ClientError> {
+        let timeout = self.timeout;
+        let leaf = leaf.map(str::to_owned);
+        let answer = self
+            .read_only(|raw| {
+                let leaf = leaf.clone();
+                async move { raw.config_show(Self::context(timeout), leaf).await }
+            })
+            .await?;
+        answer.map_err(refused)
+    }
+
+    /// Prepare a re-initialization: the confirmation for [`Self::reinit`].
+    ///
+    /// # Errors
+    /// [`ClientError::Refused`] unless the runtime is stopped, or as
+    /// [`Self::snapshot`].
+    pub async fn reinit_prepare(&self) -> Result<ReinitPrepared, ClientError> {
+        let timeout = self.timeout;
+        let answer = self
+            .read_only(|raw| async move { raw.reinit_prepare(Self::context(timeout)).await })
+            .await?;
+        answer.map_err(refused)
+    }
+
+    /// Re-initialize the stopped runtime with a confirmation from
+    /// [`Self::reinit_prepare`]; answered once the wipe settled.
+    ///
+    /// # Errors
+    /// [`ClientError::Refused`] (`stale_confirmation` for a token of another
+    /// epoch), [`ClientError::Failed`] when the wipe failed, or as
+    /// [`Self::snapshot`].
+    pub async fn reinit(&self, token: &str) -> Result<Snapshot, ClientError> {
+        let cx = Self::context(self.timeout);
+        let token = token.to_owned();
+        Self::unwrap(
+            self.command(|raw| async move { raw.reinit(cx, token).await })
+                .await,
+        )
+    }
+}
+
+/// A daemon's refusal as the client's error.
+fn refused(refusal: ControlRefusal) -> ClientError {
+    match refusal {
+        ControlRefusal::Refused {
+            state,
+            event,
+            reason,
+        } => ClientError::Refused(Refused {
+            state: state.into(),
+            event: event.into(),
+            reason,
+        }),
+        ControlRefusal::Durability(error) => ClientError::Durability(error),
+        ControlRefusal::Unavailable => ClientError::Unavailable,
+        ControlRefusal::Invalid(error) => ClientError::Invalid(error),
+        ControlRefusal::Failed(error) => ClientError::Failed(error),
     }
 }

@@ -39,12 +39,14 @@ use std::task::Poll;
 use std::time::Duration;
 
 use futures::StreamExt;
+use steadfast_actors::config::parse_value;
 use steadfast_actors::lifecycle::{CommandError, Hold};
 use steadfast_protocol::control::{
-    Control, ControlAnswer, ControlRefusal, WireSnapshot, clamp_watch_timeout,
+    Control, ControlAnswer, ControlRefusal, MAX_JOURNAL_ATTEMPTS, ReinitPrepared, WireJournal,
+    WireSnapshot, clamp_watch_timeout,
 };
 use steadfast_protocol::lifecycle::ExitIntent;
-use steadfast_protocol::snapshot::Snapshot;
+use steadfast_protocol::snapshot::{ConfigView, Snapshot};
 use tarpc::context::Context;
 use tarpc::server::{BaseChannel, Channel};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -417,9 +419,17 @@ struct ControlService {
 fn answer(result: Result<Snapshot, CommandError>) -> ControlAnswer {
     match result {
         Ok(snapshot) => Ok(WireSnapshot::from_snapshot(&snapshot)),
-        Err(CommandError::Refused(refused)) => Err(refused.into()),
-        Err(CommandError::Durability(error)) => Err(ControlRefusal::Durability(error)),
-        Err(CommandError::Unavailable) => Err(ControlRefusal::Unavailable),
+        Err(error) => Err(refusal(error)),
+    }
+}
+
+fn refusal(error: CommandError) -> ControlRefusal {
+    match error {
+        CommandError::Refused(refused) => refused.into(),
+        CommandError::Durability(error) => ControlRefusal::Durability(error),
+        CommandError::Unavailable => ControlRefusal::Unavailable,
+        CommandError::Invalid(error) => ControlRefusal::Invalid(error),
+        CommandError::Failed(error) => ControlRefusal::Failed(error),
     }
 }
 
@@ -470,5 +480,48 @@ impl Control for ControlService {
 
     async fn exit(self, _: Context, intent: ExitIntent) -> ControlAnswer {
         answer(self.handle.exit(intent).await)
+    }
+
+    async fn journal(self, _: Context, limit: u32) -> Result<WireJournal, ControlRefusal> {
+        let limit = limit.min(MAX_JOURNAL_ATTEMPTS) as usize;
+        self.handle
+            .journal(limit)
+            .await
+            .map(|attempts| WireJournal::from_attempts(&attempts))
+            .map_err(refusal)
+    }
+
+    async fn config_set(self, _: Context, leaf: String, value: String) -> ControlAnswer {
+        answer(self.handle.config_set(&leaf, parse_value(&value)).await)
+    }
+
+    async fn config_unset(self, _: Context, leaf: String) -> ControlAnswer {
+        answer(self.handle.config_unset(&leaf).await)
+    }
+
+    async fn config_show(
+        self,
+        _: Context,
+        leaf: Option<String>,
+    ) -> Result<ConfigView, ControlRefusal> {
+        self.handle
+            .config_show(leaf.as_deref())
+            .await
+            .map_err(refusal)
+    }
+
+    async fn reinit_prepare(self, _: Context) -> Result<ReinitPrepared, ControlRefusal> {
+        self.handle
+            .reinit_prepare()
+            .await
+            .map(|c| ReinitPrepared {
+                token: c.token,
+                epoch: c.epoch,
+            })
+            .map_err(refusal)
+    }
+
+    async fn reinit(self, _: Context, token: String) -> ControlAnswer {
+        answer(self.handle.reinit(&token).await)
     }
 }

@@ -24,11 +24,18 @@ pub const PATIENCE: Duration = Duration::from_secs(30);
 /// - `leak_store_on_drain` = true: destroying the store leaks its lock;
 /// - `serve_ends_after_ms` = N: the serve task ends with an error after N ms;
 /// - `panic_on_destroy` = true: every destroy panics;
-/// - `panic_on_apply` = true: applying a config change in place panics.
+/// - `panic_on_apply` = true: applying a config change in place panics;
+/// - `refuse` = a reason: `open_store` fails with class hold;
+/// - `wipe_fails` = true: the wipe step (re-initialization) fails.
+///
+/// Its store is the lock plus a file `store.data` under the data dir,
+/// which `open_store` creates and the wipe step removes.
 #[derive(Debug, Default)]
 pub struct TestService {
     /// Store locks leaked on purpose (kept alive for the test's life).
     leaked: Mutex<Vec<StoreLock>>,
+    /// How many wipe steps ran to completion.
+    pub wipes: std::sync::atomic::AtomicUsize,
 }
 
 struct Listener(Option<TcpListener>, String);
@@ -54,7 +61,12 @@ impl Service for TestService {
             }
             match step {
                 "open_store" => {
+                    if let Some(reason) = leaf(cx.config, "refuse").and_then(toml::Value::as_str) {
+                        return Err(StepError::hold(format!("refused: {reason}")));
+                    }
                     let lock = StoreLock::acquire(cx.data_dir).map_err(StepError::backoff)?;
+                    std::fs::write(cx.data_dir.join("store.data"), b"data")
+                        .map_err(StepError::backoff)?;
                     cx.runtime.insert(lock);
                     if leaf(cx.config, "leak_store_on_drain").and_then(toml::Value::as_bool)
                         == Some(true)
@@ -174,6 +186,30 @@ impl Service for TestService {
                 "serve" => drop(runtime.remove::<Serving>()),
                 _ => {}
             }
+            Ok(())
+        })
+    }
+
+    fn wipe<'a>(
+        &'a self,
+        data_dir: &'a Path,
+        config: Option<&'a toml::Table>,
+    ) -> BoxFuture<'a, Result<(), StepError>> {
+        Box::pin(async move {
+            if config
+                .and_then(|c| leaf(c, "wipe_fails"))
+                .and_then(toml::Value::as_bool)
+                == Some(true)
+            {
+                return Err(StepError::hold("the test asked the wipe to fail"));
+            }
+            let _lock = StoreLock::acquire(data_dir).map_err(StepError::backoff)?;
+            match std::fs::remove_file(data_dir.join("store.data")) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(StepError::backoff(e)),
+            }
+            self.wipes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             Ok(())
         })
     }
@@ -344,4 +380,14 @@ pub async fn held_on_declared_file(
     })
     .await;
     (declared, run, handle)
+}
+
+/// A supervisor over a TOML source with `defaults` and an override tier
+/// (what `config set` changes), running the test service.
+pub fn supervise_toml(dir: &Path, defaults: &str) -> (JoinHandle<ExitIntent>, SupervisorHandle) {
+    let source = steadfast::TomlFileSource::new().defaults_toml(defaults);
+    let config = SupervisorConfig::toml(dir, source, Arc::new(TestService::default()))
+        .timings(test_timings());
+    let (supervisor, handle) = Supervisor::new(config).expect("the supervisor starts");
+    (tokio::spawn(supervisor.run()), handle)
 }

@@ -679,6 +679,144 @@ fn the_streak_resets_only_after_a_stable_period() {
     ));
 }
 
+/// A stopped lifecycle (one run, one stop): epoch 1.
+fn stopped() -> Lifecycle {
+    let m = running();
+    let (m, _) = ok(&m, LifecycleEvent::Stop { at: t(50) });
+    ok(
+        &m,
+        LifecycleEvent::Drained {
+            at: t(60),
+            store: StoreOutcome::Released,
+        },
+    )
+    .0
+}
+
+#[test]
+fn reinit_runs_only_from_stopped_with_the_current_epoch_and_spends_it() {
+    use LifecycleEvent as E;
+    let m = stopped();
+    let epoch = m.reinit_epoch(t(70)).expect("stopped accepts a reinit");
+    assert_eq!(epoch, m.epoch());
+    // A confirmation from another epoch, or none this daemon issued.
+    let stale = E::Reinit {
+        epoch: Some(epoch + 1),
+        at: t(70),
+    };
+    assert_eq!(no(&m, stale), RefusedBecause::StaleConfirmation);
+    assert_eq!(
+        no(
+            &m,
+            E::Reinit {
+                epoch: None,
+                at: t(70)
+            }
+        ),
+        RefusedBecause::StaleConfirmation
+    );
+    let (wiping, effect) = ok(
+        &m,
+        E::Reinit {
+            epoch: Some(epoch),
+            at: t(70),
+        },
+    );
+    assert_eq!(effect, Effect::Wipe);
+    assert!(wiping.state.may_hold_store());
+    assert_eq!(
+        no(&wiping, E::Start { at: t(71) }),
+        RefusedBecause::LifecycleBusy
+    );
+    assert_eq!(
+        no(
+            &wiping,
+            E::Exit {
+                intent: ExitIntent::Halt
+            }
+        ),
+        RefusedBecause::LifecycleBusy
+    );
+    let (done, effect) = ok(
+        &wiping,
+        E::Wiped {
+            at: t(80),
+            store: StoreOutcome::Released,
+            error: None,
+        },
+    );
+    assert_eq!(effect, Effect::None);
+    assert!(matches!(
+        done.state,
+        LifecycleState::Stopped {
+            reason: StopReason::ReinitComplete,
+            ..
+        }
+    ));
+    // The confirmation is spent: the same token cannot wipe twice.
+    assert_eq!(done.epoch(), epoch + 1);
+    assert_eq!(
+        no(
+            &done,
+            E::Reinit {
+                epoch: Some(epoch),
+                at: t(90)
+            }
+        ),
+        RefusedBecause::StaleConfirmation
+    );
+    // Only from stopped.
+    let running = running();
+    assert_eq!(
+        running.reinit_epoch(t(1)).map_err(|r| r.reason),
+        Err(RefusedBecause::RuntimeNotStopped)
+    );
+    let (booting, _) = ok(&Lifecycle::at(t(0)), E::Start { at: t(1) });
+    assert_eq!(
+        booting.reinit_epoch(t(2)).map_err(|r| r.reason),
+        Err(RefusedBecause::LifecycleBusy)
+    );
+}
+
+#[test]
+fn a_wipe_that_keeps_the_store_wedges_and_a_failed_one_rests() {
+    use LifecycleEvent as E;
+    let m = stopped();
+    let (wiping, _) = ok(
+        &m,
+        E::Reinit {
+            epoch: Some(m.epoch()),
+            at: t(70),
+        },
+    );
+    let (wedged, _) = ok(
+        &wiping,
+        E::Wiped {
+            at: t(80),
+            store: held("wipe left the lock"),
+            error: None,
+        },
+    );
+    assert_eq!(wedged.state.name(), "wedged");
+    let (failed, _) = ok(
+        &wiping,
+        E::Wiped {
+            at: t(80),
+            store: StoreOutcome::Released,
+            error: Some("permission denied".into()),
+        },
+    );
+    assert!(matches!(
+        failed.state,
+        LifecycleState::Stopped {
+            reason: StopReason::ReinitFailed,
+            ..
+        }
+    ));
+    // A failed wipe can be confirmed again, in the new epoch.
+    assert!(failed.reinit_epoch(t(90)).is_ok());
+}
+
 #[test]
 fn serde_shapes_are_internally_tagged_and_snake_case() {
     let m = running();

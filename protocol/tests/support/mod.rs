@@ -13,7 +13,7 @@ use steadfast_protocol::lifecycle::{
 };
 
 /// The state labels of the spec's table, in its order.
-pub const STATES: [&str; 12] = [
+pub const STATES: [&str; 13] = [
     "resolving",
     "booting",
     "running",
@@ -26,10 +26,11 @@ pub const STATES: [&str; 12] = [
     "failed(hold)",
     "wedged",
     "exiting",
+    "reinitializing",
 ];
 
 /// The event labels of the spec's table, in its order.
-pub const EVENTS: [&str; 21] = [
+pub const EVENTS: [&str; 26] = [
     "held_at_startup",
     "start",
     "retry",
@@ -51,6 +52,11 @@ pub const EVENTS: [&str; 21] = [
     "exit",
     "drained(released)",
     "drained(held)",
+    "reinit",
+    "reinit(stale)",
+    "wiped(released)",
+    "wiped(failed)",
+    "wiped(held)",
 ];
 
 /// When the table's events arrive: after every representative state's
@@ -139,12 +145,27 @@ pub fn state(label: &str) -> Lifecycle {
         "exiting" => drive(&[E::Exit {
             intent: ExitIntent::Halt,
         }]),
+        "reinitializing" => with(&[
+            booted,
+            stop,
+            E::Drained {
+                at: at(1_050),
+                store: StoreOutcome::Released,
+            },
+            E::Reinit {
+                epoch: Some(STOPPED_EPOCH),
+                at: at(1_060),
+            },
+        ]),
         other => panic!("no state labelled {other:?}"),
     }
 }
 
 /// The attempt of the representative states a boot leads to.
 pub const ATTEMPT: u32 = 2;
+
+/// The epoch of `stopped(operator_request)`: one failed boot and one drain.
+pub const STOPPED_EPOCH: u64 = 2;
 
 pub fn report(phase: &'static str, at: u64) -> FailureReport {
     FailureReport {
@@ -221,6 +242,31 @@ pub fn event(label: &str) -> LifecycleEvent {
             store: StoreOutcome::Held {
                 cause: "store lock".into(),
             },
+        },
+        "reinit" => E::Reinit {
+            epoch: Some(STOPPED_EPOCH),
+            at,
+        },
+        "reinit(stale)" => E::Reinit {
+            epoch: Some(STOPPED_EPOCH - 1),
+            at,
+        },
+        "wiped(released)" => E::Wiped {
+            at,
+            store: StoreOutcome::Released,
+            error: None,
+        },
+        "wiped(failed)" => E::Wiped {
+            at,
+            store: StoreOutcome::Released,
+            error: Some("permission denied".into()),
+        },
+        "wiped(held)" => E::Wiped {
+            at,
+            store: StoreOutcome::Held {
+                cause: "store lock".into(),
+            },
+            error: None,
         },
         other => panic!("no event labelled {other:?}"),
     }
