@@ -33,7 +33,8 @@ pub use steadfast_actors::context::Timings;
 pub use steadfast_actors::control_dir::{ControlDir, RunMarker};
 pub use steadfast_actors::lifecycle::{Command, CommandError, Hold};
 pub use steadfast_actors::service::{
-    BoxFuture, CancellationToken, Checkpoint, Observation, Runtime, Service, StepContext, StepError,
+    BoxFuture, CancellationToken, Checkpoint, Observation, Runtime, Service, StepContext,
+    StepError, StepProgress,
 };
 pub use steadfast_actors::store::StoreLock;
 pub use steadfast_protocol::history::JournalAttempt;
@@ -46,5 +47,6 @@ pub use steadfast_protocol::snapshot::{
     AttemptRecord, AttemptResult, ConfigView, PhaseOutcome, PreviousRun, Snapshot,
 };
 pub use supervisor::{
-    ReinitConfirmation, Supervisor, SupervisorConfig, SupervisorError, SupervisorHandle,
+    DEFAULT_JOURNAL_KEEP_ATTEMPTS, ReinitConfirmation, Supervisor, SupervisorConfig,
+    SupervisorError, SupervisorHandle,
 };

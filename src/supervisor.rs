@@ -15,6 +15,7 @@ use steadfast_actors::clock::Clock;
 use steadfast_actors::config::{ConfigSource, Overrides, TomlFileSource, value_text};
 use steadfast_actors::context::{Shared, Timings, reinit_salt};
 use steadfast_actors::control_dir::{self, ControlDir, ControlDirError, RunMarker};
+use steadfast_actors::ledger::Ledger;
 use steadfast_actors::lifecycle::{Command, CommandError, CommandRequest, Hold};
 use steadfast_actors::root::{RootActor, RootArgs};
 use steadfast_actors::service::Service;
@@ -35,11 +36,18 @@ pub struct SupervisorConfig {
     pub declared: Option<PathBuf>,
     /// Backoff, stable period, drain grace, debounce.
     pub timings: Timings,
+    /// How many boot attempts the journal keeps when it is compacted (it is
+    /// compacted once it holds twice as many; the checkpoints a resume needs
+    /// are always kept). Default [`DEFAULT_JOURNAL_KEEP_ATTEMPTS`].
+    pub journal_keep_attempts: usize,
     /// The override tier the control plane sets (`config set`), made durable
     /// in the control directory and loaded back at startup. `None`: the
     /// source has no override tier and `config set` is refused.
     pub overrides: Option<Overrides>,
 }
+
+/// How many attempts a compacted journal keeps unless configured.
+pub const DEFAULT_JOURNAL_KEEP_ATTEMPTS: usize = 64;
 
 impl SupervisorConfig {
     /// A config with the default timings and no declared file.
@@ -54,6 +62,7 @@ impl SupervisorConfig {
             service,
             declared: None,
             timings: Timings::default(),
+            journal_keep_attempts: DEFAULT_JOURNAL_KEEP_ATTEMPTS,
             overrides: None,
         }
     }
@@ -77,6 +86,13 @@ impl SupervisorConfig {
     #[must_use]
     pub fn overrides(mut self, overrides: Overrides) -> Self {
         self.overrides = Some(overrides);
+        self
+    }
+
+    /// Keep the last `keep` attempts when the journal is compacted.
+    #[must_use]
+    pub const fn journal_keep_attempts(mut self, keep: usize) -> Self {
+        self.journal_keep_attempts = keep;
         self
     }
 
@@ -176,8 +192,9 @@ impl Supervisor {
             declared,
             timings,
             overrides,
+            journal_keep_attempts,
         } = config;
-        let control = ControlDir::open(&data_dir)?;
+        let control = ControlDir::open(&data_dir)?.with_journal_keep(journal_keep_attempts);
         if let Some(overrides) = &overrides {
             let leaves = control.read_overrides()?;
             overrides
@@ -187,7 +204,8 @@ impl Supervisor {
                     reason: error.to_string(),
                 })?;
         }
-        let (journal, _records, recovery) = control.open_journal()?;
+        let (journal, records, recovery) = control.open_journal()?;
+        let ledger = Ledger::from_journal(&records);
         tracing::info!(?recovery, data_dir = %data_dir.display(), "opened the control directory");
         let previous_run = control.previous_run().clone();
         let hold = control.is_held()?;
@@ -226,6 +244,7 @@ impl Supervisor {
             clock,
             timings,
             pid,
+            ledger,
             overrides: overrides.clone(),
         });
         let supervisor = Self {

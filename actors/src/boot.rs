@@ -9,6 +9,15 @@
 //!   a held failure against the file as it is when the failure lands.
 //! - Each completed step's checkpoint is acknowledged by the journal (an
 //!   fsync) before the next step starts.
+//! - Resume: a step with an outstanding checkpoint (`crate::ledger`) is
+//!   skipped only if `Service::observe` says its resource is still present
+//!   (reported `skipped`, with the observation's duration); otherwise it
+//!   runs again. Checked by `tests/crash.rs`
+//!   (`a_checkpointed_step_is_skipped_after_a_crash_only_if_still_present`).
+//! - A step that runs past its deadline (`Timings::step_deadline`, pushed
+//!   back by every `StepContext::progress` report) fails with class backoff
+//!   and an error naming the step and the deadline. Checked by
+//!   `tests/durability.rs` (`a_step_past_its_deadline_fails_unless_it_reports_progress`).
 //! - A boot that fails or is cancelled tears down what it built (reverse
 //!   order, confirmed by observation) and reports the *probed* store outcome.
 //! - The actor stays free while a step runs: `Cancel` trips the boot's
@@ -36,7 +45,8 @@ use crate::drain::teardown;
 use crate::journal::JournalMsg;
 use crate::lifecycle::{BootReport, LifecycleMsg};
 use crate::service::{
-    Checkpoint, LiveRuntime, Runtime, StepContext, StepError, panic_message, spawn_watched,
+    Checkpoint, LiveRuntime, Observation, Runtime, StepContext, StepError, StepProgress,
+    panic_message, spawn_watched,
 };
 use crate::store::StoreLock;
 
@@ -188,7 +198,8 @@ impl Reporter<'_> {
                 attempt,
                 phase: name,
                 at_ms,
-                reason: "its resource is still present".into(),
+                reason: "its checkpointed resource is still present".into(),
+                duration_ms,
             },
             PhaseOutcome::Running | PhaseOutcome::Completed => Record::PhaseCompleted {
                 attempt,
@@ -294,22 +305,45 @@ async fn run_attempt(
         let index = u32::try_from(offset + 2).unwrap_or(u32::MAX);
         let phase = Phase::new(step.clone());
         let started = reporter.started(&phase, index, total);
+        // Resume: a step checkpointed by an earlier boot (of this process or
+        // a crashed one) and not cleared is skipped only if observation says
+        // its resource is still there; otherwise it runs again.
+        if let Some(prior) = shared.ledger.find(step) {
+            let observed = tokio::select! {
+                biased;
+                () = cancel.cancelled() => None,
+                observed = shared.service.observe(&prior, &runtime) => Some(observed),
+            };
+            if observed == Some(Observation::Present) {
+                checkpoints.push(Checkpoint { index, ..prior });
+                reporter.ended(&phase, started, PhaseOutcome::Skipped);
+                continue;
+            }
+        }
+        let progress = StepProgress::new(shared.timings.step_deadline);
         let cx = StepContext {
             attempt,
             config: &config,
             data_dir: &shared.data_dir,
             runtime: &mut runtime,
             prior: &checkpoints,
+            progress: &progress,
         };
-        // A cancel before or during the step drops the step's future at once.
+        // A cancel before or during the step drops the step's future at once;
+        // so does a deadline the step did not push back by reporting progress.
         let result = tokio::select! {
             biased;
             () = cancel.cancelled() => Err(StepError::backoff("cancelled")),
             result = shared.service.execute(step, cx) => result,
+            () = progress.expired() => Err(StepError::backoff(format!(
+                "step `{step}` passed its deadline of {:?} without reporting progress",
+                progress.extends_by()
+            ))),
         };
         let failure = match result {
             Err(error) => Some(error),
             Ok(resource) => {
+                crate::failpoint::hit("boot.before_checkpoint");
                 let checkpoint = Checkpoint {
                     step: step.clone(),
                     index,
@@ -322,12 +356,18 @@ async fn run_attempt(
                     index,
                     resource: checkpoint.resource.clone(),
                 };
-                checkpoints.push(checkpoint);
+                checkpoints.push(checkpoint.clone());
                 let timeout = shared.timings.journal_timeout;
-                crate::journal::append(&journal, vec![record], timeout)
-                    .await
-                    .err()
-                    .map(|error| StepError::backoff(format!("checkpoint not durable: {error}")))
+                match crate::journal::append(&journal, vec![record], timeout).await {
+                    Ok(()) => {
+                        shared.ledger.recorded(&checkpoint);
+                        crate::failpoint::hit("boot.after_checkpoint");
+                        None
+                    }
+                    Err(error) => Some(StepError::backoff(format!(
+                        "checkpoint not durable: {error}"
+                    ))),
+                }
             }
         };
         if let Some(error) = failure {
@@ -338,7 +378,10 @@ async fn run_attempt(
                     error: error.message.clone(),
                 },
             );
-            let (store, _) = teardown(&shared, runtime, checkpoints).await;
+            // Journaled only: a failing boot's own phases stay what the
+            // snapshot shows (the state is still booting).
+            let (store, _) =
+                teardown(&shared, Some(&journal), None, attempt, runtime, checkpoints).await;
             let cancelled = cancel.is_cancelled();
             reporter.failed(
                 phase,

@@ -26,6 +26,10 @@ pub struct Timings {
     pub debounce: Duration,
     /// How long an actor waits for the journal's acknowledgement (an fsync).
     pub journal_timeout: Duration,
+    /// How long a boot step may run without reporting progress
+    /// ([`crate::service::StepContext::progress`]); past it the step fails
+    /// with class backoff.
+    pub step_deadline: Duration,
 }
 
 impl Default for Timings {
@@ -36,6 +40,7 @@ impl Default for Timings {
             drain_grace: Duration::from_secs(10),
             debounce: Duration::from_millis(20),
             journal_timeout: Duration::from_secs(30),
+            step_deadline: Duration::from_secs(300),
         }
     }
 }
@@ -56,6 +61,9 @@ pub struct Shared {
     pub timings: Timings,
     /// This process's id.
     pub pid: u32,
+    /// The checkpoints outstanding in the journal, which a boot reconciles
+    /// against observation.
+    pub ledger: crate::ledger::Ledger,
     /// The override tier operators set through the control plane, when the
     /// config source has one.
     pub overrides: Option<Overrides>,

@@ -60,6 +60,13 @@
 //!   `control_dir::a_flipped_byte_in_the_run_marker_reads_as_crashed`,
 //!   `control_dir::previous_run_follows_the_run_marker` and the unit tests
 //!   `marker_decoding_refuses_damage` and `previous_run_from_each_marker`.
+//! - **Compaction is crash-safe and loses nothing a resume needs.**
+//!   [`JournalFile::compact`] writes [`COMPACT_TMP_NAME`], fsyncs it, renames
+//!   it over the journal and fsyncs the directory; the kept records are
+//!   `steadfast_protocol::journal::compact`'s. A leftover temp file is
+//!   removed at open. Checked by
+//!   `durability::the_journal_stays_bounded_and_keeps_what_a_resume_needs`
+//!   and by the `compact.*` points of `crash::kill_points_in_a_chain_of_relaunches`.
 //! - **Identity is written once.** [`ControlDir::ensure_identity`] never
 //!   replaces an identity, readable or not. Checked by
 //!   `control_dir::identity_is_written_once_and_stable_across_reopen`.
@@ -142,11 +149,13 @@ pub enum ControlDirError {
     /// An earlier write or fsync of this journal failed; nothing more is
     /// appended (a failed fsync is never retried).
     #[error(
-        "journal {path} is poisoned by an earlier failed write or fsync; nothing more is appended"
+        "journal {path} is poisoned by an earlier failed write or fsync ({cause}); nothing more is appended"
     )]
     JournalPoisoned {
         /// The journal file.
         path: PathBuf,
+        /// The failure that poisoned it, rendered.
+        cause: String,
     },
     /// [`ControlDir::open_journal`] was already called on this value: there
     /// is one writer per journal.
@@ -285,6 +294,8 @@ pub struct JournalFile<S: JournalSink = File> {
     len: u64,
     /// Set by a failed write or fsync; every later append refuses.
     poisoned: bool,
+    /// The failure that poisoned it, for every later refusal.
+    poison_cause: String,
     /// The control directory's lock, kept alive so no writer outlives it
     /// (`None` for a sink built in tests).
     _lock: Option<Arc<File>>,
@@ -292,6 +303,11 @@ pub struct JournalFile<S: JournalSink = File> {
     /// writer is dropped so the journal can be reopened (a restarted Journal
     /// actor) — never while this writer lives.
     _slot: Option<WriterSlot>,
+    /// How many attempts compaction keeps (`None`: never compact).
+    keep_attempts: Option<usize>,
+    /// How many `AttemptStarted` records the file holds: decides when to
+    /// compact.
+    attempts: usize,
 }
 
 /// Clears the control directory's one-writer flag on drop.
@@ -324,8 +340,11 @@ impl<S: JournalSink> JournalFile<S> {
             path,
             len,
             poisoned: false,
+            poison_cause: String::new(),
             _lock: None,
             _slot: None,
+            keep_attempts: None,
+            attempts: 0,
         }
     }
 
@@ -343,6 +362,7 @@ impl<S: JournalSink> JournalFile<S> {
         if self.poisoned {
             return Err(ControlDirError::JournalPoisoned {
                 path: self.path.clone(),
+                cause: self.poison_cause.clone(),
             });
         }
         let mut buf = Vec::new();
@@ -358,12 +378,10 @@ impl<S: JournalSink> JournalFile<S> {
         if buf.is_empty() {
             return Ok(());
         }
-        let written = self
-            .sink
-            .write_all(&buf)
-            .and_then(|()| self.sink.sync_data());
+        let written = self.write_then_sync(&buf);
         if let Err(source) = written {
             self.poisoned = true;
+            self.poison_cause = source.to_string();
             tracing::error!(path = %self.path.display(), error = %source,
                 "journal write or fsync failed; the journal is poisoned");
             return Err(ControlDirError::Io {
@@ -372,6 +390,22 @@ impl<S: JournalSink> JournalFile<S> {
             });
         }
         self.len += buf.len() as u64;
+        self.attempts += journal::attempts_in(records);
+        Ok(())
+    }
+
+    /// One `write_all` of `buf`, then `sync_data`, with the crash harness's
+    /// failpoints between them (`crate::failpoint`; nothing when unarmed).
+    fn write_then_sync(&mut self, buf: &[u8]) -> io::Result<()> {
+        if crate::failpoint::reached("journal.mid_write") {
+            let half = buf.len() / 2;
+            self.sink.write_all(buf.get(..half).unwrap_or(buf))?;
+            crate::failpoint::kill();
+        }
+        self.sink.write_all(buf)?;
+        crate::failpoint::hit("journal.before_fsync");
+        self.sink.sync_data()?;
+        crate::failpoint::hit("journal.after_fsync");
         Ok(())
     }
 
@@ -402,6 +436,133 @@ impl<S: JournalSink> JournalFile<S> {
     }
 }
 
+/// The temp file a compaction writes before renaming it over the journal.
+pub const COMPACT_TMP_NAME: &str = "journal.compact";
+
+/// What a compaction did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compacted {
+    /// Records before.
+    pub records_before: usize,
+    /// Records after (the kept attempts and the outstanding checkpoints).
+    pub records_after: usize,
+    /// The journal's length after, in bytes.
+    pub len: u64,
+}
+
+impl JournalFile<File> {
+    /// Whether the journal holds more than twice the attempts compaction
+    /// keeps (the slack keeps compaction rare: once per `keep` attempts).
+    #[must_use]
+    pub fn wants_compaction(&self) -> bool {
+        self.keep_attempts
+            .is_some_and(|keep| self.attempts > keep.max(1).saturating_mul(2))
+    }
+
+    /// Rewrite the journal to its last `keep_attempts` attempts and the
+    /// checkpoints still outstanding before them
+    /// ([`journal::compact`]), crash-safely: the new journal is written to
+    /// [`COMPACT_TMP_NAME`] (0600), fsynced, renamed over the journal, and
+    /// the directory fsynced; then this writer appends to the new file. A
+    /// crash at any point leaves either the old journal or the new one, each
+    /// whole, and both leave a resume the same outstanding checkpoints.
+    /// Returns `None` when there was nothing to drop.
+    ///
+    /// # Errors
+    /// [`ControlDirError::JournalPoisoned`] on a poisoned writer;
+    /// [`ControlDirError::CorruptJournal`] / [`ControlDirError::BadJournalHeader`]
+    /// if the file no longer decodes cleanly (nothing is changed);
+    /// [`ControlDirError::Io`] if a step fails. A failure before the rename
+    /// leaves the old journal in use, untouched; a failure after it poisons
+    /// this writer (which file survives a crash is then unknown).
+    pub fn compact(&mut self) -> Result<Option<Compacted>, ControlDirError> {
+        let Some(keep) = self.keep_attempts else {
+            return Ok(None);
+        };
+        if self.poisoned {
+            return Err(ControlDirError::JournalPoisoned {
+                path: self.path.clone(),
+                cause: self.poison_cause.clone(),
+            });
+        }
+        let path = self.path.clone();
+        let bytes = fs::read(&path).map_err(io_err(&path))?;
+        let decoded = journal::decode(&bytes).map_err(|e| match e {
+            JournalError::Corrupt { offset } => ControlDirError::CorruptJournal {
+                path: path.clone(),
+                offset,
+            },
+            source => ControlDirError::BadJournalHeader {
+                path: path.clone(),
+                source,
+            },
+        })?;
+        let records_before = decoded.records.len();
+        let Some(kept) = journal::compact(&decoded.records, keep) else {
+            self.attempts = journal::attempts_in(&decoded.records);
+            return Ok(None);
+        };
+        let mut out = journal::encode_header().to_vec();
+        for record in &kept {
+            let frame = journal::encode_record(record).map_err(|source| {
+                ControlDirError::RecordNotEncoded {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+            out.extend_from_slice(&frame);
+        }
+        let dir = path
+            .parent()
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+        let tmp = dir.join(COMPACT_TMP_NAME);
+        let written = remove_if_present(&tmp).and_then(|()| {
+            let mut file = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(FILE_MODE)
+                .open(&tmp)?;
+            file.write_all(&out)?;
+            crate::failpoint::hit("compact.before_fsync");
+            file.sync_all()?;
+            crate::failpoint::hit("compact.before_rename");
+            fs::rename(&tmp, &path)
+        });
+        if let Err(e) = written {
+            let _ = fs::remove_file(&tmp);
+            return Err(io_err(&tmp)(e));
+        }
+        // The old file is unlinked: from here on, a failure poisons.
+        crate::failpoint::hit("compact.before_dir_fsync");
+        let reopened =
+            sync_dir(&dir).and_then(|()| open_journal_file(&path, false).map_err(io_err(&path)));
+        match reopened {
+            Ok(file) => {
+                self.sink = file;
+                self.len = out.len() as u64;
+                self.attempts = journal::attempts_in(&kept);
+                Ok(Some(Compacted {
+                    records_before,
+                    records_after: kept.len(),
+                    len: self.len,
+                }))
+            }
+            Err(error) => {
+                self.poisoned = true;
+                self.poison_cause = error.to_string();
+                Err(error)
+            }
+        }
+    }
+}
+
+fn remove_if_present(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
 /// An open, locked control directory.
 #[derive(Debug)]
 pub struct ControlDir {
@@ -414,6 +575,8 @@ pub struct ControlDir {
     previous_run: PreviousRun,
     /// Whether [`Self::open_journal`] has handed out the one writer.
     journal_opened: Arc<AtomicBool>,
+    /// How many attempts the journal keeps when compacted (`None`: never).
+    journal_keep: Option<usize>,
 }
 
 impl ControlDir {
@@ -468,9 +631,22 @@ impl ControlDir {
             lock: Arc::new(lock),
             previous_run: PreviousRun::FirstEver,
             journal_opened: Arc::new(AtomicBool::new(false)),
+            journal_keep: None,
         };
+        // A compaction that died before its rename left its temp file.
+        let stale = dir.path.join(COMPACT_TMP_NAME);
+        remove_if_present(&stale).map_err(io_err(&stale))?;
         dir.previous_run = previous_run_from(&dir.read_run()?);
         Ok(dir)
+    }
+
+    /// Keep the journal bounded: writers from [`Self::open_journal`] compact
+    /// it to the last `keep` attempts (and the checkpoints still
+    /// outstanding) once it holds more than twice that many.
+    #[must_use]
+    pub const fn with_journal_keep(mut self, keep: usize) -> Self {
+        self.journal_keep = Some(keep);
+        self
     }
 
     /// The control directory, `<data_dir>/.steadfast`.
@@ -611,7 +787,18 @@ impl ControlDir {
         let mut writer = JournalFile::with_sink(file, path.to_path_buf(), len);
         writer._lock = Some(Arc::clone(&self.lock));
         writer._slot = Some(WriterSlot(Arc::clone(&self.journal_opened)));
-        Ok((writer, decoded.records, recovery))
+        writer.keep_attempts = self.journal_keep;
+        writer.attempts = journal::attempts_in(&decoded.records);
+        let mut records = decoded.records;
+        if writer.wants_compaction()
+            && let Some(compacted) = writer.compact()?
+        {
+            tracing::info!(?compacted, "compacted the journal at open");
+            if let Some(kept) = journal::compact(&records, self.journal_keep.unwrap_or(0)) {
+                records = kept;
+            }
+        }
+        Ok((writer, records, recovery))
     }
 
     /// Copy `bytes` to the first free `journal.broken[.N]`, durably.
@@ -828,10 +1015,12 @@ impl ControlDir {
             let _ = fs::remove_file(&tmp);
             return Err(io_err(&tmp)(e));
         }
+        crate::failpoint::hit("marker.before_rename");
         if let Err(e) = fs::rename(&tmp, &target) {
             let _ = fs::remove_file(&tmp);
             return Err(io_err(&target)(e));
         }
+        crate::failpoint::hit("marker.before_dir_fsync");
         sync_dir(&self.path)
     }
 }
@@ -1074,6 +1263,10 @@ mod tests {
             "{err:?}"
         );
         assert!(err.to_string().contains("/cd/journal"), "{err}");
+        assert!(
+            err.to_string().contains("os error 5"),
+            "the refusal names what poisoned it: {err}"
+        );
         assert_eq!(
             sink.syncs.load(Ordering::SeqCst),
             1,

@@ -13,25 +13,62 @@
 //! service's wipe step for a confirmed re-initialization ([`wipe`]): the
 //! other destructive job, with the same probed outcome. Checked by `tests/supervisor.rs`
 //! (`a_drain_that_cannot_release_wedges_and_only_exit_is_accepted`).
+//!
+//! Each destruction is reported as progress (`destroy:<step>` started,
+//! completed or failed, with index, total and duration) to the journal and
+//! the snapshot; a confirmed one clears its checkpoint, a survivor's stays
+//! outstanding. Checked by `tests/crash.rs`
+//! (`a_destroy_that_reports_success_but_leaves_the_resource_is_a_survivor`).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use steadfast_protocol::lifecycle::StoreOutcome;
+use steadfast_protocol::journal::Record;
+use steadfast_protocol::lifecycle::{Phase, StoreOutcome};
+use steadfast_protocol::snapshot::PhaseOutcome;
 
 use crate::context::Shared;
-use crate::lifecycle::LifecycleMsg;
+use crate::journal::JournalMsg;
+use crate::lifecycle::{BootReport, LifecycleMsg};
 use crate::service::{Checkpoint, LiveRuntime, Observation, Runtime, Service, spawn_watched};
 use crate::store::StoreLock;
 
 /// Destroy `checkpoints` in reverse order over `runtime`, confirming each by
 /// observation, then drop the runtime and probe the store. Returns the
 /// probed store outcome and the survivors (`step: resource id`).
+///
+/// Each confirmed destruction clears the step's checkpoint from the ledger
+/// and stages a `CheckpointCleared` record in `journal` (durable with the
+/// next acknowledged append: the drain's or the failed boot's transition).
+/// A crash before then leaves the checkpoint outstanding, and the next boot
+/// observes the resource gone and runs the step again.
+///
+/// Each destruction is also progress: `destroy:<step>` started, then
+/// completed (confirmed gone) or failed (a survivor), with its index among
+/// the destructions, their total and its duration. The records are staged
+/// in `journal` under `attempt` (the boot that built the runtime); with
+/// `report_to`, the Lifecycle actor puts them in that attempt's phases in
+/// the snapshot, so `watch` shows them.
 pub async fn teardown(
     shared: &Shared,
+    journal: Option<&ActorRef<JournalMsg>>,
+    report_to: Option<&ActorRef<LifecycleMsg>>,
+    attempt: u32,
     mut runtime: Runtime,
     checkpoints: Vec<Checkpoint>,
 ) -> (StoreOutcome, Vec<String>) {
+    let stage = |record: Record| {
+        if let Some(journal) = journal {
+            let _ = journal.cast(JournalMsg::Stage(vec![record]));
+        }
+    };
+    let report = |report: BootReport| {
+        if let Some(to) = report_to {
+            let _ = to.cast(LifecycleMsg::Boot(report));
+        }
+    };
+    let total = u32::try_from(checkpoints.len()).unwrap_or(u32::MAX);
     let aborted = runtime.shutdown_tasks(shared.timings.drain_grace).await;
     if !aborted.is_empty() {
         tracing::warn!(
@@ -41,24 +78,73 @@ pub async fn teardown(
     }
     let service: &dyn Service = shared.service.as_ref();
     let mut survivors = Vec::new();
-    for checkpoint in checkpoints.iter().rev() {
+    for (offset, checkpoint) in checkpoints.iter().rev().enumerate() {
+        let index = u32::try_from(offset + 1).unwrap_or(u32::MAX);
+        let phase = Phase::new(format!("destroy:{}", checkpoint.step));
+        let at = shared.clock.now();
+        let started = Instant::now();
+        stage(Record::PhaseStarted {
+            attempt,
+            phase: phase.to_string(),
+            index,
+            total,
+            at_ms: at.as_millis(),
+        });
+        report(BootReport::PhaseStarted {
+            attempt,
+            phase: phase.clone(),
+            index,
+            total,
+            at,
+        });
         let destroyed = service.destroy(checkpoint, &mut runtime).await;
+        crate::failpoint::hit("drain.mid_destroy");
         let observed = service.observe(checkpoint, &runtime).await;
-        match (destroyed, observed) {
-            (_, Observation::Gone) => {}
-            (Err(error), Observation::Present) => {
+        let failure = match (destroyed, observed) {
+            (_, Observation::Gone) => {
+                shared.ledger.cleared(&checkpoint.step);
+                stage(Record::CheckpointCleared {
+                    step: checkpoint.step.clone(),
+                });
+                None
+            }
+            (Err(error), Observation::Present) => Some(error.to_string()),
+            (Ok(()), Observation::Present) => Some("still present after destroy".to_owned()),
+        };
+        let at = shared.clock.now();
+        let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let outcome = match failure {
+            None => {
+                stage(Record::PhaseCompleted {
+                    attempt,
+                    phase: phase.to_string(),
+                    at_ms: at.as_millis(),
+                    duration_ms,
+                });
+                PhaseOutcome::Completed
+            }
+            Some(error) => {
                 survivors.push(format!(
                     "{} ({}): {error}",
                     checkpoint.step, checkpoint.resource.id
                 ));
+                stage(Record::PhaseFailed {
+                    attempt,
+                    phase: phase.to_string(),
+                    at_ms: at.as_millis(),
+                    duration_ms,
+                    error: error.clone(),
+                });
+                PhaseOutcome::Failed { error }
             }
-            (Ok(()), Observation::Present) => {
-                survivors.push(format!(
-                    "{} ({}): still present after destroy",
-                    checkpoint.step, checkpoint.resource.id
-                ));
-            }
-        }
+        };
+        report(BootReport::PhaseEnded {
+            attempt,
+            phase,
+            at,
+            duration_ms,
+            outcome,
+        });
     }
     drop(runtime);
     let store = match StoreLock::probe(&shared.data_dir) {
@@ -109,6 +195,8 @@ pub enum DrainMsg {
         live: LiveRuntime,
         /// Where the outcome goes.
         report_to: ActorRef<LifecycleMsg>,
+        /// Where each confirmed destruction's `CheckpointCleared` is staged.
+        journal: ActorRef<JournalMsg>,
     },
     /// Run the service's wipe step over the released store (a confirmed
     /// re-initialization) and report `wiped` to `report_to`.
@@ -143,7 +231,11 @@ impl Actor for DrainActor {
         state: &mut DrainState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            DrainMsg::Run { live, report_to } => {
+            DrainMsg::Run {
+                live,
+                report_to,
+                journal,
+            } => {
                 let shared = Arc::clone(&state.shared);
                 let LiveRuntime {
                     attempt,
@@ -151,7 +243,15 @@ impl Actor for DrainActor {
                     checkpoints,
                 } = live;
                 let work = async move {
-                    let (store, survivors) = teardown(&shared, runtime, checkpoints).await;
+                    let (store, survivors) = teardown(
+                        &shared,
+                        Some(&journal),
+                        Some(&report_to),
+                        attempt,
+                        runtime,
+                        checkpoints,
+                    )
+                    .await;
                     let _ = report_to.cast(LifecycleMsg::Drained {
                         attempt,
                         store,

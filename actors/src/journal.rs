@@ -103,6 +103,16 @@ impl Actor for JournalActor {
                 let mut file = state.file.take().ok_or("the journal file is in use")?;
                 let (file, result) = tokio::task::spawn_blocking(move || {
                     let result = file.append(&records);
+                    // Keep the journal bounded. The append above is durable
+                    // whatever compaction does; a compaction that fails
+                    // before its rename leaves the old journal in use, one
+                    // that fails after it poisons the writer.
+                    if result.is_ok() && file.wants_compaction() {
+                        match file.compact() {
+                            Ok(compacted) => tracing::debug!(?compacted, "compacted the journal"),
+                            Err(error) => tracing::error!(%error, "journal compaction failed"),
+                        }
+                    }
                     (file, result)
                 })
                 .await?;

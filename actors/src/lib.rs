@@ -10,11 +10,15 @@
 //! - [`boot`], [`drain`]: run one attempt, or tear a runtime down, in a task
 //!   the actor owns.
 //! - [`journal`]: the sole writer of the control directory.
+//! - [`ledger`]: the checkpoints outstanding across processes, which a boot
+//!   reconciles against observation.
 //! - [`config_watcher`]: notify on the declared config file.
 //! - [`control_dir`], [`store`], [`config`]: the file formats and helpers the
 //!   actors share (blocking I/O, run on blocking threads).
 //! - [`service`]: what an embedding application implements.
 //! - [`clock`], [`context`]: the supervisor's clock and fixed context.
+//! - [`failpoint`]: `SIGKILL` at a named point, armed by an environment
+//!   variable, for the crash harness.
 
 pub use steadfast_protocol as protocol;
 
@@ -25,7 +29,9 @@ pub mod config_watcher;
 pub mod context;
 pub mod control_dir;
 pub mod drain;
+pub mod failpoint;
 pub mod journal;
+pub mod ledger;
 pub mod lifecycle;
 pub mod root;
 pub mod service;

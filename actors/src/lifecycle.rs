@@ -596,6 +596,7 @@ impl LifecycleActorState {
                 let drain = self.runtime.take().map(|live| DrainMsg::Run {
                     live,
                     report_to: myself.clone(),
+                    journal: self.children.journal.clone(),
                 });
                 // No runtime to hand over (or no Drain actor to take it: the
                 // runtime comes back in the error and is dropped here, which

@@ -95,6 +95,10 @@ pub struct StepContext<'a> {
     pub runtime: &'a mut Runtime,
     /// The checkpoints of the earlier steps of this boot.
     pub prior: &'a [Checkpoint],
+    /// The step's deadline: [`StepProgress::report`] pushes it back by
+    /// `Timings::step_deadline`; a step that passes it fails with class
+    /// backoff.
+    pub progress: &'a StepProgress,
 }
 
 /// The embedding application's runtime, described as a plan of steps.
@@ -364,6 +368,63 @@ pub struct LiveRuntime {
     pub checkpoints: Vec<Checkpoint>,
 }
 
+/// A running step's deadline, which the step extends by reporting
+/// progress (DESIGN.md: "a slow boot is not a dead boot").
+#[derive(Debug)]
+pub struct StepProgress {
+    /// When the step fails unless it reports progress first.
+    deadline: std::sync::Mutex<tokio::time::Instant>,
+    /// How far a report (and the start) puts the deadline.
+    extend_by: Duration,
+}
+
+impl StepProgress {
+    /// A deadline `extend_by` from now.
+    #[must_use]
+    pub fn new(extend_by: Duration) -> Self {
+        Self {
+            deadline: std::sync::Mutex::new(tokio::time::Instant::now() + extend_by),
+            extend_by,
+        }
+    }
+
+    /// The step is making progress: its deadline moves to `extend_by` from
+    /// now.
+    pub fn report(&self) {
+        let next = tokio::time::Instant::now() + self.extend_by;
+        *self
+            .deadline
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = next;
+    }
+
+    /// The current deadline.
+    #[must_use]
+    pub fn deadline(&self) -> tokio::time::Instant {
+        *self
+            .deadline
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// How far each report extends the deadline.
+    #[must_use]
+    pub const fn extends_by(&self) -> Duration {
+        self.extend_by
+    }
+
+    /// Resolves once the deadline has passed without a report moving it.
+    pub async fn expired(&self) {
+        loop {
+            let deadline = self.deadline();
+            if tokio::time::Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep_until(deadline).await;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -412,6 +473,21 @@ mod tests {
         });
         let aborted = runtime.shutdown_tasks(Duration::from_millis(50)).await;
         assert_eq!(aborted, vec!["stubborn".to_owned()]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_step_deadline_moves_only_when_progress_is_reported() {
+        let progress = StepProgress::new(Duration::from_secs(10));
+        let first = progress.deadline();
+        tokio::time::advance(Duration::from_secs(6)).await;
+        progress.report();
+        assert_eq!(progress.deadline(), first + Duration::from_secs(6));
+        // Unreported, it expires 10 s after the last report, not before.
+        let expired = tokio::time::timeout(Duration::from_secs(9), progress.expired()).await;
+        assert!(expired.is_err(), "expired 9 s after a report");
+        tokio::time::timeout(Duration::from_secs(2), progress.expired())
+            .await
+            .expect("expired 10 s after the last report");
     }
 
     #[tokio::test]

@@ -130,6 +130,8 @@ pub enum Record {
         at_ms: u64,
         /// Why it was skipped, for the operator.
         reason: String,
+        /// How long observing its resource took, in milliseconds.
+        duration_ms: u64,
     },
     /// A phase failed, which fails its attempt.
     PhaseFailed {
@@ -468,6 +470,99 @@ mod byte_buf {
             Ok(out)
         }
     }
+}
+
+/// A checkpoint no drain has cleared: what a resumed boot reconciles.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outstanding {
+    /// The attempt that acquired it (of the daemon process that wrote it).
+    pub attempt: u32,
+    /// The step that acquired it.
+    pub step: String,
+    /// The step's position in that attempt's plan.
+    pub index: u32,
+    /// What was acquired.
+    pub resource: ResourceRecord,
+}
+
+/// The checkpoints `records` leave outstanding, in the order their steps
+/// were last checkpointed: a [`Record::Checkpoint`] adds (or replaces) its
+/// step's entry, a [`Record::CheckpointCleared`] removes it. Every other
+/// record is ignored. Checked by `journal_resume::outstanding_follows_checkpoints_and_clears`.
+#[must_use]
+pub fn outstanding(records: &[Record]) -> Vec<Outstanding> {
+    let mut out: Vec<Outstanding> = Vec::new();
+    for record in records {
+        match record {
+            Record::Checkpoint {
+                attempt,
+                step,
+                index,
+                resource,
+            } => {
+                out.retain(|o| o.step != *step);
+                out.push(Outstanding {
+                    attempt: *attempt,
+                    step: step.clone(),
+                    index: *index,
+                    resource: resource.clone(),
+                });
+            }
+            Record::CheckpointCleared { step } => out.retain(|o| o.step != *step),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// How many [`Record::AttemptStarted`] records `records` holds.
+#[must_use]
+pub fn attempts_in(records: &[Record]) -> usize {
+    records
+        .iter()
+        .filter(|r| matches!(r, Record::AttemptStarted { .. }))
+        .count()
+}
+
+/// The records of a compacted journal that keeps the last `keep_attempts`
+/// attempts, or `None` when `records` holds no more than that.
+///
+/// The result is the checkpoints outstanding just before the
+/// `keep_attempts`-th last [`Record::AttemptStarted`] (as
+/// [`Record::Checkpoint`]s), then every record from that attempt on,
+/// unchanged. So [`outstanding`] of the result equals [`outstanding`] of
+/// `records` (a resume loses nothing), and every record at or after the cut
+/// is kept in order. With `keep_attempts == 0` the cut is after the last
+/// record. Checked by `journal_resume::compaction_keeps_what_a_resume_needs`
+/// (a property test over arbitrary record sequences).
+#[must_use]
+pub fn compact(records: &[Record], keep_attempts: usize) -> Option<Vec<Record>> {
+    let starts: Vec<usize> = records
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| matches!(r, Record::AttemptStarted { .. }))
+        .map(|(i, _)| i)
+        .collect();
+    if starts.len() <= keep_attempts {
+        return None;
+    }
+    let cut = if keep_attempts == 0 {
+        records.len()
+    } else {
+        starts[starts.len() - keep_attempts]
+    };
+    let (before, after) = records.split_at(cut);
+    let mut kept: Vec<Record> = outstanding(before)
+        .into_iter()
+        .map(|o| Record::Checkpoint {
+            attempt: o.attempt,
+            step: o.step,
+            index: o.index,
+            resource: o.resource,
+        })
+        .collect();
+    kept.extend_from_slice(after);
+    Some(kept)
 }
 
 #[cfg(test)]

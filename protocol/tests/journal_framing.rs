@@ -140,6 +140,7 @@ fn every_variant() -> Vec<Record> {
             phase: "open_store".into(),
             at_ms: u64::MAX,
             reason: "checkpoint observed".into(),
+            duration_ms: u64::MAX,
         },
         Record::PhaseFailed {
             attempt: 2,
@@ -238,6 +239,7 @@ fn varied_records(n: usize, seed: u64) -> Vec<Record> {
                     phase: g.text(40),
                     at_ms,
                     reason: g.text(40),
+                    duration_ms: at_ms,
                 },
                 4 => Record::PhaseFailed {
                     attempt,

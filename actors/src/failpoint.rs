@@ -1,0 +1,93 @@
+//! Crash failpoints: named places where a test process kills itself with
+//! `SIGKILL`, so the crash harness (`tests/crash.rs`) can stop a real daemon
+//! between a write and its fsync, between an fsync and a rename, mid-step or
+//! mid-drain, and check what the next daemon makes of it.
+//!
+//! A point is armed only by the environment variable [`ENV`], read once:
+//! `STEADFAST_CRASH_AT=<point>:<nth>` kills the process the `nth` time
+//! (counting from 1) `<point>` is reached. Unset, [`hit`] is one atomic load and a branch.
+//! The points ([`POINTS`]) are named where they sit; nothing else in the
+//! library knows about them.
+//!
+//! Invariant: an armed point kills with `SIGKILL` (no destructor, no flush,
+//! no unwinding: what a power cut or `kill -9` leaves), and an unarmed or
+//! unknown point does nothing. Checked by `tests/crash.rs`.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// The environment variable that arms a failpoint: `<point>:<nth>`.
+pub const ENV: &str = "STEADFAST_CRASH_AT";
+
+/// Every failpoint, in the order a boot, a drain and a compaction reach them.
+pub const POINTS: &[&str] = &[
+    // `JournalFile::append`: half of the frames written, the process dies.
+    "journal.mid_write",
+    // Every frame written, not yet fsynced.
+    "journal.before_fsync",
+    // Fsynced, not yet acknowledged.
+    "journal.after_fsync",
+    // A marker's temp file written and fsynced, not yet renamed.
+    "marker.before_rename",
+    // Renamed, the directory not yet fsynced.
+    "marker.before_dir_fsync",
+    // A step created its resource; its checkpoint is not yet durable.
+    "boot.before_checkpoint",
+    // A step's checkpoint is durable; the next step has not started.
+    "boot.after_checkpoint",
+    // A drain destroyed a resource and has not yet observed it gone.
+    "drain.mid_destroy",
+    // Compaction: the new journal written, not yet fsynced.
+    "compact.before_fsync",
+    // The new journal fsynced, not yet renamed over the old one.
+    "compact.before_rename",
+    // Renamed, the directory not yet fsynced.
+    "compact.before_dir_fsync",
+];
+
+struct Armed {
+    point: String,
+    nth: u32,
+    seen: AtomicU32,
+}
+
+fn armed() -> Option<&'static Armed> {
+    static ARMED: OnceLock<Option<Armed>> = OnceLock::new();
+    ARMED
+        .get_or_init(|| {
+            let value = std::env::var(ENV).ok()?;
+            let (point, nth) = value.rsplit_once(':')?;
+            Some(Armed {
+                point: point.to_owned(),
+                nth: nth.parse().ok()?,
+                seen: AtomicU32::new(0),
+            })
+        })
+        .as_ref()
+}
+
+/// Reached `point`: if it is the armed one and this is its `nth` time, the
+/// process dies of `SIGKILL` here.
+pub fn hit(point: &'static str) {
+    if reached(point) {
+        kill();
+    }
+}
+
+/// Count a pass through `point`; `true` if it is the armed one and this is
+/// its `nth` time (the caller then does its part of the damage, say a torn
+/// write, and calls [`kill`]).
+#[must_use]
+pub fn reached(point: &'static str) -> bool {
+    armed().is_some_and(|armed| {
+        armed.point == point && armed.seen.fetch_add(1, Ordering::SeqCst) + 1 == armed.nth
+    })
+}
+
+/// Die of `SIGKILL` now.
+pub fn kill() -> ! {
+    let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
+    // SIGKILL cannot be caught; if the call itself failed, abort is the
+    // closest thing (no destructors, no unwinding).
+    std::process::abort()
+}

@@ -1,0 +1,130 @@
+//! What a resume needs from the journal (`spec/control-dir.md`, "Resume" and
+//! "Compaction"): the outstanding checkpoints, and a compaction that keeps
+//! them while dropping old attempts.
+
+use proptest::prelude::*;
+use steadfast_protocol::journal::{
+    AttemptResult, Record, ResourceRecord, attempts_in, compact, outstanding,
+};
+
+fn checkpoint(attempt: u32, step: &str, id: &str) -> Record {
+    Record::Checkpoint {
+        attempt,
+        step: step.into(),
+        index: 2,
+        resource: ResourceRecord {
+            kind: "file".into(),
+            id: id.into(),
+            payload: vec![],
+        },
+    }
+}
+
+fn started(attempt: u32) -> Record {
+    Record::AttemptStarted {
+        attempt,
+        at_ms: u64::from(attempt),
+    }
+}
+
+#[test]
+fn outstanding_follows_checkpoints_and_clears() {
+    let records = vec![
+        started(1),
+        checkpoint(1, "prepare", "a"),
+        checkpoint(1, "open_store", "s"),
+        Record::CheckpointCleared {
+            step: "open_store".into(),
+        },
+        started(2),
+        checkpoint(2, "prepare", "b"),
+        checkpoint(2, "serve", "x"),
+    ];
+    let left = outstanding(&records);
+    let steps: Vec<(&str, &str, u32)> = left
+        .iter()
+        .map(|o| (o.step.as_str(), o.resource.id.as_str(), o.attempt))
+        .collect();
+    // "prepare" was checkpointed again by attempt 2: the later record wins
+    // and moves to the end; "open_store" was cleared.
+    assert_eq!(steps, vec![("prepare", "b", 2), ("serve", "x", 2)]);
+}
+
+#[test]
+fn compaction_keeps_the_last_attempts_and_the_outstanding_checkpoints() {
+    let records = vec![
+        started(1),
+        checkpoint(1, "prepare", "a"),
+        Record::AttemptEnded {
+            attempt: 1,
+            at_ms: 1,
+            result: AttemptResult::Failed,
+        },
+        started(2),
+        checkpoint(2, "open_store", "s"),
+        started(3),
+        Record::CheckpointCleared {
+            step: "open_store".into(),
+        },
+    ];
+    assert_eq!(compact(&records, 3), None, "nothing to drop");
+    let compacted = compact(&records, 1).expect("compacted");
+    assert_eq!(
+        compacted,
+        vec![
+            checkpoint(1, "prepare", "a"),
+            checkpoint(2, "open_store", "s"),
+            started(3),
+            Record::CheckpointCleared {
+                step: "open_store".into(),
+            },
+        ]
+    );
+    assert_eq!(outstanding(&compacted), outstanding(&records));
+    let none_kept = compact(&records, 0).expect("compacted");
+    assert_eq!(none_kept, vec![checkpoint(1, "prepare", "a")]);
+}
+
+fn arb_record() -> impl Strategy<Value = Record> {
+    let step = prop::sample::select(vec!["prepare", "open_store", "bind", "serve"]);
+    prop_oneof![
+        (1u32..50).prop_map(started),
+        (1u32..50, step.clone(), "[a-z]{1,3}")
+            .prop_map(|(attempt, step, id)| checkpoint(attempt, step, &id)),
+        step.prop_map(|step| Record::CheckpointCleared { step: step.into() }),
+        (0u64..1000).prop_map(|at_ms| Record::Transition {
+            at_ms,
+            from: "booting".into(),
+            event: "booted".into(),
+            to: "running".into(),
+        }),
+    ]
+}
+
+proptest! {
+    /// Compaction never changes what a resume sees, keeps exactly the last
+    /// `keep` attempts, and keeps every record from the cut on, in order.
+    #[test]
+    fn compaction_keeps_what_a_resume_needs(
+        records in prop::collection::vec(arb_record(), 0..200),
+        keep in 0usize..6,
+    ) {
+        match compact(&records, keep) {
+            None => prop_assert!(attempts_in(&records) <= keep),
+            Some(compacted) => {
+                prop_assert_eq!(outstanding(&compacted), outstanding(&records));
+                prop_assert_eq!(attempts_in(&compacted), keep);
+                prop_assert!(compacted.len() <= records.len() + 4);
+                let kept_tail: Vec<&Record> = compacted
+                    .iter()
+                    .skip_while(|r| matches!(r, Record::Checkpoint { .. }))
+                    .collect();
+                let original_tail: Vec<&Record> =
+                    records[records.len() - kept_tail.len()..].iter().collect();
+                prop_assert_eq!(kept_tail, original_tail);
+                // Compacting again with the same bound changes nothing.
+                prop_assert_eq!(compact(&compacted, keep), None);
+            }
+        }
+    }
+}
