@@ -7,8 +7,31 @@
 //!   ping-pong of length-prefixed frames of the same sizes (the request's
 //!   and the answer's), with an echo task that does nothing else. The gap
 //!   between the two is what tarpc, bincode and the JSON snapshot cost.
+//! - `control/snapshot_wire_unix`: the same call through the raw tarpc
+//!   client, stopping at the `WireSnapshot` (no JSON parse on the client):
+//!   the difference to `snapshot_unix` is what turning the JSON back into a
+//!   `Snapshot` costs.
+//! - `control/snapshot_json_parse`, `control/snapshot_json_encode`: the
+//!   client's and the server's JSON work for one snapshot, alone.
+//! - `control/snapshot_tcp` and `control/raw_pingpong_tcp_same_size`: the
+//!   same pair over loopback TCP (after the token handshake, which is paid
+//!   once per connection and not measured).
 //! - `control/16_clients`: 16 clients on their own connections, 100
 //!   `snapshot` calls each, concurrently; throughput in calls/s.
+//!   `control/16_clients_tcp`: the same over loopback TCP.
+//!
+//! The daemon side (supervisor, servers, echo tasks) runs on a 4-worker
+//! runtime, as in a daemon; the single-call clients run on a
+//! current-thread runtime of their own, as `steadfastctl` does, so the
+//! baseline and the real client both do their I/O on the calling thread.
+//!
+//! Where the time goes (one run on the shared 2-core machine, medians):
+//! `snapshot_unix` 83 µs, `raw_pingpong_same_size` 28 µs (3.0×),
+//! `snapshot_wire_unix` 46 µs (1.7×), JSON parse 3.6 µs and encode 1.5 µs.
+//! Serialization is ~5 µs of a call; the rest is tarpc's per-call machinery
+//! (a channel to the dispatch task, a oneshot back, deadline timers on both
+//! sides) and the wake-ups between them. Run-to-run noise on that machine
+//! is larger than any of these differences: compare within one run.
 //!
 //! Run: `cargo bench --bench control`.
 
@@ -23,41 +46,59 @@ use support::{Noop, empty_source};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use steadfast::control::codec::options;
 use steadfast::control::{ControlClient, serve_unix};
+use steadfast::control::{Token, serve_tcp_with};
 use steadfast::protocol::control::{ControlRefusal, WireSnapshot};
 use steadfast::{ControlDir, LifecycleState, Supervisor, SupervisorConfig};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{UnixListener, UnixStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
 /// Echo server: read a frame, answer `answer_len` bytes.
 async fn echo(listener: UnixListener, answer_len: usize) {
     loop {
-        let Ok((mut stream, _)) = listener.accept().await else {
+        let Ok((stream, _)) = listener.accept().await else {
             return;
         };
-        tokio::spawn(async move {
-            let answer = vec![7u8; answer_len];
-            let mut prefix = [0u8; 4];
-            let mut buf = Vec::new();
-            loop {
-                if stream.read_exact(&mut prefix).await.is_err() {
-                    return;
-                }
-                buf.resize(u32::from_be_bytes(prefix) as usize, 0);
-                if stream.read_exact(&mut buf).await.is_err() {
-                    return;
-                }
-                let len = u32::try_from(answer.len()).unwrap_or(u32::MAX);
-                if stream.write_all(&len.to_be_bytes()).await.is_err()
-                    || stream.write_all(&answer).await.is_err()
-                {
-                    return;
-                }
-            }
-        });
+        tokio::spawn(echo_stream(stream, answer_len));
     }
 }
 
-async fn ping(stream: &mut UnixStream, request: &[u8], answer: &mut Vec<u8>) {
+/// The same over TCP.
+async fn echo_tcp(listener: TcpListener, answer_len: usize) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            return;
+        };
+        let _ = stream.set_nodelay(true);
+        tokio::spawn(echo_stream(stream, answer_len));
+    }
+}
+
+async fn echo_stream<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, answer_len: usize) {
+    let answer = vec![7u8; answer_len];
+    let mut prefix = [0u8; 4];
+    let mut buf = Vec::new();
+    loop {
+        if stream.read_exact(&mut prefix).await.is_err() {
+            return;
+        }
+        buf.resize(u32::from_be_bytes(prefix) as usize, 0);
+        if stream.read_exact(&mut buf).await.is_err() {
+            return;
+        }
+        let len = u32::try_from(answer.len()).unwrap_or(u32::MAX);
+        if stream.write_all(&len.to_be_bytes()).await.is_err()
+            || stream.write_all(&answer).await.is_err()
+        {
+            return;
+        }
+    }
+}
+
+async fn ping<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    request: &[u8],
+    answer: &mut Vec<u8>,
+) {
     let len = u32::try_from(request.len()).unwrap_or(u32::MAX);
     stream.write_all(&len.to_be_bytes()).await.expect("write");
     stream.write_all(request).await.expect("write");
@@ -67,6 +108,27 @@ async fn ping(stream: &mut UnixStream, request: &[u8], answer: &mut Vec<u8>) {
     stream.read_exact(answer).await.expect("read");
 }
 
+const CLIENTS: usize = 16;
+const CALLS: usize = 100;
+
+/// Each client makes `CALLS` snapshot calls, all clients at once.
+async fn many_calls(clients: &[ControlClient]) {
+    let tasks: Vec<_> = clients
+        .iter()
+        .cloned()
+        .map(|client| {
+            tokio::spawn(async move {
+                for _ in 0..CALLS {
+                    client.snapshot().await.expect("answered");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("task");
+    }
+}
+
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
@@ -74,6 +136,10 @@ fn bench(c: &mut Criterion) {
         .build()
         .expect("runtime");
     let tmp = tempfile::tempdir().expect("tempdir");
+    let client_rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("client runtime");
     let (handle, _server, socket) = rt.block_on(async {
         let config = SupervisorConfig::new(tmp.path(), empty_source(), Arc::new(Noop));
         let (supervisor, handle) = Supervisor::new(config).expect("supervisor");
@@ -98,58 +164,104 @@ fn bench(c: &mut Criterion) {
     eprintln!("snapshot answer frame ≈ {answer_len} bytes");
 
     let raw_path = ControlDir::under(tmp.path()).join("raw.sock");
-    let mut raw = rt.block_on(async {
+    let token = Token::generate().expect("a token");
+    let tcp_token = token.clone();
+    let (tcp_server, raw_tcp_addr) = rt.block_on(async {
         let listener = UnixListener::bind(&raw_path).expect("raw bind");
         tokio::spawn(echo(listener, answer_len));
-        UnixStream::connect(&raw_path).await.expect("raw connect")
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("raw tcp bind");
+        let raw_tcp_addr = listener.local_addr().expect("addr");
+        tokio::spawn(echo_tcp(listener, answer_len));
+        let tcp_server = serve_tcp_with(
+            handle.clone(),
+            "127.0.0.1:0".parse().expect("addr"),
+            token.clone(),
+            steadfast::control::ServerLimits::default(),
+        )
+        .expect("serves tcp");
+        (tcp_server, raw_tcp_addr)
     });
-    let client = rt
-        .block_on(ControlClient::connect_unix(&socket))
-        .expect("connects");
+    let (client, wire_client, tcp_client, mut raw, mut raw_tcp) = client_rt.block_on(async {
+        let client = ControlClient::connect_unix(&socket)
+            .await
+            .expect("connects");
+        let stream = UnixStream::connect(&socket).await.expect("connects");
+        let transport = tarpc::serde_transport::new(
+            steadfast::control::codec::framed(stream),
+            steadfast::control::codec::Bincode1::client(),
+        );
+        let wire_client = steadfast::protocol::control::ControlClient::new(
+            tarpc::client::Config::default(),
+            transport,
+        )
+        .spawn();
+        let tcp_client = ControlClient::connect_tcp(tcp_server.local_addr(), token.clone())
+            .await
+            .expect("connects over tcp");
+        let raw = UnixStream::connect(&raw_path).await.expect("raw connect");
+        let raw_tcp = TcpStream::connect(raw_tcp_addr).await.expect("raw tcp");
+        raw_tcp.set_nodelay(true).expect("nodelay");
+        (client, wire_client, tcp_client, raw, raw_tcp)
+    });
 
     let mut group = c.benchmark_group("control");
     group.measurement_time(Duration::from_secs(5));
     group.bench_function("snapshot_unix", |b| {
-        b.iter(|| rt.block_on(client.snapshot()).expect("answered"));
+        b.iter(|| client_rt.block_on(client.snapshot()).expect("answered"));
     });
     let mut buf = Vec::new();
     group.bench_function("raw_pingpong_same_size", |b| {
-        b.iter(|| rt.block_on(ping(&mut raw, &request, &mut buf)));
+        b.iter(|| client_rt.block_on(ping(&mut raw, &request, &mut buf)));
+    });
+    group.bench_function("snapshot_wire_unix", |b| {
+        b.iter(|| {
+            client_rt
+                .block_on(wire_client.snapshot(tarpc::context::current()))
+                .expect("answered")
+                .expect("a snapshot")
+        });
+    });
+    let wire = WireSnapshot::from_snapshot(&handle.snapshot());
+    group.bench_function("snapshot_json_parse", |b| {
+        b.iter(|| wire.into_snapshot().expect("parses"));
+    });
+    group.bench_function("snapshot_json_encode", |b| {
+        let snapshot = handle.snapshot();
+        b.iter(|| WireSnapshot::from_snapshot(&snapshot));
+    });
+    group.bench_function("snapshot_tcp", |b| {
+        b.iter(|| client_rt.block_on(tcp_client.snapshot()).expect("answered"));
+    });
+    group.bench_function("raw_pingpong_tcp_same_size", |b| {
+        b.iter(|| client_rt.block_on(ping(&mut raw_tcp, &request, &mut buf)));
     });
 
-    const CLIENTS: usize = 16;
-    const CALLS: usize = 100;
-    let clients: Vec<ControlClient> = rt.block_on(async {
+    let tcp_addr = tcp_server.local_addr();
+    let (clients, tcp_clients) = rt.block_on(async {
         let mut clients = Vec::new();
+        let mut tcp_clients = Vec::new();
         for _ in 0..CLIENTS {
             clients.push(
                 ControlClient::connect_unix(&socket)
                     .await
                     .expect("connects"),
             );
+            tcp_clients.push(
+                ControlClient::connect_tcp(tcp_addr, tcp_token.clone())
+                    .await
+                    .expect("connects over tcp"),
+            );
         }
-        clients
+        (clients, tcp_clients)
     });
     group.throughput(Throughput::Elements((CLIENTS * CALLS) as u64));
     group.bench_function("16_clients", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let tasks: Vec<_> = clients
-                    .iter()
-                    .cloned()
-                    .map(|client| {
-                        tokio::spawn(async move {
-                            for _ in 0..CALLS {
-                                client.snapshot().await.expect("answered");
-                            }
-                        })
-                    })
-                    .collect();
-                for task in tasks {
-                    task.await.expect("task");
-                }
-            });
-        });
+        b.iter(|| rt.block_on(many_calls(&clients)));
+    });
+    group.bench_function("16_clients_tcp", |b| {
+        b.iter(|| rt.block_on(many_calls(&tcp_clients)));
     });
     group.finish();
 }

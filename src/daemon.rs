@@ -16,6 +16,11 @@
 //!   `<data_dir>/.steadfast/control.sock` for the supervisor's life; if the
 //!   socket cannot be bound the daemon logs it and runs without one (the
 //!   runtime matters more than its remote control).
+//! - With [`DaemonOptions::control_tcp`], the control plane is also served
+//!   on a TCP address behind the token handshake (`crate::control::auth`);
+//!   with [`DaemonOptions::create_token`], a missing token file is created
+//!   (0600) first. Same rule: if it cannot be served, the daemon logs why
+//!   and runs without it.
 //!
 //! - After a committed replacement (`crate::replace`) hands the daemon over,
 //!   [`run_with`] returns `halt` at once (after [`HANDOVER_LINGER`], so the
@@ -25,6 +30,8 @@
 //! Checked by `tests/daemon.rs`, which runs a real child process under a
 //! fake `NOTIFY_SOCKET` and sends it real signals.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use sd_notify::NotifyState;
@@ -67,20 +74,28 @@ fn retry_name(retry: &steadfast_protocol::lifecycle::RetryClass) -> String {
 }
 
 /// What [`run_with`] does besides signals and systemd.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DaemonOptions {
     /// Serve the control plane on the data directory's control socket
     /// (off by default).
     pub control_socket: bool,
+    /// Serve the control plane on this TCP address too, to clients that
+    /// present the token in the file (off by default).
+    pub control_tcp: Option<(SocketAddr, PathBuf)>,
+    /// Create the token file (mode 0600, a fresh random token) when it
+    /// does not exist.
+    pub create_token: bool,
 }
 
 impl DaemonOptions {
-    /// The defaults: no control socket.
+    /// The defaults: no control socket, no TCP.
     #[must_use]
     pub const fn new() -> Self {
         Self {
             control_socket: false,
+            control_tcp: None,
+            create_token: false,
         }
     }
 
@@ -89,6 +104,57 @@ impl DaemonOptions {
     pub const fn control_socket(mut self, on: bool) -> Self {
         self.control_socket = on;
         self
+    }
+
+    /// Serve the control plane on TCP at `addr` (use a loopback address
+    /// such as `127.0.0.1:7433`: the token handshake does not encrypt, see
+    /// [`crate::control::auth`]) to clients presenting the token held in
+    /// `token_file` (mode 0600, owned by the daemon's user).
+    #[must_use]
+    pub fn control_tcp(mut self, addr: SocketAddr, token_file: impl Into<PathBuf>) -> Self {
+        self.control_tcp = Some((addr, token_file.into()));
+        self
+    }
+
+    /// Create the TCP token file if it does not exist yet.
+    #[must_use]
+    pub const fn create_token(mut self, on: bool) -> Self {
+        self.create_token = on;
+        self
+    }
+}
+
+/// Serve the TCP control port `options` ask for, if any; log why not.
+fn serve_tcp(
+    options: &DaemonOptions,
+    handle: &SupervisorHandle,
+) -> Option<crate::control::TcpServerGuard> {
+    let (addr, token_file) = options.control_tcp.as_ref()?;
+    let token = match crate::control::Token::read_file(token_file) {
+        Err(crate::control::TokenError::Io { source, .. })
+            if options.create_token && source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            tracing::info!(path = %token_file.display(), "creating the control token file");
+            crate::control::Token::create_file(token_file)
+        }
+        read => read,
+    };
+    let served = token
+        .map_err(crate::control::ControlError::from)
+        .and_then(|token| {
+            crate::control::serve_tcp_with(
+                handle.clone(),
+                *addr,
+                token,
+                crate::control::ServerLimits::default(),
+            )
+        });
+    match served {
+        Ok(guard) => Some(guard),
+        Err(error) => {
+            tracing::error!(%error, "the control port is not served");
+            None
+        }
     }
 }
 
@@ -118,6 +184,7 @@ pub async fn run_with(
     } else {
         None
     };
+    let control_tcp = serve_tcp(&options, &handle);
     let signals = tokio::spawn(answer_signals(handle.clone()));
     let notifier = tokio::spawn(notify_systemd(handle.clone()));
     let mut handed_over = handle.handed_over();
@@ -137,6 +204,7 @@ pub async fn run_with(
     signals.abort();
     notifier.abort();
     drop(control);
+    drop(control_tcp);
     if std::env::var_os("NOTIFY_SOCKET").is_some() {
         let _ = sd_notify::notify(&[NotifyState::Stopping, NotifyState::Status("exiting")]);
     }

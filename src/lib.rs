@@ -11,7 +11,8 @@
 //!   embedding API ([`supervisor`]).
 //! - [`Service`] and the [`Runtime`] its steps build: what an application
 //!   implements.
-//! - [`control`]: the control plane's Unix-socket server and client;
+//! - [`control`]: the control plane's server (Unix socket, or TCP behind a
+//!   token) and its reconnecting client;
 //!   `steadfastctl` (`src/bin/steadfastctl.rs`) is its command line.
 //! - [`daemon`]: the process-wide helper (signals, systemd, exit code,
 //!   optionally the control socket).

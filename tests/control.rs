@@ -9,6 +9,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -563,4 +564,140 @@ async fn an_idle_connection_is_closed() {
     );
     assert!(after < Duration::from_secs(10), "closed after {after:?}");
     exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// The per-peer bound on the Unix socket: one uid gets at most
+/// `max_connections_per_peer` connections even when the total has room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn connections_per_uid_are_bounded() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+    let limits = ServerLimits {
+        max_connections_per_peer: 1,
+        ..ServerLimits::default()
+    };
+    let _server = serve_unix_with(handle.clone(), socket(tmp.path()), limits).expect("serves");
+    until(&handle, "running", running).await;
+    let first = connect(tmp.path()).await;
+    first.snapshot().await.expect("the first is answered");
+    let path = socket(tmp.path());
+    let closed = tokio::task::spawn_blocking(move || {
+        let mut second = StdUnixStream::connect(&path).expect("connect");
+        closed_by_peer(&mut second)
+    })
+    .await
+    .expect("task");
+    assert!(
+        closed,
+        "a second connection of the same uid is closed at accept"
+    );
+    first.snapshot().await.expect("the first is still answered");
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// The client outlives its server: the server stops (the next call is a
+/// connect error, not a hang), is served again on the same path, and later
+/// the whole supervisor is restarted over the same data directory; each
+/// time the same `ControlClient` dials again and its snapshot succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_client_reconnects_after_a_server_restart() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+    let server = serve(tmp.path(), &handle);
+    until(&handle, "running", running).await;
+    let client = connect(tmp.path()).await;
+    let first = client.snapshot().await.expect("answered");
+
+    drop(server);
+    let down = client.snapshot().await.expect_err("nothing serves");
+    assert!(matches!(down, ClientError::Connect { .. }), "{down:?}");
+    let server = serve(tmp.path(), &handle);
+    let again = client.snapshot().await.expect("answered after a redial");
+    assert_eq!(again.epoch, first.epoch);
+
+    // A restarted supervisor (as after a relaunch): a new run over the same
+    // data directory, served on the same path.
+    exit(run, &handle, ExitIntent::Halt).await;
+    drop(server);
+    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+    let _server = serve(tmp.path(), &handle);
+    until(&handle, "running again", running).await;
+    let relaunched = client.snapshot().await.expect("answered by the new run");
+    assert!(
+        matches!(
+            relaunched.previous_run,
+            steadfast::PreviousRun::CleanStop { .. }
+        ),
+        "{:?}",
+        relaunched.previous_run
+    );
+    client
+        .stop(Hold::None)
+        .await
+        .expect("a command on the new connection");
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// A stand-in server that reads one request frame per connection and then
+/// closes it unanswered — a daemon dying mid-call. Counts connections and
+/// frames.
+async fn dies_mid_call(
+    path: std::path::PathBuf,
+) -> (Arc<AtomicUsize>, tokio::task::JoinHandle<()>) {
+    use tokio::io::AsyncReadExt;
+    let frames = Arc::new(AtomicUsize::new(0));
+    let listener = tokio::net::UnixListener::bind(&path).expect("bind");
+    let counted = Arc::clone(&frames);
+    let task = tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let counted = Arc::clone(&counted);
+            tokio::spawn(async move {
+                let mut len = [0u8; 4];
+                if stream.read_exact(&mut len).await.is_err() {
+                    return;
+                }
+                let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+                if stream.read_exact(&mut body).await.is_ok() {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                }
+                // Dropped here: closed without an answer.
+            });
+        }
+    });
+    (frames, task)
+}
+
+/// A read whose connection breaks in flight is sent once more on a new
+/// connection; a command is sent once and its error returned, never
+/// replayed (it may have been applied); the call after it dials again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reads_are_retried_once_and_commands_never() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("dying.sock");
+    let (frames, server) = dies_mid_call(path.clone()).await;
+    let client = ControlClient::connect_unix(&path).await.expect("connects");
+
+    let read = client
+        .snapshot()
+        .await
+        .expect_err("the stand-in never answers");
+    assert!(matches!(read, ClientError::Rpc(_)), "{read:?}");
+    assert_eq!(frames.load(Ordering::SeqCst), 2, "the read was sent twice");
+
+    let command = client.stop(Hold::None).await.expect_err("never answered");
+    assert!(matches!(command, ClientError::Rpc(_)), "{command:?}");
+    assert_eq!(
+        frames.load(Ordering::SeqCst),
+        3,
+        "the command was sent once"
+    );
+
+    let command = client.start().await.expect_err("never answered");
+    assert!(matches!(command, ClientError::Rpc(_)), "{command:?}");
+    assert_eq!(
+        frames.load(Ordering::SeqCst),
+        4,
+        "the next call dialled again and sent once"
+    );
+    server.abort();
 }

@@ -1,7 +1,8 @@
 //! `steadfastctl`: the control plane's command line (`spec/control.md`).
 //!
-//! It owns the operator's view: which socket to call (`--socket`, or the
-//! one under `--data-dir`), how a snapshot reads to a human (like
+//! It owns the operator's view: which daemon to call (`--socket`, or the
+//! socket under `--data-dir`, or a TCP port with `--tcp` and its
+//! `--token-file`), how a snapshot reads to a human (like
 //! `systemctl status`) or a script (`--json`), and the exit codes:
 //! 0 accepted, 1 cannot connect (or the call failed on the way), 2 usage
 //! (clap's), 3 refused (the reason on stderr), 4 a replacement failed. `probe` is silent unless
@@ -10,21 +11,23 @@
 //! Checked by `tests/ctl.rs`, which runs this binary against a real
 //! in-process supervisor.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand, ValueEnum};
-use steadfast::control::{ClientError, ControlClient};
+use steadfast::control::{ClientError, ControlClient, Token};
 use steadfast::{
     AttemptRecord, AttemptResult, ControlDir, ExitIntent, Hold, LifecycleState, PhaseOutcome,
     PreviousRun, Snapshot,
 };
 
-/// Drive and watch a steadfast daemon over its control socket.
+/// Drive and watch a steadfast daemon over its control socket (or its TCP
+/// control port).
 ///
-/// Exit codes: 0 accepted, 1 cannot connect, 2 usage, 3 refused, 4 a
-/// replacement failed.
+/// Exit codes: 0 accepted, 1 cannot connect (or the token was refused), 2
+/// usage, 3 refused, 4 a replacement failed.
 #[derive(Debug, Parser)]
 #[command(name = "steadfastctl", version)]
 struct Cli {
@@ -35,6 +38,20 @@ struct Cli {
     /// The control socket's path (instead of --data-dir).
     #[arg(long, value_name = "PATH", global = true)]
     socket: Option<PathBuf>,
+    /// The daemon's TCP control address, IP:PORT (e.g. 127.0.0.1:7433),
+    /// instead of the socket; needs --token-file.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        global = true,
+        conflicts_with_all = ["data_dir", "socket"],
+        requires = "token_file"
+    )]
+    tcp: Option<SocketAddr>,
+    /// The token file for --tcp: the daemon's token (64 hex digits), in a
+    /// file only its owner may read (mode 0600; a looser file is refused).
+    #[arg(long, value_name = "PATH", global = true, requires = "tcp")]
+    token_file: Option<PathBuf>,
     /// Print JSON for scripts: the snapshot (the shape of `spec/control.md`),
     /// or the value a command answers (journal, config show, reinit).
     #[arg(long, global = true)]
@@ -219,9 +236,25 @@ fn socket_path(cli: &Cli) -> PathBuf {
     }
 }
 
+/// Connect over TCP (`--tcp`, `--token-file`) or the Unix socket.
+async fn connect(cli: &Cli) -> Result<ControlClient, String> {
+    match (cli.tcp, &cli.token_file) {
+        (Some(addr), Some(token_file)) => {
+            let token = Token::read_file(token_file).map_err(|e| e.to_string())?;
+            ControlClient::connect_tcp(addr, token)
+                .await
+                .map_err(|e| e.to_string())
+        }
+        // clap requires both together; this is only a guard.
+        (Some(_), None) => Err("--tcp needs --token-file".to_owned()),
+        _ => ControlClient::connect_unix(socket_path(cli))
+            .await
+            .map_err(|e| e.to_string()),
+    }
+}
+
 async fn run(cli: Cli) -> ExitCode {
-    let path = socket_path(&cli);
-    let client = match ControlClient::connect_unix(&path).await {
+    let client = match connect(&cli).await {
         Ok(client) => client,
         Err(error) => {
             if !matches!(cli.command, Cmd::Probe { .. }) || cli.verbose {

@@ -1,15 +1,34 @@
 //! The control plane's client: [`ControlClient`] calls a daemon's
 //! [`Control`](steadfast_protocol::control::Control) service over its Unix
-//! socket and hands back typed [`Snapshot`]s.
+//! socket or its TCP port and hands back typed [`Snapshot`]s.
 //!
-//! Invariant: a refusal comes back as [`ClientError::Refused`] carrying the
-//! lifecycle's [`Refused`] unchanged, and *not reaching* a daemon is always
-//! [`ClientError::Connect`] or [`ClientError::Rpc`] — never a refusal.
-//! Checked by `tests/control.rs::a_refusal_arrives_typed` and
-//! `tests/control.rs::no_daemon_is_a_connect_error`.
+//! Invariants:
+//! - A refusal comes back as [`ClientError::Refused`] carrying the
+//!   lifecycle's [`Refused`] unchanged, and *not reaching* a daemon is
+//!   always [`ClientError::Connect`], [`ClientError::Auth`],
+//!   [`ClientError::Busy`] or [`ClientError::Rpc`] — never a refusal.
+//!   Checked by `tests/control.rs::a_refusal_arrives_typed` and
+//!   `tests/control.rs::no_daemon_is_a_connect_error`.
+//! - The client reconnects: once its connection is known to be broken (the
+//!   daemon closed it, restarted, was relaunched), the next call dials
+//!   again. A call that finds the connection already ended before sending
+//!   dials first, so nothing was sent on the dead one. A read-only call
+//!   (`snapshot`, `watch`) that breaks *in flight* is retried once on a new
+//!   connection, and so are the other reads (`journal`, `config_show`,
+//!   `reinit_prepare`, which changes nothing); a command is not: it may
+//!   have reached the daemon and been
+//!   applied before the connection broke, and applying `stop` or `exit`
+//!   twice is not the caller's intent — it gets [`ClientError::Rpc`] and
+//!   decides (read the snapshot, then act). Checked by
+//!   `tests/control.rs::the_client_reconnects_after_a_server_restart` and
+//!   `tests/control.rs::reads_are_retried_once_and_commands_never`.
 
+use std::fmt;
+use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use steadfast_protocol::control::{
@@ -18,10 +37,13 @@ use steadfast_protocol::control::{
 use steadfast_protocol::history::JournalAttempt;
 use steadfast_protocol::lifecycle::{ExitIntent, Refused};
 use steadfast_protocol::snapshot::{ConfigView, Snapshot};
-use tarpc::client::{self, RpcError};
+use tarpc::client::{self, NewClient, RpcError};
 use tarpc::context;
 use tokio::net::UnixStream;
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
 
+use super::auth::Token;
 use super::codec::{self, Bincode1};
 use steadfast_actors::lifecycle::Hold;
 
@@ -34,15 +56,29 @@ const WATCH_MARGIN: Duration = Duration::from_secs(10);
 /// Why a control call did not give a snapshot.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// The daemon's socket could not be reached (no daemon, wrong path, no
-    /// permission).
-    #[error("cannot connect to {path}: {source}")]
+    /// The daemon could not be reached (no daemon, wrong path or address,
+    /// no permission, the handshake timed out).
+    #[error("cannot connect to {endpoint}: {source}")]
     Connect {
-        /// The socket.
-        path: PathBuf,
+        /// The socket's path or the TCP address.
+        endpoint: String,
         /// Why.
         #[source]
         source: io::Error,
+    },
+    /// TCP: the daemon refused the token (missing, wrong, or not a
+    /// steadfast hello).
+    #[error("{endpoint} refused the token (is --token-file the daemon's token file?)")]
+    Auth {
+        /// The TCP address.
+        endpoint: String,
+    },
+    /// TCP: the daemon is at its connection bound (in all, or from this
+    /// address) and closed the new connection.
+    #[error("{endpoint} has too many control connections open; try again later")]
+    Busy {
+        /// The TCP address.
+        endpoint: String,
     },
     /// The lifecycle refused the command; the reason is the machine's.
     #[error("{0}")]
@@ -60,8 +96,8 @@ pub enum ClientError {
     /// The command was carried out and failed (a wipe step's error).
     #[error("failed: {0}")]
     Failed(String),
-    /// The call failed on the way (the connection closed, the deadline
-    /// passed, the server shed it).
+    /// The call failed on the way: the transport (the connection closed,
+    /// the deadline passed, the server shed it). The next call dials again.
     #[error("the call failed: {0}")]
     Rpc(#[from] RpcError),
     /// The daemon answered something that is not a snapshot.
@@ -89,12 +125,99 @@ impl ClientError {
     }
 }
 
-/// A connection to a daemon's control socket. Cheap to clone; calls on
-/// clones share the connection.
+/// Where a daemon's control plane is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// Its Unix socket.
+    Unix(PathBuf),
+    /// Its TCP port, and the token to present there.
+    Tcp {
+        /// The address.
+        addr: SocketAddr,
+        /// The token.
+        token: Token,
+    },
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unix(path) => write!(f, "{}", path.display()),
+            Self::Tcp { addr, .. } => write!(f, "{addr}"),
+        }
+    }
+}
+
+/// One dialled connection.
+#[derive(Debug)]
+struct Connection {
+    /// The generated tarpc client.
+    raw: RawClient,
+    /// The connection's dispatch task: finished means the connection is
+    /// gone (and nothing more can be sent on it).
+    dispatch: JoinHandle<()>,
+    /// Which dial this is, so a failure seen on an old connection does not
+    /// drop a newer one.
+    generation: u64,
+}
+
+/// Dial `endpoint` and start its dispatch.
+async fn dial(endpoint: &Endpoint, generation: u64) -> Result<Connection, ClientError> {
+    match endpoint {
+        Endpoint::Unix(path) => {
+            let stream =
+                UnixStream::connect(path)
+                    .await
+                    .map_err(|source| ClientError::Connect {
+                        endpoint: path.display().to_string(),
+                        source,
+                    })?;
+            Ok(start(stream, generation))
+        }
+        Endpoint::Tcp { addr, token } => {
+            let stream = super::tcp::dial(*addr, token).await?;
+            Ok(start(stream, generation))
+        }
+    }
+}
+
+/// Put tarpc over a connected stream and spawn its dispatch.
+fn start<S>(stream: S, generation: u64) -> Connection
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
+{
+    let transport = tarpc::serde_transport::new(codec::framed(stream), Bincode1::client());
+    let NewClient { client, dispatch } = RawClient::new(client::Config::default(), transport);
+    let dispatch = tokio::spawn(async move {
+        if let Err(error) = dispatch.await {
+            tracing::debug!(%error, "the control connection broke");
+        }
+    });
+    Connection {
+        raw: client,
+        dispatch,
+        generation,
+    }
+}
+
+/// Whether `error` means the connection is gone (rather than one call
+/// failing on a live connection).
+const fn is_broken(error: &RpcError) -> bool {
+    matches!(
+        error,
+        RpcError::Shutdown | RpcError::Send(_) | RpcError::Channel(_)
+    )
+}
+
+/// A client of a daemon's control plane, over its Unix socket or its TCP
+/// port. Cheap to clone; calls on clones share the connection. Reconnects
+/// by itself: see the module's documentation for what is retried.
 #[derive(Clone, Debug)]
 pub struct ControlClient {
-    /// The generated tarpc client.
-    inner: RawClient,
+    /// Where the daemon is.
+    endpoint: Arc<Endpoint>,
+    /// The current connection, if one is believed alive.
+    connection: Arc<Mutex<Option<Connection>>>,
     /// The deadline given to each command.
     timeout: Duration,
 }
@@ -105,19 +228,102 @@ impl ControlClient {
     /// # Errors
     /// [`ClientError::Connect`] when nothing answers at `path`.
     pub async fn connect_unix(path: impl AsRef<Path>) -> Result<Self, ClientError> {
-        let path = path.as_ref();
-        let stream = UnixStream::connect(path)
-            .await
-            .map_err(|source| ClientError::Connect {
-                path: path.to_owned(),
-                source,
-            })?;
-        let transport = tarpc::serde_transport::new(codec::framed(stream), Bincode1::client());
-        let inner = RawClient::new(client::Config::default(), transport).spawn();
+        Self::connect(Endpoint::Unix(path.as_ref().to_owned())).await
+    }
+
+    /// Connect to a daemon's TCP control port at `addr` and present `token`
+    /// (read it with [`Token::read_file`]). Call inside a tokio runtime.
+    ///
+    /// # Errors
+    /// [`ClientError::Connect`] when nothing answers at `addr` (or the
+    /// handshake times out), [`ClientError::Auth`] when the token is
+    /// refused, [`ClientError::Busy`] when the daemon has too many
+    /// connections.
+    pub async fn connect_tcp(addr: SocketAddr, token: Token) -> Result<Self, ClientError> {
+        Self::connect(Endpoint::Tcp { addr, token }).await
+    }
+
+    /// Connect to `endpoint` now (so a wrong address fails here, not at the
+    /// first call).
+    ///
+    /// # Errors
+    /// As [`Self::connect_unix`] and [`Self::connect_tcp`].
+    pub async fn connect(endpoint: Endpoint) -> Result<Self, ClientError> {
+        let connection = dial(&endpoint, 0).await?;
         Ok(Self {
-            inner,
+            endpoint: Arc::new(endpoint),
+            connection: Arc::new(Mutex::new(Some(connection))),
             timeout: DEFAULT_CALL_TIMEOUT,
         })
+    }
+
+    /// Where this client calls.
+    #[must_use]
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// A live connection's client and generation: the current one, or a
+    /// new one when there is none or its dispatch has ended.
+    async fn raw(&self) -> Result<(RawClient, u64), ClientError> {
+        let mut slot = self.connection.lock().await;
+        if let Some(connection) = slot.as_ref()
+            && !connection.dispatch.is_finished()
+        {
+            return Ok((connection.raw.clone(), connection.generation));
+        }
+        let generation = slot.as_ref().map_or(0, |c| c.generation + 1);
+        *slot = None;
+        let connection = dial(&self.endpoint, generation).await?;
+        let raw = connection.raw.clone();
+        *slot = Some(connection);
+        Ok((raw, generation))
+    }
+
+    /// Forget connection `generation` after it broke (the next call dials).
+    async fn broke(&self, generation: u64) {
+        let mut slot = self.connection.lock().await;
+        if slot.as_ref().is_some_and(|c| c.generation == generation) {
+            *slot = None;
+        }
+    }
+
+    /// A call that changes nothing: retried once on a new connection if the
+    /// connection breaks under it.
+    async fn read_only<T, F, Fut>(&self, call: F) -> Result<T, ClientError>
+    where
+        F: Fn(RawClient) -> Fut,
+        Fut: Future<Output = Result<T, RpcError>>,
+    {
+        let (raw, generation) = self.raw().await?;
+        match call(raw).await {
+            Err(error) if is_broken(&error) => {
+                self.broke(generation).await;
+                tracing::debug!(%error, "the control connection broke; retrying a read once");
+                let (raw, generation) = self.raw().await?;
+                let answer = call(raw).await;
+                if matches!(&answer, Err(error) if is_broken(error)) {
+                    self.broke(generation).await;
+                }
+                Ok(answer?)
+            }
+            answer => Ok(answer?),
+        }
+    }
+
+    /// A command: sent once. If the connection breaks under it, the error
+    /// is the caller's (it may have been applied) and the next call dials.
+    async fn command<T, F, Fut>(&self, call: F) -> Result<T, ClientError>
+    where
+        F: FnOnce(RawClient) -> Fut,
+        Fut: Future<Output = Result<T, RpcError>>,
+    {
+        let (raw, generation) = self.raw().await?;
+        let answer = call(raw).await;
+        if matches!(&answer, Err(error) if is_broken(error)) {
+            self.broke(generation).await;
+        }
+        Ok(answer?)
     }
 
     /// Give each command this long (default [`DEFAULT_CALL_TIMEOUT`]).
@@ -133,7 +339,7 @@ impl ControlClient {
         cx
     }
 
-    fn unwrap(answer: Result<ControlAnswer, RpcError>) -> Result<Snapshot, ClientError> {
+    fn unwrap(answer: Result<ControlAnswer, ClientError>) -> Result<Snapshot, ClientError> {
         Ok(answer?.map_err(refused)?.into_snapshot()?)
     }
 
@@ -142,7 +348,11 @@ impl ControlClient {
     /// # Errors
     /// [`ClientError`]: the call failed on the way.
     pub async fn snapshot(&self) -> Result<Snapshot, ClientError> {
-        Self::unwrap(self.inner.snapshot(Self::context(self.timeout)).await)
+        let timeout = self.timeout;
+        Self::unwrap(
+            self.read_only(|raw| async move { raw.snapshot(Self::context(timeout)).await })
+                .await,
+        )
     }
 
     /// The first snapshot whose version is greater than `after_version`, or
@@ -158,8 +368,13 @@ impl ControlClient {
         let ms = u64::try_from(timeout.as_millis())
             .unwrap_or(u64::MAX)
             .min(MAX_WATCH_TIMEOUT_MS);
-        let cx = Self::context(Duration::from_millis(ms) + WATCH_MARGIN);
-        Self::unwrap(self.inner.watch(cx, after_version, ms).await)
+        let wait = Duration::from_millis(ms) + WATCH_MARGIN;
+        Self::unwrap(
+            self.read_only(
+                |raw| async move { raw.watch(Self::context(wait), after_version, ms).await },
+            )
+            .await,
+        )
     }
 
     /// Boot a stopped runtime (clears a hold).
@@ -168,7 +383,8 @@ impl ControlClient {
     /// [`ClientError::Refused`] with the lifecycle's reason, or as
     /// [`Self::snapshot`].
     pub async fn start(&self) -> Result<Snapshot, ClientError> {
-        Self::unwrap(self.inner.start(Self::context(self.timeout)).await)
+        let cx = Self::context(self.timeout);
+        Self::unwrap(self.command(|raw| async move { raw.start(cx).await }).await)
     }
 
     /// Stop the runtime; answered once the drain has settled.
@@ -177,7 +393,11 @@ impl ControlClient {
     /// As [`Self::start`].
     pub async fn stop(&self, hold: Hold) -> Result<Snapshot, ClientError> {
         let hold = matches!(hold, Hold::AcrossRelaunch);
-        Self::unwrap(self.inner.stop(Self::context(self.timeout), hold).await)
+        let cx = Self::context(self.timeout);
+        Self::unwrap(
+            self.command(|raw| async move { raw.stop(cx, hold).await })
+                .await,
+        )
     }
 
     /// Stop the runtime and boot it again.
@@ -185,7 +405,11 @@ impl ControlClient {
     /// # Errors
     /// As [`Self::start`].
     pub async fn restart(&self) -> Result<Snapshot, ClientError> {
-        Self::unwrap(self.inner.restart(Self::context(self.timeout)).await)
+        let cx = Self::context(self.timeout);
+        Self::unwrap(
+            self.command(|raw| async move { raw.restart(cx).await })
+                .await,
+        )
     }
 
     /// Retry a failed boot now.
@@ -193,7 +417,8 @@ impl ControlClient {
     /// # Errors
     /// As [`Self::start`].
     pub async fn retry(&self) -> Result<Snapshot, ClientError> {
-        Self::unwrap(self.inner.retry(Self::context(self.timeout)).await)
+        let cx = Self::context(self.timeout);
+        Self::unwrap(self.command(|raw| async move { raw.retry(cx).await }).await)
     }
 
     /// End the daemon's process after a drain.
@@ -201,7 +426,11 @@ impl ControlClient {
     /// # Errors
     /// As [`Self::start`].
     pub async fn exit(&self, intent: ExitIntent) -> Result<Snapshot, ClientError> {
-        Self::unwrap(self.inner.exit(Self::context(self.timeout), intent).await)
+        let cx = Self::context(self.timeout);
+        Self::unwrap(
+            self.command(|raw| async move { raw.exit(cx, intent).await })
+                .await,
+        )
     }
 
     /// The last `limit` attempts the journal records, with their phases,
@@ -211,9 +440,9 @@ impl ControlClient {
     /// [`ClientError::Failed`] when the daemon cannot read its journal, or
     /// as [`Self::snapshot`].
     pub async fn journal(&self, limit: u32) -> Result<Vec<JournalAttempt>, ClientError> {
+        let timeout = self.timeout;
         let answer = self
-            .inner
-            .journal(Self::context(self.timeout), limit)
+            .read_only(|raw| async move { raw.journal(Self::context(timeout), limit).await })
             .await?;
         Ok(answer.map_err(refused)?.into_attempts()?)
     }
@@ -226,9 +455,9 @@ impl ControlClient {
     /// as [`Self::start`].
     pub async fn config_set(&self, leaf: &str, value: &str) -> Result<Snapshot, ClientError> {
         let cx = Self::context(self.timeout);
+        let (leaf, value) = (leaf.to_owned(), value.to_owned());
         Self::unwrap(
-            self.inner
-                .config_set(cx, leaf.to_owned(), value.to_owned())
+            self.command(|raw| async move { raw.config_set(cx, leaf, value).await })
                 .await,
         )
     }
@@ -239,7 +468,11 @@ impl ControlClient {
     /// As [`Self::config_set`].
     pub async fn config_unset(&self, leaf: &str) -> Result<Snapshot, ClientError> {
         let cx = Self::context(self.timeout);
-        Self::unwrap(self.inner.config_unset(cx, leaf.to_owned()).await)
+        let leaf = leaf.to_owned();
+        Self::unwrap(
+            self.command(|raw| async move { raw.config_unset(cx, leaf).await })
+                .await,
+        )
     }
 
     /// The override tier (or one `leaf` of it) and the effective value.
@@ -247,8 +480,14 @@ impl ControlClient {
     /// # Errors
     /// As [`Self::config_set`].
     pub async fn config_show(&self, leaf: Option<&str>) -> Result<ConfigView, ClientError> {
-        let cx = Self::context(self.timeout);
-        let answer = self.inner.config_show(cx, leaf.map(str::to_owned)).await?;
+        let timeout = self.timeout;
+        let leaf = leaf.map(str::to_owned);
+        let answer = self
+            .read_only(|raw| {
+                let leaf = leaf.clone();
+                async move { raw.config_show(Self::context(timeout), leaf).await }
+            })
+            .await?;
         answer.map_err(refused)
     }
 
@@ -258,9 +497,9 @@ impl ControlClient {
     /// [`ClientError::Refused`] unless the runtime is stopped, or as
     /// [`Self::snapshot`].
     pub async fn reinit_prepare(&self) -> Result<ReinitPrepared, ClientError> {
+        let timeout = self.timeout;
         let answer = self
-            .inner
-            .reinit_prepare(Self::context(self.timeout))
+            .read_only(|raw| async move { raw.reinit_prepare(Self::context(timeout)).await })
             .await?;
         answer.map_err(refused)
     }
@@ -274,7 +513,11 @@ impl ControlClient {
     /// [`Self::snapshot`].
     pub async fn reinit(&self, token: &str) -> Result<Snapshot, ClientError> {
         let cx = Self::context(self.timeout);
-        Self::unwrap(self.inner.reinit(cx, token.to_owned()).await)
+        let token = token.to_owned();
+        Self::unwrap(
+            self.command(|raw| async move { raw.reinit(cx, token).await })
+                .await,
+        )
     }
 
     // -- Replacement (issue 7) --
@@ -289,8 +532,10 @@ impl ControlClient {
         &self,
         request: steadfast_protocol::control::ReplaceRequest,
     ) -> Result<steadfast_protocol::control::ReplaceStatus, ClientError> {
-        self.inner
-            .replace(Self::context(self.timeout), request)
+        // A command: never replayed after a broken connection (the
+        // transaction may have started).
+        let cx = Self::context(self.timeout);
+        self.command(|raw| async move { raw.replace(cx, request).await })
             .await?
             .map_err(refused)
     }
@@ -309,13 +554,12 @@ impl ControlClient {
         let ms = u64::try_from(timeout.as_millis())
             .unwrap_or(u64::MAX)
             .min(MAX_WATCH_TIMEOUT_MS);
-        let cx = Self::context(
-            Duration::from_millis(ms).max(self.timeout.min(WATCH_MARGIN)) + WATCH_MARGIN,
-        );
-        self.inner
-            .replace_status(cx, after_seq, ms)
-            .await?
-            .map_err(refused)
+        let wait = Duration::from_millis(ms).max(self.timeout.min(WATCH_MARGIN)) + WATCH_MARGIN;
+        self.read_only(
+            |raw| async move { raw.replace_status(Self::context(wait), after_seq, ms).await },
+        )
+        .await?
+        .map_err(refused)
     }
 }
 

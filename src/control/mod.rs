@@ -1,20 +1,30 @@
 //! The control plane (`spec/control.md`): a tarpc service over a Unix
-//! socket, so an operator (`steadfastctl`) or a script drives a daemon.
+//! socket, or opt-in over TCP behind a token handshake, so an operator
+//! (`steadfastctl`) or a script drives a daemon.
 //!
 //! - [`server`]: [`serve_unix`] serves a [`crate::SupervisorHandle`] on a
 //!   socket (mode 0600, peer uid checked before any frame is read).
-//! - [`client`]: [`ControlClient`] calls it.
+//! - [`tcp`]: [`serve_tcp`] serves it on a TCP port (loopback by default);
+//!   a client presents a token before any frame is decoded.
+//! - [`auth`]: the token ([`Token`]: its 0600 file, the handshake bytes,
+//!   the constant-time comparison) and why it is not TLS.
+//! - [`client`]: [`ControlClient`] calls either, and reconnects.
 //! - [`codec`]: the frames both sides use (bincode 1.3.3, 1 MiB limit,
 //!   deadlines clamped on the server).
 //!
 //! The service trait and its wire values live in the pure core,
 //! [`steadfast_protocol::control`]. Checked end to end by
-//! `tests/control.rs` and `tests/ctl.rs`.
+//! `tests/control.rs`, `tests/control_tcp.rs` and `tests/ctl.rs`.
 
+pub mod auth;
+mod bounds;
 pub mod client;
 pub mod codec;
 pub mod server;
+pub mod tcp;
 
-pub use client::{ClientError, ControlClient};
+pub use auth::{Token, TokenError};
+pub use client::{ClientError, ControlClient, Endpoint};
 pub use server::{ControlError, ServerGuard, ServerLimits, serve_unix, serve_unix_with};
 pub use steadfast_protocol::control::{ControlRefusal, WireSnapshot};
+pub use tcp::{TcpServerGuard, serve_tcp, serve_tcp_with};

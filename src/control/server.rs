@@ -13,8 +13,9 @@
 //! - A peer whose uid is neither this process's effective uid nor root is
 //!   closed before a byte of it is read. `another_uid_is_refused` (runs
 //!   only as root with `setpriv`).
-//! - Bounds: at most [`ServerLimits::max_connections`] connections at once
-//!   (more are closed at accept), at most
+//! - Bounds: at most [`ServerLimits::max_connections`] connections at once,
+//!   and [`ServerLimits::max_connections_per_peer`] from one uid (more are
+//!   closed at accept), at most
 //!   [`ServerLimits::max_in_flight_per_connection`] requests in flight on
 //!   one (more are answered with tarpc's throttle error), frames of at most
 //!   1 MiB (a longer one closes that connection), connections idle for
@@ -49,12 +50,12 @@ use steadfast_protocol::snapshot::{ConfigView, Snapshot};
 use tarpc::context::Context;
 use tarpc::server::{BaseChannel, Channel};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::Semaphore;
+use tokio::net::UnixListener;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::bounds::Bounds;
 use super::codec::{self, Bincode1};
 use crate::supervisor::SupervisorHandle;
 
@@ -80,6 +81,18 @@ pub enum ControlError {
     /// The path has no parent directory or no file name.
     #[error("{0} is not a usable socket path")]
     BadPath(PathBuf),
+    /// The TCP address could not be bound.
+    #[error("the control port {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+        /// What failed.
+        #[source]
+        source: io::Error,
+    },
+    /// The TCP transport's token could not be read (or created).
+    #[error(transparent)]
+    Token(#[from] super::auth::TokenError),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ControlError + '_ {
@@ -94,6 +107,10 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ControlError + '_ {
 pub struct ServerLimits {
     /// Connections served at once; more are closed as they are accepted.
     pub max_connections: usize,
+    /// Connections served at once from one peer (one uid on the Unix
+    /// socket, one IP address over TCP); more are closed as they are
+    /// accepted.
+    pub max_connections_per_peer: usize,
     /// Requests in flight on one connection; more are answered with
     /// tarpc's throttle error.
     pub max_in_flight_per_connection: usize,
@@ -101,14 +118,19 @@ pub struct ServerLimits {
     /// closed. Keep it above the longest call a client waits on (a `watch`
     /// waits at most 60 s).
     pub idle_timeout: Duration,
+    /// TCP only: how long a new connection has to send its whole hello
+    /// (`auth::HELLO_LEN` bytes) before it is closed.
+    pub handshake_timeout: Duration,
 }
 
 impl Default for ServerLimits {
     fn default() -> Self {
         Self {
             max_connections: 64,
+            max_connections_per_peer: 32,
             max_in_flight_per_connection: 32,
             idle_timeout: Duration::from_secs(600),
+            handshake_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -224,7 +246,7 @@ async fn accept_loop(
     limits: ServerLimits,
     cancel: CancellationToken,
 ) {
-    let connections = Arc::new(Semaphore::new(limits.max_connections));
+    let bounds = Bounds::new(limits.max_connections, limits.max_connections_per_peer);
     loop {
         let accepted = tokio::select! {
             () = cancel.cancelled() => return,
@@ -239,8 +261,8 @@ async fn accept_loop(
                 continue;
             }
         };
-        match stream.peer_cred() {
-            Ok(cred) if peer_allowed(cred.uid()) => {}
+        let uid = match stream.peer_cred() {
+            Ok(cred) if peer_allowed(cred.uid()) => cred.uid(),
             Ok(cred) => {
                 tracing::warn!(uid = cred.uid(), "control peer of another uid closed");
                 continue;
@@ -249,33 +271,57 @@ async fn accept_loop(
                 tracing::warn!(%error, "control peer without credentials closed");
                 continue;
             }
-        }
-        let Ok(permit) = Arc::clone(&connections).try_acquire_owned() else {
-            tracing::warn!(
-                max = limits.max_connections,
-                "too many control connections; closing a new one"
-            );
-            continue;
         };
-        let last_activity = Arc::new(AtomicU64::new(0));
-        let epoch = Instant::now();
-        let stream = Activity {
-            inner: stream,
-            epoch,
-            last: Arc::clone(&last_activity),
-        };
-        let connection = serve_connection(stream, handle.clone(), limits);
-        let idle = idle_watch(epoch, limits.idle_timeout, last_activity);
-        let cancel = cancel.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                () = cancel.cancelled() => {}
-                () = connection => {}
-                () = idle => tracing::debug!("idle control connection closed"),
+        let admission = match bounds.admit(uid) {
+            Ok(admission) => admission,
+            Err(over) => {
+                tracing::warn!(
+                    ?over,
+                    uid,
+                    "too many control connections; closing a new one"
+                );
+                continue;
             }
-            drop(permit);
-        });
+        };
+        tokio::spawn(serve_admitted(
+            stream,
+            handle.clone(),
+            limits,
+            cancel.clone(),
+            admission,
+        ));
     }
+}
+
+/// Serve one admitted connection until it ends, goes idle for
+/// [`ServerLimits::idle_timeout`] or the server stops; `admission` (its
+/// slots in the connection bounds) is held until then. Both transports end
+/// here: the Unix socket once the peer's uid is checked, TCP once the
+/// token handshake succeeded.
+pub(crate) async fn serve_admitted<S, A>(
+    stream: S,
+    handle: SupervisorHandle,
+    limits: ServerLimits,
+    cancel: CancellationToken,
+    admission: A,
+) where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let last_activity = Arc::new(AtomicU64::new(0));
+    let epoch = Instant::now();
+    let stream = Activity {
+        inner: stream,
+        epoch,
+        last: Arc::clone(&last_activity),
+    };
+    let connection = serve_connection(stream, handle, limits);
+    let idle = idle_watch(epoch, limits.idle_timeout, last_activity);
+    tokio::select! {
+        () = cancel.cancelled() => {}
+        () = connection => {}
+        () = idle => tracing::debug!("idle control connection closed"),
+    }
+    drop(admission);
 }
 
 /// Resolves once no byte has moved on the connection for `timeout`.
@@ -293,23 +339,23 @@ async fn idle_watch(epoch: Instant, timeout: Duration, last: Arc<AtomicU64>) {
 
 /// A stream that records when a byte last moved, in milliseconds since
 /// `epoch` (shared with [`idle_watch`]).
-struct Activity {
+struct Activity<S> {
     /// The connection.
-    inner: UnixStream,
+    inner: S,
     /// When the connection was accepted.
     epoch: Instant,
     /// Milliseconds after `epoch` at which a byte last moved.
     last: Arc<AtomicU64>,
 }
 
-impl Activity {
+impl<S> Activity<S> {
     fn touch(&self) {
         let ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.last.store(ms, Ordering::Relaxed);
     }
 }
 
-impl AsyncRead for Activity {
+impl<S: AsyncRead + Unpin> AsyncRead for Activity<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
@@ -324,7 +370,7 @@ impl AsyncRead for Activity {
     }
 }
 
-impl AsyncWrite for Activity {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Activity<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
@@ -352,7 +398,10 @@ impl AsyncWrite for Activity {
     }
 }
 
-async fn serve_connection(stream: Activity, handle: SupervisorHandle, limits: ServerLimits) {
+async fn serve_connection<S>(stream: Activity<S>, handle: SupervisorHandle, limits: ServerLimits)
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
     let transport = tarpc::serde_transport::new(codec::framed(stream), Bincode1::server());
     BaseChannel::with_defaults(transport)
         .max_concurrent_requests(limits.max_in_flight_per_connection)
