@@ -23,6 +23,8 @@
 //! ([`LOCK_BOUND_MS`], [`HARD_LOCK_BOUND_MS`]); the median and the maximum
 //! are printed.
 
+mod processes;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
@@ -32,28 +34,6 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use steadfast::actors::failpoint::{ENV, POINTS};
-
-/// The `crashd` example's binary. `cargo test` builds examples under hashed
-/// names only, so this asks cargo for the plain one, once per test process
-/// (a no-op when it is fresh; never a stale binary from an earlier build).
-fn crashd_binary() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let exe = std::env::current_exe().expect("current exe");
-            let debug_dir = exe
-                .parent()
-                .and_then(|deps| deps.parent())
-                .expect("target dir");
-            let status = Command::new(env!("CARGO"))
-                .args(["build", "--quiet", "--example", "crashd"])
-                .status()
-                .expect("cargo runs");
-            assert!(status.success(), "the crashd example builds");
-            debug_dir.join("examples").join("crashd")
-        })
-        .clone()
-}
 
 /// The bound on taking the lock after the old process's death.
 /// Held by at least 99 % of the hand-overs of a run: on a loaded shared
@@ -85,7 +65,7 @@ impl Daemon {
     }
 
     fn spawn_with(data_dir: &Path, crash_at: Option<String>, env: &[(&str, &str)]) -> Self {
-        let mut command = Command::new(crashd_binary());
+        let mut command = Command::new(processes::example("crashd"));
         command.envs(env.iter().copied());
         command
             .arg(data_dir)

@@ -5,28 +5,11 @@
 //! its control socket (`daemon::run_with`), which the real `steadfastctl`
 //! reads while it runs, and which is gone once it has exited.
 
+mod processes;
+
 use std::os::unix::net::UnixDatagram;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// The `minimal` example's binary, built by `cargo test` beside this test.
-fn minimal_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let debug_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target dir");
-    let binary = debug_dir.join("examples").join("minimal");
-    if !binary.exists() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--example", "minimal"])
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "the minimal example builds");
-    }
-    binary
-}
 
 /// Datagrams received until one contains `want` (or the patience runs out).
 fn read_until(socket: &UnixDatagram, seen: &mut Vec<String>, want: &str) -> bool {
@@ -58,7 +41,7 @@ fn a_daemon_notifies_systemd_and_exits_cleanly_on_sigterm() {
     let config = tmp.path().join("minimal.toml");
     std::fs::write(&config, format!("listen_addr = \"127.0.0.1:{port}\"\n")).expect("config");
 
-    let mut child = Command::new(minimal_binary())
+    let mut child = Command::new(processes::example("minimal"))
         .arg(tmp.path().join("data"))
         .arg(&config)
         .env("NOTIFY_SOCKET", &socket_path)

@@ -10,80 +10,27 @@
 //! answered connections) and the connections closed unanswered. The gap is printed, never asserted: this
 //! machine is shared and noisy.
 
+mod processes;
+
+use processes::{ctl, status, until};
+
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-const PATIENCE: Duration = Duration::from_secs(60);
-
-/// An example binary beside this test, built (or brought up to date) once
-/// per test process: a stale kvd would not be the code under test.
-fn example(name: &str) -> PathBuf {
-    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    let exe = std::env::current_exe().expect("current exe");
-    let debug_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target dir");
-    BUILT.get_or_init(|| {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--example", name])
-            .env("CARGO_TARGET_DIR", debug_dir.parent().expect("target dir"))
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "the {name} example builds");
-    });
-    debug_dir.join("examples").join(name)
-}
+use processes::PATIENCE;
 
 /// A copy of kvd at `dir/name`, reporting `version`.
 fn stamped_kvd(dir: &Path, name: &str, version: &str) -> PathBuf {
     let path = dir.join(name);
-    std::fs::copy(example("kvd"), &path).expect("copy kvd");
+    std::fs::copy(processes::example("kvd"), &path).expect("copy kvd");
     std::fs::write(path.with_extension("version"), version).expect("stamp");
     path
-}
-
-fn ctl(data_dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_steadfastctl"))
-        .arg("--data-dir")
-        .arg(data_dir)
-        .args(args)
-        .output()
-        .expect("steadfastctl runs")
-}
-
-/// `status --json`, parsed; `None` while no daemon answers.
-fn status(data_dir: &Path) -> Option<serde_json::Value> {
-    let out = ctl(data_dir, &["status", "--json"]);
-    if out.status.code() != Some(0) {
-        return None;
-    }
-    serde_json::from_slice(&out.stdout).ok()
-}
-
-fn until(
-    data_dir: &Path,
-    what: &str,
-    pred: impl Fn(&serde_json::Value) -> bool,
-) -> serde_json::Value {
-    let deadline = Instant::now() + PATIENCE;
-    let mut last = None;
-    while Instant::now() < deadline {
-        if let Some(s) = status(data_dir) {
-            if pred(&s) {
-                return s;
-            }
-            last = Some(s);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("timed out waiting for {what}; last status: {last:#?}")
 }
 
 fn running(s: &serde_json::Value) -> bool {

@@ -3,76 +3,24 @@
 //! `steadfastctl` binary (`--json`, exit codes) and kvd's TCP port. Each step
 //! asserts what the README says the user will see.
 
+mod processes;
+
+use processes::{ctl, until};
+
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const PATIENCE: Duration = Duration::from_secs(30);
-
-/// An example binary built by `cargo test` beside this test.
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let debug_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target dir");
-    let binary = debug_dir.join("examples").join(name);
-    if !binary.exists() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--example", name])
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "the {name} example builds");
-    }
-    binary
-}
-
-fn ctl(data_dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_steadfastctl"))
-        .arg("--data-dir")
-        .arg(data_dir)
-        .args(args)
-        .output()
-        .expect("steadfastctl runs")
-}
-
-/// `status --json`, parsed; `None` while the daemon does not answer.
-fn status(data_dir: &Path) -> Option<serde_json::Value> {
-    let out = ctl(data_dir, &["status", "--json"]);
-    if out.status.code() != Some(0) {
-        return None;
-    }
-    serde_json::from_slice(&out.stdout).ok()
-}
-
-/// Poll `status --json` until `pred` holds.
-fn until(
-    data_dir: &Path,
-    what: &str,
-    pred: impl Fn(&serde_json::Value) -> bool,
-) -> serde_json::Value {
-    let deadline = Instant::now() + PATIENCE;
-    let mut last = None;
-    while Instant::now() < deadline {
-        if let Some(s) = status(data_dir) {
-            if pred(&s) {
-                return s;
-            }
-            last = Some(s);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("timed out waiting for {what}; last status: {last:#?}")
-}
+use processes::PATIENCE;
 
 fn state(s: &serde_json::Value) -> &str {
     s["lifecycle"]["state"].as_str().unwrap_or("")
 }
 
 fn kvd(data_dir: &Path, config: &Path) -> Child {
-    Command::new(example("kvd"))
+    Command::new(processes::example("kvd"))
         .arg("--data-dir")
         .arg(data_dir)
         .arg("--config")
