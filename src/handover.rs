@@ -66,6 +66,17 @@ fn invalid(message: impl Into<String>) -> std::io::Error {
 /// What this process received as a candidate (empty when it is not one).
 static RECEIVED: OnceLock<Mutex<HashMap<String, OwnedFd>>> = OnceLock::new();
 
+/// The incumbent that handed this process its files (its pid, from the
+/// handover socket's peer credentials).
+static INCUMBENT: OnceLock<u32> = OnceLock::new();
+
+/// The pid of the incumbent this candidate took over from, once
+/// [`take_lock`] received the handover.
+#[must_use]
+pub fn incumbent_pid() -> Option<u32> {
+    INCUMBENT.get().copied()
+}
+
 /// Listeners this process offers to a successor, by name.
 static SHARED: OnceLock<Mutex<HashMap<String, OwnedFd>>> = OnceLock::new();
 
@@ -101,6 +112,11 @@ fn received() -> Result<&'static Mutex<HashMap<String, OwnedFd>>, HandoverError>
 fn receive(path: &Path) -> Result<HashMap<String, OwnedFd>, HandoverError> {
     let stream = std::os::unix::net::UnixStream::connect(path)
         .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    if let Ok(cred) = rustix::net::sockopt::socket_peercred(&stream)
+        && let Ok(pid) = u32::try_from(cred.pid.as_raw_nonzero().get())
+    {
+        let _ = INCUMBENT.set(pid);
+    }
     stream.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
     let mut bytes = [0u8; 4096];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FILES))];

@@ -314,6 +314,10 @@ impl ProcessDriver {
         };
         let offer = Offer::bind(control.path(), lock.into(), listeners)
             .map_err(|e| ProcessError::Start(e.to_string()))?;
+        // From here two processes may append to the journal: no compaction
+        // (a rename would strand the other writer on the old file) until the
+        // replacement settles.
+        control.set_journal_shared(true);
         drop(control);
         let child = tokio::process::Command::new(&self.binary)
             .args(&self.args)
@@ -474,13 +478,14 @@ impl ProcessDriver {
             }
         }
         // The candidate may have marked the run as its own: it is ours.
-        if let Some(control) = self.handle.replace_side().control.upgrade()
-            && let Err(error) = control.write_run(&RunMarker::Holding {
+        if let Some(control) = self.handle.replace_side().control.upgrade() {
+            control.set_journal_shared(false);
+            if let Err(error) = control.write_run(&RunMarker::Holding {
                 pid: std::process::id(),
                 attempt: 0,
-            })
-        {
-            tracing::error!(%error, "the run marker could not be restored after a failed replacement");
+            }) {
+                tracing::error!(%error, "the run marker could not be restored after a failed replacement");
+            }
         }
         if self.drained {
             if let Err(error) = self.handle.start().await {

@@ -237,7 +237,9 @@ impl Supervisor {
             version,
         } = config;
         let control = match crate::handover::take_lock()? {
-            Some(lock) => ControlDir::open_handed_over(&data_dir, lock)?,
+            Some(lock) => {
+                ControlDir::open_handed_over(&data_dir, lock, crate::handover::incumbent_pid())?
+            }
             None => ControlDir::open(&data_dir)?,
         }
         .with_journal_keep(journal_keep_attempts);

@@ -72,7 +72,7 @@
 //!   `control_dir::identity_is_written_once_and_stable_across_reopen`.
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -308,6 +308,13 @@ pub struct JournalFile<S: JournalSink = File> {
     /// How many `AttemptStarted` records the file holds: decides when to
     /// compact.
     attempts: usize,
+    /// Set while another process may append to the same journal (a
+    /// replacement in progress): compaction waits, since a rename would
+    /// leave the other writer appending to the old file.
+    shared: Option<Arc<AtomicBool>>,
+    /// The incumbent this process took the data dir over from; while it
+    /// lives it may still append, so compaction waits for it to be gone.
+    shared_with: Option<u32>,
 }
 
 /// Clears the control directory's one-writer flag on drop.
@@ -345,6 +352,8 @@ impl<S: JournalSink> JournalFile<S> {
             _slot: None,
             keep_attempts: None,
             attempts: 0,
+            shared: None,
+            shared_with: None,
         }
     }
 
@@ -436,6 +445,12 @@ impl<S: JournalSink> JournalFile<S> {
     }
 }
 
+/// How many times a handed-over open re-reads a journal whose tail looks
+/// torn, and how long it pauses between reads (an in-flight append lands in
+/// microseconds; a second is generous on a loaded machine).
+const HANDOVER_TAIL_WAITS: u32 = 20;
+const HANDOVER_TAIL_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// The temp file a compaction writes before renaming it over the journal.
 pub const COMPACT_TMP_NAME: &str = "journal.compact";
 
@@ -457,6 +472,19 @@ impl JournalFile<File> {
     pub fn wants_compaction(&self) -> bool {
         self.keep_attempts
             .is_some_and(|keep| self.attempts > keep.max(1).saturating_mul(2))
+            && !self.is_shared()
+    }
+
+    /// Whether another process may be appending to this journal now: a
+    /// replacement in progress in this daemon, or the incumbent this
+    /// candidate took over from still alive.
+    fn is_shared(&self) -> bool {
+        self.shared
+            .as_ref()
+            .is_some_and(|shared| shared.load(Ordering::SeqCst))
+            || self
+                .shared_with
+                .is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists())
     }
 
     /// Rewrite the journal to its last `keep_attempts` attempts and the
@@ -577,6 +605,11 @@ pub struct ControlDir {
     journal_opened: Arc<AtomicBool>,
     /// How many attempts the journal keeps when compacted (`None`: never).
     journal_keep: Option<usize>,
+    /// Set while another process may append to the journal (see
+    /// [`Self::set_journal_shared`]).
+    journal_shared: Arc<AtomicBool>,
+    /// The incumbent this directory was handed over from, if any.
+    handed_over_from: Option<u32>,
 }
 
 impl ControlDir {
@@ -610,8 +643,27 @@ impl ControlDir {
     /// # Errors
     /// As [`Self::open`]; [`ControlDirError::Locked`] also when `lock` is
     /// not this data dir's lock file.
-    pub fn open_handed_over(data_dir: &Path, lock: File) -> Result<Self, ControlDirError> {
-        Self::open_inner(data_dir, Some(lock))
+    ///
+    /// `incumbent` is the process that handed it over: while it lives it
+    /// may still append to the journal (its in-flight work, its retirement),
+    /// so this directory's journal waits out a torn-looking tail at open
+    /// instead of truncating it, and does not compact until the incumbent is
+    /// gone.
+    pub fn open_handed_over(
+        data_dir: &Path,
+        lock: File,
+        incumbent: Option<u32>,
+    ) -> Result<Self, ControlDirError> {
+        let mut dir = Self::open_inner(data_dir, Some(lock))?;
+        dir.handed_over_from = incumbent;
+        Ok(dir)
+    }
+
+    /// Say whether another process may append to the journal now (an
+    /// incumbent sets this while a replacement's candidate runs beside it):
+    /// while set, the journal is not compacted.
+    pub fn set_journal_shared(&self, shared: bool) {
+        self.journal_shared.store(shared, Ordering::SeqCst);
     }
 
     /// The open `lock` file, whose lock a replacement hands to its candidate.
@@ -666,6 +718,8 @@ impl ControlDir {
             previous_run: PreviousRun::FirstEver,
             journal_opened: Arc::new(AtomicBool::new(false)),
             journal_keep: None,
+            journal_shared: Arc::new(AtomicBool::new(false)),
+            handed_over_from: None,
         };
         // A compaction that died before its rename left its temp file.
         let stale = dir.path.join(COMPACT_TMP_NAME);
@@ -778,6 +832,22 @@ impl ControlDir {
         };
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).map_err(io_err(path))?;
+        if self.handed_over_from.is_some() {
+            // The incumbent may be mid-append: a tail that looks torn is
+            // probably a frame still being written. Give it time to land
+            // before calling it torn (its writer repaired any crash tail
+            // at its own open, and appends whole frames only).
+            for _ in 0..HANDOVER_TAIL_WAITS {
+                if !matches!(journal::decode(&bytes), Ok(d) if matches!(d.tail, Tail::Torn { .. }))
+                {
+                    break;
+                }
+                std::thread::sleep(HANDOVER_TAIL_PAUSE);
+                bytes.clear();
+                file.seek(io::SeekFrom::Start(0)).map_err(io_err(path))?;
+                file.read_to_end(&mut bytes).map_err(io_err(path))?;
+            }
+        }
         let decoded = journal::decode(&bytes).map_err(|e| match e {
             JournalError::Corrupt { offset } => ControlDirError::CorruptJournal {
                 path: path.to_path_buf(),
@@ -822,6 +892,8 @@ impl ControlDir {
         writer._lock = Some(Arc::clone(&self.lock));
         writer._slot = Some(WriterSlot(Arc::clone(&self.journal_opened)));
         writer.keep_attempts = self.journal_keep;
+        writer.shared = Some(Arc::clone(&self.journal_shared));
+        writer.shared_with = self.handed_over_from;
         writer.attempts = journal::attempts_in(&decoded.records);
         let mut records = decoded.records;
         if writer.wants_compaction()

@@ -655,3 +655,67 @@ fn the_override_tier_round_trips_and_a_damaged_one_is_refused() {
     control.write_overrides(&[]).unwrap();
     assert!(!control.overrides_path().exists());
 }
+
+/// A candidate that took the data dir over from a live incumbent (a
+/// replacement) opens the journal while the incumbent may be mid-append: a
+/// tail that looks torn is waited out, not truncated, so the incumbent's
+/// acknowledged record is not cut ("Durability rules": nothing
+/// acknowledged is lost).
+#[test]
+fn a_handed_over_journal_waits_out_an_in_flight_append() {
+    let tmp = tempfile::tempdir().unwrap();
+    let incumbent = ControlDir::open(tmp.path()).unwrap();
+    let (mut writer, _, _) = incumbent.open_journal().unwrap();
+    writer.append(&[record(1)]).unwrap();
+
+    // The incumbent's next frame, half on disk when the candidate opens.
+    let frame = journal::encode_record(&record(2)).unwrap();
+    let (first, second) = frame.split_at(frame.len() / 2);
+    let path = incumbent.journal_path();
+    let mut file = fs::OpenOptions::new().append(true).open(&path).unwrap();
+    file.write_all(first).unwrap();
+    let second = second.to_vec();
+    let finisher = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        file.write_all(&second).unwrap();
+        file.sync_all().unwrap();
+    });
+
+    let lock = incumbent.lock_file().try_clone().unwrap();
+    let candidate =
+        ControlDir::open_handed_over(tmp.path(), lock, Some(std::process::id())).unwrap();
+    let (_writer, records, recovery) = candidate.open_journal().unwrap();
+    finisher.join().unwrap();
+    assert_eq!(records, vec![record(1), record(2)]);
+    assert!(matches!(recovery, Recovery::Clean), "{recovery:?}");
+    assert!(!candidate.path().join("journal.broken").exists());
+}
+
+/// While two processes may append (a replacement in progress, or a
+/// candidate whose incumbent still lives), the journal is not compacted: a
+/// rename would strand the other writer on the old file.
+#[test]
+fn a_shared_journal_is_not_compacted_until_it_is_ours_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let control = ControlDir::open(tmp.path()).unwrap().with_journal_keep(1);
+    let (mut writer, _, _) = control.open_journal().unwrap();
+    control.set_journal_shared(true);
+    for attempt in 1..=5 {
+        writer
+            .append(&[Record::AttemptStarted { attempt, at_ms: 0 }])
+            .unwrap();
+    }
+    assert!(!writer.wants_compaction(), "shared: compaction waits");
+    control.set_journal_shared(false);
+    assert!(writer.wants_compaction(), "ours alone: it compacts");
+
+    // A candidate whose incumbent (here: this very process) is alive.
+    drop(writer);
+    let lock = control.lock_file().try_clone().unwrap();
+    let candidate = ControlDir::open_handed_over(tmp.path(), lock, Some(std::process::id()))
+        .unwrap()
+        .with_journal_keep(1);
+    let (writer, records, _) = candidate.open_journal().unwrap();
+    assert_eq!(records.len(), 5, "not compacted at open either");
+    assert!(!writer.wants_compaction());
+}
