@@ -23,21 +23,6 @@ use steadfast::control::{
 use steadfast::protocol::control::{ControlRequest, ControlResponse, MAX_FRAME_LEN};
 use steadfast::{ExitIntent, Hold, LifecycleState, RefusedBecause, StopReason, SupervisorHandle};
 
-static PANICS: AtomicUsize = AtomicUsize::new(0);
-
-/// Count panics anywhere in this process (the server's tasks included),
-/// so a test can say "no panic" and mean it.
-fn count_panics() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            PANICS.fetch_add(1, Ordering::SeqCst);
-            default(info);
-        }));
-    });
-}
-
 fn socket(dir: &Path) -> std::path::PathBuf {
     steadfast::ControlDir::under(dir).join("control.sock")
 }
@@ -272,7 +257,7 @@ async fn a_frame_over_the_limit_closes_that_connection_only() {
         .snapshot()
         .await
         .expect("a new client is answered");
-    assert_eq!(PANICS.load(Ordering::SeqCst), 0);
+    assert_eq!(panics(), 0);
     exit(run, &handle, ExitIntent::Halt).await;
 }
 
@@ -352,7 +337,7 @@ async fn random_frames_do_not_hurt_the_daemon() {
     })
     .await;
     assert!(answered.is_ok(), "the daemon answers after the noise");
-    assert_eq!(PANICS.load(Ordering::SeqCst), 0, "nothing panicked");
+    assert_eq!(panics(), 0, "nothing panicked");
     exit(run, &handle, ExitIntent::Halt).await;
 }
 
@@ -424,7 +409,7 @@ async fn a_deadline_of_u64_max_seconds_is_still_answered() {
         .snapshot()
         .await
         .expect("still answers");
-    assert_eq!(PANICS.load(Ordering::SeqCst), 0);
+    assert_eq!(panics(), 0);
     exit(run, &handle, ExitIntent::Halt).await;
 }
 

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::*;
@@ -23,20 +23,6 @@ use steadfast::protocol::control::MAX_FRAME_LEN;
 use steadfast::{ExitIntent, SupervisorHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
-
-static PANICS: AtomicUsize = AtomicUsize::new(0);
-
-/// Count panics anywhere in this process (the server's tasks included).
-fn count_panics() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            PANICS.fetch_add(1, Ordering::SeqCst);
-            default(info);
-        }));
-    });
-}
 
 fn loopback() -> SocketAddr {
     "127.0.0.1:0".parse().expect("an address")
@@ -226,7 +212,7 @@ async fn a_hostile_handshake_is_closed_and_the_server_still_answers() {
         .snapshot()
         .await
         .expect("and is answered");
-    assert_eq!(PANICS.load(Ordering::SeqCst), 0, "nothing panicked");
+    assert_eq!(panics(), 0, "nothing panicked");
     exit(run, &handle, ExitIntent::Halt).await;
 }
 
@@ -396,7 +382,7 @@ async fn oversized_frames_keep_memory_flat() {
         .snapshot()
         .await
         .expect("still answered");
-    assert_eq!(PANICS.load(Ordering::SeqCst), 0, "nothing panicked");
+    assert_eq!(panics(), 0, "nothing panicked");
     exit(run, &handle, ExitIntent::Halt).await;
 }
 

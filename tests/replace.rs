@@ -12,7 +12,7 @@
 
 mod processes;
 
-use processes::{ctl, status, until};
+use processes::{ctl, status, until, wait_exit};
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -125,18 +125,6 @@ fn kv(port: u16, line: &str) -> Option<String> {
     (!answer.is_empty()).then(|| answer.trim_end().to_owned())
 }
 
-fn wait_exit(child: &mut Child) -> Option<i32> {
-    let deadline = Instant::now() + PATIENCE;
-    while Instant::now() < deadline {
-        if let Some(status) = child.try_wait().expect("wait") {
-            return status.code();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    panic!("kvd did not exit");
-}
-
 /// A client writing `load-N` keys, one connection each, until stopped.
 struct Load {
     stop: Arc<AtomicBool>,
@@ -232,13 +220,7 @@ fn an_exclusive_upgrade_leaves_kvd_serving_the_new_binary() {
     let order = [
         "recheck", "prepare", "drain", "start", "verify", "validate", "commit",
     ];
-    let mut at = 0;
-    for step in order {
-        let found = printed[at..]
-            .find(&format!("  {step} Done"))
-            .unwrap_or_else(|| panic!("{step} done not shown in order: {printed}"));
-        at += found;
-    }
+    assert_shown_in_order(&printed, &order);
     assert!(printed.contains("outcome: Complete"), "{printed}");
 
     // The incumbent exits with halt (0); the candidate serves, same data.
@@ -313,13 +295,7 @@ fn an_overlap_upgrade_under_load_loses_no_connection_and_no_write() {
     let order = [
         "recheck", "prepare", "start", "verify", "validate", "commit", "retire",
     ];
-    let mut at = 0;
-    for step in order {
-        let found = printed[at..]
-            .find(&format!("  {step} Done"))
-            .unwrap_or_else(|| panic!("{step} done not shown in order: {printed}"));
-        at += found;
-    }
+    assert_shown_in_order(&printed, &order);
     assert!(
         !printed.contains("drain"),
         "overlap never drains: {printed}"
@@ -612,4 +588,16 @@ fn a_failure_after_commit_says_committed_and_keeps_the_new_selection() {
     assert_eq!(selection["pid"].as_u64(), Some(pid_of(&after)));
     assert_eq!(kv(kvd.port, "GET before").as_deref(), Some("1"));
     kvd.stop_whoever_serves();
+}
+
+/// Each step of `order` was shown answered (`  STEP Done`) in `printed`,
+/// in that order.
+fn assert_shown_in_order(printed: &str, order: &[&str]) {
+    let mut at = 0;
+    for step in order {
+        let found = printed[at..]
+            .find(&format!("  {step} Done"))
+            .unwrap_or_else(|| panic!("{step} done not shown in order: {printed}"));
+        at += found;
+    }
 }

@@ -5,13 +5,13 @@
 
 mod processes;
 
-use processes::{ctl, until};
+use processes::{ctl, until, wait_exit};
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use processes::PATIENCE;
 
@@ -43,18 +43,6 @@ fn kv(port: u16, line: &str) -> String {
         .read_line(&mut answer)
         .expect("answer");
     answer.trim_end().to_owned()
-}
-
-fn wait_exit(child: &mut Child) -> Option<i32> {
-    let deadline = Instant::now() + PATIENCE;
-    while Instant::now() < deadline {
-        if let Some(status) = child.try_wait().expect("wait") {
-            return status.code();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    panic!("kvd did not exit");
 }
 
 #[test]

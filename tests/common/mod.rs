@@ -391,3 +391,23 @@ pub fn supervise_toml(dir: &Path, defaults: &str) -> (JoinHandle<ExitIntent>, Su
     let (supervisor, handle) = Supervisor::new(config).expect("the supervisor starts");
     (tokio::spawn(supervisor.run()), handle)
 }
+
+static PANICS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Count panics anywhere in this process (the server's tasks included),
+/// so a test can say "no panic" and mean it; read with [`panics`].
+pub fn count_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            PANICS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            default(info);
+        }));
+    });
+}
+
+/// Panics counted since [`count_panics`] was first called.
+pub fn panics() -> usize {
+    PANICS.load(std::sync::atomic::Ordering::SeqCst)
+}

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -77,4 +77,18 @@ pub fn until(
         std::thread::sleep(Duration::from_millis(50));
     }
     panic!("timed out waiting for {what}; last status: {last:#?}")
+}
+
+/// Wait for `child` to exit; its exit code (`None`: killed by a signal).
+/// Kills it and fails the test if it does not exit within [`PATIENCE`].
+pub fn wait_exit(child: &mut Child) -> Option<i32> {
+    let deadline = Instant::now() + PATIENCE;
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status.code();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    panic!("the child did not exit");
 }
