@@ -746,7 +746,8 @@ impl LifecycleActorState {
         reply: RpcReplyPort<Result<Snapshot, CommandError>>,
     ) {
         let at = self.shared.clock.now();
-        let (event, hold) = match command.clone() {
+        let is_stop = matches!(command, Command::Stop(_));
+        let (event, hold) = match command {
             Command::ConfigSet { leaf, value } => {
                 return self.set_override(myself, &leaf, Some(value), reply).await;
             }
@@ -787,10 +788,7 @@ impl LifecycleActorState {
                 let error = self.unacknowledged.take().unwrap_or_default();
                 let _ = reply.send(Err(CommandError::Durability(error)));
             }
-            Ok(_)
-                if matches!(command, Command::Stop(_))
-                    && matches!(self.machine.state, LifecycleState::Draining { .. }) =>
-            {
+            Ok(_) if is_stop && matches!(self.machine.state, LifecycleState::Draining { .. }) => {
                 self.stop_waiters.push(reply);
             }
             Ok(_) if matches!(self.machine.state, LifecycleState::Reinitializing { .. }) => {
