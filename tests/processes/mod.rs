@@ -5,11 +5,18 @@
 //! Examples: `cargo test` builds examples only under hashed names, so a test
 //! that ran `target/debug/examples/<name>` whenever it existed could run a
 //! stale binary: not the code under test. `cargo build --example` costs
-//! nothing when the binary is fresh.
+//! nothing when the binary is fresh — but it re-links
+//! `target/debug/examples/<name>` even then, and nextest runs each test in
+//! its own process, so one test's build could briefly remove the file
+//! another test is about to spawn. So every test process builds under one
+//! file lock and spawns its own hard link of the result
+//! (`target/debug/steadfast-test-bins/<pid>/<name>`), which no later build
+//! touches; links of processes that have ended are removed on the way.
 
 #![allow(dead_code)]
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
 use std::sync::{Mutex, PoisonError};
@@ -18,26 +25,50 @@ use std::time::{Duration, Instant};
 /// How long a poll waits for a state.
 pub const PATIENCE: Duration = Duration::from_secs(60);
 
-/// The up-to-date binary of example `name`.
+/// The up-to-date binary of example `name`, as this test process's own
+/// hard link.
 pub fn example(name: &str) -> PathBuf {
-    static BUILT: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+    static BUILT: Mutex<BTreeMap<String, PathBuf>> = Mutex::new(BTreeMap::new());
+    let mut built = BUILT.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(path) = built.get(name) {
+        return path.clone();
+    }
     let exe = std::env::current_exe().expect("current exe");
     let debug_dir = exe
         .parent()
         .and_then(|deps| deps.parent())
         .expect("target dir")
         .to_path_buf();
-    let mut built = BUILT.lock().unwrap_or_else(PoisonError::into_inner);
-    if !built.contains(name) {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "--example", name])
-            .env("CARGO_TARGET_DIR", debug_dir.parent().expect("target dir"))
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "the {name} example builds");
-        built.insert(name.to_owned());
+    let lock = File::create(debug_dir.join(".steadfast-test-bins.lock")).expect("lock file");
+    lock.lock().expect("the build lock");
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "--quiet", "--example", name])
+        .env("CARGO_TARGET_DIR", debug_dir.parent().expect("target dir"))
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "the {name} example builds");
+    let bins = debug_dir.join("steadfast-test-bins");
+    remove_ended(&bins);
+    let own = bins.join(std::process::id().to_string());
+    std::fs::create_dir_all(&own).expect("the test bins dir");
+    let path = own.join(name);
+    let _ = std::fs::remove_file(&path);
+    std::fs::hard_link(debug_dir.join("examples").join(name), &path).expect("link the example");
+    built.insert(name.to_owned(), path.clone());
+    path
+}
+
+/// Remove the links of test processes that have ended.
+fn remove_ended(bins: &Path) {
+    let Ok(entries) = std::fs::read_dir(bins) else {
+        return;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let pid = entry.file_name();
+        if !Path::new("/proc").join(&pid).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
-    debug_dir.join("examples").join(name)
 }
 
 /// `steadfastctl --data-dir DATA_DIR ARGS…`, run to completion.
