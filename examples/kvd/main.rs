@@ -91,24 +91,84 @@ impl Store {
         Ok(())
     }
 
-    /// Under the log's lock: catch up, append one line and fsync it; only
-    /// then apply it to the map.
+    /// [`Self::catch_up`] under a shared lock on the log, so a reader never
+    /// applies a line a writer has written but not yet fsynced (and may
+    /// still cut back).
+    fn read_catch_up(&mut self) -> std::io::Result<()> {
+        self.log.lock_shared()?;
+        let caught_up = self.catch_up();
+        let unlocked = self.log.unlock();
+        caught_up?;
+        unlocked
+    }
+
+    /// Under the log's lock: catch up, cut any fragment, append one line
+    /// and fsync it; only then apply it to the map. An error is answered
+    /// `ERR`, never `OK`.
     fn write(
         &mut self,
         line: &str,
         apply: impl FnOnce(&mut HashMap<String, String>),
     ) -> std::io::Result<()> {
         self.log.lock()?;
-        let written = self.catch_up().and_then(|()| {
-            (&self.log).write_all(line.as_bytes())?;
-            self.log.sync_data()
-        });
+        let written = self.append_locked(line);
         let unlocked = self.log.unlock();
         written?;
         unlocked?;
-        self.applied += line.len() as u64;
         apply(&mut self.map);
         Ok(())
+    }
+
+    /// The body of [`Self::write`], with the log's exclusive lock held.
+    ///
+    /// The new line starts on a record boundary: whatever lies past the
+    /// last complete line is the fragment of a write that failed (ENOSPC,
+    /// EIO: a short write) or of a writer killed mid-append, never
+    /// acknowledged (every writer holds this lock until its line is
+    /// fsynced or cut), so it is cut before anything is appended. A failed
+    /// write or fsync cuts its own fragment at once; if that cut fails too,
+    /// every later write tries it again first and is refused (`ERR`) until
+    /// it succeeds. Truncating after a failed fsync is safe: every byte up
+    /// to `applied` was fsynced before (or replayed and fsynced at open),
+    /// and the bytes cut were never acknowledged.
+    fn append_locked(&mut self, line: &str) -> std::io::Result<()> {
+        self.catch_up()?;
+        self.cut_fragment()?;
+        let written = (&self.log)
+            .write_all(line.as_bytes())
+            .and_then(|()| self.log.sync_data());
+        if let Err(error) = written {
+            // Best effort: if this cut fails, the next write's does it.
+            let _ = self.cut_fragment();
+            return Err(error);
+        }
+        self.applied += line.len() as u64;
+        Ok(())
+    }
+
+    /// Cut the log back to `applied` (the end of its last complete line)
+    /// if it is longer, and make the new length durable. Called with the
+    /// log's exclusive lock held, after [`Self::catch_up`].
+    fn cut_fragment(&mut self) -> std::io::Result<()> {
+        let len = self.log.metadata()?.len();
+        if len <= self.applied {
+            return Ok(());
+        }
+        self.log
+            .set_len(self.applied)
+            .and_then(|()| self.log.sync_all())
+            .map_err(|error| {
+                std::io::Error::new(
+                    error.kind(),
+                    format!(
+                        "store.log ends in {} bytes of a failed write that could not be cut back \
+                         to its last complete line at byte {} ({error}); writes are refused until \
+                         the cut succeeds",
+                        len - self.applied,
+                        self.applied
+                    ),
+                )
+            })
     }
 }
 
@@ -418,7 +478,7 @@ async fn answer(line: &str, store: &Shared) -> String {
     match (verb.to_ascii_uppercase().as_str(), key, value) {
         ("GET", Some(key), None) if valid_key(key) => {
             let mut store = store.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Err(error) = store.catch_up() {
+            if let Err(error) = store.read_catch_up() {
                 return format!("ERR the log cannot be read: {error}");
             }
             store
@@ -443,7 +503,7 @@ async fn answer(line: &str, store: &Shared) -> String {
             let (store, key) = (Arc::clone(store), key.to_owned());
             durable(move || {
                 let mut store = store.lock().unwrap_or_else(PoisonError::into_inner);
-                store.catch_up()?;
+                store.read_catch_up()?;
                 if !store.map.contains_key(&key) {
                     return Ok("NOT_FOUND".into());
                 }
