@@ -269,9 +269,22 @@ fn a_journal_append_that_hit_enospc_recovers_without_a_relaunch() {
     let mut failure = None;
     for _ in 0..200 {
         for command in ["stop", "start"] {
+            // Settled first (a boot or drain in flight would move the state
+            // on its own).
+            let before = until(&kvd.data, "a settled state", |s| {
+                ["running", "stopped", "failed"]
+                    .contains(&s["lifecycle"]["state"].as_str().unwrap_or_default())
+            })["lifecycle"]["state"]
+                .clone();
             let out = ctl(&kvd.data, &[command]);
             let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
             if !out.status.success() && stderr.contains("not durable") {
+                // Not adopted: the command's transition was not fsynced
+                // (`failed` may move on by its own retry timer).
+                let after = status(&kvd.data).expect("status")["lifecycle"]["state"].clone();
+                if before != "failed" {
+                    assert_eq!(after, before, "{command} was adopted without its record");
+                }
                 failure = Some(stderr);
                 break;
             }

@@ -294,6 +294,16 @@ pub struct LifecycleActorState {
     /// The durability failure met while handling the current event, if any:
     /// a command whose transition was not made durable is not acknowledged.
     unacknowledged: Option<String>,
+    /// Set while an operator's command (other than `exit`) is being fired:
+    /// its transition is adopted only once its records are durable.
+    durable_or_nothing: bool,
+    /// Records of facts (a boot or drain that settled, a timer) adopted
+    /// although their append failed: they go first in the next append, so
+    /// the journal's history catches up once the disk lets it.
+    unjournaled: Vec<Record>,
+    /// The snapshot's `error` a failed journal append set, cleared by the
+    /// next append that succeeds (if it is still the snapshot's error).
+    journal_error: Option<String>,
     exit: Arc<Mutex<Option<ExitIntent>>>,
 }
 
@@ -344,6 +354,9 @@ impl Actor for LifecycleActor {
             overrides_generation: 0,
             boot_overrides_generation: 0,
             unacknowledged: None,
+            durable_or_nothing: false,
+            unjournaled: Vec::new(),
+            journal_error: None,
             exit,
         })
     }
@@ -511,19 +524,6 @@ impl LifecycleActorState {
             }
         };
         let at = self.shared.clock.now();
-        if let Some(hold) = hold {
-            let timeout = self.shared.timings.journal_timeout;
-            match journal::ask(&self.children.journal, timeout, |reply| {
-                JournalMsg::SetHold(hold, reply)
-            })
-            .await
-            {
-                Ok(()) => self.snapshot.hold = hold,
-                Err(error) => {
-                    self.fail_durability(format!("the hold marker could not be written: {error}"));
-                }
-            }
-        }
         let mut records = extra;
         if !matches!(event, LifecycleEvent::Phase { .. }) {
             records.push(Record::Transition {
@@ -548,7 +548,35 @@ impl LifecycleActorState {
                 result: JournalResult::Succeeded,
             });
         }
-        self.record(records).await;
+        let durable = self.record(records).await;
+        if !durable && self.durable_or_nothing {
+            // An operator's command whose record is not on disk is not
+            // adopted: nothing changes, the command is answered with the
+            // durability error, and sending it again (once the disk lets
+            // the journal repair itself) does it.
+            self.publish();
+            return Ok(Effect::None);
+        }
+        // A hold-marker change is made durable after the transition's record
+        // (a record is durable before any marker that refers to it) and
+        // before the transition is adopted.
+        if let Some(hold) = hold {
+            let timeout = self.shared.timings.journal_timeout;
+            match journal::ask(&self.children.journal, timeout, |reply| {
+                JournalMsg::SetHold(hold, reply)
+            })
+            .await
+            {
+                Ok(()) => self.snapshot.hold = hold,
+                Err(error) => {
+                    self.fail_durability(format!("the hold marker could not be written: {error}"));
+                    if self.durable_or_nothing {
+                        self.publish();
+                        return Ok(Effect::None);
+                    }
+                }
+            }
+        }
 
         let entered =
             std::mem::discriminant(&self.machine.state) != std::mem::discriminant(&next.state);
@@ -780,7 +808,13 @@ impl LifecycleActorState {
             Command::Reload => (LifecycleEvent::ConfigChanged { at }, None),
         };
         self.unacknowledged = None;
-        match self.fire_with(myself, event, hold, Vec::new()).await {
+        // `exit` is the way out (SIGTERM sends it): it is carried out even
+        // when the journal cannot take its record; the next daemon reads
+        // the disk as it is.
+        self.durable_or_nothing = !matches!(event, LifecycleEvent::Exit { .. });
+        let fired = self.fire_with(myself, event, hold, Vec::new()).await;
+        self.durable_or_nothing = false;
+        match fired {
             Err(refused) => {
                 let _ = reply.send(Err(CommandError::Refused(refused)));
             }
@@ -1020,14 +1054,44 @@ impl LifecycleActorState {
         let _ = myself.cast(LifecycleMsg::ConfigApplied { attempt, pending });
     }
 
-    /// Append `records`; a failure is reported in the snapshot, never retried.
-    async fn record(&mut self, records: Vec<Record>) {
-        if records.is_empty() {
-            return;
+    /// Append `records` (after any fact records a failed append left);
+    /// whether they are durable. A failure is reported in the snapshot's
+    /// `error`; the next append that succeeds clears it. A command's records
+    /// are dropped on failure (its transition is not adopted); a fact's are
+    /// kept for the next append.
+    async fn record(&mut self, records: Vec<Record>) -> bool {
+        if records.is_empty() && self.unjournaled.is_empty() {
+            return true;
         }
+        let mut all = std::mem::take(&mut self.unjournaled);
+        let carried = all.len();
+        all.extend(records);
         let timeout = self.shared.timings.journal_timeout;
-        if let Err(error) = journal::append(&self.children.journal, records, timeout).await {
-            self.fail_durability(format!("the journal could not be written: {error}"));
+        match journal::append(&self.children.journal, all.clone(), timeout).await {
+            Ok(()) => {
+                if let Some(error) = self.journal_error.take()
+                    && self.snapshot.error.as_ref() == Some(&error)
+                {
+                    tracing::info!("the journal is written again; clearing the error");
+                    self.snapshot.error = None;
+                }
+                true
+            }
+            Err(error) => {
+                let error = format!("the journal could not be written: {error}");
+                self.fail_durability(error.clone());
+                self.journal_error = Some(error);
+                if self.durable_or_nothing {
+                    all.truncate(carried);
+                }
+                if all.len() > UNJOURNALED_KEPT {
+                    let excess = all.len() - UNJOURNALED_KEPT;
+                    tracing::warn!(dropped = excess, "dropping the oldest unjournaled records");
+                    all.drain(..excess);
+                }
+                self.unjournaled = all;
+                false
+            }
         }
     }
 
@@ -1068,6 +1132,11 @@ impl LifecycleActorState {
         self.snapshots.send_replace(self.snapshot.clone());
     }
 }
+
+/// How many records of facts adopted while the journal failed are kept for
+/// the next append (the oldest beyond this are dropped: history, never
+/// acknowledged).
+const UNJOURNALED_KEPT: usize = 1024;
 
 /// A state's label for the journal: its name, with the drain's purpose.
 fn label(state: &LifecycleState) -> String {
