@@ -128,6 +128,15 @@ const FSIZE_BLOCKS: u64 = 64;
 
 /// kvd on `disk`'s data dir, serving `port`, running.
 fn start_kvd(disk: &Disk, port: u16, run: u32) -> Kvd {
+    let kvd = spawn_kvd(disk, port, run);
+    until(&kvd.data, "kvd running", |s| {
+        s["lifecycle"]["state"] == "running"
+    });
+    kvd
+}
+
+/// kvd on `disk`'s data dir, serving `port`, as soon as it is spawned.
+fn spawn_kvd(disk: &Disk, port: u16, run: u32) -> Kvd {
     let data = disk.mnt.join("data");
     let config = disk.dir.join("kvd.toml");
     std::fs::write(&config, format!("listen_addr = \"127.0.0.1:{port}\"\n")).expect("config");
@@ -153,11 +162,7 @@ fn start_kvd(disk: &Disk, port: u16, run: u32) -> Kvd {
         .stdout(Stdio::null())
         .stderr(log);
     let child = command.spawn().expect("kvd starts");
-    let kvd = Kvd { child, port, data };
-    until(&kvd.data, "kvd running", |s| {
-        s["lifecycle"]["state"] == "running"
-    });
-    kvd
+    Kvd { child, port, data }
 }
 
 /// One request on kvd's line protocol.
@@ -244,6 +249,60 @@ fn an_acknowledged_set_survives_a_full_disk_and_a_relaunch() {
     );
     assert_eq!(lost, 0, "acknowledged writes lost after ENOSPC");
     assert_eq!(garbage, 0, "keys answered ERR holding garbage");
+    exit(kvd);
+}
+
+/// Issue 11, item 1: a fragment in the middle of `store.log` (a write that
+/// failed part-way, then a good line appended after it, as kvd did before
+/// it cut fragments back) is never read as a record, and the record after
+/// it is kept; a line of the older unframed format still reads; a damaged
+/// line that holds no whole record refuses the replay (held, naming the
+/// file and the byte offset) and leaves the file alone.
+#[test]
+fn a_fragment_mid_log_is_never_read_as_a_record() {
+    let disk = Disk::new(1 << 20);
+    let port = free_port();
+    let kvd = start_kvd(&disk, port, 1);
+    assert_eq!(kv(port, &format!("SET k1 {}", "x".repeat(100))), "OK");
+    assert_eq!(kv(port, "SET k2 v2"), "OK");
+    exit(kvd);
+    let log = disk.mnt.join("data").join("store.log");
+    let text = std::fs::read(&log).expect("store.log");
+    let lines: Vec<&[u8]> = text.split_inclusive(|&b| b == b'\n').collect();
+    let [first, second] = lines[..] else {
+        panic!("two lines: {:?}", String::from_utf8_lossy(&text));
+    };
+    let mut damaged = first[..first.len() / 2].to_vec();
+    damaged.extend_from_slice(second);
+    damaged.extend_from_slice(b"S k3 v3\n");
+    std::fs::write(&log, &damaged).expect("write the log");
+
+    let kvd = start_kvd(&disk, port, 2);
+    let k1 = kv(port, "GET k1");
+    assert_eq!(k1, "NOT_FOUND", "the fragment was read as a record");
+    assert_eq!(kv(port, "GET k2"), "v2", "the record after the fragment");
+    assert_eq!(kv(port, "GET k3"), "v3", "a line of the older format");
+    exit(kvd);
+
+    // A flipped byte in the framed line, with no whole record in it.
+    let mut flipped = second.to_vec();
+    let at = flipped.len() - 2;
+    flipped[at] ^= 0x01;
+    std::fs::write(&log, &flipped).expect("write the log");
+    let kvd = spawn_kvd(&disk, port, 3);
+    let s = until(&kvd.data, "the replay refused", |s| {
+        s["lifecycle"]["state"] == "failed"
+    });
+    let shown = s.to_string();
+    assert!(
+        shown.contains("store.log") && shown.contains("at byte 0 is damaged"),
+        "the refusal names the file and the offset: {shown}"
+    );
+    assert_eq!(
+        s["lifecycle"]["retry"]["class"], "hold",
+        "held, not retried: {shown}"
+    );
+    assert_eq!(std::fs::read(&log).expect("log"), flipped, "left as it is");
     exit(kvd);
 }
 

@@ -49,8 +49,8 @@ struct Store {
 
 type Shared = Arc<Mutex<Store>>;
 
-/// Apply one log line (without its newline) to `map`.
-fn apply_line(map: &mut HashMap<String, String>, body: &str) {
+/// Apply one record's body (`S key value` or `D key`) to `map`.
+fn apply_body(map: &mut HashMap<String, String>, body: &str) {
     match body.split_once(' ') {
         Some(("S", rest)) => {
             if let Some((key, value)) = rest.split_once(' ') {
@@ -64,15 +64,77 @@ fn apply_line(map: &mut HashMap<String, String>, body: &str) {
     }
 }
 
-/// Apply the complete lines of `bytes`; return how many bytes they span.
-fn apply_lines(map: &mut HashMap<String, String>, bytes: &[u8]) -> u64 {
-    let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-    for line in bytes[..complete].split(|&b| b == b'\n') {
-        if let Ok(body) = std::str::from_utf8(line) {
-            apply_line(map, body);
-        }
+/// One record as `store.log` holds it: `crc32c(body)` as 8 lowercase hex
+/// digits, a space, the body, a newline.
+fn frame_line(body: &str) -> String {
+    format!("{:08x} {body}\n", crc32c::crc32c(body.as_bytes()))
+}
+
+/// The body of `line` (without its newline) if it is a whole framed record
+/// whose checksum matches.
+fn framed(line: &[u8]) -> Option<&str> {
+    let (crc, rest) = line.split_at_checked(8)?;
+    let body = rest.strip_prefix(b" ")?;
+    if !crc.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return None;
     }
-    complete as u64
+    let crc = u32::from_str_radix(std::str::from_utf8(crc).ok()?, 16).ok()?;
+    (crc32c::crc32c(body) == crc)
+        .then(|| std::str::from_utf8(body).ok())
+        .flatten()
+}
+
+/// What one complete line of the log holds.
+///
+/// - A framed record whose checksum matches: its body.
+/// - Else, a fragment followed by a whole framed record (a write that failed
+///   part-way, then a good one appended after it by a kvd without the
+///   cut-back): the record; the fragment is never read.
+/// - Else a line of the older, unframed format (`S key value`, `D key`),
+///   written before lines carried a checksum: read as it always was.
+/// - Else `None`: the line is damaged.
+fn line_body(line: &[u8]) -> Option<&str> {
+    if let Some(body) = framed(line) {
+        return Some(body);
+    }
+    let suffix = (1..line.len()).find_map(|start| framed(&line[start..]));
+    if suffix.is_some() {
+        return suffix;
+    }
+    std::str::from_utf8(line)
+        .ok()
+        .filter(|l| l.starts_with("S ") || l.starts_with("D "))
+}
+
+/// Apply the complete lines of `bytes` (which start at byte `offset` of the
+/// log); return how many bytes they span, or why a line is refused.
+fn apply_lines(
+    map: &mut HashMap<String, String>,
+    bytes: &[u8],
+    offset: u64,
+) -> Result<u64, String> {
+    let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let mut at = offset;
+    for line in bytes[..complete].split_inclusive(|&b| b == b'\n') {
+        let body = line.strip_suffix(b"\n").unwrap_or(line);
+        if !body.is_empty() {
+            let Some(body) = line_body(body) else {
+                return Err(format!(
+                    "the line at byte {at} is damaged (its checksum does not match and \
+                     it holds no whole record); nothing after it was read and the file was left \
+                     as it is: restore the log from a copy, or cut it at byte {at} to keep what \
+                     comes before"
+                ));
+            };
+            apply_body(map, body);
+        }
+        at += line.len() as u64;
+    }
+    Ok(complete as u64)
+}
+
+fn invalid(reason: String) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, reason)
 }
 
 impl Store {
@@ -87,7 +149,8 @@ impl Store {
         reader.seek(SeekFrom::Start(self.applied))?;
         let mut bytes = Vec::new();
         reader.take(len - self.applied).read_to_end(&mut bytes)?;
-        self.applied += apply_lines(&mut self.map, &bytes);
+        self.applied += apply_lines(&mut self.map, &bytes, self.applied)
+            .map_err(|reason| invalid(format!("store.log: {reason}")))?;
         Ok(())
     }
 
@@ -185,7 +248,13 @@ fn replay(path: &Path) -> std::io::Result<Store> {
     let mut bytes = Vec::new();
     (&log).read_to_end(&mut bytes)?;
     let mut map = HashMap::new();
-    let good_len = apply_lines(&mut map, &bytes);
+    let good_len = match apply_lines(&mut map, &bytes, 0) {
+        Ok(len) => len,
+        Err(reason) => {
+            log.unlock()?;
+            return Err(invalid(reason));
+        }
+    };
     if bytes.len() as u64 > good_len {
         log.set_len(good_len)?;
         log.sync_all()?;
@@ -282,7 +351,16 @@ impl Service for Kvd {
                     })
                     .await
                     .map_err(StepError::backoff)?
-                    .map_err(|e| StepError::backoff(format!("{}: {e}", path.display())))?;
+                    .map_err(|e| {
+                        let error = format!("{}: {e}", path.display());
+                        // A damaged line does not heal by retrying: held
+                        // until the operator deals with the file.
+                        if e.kind() == std::io::ErrorKind::InvalidData {
+                            StepError::hold(error)
+                        } else {
+                            StepError::backoff(error)
+                        }
+                    })?;
                     let keys = replayed.map.len();
                     cx.runtime.insert::<Shared>(Arc::new(Mutex::new(replayed)));
                     Ok(record("store", format!("{} ({keys} keys)", path.display())))
@@ -491,7 +569,7 @@ async fn answer(line: &str, store: &Shared) -> String {
             let (store, key, value) = (Arc::clone(store), key.to_owned(), value.to_owned());
             durable(move || {
                 let mut store = store.lock().unwrap_or_else(PoisonError::into_inner);
-                let line = format!("S {key} {value}\n");
+                let line = frame_line(&format!("S {key} {value}"));
                 store.write(&line, |map| {
                     map.insert(key, value);
                 })?;
@@ -507,7 +585,7 @@ async fn answer(line: &str, store: &Shared) -> String {
                 if !store.map.contains_key(&key) {
                     return Ok("NOT_FOUND".into());
                 }
-                let line = format!("D {key}\n");
+                let line = frame_line(&format!("D {key}"));
                 store.write(&line, |map| {
                     map.remove(&key);
                 })?;
