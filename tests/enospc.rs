@@ -21,8 +21,13 @@
 //! Tests:
 //! - `an_acknowledged_set_survives_a_full_disk_and_a_relaunch`: kvd's
 //!   `store.log`. Before the fix: the `SET` after the failed one was
-//!   answered `OK` and read back `NOT_FOUND` after a relaunch, and the `ERR`
-//!   key held garbage.
+//!   answered `OK` and read back `NOT_FOUND` after a relaunch (1 of 10
+//!   acknowledged writes lost), and the `ERR` key held garbage; after: 0
+//!   of 10.
+//! - `a_fragment_mid_log_is_never_read_as_a_record`: kvd's replay of a
+//!   hand-made log. Before the fix: the fragment and the line after it read
+//!   as one record (the `ERR` key held `xxx…S k2 v2`, `k2` was
+//!   `NOT_FOUND`).
 //! - `a_journal_append_that_hit_enospc_recovers_without_a_relaunch`: the
 //!   control directory's journal. Before the fix: once an append failed,
 //!   every later command was refused (`journal … is poisoned`) until the
@@ -112,7 +117,6 @@ fn free_port() -> u16 {
 /// A kvd child, killed (if still running) on drop.
 struct Kvd {
     child: Child,
-    port: u16,
     data: PathBuf,
 }
 
@@ -162,7 +166,7 @@ fn spawn_kvd(disk: &Disk, port: u16, run: u32) -> Kvd {
         .stdout(Stdio::null())
         .stderr(log);
     let child = command.spawn().expect("kvd starts");
-    Kvd { child, port, data }
+    Kvd { child, data }
 }
 
 /// One request on kvd's line protocol.
@@ -185,7 +189,7 @@ fn exit(mut kvd: Kvd) {
     assert_eq!(processes::wait_exit(&mut kvd.child), Some(0), "kvd exits 0");
 }
 
-/// Issue 11, item 1; `spec/control-dir.md` "kvd's store.log": a `SET` that
+/// Issue 11, item 1; kvd's `Store` invariants (`examples/kvd/main.rs`): a `SET` that
 /// hits a full disk is answered `ERR` and leaves no fragment the next `SET`
 /// is appended after; once space returns `SET` is answered `OK` again
 /// (without a relaunch), and after a relaunch every `OK` reads back and the

@@ -37,19 +37,52 @@
 //!   `control_dir::torn_header_is_repaired_to_a_fresh_journal`,
 //!   `control_dir::a_flipped_byte_mid_journal_is_refused_and_left_untouched`,
 //!   `control_dir::a_bad_header_is_refused_naming_the_file`.
-//! - **Acknowledged only after fsync; never retried.** [`JournalFile::append`]
-//!   writes every frame with one `write_all`, then `sync_data`, and returns
-//!   `Ok` only after the fsync returned. A failed write or fsync poisons the
-//!   file: after a failed fsync the kernel may already have dropped the dirty
-//!   pages (and cleared the error), so the page cache no longer tells what is
-//!   on disk and a retried fsync can report success for data that is lost.
-//!   The only safe course is to stop without acknowledging and let the next
-//!   open decide from the disk. Checked by the unit tests
-//!   `appends_are_one_write_then_one_fsync`,
-//!   `failed_fsync_is_not_acknowledged_and_poisons`,
-//!   `failed_write_poisons_without_fsync` and
-//!   `an_unencodable_record_writes_nothing_and_does_not_poison`, and by
-//!   `control_dir::journal_round_trips_across_reopen`.
+//! - **Acknowledged only after fsync; a failed append is cut back, never
+//!   retried.** [`JournalFile::append`] writes every frame with one
+//!   `write_all`, then `sync_data`, and returns `Ok` only after the fsync
+//!   returned. A failed write or fsync (ENOSPC, EIO, EFBIG, a short write)
+//!   is answered with the error and poisons the writer; the next append
+//!   first cuts the file back to the length it had when the failed append
+//!   began (`ftruncate`, then `fsync`) and only then writes, so every
+//!   append starts on a record boundary and the journal recovers as soon
+//!   as the disk lets it, in the same process. If the cut fails, that
+//!   append is refused ([`ControlDirError::JournalPoisoned`], naming the
+//!   cause) and the next one tries again.
+//!
+//!   Why the cut is safe after a failed fsync: after a failed fsync the
+//!   kernel may already have dropped the dirty pages (and cleared the
+//!   error), so the page cache no longer tells what is on disk, and an
+//!   fsync retried *over those bytes* could report success for data that
+//!   is lost. The cut never does that. Every byte before the cut point was
+//!   acknowledged, so it was durable before the failed append began (an
+//!   earlier fsync returned, or it was read and repaired at open); every
+//!   byte after it belongs to the failed append and was never
+//!   acknowledged. Truncating removes only those bytes, and the records
+//!   they held are written again, if at all, as new bytes with their own
+//!   fsync: nothing written before a failure is ever acknowledged by a
+//!   later fsync. What the cut's own fsync makes durable is the new,
+//!   shorter length. The one case it cannot cover: if that fsync fails,
+//!   it is tried again at the next append, and a kernel that dropped the
+//!   size change may report success while the disk keeps the longer file;
+//!   a crash then leaves the fragment before later records, which the next
+//!   open refuses as corruption (never reads as records).
+//!
+//!   The cut point is the file's length measured (`fstat`) just before the
+//!   failed write, not a count kept in memory, since during a replacement
+//!   another process appends too; and while another process may append,
+//!   nothing is cut (it could remove that writer's records): the writer
+//!   stays poisoned until the journal is this process's alone. A
+//!   compaction that failed after its rename poisons for good (this
+//!   writer's file may no longer be the journal: a relaunch reopens it).
+//!   Checked by the unit tests `appends_are_one_write_then_one_fsync`,
+//!   `failed_fsync_is_not_acknowledged_and_the_next_append_cuts_it_back`,
+//!   `a_short_write_is_cut_back_before_the_next_append`,
+//!   `a_failed_cut_back_stays_poisoned_and_is_tried_again`,
+//!   `a_shared_journal_is_cut_back_only_once_it_is_ours_alone` and
+//!   `an_unencodable_record_writes_nothing_and_does_not_poison`, by
+//!   `control_dir::journal_round_trips_across_reopen`, and through a real
+//!   daemon on a full tmpfs by
+//!   `enospc::a_journal_append_that_hit_enospc_recovers_without_a_relaunch`.
 //! - **Markers are atomic and checked.** Each marker is written to a 0600
 //!   temp file in the same directory, fsynced, renamed over the target, and
 //!   the directory fsynced. Its bytes carry a per-kind magic and a CRC32C; a

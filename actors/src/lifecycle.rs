@@ -11,7 +11,23 @@
 //! Invariants:
 //! - A transition is acknowledged (published, answered) only after its
 //!   journal record's fsync returned; a journal that fails is reported in the
-//!   snapshot's `error` rather than hidden.
+//!   snapshot's `error` rather than hidden, and that error clears at the
+//!   next append that succeeds.
+//! - An operator's command whose record could not be made durable is not
+//!   adopted: the machine stays where it was, no effect is performed, the
+//!   command is answered `Durability`, and sending it again once the disk
+//!   lets the journal repair itself does it (the journal cuts a failed
+//!   append back before its next one). A hold-marker change is written after
+//!   the record, before adoption; if it fails the command is not adopted
+//!   either. `exit` is the exception: it is carried out even when its
+//!   record fails (it is how SIGTERM stops a daemon on a full disk).
+//! - A fact the world already made true (a boot or drain settled, a task
+//!   ended, a timer fired) is adopted even when its record fails, since
+//!   refusing it would leave the machine describing a runtime that no
+//!   longer exists; its records go first in the next append (at most
+//!   1,024 kept), so the history catches up. A boot whose checkpoint could
+//!   not be made durable fails with backoff, so the machine's own retry
+//!   timer tries the journal again with no operator involved.
 //! - A held failure is settled against the declared file as it is when the
 //!   failure lands: if its fingerprint differs from the one taken before the
 //!   boot read it, the change is not lost (`config_changed` is stepped at
@@ -19,7 +35,10 @@
 //! - Timers are never trusted: a `retry_due` or `stable` that is stale or
 //!   early is refused by the machine and ignored here.
 //!
-//! Checked by `tests/supervisor.rs` end to end.
+//! Checked by `tests/supervisor.rs` end to end; the durability rules by
+//! `enospc::a_journal_append_that_hit_enospc_recovers_without_a_relaunch`
+//! (a real daemon on a full tmpfs) and
+//! `crash::a_journal_write_that_fails_is_never_acknowledged`.
 
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};

@@ -7,7 +7,9 @@
 //! `SET key value` → `OK`, `GET key` → the value or `NOT_FOUND`, `DEL key` →
 //! `OK` or `NOT_FOUND`, anything else → `ERR reason`. A write is answered only
 //! once it is durable (appended to `store.log` under the data dir and
-//! fsynced). Its runtime boots in steadfast phases — `resolve_config`,
+//! fsynced); a write that could not be made durable (a full disk) is
+//! answered `ERR` and leaves no fragment behind, and writes succeed again
+//! as soon as space returns, without a restart (see [`Store`]). Its runtime boots in steadfast phases — `resolve_config`,
 //! `open_store` (takes the store lock), `replay_log`, `bind_listener`,
 //! `serve` — and `log_level` and `max_connections` apply in place while
 //! `listen_addr` needs a restart. The process exits with its exit intent's
@@ -35,11 +37,38 @@ max_connections = 64
 
 /// The store: the map, and the log that makes it durable.
 ///
+/// `store.log` is one record a line: `crc32c(body)` as 8 lowercase hex
+/// digits, a space, the body (`S key value` or `D key`), a newline
+/// ([`frame_line`]).
+///
 /// The log may have two writers for a moment: during an overlap replacement
 /// the incumbent and its candidate both serve (the candidate adopted the
 /// store lock). So every append holds an exclusive `flock` on the log and
 /// first applies what the other process appended (`catch_up`); a read
-/// catches up too. Only complete lines are ever applied.
+/// catches up too, under a shared `flock`. Only complete lines are ever
+/// applied.
+///
+/// Invariants (issue 11, item 1; `tests/enospc.rs`):
+/// - **A write is answered `OK` only after its fsync returned**; any error
+///   is answered `ERR`
+///   (`enospc::an_acknowledged_set_survives_a_full_disk_and_a_relaunch`).
+/// - **Every append starts on a record boundary.** Bytes past the last
+///   complete line are a failed or killed write's fragment, never
+///   acknowledged; they are cut (and the cut fsynced) before anything is
+///   appended, and a failed write cuts its own at once. While a cut fails,
+///   writes are refused `ERR` (`Store::append_locked`). Before this, the
+///   `SET` after an ENOSPC was appended after the fragment and lost
+///   (`enospc::an_acknowledged_set_survives_a_full_disk_and_a_relaunch`).
+/// - **Nothing torn is read as a record.** At replay a torn last line is
+///   cut; a line whose checksum fails is read only for a whole framed
+///   record at its end (a fragment followed by a good line, as the kvd
+///   before this fix could leave); a line with none refuses the replay
+///   (held, naming the byte offset; the file is left alone). Lines of the
+///   older unframed format still read, unchecked: a fragment merged into
+///   one of *those* cannot be told from a value, which is why lines now
+///   carry a checksum. A kvd built before the checksum does not read the
+///   new lines (it skips them): do not roll a replacement back across this
+///   change (`enospc::a_fragment_mid_log_is_never_read_as_a_record`).
 struct Store {
     map: HashMap<String, String>,
     log: File,
@@ -235,8 +264,10 @@ impl Store {
     }
 }
 
-/// Replay `store.log` under its lock: every complete line; a torn last line
-/// (a crash mid-append, never acknowledged) is cut off.
+/// Replay `store.log` under its lock: every complete line ([`line_body`]);
+/// a torn last line (a crash or a failed write mid-append, never
+/// acknowledged) is cut off; a damaged line refuses the replay
+/// ([`std::io::ErrorKind::InvalidData`]: a held failure).
 fn replay(path: &Path) -> std::io::Result<Store> {
     use std::io::Read;
     let log = OpenOptions::new()
