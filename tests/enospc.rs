@@ -31,7 +31,8 @@
 //! - `a_journal_append_that_hit_enospc_recovers_without_a_relaunch`: the
 //!   control directory's journal. Before the fix: once an append failed,
 //!   every later command was refused (`journal … is poisoned`) until the
-//!   process was relaunched.
+//!   process was relaunched, and a `stop` answered `not durable` had been
+//!   carried out anyway (running → stopped).
 
 mod processes;
 
