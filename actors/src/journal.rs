@@ -12,8 +12,9 @@
 //! the disk lets it (`control_dir` tests,
 //! `enospc::a_journal_append_that_hit_enospc_recovers_without_a_relaunch`).
 //! Staged records an append failed to write stay staged, in front, for the
-//! next one; the caller's own records are not resent by this actor (the
-//! Lifecycle actor decides what a failed append means for its transition).
+//! next one (at most 4,096 are kept); the caller's own records are not
+//! resent by this actor (the Lifecycle actor decides what a failed append
+//! means for its transition, and stages a fact's records again).
 //! If this actor panics, Root restarts it over a freshly reopened journal.
 
 use std::sync::Arc;
@@ -44,6 +45,25 @@ pub struct JournalState {
     file: Option<JournalFile>,
     /// Records staged for the next append.
     staged: Vec<Record>,
+}
+
+/// How many staged records are kept while appends fail (a full disk for a
+/// long time); the oldest beyond this are dropped: history no one was told
+/// was durable.
+const STAGED_KEPT: usize = 4096;
+
+impl JournalState {
+    /// Keep at most [`STAGED_KEPT`] staged records, dropping the oldest.
+    fn bound_staged(&mut self) {
+        if self.staged.len() > STAGED_KEPT {
+            let excess = self.staged.len() - STAGED_KEPT;
+            tracing::warn!(
+                dropped = excess,
+                "the journal cannot be written; dropping the oldest staged records"
+            );
+            self.staged.drain(..excess);
+        }
+    }
 }
 
 /// What a journal write answers: `Ok` once durable, or the error rendered.
@@ -101,7 +121,10 @@ impl Actor for JournalActor {
         state: &mut JournalState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            JournalMsg::Stage(records) => state.staged.extend(records),
+            JournalMsg::Stage(records) => {
+                state.staged.extend(records);
+                state.bound_staged();
+            }
             JournalMsg::Append(records, reply) => {
                 let mut all = std::mem::take(&mut state.staged);
                 let staged = all.len();
@@ -132,6 +155,7 @@ impl Actor for JournalActor {
                     records.truncate(staged);
                     records.append(&mut state.staged);
                     state.staged = records;
+                    state.bound_staged();
                 }
                 let _ = reply.send(result.map_err(|e| e.to_string()));
             }

@@ -24,8 +24,9 @@
 //! - A fact the world already made true (a boot or drain settled, a task
 //!   ended, a timer fired) is adopted even when its record fails, since
 //!   refusing it would leave the machine describing a runtime that no
-//!   longer exists; its records go first in the next append (at most
-//!   1,024 kept), so the history catches up. A boot whose checkpoint could
+//!   longer exists; its records are staged in the Journal actor, so they
+//!   are written, in order, with the next append and the history catches
+//!   up. A boot whose checkpoint could
 //!   not be made durable fails with backoff, so the machine's own retry
 //!   timer tries the journal again with no operator involved.
 //! - A held failure is settled against the declared file as it is when the
@@ -316,10 +317,6 @@ pub struct LifecycleActorState {
     /// Set while an operator's command (other than `exit`) is being fired:
     /// its transition is adopted only once its records are durable.
     durable_or_nothing: bool,
-    /// Records of facts (a boot or drain that settled, a timer) adopted
-    /// although their append failed: they go first in the next append, so
-    /// the journal's history catches up once the disk lets it.
-    unjournaled: Vec<Record>,
     /// The snapshot's `error` a failed journal append set, cleared by the
     /// next append that succeeds (if it is still the snapshot's error).
     journal_error: Option<String>,
@@ -374,7 +371,6 @@ impl Actor for LifecycleActor {
             boot_overrides_generation: 0,
             unacknowledged: None,
             durable_or_nothing: false,
-            unjournaled: Vec::new(),
             journal_error: None,
             exit,
         })
@@ -1073,20 +1069,18 @@ impl LifecycleActorState {
         let _ = myself.cast(LifecycleMsg::ConfigApplied { attempt, pending });
     }
 
-    /// Append `records` (after any fact records a failed append left);
-    /// whether they are durable. A failure is reported in the snapshot's
-    /// `error`; the next append that succeeds clears it. A command's records
-    /// are dropped on failure (its transition is not adopted); a fact's are
-    /// kept for the next append.
+    /// Append `records`; whether they are durable. A failure is reported
+    /// in the snapshot's `error`; the next append that succeeds clears it.
+    /// On failure a command's records are dropped (its transition is not
+    /// adopted); a fact's are staged in the Journal actor, so they are
+    /// written, in order, before whatever comes next (a boot's progress,
+    /// its checkpoints) once the disk lets the journal repair itself.
     async fn record(&mut self, records: Vec<Record>) -> bool {
-        if records.is_empty() && self.unjournaled.is_empty() {
+        if records.is_empty() {
             return true;
         }
-        let mut all = std::mem::take(&mut self.unjournaled);
-        let carried = all.len();
-        all.extend(records);
         let timeout = self.shared.timings.journal_timeout;
-        match journal::append(&self.children.journal, all.clone(), timeout).await {
+        match journal::append(&self.children.journal, records.clone(), timeout).await {
             Ok(()) => {
                 if let Some(error) = self.journal_error.take()
                     && self.snapshot.error.as_ref() == Some(&error)
@@ -1100,15 +1094,9 @@ impl LifecycleActorState {
                 let error = format!("the journal could not be written: {error}");
                 self.fail_durability(error.clone());
                 self.journal_error = Some(error);
-                if self.durable_or_nothing {
-                    all.truncate(carried);
+                if !self.durable_or_nothing {
+                    let _ = self.children.journal.cast(JournalMsg::Stage(records));
                 }
-                if all.len() > UNJOURNALED_KEPT {
-                    let excess = all.len() - UNJOURNALED_KEPT;
-                    tracing::warn!(dropped = excess, "dropping the oldest unjournaled records");
-                    all.drain(..excess);
-                }
-                self.unjournaled = all;
                 false
             }
         }
@@ -1151,11 +1139,6 @@ impl LifecycleActorState {
         self.snapshots.send_replace(self.snapshot.clone());
     }
 }
-
-/// How many records of facts adopted while the journal failed are kept for
-/// the next append (the oldest beyond this are dropped: history, never
-/// acknowledged).
-const UNJOURNALED_KEPT: usize = 1024;
 
 /// A state's label for the journal: its name, with the drain's purpose.
 fn label(state: &LifecycleState) -> String {
