@@ -564,8 +564,9 @@ impl<S: JournalSink> JournalFile<S> {
         Ok(())
     }
 
-    /// The journal's durable length in bytes: the length at open plus every
-    /// acknowledged append.
+    /// The journal's durable length in bytes: its length at open, then after
+    /// each acknowledged append (measured, so it counts another writer's
+    /// records during a replacement), or where a failed append was cut back.
     #[must_use]
     pub const fn len(&self) -> u64 {
         self.len
