@@ -28,6 +28,9 @@
 //!   hand-made log. Before the fix: the fragment and the line after it read
 //!   as one record (the `ERR` key held `xxx…S k2 v2`, `k2` was
 //!   `NOT_FOUND`).
+//! - `a_real_journal_on_a_full_disk_keeps_exactly_its_acknowledged_records`:
+//!   `JournalFile` over a real file. Before the fix: every append after the
+//!   first failure was refused (poisoned).
 //! - `a_journal_append_that_hit_enospc_recovers_without_a_relaunch`: the
 //!   control directory's journal. Before the fix: once an append failed,
 //!   every later command was refused (`journal … is poisoned`) until the
@@ -309,6 +312,59 @@ fn a_fragment_mid_log_is_never_read_as_a_record() {
     );
     assert_eq!(std::fs::read(&log).expect("log"), flipped, "left as it is");
     exit(kvd);
+}
+
+/// `spec/control-dir.md` "Writing", on a real file: appends to the journal
+/// on a full disk fail (a short write, then ENOSPC) and are not counted;
+/// once space returns the next append cuts the fragment back and succeeds,
+/// and a reopen finds exactly the acknowledged records and a clean end (no
+/// torn tail to repair, nothing corrupt).
+#[test]
+fn a_real_journal_on_a_full_disk_keeps_exactly_its_acknowledged_records() {
+    use steadfast::actors::control_dir::{ControlDir, Recovery};
+    use steadfast::protocol::journal::Record;
+    let disk = Disk::new(1 << 20);
+    if !disk.mounted {
+        eprintln!("no tmpfs: space cannot return under a file-size limit; skipped");
+        return;
+    }
+    let data = disk.mnt.join("data");
+    let control = ControlDir::open(&data).expect("open the control dir");
+    let (mut journal, _, _) = control.open_journal().expect("open the journal");
+    let record = |n: u32| Record::CheckpointCleared {
+        step: format!("step-{n}-{}", "s".repeat(200)),
+    };
+    let mut acknowledged = Vec::new();
+    for n in 0..3 {
+        journal.append(&[record(n)]).expect("an append with space");
+        acknowledged.push(record(n));
+    }
+    let filler = disk.fill();
+    let mut failures = 0;
+    for n in 3..100 {
+        match journal.append(&[record(n)]) {
+            Ok(()) => acknowledged.push(record(n)),
+            Err(_) => failures += 1,
+        }
+    }
+    assert!(failures > 0, "the full disk refused an append");
+    std::fs::remove_file(&filler).expect("free the space");
+    journal
+        .append(&[record(100)])
+        .expect("an append after space returned");
+    acknowledged.push(record(100));
+    assert!(!journal.is_poisoned());
+    drop(journal);
+    drop(control);
+
+    let control = ControlDir::open(&data).expect("reopen the control dir");
+    let (_, records, recovery) = control.open_journal().expect("reopen the journal");
+    assert_eq!(recovery, Recovery::Clean, "no fragment was left to repair");
+    assert_eq!(records, acknowledged, "exactly the acknowledged records");
+    eprintln!(
+        "{} appends acknowledged, {failures} refused on the full disk",
+        acknowledged.len()
+    );
 }
 
 /// Issue 11, item 1; `spec/control-dir.md` "Writing": a command whose
