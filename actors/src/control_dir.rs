@@ -82,7 +82,8 @@
 //!   `an_unencodable_record_writes_nothing_and_does_not_poison`, by
 //!   `control_dir::journal_round_trips_across_reopen`, and through a real
 //!   daemon on a full tmpfs by
-//!   `enospc::a_journal_append_that_hit_enospc_recovers_without_a_relaunch`.
+//!   `enospc::a_real_journal_on_a_full_disk_keeps_exactly_its_acknowledged_records`
+//!   and `enospc::a_journal_append_that_hit_enospc_recovers_without_a_relaunch`.
 //! - **Markers are atomic and checked.** Each marker is written to a 0600
 //!   temp file in the same directory, fsynced, renamed over the target, and
 //!   the directory fsynced. Its bytes carry a per-kind magic and a CRC32C; a
