@@ -26,9 +26,9 @@
 //!   refusing it would leave the machine describing a runtime that no
 //!   longer exists; its records are staged in the Journal actor, so they
 //!   are written, in order, with the next append and the history catches
-//!   up. A boot whose checkpoint could
-//!   not be made durable fails with backoff, so the machine's own retry
-//!   timer tries the journal again with no operator involved.
+//!   up. A boot whose checkpoint could not be made durable fails with
+//!   backoff, so the machine's own retry timer tries the journal again with
+//!   no operator involved.
 //! - A held failure is settled against the declared file as it is when the
 //!   failure lands: if its fingerprint differs from the one taken before the
 //!   boot read it, the change is not lost (`config_changed` is stepped at
