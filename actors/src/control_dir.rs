@@ -37,19 +37,53 @@
 //!   `control_dir::torn_header_is_repaired_to_a_fresh_journal`,
 //!   `control_dir::a_flipped_byte_mid_journal_is_refused_and_left_untouched`,
 //!   `control_dir::a_bad_header_is_refused_naming_the_file`.
-//! - **Acknowledged only after fsync; never retried.** [`JournalFile::append`]
-//!   writes every frame with one `write_all`, then `sync_data`, and returns
-//!   `Ok` only after the fsync returned. A failed write or fsync poisons the
-//!   file: after a failed fsync the kernel may already have dropped the dirty
-//!   pages (and cleared the error), so the page cache no longer tells what is
-//!   on disk and a retried fsync can report success for data that is lost.
-//!   The only safe course is to stop without acknowledging and let the next
-//!   open decide from the disk. Checked by the unit tests
-//!   `appends_are_one_write_then_one_fsync`,
-//!   `failed_fsync_is_not_acknowledged_and_poisons`,
-//!   `failed_write_poisons_without_fsync` and
-//!   `an_unencodable_record_writes_nothing_and_does_not_poison`, and by
-//!   `control_dir::journal_round_trips_across_reopen`.
+//! - **Acknowledged only after fsync; a failed append is cut back, never
+//!   retried.** [`JournalFile::append`] writes every frame with one
+//!   `write_all`, then `sync_data`, and returns `Ok` only after the fsync
+//!   returned. A failed write or fsync (ENOSPC, EIO, EFBIG, a short write)
+//!   is answered with the error and poisons the writer; the next append
+//!   first cuts the file back to the length it had when the failed append
+//!   began (`ftruncate`, then `fsync`) and only then writes, so every
+//!   append starts on a record boundary and the journal recovers as soon
+//!   as the disk lets it, in the same process. If the cut fails, that
+//!   append is refused ([`ControlDirError::JournalPoisoned`], naming the
+//!   cause) and the next one tries again.
+//!
+//!   Why the cut is safe after a failed fsync: after a failed fsync the
+//!   kernel may already have dropped the dirty pages (and cleared the
+//!   error), so the page cache no longer tells what is on disk, and an
+//!   fsync retried *over those bytes* could report success for data that
+//!   is lost. The cut never does that. Every byte before the cut point was
+//!   acknowledged, so it was durable before the failed append began (an
+//!   earlier fsync returned, or it was read and repaired at open); every
+//!   byte after it belongs to the failed append and was never
+//!   acknowledged. Truncating removes only those bytes, and the records
+//!   they held are written again, if at all, as new bytes with their own
+//!   fsync: nothing written before a failure is ever acknowledged by a
+//!   later fsync. What the cut's own fsync makes durable is the new,
+//!   shorter length. The one case it cannot cover: if that fsync fails,
+//!   it is tried again at the next append, and a kernel that dropped the
+//!   size change may report success while the disk keeps the longer file;
+//!   a crash then leaves the fragment before later records, which the next
+//!   open refuses as corruption (never reads as records).
+//!
+//!   The cut point is the file's length measured (`fstat`) just before the
+//!   failed write, not a count kept in memory, since during a replacement
+//!   another process appends too; and while another process may append,
+//!   nothing is cut (it could remove that writer's records): the writer
+//!   stays poisoned until the journal is this process's alone. A
+//!   compaction that failed after its rename poisons for good (this
+//!   writer's file may no longer be the journal: a relaunch reopens it).
+//!   Checked by the unit tests `appends_are_one_write_then_one_fsync`,
+//!   `failed_fsync_is_not_acknowledged_and_the_next_append_cuts_it_back`,
+//!   `a_short_write_is_cut_back_before_the_next_append`,
+//!   `a_failed_cut_back_stays_poisoned_and_is_tried_again`,
+//!   `a_shared_journal_is_cut_back_only_once_it_is_ours_alone` and
+//!   `an_unencodable_record_writes_nothing_and_does_not_poison`, by
+//!   `control_dir::journal_round_trips_across_reopen`, and through a real
+//!   daemon on a full tmpfs by
+//!   `enospc::a_real_journal_on_a_full_disk_keeps_exactly_its_acknowledged_records`
+//!   and `enospc::a_journal_append_that_hit_enospc_recovers_without_a_relaunch`.
 //! - **Markers are atomic and checked.** Each marker is written to a 0600
 //!   temp file in the same directory, fsynced, renamed over the target, and
 //!   the directory fsynced. Its bytes carry a per-kind magic and a CRC32C; a
@@ -146,16 +180,19 @@ pub enum ControlDirError {
         /// What the framing said.
         source: JournalError,
     },
-    /// An earlier write or fsync of this journal failed; nothing more is
-    /// appended (a failed fsync is never retried).
+    /// An earlier write or fsync of this journal failed and the journal
+    /// could not be cut back to its last acknowledged length yet (see
+    /// [`JournalFile::append`]); nothing is appended until it is.
     #[error(
-        "journal {path} is poisoned by an earlier failed write or fsync ({cause}); nothing more is appended"
+        "journal {path} refuses appends after an earlier failed write or fsync ({cause}): {repair}"
     )]
     JournalPoisoned {
         /// The journal file.
         path: PathBuf,
         /// The failure that poisoned it, rendered.
         cause: String,
+        /// Why it is not repaired yet, and what happens next.
+        repair: String,
     },
     /// [`ControlDir::open_journal`] was already called on this value: there
     /// is one writer per journal.
@@ -267,20 +304,74 @@ pub enum Recovery {
 /// Where a [`JournalFile`] writes: the journal file itself, or a stand-in in
 /// tests that fails on purpose.
 ///
-/// Truncation is not part of it: repair happens in
-/// [`ControlDir::open_journal`] before a writer exists.
+/// A torn tail left by a crash is repaired in [`ControlDir::open_journal`]
+/// before a writer exists; the fragment of a failed append is cut by the
+/// writer itself ([`JournalSink::cut_back`]) before its next append.
 pub trait JournalSink: Write + Send {
     /// Flush written data to stable storage (`fdatasync`).
     ///
     /// # Errors
-    /// The OS error; the caller never retries it.
+    /// The OS error; the caller never retries it for the same bytes.
     fn sync_data(&mut self) -> io::Result<()>;
+
+    /// The file's length now, in bytes (`fstat`): where the next
+    /// (`O_APPEND`) write lands.
+    ///
+    /// # Errors
+    /// The OS error.
+    fn current_len(&mut self) -> io::Result<u64>;
+
+    /// Cut the file back to `len` bytes and make the new length durable
+    /// (`ftruncate`, then `fsync`). Refuses to *grow* a file that is
+    /// shorter than `len`.
+    ///
+    /// # Errors
+    /// The OS error, or [`io::ErrorKind::InvalidData`] if the file is
+    /// shorter than `len`.
+    fn cut_back(&mut self, len: u64) -> io::Result<()>;
 }
 
 impl JournalSink for File {
     fn sync_data(&mut self) -> io::Result<()> {
         File::sync_data(self)
     }
+
+    fn current_len(&mut self) -> io::Result<u64> {
+        self.metadata().map(|m| m.len())
+    }
+
+    fn cut_back(&mut self, len: u64) -> io::Result<()> {
+        let now = self.current_len()?;
+        if now < len {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("the file is {now} bytes, shorter than its last acknowledged length {len}"),
+            ));
+        }
+        self.set_len(len)?;
+        self.sync_all()
+    }
+}
+
+/// Why a [`JournalFile`] refuses appends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Poison {
+    /// A write or fsync failed: the file is cut back to `cut_to` (where the
+    /// failed append began) before the next append.
+    FailedAppend {
+        /// The failure, rendered.
+        cause: String,
+        /// The file's length when the failed append began: every byte
+        /// before it was acknowledged (or was there at open), every byte
+        /// after it belongs to the failed append.
+        cut_to: u64,
+    },
+    /// A compaction failed after its rename: this writer's file may no
+    /// longer be the journal, so it is never written again in this process.
+    Compaction {
+        /// The failure, rendered.
+        cause: String,
+    },
 }
 
 /// The journal's one writer: appends records and acknowledges them only
@@ -290,12 +381,13 @@ pub struct JournalFile<S: JournalSink = File> {
     sink: S,
     /// The journal's path, for errors.
     path: PathBuf,
-    /// Bytes known durable: the length at open plus every acknowledged append.
+    /// Bytes known durable: the length at open, then the file's length
+    /// after each acknowledged append (which includes another writer's
+    /// records during a replacement).
     len: u64,
-    /// Set by a failed write or fsync; every later append refuses.
-    poisoned: bool,
-    /// The failure that poisoned it, for every later refusal.
-    poison_cause: String,
+    /// Set by a failed write or fsync (or a compaction that failed after its
+    /// rename); cleared once the failed append's bytes are cut back.
+    poison: Option<Poison>,
     /// The control directory's lock, kept alive so no writer outlives it
     /// (`None` for a sink built in tests).
     _lock: Option<Arc<File>>,
@@ -332,7 +424,7 @@ impl<S: JournalSink> std::fmt::Debug for JournalFile<S> {
         f.debug_struct("JournalFile")
             .field("path", &self.path)
             .field("len", &self.len)
-            .field("poisoned", &self.poisoned)
+            .field("poison", &self.poison)
             .finish_non_exhaustive()
     }
 }
@@ -346,8 +438,7 @@ impl<S: JournalSink> JournalFile<S> {
             sink,
             path,
             len,
-            poisoned: false,
-            poison_cause: String::new(),
+            poison: None,
             _lock: None,
             _slot: None,
             keep_attempts: None,
@@ -361,19 +452,20 @@ impl<S: JournalSink> JournalFile<S> {
     /// written with one `write_all`, then `sync_data`. `Ok` means the fsync
     /// returned; only then may the records be acknowledged.
     ///
+    /// After a failed write or fsync, the next append first cuts the file
+    /// back to where the failed append began ([`JournalSink::cut_back`]:
+    /// `ftruncate` + `fsync`), so that every append starts on a record
+    /// boundary; if the cut fails, this append is refused and the next one
+    /// tries again. An empty append is a repair attempt and nothing else.
+    ///
     /// # Errors
     /// [`ControlDirError::RecordNotEncoded`] if a record cannot be framed
     /// (nothing written); [`ControlDirError::Io`] if the write or fsync failed,
-    /// which poisons the writer; [`ControlDirError::JournalPoisoned`] on every
-    /// append after that, without touching the sink (a failed fsync is never
-    /// retried).
+    /// which poisons the writer; [`ControlDirError::JournalPoisoned`] while
+    /// the failed append's bytes cannot be cut back (the cut failed, another
+    /// process may be appending, or a compaction failed after its rename).
     pub fn append(&mut self, records: &[Record]) -> Result<(), ControlDirError> {
-        if self.poisoned {
-            return Err(ControlDirError::JournalPoisoned {
-                path: self.path.clone(),
-                cause: self.poison_cause.clone(),
-            });
-        }
+        self.repair()?;
         let mut buf = Vec::new();
         for record in records {
             let frame = journal::encode_record(record).map_err(|source| {
@@ -387,20 +479,75 @@ impl<S: JournalSink> JournalFile<S> {
         if buf.is_empty() {
             return Ok(());
         }
+        // Where this append lands (`O_APPEND`): the cut-back point if it
+        // fails. Nothing is written yet, so a failed fstat poisons nothing.
+        let start = self.sink.current_len().map_err(io_err(&self.path))?;
         let written = self.write_then_sync(&buf);
         if let Err(source) = written {
-            self.poisoned = true;
-            self.poison_cause = source.to_string();
+            self.poison = Some(Poison::FailedAppend {
+                cause: source.to_string(),
+                cut_to: start,
+            });
             tracing::error!(path = %self.path.display(), error = %source,
-                "journal write or fsync failed; the journal is poisoned");
+                "journal write or fsync failed; nothing acknowledged, cut back before the next append");
             return Err(ControlDirError::Io {
                 path: self.path.clone(),
                 source,
             });
         }
-        self.len += buf.len() as u64;
+        self.len = start + buf.len() as u64;
         self.attempts += journal::attempts_in(records);
         Ok(())
+    }
+
+    /// If a failed append poisoned this writer, cut its bytes off and clear
+    /// the poison; else say why not.
+    fn repair(&mut self) -> Result<(), ControlDirError> {
+        let refused = |cause: &str, repair: String| ControlDirError::JournalPoisoned {
+            path: self.path.clone(),
+            cause: cause.to_owned(),
+            repair,
+        };
+        let (cause, cut_to) = match &self.poison {
+            None => return Ok(()),
+            Some(Poison::Compaction { cause }) => {
+                return Err(refused(
+                    cause,
+                    "a compaction failed after renaming the new journal into place, so this \
+                     writer may hold the old file; relaunch the daemon to reopen the journal"
+                        .to_owned(),
+                ));
+            }
+            Some(Poison::FailedAppend { cause, cut_to, .. }) => (cause.clone(), *cut_to),
+        };
+        if self.is_shared() {
+            // Another process may have appended after the fragment: cutting
+            // would remove its records.
+            return Err(refused(
+                &cause,
+                format!(
+                    "another process may be appending to it (a replacement in progress), so it \
+                     is not cut back to {cut_to} bytes until it is this process's alone; \
+                     tried again at the next append"
+                ),
+            ));
+        }
+        match self.sink.cut_back(cut_to) {
+            Ok(()) => {
+                tracing::warn!(path = %self.path.display(), len = cut_to, %cause,
+                    "journal cut back to its last acknowledged length after a failed append; appending again");
+                self.poison = None;
+                self.len = cut_to;
+                Ok(())
+            }
+            Err(error) => {
+                let repair = format!(
+                    "cutting it back to its last acknowledged length of {cut_to} bytes failed \
+                     ({error}); tried again at the next append"
+                );
+                Err(refused(&cause, repair))
+            }
+        }
     }
 
     /// One `write_all` of `buf`, then `sync_data`, with the crash harness's
@@ -418,8 +565,9 @@ impl<S: JournalSink> JournalFile<S> {
         Ok(())
     }
 
-    /// The journal's durable length in bytes: the length at open plus every
-    /// acknowledged append.
+    /// The journal's durable length in bytes: its length at open, then after
+    /// each acknowledged append (measured, so it counts another writer's
+    /// records during a replacement), or where a failed append was cut back.
     #[must_use]
     pub const fn len(&self) -> u64 {
         self.len
@@ -432,10 +580,23 @@ impl<S: JournalSink> JournalFile<S> {
         self.len == 0
     }
 
-    /// Whether a failed write or fsync poisoned this writer.
+    /// Whether a failed write or fsync poisoned this writer (and its bytes
+    /// are not cut back yet).
     #[must_use]
     pub const fn is_poisoned(&self) -> bool {
-        self.poisoned
+        self.poison.is_some()
+    }
+
+    /// Whether another process may be appending to this journal now: a
+    /// replacement in progress in this daemon, or the incumbent this
+    /// candidate took over from still alive.
+    fn is_shared(&self) -> bool {
+        self.shared
+            .as_ref()
+            .is_some_and(|shared| shared.load(Ordering::SeqCst))
+            || self
+                .shared_with
+                .is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists())
     }
 
     /// The journal's path.
@@ -475,18 +636,6 @@ impl JournalFile<File> {
             && !self.is_shared()
     }
 
-    /// Whether another process may be appending to this journal now: a
-    /// replacement in progress in this daemon, or the incumbent this
-    /// candidate took over from still alive.
-    fn is_shared(&self) -> bool {
-        self.shared
-            .as_ref()
-            .is_some_and(|shared| shared.load(Ordering::SeqCst))
-            || self
-                .shared_with
-                .is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists())
-    }
-
     /// Rewrite the journal to its last `keep_attempts` attempts and the
     /// checkpoints still outstanding before them
     /// ([`journal::compact`]), crash-safely: the new journal is written to
@@ -507,12 +656,7 @@ impl JournalFile<File> {
         let Some(keep) = self.keep_attempts else {
             return Ok(None);
         };
-        if self.poisoned {
-            return Err(ControlDirError::JournalPoisoned {
-                path: self.path.clone(),
-                cause: self.poison_cause.clone(),
-            });
-        }
+        self.repair()?;
         let path = self.path.clone();
         let bytes = fs::read(&path).map_err(io_err(&path))?;
         let decoded = journal::decode(&bytes).map_err(|e| match e {
@@ -576,8 +720,9 @@ impl JournalFile<File> {
                 }))
             }
             Err(error) => {
-                self.poisoned = true;
-                self.poison_cause = error.to_string();
+                self.poison = Some(Poison::Compaction {
+                    cause: error.to_string(),
+                });
                 Err(error)
             }
         }
@@ -1286,20 +1431,47 @@ mod tests {
     use std::sync::Mutex;
     use std::sync::atomic::AtomicUsize;
 
-    /// A sink that records what was written and can fail writes or fsyncs.
+    /// The header length the sinks below pretend to start with.
+    const HEADER: u64 = 12;
+
+    /// A sink that records what was written (after a pretend header of
+    /// [`HEADER`] bytes) and can fail writes, fsyncs or cut-backs. A failing
+    /// write is a short write of half the buffer, then ENOSPC, as a full
+    /// disk gives.
     #[derive(Clone, Default)]
     struct FailingSink {
         written: Arc<Mutex<Vec<u8>>>,
         writes: Arc<AtomicUsize>,
         syncs: Arc<AtomicUsize>,
-        fail_write: bool,
-        fail_sync: bool,
+        cuts: Arc<Mutex<Vec<u64>>>,
+        fail_write: Arc<AtomicBool>,
+        fail_sync: Arc<AtomicBool>,
+        fail_cut: Arc<AtomicBool>,
+        /// Set once the failing write's first half went in.
+        short_written: Arc<AtomicBool>,
+    }
+
+    impl FailingSink {
+        fn failing(flag: impl Fn(&Self) -> &Arc<AtomicBool>) -> Self {
+            let sink = Self::default();
+            flag(&sink).store(true, Ordering::SeqCst);
+            sink
+        }
+
+        fn written(&self) -> Vec<u8> {
+            self.written.lock().unwrap().clone()
+        }
     }
 
     impl Write for FailingSink {
         fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
             self.writes.fetch_add(1, Ordering::SeqCst);
-            if self.fail_write {
+            if self.fail_write.load(Ordering::SeqCst) {
+                let half = buf.len() / 2;
+                if half > 0 && !self.short_written.swap(true, Ordering::SeqCst) {
+                    self.written.lock().unwrap().extend_from_slice(&buf[..half]);
+                    return Ok(half);
+                }
                 return Err(io::Error::from_raw_os_error(28)); // ENOSPC
             }
             self.written.lock().unwrap().extend_from_slice(buf);
@@ -1314,11 +1486,25 @@ mod tests {
     impl JournalSink for FailingSink {
         fn sync_data(&mut self) -> io::Result<()> {
             self.syncs.fetch_add(1, Ordering::SeqCst);
-            if self.fail_sync {
+            if self.fail_sync.load(Ordering::SeqCst) {
                 Err(io::Error::from_raw_os_error(5)) // EIO
             } else {
                 Ok(())
             }
+        }
+
+        fn current_len(&mut self) -> io::Result<u64> {
+            Ok(HEADER + self.written.lock().unwrap().len() as u64)
+        }
+
+        fn cut_back(&mut self, len: u64) -> io::Result<()> {
+            self.cuts.lock().unwrap().push(len);
+            if self.fail_cut.load(Ordering::SeqCst) {
+                return Err(io::Error::from_raw_os_error(5)); // EIO
+            }
+            let keep = usize::try_from(len - HEADER).unwrap();
+            self.written.lock().unwrap().truncate(keep);
+            Ok(())
         }
     }
 
@@ -1329,28 +1515,37 @@ mod tests {
         }
     }
 
-    #[test]
-    fn appends_are_one_write_then_one_fsync() {
-        let sink = FailingSink::default();
-        let mut j = JournalFile::with_sink(sink.clone(), "j".into(), 12);
-        j.append(&[record(1), record(2), record(3)]).unwrap();
-        assert_eq!(sink.writes.load(Ordering::SeqCst), 1);
-        assert_eq!(sink.syncs.load(Ordering::SeqCst), 1);
-        let expected: Vec<u8> = (1..=3)
-            .flat_map(|n| journal::encode_record(&record(n)).unwrap())
-            .collect();
-        assert_eq!(*sink.written.lock().unwrap(), expected);
-        assert_eq!(j.len(), 12 + expected.len() as u64);
+    fn frames(records: &[Record]) -> Vec<u8> {
+        records
+            .iter()
+            .flat_map(|r| journal::encode_record(r).unwrap())
+            .collect()
     }
 
     #[test]
-    fn failed_fsync_is_not_acknowledged_and_poisons() {
-        let sink = FailingSink {
-            fail_sync: true,
-            ..FailingSink::default()
-        };
-        let mut j = JournalFile::with_sink(sink.clone(), "/cd/journal".into(), 12);
-        let err = j.append(&[record(1)]).unwrap_err();
+    fn appends_are_one_write_then_one_fsync() {
+        let sink = FailingSink::default();
+        let mut j = JournalFile::with_sink(sink.clone(), "j".into(), HEADER);
+        j.append(&[record(1), record(2), record(3)]).unwrap();
+        assert_eq!(sink.writes.load(Ordering::SeqCst), 1);
+        assert_eq!(sink.syncs.load(Ordering::SeqCst), 1);
+        let expected = frames(&[record(1), record(2), record(3)]);
+        assert_eq!(sink.written(), expected);
+        assert_eq!(j.len(), HEADER + expected.len() as u64);
+        assert!(sink.cuts.lock().unwrap().is_empty(), "nothing to cut");
+    }
+
+    /// `spec/control-dir.md` "Writing": a failed fsync is not acknowledged;
+    /// the next append cuts the failed append's bytes off (so none of them
+    /// is ever covered by a later fsync) and starts on a record boundary.
+    #[test]
+    fn failed_fsync_is_not_acknowledged_and_the_next_append_cuts_it_back() {
+        let sink = FailingSink::default();
+        let mut j = JournalFile::with_sink(sink.clone(), "/cd/journal".into(), HEADER);
+        j.append(&[record(1)]).unwrap();
+        let acknowledged = j.len();
+        sink.fail_sync.store(true, Ordering::SeqCst);
+        let err = j.append(&[record(2)]).unwrap_err();
         match &err {
             ControlDirError::Io { path, source } => {
                 assert_eq!(path, Path::new("/cd/journal"));
@@ -1359,60 +1554,107 @@ mod tests {
             other => panic!("expected an i/o error, got {other:?}"),
         }
         assert!(j.is_poisoned());
-        assert_eq!(j.len(), 12, "the failed append is not counted as durable");
-        assert_eq!(sink.syncs.load(Ordering::SeqCst), 1);
-        let writes = sink.writes.load(Ordering::SeqCst);
-
-        let err = j.append(&[record(2)]).unwrap_err();
-        assert!(
-            matches!(err, ControlDirError::JournalPoisoned { .. }),
-            "{err:?}"
+        assert_eq!(j.len(), acknowledged, "the failed append is not counted");
+        sink.fail_sync.store(false, Ordering::SeqCst);
+        j.append(&[record(3)]).unwrap();
+        assert!(!j.is_poisoned());
+        assert_eq!(*sink.cuts.lock().unwrap(), vec![acknowledged]);
+        assert_eq!(
+            sink.written(),
+            frames(&[record(1), record(3)]),
+            "record 2's bytes are gone, record 3 starts on a boundary"
         );
-        assert!(err.to_string().contains("/cd/journal"), "{err}");
+        assert_eq!(
+            j.len(),
+            HEADER + frames(&[record(1), record(3)]).len() as u64
+        );
+    }
+
+    /// A short write then ENOSPC (a full disk): no fsync, not acknowledged,
+    /// and the fragment is cut before the next append.
+    #[test]
+    fn a_short_write_is_cut_back_before_the_next_append() {
+        let sink = FailingSink::failing(|s| &s.fail_write);
+        let mut j = JournalFile::with_sink(sink.clone(), "j".into(), HEADER);
+        let err = j.append(&[record(1), record(2)]).unwrap_err();
         assert!(
-            err.to_string().contains("os error 5"),
-            "the refusal names what poisoned it: {err}"
+            matches!(&err, ControlDirError::Io { source, .. } if source.raw_os_error() == Some(28)),
+            "{err:?}"
         );
         assert_eq!(
             sink.syncs.load(Ordering::SeqCst),
-            1,
-            "fsync is never retried"
+            0,
+            "no fsync after a failed write"
         );
+        assert!(
+            !sink.written().is_empty(),
+            "the short write left a fragment"
+        );
+        sink.fail_write.store(false, Ordering::SeqCst);
+        j.append(&[record(3)]).unwrap();
+        assert_eq!(sink.written(), frames(&[record(3)]));
+        assert_eq!(sink.syncs.load(Ordering::SeqCst), 1);
+    }
+
+    /// A cut-back that fails keeps the writer refusing (nothing written,
+    /// the refusal says why and that it is tried again) until one succeeds.
+    #[test]
+    fn a_failed_cut_back_stays_poisoned_and_is_tried_again() {
+        let sink = FailingSink::failing(|s| &s.fail_write);
+        sink.fail_cut.store(true, Ordering::SeqCst);
+        let mut j = JournalFile::with_sink(sink.clone(), "/cd/journal".into(), HEADER);
+        assert!(j.append(&[record(1)]).is_err());
+        sink.fail_write.store(false, Ordering::SeqCst);
+        let writes = sink.writes.load(Ordering::SeqCst);
+        for _ in 0..2 {
+            let err = j.append(&[record(2)]).unwrap_err();
+            assert!(
+                matches!(err, ControlDirError::JournalPoisoned { .. }),
+                "{err:?}"
+            );
+            let message = err.to_string();
+            assert!(message.contains("/cd/journal"), "{message}");
+            assert!(
+                message.contains("os error 28"),
+                "names the cause: {message}"
+            );
+            assert!(message.contains("tried again"), "says what next: {message}");
+            assert!(j.is_poisoned());
+        }
         assert_eq!(
             sink.writes.load(Ordering::SeqCst),
             writes,
-            "nothing more written"
+            "nothing written"
         );
-        // Even an empty append refuses once poisoned.
-        assert!(matches!(
-            j.append(&[]),
-            Err(ControlDirError::JournalPoisoned { .. })
-        ));
+        assert_eq!(*sink.cuts.lock().unwrap(), vec![HEADER, HEADER]);
+        sink.fail_cut.store(false, Ordering::SeqCst);
+        j.append(&[record(2)]).unwrap();
+        assert_eq!(sink.written(), frames(&[record(2)]));
     }
 
+    /// While another process may append (a replacement), a failed append's
+    /// bytes are not cut (the cut could remove the other writer's records);
+    /// once the journal is this process's alone, they are.
     #[test]
-    fn failed_write_poisons_without_fsync() {
-        let sink = FailingSink {
-            fail_write: true,
-            ..FailingSink::default()
-        };
-        let mut j = JournalFile::with_sink(sink.clone(), "j".into(), 12);
-        assert!(matches!(
-            j.append(&[record(1)]),
-            Err(ControlDirError::Io { .. })
-        ));
-        assert_eq!(sink.syncs.load(Ordering::SeqCst), 0);
-        assert!(matches!(
-            j.append(&[record(2)]),
-            Err(ControlDirError::JournalPoisoned { .. })
-        ));
-        assert_eq!(sink.syncs.load(Ordering::SeqCst), 0);
+    fn a_shared_journal_is_cut_back_only_once_it_is_ours_alone() {
+        let sink = FailingSink::failing(|s| &s.fail_write);
+        let mut j = JournalFile::with_sink(sink.clone(), "j".into(), HEADER);
+        let shared = Arc::new(AtomicBool::new(true));
+        j.shared = Some(Arc::clone(&shared));
+        assert!(j.append(&[record(1)]).is_err());
+        sink.fail_write.store(false, Ordering::SeqCst);
+        let err = j.append(&[record(2)]).unwrap_err();
+        assert!(err.to_string().contains("another process"), "{err}");
+        assert!(sink.cuts.lock().unwrap().is_empty());
+        shared.store(false, Ordering::SeqCst);
+        j.append(&[record(2)]).unwrap();
+        assert_eq!(sink.written(), frames(&[record(2)]));
     }
 
     #[test]
     fn an_unencodable_record_writes_nothing_and_does_not_poison() {
         let sink = FailingSink::default();
-        let mut j = JournalFile::with_sink(sink.clone(), "j".into(), 12);
+        let mut j = JournalFile::with_sink(sink.clone(), "j".into(), HEADER);
         let huge = Record::CheckpointCleared {
             step: "x".repeat(journal::MAX_RECORD_LEN as usize + 1),
         };

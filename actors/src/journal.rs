@@ -5,10 +5,17 @@
 //! need no acknowledgement (a boot's progress) are staged and ride along with
 //! the next acknowledged append, so one fsync covers them (the file
 //! work runs on a blocking thread, so the tokio workers never wait on a
-//! disk). A failed write or fsync is never retried: the journal file poisons
-//! itself and every later append fails, so nothing is acknowledged that might
-//! not be on disk (`control_dir` tests). If this actor panics, Root restarts
-//! it over a freshly reopened journal.
+//! disk). A failed write or fsync is never acknowledged: the append is
+//! answered with the error, and the journal file cuts the failed append's
+//! bytes back before its next append (`JournalFile::append`), so the next
+//! append starts on a record boundary and recovers the journal as soon as
+//! the disk lets it (`control_dir` tests,
+//! `enospc::a_journal_append_that_hit_enospc_recovers_without_a_relaunch`).
+//! Staged records an append failed to write stay staged, in front, for the
+//! next one (at most 4,096 are kept); the caller's own records are not
+//! resent by this actor (the Lifecycle actor decides what a failed append
+//! means for its transition, and stages a fact's records again).
+//! If this actor panics, Root restarts it over a freshly reopened journal.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,6 +45,25 @@ pub struct JournalState {
     file: Option<JournalFile>,
     /// Records staged for the next append.
     staged: Vec<Record>,
+}
+
+/// How many staged records are kept while appends fail (a full disk for a
+/// long time); the oldest beyond this are dropped: history no one was told
+/// was durable.
+const STAGED_KEPT: usize = 4096;
+
+impl JournalState {
+    /// Keep at most [`STAGED_KEPT`] staged records, dropping the oldest.
+    fn bound_staged(&mut self) {
+        if self.staged.len() > STAGED_KEPT {
+            let excess = self.staged.len() - STAGED_KEPT;
+            tracing::warn!(
+                dropped = excess,
+                "the journal cannot be written; dropping the oldest staged records"
+            );
+            self.staged.drain(..excess);
+        }
+    }
 }
 
 /// What a journal write answers: `Ok` once durable, or the error rendered.
@@ -95,13 +121,17 @@ impl Actor for JournalActor {
         state: &mut JournalState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            JournalMsg::Stage(records) => state.staged.extend(records),
+            JournalMsg::Stage(records) => {
+                state.staged.extend(records);
+                state.bound_staged();
+            }
             JournalMsg::Append(records, reply) => {
                 let mut all = std::mem::take(&mut state.staged);
+                let staged = all.len();
                 all.extend(records);
                 let records = all;
                 let mut file = state.file.take().ok_or("the journal file is in use")?;
-                let (file, result) = tokio::task::spawn_blocking(move || {
+                let (file, result, mut records) = tokio::task::spawn_blocking(move || {
                     let result = file.append(&records);
                     // Keep the journal bounded. The append above is durable
                     // whatever compaction does; a compaction that fails
@@ -113,10 +143,20 @@ impl Actor for JournalActor {
                             Err(error) => tracing::error!(%error, "journal compaction failed"),
                         }
                     }
-                    (file, result)
+                    (file, result, records)
                 })
                 .await?;
                 state.file = Some(file);
+                if result.is_err() {
+                    // The staged records were never acknowledged; they go
+                    // again, first, with the next append (the failed bytes
+                    // are cut back before it, so nothing is written twice).
+                    // The caller's own records are the caller's to resend.
+                    records.truncate(staged);
+                    records.append(&mut state.staged);
+                    state.staged = records;
+                    state.bound_staged();
+                }
                 let _ = reply.send(result.map_err(|e| e.to_string()));
             }
             JournalMsg::WriteRun(marker, reply) => {

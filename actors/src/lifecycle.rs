@@ -11,7 +11,24 @@
 //! Invariants:
 //! - A transition is acknowledged (published, answered) only after its
 //!   journal record's fsync returned; a journal that fails is reported in the
-//!   snapshot's `error` rather than hidden.
+//!   snapshot's `error` rather than hidden, and that error clears at the
+//!   next append that succeeds.
+//! - An operator's command whose record could not be made durable is not
+//!   adopted: the machine stays where it was, no effect is performed, the
+//!   command is answered `Durability`, and sending it again once the disk
+//!   lets the journal repair itself does it (the journal cuts a failed
+//!   append back before its next one). A hold-marker change is written after
+//!   the record, before adoption; if it fails the command is not adopted
+//!   either. `exit` is the exception: it is carried out even when its
+//!   record fails (it is how SIGTERM stops a daemon on a full disk).
+//! - A fact the world already made true (a boot or drain settled, a task
+//!   ended, a timer fired) is adopted even when its record fails, since
+//!   refusing it would leave the machine describing a runtime that no
+//!   longer exists; its records are staged in the Journal actor, so they
+//!   are written, in order, with the next append and the history catches
+//!   up. A boot whose checkpoint could not be made durable fails with
+//!   backoff, so the machine's own retry timer tries the journal again with
+//!   no operator involved.
 //! - A held failure is settled against the declared file as it is when the
 //!   failure lands: if its fingerprint differs from the one taken before the
 //!   boot read it, the change is not lost (`config_changed` is stepped at
@@ -19,7 +36,10 @@
 //! - Timers are never trusted: a `retry_due` or `stable` that is stale or
 //!   early is refused by the machine and ignored here.
 //!
-//! Checked by `tests/supervisor.rs` end to end.
+//! Checked by `tests/supervisor.rs` end to end; the durability rules by
+//! `enospc::a_journal_append_that_hit_enospc_recovers_without_a_relaunch`
+//! (a real daemon on a full tmpfs) and
+//! `crash::a_journal_write_that_fails_is_never_acknowledged`.
 
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
@@ -294,6 +314,12 @@ pub struct LifecycleActorState {
     /// The durability failure met while handling the current event, if any:
     /// a command whose transition was not made durable is not acknowledged.
     unacknowledged: Option<String>,
+    /// Set while an operator's command (other than `exit`) is being fired:
+    /// its transition is adopted only once its records are durable.
+    durable_or_nothing: bool,
+    /// The snapshot's `error` a failed journal append set, cleared by the
+    /// next append that succeeds (if it is still the snapshot's error).
+    journal_error: Option<String>,
     exit: Arc<Mutex<Option<ExitIntent>>>,
 }
 
@@ -344,6 +370,8 @@ impl Actor for LifecycleActor {
             overrides_generation: 0,
             boot_overrides_generation: 0,
             unacknowledged: None,
+            durable_or_nothing: false,
+            journal_error: None,
             exit,
         })
     }
@@ -511,19 +539,6 @@ impl LifecycleActorState {
             }
         };
         let at = self.shared.clock.now();
-        if let Some(hold) = hold {
-            let timeout = self.shared.timings.journal_timeout;
-            match journal::ask(&self.children.journal, timeout, |reply| {
-                JournalMsg::SetHold(hold, reply)
-            })
-            .await
-            {
-                Ok(()) => self.snapshot.hold = hold,
-                Err(error) => {
-                    self.fail_durability(format!("the hold marker could not be written: {error}"));
-                }
-            }
-        }
         let mut records = extra;
         if !matches!(event, LifecycleEvent::Phase { .. }) {
             records.push(Record::Transition {
@@ -548,7 +563,35 @@ impl LifecycleActorState {
                 result: JournalResult::Succeeded,
             });
         }
-        self.record(records).await;
+        let durable = self.record(records).await;
+        if !durable && self.durable_or_nothing {
+            // An operator's command whose record is not on disk is not
+            // adopted: nothing changes, the command is answered with the
+            // durability error, and sending it again (once the disk lets
+            // the journal repair itself) does it.
+            self.publish();
+            return Ok(Effect::None);
+        }
+        // A hold-marker change is made durable after the transition's record
+        // (a record is durable before any marker that refers to it) and
+        // before the transition is adopted.
+        if let Some(hold) = hold {
+            let timeout = self.shared.timings.journal_timeout;
+            match journal::ask(&self.children.journal, timeout, |reply| {
+                JournalMsg::SetHold(hold, reply)
+            })
+            .await
+            {
+                Ok(()) => self.snapshot.hold = hold,
+                Err(error) => {
+                    self.fail_durability(format!("the hold marker could not be written: {error}"));
+                    if self.durable_or_nothing {
+                        self.publish();
+                        return Ok(Effect::None);
+                    }
+                }
+            }
+        }
 
         let entered =
             std::mem::discriminant(&self.machine.state) != std::mem::discriminant(&next.state);
@@ -780,7 +823,13 @@ impl LifecycleActorState {
             Command::Reload => (LifecycleEvent::ConfigChanged { at }, None),
         };
         self.unacknowledged = None;
-        match self.fire_with(myself, event, hold, Vec::new()).await {
+        // `exit` is the way out (SIGTERM sends it): it is carried out even
+        // when the journal cannot take its record; the next daemon reads
+        // the disk as it is.
+        self.durable_or_nothing = !matches!(event, LifecycleEvent::Exit { .. });
+        let fired = self.fire_with(myself, event, hold, Vec::new()).await;
+        self.durable_or_nothing = false;
+        match fired {
             Err(refused) => {
                 let _ = reply.send(Err(CommandError::Refused(refused)));
             }
@@ -1020,14 +1069,36 @@ impl LifecycleActorState {
         let _ = myself.cast(LifecycleMsg::ConfigApplied { attempt, pending });
     }
 
-    /// Append `records`; a failure is reported in the snapshot, never retried.
-    async fn record(&mut self, records: Vec<Record>) {
+    /// Append `records`; whether they are durable. A failure is reported
+    /// in the snapshot's `error`; the next append that succeeds clears it.
+    /// On failure a command's records are dropped (its transition is not
+    /// adopted); a fact's are staged in the Journal actor, so they are
+    /// written, in order, before whatever comes next (a boot's progress,
+    /// its checkpoints) once the disk lets the journal repair itself.
+    async fn record(&mut self, records: Vec<Record>) -> bool {
         if records.is_empty() {
-            return;
+            return true;
         }
         let timeout = self.shared.timings.journal_timeout;
-        if let Err(error) = journal::append(&self.children.journal, records, timeout).await {
-            self.fail_durability(format!("the journal could not be written: {error}"));
+        match journal::append(&self.children.journal, records.clone(), timeout).await {
+            Ok(()) => {
+                if let Some(error) = self.journal_error.take()
+                    && self.snapshot.error.as_ref() == Some(&error)
+                {
+                    tracing::info!("the journal is written again; clearing the error");
+                    self.snapshot.error = None;
+                }
+                true
+            }
+            Err(error) => {
+                let error = format!("the journal could not be written: {error}");
+                self.fail_durability(error.clone());
+                self.journal_error = Some(error);
+                if !self.durable_or_nothing {
+                    let _ = self.children.journal.cast(JournalMsg::Stage(records));
+                }
+                false
+            }
         }
     }
 

@@ -7,7 +7,9 @@
 //! `SET key value` → `OK`, `GET key` → the value or `NOT_FOUND`, `DEL key` →
 //! `OK` or `NOT_FOUND`, anything else → `ERR reason`. A write is answered only
 //! once it is durable (appended to `store.log` under the data dir and
-//! fsynced). Its runtime boots in steadfast phases — `resolve_config`,
+//! fsynced); a write that could not be made durable (a full disk) is
+//! answered `ERR` and leaves no fragment behind, and writes succeed again
+//! as soon as space returns, without a restart (see [`Store`]). Its runtime boots in steadfast phases — `resolve_config`,
 //! `open_store` (takes the store lock), `replay_log`, `bind_listener`,
 //! `serve` — and `log_level` and `max_connections` apply in place while
 //! `listen_addr` needs a restart. The process exits with its exit intent's
@@ -35,11 +37,38 @@ max_connections = 64
 
 /// The store: the map, and the log that makes it durable.
 ///
+/// `store.log` is one record a line: `crc32c(body)` as 8 lowercase hex
+/// digits, a space, the body (`S key value` or `D key`), a newline
+/// ([`frame_line`]).
+///
 /// The log may have two writers for a moment: during an overlap replacement
 /// the incumbent and its candidate both serve (the candidate adopted the
 /// store lock). So every append holds an exclusive `flock` on the log and
 /// first applies what the other process appended (`catch_up`); a read
-/// catches up too. Only complete lines are ever applied.
+/// catches up too, under a shared `flock`. Only complete lines are ever
+/// applied.
+///
+/// Invariants (issue 11, item 1; `tests/enospc.rs`):
+/// - **A write is answered `OK` only after its fsync returned**; any error
+///   is answered `ERR`
+///   (`enospc::an_acknowledged_set_survives_a_full_disk_and_a_relaunch`).
+/// - **Every append starts on a record boundary.** Bytes past the last
+///   complete line are a failed or killed write's fragment, never
+///   acknowledged; they are cut (and the cut fsynced) before anything is
+///   appended, and a failed write cuts its own at once. While a cut fails,
+///   writes are refused `ERR` (`Store::append_locked`). Before this, the
+///   `SET` after an ENOSPC was appended after the fragment and lost
+///   (`enospc::an_acknowledged_set_survives_a_full_disk_and_a_relaunch`).
+/// - **Nothing torn is read as a record.** At replay a torn last line is
+///   cut; a line whose checksum fails is read only for a whole framed
+///   record at its end (a fragment followed by a good line, as the kvd
+///   before this fix could leave); a line with none refuses the replay
+///   (held, naming the byte offset; the file is left alone). Lines of the
+///   older unframed format still read, unchecked: a fragment merged into
+///   one of *those* cannot be told from a value, which is why lines now
+///   carry a checksum. A kvd built before the checksum does not read the
+///   new lines (it skips them): do not roll a replacement back across this
+///   change (`enospc::a_fragment_mid_log_is_never_read_as_a_record`).
 struct Store {
     map: HashMap<String, String>,
     log: File,
@@ -49,8 +78,8 @@ struct Store {
 
 type Shared = Arc<Mutex<Store>>;
 
-/// Apply one log line (without its newline) to `map`.
-fn apply_line(map: &mut HashMap<String, String>, body: &str) {
+/// Apply one record's body (`S key value` or `D key`) to `map`.
+fn apply_body(map: &mut HashMap<String, String>, body: &str) {
     match body.split_once(' ') {
         Some(("S", rest)) => {
             if let Some((key, value)) = rest.split_once(' ') {
@@ -64,15 +93,77 @@ fn apply_line(map: &mut HashMap<String, String>, body: &str) {
     }
 }
 
-/// Apply the complete lines of `bytes`; return how many bytes they span.
-fn apply_lines(map: &mut HashMap<String, String>, bytes: &[u8]) -> u64 {
-    let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-    for line in bytes[..complete].split(|&b| b == b'\n') {
-        if let Ok(body) = std::str::from_utf8(line) {
-            apply_line(map, body);
-        }
+/// One record as `store.log` holds it: `crc32c(body)` as 8 lowercase hex
+/// digits, a space, the body, a newline.
+fn frame_line(body: &str) -> String {
+    format!("{:08x} {body}\n", crc32c::crc32c(body.as_bytes()))
+}
+
+/// The body of `line` (without its newline) if it is a whole framed record
+/// whose checksum matches.
+fn framed(line: &[u8]) -> Option<&str> {
+    let (crc, rest) = line.split_at_checked(8)?;
+    let body = rest.strip_prefix(b" ")?;
+    if !crc.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return None;
     }
-    complete as u64
+    let crc = u32::from_str_radix(std::str::from_utf8(crc).ok()?, 16).ok()?;
+    (crc32c::crc32c(body) == crc)
+        .then(|| std::str::from_utf8(body).ok())
+        .flatten()
+}
+
+/// What one complete line of the log holds.
+///
+/// - A framed record whose checksum matches: its body.
+/// - Else, a fragment followed by a whole framed record (a write that failed
+///   part-way, then a good one appended after it by a kvd without the
+///   cut-back): the record; the fragment is never read.
+/// - Else a line of the older, unframed format (`S key value`, `D key`),
+///   written before lines carried a checksum: read as it always was.
+/// - Else `None`: the line is damaged.
+fn line_body(line: &[u8]) -> Option<&str> {
+    if let Some(body) = framed(line) {
+        return Some(body);
+    }
+    let suffix = (1..line.len()).find_map(|start| framed(&line[start..]));
+    if suffix.is_some() {
+        return suffix;
+    }
+    std::str::from_utf8(line)
+        .ok()
+        .filter(|l| l.starts_with("S ") || l.starts_with("D "))
+}
+
+/// Apply the complete lines of `bytes` (which start at byte `offset` of the
+/// log); return how many bytes they span, or why a line is refused.
+fn apply_lines(
+    map: &mut HashMap<String, String>,
+    bytes: &[u8],
+    offset: u64,
+) -> Result<u64, String> {
+    let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let mut at = offset;
+    for line in bytes[..complete].split_inclusive(|&b| b == b'\n') {
+        let body = line.strip_suffix(b"\n").unwrap_or(line);
+        if !body.is_empty() {
+            let Some(body) = line_body(body) else {
+                return Err(format!(
+                    "the line at byte {at} is damaged (its checksum does not match and \
+                     it holds no whole record); nothing after it was read and the file was left \
+                     as it is: restore the log from a copy, or cut it at byte {at} to keep what \
+                     comes before"
+                ));
+            };
+            apply_body(map, body);
+        }
+        at += line.len() as u64;
+    }
+    Ok(complete as u64)
+}
+
+fn invalid(reason: String) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, reason)
 }
 
 impl Store {
@@ -87,33 +178,96 @@ impl Store {
         reader.seek(SeekFrom::Start(self.applied))?;
         let mut bytes = Vec::new();
         reader.take(len - self.applied).read_to_end(&mut bytes)?;
-        self.applied += apply_lines(&mut self.map, &bytes);
+        self.applied += apply_lines(&mut self.map, &bytes, self.applied)
+            .map_err(|reason| invalid(format!("store.log: {reason}")))?;
         Ok(())
     }
 
-    /// Under the log's lock: catch up, append one line and fsync it; only
-    /// then apply it to the map.
+    /// [`Self::catch_up`] under a shared lock on the log, so a reader never
+    /// applies a line a writer has written but not yet fsynced (and may
+    /// still cut back).
+    fn read_catch_up(&mut self) -> std::io::Result<()> {
+        self.log.lock_shared()?;
+        let caught_up = self.catch_up();
+        let unlocked = self.log.unlock();
+        caught_up?;
+        unlocked
+    }
+
+    /// Under the log's lock: catch up, cut any fragment, append one line
+    /// and fsync it; only then apply it to the map. An error is answered
+    /// `ERR`, never `OK`.
     fn write(
         &mut self,
         line: &str,
         apply: impl FnOnce(&mut HashMap<String, String>),
     ) -> std::io::Result<()> {
         self.log.lock()?;
-        let written = self.catch_up().and_then(|()| {
-            (&self.log).write_all(line.as_bytes())?;
-            self.log.sync_data()
-        });
+        let written = self.append_locked(line);
         let unlocked = self.log.unlock();
         written?;
         unlocked?;
-        self.applied += line.len() as u64;
         apply(&mut self.map);
         Ok(())
     }
+
+    /// The body of [`Self::write`], with the log's exclusive lock held.
+    ///
+    /// The new line starts on a record boundary: whatever lies past the
+    /// last complete line is the fragment of a write that failed (ENOSPC,
+    /// EIO: a short write) or of a writer killed mid-append, never
+    /// acknowledged (every writer holds this lock until its line is
+    /// fsynced or cut), so it is cut before anything is appended. A failed
+    /// write or fsync cuts its own fragment at once; if that cut fails too,
+    /// every later write tries it again first and is refused (`ERR`) until
+    /// it succeeds. Truncating after a failed fsync is safe: every byte up
+    /// to `applied` was fsynced before (or replayed and fsynced at open),
+    /// and the bytes cut were never acknowledged.
+    fn append_locked(&mut self, line: &str) -> std::io::Result<()> {
+        self.catch_up()?;
+        self.cut_fragment()?;
+        let written = (&self.log)
+            .write_all(line.as_bytes())
+            .and_then(|()| self.log.sync_data());
+        if let Err(error) = written {
+            // Best effort: if this cut fails, the next write's does it.
+            let _ = self.cut_fragment();
+            return Err(error);
+        }
+        self.applied += line.len() as u64;
+        Ok(())
+    }
+
+    /// Cut the log back to `applied` (the end of its last complete line)
+    /// if it is longer, and make the new length durable. Called with the
+    /// log's exclusive lock held, after [`Self::catch_up`].
+    fn cut_fragment(&mut self) -> std::io::Result<()> {
+        let len = self.log.metadata()?.len();
+        if len <= self.applied {
+            return Ok(());
+        }
+        self.log
+            .set_len(self.applied)
+            .and_then(|()| self.log.sync_all())
+            .map_err(|error| {
+                std::io::Error::new(
+                    error.kind(),
+                    format!(
+                        "store.log ends in {} bytes of a failed write that could not be cut back \
+                         to its last complete line at byte {} ({error}); writes are refused until \
+                         the cut succeeds",
+                        len - self.applied,
+                        self.applied
+                    ),
+                )
+            })
+    }
 }
 
-/// Replay `store.log` under its lock: every complete line; a torn last line
-/// (a crash mid-append, never acknowledged) is cut off.
+/// Replay `store.log` under its lock: every complete line ([`line_body`]);
+/// a torn last line (a crash or a failed write mid-append, never
+/// acknowledged) is cut off; a damaged line refuses the replay
+/// ([`std::io::ErrorKind::InvalidData`]: a held failure).
 fn replay(path: &Path) -> std::io::Result<Store> {
     use std::io::Read;
     let log = OpenOptions::new()
@@ -125,7 +279,13 @@ fn replay(path: &Path) -> std::io::Result<Store> {
     let mut bytes = Vec::new();
     (&log).read_to_end(&mut bytes)?;
     let mut map = HashMap::new();
-    let good_len = apply_lines(&mut map, &bytes);
+    let good_len = match apply_lines(&mut map, &bytes, 0) {
+        Ok(len) => len,
+        Err(reason) => {
+            log.unlock()?;
+            return Err(invalid(reason));
+        }
+    };
     if bytes.len() as u64 > good_len {
         log.set_len(good_len)?;
         log.sync_all()?;
@@ -222,7 +382,16 @@ impl Service for Kvd {
                     })
                     .await
                     .map_err(StepError::backoff)?
-                    .map_err(|e| StepError::backoff(format!("{}: {e}", path.display())))?;
+                    .map_err(|e| {
+                        let error = format!("{}: {e}", path.display());
+                        // A damaged line does not heal by retrying: held
+                        // until the operator deals with the file.
+                        if e.kind() == std::io::ErrorKind::InvalidData {
+                            StepError::hold(error)
+                        } else {
+                            StepError::backoff(error)
+                        }
+                    })?;
                     let keys = replayed.map.len();
                     cx.runtime.insert::<Shared>(Arc::new(Mutex::new(replayed)));
                     Ok(record("store", format!("{} ({keys} keys)", path.display())))
@@ -418,7 +587,7 @@ async fn answer(line: &str, store: &Shared) -> String {
     match (verb.to_ascii_uppercase().as_str(), key, value) {
         ("GET", Some(key), None) if valid_key(key) => {
             let mut store = store.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Err(error) = store.catch_up() {
+            if let Err(error) = store.read_catch_up() {
                 return format!("ERR the log cannot be read: {error}");
             }
             store
@@ -431,7 +600,7 @@ async fn answer(line: &str, store: &Shared) -> String {
             let (store, key, value) = (Arc::clone(store), key.to_owned(), value.to_owned());
             durable(move || {
                 let mut store = store.lock().unwrap_or_else(PoisonError::into_inner);
-                let line = format!("S {key} {value}\n");
+                let line = frame_line(&format!("S {key} {value}"));
                 store.write(&line, |map| {
                     map.insert(key, value);
                 })?;
@@ -443,11 +612,11 @@ async fn answer(line: &str, store: &Shared) -> String {
             let (store, key) = (Arc::clone(store), key.to_owned());
             durable(move || {
                 let mut store = store.lock().unwrap_or_else(PoisonError::into_inner);
-                store.catch_up()?;
+                store.read_catch_up()?;
                 if !store.map.contains_key(&key) {
                     return Ok("NOT_FOUND".into());
                 }
-                let line = format!("D {key}\n");
+                let line = frame_line(&format!("D {key}"));
                 store.write(&line, |map| {
                     map.remove(&key);
                 })?;
