@@ -26,12 +26,13 @@
 //! Checked end to end with kvd processes by `tests/replace.rs`.
 
 use std::ffi::OsString;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
-use steadfast_actors::control_dir::{ControlDir, RunMarker};
+use steadfast_actors::control_dir::{CONTROL_DIR_NAME, ControlDir, RunMarker};
+use steadfast_actors::fsx;
 use steadfast_actors::lifecycle::Hold;
 use steadfast_actors::replace_runner::{AsyncDriver, StepFuture};
 use steadfast_actors::replacement::{DriverError, ReplaceDriver, ReplaceJob, SettleFuture};
@@ -66,27 +67,30 @@ impl Selection {
     /// does not parse: a selection is only ever written whole).
     #[must_use]
     pub fn read(data_dir: &Path) -> Option<Self> {
-        let text = std::fs::read(ControlDir::under(data_dir).join(SELECTION_FILE)).ok()?;
+        // Through the trusted control dir, without following a link.
+        let text = fsx::open_control_dir(data_dir, CONTROL_DIR_NAME)
+            .ok()?
+            .read(SELECTION_FILE, 1 << 20)
+            .ok()??;
         serde_json::from_slice(&text).ok()
     }
 
+    /// temp file (`O_EXCL`, 0600, a stale one or a planted link unlinked
+    /// first) → fsync → `renameat` → directory fsync, all relative to the
+    /// control dir's descriptor.
     fn write(&self, data_dir: &Path) -> std::io::Result<()> {
         use std::io::Write;
-        let dir = ControlDir::under(data_dir);
-        let tmp = dir.join(".selection.tmp");
-        let target = dir.join(SELECTION_FILE);
+        const TMP: &str = ".selection.tmp";
         let bytes = serde_json::to_vec(self).map_err(std::io::Error::other)?;
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
+        let dir =
+            fsx::open_control_dir(data_dir, CONTROL_DIR_NAME).map_err(std::io::Error::other)?;
+        let mut file = dir.create_temp(TMP).map_err(std::io::Error::other)?;
         file.write_all(&bytes)?;
         file.sync_all()?;
         drop(file);
-        std::fs::rename(&tmp, &target)?;
-        std::fs::File::open(&dir)?.sync_all()
+        dir.rename(TMP, SELECTION_FILE)
+            .and_then(|()| dir.sync())
+            .map_err(std::io::Error::other)
     }
 }
 

@@ -14,7 +14,7 @@
 //! code: 0 for halt, 75 for relaunch.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -112,15 +112,24 @@ impl Store {
     }
 }
 
+/// Open `store.log` (0600, created if missing) in the trusted data dir
+/// without following a link: `steadfast::actors::fsx`, the mechanism the
+/// control dir's files use. A link planted there is refused, naming it.
+fn open_store_log(path: &Path) -> std::io::Result<File> {
+    use steadfast::actors::fsx::{self, Access};
+    let data_dir = path.parent().unwrap_or_else(|| Path::new("."));
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("store.log");
+    fsx::open_in_data_dir(data_dir, name, Access::AppendCreate).map_err(std::io::Error::other)
+}
+
 /// Replay `store.log` under its lock: every complete line; a torn last line
 /// (a crash mid-append, never acknowledged) is cut off.
 fn replay(path: &Path) -> std::io::Result<Store> {
     use std::io::Read;
-    let log = OpenOptions::new()
-        .create(true)
-        .read(true)
-        .append(true)
-        .open(path)?;
+    let log = open_store_log(path)?;
     log.lock()?;
     let mut bytes = Vec::new();
     (&log).read_to_end(&mut bytes)?;
