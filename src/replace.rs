@@ -573,3 +573,46 @@ pub async fn replace_binary(
         })
         .await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// `.selection.tmp` planted as a link to a file outside the data dir
+    /// (issue 11, item 2): the commit opened it create + truncate through
+    /// the link and overwrote the target with a root-owned write. The temp
+    /// file is now unlinked and created `O_EXCL | O_NOFOLLOW`: the target
+    /// keeps its bytes and mode, and the selection is written.
+    #[test]
+    fn a_planted_temp_file_symlink_is_not_written_through() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let data = tmp.path().join("data");
+        drop(ControlDir::open(&data).expect("control dir"));
+        let victim = tmp.path().join("victim");
+        std::fs::write(&victim, b"precious").expect("victim");
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        std::os::unix::fs::symlink(&victim, ControlDir::under(&data).join(".selection.tmp"))
+            .expect("plant the link");
+        let selection = Selection {
+            binary: PathBuf::from("/usr/bin/true"),
+            version: None,
+            pid: 1,
+            committed_at_ms: 2,
+        };
+        let written = selection.write(&data);
+        assert_eq!(
+            std::fs::read(&victim).expect("victim"),
+            b"precious",
+            "written through"
+        );
+        let mode = std::fs::metadata(&victim)
+            .expect("victim")
+            .permissions()
+            .mode()
+            & 0o7777;
+        assert_eq!(mode, 0o644);
+        written.expect("the selection is written");
+        assert_eq!(Selection::read(&data), Some(selection));
+    }
+}
