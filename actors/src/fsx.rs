@@ -29,8 +29,10 @@
 //!   device) or that another uid owns or that has another hard link is
 //!   refused before a byte is read or written. Checked by
 //!   `control_dir::a_control_dir_symlink_is_refused_and_its_target_untouched`,
-//!   `control_dir::planted_journal_and_lock_symlinks_are_refused`,
-//!   `control_dir::a_planted_temp_file_symlink_is_not_written_through`,
+//!   `control_dir::a_planted_lock_symlink_is_refused`,
+//!   `control_dir::a_planted_journal_symlink_is_refused`,
+//!   `control_dir::a_planted_upgrade_lock_symlink_is_refused`,
+//!   `replace::tests::a_planted_temp_file_symlink_is_not_written_through`,
 //!   `control_dir::a_store_lock_symlink_is_refused`,
 //!   `control_dir::a_hard_linked_journal_is_refused`.
 //! - **Private files, fresh temp files.** Files are created 0600; a temp file

@@ -837,11 +837,11 @@ fn a_control_dir_symlink_is_refused_and_its_target_untouched() {
     assert!(error.contains("symbolic link"), "{error}");
 }
 
-/// `lock` planted as a link to a path that does not exist yet: the daemon
-/// created it (root-owned) through the link. Now refused; nothing created.
+/// `lock` planted as a link to a path that does not exist yet, in the
+/// attacker's directory: the daemon created it (root-owned) through the
+/// link. Now refused; nothing created.
 #[test]
-fn planted_journal_and_lock_symlinks_are_refused() {
-    // `lock` → a missing file in the attacker's directory.
+fn a_planted_lock_symlink_is_refused() {
     let a = arena();
     drop(ControlDir::open(&a.data).unwrap());
     let cd = ControlDir::under(&a.data);
@@ -860,9 +860,13 @@ fn planted_journal_and_lock_symlinks_are_refused() {
         "{error}"
     );
     assert!(error.contains("symbolic link"), "{error}");
+}
 
-    // `journal` → an existing root file (empty, 0644) the attacker cannot
-    // write: the daemon appended its header and records to it.
+/// `journal` planted as a link to an existing root file (empty, 0644) the
+/// attacker cannot write: the daemon appended its header and records to it.
+/// Now refused; the target keeps its bytes and mode.
+#[test]
+fn a_planted_journal_symlink_is_refused() {
     let b = arena();
     drop(ControlDir::open(&b.data).unwrap());
     let cd = ControlDir::under(&b.data);
