@@ -279,15 +279,15 @@ impl Dir {
     /// an [`UnsafePath`], anything else the OS error.
     fn refusal(&self, name: &str, errno: Errno, want_dir: bool) -> FsError {
         let path = self.join(name);
-        if matches!(errno, Errno::LOOP | Errno::NOTDIR | Errno::MLINK) {
-            if let Ok(stat) = rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW) {
-                let kind = FileType::from_raw_mode(stat.st_mode);
-                if kind == FileType::Symlink {
-                    return UnsafePath::Symlink { path }.into();
-                }
-                if want_dir && kind != FileType::Directory {
-                    return UnsafePath::NotADirectory { path }.into();
-                }
+        if matches!(errno, Errno::LOOP | Errno::NOTDIR | Errno::MLINK)
+            && let Ok(stat) = rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
+        {
+            let kind = FileType::from_raw_mode(stat.st_mode);
+            if kind == FileType::Symlink {
+                return UnsafePath::Symlink { path }.into();
+            }
+            if want_dir && kind != FileType::Directory {
+                return UnsafePath::NotADirectory { path }.into();
             }
         }
         os(&path)(errno)
