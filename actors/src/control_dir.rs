@@ -24,10 +24,23 @@
 //!   outlives it. Checked by `control_dir::second_open_is_locked_until_the_first_is_dropped`,
 //!   `control_dir::a_journal_file_keeps_the_lock`,
 //!   `control_dir::another_process_holding_the_control_dir_locks_it_out`.
-//! - **Child processes never inherit the lock.** std opens every file with
+//! - **Child processes never inherit the lock.** Every file is opened
 //!   `O_CLOEXEC`. Checked by `control_dir::the_lock_is_not_inherited_by_a_child`.
 //! - **Private files.** The control dir is 0700, markers and the journal 0600.
 //!   Checked by `control_dir::control_dir_is_0700_and_files_are_0600`.
+//! - **Nothing is opened through a link, nor in a directory another user
+//!   controls.** The data dir and `.steadfast` are opened as descriptors and
+//!   checked ([`crate::fsx::Dir`]); every file here is opened relative to
+//!   the control dir's descriptor with `O_NOFOLLOW`, temp files `O_EXCL`,
+//!   renames `renameat`, directory fsyncs through the descriptor. Refusals
+//!   are [`ControlDirError::Unsafe`], naming the path and the fix. Checked by
+//!   the attack tests listed in `crate::fsx`'s module doc.
+//! - **A lost lock stops acknowledgements.** [`JournalFile::append`] first
+//!   checks [`ControlDir::check_lock`] (the locked file still linked, `lock`
+//!   still naming it, the control dir's path still naming the directory
+//!   opened) and refuses with [`ControlDirError::LockLost`]. Checked by
+//!   `control_dir::a_removed_data_dir_loses_the_lock`,
+//!   `control_dir::a_moved_data_dir_loses_the_lock`.
 //! - **A torn tail is repaired, corruption refused.** A torn tail keeps a
 //!   `.broken` copy of the whole original file (fsynced, with its directory
 //!   entry) *before* the journal is truncated to its last good record; a bad
