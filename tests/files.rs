@@ -81,6 +81,44 @@ fn kvd_files_are_private() {
     );
 }
 
+/// `store.log` planted as a link to a file outside the data dir (0644, not
+/// the daemon's to write): kvd replayed it and appended every `SET` to it.
+/// Now its open step is refused, naming the link, and the target keeps its
+/// bytes and mode.
+#[test]
+fn a_kvd_store_log_symlink_is_refused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    std::fs::create_dir(&data).expect("data dir");
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let victim = tmp.path().join("victim");
+    std::fs::write(&victim, b"S planted value\n").expect("victim");
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    std::os::unix::fs::symlink(&victim, data.join("store.log")).expect("plant the link");
+    let config = tmp.path().join("kvd.toml");
+    let port = free_port();
+    std::fs::write(&config, format!("listen_addr = \"127.0.0.1:{port}\"\n")).expect("config");
+    let mut daemon = kvd(&data, &config);
+    let refused = std::panic::catch_unwind(|| {
+        until(&data, "the store.log link refused", |s| {
+            s.to_string().contains("store.log is a symbolic link")
+        })
+    });
+    // Before the fix kvd ran: show what a write does to the target.
+    if refused.is_err() && TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        let _ = kv(port, "SET key value");
+    }
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    assert_eq!(
+        std::fs::read(&victim).expect("victim"),
+        b"S planted value\n",
+        "the link's target was written"
+    );
+    assert_eq!(mode(&victim), 0o644);
+    assert!(refused.is_ok(), "kvd did not refuse the store.log link");
+}
+
 /// `rm -rf` of a running daemon's data dir: its locks belonged to deleted
 /// files, so it ran on while a second daemon could start on the same path.
 /// Root's periodic lock check now ends it with intent relaunch (75).
