@@ -59,16 +59,25 @@ fn mode(path: &Path) -> u32 {
 }
 
 /// kvd's `store.log` and `store.lock` were 0644: any local user read the
-/// stored values. Both are 0600 now.
+/// stored values. Both are 0600 now, created so or made so at open (a data
+/// dir left by an older version, here `store.log` already 0644).
 #[test]
 fn kvd_files_are_private() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let data = tmp.path().join("data");
+    std::fs::create_dir(&data).expect("data dir");
+    std::fs::write(data.join("store.log"), b"S old value\n").expect("an old store.log");
+    std::fs::set_permissions(
+        data.join("store.log"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .expect("chmod");
     let config = tmp.path().join("kvd.toml");
     let port = free_port();
     std::fs::write(&config, format!("listen_addr = \"127.0.0.1:{port}\"\n")).expect("config");
     let mut daemon = kvd(&data, &config);
     until(&data, "running", running);
+    assert_eq!(kv(port, "GET old"), "value");
     assert_eq!(kv(port, "SET secret value"), "OK");
     let log = mode(&data.join("store.log"));
     let lock = mode(&data.join("store.lock"));

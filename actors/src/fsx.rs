@@ -35,11 +35,14 @@
 //!   `replace::tests::a_planted_temp_file_symlink_is_not_written_through`,
 //!   `control_dir::a_store_lock_symlink_is_refused`,
 //!   `control_dir::a_hard_linked_journal_is_refused`.
-//! - **Private files, fresh temp files.** Files are created 0600; a temp file
+//! - **Private files, fresh temp files.** Files are created 0600, and an
+//!   existing one others can access (an older version's 0644 `store.lock`)
+//!   is made 0600 when opened; a temp file
 //!   is created `O_EXCL` after a stale one is unlinked (`unlinkat` removes a
 //!   planted link, never its target); renames are `renameat` within the
 //!   directory and directories are fsynced through their descriptor.
-//!   Checked by `control_dir::control_dir_is_0700_and_files_are_0600`.
+//!   Checked by `control_dir::control_dir_is_0700_and_files_are_0600` and
+//!   `files::kvd_files_are_private`.
 
 use std::fs::File;
 use std::io::{self, Read};
@@ -346,7 +349,8 @@ impl Dir {
     /// Open the file `name` in this directory: `O_NOFOLLOW | O_CLOEXEC`,
     /// created 0600 when `access` creates. The file must be a regular file
     /// owned by this process's euid with one link; anything else is refused
-    /// before a byte is read or written.
+    /// before a byte is read or written. An existing file group or others
+    /// can access is made 0600 (`fchmod` on the descriptor).
     ///
     /// # Errors
     /// [`UnsafePath::Symlink`], [`UnsafePath::NotAFile`],
@@ -361,6 +365,11 @@ impl Dir {
             .map_err(|errno| self.refusal(name, errno, false))?;
         let stat = rustix::fs::fstat(&fd).map_err(os(&path))?;
         check_file(&path, &stat)?;
+        if mode_bits(&stat) & 0o077 != 0 {
+            // Ours (checked above), but readable by others: a file an older
+            // version created 0644 is made private.
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(FILE_MODE as _)).map_err(os(&path))?;
+        }
         let status = rustix::fs::fcntl_getfl(&fd).map_err(os(&path))?;
         rustix::fs::fcntl_setfl(&fd, status.difference(OFlags::NONBLOCK)).map_err(os(&path))?;
         Ok(File::from(fd))
