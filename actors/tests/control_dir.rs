@@ -17,6 +17,7 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use steadfast_actors::control_dir::{
     ControlDir, ControlDirError, Identity, MarkerRead, PreviousRun, Recovery, RunMarker,
 };
+use steadfast_actors::fsx::UnsafePath;
 use steadfast_actors::protocol::journal::{self, Record};
 use steadfast_actors::protocol::lifecycle::StoreOutcome;
 use steadfast_actors::store::{StoreError, StoreLock};
@@ -835,6 +836,14 @@ fn a_control_dir_symlink_is_refused_and_its_target_untouched() {
         "{error}"
     );
     assert!(error.contains("symbolic link"), "{error}");
+    // The typed error, naming the link.
+    match ControlDir::open(&a.data) {
+        Err(ControlDirError::Unsafe(UnsafePath::Symlink { path })) => {
+            assert_eq!(path, a.data.join(".steadfast"));
+        }
+        other => panic!("expected an unsafe-path refusal, got {other:?}"),
+    }
+    assert_eq!(state_of(&target), before);
 }
 
 /// `lock` planted as a link to a path that does not exist yet, in the
@@ -973,6 +982,13 @@ fn a_hard_linked_journal_is_refused() {
 fn a_world_writable_data_dir_is_refused() {
     let a = arena();
     fs::set_permissions(&a.data, fs::Permissions::from_mode(0o777)).unwrap();
+    assert!(matches!(
+        ControlDir::open(&a.data),
+        Err(ControlDirError::Unsafe(UnsafePath::WritableByOthers {
+            mode: 0o777,
+            ..
+        }))
+    ));
     let error = daemon_open(&a.data).expect_err("a 0777 data dir is refused");
     assert!(error.contains(&a.data.display().to_string()), "{error}");
     assert!(
@@ -997,6 +1013,13 @@ fn a_data_dir_owned_by_another_user_is_refused() {
     let a = arena();
     std::os::unix::fs::chown(&a.data, Some(NOBODY), Some(NOBODY)).unwrap();
     fs::set_permissions(&a.data, fs::Permissions::from_mode(0o755)).unwrap();
+    assert!(matches!(
+        ControlDir::open(&a.data),
+        Err(ControlDirError::Unsafe(UnsafePath::ForeignOwner {
+            owner: NOBODY,
+            ..
+        }))
+    ));
     let error = daemon_open(&a.data).expect_err("another user's data dir is refused");
     assert!(error.contains(&a.data.display().to_string()), "{error}");
     assert!(
@@ -1102,6 +1125,14 @@ fn a_removed_data_dir_loses_the_lock() {
     let error = journal
         .append(&[record(2)])
         .expect_err("no append after the lock is lost");
+    assert!(
+        matches!(error, ControlDirError::LockLost { .. }),
+        "{error:?}"
+    );
+    assert!(matches!(
+        cd.check_lock(),
+        Err(ControlDirError::LockLost { .. })
+    ));
     let error = error.to_string();
     assert!(error.contains("was lost"), "{error}");
     assert!(
