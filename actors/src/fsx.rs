@@ -34,6 +34,7 @@
 //!   `control_dir::a_planted_upgrade_lock_symlink_is_refused`,
 //!   `replace::tests::a_planted_temp_file_symlink_is_not_written_through`,
 //!   `control_dir::a_store_lock_symlink_is_refused`,
+//!   `files::a_kvd_store_log_symlink_is_refused`,
 //!   `control_dir::a_hard_linked_journal_is_refused`.
 //! - **Private files, fresh temp files.** Files are created 0600, and an
 //!   existing one others can access (an older version's 0644 `store.lock`)

@@ -12,6 +12,11 @@
 //! `serve` — and `log_level` and `max_connections` apply in place while
 //! `listen_addr` needs a restart. The process exits with its exit intent's
 //! code: 0 for halt, 75 for relaunch.
+//!
+//! `store.log` and `store.lock` are private (0600) and opened without
+//! following a link, in a data dir no other user can write, through
+//! `steadfast::actors::fsx` like steadfast's own files
+//! (`files::kvd_files_are_private`, `files::a_kvd_store_log_symlink_is_refused`).
 
 use std::collections::HashMap;
 use std::fs::File;
