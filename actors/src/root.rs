@@ -440,6 +440,8 @@ async fn watch_lock(control: Arc<ControlDir>, root: ActorRef<RootMsg>) {
         let reason = match checked {
             Ok(Ok(())) => continue,
             Ok(Err(error)) => error.to_string(),
+            // The runtime is shutting down: nothing left to guard.
+            Err(error) if error.is_cancelled() => return,
             Err(error) => format!("the lock check did not run: {error}"),
         };
         let _ = root.cast(RootMsg::LockLost(reason));
