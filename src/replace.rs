@@ -26,12 +26,13 @@
 //! Checked end to end with kvd processes by `tests/replace.rs`.
 
 use std::ffi::OsString;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
-use steadfast_actors::control_dir::{ControlDir, RunMarker};
+use steadfast_actors::control_dir::{CONTROL_DIR_NAME, ControlDir, RunMarker};
+use steadfast_actors::fsx;
 use steadfast_actors::lifecycle::Hold;
 use steadfast_actors::replace_runner::{AsyncDriver, StepFuture};
 use steadfast_actors::replacement::{DriverError, ReplaceDriver, ReplaceJob, SettleFuture};
@@ -66,27 +67,30 @@ impl Selection {
     /// does not parse: a selection is only ever written whole).
     #[must_use]
     pub fn read(data_dir: &Path) -> Option<Self> {
-        let text = std::fs::read(ControlDir::under(data_dir).join(SELECTION_FILE)).ok()?;
+        // Through the trusted control dir, without following a link.
+        let text = fsx::open_control_dir(data_dir, CONTROL_DIR_NAME)
+            .ok()?
+            .read(SELECTION_FILE, 1 << 20)
+            .ok()??;
         serde_json::from_slice(&text).ok()
     }
 
+    /// temp file (`O_EXCL`, 0600, a stale one or a planted link unlinked
+    /// first) → fsync → `renameat` → directory fsync, all relative to the
+    /// control dir's descriptor.
     fn write(&self, data_dir: &Path) -> std::io::Result<()> {
         use std::io::Write;
-        let dir = ControlDir::under(data_dir);
-        let tmp = dir.join(".selection.tmp");
-        let target = dir.join(SELECTION_FILE);
+        const TMP: &str = ".selection.tmp";
         let bytes = serde_json::to_vec(self).map_err(std::io::Error::other)?;
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
+        let dir =
+            fsx::open_control_dir(data_dir, CONTROL_DIR_NAME).map_err(std::io::Error::other)?;
+        let mut file = dir.create_temp(TMP).map_err(std::io::Error::other)?;
         file.write_all(&bytes)?;
         file.sync_all()?;
         drop(file);
-        std::fs::rename(&tmp, &target)?;
-        std::fs::File::open(&dir)?.sync_all()
+        dir.rename(TMP, SELECTION_FILE)
+            .and_then(|()| dir.sync())
+            .map_err(std::io::Error::other)
     }
 }
 
@@ -568,4 +572,47 @@ pub async fn replace_binary(
             driver: Box::new(driver),
         })
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// `.selection.tmp` planted as a link to a file outside the data dir
+    /// (issue 11, item 2): the commit opened it create + truncate through
+    /// the link and overwrote the target with a root-owned write. The temp
+    /// file is now unlinked and created `O_EXCL | O_NOFOLLOW`: the target
+    /// keeps its bytes and mode, and the selection is written.
+    #[test]
+    fn a_planted_temp_file_symlink_is_not_written_through() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let data = tmp.path().join("data");
+        drop(ControlDir::open(&data).expect("control dir"));
+        let victim = tmp.path().join("victim");
+        std::fs::write(&victim, b"precious").expect("victim");
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        std::os::unix::fs::symlink(&victim, ControlDir::under(&data).join(".selection.tmp"))
+            .expect("plant the link");
+        let selection = Selection {
+            binary: PathBuf::from("/usr/bin/true"),
+            version: None,
+            pid: 1,
+            committed_at_ms: 2,
+        };
+        let written = selection.write(&data);
+        assert_eq!(
+            std::fs::read(&victim).expect("victim"),
+            b"precious",
+            "written through"
+        );
+        let mode = std::fs::metadata(&victim)
+            .expect("victim")
+            .permissions()
+            .mode()
+            & 0o7777;
+        assert_eq!(mode, 0o644);
+        written.expect("the selection is written");
+        assert_eq!(Selection::read(&data), Some(selection));
+    }
 }

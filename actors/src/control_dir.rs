@@ -24,10 +24,23 @@
 //!   outlives it. Checked by `control_dir::second_open_is_locked_until_the_first_is_dropped`,
 //!   `control_dir::a_journal_file_keeps_the_lock`,
 //!   `control_dir::another_process_holding_the_control_dir_locks_it_out`.
-//! - **Child processes never inherit the lock.** std opens every file with
+//! - **Child processes never inherit the lock.** Every file is opened
 //!   `O_CLOEXEC`. Checked by `control_dir::the_lock_is_not_inherited_by_a_child`.
 //! - **Private files.** The control dir is 0700, markers and the journal 0600.
 //!   Checked by `control_dir::control_dir_is_0700_and_files_are_0600`.
+//! - **Nothing is opened through a link, nor in a directory another user
+//!   controls.** The data dir and `.steadfast` are opened as descriptors and
+//!   checked ([`crate::fsx::Dir`]); every file here is opened relative to
+//!   the control dir's descriptor with `O_NOFOLLOW`, temp files `O_EXCL`,
+//!   renames `renameat`, directory fsyncs through the descriptor. Refusals
+//!   are [`ControlDirError::Unsafe`], naming the path and the fix. Checked by
+//!   the attack tests listed in `crate::fsx`'s module doc.
+//! - **A lost lock stops acknowledgements.** [`JournalFile::append`] first
+//!   checks [`ControlDir::check_lock`] (the locked file still linked, `lock`
+//!   still naming it, the control dir's path still naming the directory
+//!   opened) and refuses with [`ControlDirError::LockLost`]. Checked by
+//!   `control_dir::a_removed_data_dir_loses_the_lock`,
+//!   `control_dir::a_moved_data_dir_loses_the_lock`.
 //! - **A torn tail is repaired, corruption refused.** A torn tail keeps a
 //!   `.broken` copy of the whole original file (fsynced, with its directory
 //!   entry) *before* the journal is truncated to its last good record; a bad
@@ -105,9 +118,8 @@
 //!   replaces an identity, readable or not. Checked by
 //!   `control_dir::identity_is_written_once_and_stable_across_reopen`.
 
-use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Read, Seek, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -117,14 +129,22 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use steadfast_protocol::journal::{self, JournalError, Record, Tail};
 
+use crate::fsx::{self, Access, Dir, FsError, UnsafePath};
+
 /// The control directory's name under the data dir.
 pub const CONTROL_DIR_NAME: &str = ".steadfast";
 
 /// The mode of the control directory.
-pub const CONTROL_DIR_MODE: u32 = 0o700;
+pub const CONTROL_DIR_MODE: u32 = fsx::DIR_MODE;
 
 /// The mode of every file steadfast creates in the control directory.
-pub const FILE_MODE: u32 = 0o600;
+pub const FILE_MODE: u32 = fsx::FILE_MODE;
+
+/// The lock file's name in the control directory.
+const LOCK_NAME: &str = "lock";
+
+/// The journal's name in the control directory.
+const JOURNAL_NAME: &str = "journal";
 
 /// The largest marker payload read or written, in bytes.
 pub const MAX_MARKER_PAYLOAD: u32 = 4096;
@@ -210,6 +230,32 @@ pub enum ControlDirError {
         /// What was wrong with it.
         reason: String,
     },
+    /// A path in the data dir is not safe to use: a link, a directory
+    /// another user owns or can write, a file that is not ours.
+    #[error(transparent)]
+    Unsafe(#[from] UnsafePath),
+    /// The data-dir lock no longer guards the data dir: its file was
+    /// removed or replaced, or the control directory moved away (`rm -rf`
+    /// of a running daemon's data dir). Another daemon could start on the
+    /// path; nothing more is acknowledged.
+    #[error(
+        "the data-dir lock {path} was lost ({reason}): another daemon could now start on this data dir; stop this daemon and relaunch it"
+    )]
+    LockLost {
+        /// The lock file.
+        path: PathBuf,
+        /// What was found.
+        reason: String,
+    },
+}
+
+impl From<FsError> for ControlDirError {
+    fn from(error: FsError) -> Self {
+        match error {
+            FsError::Unsafe(unsafe_path) => Self::Unsafe(unsafe_path),
+            FsError::Io { path, source } => Self::Io { path, source },
+        }
+    }
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ControlDirError + '_ {
@@ -388,9 +434,9 @@ pub struct JournalFile<S: JournalSink = File> {
     /// Set by a failed write or fsync (or a compaction that failed after its
     /// rename); cleared once the failed append's bytes are cut back.
     poison: Option<Poison>,
-    /// The control directory's lock, kept alive so no writer outlives it
-    /// (`None` for a sink built in tests).
-    _lock: Option<Arc<File>>,
+    /// The control directory's lock, kept alive so no writer outlives it,
+    /// and checked before every append (`None` for a sink built in tests).
+    lock: Option<Arc<HeldLock>>,
     /// The control directory's "a writer is out" flag, cleared when this
     /// writer is dropped so the journal can be reopened (a restarted Journal
     /// actor) — never while this writer lives.
@@ -439,7 +485,7 @@ impl<S: JournalSink> JournalFile<S> {
             path,
             len,
             poison: None,
-            _lock: None,
+            lock: None,
             _slot: None,
             keep_attempts: None,
             attempts: 0,
@@ -465,6 +511,7 @@ impl<S: JournalSink> JournalFile<S> {
     /// the failed append's bytes cannot be cut back (the cut failed, another
     /// process may be appending, or a compaction failed after its rename).
     pub fn append(&mut self, records: &[Record]) -> Result<(), ControlDirError> {
+        self.check_lock()?;
         self.repair()?;
         let mut buf = Vec::new();
         for record in records {
@@ -548,6 +595,13 @@ impl<S: JournalSink> JournalFile<S> {
                 Err(refused(&cause, repair))
             }
         }
+    }
+
+    /// Whether the data-dir lock still guards the data dir
+    /// ([`ControlDir::check_lock`]); a writer built over a test sink has
+    /// no lock to check.
+    fn check_lock(&self) -> Result<(), ControlDirError> {
+        self.lock.as_ref().map_or(Ok(()), |lock| lock.check())
     }
 
     /// One `write_all` of `buf`, then `sync_data`, with the crash harness's
@@ -657,8 +711,14 @@ impl JournalFile<File> {
             return Ok(None);
         };
         self.repair()?;
+        let Some(lock) = self.lock.clone() else {
+            return Ok(None);
+        };
+        let dir = &lock.dir;
         let path = self.path.clone();
-        let bytes = fs::read(&path).map_err(io_err(&path))?;
+        let bytes = dir
+            .read(JOURNAL_NAME, u64::MAX)?
+            .ok_or_else(|| io_err(&path)(io::ErrorKind::NotFound.into()))?;
         let decoded = journal::decode(&bytes).map_err(|e| match e {
             JournalError::Corrupt { offset } => ControlDirError::CorruptJournal {
                 path: path.clone(),
@@ -684,30 +744,27 @@ impl JournalFile<File> {
             })?;
             out.extend_from_slice(&frame);
         }
-        let dir = path
-            .parent()
-            .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
         let tmp = dir.join(COMPACT_TMP_NAME);
-        let written = remove_if_present(&tmp).and_then(|()| {
-            let mut file = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(FILE_MODE)
-                .open(&tmp)?;
-            file.write_all(&out)?;
-            crate::failpoint::hit("compact.before_fsync");
-            file.sync_all()?;
-            crate::failpoint::hit("compact.before_rename");
-            fs::rename(&tmp, &path)
-        });
+        let written = dir
+            .create_temp(COMPACT_TMP_NAME)
+            .map_err(ControlDirError::from)
+            .and_then(|mut file| {
+                file.write_all(&out).map_err(io_err(&tmp))?;
+                crate::failpoint::hit("compact.before_fsync");
+                file.sync_all().map_err(io_err(&tmp))?;
+                crate::failpoint::hit("compact.before_rename");
+                Ok(dir.rename(COMPACT_TMP_NAME, JOURNAL_NAME)?)
+            });
         if let Err(e) = written {
-            let _ = fs::remove_file(&tmp);
-            return Err(io_err(&tmp)(e));
+            let _ = dir.unlink(COMPACT_TMP_NAME);
+            return Err(e);
         }
         // The old file is unlinked: from here on, a failure poisons.
         crate::failpoint::hit("compact.before_dir_fsync");
-        let reopened =
-            sync_dir(&dir).and_then(|()| open_journal_file(&path, false).map_err(io_err(&path)));
+        let reopened = dir
+            .sync()
+            .and_then(|()| dir.open(JOURNAL_NAME, Access::Append))
+            .map_err(ControlDirError::from);
         match reopened {
             Ok(file) => {
                 self.sink = file;
@@ -729,10 +786,47 @@ impl JournalFile<File> {
     }
 }
 
-fn remove_if_present(path: &Path) -> io::Result<()> {
-    match fs::remove_file(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
+/// The data-dir lock as held: the open `lock` file, and the control
+/// directory it must still be the `lock` of.
+#[derive(Debug)]
+struct HeldLock {
+    /// The open, locked file.
+    file: File,
+    /// The control directory, open.
+    dir: Arc<Dir>,
+}
+
+impl HeldLock {
+    /// See [`ControlDir::check_lock`].
+    fn check(&self) -> Result<(), ControlDirError> {
+        let path = self.dir.join(LOCK_NAME);
+        let lost = |reason: String| ControlDirError::LockLost {
+            path: path.clone(),
+            reason,
+        };
+        let held = rustix::fs::fstat(&self.file).map_err(|e| io_err(&path)(e.into()))?;
+        if held.st_nlink == 0 {
+            return Err(lost("its file was removed".into()));
+        }
+        match self.dir.stat(LOCK_NAME)? {
+            None => return Err(lost(format!("{} no longer exists", path.display()))),
+            Some(now) if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino) => {
+                return Err(lost(format!("{} now names another file", path.display())));
+            }
+            Some(_) => {}
+        }
+        let dir = self.dir.fstat()?;
+        match rustix::fs::stat(self.dir.path()) {
+            Ok(now) if (now.st_dev, now.st_ino) == (dir.st_dev, dir.st_ino) => Ok(()),
+            Ok(_) => Err(lost(format!(
+                "{} now names another directory",
+                self.dir.path().display()
+            ))),
+            Err(e) => Err(lost(format!(
+                "{} was moved or removed: {e}",
+                self.dir.path().display()
+            ))),
+        }
     }
 }
 
@@ -741,9 +835,12 @@ fn remove_if_present(path: &Path) -> io::Result<()> {
 pub struct ControlDir {
     /// `<data_dir>/.steadfast`.
     path: PathBuf,
+    /// `<data_dir>/.steadfast`, open: every file in it is opened relative
+    /// to this descriptor, without following links.
+    dir: Arc<Dir>,
     /// The open `lock` file holding the exclusive lock; shared with the
     /// journal writer so the lock lasts as long as either.
-    lock: Arc<File>,
+    lock: Arc<HeldLock>,
     /// What the run marker said at open, before this daemon wrote its own.
     previous_run: PreviousRun,
     /// Whether [`Self::open_journal`] has handed out the one writer.
@@ -814,52 +911,67 @@ impl ControlDir {
     /// The open `lock` file, whose lock a replacement hands to its candidate.
     #[must_use]
     pub fn lock_file(&self) -> &File {
-        &self.lock
+        &self.lock.file
+    }
+
+    /// The control directory, open (for files another module keeps in it).
+    #[must_use]
+    pub fn dir(&self) -> &Dir {
+        &self.dir
+    }
+
+    /// Whether the data-dir lock still guards the data dir: the locked file
+    /// still has a name, `lock` in the control directory still names it,
+    /// and the control directory's path still names the directory opened.
+    /// [`JournalFile::append`] checks this before it writes, and Root every
+    /// [`crate::root::LOCK_CHECK_PERIOD`].
+    ///
+    /// # Errors
+    /// [`ControlDirError::LockLost`] saying what was found;
+    /// [`ControlDirError::Io`] if the lock cannot be examined.
+    pub fn check_lock(&self) -> Result<(), ControlDirError> {
+        self.lock.check()
     }
 
     fn open_inner(data_dir: &Path, inherited: Option<File>) -> Result<Self, ControlDirError> {
-        fs::create_dir_all(data_dir).map_err(io_err(data_dir))?;
-        let path = Self::under(data_dir);
-        let created = match DirBuilder::new().mode(CONTROL_DIR_MODE).create(&path) {
-            Ok(()) => true,
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
-            Err(e) => return Err(io_err(&path)(e)),
-        };
-        let lock_path = path.join("lock");
+        // The data dir must be trusted, and `.steadfast` is reached through
+        // its descriptor without following a link; a loose mode on a
+        // control dir of ours is tightened (fchmod) before anything in it
+        // is opened.
+        let data = Dir::open_data_dir(data_dir, true)?;
+        let (dir, created) = data.open_subdir(CONTROL_DIR_NAME, true)?;
+        let path = dir.path().to_path_buf();
+        let lock_path = dir.join(LOCK_NAME);
         let lock = match inherited {
             Some(file) => {
-                use std::os::unix::fs::MetadataExt;
-                let ours = fs::metadata(&lock_path).map_err(io_err(&lock_path))?;
-                let theirs = file.metadata().map_err(io_err(&lock_path))?;
-                if (ours.dev(), ours.ino()) != (theirs.dev(), theirs.ino()) {
+                let ours = dir.stat(LOCK_NAME)?;
+                let theirs = rustix::fs::fstat(&file).map_err(|e| io_err(&lock_path)(e.into()))?;
+                if ours
+                    .is_none_or(|ours| (ours.st_dev, ours.st_ino) != (theirs.st_dev, theirs.st_ino))
+                {
                     return Err(ControlDirError::Locked(lock_path));
                 }
                 file
             }
-            None => OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .mode(FILE_MODE)
-                .open(&lock_path)
-                .map_err(io_err(&lock_path))?,
+            None => dir.open(LOCK_NAME, Access::ReadWriteCreate)?,
         };
         match lock.try_lock() {
             Ok(()) => {}
             Err(fs::TryLockError::WouldBlock) => return Err(ControlDirError::Locked(lock_path)),
             Err(fs::TryLockError::Error(e)) => return Err(io_err(&lock_path)(e)),
         }
-        // Locked: now the directory is ours to fix up.
-        fs::set_permissions(&path, fs::Permissions::from_mode(CONTROL_DIR_MODE))
-            .map_err(io_err(&path))?;
         if created {
-            sync_dir(&path)?;
-            sync_dir(data_dir)?;
+            dir.sync()?;
+            data.sync()?;
         }
+        let dir = Arc::new(dir);
         let mut dir = Self {
             path,
-            lock: Arc::new(lock),
+            lock: Arc::new(HeldLock {
+                file: lock,
+                dir: Arc::clone(&dir),
+            }),
+            dir,
             previous_run: PreviousRun::FirstEver,
             journal_opened: Arc::new(AtomicBool::new(false)),
             journal_keep: None,
@@ -867,8 +979,7 @@ impl ControlDir {
             handed_over_from: None,
         };
         // A compaction that died before its rename left its temp file.
-        let stale = dir.path.join(COMPACT_TMP_NAME);
-        remove_if_present(&stale).map_err(io_err(&stale))?;
+        dir.dir.unlink(COMPACT_TMP_NAME)?;
         dir.previous_run = previous_run_from(&dir.read_run()?);
         Ok(dir)
     }
@@ -968,12 +1079,12 @@ impl ControlDir {
         &self,
         path: &Path,
     ) -> Result<(JournalFile, Vec<Record>, Recovery), ControlDirError> {
-        let (mut file, created) = match open_journal_file(path, true) {
+        let (mut file, created) = match self.dir.open(JOURNAL_NAME, Access::AppendCreateNew) {
             Ok(file) => (file, true),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                (open_journal_file(path, false).map_err(io_err(path))?, false)
+            Err(e) if e.io_kind() == Some(io::ErrorKind::AlreadyExists) => {
+                (self.dir.open(JOURNAL_NAME, Access::Append)?, false)
             }
-            Err(e) => return Err(io_err(path)(e)),
+            Err(e) => return Err(e.into()),
         };
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).map_err(io_err(path))?;
@@ -1010,7 +1121,7 @@ impl ControlDir {
                     .and_then(|()| file.sync_all())
                     .map_err(io_err(path))?;
                 if created {
-                    sync_dir(&self.path)?;
+                    self.dir.sync()?;
                 }
                 Recovery::Fresh
             }
@@ -1034,7 +1145,7 @@ impl ControlDir {
         };
         let len = file.metadata().map_err(io_err(path))?.len();
         let mut writer = JournalFile::with_sink(file, path.to_path_buf(), len);
-        writer._lock = Some(Arc::clone(&self.lock));
+        writer.lock = Some(Arc::clone(&self.lock));
         writer._slot = Some(WriterSlot(Arc::clone(&self.journal_opened)));
         writer.keep_attempts = self.journal_keep;
         writer.shared = Some(Arc::clone(&self.journal_shared));
@@ -1061,22 +1172,18 @@ impl ControlDir {
             } else {
                 format!("journal.broken.{n}")
             };
-            let target = self.path.join(name);
-            match OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(FILE_MODE)
-                .open(&target)
-            {
+            let target = self.dir.join(&name);
+            // `O_EXCL`: a name already taken (even by a link) is skipped.
+            match self.dir.open(&name, Access::WriteCreateNew) {
                 Ok(mut file) => {
                     file.write_all(bytes)
                         .and_then(|()| file.sync_all())
                         .map_err(io_err(&target))?;
-                    sync_dir(&self.path)?;
+                    self.dir.sync()?;
                     return Ok(target);
                 }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => n += 1,
-                Err(e) => return Err(io_err(&target)(e)),
+                Err(e) if e.io_kind() == Some(io::ErrorKind::AlreadyExists) => n += 1,
+                Err(e) => return Err(e.into()),
             }
         }
     }
@@ -1094,7 +1201,7 @@ impl ControlDir {
     /// # Errors
     /// [`ControlDirError::Io`] if it exists but cannot be read.
     pub fn read_run(&self) -> Result<MarkerRead<RunMarker>, ControlDirError> {
-        read_marker(&self.run_path(), RUN_MAGIC)
+        read_marker(&self.dir, "run", RUN_MAGIC)
     }
 
     /// Write the hold marker atomically: the next daemon starts stopped.
@@ -1111,13 +1218,10 @@ impl ControlDir {
     /// [`ControlDirError::Io`] if it cannot be removed or the directory
     /// cannot be fsynced.
     pub fn clear_hold(&self) -> Result<(), ControlDirError> {
-        let path = self.hold_path();
-        match fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(io_err(&path)(e)),
+        if self.dir.unlink("hold")? {
+            self.dir.sync()?;
         }
-        sync_dir(&self.path)
+        Ok(())
     }
 
     /// Whether a stop is held. The marker's presence is what counts: a hold
@@ -1126,12 +1230,7 @@ impl ControlDir {
     /// # Errors
     /// [`ControlDirError::Io`] if its presence cannot be determined.
     pub fn is_held(&self) -> Result<bool, ControlDirError> {
-        let path = self.hold_path();
-        match fs::symlink_metadata(&path) {
-            Ok(_) => Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(io_err(&path)(e)),
-        }
+        Ok(self.dir.stat("hold")?.is_some())
     }
 
     /// The data dir's identity, if one was created.
@@ -1142,7 +1241,7 @@ impl ControlDir {
     /// it cannot be read.
     pub fn identity(&self) -> Result<Option<Identity>, ControlDirError> {
         let path = self.identity_path();
-        match read_marker::<Identity>(&path, IDENTITY_MAGIC)? {
+        match read_marker::<Identity>(&self.dir, "identity", IDENTITY_MAGIC)? {
             MarkerRead::Missing => Ok(None),
             MarkerRead::Valid(identity) if is_identity_id(&identity.id) => Ok(Some(identity)),
             MarkerRead::Valid(identity) => Err(ControlDirError::BadMarker {
@@ -1203,7 +1302,7 @@ impl ControlDir {
     /// and names the file. [`ControlDirError::Io`] if it cannot be read.
     pub fn read_overrides(&self) -> Result<Vec<(String, String)>, ControlDirError> {
         let path = self.overrides_path();
-        match read_marker::<Vec<(String, String)>>(&path, OVERRIDES_MAGIC)? {
+        match read_marker::<Vec<(String, String)>>(&self.dir, "overrides", OVERRIDES_MAGIC)? {
             MarkerRead::Missing => Ok(Vec::new()),
             MarkerRead::Valid(leaves) => Ok(leaves),
             MarkerRead::Unreadable(reason) => Err(ControlDirError::BadMarker { path, reason }),
@@ -1219,13 +1318,10 @@ impl ControlDir {
     /// the atomic write fails.
     pub fn write_overrides(&self, leaves: &[(String, String)]) -> Result<(), ControlDirError> {
         if leaves.is_empty() {
-            let path = self.overrides_path();
-            match fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-                Err(e) => return Err(io_err(&path)(e)),
+            if self.dir.unlink("overrides")? {
+                self.dir.sync()?;
             }
-            return sync_dir(&self.path);
+            return Ok(());
         }
         overrides_fit(leaves).map_err(|reason| ControlDirError::BadMarker {
             path: self.overrides_path(),
@@ -1242,55 +1338,36 @@ impl ControlDir {
         magic: [u8; 8],
         value: &T,
     ) -> Result<(), ControlDirError> {
-        let target = self.path.join(name);
+        let target = self.dir.join(name);
         let bytes = encode_marker(magic, value).map_err(|reason| ControlDirError::BadMarker {
             path: target.clone(),
             reason,
         })?;
-        let tmp = self.path.join(format!(".{name}.tmp"));
-        match fs::remove_file(&tmp) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_err(&tmp)(e)),
-        }
-        let written = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(FILE_MODE)
-            .open(&tmp)
+        let tmp_name = format!(".{name}.tmp");
+        let tmp = self.dir.join(&tmp_name);
+        // A stale temp file (or a link planted in its place) is unlinked,
+        // then the temp file is created `O_EXCL | O_NOFOLLOW`.
+        let written = self
+            .dir
+            .create_temp(&tmp_name)
+            .map_err(ControlDirError::from)
             .and_then(|mut file| {
-                file.write_all(&bytes)?;
-                file.sync_all()
+                file.write_all(&bytes)
+                    .and_then(|()| file.sync_all())
+                    .map_err(io_err(&tmp))
             });
         if let Err(e) = written {
-            let _ = fs::remove_file(&tmp);
-            return Err(io_err(&tmp)(e));
+            let _ = self.dir.unlink(&tmp_name);
+            return Err(e);
         }
         crate::failpoint::hit("marker.before_rename");
-        if let Err(e) = fs::rename(&tmp, &target) {
-            let _ = fs::remove_file(&tmp);
-            return Err(io_err(&target)(e));
+        if let Err(e) = self.dir.rename(&tmp_name, name) {
+            let _ = self.dir.unlink(&tmp_name);
+            return Err(e.into());
         }
         crate::failpoint::hit("marker.before_dir_fsync");
-        sync_dir(&self.path)
+        Ok(self.dir.sync()?)
     }
-}
-
-fn open_journal_file(path: &Path, create_new: bool) -> io::Result<File> {
-    let mut options = OpenOptions::new();
-    options.read(true).append(true).mode(FILE_MODE);
-    if create_new {
-        options.create_new(true);
-    }
-    options.open(path)
-}
-
-/// fsync a directory, so the entries created, renamed or removed in it are
-/// durable.
-fn sync_dir(dir: &Path) -> Result<(), ControlDirError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err(dir))
 }
 
 fn is_identity_id(id: &str) -> bool {
@@ -1307,10 +1384,8 @@ fn is_identity_id(id: &str) -> bool {
 /// As [`ControlDir::read_journal`].
 pub fn read_journal(path: &Path) -> Result<Vec<Record>, ControlDirError> {
     let path = path.to_path_buf();
-    let bytes = match fs::read(&path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io_err(&path)(e)),
+    let Some(bytes) = fsx::read_nofollow(&path, u64::MAX)? else {
+        return Ok(Vec::new());
     };
     match journal::decode(&bytes) {
         Ok(decoded) => Ok(decoded.records),
@@ -1406,19 +1481,14 @@ fn decode_marker<T: DeserializeOwned>(magic: [u8; 8], bytes: &[u8]) -> Result<T,
 /// Read a marker file: missing, valid, or unreadable (and why). Reads at
 /// most one byte past the largest possible marker.
 fn read_marker<T: DeserializeOwned>(
-    path: &Path,
+    dir: &Dir,
+    name: &str,
     magic: [u8; 8],
 ) -> Result<MarkerRead<T>, ControlDirError> {
-    let file = match File::open(path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(MarkerRead::Missing),
-        Err(e) => return Err(io_err(path)(e)),
-    };
     let cap = MARKER_HEADER_LEN as u64 + u64::from(MAX_MARKER_PAYLOAD) + 1;
-    let mut bytes = Vec::new();
-    file.take(cap)
-        .read_to_end(&mut bytes)
-        .map_err(io_err(path))?;
+    let Some(bytes) = dir.read(name, cap)? else {
+        return Ok(MarkerRead::Missing);
+    };
     Ok(match decode_marker(magic, &bytes) {
         Ok(value) => MarkerRead::Valid(value),
         Err(reason) => MarkerRead::Unreadable(reason),

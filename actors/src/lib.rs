@@ -21,6 +21,8 @@
 //! - [`replacement`]: the Replacement actor (the upgrade lock, one
 //!   transaction at a time, its report).
 //! - [`clock`], [`context`]: the supervisor's clock and fixed context.
+//! - [`fsx`]: opening files in a trusted directory without following links
+//!   (the data dir, the control dir, every file in them).
 //! - [`failpoint`]: `SIGKILL` at a named point, armed by an environment
 //!   variable, for the crash harness.
 
@@ -34,6 +36,7 @@ pub mod context;
 pub mod control_dir;
 pub mod drain;
 pub mod failpoint;
+pub mod fsx;
 pub mod journal;
 pub mod ledger;
 pub mod lifecycle;

@@ -21,8 +21,7 @@
 //! - **The report is published step by step** and ends with the runner's
 //!   result, committed flag included (`the_report_follows_every_step`).
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -97,14 +96,10 @@ pub fn upgrade_lock_path(data_dir: &Path) -> PathBuf {
 /// [`ReplaceRefusal::Io`] when it cannot be opened.
 pub fn try_upgrade_lock(data_dir: &Path) -> Result<File, ReplaceRefusal> {
     let path = upgrade_lock_path(data_dir);
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .mode(0o600)
-        .open(&path)
-        .map_err(|e| ReplaceRefusal::Io(format!("{}: {e}", path.display())))?;
+    // Through the trusted control dir, without following a link (`crate::fsx`).
+    let file = crate::fsx::open_control_dir(data_dir, crate::control_dir::CONTROL_DIR_NAME)
+        .and_then(|dir| dir.open("upgrade.lock", crate::fsx::Access::ReadWriteCreate))
+        .map_err(|e| ReplaceRefusal::Io(e.to_string()))?;
     match file.try_lock() {
         Ok(()) => Ok(file),
         Err(std::fs::TryLockError::WouldBlock) => {

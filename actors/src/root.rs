@@ -32,6 +32,18 @@
 //!
 //! When Lifecycle stops normally (an exit), Root stops the tree and the
 //! supervisor's `run` returns the exit intent.
+//!
+//! **The data-dir lock is watched.** Every [`LOCK_CHECK_PERIOD`] Root checks,
+//! on a blocking thread, that its lock still guards the data dir
+//! ([`ControlDir::check_lock`]: the lock file still has a name, `lock` still
+//! names it, the control dir's path still names the directory it opened).
+//! `rm -rf` of a running daemon's data dir would otherwise let a second
+//! daemon start on the same path while this one runs on; on a loss Root logs
+//! an error and escalates as for a dead journal: the process exits with
+//! intent `relaunch` (exit code 75), and the relaunched daemon takes a fresh
+//! lock (or is refused by the one that now holds it). The journal checks the
+//! same before every append, so nothing is acknowledged in between. Checked
+//! by `files::a_daemon_whose_data_dir_is_removed_exits_for_a_relaunch`.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -54,6 +66,9 @@ use crate::replacement::{ReplacementActor, ReplacementArgs, ReplacementChannels,
 
 /// How many times Root restarts the journal or the watcher before it gives up.
 pub const RESTARTS: u32 = 3;
+
+/// How often Root checks that the data-dir lock still guards the data dir.
+pub const LOCK_CHECK_PERIOD: Duration = Duration::from_secs(1);
 
 /// Root.
 #[derive(Debug, Default)]
@@ -102,10 +117,15 @@ pub struct RootState {
     /// The journal's join handle, apart: a restart waits for the dead
     /// journal to be gone (its writer dropped) before reopening the file.
     journal_join: Option<JoinHandle<()>>,
+    /// The task that checks the data-dir lock every [`LOCK_CHECK_PERIOD`].
+    lock_watch: JoinHandle<()>,
 }
 
-/// Root takes no messages of its own; it acts on supervision events.
-pub enum RootMsg {}
+/// Root's own message; otherwise it acts on supervision events.
+pub enum RootMsg {
+    /// The data-dir lock was lost (the reason): escalate.
+    LockLost(String),
+}
 
 impl Actor for RootActor {
     type Msg = RootMsg;
@@ -193,6 +213,7 @@ impl Actor for RootActor {
         .await?;
         joins.push(replacement_join);
         lifecycle.cast(LifecycleMsg::Begin)?;
+        let lock_watch = tokio::spawn(watch_lock(Arc::clone(&control), myself.clone()));
         Ok(RootState {
             shared,
             control,
@@ -210,7 +231,25 @@ impl Actor for RootActor {
             stopping: false,
             joins,
             journal_join: Some(journal_join),
+            lock_watch,
         })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<RootMsg>,
+        message: RootMsg,
+        state: &mut RootState,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            RootMsg::LockLost(reason) => {
+                if !state.stopping {
+                    tracing::error!(%reason, "the data-dir lock was lost; ending the process for a relaunch");
+                    state.give_up(&myself);
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn handle_supervisor_evt(
@@ -328,6 +367,7 @@ impl Actor for RootActor {
         _myself: ActorRef<RootMsg>,
         state: &mut RootState,
     ) -> Result<(), ActorProcessingErr> {
+        state.lock_watch.abort();
         state.stop_children();
         let grace = state.shared.timings.drain_grace + Duration::from_secs(5);
         let journal = state.journal_join.take();
@@ -388,6 +428,25 @@ impl RootState {
 #[must_use]
 pub fn child_name(data_dir: &std::path::Path, role: &str, generation: u32) -> String {
     format!("steadfast:{}:{role}:{generation}", data_dir.display())
+}
+
+/// Check the data-dir lock every [`LOCK_CHECK_PERIOD`] on a blocking
+/// thread; on a loss (or a check that cannot run) tell Root, once.
+async fn watch_lock(control: Arc<ControlDir>, root: ActorRef<RootMsg>) {
+    loop {
+        tokio::time::sleep(LOCK_CHECK_PERIOD).await;
+        let control = Arc::clone(&control);
+        let checked = tokio::task::spawn_blocking(move || control.check_lock()).await;
+        let reason = match checked {
+            Ok(Ok(())) => continue,
+            Ok(Err(error)) => error.to_string(),
+            // The runtime is shutting down: nothing left to guard.
+            Err(error) if error.is_cancelled() => return,
+            Err(error) => format!("the lock check did not run: {error}"),
+        };
+        let _ = root.cast(RootMsg::LockLost(reason));
+        return;
+    }
 }
 
 async fn spawn_watcher(

@@ -22,12 +22,42 @@
 //!   boot never starts over a store nobody proved released. Checked by
 //!   `control_dir::probe_of_a_missing_lock_file_is_released` (the one
 //!   released-without-locking case).
+//! - **A transient holder is waited out, a real one is not.** A child
+//!   process forked by any thread of the daemon holds a copy of every open
+//!   descriptor, the store lock's included, until it execs (`O_CLOEXEC`
+//!   closes it then) or exits; a probe in that window would read `Held` and
+//!   wedge the daemon. So a probe that finds the lock taken tries again with
+//!   a doubling pause (2 ms up to 100 ms) for at most [`PROBE_PATIENCE`]
+//!   (1 s) before it reports `Held`: a fork-to-exec window is
+//!   microseconds to milliseconds; a holder past a second is a real one.
+//!   The probe is a blocking call and may take that long only when the
+//!   store is held. Checked by
+//!   `control_dir::probe_waits_out_a_child_holding_a_copy_of_the_lock` and
+//!   `control_dir::probe_reads_held_for_a_holder_past_its_patience`.
+//! - **No link is followed.** `store.lock` is opened relative to the data
+//!   dir's descriptor, `O_NOFOLLOW`, created 0600, in a data dir that is
+//!   trusted (`crate::fsx`): a link there is refused
+//!   ([`StoreError::Unsafe`]), its target untouched. Checked by
+//!   `control_dir::a_store_lock_symlink_is_refused`.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use steadfast_protocol::lifecycle::StoreOutcome;
+
+use crate::fsx::{Access, Dir, FsError, UnsafePath};
+
+/// How long [`StoreLock::probe`] keeps trying a lock it finds taken before
+/// it reports `Held` (see the module doc: a forked child holds a copy of the
+/// lock until it execs).
+pub const PROBE_PATIENCE: Duration = Duration::from_secs(1);
+
+/// The probe's first pause between tries; it doubles up to
+/// [`PROBE_MAX_PAUSE`].
+const PROBE_FIRST_PAUSE: Duration = Duration::from_millis(2);
+const PROBE_MAX_PAUSE: Duration = Duration::from_millis(100);
 
 /// The store lock's file name under the data dir.
 pub const STORE_LOCK_NAME: &str = "store.lock";
@@ -46,6 +76,19 @@ pub enum StoreError {
         /// The OS error.
         source: io::Error,
     },
+    /// The data dir or the lock file is not safe to use (a link, a
+    /// directory others can write).
+    #[error(transparent)]
+    Unsafe(#[from] UnsafePath),
+}
+
+impl From<FsError> for StoreError {
+    fn from(error: FsError) -> Self {
+        match error {
+            FsError::Unsafe(unsafe_path) => Self::Unsafe(unsafe_path),
+            FsError::Io { path, source } => Self::Io { path, source },
+        }
+    }
 }
 
 /// An exclusive lock on `<data_dir>/store.lock`, released on drop.
@@ -64,24 +107,22 @@ impl StoreLock {
         data_dir.join(STORE_LOCK_NAME)
     }
 
-    /// Take the store lock, creating the lock file if missing.
+    /// Take the store lock, creating the lock file (0600) if missing; the
+    /// data dir must exist and be trusted, and the file is opened without
+    /// following a link.
     ///
     /// # Errors
-    /// [`StoreError::Held`] if anyone holds it; [`StoreError::Io`] if the file
-    /// cannot be created, opened or locked.
+    /// [`StoreError::Held`] if anyone holds it; [`StoreError::Unsafe`] for a
+    /// link or an untrusted data dir; [`StoreError::Io`] if the file cannot
+    /// be created, opened or locked.
     pub fn acquire(data_dir: &Path) -> Result<Self, StoreError> {
         let path = Self::path_under(data_dir);
         let io_err = |source| StoreError::Io {
             path: path.clone(),
             source,
         };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(io_err)?;
+        let file =
+            Dir::open_data_dir(data_dir, false)?.open(STORE_LOCK_NAME, Access::ReadWriteCreate)?;
         match file.try_lock() {
             Ok(()) => Ok(Self { file, path }),
             Err(fs::TryLockError::WouldBlock) => Err(StoreError::Held(path)),
@@ -104,9 +145,9 @@ impl StoreLock {
             path: path.clone(),
             source,
         };
-        let ours = fs::metadata(&path).map_err(io_err)?;
+        let ours = Dir::open_data_dir(data_dir, false)?.stat(STORE_LOCK_NAME)?;
         let theirs = file.metadata().map_err(io_err)?;
-        if (ours.dev(), ours.ino()) != (theirs.dev(), theirs.ino()) {
+        if ours.is_none_or(|ours| (ours.st_dev, ours.st_ino) != (theirs.dev(), theirs.ino())) {
             return Err(StoreError::Held(path));
         }
         match file.try_lock() {
@@ -129,35 +170,61 @@ impl StoreLock {
     }
 
     /// Observe whether the store under `data_dir` is released by trying its
-    /// lock: won → unlocked at once, `Released`; would block → `Held`; no
-    /// lock file → `Released`; any other failure → `Held` naming it.
+    /// lock: won → unlocked at once, `Released`; no lock file (or no data
+    /// dir) → `Released`; would block → tried again with a doubling pause
+    /// until [`PROBE_PATIENCE`] has passed, then `Held` (a forked child's
+    /// copy of the descriptor is waited out; see the module doc); any other
+    /// failure (a link, an untrusted data dir) → `Held` naming it.
     #[must_use]
     pub fn probe(data_dir: &Path) -> StoreOutcome {
         let path = Self::path_under(data_dir);
-        let file = match File::open(&path) {
+        let opened = Dir::open_data_dir(data_dir, false)
+            .and_then(|dir| dir.open(STORE_LOCK_NAME, Access::Read));
+        let file = match opened {
             Ok(file) => file,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return StoreOutcome::Released,
+            Err(e) if e.io_kind() == Some(io::ErrorKind::NotFound) => {
+                return StoreOutcome::Released;
+            }
             Err(e) => {
                 return StoreOutcome::Held {
                     cause: format!("{} could not be opened to probe it: {e}", path.display()),
                 };
             }
         };
-        match file.try_lock() {
-            Ok(()) => match file.unlock() {
-                Ok(()) => StoreOutcome::Released,
-                // Closing the file below releases it regardless.
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "store probe unlock failed");
-                    StoreOutcome::Released
+        let started = Instant::now();
+        let mut pause = PROBE_FIRST_PAUSE;
+        loop {
+            match file.try_lock() {
+                Ok(()) => {
+                    return match file.unlock() {
+                        Ok(()) => StoreOutcome::Released,
+                        // Closing the file below releases it regardless.
+                        Err(e) => {
+                            tracing::warn!(path = %path.display(), error = %e, "store probe unlock failed");
+                            StoreOutcome::Released
+                        }
+                    };
                 }
-            },
-            Err(fs::TryLockError::WouldBlock) => StoreOutcome::Held {
-                cause: format!("{} is locked by another holder", path.display()),
-            },
-            Err(fs::TryLockError::Error(e)) => StoreOutcome::Held {
-                cause: format!("{} could not be probed: {e}", path.display()),
-            },
+                Err(fs::TryLockError::WouldBlock) => {
+                    let waited = started.elapsed();
+                    if waited >= PROBE_PATIENCE {
+                        return StoreOutcome::Held {
+                            cause: format!(
+                                "{} is locked by another holder (still after {} ms)",
+                                path.display(),
+                                waited.as_millis()
+                            ),
+                        };
+                    }
+                    std::thread::sleep(pause.min(PROBE_PATIENCE.saturating_sub(waited)));
+                    pause = (pause * 2).min(PROBE_MAX_PAUSE);
+                }
+                Err(fs::TryLockError::Error(e)) => {
+                    return StoreOutcome::Held {
+                        cause: format!("{} could not be probed: {e}", path.display()),
+                    };
+                }
+            }
         }
     }
 }

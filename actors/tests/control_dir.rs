@@ -17,6 +17,7 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use steadfast_actors::control_dir::{
     ControlDir, ControlDirError, Identity, MarkerRead, PreviousRun, Recovery, RunMarker,
 };
+use steadfast_actors::fsx::UnsafePath;
 use steadfast_actors::protocol::journal::{self, Record};
 use steadfast_actors::protocol::lifecycle::StoreOutcome;
 use steadfast_actors::store::{StoreError, StoreLock};
@@ -718,4 +719,441 @@ fn a_shared_journal_is_not_compacted_until_it_is_ours_alone() {
     let (writer, records, _) = candidate.open_journal().unwrap();
     assert_eq!(records.len(), 5, "not compacted at open either");
     assert!(!writer.wants_compaction());
+}
+
+// ---------------------------------------------------------------------------
+// Hostile local users (issue 11, item 2). The attacker is uid/gid 65534,
+// reached with `setpriv` (these tests run as root, like the daemon they
+// attack). Each test plants what a user owning or able to write the data dir
+// could plant, runs the daemon's open, and checks both that it is refused
+// with an error naming the path and that the link's target is unchanged
+// (bytes and mode).
+// ---------------------------------------------------------------------------
+
+/// The hostile user.
+const NOBODY: u32 = 65534;
+
+/// Run `sh -c script` in `dir` as uid/gid 65534, no supplementary groups.
+fn as_nobody(dir: &Path, script: &str) {
+    let status = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "sh",
+            "-c",
+            script,
+        ])
+        .current_dir(dir)
+        .status()
+        .expect("setpriv runs (the attack tests need root and setpriv)");
+    assert!(
+        status.success(),
+        "as uid 65534 in {}: {script}",
+        dir.display()
+    );
+}
+
+/// A root-owned 0755 base (so uid 65534 can reach inside), the data dir
+/// `data` (root, 0700), and `attacker`, a directory uid 65534 owns where its
+/// link targets live.
+struct Arena {
+    tmp: tempfile::TempDir,
+    data: std::path::PathBuf,
+    attacker: std::path::PathBuf,
+}
+
+fn arena() -> Arena {
+    let tmp = tempfile::tempdir().unwrap();
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let data = tmp.path().join("data");
+    fs::create_dir(&data).unwrap();
+    fs::set_permissions(&data, fs::Permissions::from_mode(0o700)).unwrap();
+    let attacker = tmp.path().join("attacker");
+    fs::create_dir(&attacker).unwrap();
+    std::os::unix::fs::chown(&attacker, Some(NOBODY), Some(NOBODY)).unwrap();
+    fs::set_permissions(&attacker, fs::Permissions::from_mode(0o755)).unwrap();
+    Arena {
+        tmp,
+        data,
+        attacker,
+    }
+}
+
+/// Let the attacker write `dir` while it plants (as if `dir` were world
+/// writable for a while), then give the directory back 0700: what was
+/// planted stays.
+fn plant(dir: &Path, script: &str) {
+    let before = fs::metadata(dir).unwrap().permissions().mode() & 0o7777;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o777)).unwrap();
+    as_nobody(dir, script);
+    fs::set_permissions(dir, fs::Permissions::from_mode(before)).unwrap();
+}
+
+/// What a path is, without following a link at it: its mode and, for a
+/// file, its bytes; for a directory, its sorted entries. `None` if missing.
+fn state_of(path: &Path) -> Option<(u32, Vec<u8>, Vec<String>)> {
+    let meta = fs::symlink_metadata(path).ok()?;
+    let mode = meta.permissions().mode() & 0o7777;
+    if meta.is_dir() {
+        let mut names: Vec<String> = fs::read_dir(path)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        Some((mode, Vec::new(), names))
+    } else {
+        Some((mode, fs::read(path).unwrap_or_default(), Vec::new()))
+    }
+}
+
+/// The daemon's open of a data dir, as far as it gets: the control dir, the
+/// journal, a run marker. The first error, rendered.
+fn daemon_open(data: &Path) -> Result<(), String> {
+    let cd = ControlDir::open(data).map_err(|e| e.to_string())?;
+    let (mut journal, _, _) = cd.open_journal().map_err(|e| e.to_string())?;
+    journal.append(&[record(1)]).map_err(|e| e.to_string())?;
+    cd.write_run(&RunMarker::Holding { pid: 1, attempt: 1 })
+        .map_err(|e| e.to_string())
+}
+
+/// A `.steadfast` planted as a link to a directory the attacker owns: it
+/// was followed (the target chmodded 0700 and filled with `lock`,
+/// `journal`, `run`). Now refused, naming the link; the target is as it was.
+#[test]
+fn a_control_dir_symlink_is_refused_and_its_target_untouched() {
+    let a = arena();
+    as_nobody(&a.attacker, "mkdir -m 0755 evil && echo keep > evil/file");
+    let target = a.attacker.join("evil");
+    let before = state_of(&target);
+    plant(&a.data, &format!("ln -s {} .steadfast", target.display()));
+
+    let result = daemon_open(&a.data);
+    assert_eq!(state_of(&target), before, "the link's target was changed");
+    let error = result.expect_err("a .steadfast link is refused");
+    assert!(
+        error.contains(&a.data.join(".steadfast").display().to_string()),
+        "{error}"
+    );
+    assert!(error.contains("symbolic link"), "{error}");
+    // The typed error, naming the link.
+    match ControlDir::open(&a.data) {
+        Err(ControlDirError::Unsafe(UnsafePath::Symlink { path })) => {
+            assert_eq!(path, a.data.join(".steadfast"));
+        }
+        other => panic!("expected an unsafe-path refusal, got {other:?}"),
+    }
+    assert_eq!(state_of(&target), before);
+}
+
+/// `lock` planted as a link to a path that does not exist yet, in the
+/// attacker's directory: the daemon created it (root-owned) through the
+/// link. Now refused; nothing created.
+#[test]
+fn a_planted_lock_symlink_is_refused() {
+    let a = arena();
+    drop(ControlDir::open(&a.data).unwrap());
+    let cd = ControlDir::under(&a.data);
+    fs::remove_file(cd.join("lock")).unwrap();
+    let target = a.attacker.join("made-by-root");
+    plant(&cd, &format!("ln -s {} lock", target.display()));
+    let result = daemon_open(&a.data);
+    assert_eq!(
+        state_of(&target),
+        None,
+        "a file was created through the lock link"
+    );
+    let error = result.expect_err("a lock link is refused");
+    assert!(
+        error.contains(&cd.join("lock").display().to_string()),
+        "{error}"
+    );
+    assert!(error.contains("symbolic link"), "{error}");
+}
+
+/// `journal` planted as a link to an existing root file (empty, 0644) the
+/// attacker cannot write: the daemon appended its header and records to it.
+/// Now refused; the target keeps its bytes and mode.
+#[test]
+fn a_planted_journal_symlink_is_refused() {
+    let b = arena();
+    drop(ControlDir::open(&b.data).unwrap());
+    let cd = ControlDir::under(&b.data);
+    let victim = b.tmp.path().join("victim");
+    fs::write(&victim, b"").unwrap();
+    fs::set_permissions(&victim, fs::Permissions::from_mode(0o644)).unwrap();
+    let before = state_of(&victim);
+    plant(&cd, &format!("ln -s {} journal", victim.display()));
+    let result = daemon_open(&b.data);
+    assert_eq!(
+        state_of(&victim),
+        before,
+        "the journal link's target was written"
+    );
+    let error = result.expect_err("a journal link is refused");
+    assert!(
+        error.contains(&cd.join("journal").display().to_string()),
+        "{error}"
+    );
+    assert!(error.contains("symbolic link"), "{error}");
+}
+
+/// `upgrade.lock` planted as a link: a replacement created its target
+/// through it. Now refused naming it.
+#[test]
+fn a_planted_upgrade_lock_symlink_is_refused() {
+    let a = arena();
+    drop(ControlDir::open(&a.data).unwrap());
+    let cd = ControlDir::under(&a.data);
+    let target = a.attacker.join("upgrade-target");
+    plant(&cd, &format!("ln -s {} upgrade.lock", target.display()));
+    let result = steadfast_actors::replacement::try_upgrade_lock(&a.data);
+    assert_eq!(
+        state_of(&target),
+        None,
+        "a file was created through the link"
+    );
+    let error = result
+        .expect_err("an upgrade.lock link is refused")
+        .to_string();
+    assert!(
+        error.contains(&cd.join("upgrade.lock").display().to_string()),
+        "{error}"
+    );
+    assert!(error.contains("symbolic link"), "{error}");
+}
+
+/// `store.lock` planted as a link in the data dir: the store's open step
+/// created the target (0644, root). Now refused, and the probe reads held
+/// (doubt), naming the file.
+#[test]
+fn a_store_lock_symlink_is_refused() {
+    let a = arena();
+    let target = a.attacker.join("store-target");
+    plant(&a.data, &format!("ln -s {} store.lock", target.display()));
+    let result = StoreLock::acquire(&a.data);
+    assert_eq!(
+        state_of(&target),
+        None,
+        "a file was created through the link"
+    );
+    let error = result
+        .expect_err("a store.lock link is refused")
+        .to_string();
+    assert!(
+        error.contains(&a.data.join("store.lock").display().to_string()),
+        "{error}"
+    );
+    assert!(error.contains("symbolic link"), "{error}");
+    match StoreLock::probe(&a.data) {
+        StoreOutcome::Held { cause } => assert!(cause.contains("symbolic link"), "{cause}"),
+        StoreOutcome::Released => panic!("a probe through a link reads released"),
+    }
+    assert_eq!(state_of(&target), None);
+}
+
+/// A journal with a second name (a hard link to a file elsewhere): appends
+/// went to that file too. Now refused before a byte is written.
+#[test]
+fn a_hard_linked_journal_is_refused() {
+    let a = arena();
+    drop(ControlDir::open(&a.data).unwrap());
+    let cd = ControlDir::under(&a.data);
+    let victim = a.tmp.path().join("victim");
+    fs::write(&victim, b"").unwrap();
+    fs::hard_link(&victim, cd.join("journal")).unwrap();
+    let result = daemon_open(&a.data);
+    assert_eq!(
+        fs::read(&victim).unwrap(),
+        b"",
+        "the other name was written"
+    );
+    let error = result.expect_err("a hard-linked journal is refused");
+    assert!(error.contains("hard links"), "{error}");
+    assert!(
+        error.contains(&cd.join("journal").display().to_string()),
+        "{error}"
+    );
+}
+
+/// A 0777 data dir: anyone could plant links in it. It was accepted
+/// silently; now refused naming the path and the fix, creating nothing.
+#[test]
+fn a_world_writable_data_dir_is_refused() {
+    let a = arena();
+    fs::set_permissions(&a.data, fs::Permissions::from_mode(0o777)).unwrap();
+    assert!(matches!(
+        ControlDir::open(&a.data),
+        Err(ControlDirError::Unsafe(UnsafePath::WritableByOthers {
+            mode: 0o777,
+            ..
+        }))
+    ));
+    let error = daemon_open(&a.data).expect_err("a 0777 data dir is refused");
+    assert!(error.contains(&a.data.display().to_string()), "{error}");
+    assert!(
+        error.contains("0777") && error.contains("chmod go-w"),
+        "{error}"
+    );
+    assert_eq!(
+        state_of(&a.data).map(|(_, _, names)| names),
+        Some(Vec::new()),
+        "nothing was created in it"
+    );
+    let error = StoreLock::acquire(&a.data)
+        .expect_err("the store lock too")
+        .to_string();
+    assert!(error.contains("chmod go-w"), "{error}");
+}
+
+/// A data dir another user owns: they could swap `.steadfast` at will. It
+/// was accepted; now refused naming the owner and the fix.
+#[test]
+fn a_data_dir_owned_by_another_user_is_refused() {
+    let a = arena();
+    std::os::unix::fs::chown(&a.data, Some(NOBODY), Some(NOBODY)).unwrap();
+    fs::set_permissions(&a.data, fs::Permissions::from_mode(0o755)).unwrap();
+    assert!(matches!(
+        ControlDir::open(&a.data),
+        Err(ControlDirError::Unsafe(UnsafePath::ForeignOwner {
+            owner: NOBODY,
+            ..
+        }))
+    ));
+    let error = daemon_open(&a.data).expect_err("another user's data dir is refused");
+    assert!(error.contains(&a.data.display().to_string()), "{error}");
+    assert!(
+        error.contains("owned by uid 65534") && error.contains("chown"),
+        "{error}"
+    );
+    assert_eq!(state_of(&a.data.join(".steadfast")), None);
+}
+
+/// A `.steadfast` another user made (in a data dir that was open to them):
+/// the daemon chmodded it 0700 and used it, files and all. Now refused; its
+/// mode and entries are as they were.
+#[test]
+fn a_control_dir_owned_by_another_user_is_refused() {
+    let a = arena();
+    plant(&a.data, "mkdir -m 0755 .steadfast");
+    let cd = ControlDir::under(&a.data);
+    let before = state_of(&cd);
+    let result = daemon_open(&a.data);
+    assert_eq!(
+        state_of(&cd),
+        before,
+        "the other user's directory was changed"
+    );
+    let error = result.expect_err("another user's control dir is refused");
+    assert!(error.contains(&cd.display().to_string()), "{error}");
+    assert!(error.contains("owned by uid 65534"), "{error}");
+}
+
+/// A control dir of ours left 0777 is tightened to 0700 through its
+/// descriptor before anything in it is opened (as before the descriptor
+/// mechanism: this one guards the behaviour, it did not fail before).
+#[test]
+fn a_loose_control_dir_of_ours_is_tightened() {
+    let a = arena();
+    drop(ControlDir::open(&a.data).unwrap());
+    let cd = ControlDir::under(&a.data);
+    fs::set_permissions(&cd, fs::Permissions::from_mode(0o777)).unwrap();
+    daemon_open(&a.data).unwrap();
+    assert_eq!(mode(&cd), 0o700);
+}
+
+// ---------------------------------------------------------------------------
+// Item 9: the false wedge and the removed lock.
+// ---------------------------------------------------------------------------
+
+/// A child process that holds a copy of the store lock's open file (as a
+/// child forked by any thread of the daemon does until it execs): after the
+/// store is dropped, a probe read `Held` — a wedge. It now waits the
+/// transient holder out (bounded by `PROBE_PATIENCE`) and reads `Released`.
+#[test]
+fn probe_waits_out_a_child_holding_a_copy_of_the_lock() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lock = StoreLock::acquire(tmp.path()).unwrap();
+    let copy = lock.file().try_clone().unwrap();
+    let mut child = Command::new("sleep")
+        .arg("0.2")
+        .stdin(Stdio::from(copy))
+        .spawn()
+        .unwrap();
+    drop(lock);
+    let probed = StoreLock::probe(tmp.path());
+    child.wait().unwrap();
+    assert_eq!(probed, StoreOutcome::Released);
+}
+
+/// A holder that keeps the lock past the probe's patience still reads
+/// `Held`: the wait is bounded, a real holder is not waited out.
+#[test]
+fn probe_reads_held_for_a_holder_past_its_patience() {
+    let tmp = tempfile::tempdir().unwrap();
+    let lock = StoreLock::acquire(tmp.path()).unwrap();
+    let copy = lock.file().try_clone().unwrap();
+    let mut child = Command::new("sleep")
+        .arg("600")
+        .stdin(Stdio::from(copy))
+        .spawn()
+        .unwrap();
+    drop(lock);
+    let probed = StoreLock::probe(tmp.path());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    match probed {
+        StoreOutcome::Held { cause } => assert!(cause.contains("store.lock"), "{cause}"),
+        StoreOutcome::Released => panic!("a real holder was waited out"),
+    }
+    assert_eq!(StoreLock::probe(tmp.path()), StoreOutcome::Released);
+}
+
+/// `rm -rf` of a running daemon's data dir: its lock belongs to a deleted
+/// file, so a second daemon can open the same path. The first one's journal
+/// went on acknowledging appends; now it refuses them, saying the lock was
+/// lost.
+#[test]
+fn a_removed_data_dir_loses_the_lock() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let cd = ControlDir::open(&data).unwrap();
+    let (mut journal, _, _) = cd.open_journal().unwrap();
+    journal.append(&[record(1)]).unwrap();
+    fs::remove_dir_all(&data).unwrap();
+    let second = ControlDir::open(&data).expect("the path is free again: why the check exists");
+    let error = journal
+        .append(&[record(2)])
+        .expect_err("no append after the lock is lost");
+    assert!(
+        matches!(error, ControlDirError::LockLost { .. }),
+        "{error:?}"
+    );
+    assert!(matches!(
+        cd.check_lock(),
+        Err(ControlDirError::LockLost { .. })
+    ));
+    let error = error.to_string();
+    assert!(error.contains("was lost"), "{error}");
+    assert!(
+        error.contains(&cd.lock_path().display().to_string()),
+        "{error}"
+    );
+    drop(second);
+}
+
+/// The data dir renamed away under a running daemon: the path is free for
+/// another daemon. The journal refuses to append.
+#[test]
+fn a_moved_data_dir_loses_the_lock() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let cd = ControlDir::open(&data).unwrap();
+    let (mut journal, _, _) = cd.open_journal().unwrap();
+    journal.append(&[record(1)]).unwrap();
+    fs::rename(&data, tmp.path().join("elsewhere")).unwrap();
+    let error = journal
+        .append(&[record(2)])
+        .expect_err("no append after the lock is lost");
+    assert!(error.to_string().contains("was lost"), "{error}");
 }

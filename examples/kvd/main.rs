@@ -14,9 +14,14 @@
 //! `serve` — and `log_level` and `max_connections` apply in place while
 //! `listen_addr` needs a restart. The process exits with its exit intent's
 //! code: 0 for halt, 75 for relaunch.
+//!
+//! `store.log` and `store.lock` are private (0600) and opened without
+//! following a link, in a data dir no other user can write, through
+//! `steadfast::actors::fsx` like steadfast's own files
+//! (`files::kvd_files_are_private`, `files::a_kvd_store_log_symlink_is_refused`).
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -264,17 +269,26 @@ impl Store {
     }
 }
 
+/// Open `store.log` (0600, created if missing) in the trusted data dir
+/// without following a link: `steadfast::actors::fsx`, the mechanism the
+/// control dir's files use. A link planted there is refused, naming it.
+fn open_store_log(path: &Path) -> std::io::Result<File> {
+    use steadfast::actors::fsx::{self, Access};
+    let data_dir = path.parent().unwrap_or_else(|| Path::new("."));
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("store.log");
+    fsx::open_in_data_dir(data_dir, name, Access::AppendCreate).map_err(std::io::Error::other)
+}
+
 /// Replay `store.log` under its lock: every complete line ([`line_body`]);
 /// a torn last line (a crash or a failed write mid-append, never
 /// acknowledged) is cut off; a damaged line refuses the replay
 /// ([`std::io::ErrorKind::InvalidData`]: a held failure).
 fn replay(path: &Path) -> std::io::Result<Store> {
     use std::io::Read;
-    let log = OpenOptions::new()
-        .create(true)
-        .read(true)
-        .append(true)
-        .open(path)?;
+    let log = open_store_log(path)?;
     log.lock()?;
     let mut bytes = Vec::new();
     (&log).read_to_end(&mut bytes)?;

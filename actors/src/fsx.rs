@@ -1,0 +1,548 @@
+//! Opening files in a trusted directory without following links: the one
+//! mechanism every file under the data dir and its control dir goes through
+//! (the control dir's lock, journal, markers and temp files, the store lock,
+//! the upgrade lock, the selection, kvd's `store.log`).
+//!
+//! A [`Dir`] is a directory opened once as a descriptor (`O_DIRECTORY`) and
+//! checked with `fstat`; every file in it is opened relative to that
+//! descriptor (`openat`), so a directory renamed or swapped for a link after
+//! the check cannot redirect a later open.
+//!
+//! # Invariants
+//! - **Trusted directories only.** A directory is used only when its owner is
+//!   the process's effective uid or root, and neither group nor others can
+//!   write it. The data dir is refused otherwise ([`UnsafePath::ForeignOwner`],
+//!   [`UnsafePath::WritableByOthers`]), naming the path and the fix; a
+//!   control dir this process owns with a loose mode is tightened to 0700
+//!   with `fchmod` on its descriptor (one owned by another uid is refused).
+//!   A sticky world-writable directory such as `/tmp` is refused too: it is
+//!   safe against renames, not against a planted `.steadfast`. Checked by
+//!   `control_dir::a_world_writable_data_dir_is_refused`,
+//!   `control_dir::a_data_dir_owned_by_another_user_is_refused`,
+//!   `control_dir::a_control_dir_owned_by_another_user_is_refused`,
+//!   `control_dir::a_loose_control_dir_of_ours_is_tightened`.
+//! - **No link is followed.** Subdirectories are opened
+//!   `O_DIRECTORY | O_NOFOLLOW` and files `O_NOFOLLOW | O_CLOEXEC`: a symlink
+//!   where a file or the control dir should be is refused with
+//!   [`UnsafePath::Symlink`] naming it, and its target is never opened,
+//!   written or chmodded. A file that is not a regular file (a FIFO, a
+//!   device) or that another uid owns or that has another hard link is
+//!   refused before a byte is read or written. Checked by
+//!   `control_dir::a_control_dir_symlink_is_refused_and_its_target_untouched`,
+//!   `control_dir::a_planted_lock_symlink_is_refused`,
+//!   `control_dir::a_planted_journal_symlink_is_refused`,
+//!   `control_dir::a_planted_upgrade_lock_symlink_is_refused`,
+//!   `replace::tests::a_planted_temp_file_symlink_is_not_written_through`,
+//!   `control_dir::a_store_lock_symlink_is_refused`,
+//!   `files::a_kvd_store_log_symlink_is_refused`,
+//!   `control_dir::a_hard_linked_journal_is_refused`.
+//! - **Private files, fresh temp files.** Files are created 0600, and an
+//!   existing one others can access (an older version's 0644 `store.lock`)
+//!   is made 0600 when opened; a temp file
+//!   is created `O_EXCL` after a stale one is unlinked (`unlinkat` removes a
+//!   planted link, never its target); renames are `renameat` within the
+//!   directory and directories are fsynced through their descriptor.
+//!   Checked by `control_dir::control_dir_is_0700_and_files_are_0600` and
+//!   `files::kvd_files_are_private`.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
+use rustix::io::Errno;
+
+/// The mode of every directory steadfast creates.
+pub const DIR_MODE: u32 = 0o700;
+
+/// The mode of every file steadfast creates.
+pub const FILE_MODE: u32 = 0o600;
+
+/// Why a path under the data dir is not used: what it is, and the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum UnsafePath {
+    /// A symbolic link where a file or directory should be.
+    #[error(
+        "{path} is a symbolic link: steadfast never follows a link in its data dir (its target was not touched); remove the link"
+    )]
+    Symlink {
+        /// The link.
+        path: PathBuf,
+    },
+    /// A directory owned by a uid other than this process's or root.
+    #[error(
+        "{path} is owned by uid {owner}, not {expected} (or root): another user could redirect the daemon's writes; chown it to uid {expected} or pick another directory"
+    )]
+    ForeignOwner {
+        /// The directory or file.
+        path: PathBuf,
+        /// Its owner.
+        owner: u32,
+        /// This process's effective uid.
+        expected: u32,
+    },
+    /// A directory group or others can write.
+    #[error(
+        "{path} has mode {mode:04o}: group or others can write it, so another user could plant links in it; run chmod go-w on it or pick another directory"
+    )]
+    WritableByOthers {
+        /// The directory.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// Not a directory where one should be.
+    #[error("{path} is not a directory: remove it or pick another data dir")]
+    NotADirectory {
+        /// The path.
+        path: PathBuf,
+    },
+    /// Not a regular file where one should be (a FIFO, a socket, a device).
+    #[error("{path} is not a regular file: remove it")]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+    },
+    /// A file with more than one name: writing it would write another path too.
+    #[error(
+        "{path} has {links} hard links: remove it (another name may point at a file outside the data dir)"
+    )]
+    HardLinked {
+        /// The file.
+        path: PathBuf,
+        /// Its link count.
+        links: u64,
+    },
+}
+
+/// A failure of an operation of this module: an unsafe path, or the OS.
+#[derive(Debug, thiserror::Error)]
+pub enum FsError {
+    /// The path is not safe to use (see [`UnsafePath`]).
+    #[error(transparent)]
+    Unsafe(#[from] UnsafePath),
+    /// An I/O operation on a path failed.
+    #[error("i/o error on {path}: {source}")]
+    Io {
+        /// The file or directory operated on.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+impl FsError {
+    /// The OS error's kind, if this is one.
+    #[must_use]
+    pub fn io_kind(&self) -> Option<io::ErrorKind> {
+        match self {
+            Self::Io { source, .. } => Some(source.kind()),
+            Self::Unsafe(_) => None,
+        }
+    }
+}
+
+fn os(path: &Path) -> impl FnOnce(Errno) -> FsError + '_ {
+    move |errno| FsError::Io {
+        path: path.to_path_buf(),
+        source: io::Error::from(errno),
+    }
+}
+
+/// This process's effective uid.
+#[must_use]
+pub fn euid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
+fn mode_bits(stat: &Stat) -> u32 {
+    // `st_mode`'s width differs between targets.
+    #[allow(clippy::unnecessary_cast)]
+    let mode = stat.st_mode as u32;
+    mode & 0o7777
+}
+
+/// How a file is opened by [`Dir::open`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Read only; the file must exist.
+    Read,
+    /// Read and write, created (0600) if missing, never truncated.
+    ReadWriteCreate,
+    /// Read and append, created (0600) if missing.
+    AppendCreate,
+    /// Read and append; the file must not exist (created 0600, `O_EXCL`).
+    AppendCreateNew,
+    /// Read and append; the file must exist.
+    Append,
+    /// Write only; the file must not exist (created 0600, `O_EXCL`).
+    WriteCreateNew,
+}
+
+impl Access {
+    fn flags(self) -> OFlags {
+        match self {
+            Self::Read => OFlags::RDONLY,
+            Self::ReadWriteCreate => OFlags::RDWR | OFlags::CREATE,
+            Self::AppendCreate => OFlags::RDWR | OFlags::APPEND | OFlags::CREATE,
+            Self::AppendCreateNew => OFlags::RDWR | OFlags::APPEND | OFlags::CREATE | OFlags::EXCL,
+            Self::Append => OFlags::RDWR | OFlags::APPEND,
+            Self::WriteCreateNew => OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL,
+        }
+    }
+}
+
+/// A trusted directory, open as a descriptor; every file in it is opened
+/// relative to it, without following links.
+#[derive(Debug)]
+pub struct Dir {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+impl Dir {
+    /// Open the data dir `path` (creating it and its missing parents 0700),
+    /// as a descriptor, and check it is trusted: owned by this process's
+    /// euid or root, not writable by group or others. The data dir may be
+    /// reached through a link the operator made (its path is theirs); what
+    /// it resolves to is what is checked.
+    ///
+    /// # Errors
+    /// [`UnsafePath::ForeignOwner`] / [`UnsafePath::WritableByOthers`] /
+    /// [`UnsafePath::NotADirectory`] naming the path and the fix;
+    /// [`FsError::Io`] if it cannot be created or opened.
+    pub fn open_data_dir(path: &Path, create: bool) -> Result<Self, FsError> {
+        if create {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(DIR_MODE)
+                .create(path)
+                .map_err(|source| FsError::Io {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+        }
+        let fd = rustix::fs::open(
+            path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|errno| {
+            if errno == Errno::NOTDIR {
+                UnsafePath::NotADirectory {
+                    path: path.to_path_buf(),
+                }
+                .into()
+            } else {
+                os(path)(errno)
+            }
+        })?;
+        let dir = Self {
+            fd,
+            path: path.to_path_buf(),
+        };
+        dir.check_trusted(false)?;
+        Ok(dir)
+    }
+
+    /// The control dir `name` under this directory: created 0700 if missing
+    /// (when `create`), opened `O_DIRECTORY | O_NOFOLLOW`, and checked like
+    /// the data dir, except that one this process owns with a loose mode is
+    /// tightened to 0700 through its descriptor.
+    ///
+    /// # Errors
+    /// [`UnsafePath::Symlink`] when `name` is a link; as
+    /// [`Self::open_data_dir`] otherwise. `NotFound` (as [`FsError::Io`])
+    /// when it is missing and `create` is false.
+    pub fn open_subdir(&self, name: &str, create: bool) -> Result<(Self, bool), FsError> {
+        let path = self.join(name);
+        let created = if create {
+            match rustix::fs::mkdirat(&self.fd, name, Mode::from_raw_mode(DIR_MODE as _)) {
+                Ok(()) => true,
+                Err(Errno::EXIST) => false,
+                Err(errno) => return Err(os(&path)(errno)),
+            }
+        } else {
+            false
+        };
+        let fd = rustix::fs::openat(
+            &self.fd,
+            name,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|errno| self.refusal(name, errno, true))?;
+        let dir = Self { fd, path };
+        dir.check_trusted(true)?;
+        Ok((dir, created))
+    }
+
+    /// Why opening `name` failed with `errno`: a link or a non-directory is
+    /// an [`UnsafePath`], anything else the OS error.
+    fn refusal(&self, name: &str, errno: Errno, want_dir: bool) -> FsError {
+        let path = self.join(name);
+        if matches!(errno, Errno::LOOP | Errno::NOTDIR | Errno::MLINK)
+            && let Ok(stat) = rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
+        {
+            let kind = FileType::from_raw_mode(stat.st_mode);
+            if kind == FileType::Symlink {
+                return UnsafePath::Symlink { path }.into();
+            }
+            if want_dir && kind != FileType::Directory {
+                return UnsafePath::NotADirectory { path }.into();
+            }
+        }
+        os(&path)(errno)
+    }
+
+    /// Check this directory's owner and mode through its descriptor; with
+    /// `fix`, a loose mode on a directory this process owns is set to 0700.
+    fn check_trusted(&self, fix: bool) -> Result<(), FsError> {
+        let stat = rustix::fs::fstat(&self.fd).map_err(os(&self.path))?;
+        let owner = stat.st_uid;
+        let me = euid();
+        if owner != me && owner != 0 {
+            return Err(UnsafePath::ForeignOwner {
+                path: self.path.clone(),
+                owner,
+                expected: me,
+            }
+            .into());
+        }
+        let mode = mode_bits(&stat);
+        if fix && owner == me {
+            if mode != DIR_MODE {
+                rustix::fs::fchmod(&self.fd, Mode::from_raw_mode(DIR_MODE as _))
+                    .map_err(os(&self.path))?;
+            }
+            return Ok(());
+        }
+        if mode & 0o022 != 0 {
+            return Err(UnsafePath::WritableByOthers {
+                path: self.path.clone(),
+                mode,
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    /// The directory's path (for errors and for readers by path).
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The path of `name` in this directory (for errors).
+    #[must_use]
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// The directory's descriptor.
+    #[must_use]
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Open the file `name` in this directory: `O_NOFOLLOW | O_CLOEXEC`,
+    /// created 0600 when `access` creates. The file must be a regular file
+    /// owned by this process's euid with one link; anything else is refused
+    /// before a byte is read or written. An existing file group or others
+    /// can access is made 0600 (`fchmod` on the descriptor).
+    ///
+    /// # Errors
+    /// [`UnsafePath::Symlink`], [`UnsafePath::NotAFile`],
+    /// [`UnsafePath::ForeignOwner`], [`UnsafePath::HardLinked`];
+    /// [`FsError::Io`] for the OS's refusals (`NotFound`, `AlreadyExists`).
+    pub fn open(&self, name: &str, access: Access) -> Result<File, FsError> {
+        let path = self.join(name);
+        // Non-blocking, so a FIFO planted here cannot hang the open; cleared
+        // once the file is known to be regular.
+        let flags = access.flags() | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+        let fd = rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(FILE_MODE as _))
+            .map_err(|errno| self.refusal(name, errno, false))?;
+        let stat = rustix::fs::fstat(&fd).map_err(os(&path))?;
+        check_file(&path, &stat)?;
+        if mode_bits(&stat) & 0o077 != 0 {
+            // Ours (checked above), but readable by others: a file an older
+            // version created 0644 is made private.
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(FILE_MODE as _)).map_err(os(&path))?;
+        }
+        let status = rustix::fs::fcntl_getfl(&fd).map_err(os(&path))?;
+        rustix::fs::fcntl_setfl(&fd, status.difference(OFlags::NONBLOCK)).map_err(os(&path))?;
+        Ok(File::from(fd))
+    }
+
+    /// A fresh temp file `name`, 0600, `O_EXCL`: whatever was at `name` (a
+    /// stale temp file, or a link someone planted) is unlinked first — the
+    /// entry, never what a link points at.
+    ///
+    /// # Errors
+    /// As [`Self::open`] and [`Self::unlink`].
+    pub fn create_temp(&self, name: &str) -> Result<File, FsError> {
+        self.unlink(name)?;
+        self.open(name, Access::WriteCreateNew)
+    }
+
+    /// Remove the entry `name` (a link is removed, not followed); `false`
+    /// when there was none.
+    ///
+    /// # Errors
+    /// [`FsError::Io`] if it cannot be removed.
+    pub fn unlink(&self, name: &str) -> Result<bool, FsError> {
+        match rustix::fs::unlinkat(&self.fd, name, AtFlags::empty()) {
+            Ok(()) => Ok(true),
+            Err(Errno::NOENT) => Ok(false),
+            Err(errno) => Err(os(&self.join(name))(errno)),
+        }
+    }
+
+    /// Rename `from` over `to`, both in this directory.
+    ///
+    /// # Errors
+    /// [`FsError::Io`] naming `to`.
+    pub fn rename(&self, from: &str, to: &str) -> Result<(), FsError> {
+        rustix::fs::renameat(&self.fd, from, &self.fd, to).map_err(os(&self.join(to)))
+    }
+
+    /// fsync the directory through its descriptor, so entries created,
+    /// renamed or removed in it are durable.
+    ///
+    /// # Errors
+    /// [`FsError::Io`] naming the directory.
+    pub fn sync(&self) -> Result<(), FsError> {
+        rustix::fs::fsync(&self.fd).map_err(os(&self.path))
+    }
+
+    /// What `name` is, without following a link; `None` when missing.
+    ///
+    /// # Errors
+    /// [`FsError::Io`] if it cannot be examined.
+    pub fn stat(&self, name: &str) -> Result<Option<Stat>, FsError> {
+        match rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) => Ok(Some(stat)),
+            Err(Errno::NOENT) => Ok(None),
+            Err(errno) => Err(os(&self.join(name))(errno)),
+        }
+    }
+
+    /// The directory itself, as `fstat` sees it.
+    ///
+    /// # Errors
+    /// [`FsError::Io`] naming it.
+    pub fn fstat(&self) -> Result<Stat, FsError> {
+        rustix::fs::fstat(&self.fd).map_err(os(&self.path))
+    }
+
+    /// Read at most `cap` bytes of `name` (opened as by [`Self::open`]);
+    /// `None` when it is missing.
+    ///
+    /// # Errors
+    /// As [`Self::open`], and [`FsError::Io`] if it cannot be read.
+    pub fn read(&self, name: &str, cap: u64) -> Result<Option<Vec<u8>>, FsError> {
+        let file = match self.open(name, Access::Read) {
+            Ok(file) => file,
+            Err(e) if e.io_kind() == Some(io::ErrorKind::NotFound) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut bytes = Vec::new();
+        file.take(cap)
+            .read_to_end(&mut bytes)
+            .map_err(|source| FsError::Io {
+                path: self.join(name),
+                source,
+            })?;
+        Ok(Some(bytes))
+    }
+}
+
+/// A file opened here must be a regular file, this process's, with one name.
+fn check_file(path: &Path, stat: &Stat) -> Result<(), FsError> {
+    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+        return Err(UnsafePath::NotAFile {
+            path: path.to_path_buf(),
+        }
+        .into());
+    }
+    let me = euid();
+    if stat.st_uid != me {
+        return Err(UnsafePath::ForeignOwner {
+            path: path.to_path_buf(),
+            owner: stat.st_uid,
+            expected: me,
+        }
+        .into());
+    }
+    #[allow(clippy::useless_conversion)]
+    let links = u64::from(stat.st_nlink);
+    if links > 1 {
+        return Err(UnsafePath::HardLinked {
+            path: path.to_path_buf(),
+            links,
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// Open the file `name` in the data dir `data_dir` (which must be trusted,
+/// and is created 0700 if missing) as by [`Dir::open`]: for files an
+/// application keeps beside its store (kvd's `store.log`).
+///
+/// # Errors
+/// As [`Dir::open_data_dir`] and [`Dir::open`].
+pub fn open_in_data_dir(data_dir: &Path, name: &str, access: Access) -> Result<File, FsError> {
+    Dir::open_data_dir(data_dir, true)?.open(name, access)
+}
+
+/// The control dir `<data_dir>/<name>` as a trusted [`Dir`], reached through
+/// a trusted data dir without following a link; not created.
+///
+/// # Errors
+/// As [`Dir::open_data_dir`] and [`Dir::open_subdir`].
+pub fn open_control_dir(data_dir: &Path, name: &str) -> Result<Dir, FsError> {
+    Ok(Dir::open_data_dir(data_dir, false)?
+        .open_subdir(name, false)?
+        .0)
+}
+
+/// Read at most `cap` bytes of the regular file at `path`, opened
+/// `O_NOFOLLOW` (a link there is refused, not followed); `None` when
+/// missing. For readers that have a path and no [`Dir`] (the `journal`
+/// control method).
+///
+/// # Errors
+/// [`UnsafePath::Symlink`] / [`UnsafePath::NotAFile`]; [`FsError::Io`].
+pub fn read_nofollow(path: &Path, cap: u64) -> Result<Option<Vec<u8>>, FsError> {
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+    let fd = match rustix::fs::open(path, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(Errno::LOOP) => {
+            return Err(UnsafePath::Symlink {
+                path: path.to_path_buf(),
+            }
+            .into());
+        }
+        Err(errno) => return Err(os(path)(errno)),
+    };
+    let stat = rustix::fs::fstat(&fd).map_err(os(path))?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+        return Err(UnsafePath::NotAFile {
+            path: path.to_path_buf(),
+        }
+        .into());
+    }
+    let mut bytes = Vec::new();
+    File::from(fd)
+        .take(cap)
+        .read_to_end(&mut bytes)
+        .map_err(|source| FsError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    Ok(Some(bytes))
+}
