@@ -38,7 +38,7 @@ use steadfast_protocol::snapshot::{
 use tokio::sync::{mpsc, watch};
 
 use crate::boot::BootMsg;
-use crate::config::{Fingerprint, check_data_dir};
+use crate::config::{Fingerprint, RESOLVE_DEADLINE, check_data_dir};
 use crate::context::Shared;
 use crate::control_dir::RunMarker;
 use crate::drain::DrainMsg;
@@ -659,10 +659,12 @@ impl LifecycleActorState {
                     RetryClass::Hold => {
                         // Settle against the file as it is now, not against
                         // the events that happened to arrive.
-                        let file_changed = matches!(
-                            (&self.shared.declared, self.boot_fingerprint),
-                            (Some(path), Some(before)) if Fingerprint::of_file(path) != before
-                        );
+                        let file_changed = match (&self.shared.declared, self.boot_fingerprint) {
+                            (Some(path), Some(before)) => {
+                                Fingerprint::of_file_within(path, RESOLVE_DEADLINE).await != before
+                            }
+                            _ => false,
+                        };
                         if file_changed || self.overrides_changed_since_boot() {
                             let _ = myself.cast(LifecycleMsg::ConfigChanged);
                         }
@@ -967,16 +969,14 @@ impl LifecycleActorState {
 
     /// Resolve the config again and hand it to the running runtime.
     async fn apply_config(&mut self, myself: &ActorRef<LifecycleMsg>) {
-        let source = self.shared.source.clone();
-        let resolved = match tokio::task::spawn_blocking(move || source.resolve()).await {
-            Ok(Ok(resolved)) => {
+        let resolved = self
+            .shared
+            .source
+            .resolve_within(RESOLVE_DEADLINE)
+            .await
+            .and_then(|resolved| {
                 check_data_dir(&resolved.config, &self.shared.data_dir).map(|()| resolved)
-            }
-            Ok(Err(error)) => Err(error),
-            Err(_) => Err(crate::config::ConfigError::Invalid(
-                "the config source panicked".into(),
-            )),
-        };
+            });
         let new = match resolved {
             Ok(resolved) => resolved.config,
             Err(error) => {
