@@ -498,7 +498,10 @@ async fn a_daemon_serves_tcp_and_creates_its_token_file() {
         .and_then(|l| l.local_addr())
         .expect("a free port");
     let token_path = tmp.path().join("control.token");
+    // Signals off: this process runs other tests, and a handler once
+    // installed would stay for its whole life.
     let options = steadfast::daemon::DaemonOptions::new()
+        .signals(false)
         .control_tcp(addr, &token_path)
         .create_token(true);
     let daemon = tokio::spawn(steadfast::daemon::run_with(
