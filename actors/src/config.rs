@@ -27,6 +27,18 @@
 //!   `data_dir` names another directory is refused with an error that names
 //!   `data_dir`. Checked by `tests::a_config_that_moves_the_data_dir_is_refused`
 //!   and `tests::the_same_data_dir_spelled_differently_is_accepted`.
+//! - **No path can make a read block or run without bound**: every read of
+//!   the declared file (a resolve, [`Fingerprint::of_file`], kvd's launch
+//!   read) is [`read_config_file`]: opened `O_NONBLOCK`, `fstat` of the
+//!   opened fd, regular files only (a symlink to one is fine), at most
+//!   [`MAX_CONFIG_BYTES`]; anything else is a typed error naming the path.
+//!   Resolves and fingerprints taken by the tree run on a blocking thread
+//!   under [`RESOLVE_DEADLINE`] ([`ConfigSource::resolve_within`],
+//!   [`Fingerprint::of_file_within`]). Checked by
+//!   `tests::a_config_path_that_is_not_a_regular_file_is_refused`,
+//!   `tests::a_config_over_the_cap_is_refused_unread`,
+//!   `config::a_source_that_blocks_is_given_up_at_the_deadline` and, over
+//!   real kvd processes, `tests/config_files.rs`.
 //! - **A parse error says where**: it names the file and toml's line and
 //!   column. Checked by `tests::a_parse_error_names_the_file_and_the_line`.
 //! - **The leaf diff is exact and sorted**: [`changed_leaves`] lists every leaf
