@@ -1288,6 +1288,27 @@ fn read_marker<T: DeserializeOwned>(
     })
 }
 
+/// How long [`ControlDir::open`] waits for the `lock` before it says
+/// [`ControlDirError::Locked`]. A child forked by any thread of this
+/// process holds a copy of the lock's descriptor until its exec closes it
+/// (`O_CLOEXEC`): milliseconds, not a second daemon. A real holder is still
+/// refused, this much later.
+pub const TRANSIENT_HOLDER_PATIENCE: Duration = Duration::from_secs(1);
+
+/// `try_lock`, retried while it would block, for up to
+/// [`TRANSIENT_HOLDER_PATIENCE`].
+fn try_lock_past_transient_holders(lock: &File) -> Result<(), fs::TryLockError> {
+    let deadline = Instant::now() + TRANSIENT_HOLDER_PATIENCE;
+    loop {
+        match lock.try_lock() {
+            Err(fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            other => return other,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1501,26 +1522,5 @@ mod tests {
                 attempt: None
             }
         );
-    }
-}
-
-/// How long [`ControlDir::open`] waits for the `lock` before it says
-/// [`ControlDirError::Locked`]. A child forked by any thread of this
-/// process holds a copy of the lock's descriptor until its exec closes it
-/// (`O_CLOEXEC`): milliseconds, not a second daemon. A real holder is still
-/// refused, this much later.
-pub const TRANSIENT_HOLDER_PATIENCE: Duration = Duration::from_secs(1);
-
-/// `try_lock`, retried while it would block, for up to
-/// [`TRANSIENT_HOLDER_PATIENCE`].
-fn try_lock_past_transient_holders(lock: &File) -> Result<(), fs::TryLockError> {
-    let deadline = Instant::now() + TRANSIENT_HOLDER_PATIENCE;
-    loop {
-        match lock.try_lock() {
-            Err(fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            other => return other,
-        }
     }
 }
