@@ -234,7 +234,10 @@ pub async fn run_with(
     signals.abort();
     notifier.abort();
     drop(control);
-    drop(control_tcp);
+    // The port is closed by the time `run_with` returns.
+    if let Some(tcp) = control_tcp {
+        tcp.shutdown().await;
+    }
     if std::env::var_os("NOTIFY_SOCKET").is_some() {
         let _ = sd_notify::notify(&[NotifyState::Stopping, NotifyState::Status("exiting")]);
     }
