@@ -1,6 +1,9 @@
 //! A small service for the supervisor's integration tests: a store lock, a
 //! real TCP listener and a serve task, with switches in its config to make a
 //! step panic, a drain leak the store, or the serve task end on its own.
+//! And `alone_in_process`: a test that measures its whole process (RSS,
+//! panics) re-runs itself as the only test of a child of its binary, so it
+//! checks the same under `cargo test` (many tests a process) as under nextest.
 
 #![allow(dead_code, missing_docs)]
 
