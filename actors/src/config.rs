@@ -646,6 +646,9 @@ impl TomlFileSource {
     }
 
     /// Declares the file at `path`; while it is missing it is an empty tier.
+    /// It is read through [`read_config_file`]: anything but a regular file
+    /// of at most [`MAX_CONFIG_BYTES`] fails the resolve (a FIFO, a device,
+    /// a directory, a socket, a bigger file), as any other unreadable file.
     pub fn declared_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.declared = Some(Declared {
             path: path.into(),
@@ -654,7 +657,10 @@ impl TomlFileSource {
         self
     }
 
-    /// Declares the file at `path`; while it is missing, resolving fails.
+    /// Declares the file at `path`; while it is missing, resolving fails
+    /// with [`ConfigError::Missing`] (what a `--config FILE` flag means: the
+    /// operator named a file, so its absence is a mistake, not "defaults").
+    /// Read as [`Self::declared_file`] reads it.
     pub fn required_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.declared = Some(Declared {
             path: path.into(),
