@@ -3,7 +3,9 @@
 //! supervisors, but only one of them answers signals and talks to systemd.
 //!
 //! - SIGTERM and SIGINT → `exit(halt)` (after a drain); SIGHUP → re-read the
-//!   config (a `config_changed`).
+//!   config (a `config_changed`). With [`DaemonOptions::signals`] off, no
+//!   handler is installed and the process's dispositions are left alone
+//!   (`daemon::run_with_signals_off_leaves_the_dispositions_alone`).
 //! - When `NOTIFY_SOCKET` is set: `READY=1` when the runtime first runs,
 //!   `STATUS=<state>` on every transition, `STOPPING=1` when exiting, and
 //!   `WATCHDOG=1` at half of `WATCHDOG_USEC` while the supervisor lives.
@@ -73,10 +75,16 @@ fn retry_name(retry: &steadfast_protocol::lifecycle::RetryClass) -> String {
     }
 }
 
-/// What [`run_with`] does besides signals and systemd.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// What [`run_with`] does besides systemd.
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DaemonOptions {
+    /// Answer SIGTERM / SIGINT (exit halt) and SIGHUP (reload) — on by
+    /// default. Off, the process's signal dispositions are left alone: for
+    /// an embedding that handles signals itself, or a test that runs a
+    /// daemon inside a process shared with other tests (a handler, once
+    /// installed, stays for the process's life).
+    pub signals: bool,
     /// Serve the control plane on the data directory's control socket
     /// (off by default).
     pub control_socket: bool,
@@ -89,14 +97,22 @@ pub struct DaemonOptions {
 }
 
 impl DaemonOptions {
-    /// The defaults: no control socket, no TCP.
+    /// The defaults: signals answered, no control socket, no TCP.
     #[must_use]
     pub const fn new() -> Self {
         Self {
+            signals: true,
             control_socket: false,
             control_tcp: None,
             create_token: false,
         }
+    }
+
+    /// Answer (or not) SIGTERM, SIGINT and SIGHUP.
+    #[must_use]
+    pub const fn signals(mut self, on: bool) -> Self {
+        self.signals = on;
+        self
     }
 
     /// Serve (or not) the control socket.
@@ -121,6 +137,12 @@ impl DaemonOptions {
     pub const fn create_token(mut self, on: bool) -> Self {
         self.create_token = on;
         self
+    }
+}
+
+impl Default for DaemonOptions {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -185,7 +207,15 @@ pub async fn run_with(
         None
     };
     let control_tcp = serve_tcp(&options, &handle);
-    let signals = tokio::spawn(answer_signals(handle.clone()));
+    let signals = tokio::spawn({
+        let handle = handle.clone();
+        let on = options.signals;
+        async move {
+            if on {
+                answer_signals(handle).await;
+            }
+        }
+    });
     let notifier = tokio::spawn(notify_systemd(handle.clone()));
     let mut handed_over = handle.handed_over();
     let intent = tokio::select! {
@@ -204,7 +234,10 @@ pub async fn run_with(
     signals.abort();
     notifier.abort();
     drop(control);
-    drop(control_tcp);
+    // The port is closed by the time `run_with` returns.
+    if let Some(tcp) = control_tcp {
+        tcp.shutdown().await;
+    }
     if std::env::var_os("NOTIFY_SOCKET").is_some() {
         let _ = sd_notify::notify(&[NotifyState::Stopping, NotifyState::Status("exiting")]);
     }

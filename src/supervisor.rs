@@ -522,16 +522,18 @@ impl SupervisorHandle {
                 .collect(),
             ..ConfigView::default()
         };
-        let source = self.source.clone();
-        match tokio::task::spawn_blocking(move || source.resolve()).await {
-            Ok(Ok(resolved)) => {
+        match self
+            .source
+            .resolve_within(steadfast_actors::config::RESOLVE_DEADLINE)
+            .await
+        {
+            Ok(resolved) => {
                 view.effective = match leaf {
                     None => toml::to_string(&resolved.config).ok(),
                     Some(leaf) => lookup(&resolved.config, leaf).map(value_text),
                 };
             }
-            Ok(Err(error)) => view.error = Some(error.to_string()),
-            Err(_) => view.error = Some("the config source panicked".into()),
+            Err(error) => view.error = Some(error.to_string()),
         }
         Ok(view)
     }

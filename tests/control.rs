@@ -232,6 +232,10 @@ fn closed_by_peer(stream: &mut StdUnixStream) -> bool {
 /// anything is buffered; other clients are still answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_frame_over_the_limit_closes_that_connection_only() {
+    // It counts panics (or measures RSS) process-wide: alone in a process.
+    if !alone_in_process("a_frame_over_the_limit_closes_that_connection_only") {
+        return;
+    }
     count_panics();
     let tmp = tempfile::tempdir().expect("tempdir");
     let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
@@ -279,6 +283,10 @@ impl SplitMix {
 /// the daemon still answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn random_frames_do_not_hurt_the_daemon() {
+    // It counts panics (or measures RSS) process-wide: alone in a process.
+    if !alone_in_process("random_frames_do_not_hurt_the_daemon") {
+        return;
+    }
     const CONNECTIONS: usize = 2_000;
     const FRAMES_PER_CONNECTION: usize = 50;
     count_panics();
@@ -365,6 +373,10 @@ struct RawContext {
 /// `SystemTime` turned relative) is clamped, answered, and nothing panics.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_deadline_of_u64_max_seconds_is_still_answered() {
+    // It counts panics (or measures RSS) process-wide: alone in a process.
+    if !alone_in_process("a_deadline_of_u64_max_seconds_is_still_answered") {
+        return;
+    }
     count_panics();
     let tmp = tempfile::tempdir().expect("tempdir");
     let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);

@@ -158,10 +158,11 @@ async fn watch_prints_transitions_and_phases_until_running() {
     };
     // Let the watcher see `stopped` first.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert!(matches!(
-        handle.snapshot().lifecycle,
-        LifecycleState::Stopped { .. }
-    ));
+    let lifecycle = handle.snapshot().lifecycle;
+    assert!(
+        matches!(lifecycle, LifecycleState::Stopped { .. }),
+        "stopped, then {lifecycle:?}"
+    );
     handle.start().await.expect("start");
     let out = tokio::time::timeout(PATIENCE, watcher)
         .await

@@ -3,7 +3,8 @@
 //! socket this test binds), reports `READY=1`, `STATUS=` and `WATCHDOG=1`,
 //! and on a real SIGTERM drains, says `STOPPING=1` and exits 0. It serves
 //! its control socket (`daemon::run_with`), which the real `steadfastctl`
-//! reads while it runs, and which is gone once it has exited.
+//! reads while it runs, and which is gone once it has exited. And
+//! `run_with` with signals off, in this process, catches no signal.
 
 mod processes;
 
@@ -108,4 +109,95 @@ fn a_daemon_notifies_systemd_and_exits_cleanly_on_sigterm() {
         !control_socket.exists(),
         "the control socket is removed at exit"
     );
+}
+
+/// The signals `/proc/self/status` says this process catches (`SigCgt`).
+fn caught_signals() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .expect("SigCgt")
+}
+
+/// `DaemonOptions::signals(false)`: a daemon run inside a process shared
+/// with other tests leaves the process's signal dispositions alone (a
+/// tokio handler, once installed, stays for the process's life, so under
+/// `cargo test` every later test in the binary would swallow SIGTERM and
+/// SIGINT). Before the option, `run_with` always caught SIGTERM, SIGINT
+/// and SIGHUP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_signals_off_leaves_the_dispositions_alone() {
+    const SIGHUP: u64 = 1 << (1 - 1);
+    const SIGINT: u64 = 1 << (2 - 1);
+    const SIGTERM: u64 = 1 << (15 - 1);
+    let ours = SIGHUP | SIGINT | SIGTERM;
+    assert_eq!(caught_signals() & ours, 0, "nothing caught them before");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let source = steadfast::TomlFileSource::new().into_source();
+    let service = std::sync::Arc::new(Idle);
+    let (supervisor, handle) = steadfast::Supervisor::new(steadfast::SupervisorConfig::new(
+        tmp.path(),
+        source,
+        service,
+    ))
+    .expect("a supervisor");
+    let options = steadfast::daemon::DaemonOptions::new().signals(false);
+    let daemon = tokio::spawn(steadfast::daemon::run_with(
+        supervisor,
+        handle.clone(),
+        options,
+    ));
+    let mut watch = handle.watch();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        watch.wait_for(|s| matches!(s.lifecycle, steadfast::LifecycleState::Running { .. })),
+    )
+    .await
+    .expect("running in time")
+    .expect("running");
+    assert_eq!(
+        caught_signals() & ours,
+        0,
+        "run_with(signals(false)) installed a signal handler"
+    );
+    handle
+        .exit(steadfast::ExitIntent::Halt)
+        .await
+        .expect("exit");
+    assert_eq!(daemon.await.expect("task"), steadfast::ExitIntent::Halt);
+}
+
+/// A service with nothing to boot.
+struct Idle;
+
+impl steadfast::Service for Idle {
+    fn plan(&self, _config: &toml::Table) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn execute<'a>(
+        &'a self,
+        _step: &'a str,
+        _cx: steadfast::StepContext<'a>,
+    ) -> steadfast::BoxFuture<'a, Result<steadfast::ResourceRecord, steadfast::StepError>> {
+        Box::pin(async { Err(steadfast::StepError::hold("no steps")) })
+    }
+
+    fn observe<'a>(
+        &'a self,
+        _checkpoint: &'a steadfast::Checkpoint,
+        _runtime: &'a steadfast::Runtime,
+    ) -> steadfast::BoxFuture<'a, steadfast::Observation> {
+        Box::pin(async { steadfast::Observation::Gone })
+    }
+
+    fn destroy<'a>(
+        &'a self,
+        _checkpoint: &'a steadfast::Checkpoint,
+        _runtime: &'a mut steadfast::Runtime,
+    ) -> steadfast::BoxFuture<'a, Result<(), steadfast::StepError>> {
+        Box::pin(async { Ok(()) })
+    }
 }

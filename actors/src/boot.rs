@@ -39,14 +39,14 @@ use steadfast_protocol::lifecycle::{FailureClass, FailureReport, Phase, StoreOut
 use steadfast_protocol::snapshot::PhaseOutcome;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Fingerprint, check_data_dir};
+use crate::config::{Fingerprint, RESOLVE_DEADLINE, check_data_dir};
 use crate::context::Shared;
 use crate::drain::teardown;
 use crate::journal::JournalMsg;
 use crate::lifecycle::{BootReport, LifecycleMsg};
 use crate::service::{
     Checkpoint, LiveRuntime, Observation, Runtime, StepContext, StepError, StepProgress,
-    panic_message, spawn_watched,
+    spawn_watched,
 };
 use crate::store::StoreLock;
 
@@ -260,17 +260,15 @@ async fn run_attempt(
     // ── resolve_config ──────────────────────────────────────────────────
     let phase = Phase::RESOLVE_CONFIG;
     let started = reporter.started(&phase, 1, 0);
-    let fingerprint = shared.declared.as_deref().map(Fingerprint::of_file);
-    let source = shared.source.clone();
-    let resolved = match tokio::task::spawn_blocking(move || source.resolve()).await {
-        Ok(Ok(resolved)) => check_data_dir(&resolved.config, &shared.data_dir).map(|()| resolved),
-        Ok(Err(error)) => Err(error),
-        Err(join) => Err(crate::config::ConfigError::Invalid(format!(
-            "the config source panicked: {}",
-            join.try_into_panic()
-                .map_or_else(|_| "cancelled".to_owned(), |p| panic_message(p.as_ref()))
-        ))),
+    let fingerprint = match shared.declared.as_deref() {
+        Some(path) => Some(Fingerprint::of_file_within(path, RESOLVE_DEADLINE).await),
+        None => None,
     };
+    let resolved = shared
+        .source
+        .resolve_within(RESOLVE_DEADLINE)
+        .await
+        .and_then(|resolved| check_data_dir(&resolved.config, &shared.data_dir).map(|()| resolved));
     let config = match resolved {
         Ok(resolved) => resolved.config,
         Err(error) => {

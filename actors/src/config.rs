@@ -27,6 +27,18 @@
 //!   `data_dir` names another directory is refused with an error that names
 //!   `data_dir`. Checked by `tests::a_config_that_moves_the_data_dir_is_refused`
 //!   and `tests::the_same_data_dir_spelled_differently_is_accepted`.
+//! - **No path can make a read block or run without bound**: every read of
+//!   the declared file (a resolve, [`Fingerprint::of_file`], kvd's launch
+//!   read) is [`read_config_file`]: opened `O_NONBLOCK`, `fstat` of the
+//!   opened fd, regular files only (a symlink to one is fine), at most
+//!   [`MAX_CONFIG_BYTES`]; anything else is a typed error naming the path.
+//!   Resolves and fingerprints taken by the tree run on a blocking thread
+//!   under [`RESOLVE_DEADLINE`] ([`ConfigSource::resolve_within`],
+//!   [`Fingerprint::of_file_within`]). Checked by
+//!   `tests::a_config_path_that_is_not_a_regular_file_is_refused`,
+//!   `tests::a_config_over_the_cap_is_refused_unread`,
+//!   `config::a_source_that_blocks_is_given_up_at_the_deadline` and, over
+//!   real kvd processes, `tests/config_files.rs`.
 //! - **A parse error says where**: it names the file and toml's line and
 //!   column. Checked by `tests::a_parse_error_names_the_file_and_the_line`.
 //! - **The leaf diff is exact and sorted**: [`changed_leaves`] lists every leaf
@@ -43,6 +55,7 @@ use std::fmt;
 use std::io;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
 
 use toml::{Table, Value};
 
@@ -59,8 +72,37 @@ pub struct Fingerprint(Repr);
 enum Repr {
     /// The file was read: its length and the crc32c of its bytes.
     Bytes { len: u64, crc: u32 },
-    /// The file could not be read (`NotFound` for a missing file).
-    Unreadable(io::ErrorKind),
+    /// The file could not be read.
+    Unreadable(Unreadable),
+}
+
+/// Why a fingerprinted file could not be read.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum Unreadable {
+    /// The operating system's reason (`NotFound` for a missing file).
+    Io(io::ErrorKind),
+    /// Not a regular file: what it is instead.
+    NotRegular(&'static str),
+    /// Over [`MAX_CONFIG_BYTES`]: the length `fstat` gave.
+    TooLarge(u64),
+    /// The read did not finish within its deadline.
+    TimedOut,
+}
+
+impl Unreadable {
+    /// How a failed [`read_config_file`] shows in a fingerprint.
+    fn of(error: &ConfigError) -> Self {
+        match error {
+            ConfigError::Missing { .. } => Self::Io(io::ErrorKind::NotFound),
+            ConfigError::Read { source, .. } => Self::Io(source.kind()),
+            ConfigError::NotRegular { kind, .. } => Self::NotRegular(kind),
+            ConfigError::TooLarge { len, .. } => Self::TooLarge(*len),
+            ConfigError::TimedOut { .. } => Self::TimedOut,
+            ConfigError::Parse { .. }
+            | ConfigError::MovesDataDir { .. }
+            | ConfigError::Invalid(_) => Self::Io(io::ErrorKind::Other),
+        }
+    }
 }
 
 impl Fingerprint {
@@ -73,19 +115,32 @@ impl Fingerprint {
         })
     }
 
-    /// The fingerprint of the file at `path` as it is now. A missing or
-    /// unreadable file has a fingerprint of its own, distinct from that of
-    /// any contents (an empty file included).
+    /// The fingerprint of the file at `path` as it is now, read through
+    /// [`read_config_file`] (the same bounded read a resolve makes). A
+    /// missing or unreadable file — not a regular file, over the size cap —
+    /// has a fingerprint of its own, distinct from that of any contents (an
+    /// empty file included). Blocking: off an actor's handler, use
+    /// [`Fingerprint::of_file_within`].
     pub fn of_file(path: &Path) -> Self {
-        match std::fs::read(path) {
+        match read_config_file(path) {
             Ok(bytes) => Self::of_bytes(&bytes),
-            Err(e) => Self::unreadable(e.kind()),
+            Err(error) => Self(Repr::Unreadable(Unreadable::of(&error))),
+        }
+    }
+
+    /// [`Fingerprint::of_file`] on a blocking thread, given up after
+    /// `deadline` (a read that did not finish has a fingerprint of its own).
+    pub async fn of_file_within(path: &Path, deadline: Duration) -> Self {
+        let owned = path.to_path_buf();
+        match within(deadline, move || Ok(Self::of_file(&owned))).await {
+            Ok(fingerprint) => fingerprint,
+            Err(_) => Self(Repr::Unreadable(Unreadable::TimedOut)),
         }
     }
 
     /// The fingerprint of a file that could not be read for `kind`.
     fn unreadable(kind: io::ErrorKind) -> Self {
-        Self(Repr::Unreadable(kind))
+        Self(Repr::Unreadable(Unreadable::Io(kind)))
     }
 
     /// Whether the file could be read when this fingerprint was taken.
@@ -98,7 +153,7 @@ impl fmt::Debug for Fingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
             Repr::Bytes { len, crc } => write!(f, "Fingerprint({len} bytes, crc32c {crc:08x})"),
-            Repr::Unreadable(kind) => write!(f, "Fingerprint(unreadable: {kind:?})"),
+            Repr::Unreadable(why) => write!(f, "Fingerprint(unreadable: {why:?})"),
         }
     }
 }
@@ -123,6 +178,49 @@ pub enum ConfigError {
         path: PathBuf,
         /// The operating system's reason.
         source: io::Error,
+    },
+    /// A required declared file (kvd's `--config`) does not exist.
+    #[error(
+        "config file {} does not exist; create it, or do not declare it (drop --config) to run on the defaults",
+        path.display()
+    )]
+    Missing {
+        /// The declared file.
+        path: PathBuf,
+    },
+    /// The declared path is not a regular file (a FIFO, a device, a
+    /// directory, a socket): reading it could block or never end.
+    #[error(
+        "config file {} is a {kind}, not a regular file; point the config at a regular file (a symlink to one is fine)",
+        path.display()
+    )]
+    NotRegular {
+        /// The declared file.
+        path: PathBuf,
+        /// What it is instead (`fifo`, `character device`, `directory`, ...).
+        kind: &'static str,
+    },
+    /// The declared file is over the size cap; it was not read.
+    #[error(
+        "config file {} holds {len} bytes, over the {limit}-byte (1 MiB) limit for a config file; make it smaller",
+        path.display()
+    )]
+    TooLarge {
+        /// The declared file.
+        path: PathBuf,
+        /// Its length when it was looked at (at least this much).
+        len: u64,
+        /// The cap, [`MAX_CONFIG_BYTES`].
+        limit: u64,
+    },
+    /// Resolving did not finish within its deadline (a read that blocks: a
+    /// hung file system, a config source that waits); it was given up on.
+    #[error(
+        "resolving the config did not finish within {after:?}; check that the declared file (and whatever the config source reads) can be read without blocking"
+    )]
+    TimedOut {
+        /// The deadline it ran past.
+        after: Duration,
     },
     /// The config names a `data_dir` other than the one the daemon holds.
     /// The data dir is fixed for the life of the daemon.
@@ -184,9 +282,139 @@ impl ConfigSource {
         Self(Arc::new(resolve))
     }
 
-    /// Resolves the effective config now.
+    /// Resolves the effective config now (blocking: off an actor's handler,
+    /// use [`ConfigSource::resolve_within`]).
     pub fn resolve(&self) -> Result<ResolvedConfig, ConfigError> {
         (self.0)()
+    }
+
+    /// Resolves on a blocking thread, given up after `deadline`: the caller
+    /// (a boot, a config change, a wipe, `config show`) goes on with
+    /// [`ConfigError::TimedOut`] while a read that hangs stays on its
+    /// thread. A panicking source is [`ConfigError::Invalid`].
+    pub async fn resolve_within(&self, deadline: Duration) -> Result<ResolvedConfig, ConfigError> {
+        let source = self.clone();
+        within(deadline, move || source.resolve()).await
+    }
+}
+
+/// How long a resolve (and a fingerprint of the declared file) may take
+/// before the daemon gives up on it: generous for a regular file, short
+/// enough that a blocked read never holds up `restart`, `stop` or an exit.
+pub const RESOLVE_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The most bytes a declared config file may hold (1 MiB). A bigger file is
+/// refused with [`ConfigError::TooLarge`], never read whole, never cut.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Runs `work` on a blocking thread and waits at most `deadline` for it.
+async fn within<T: Send + 'static>(
+    deadline: Duration,
+    work: impl FnOnce() -> Result<T, ConfigError> + Send + 'static,
+) -> Result<T, ConfigError> {
+    match tokio::time::timeout(deadline, tokio::task::spawn_blocking(work)).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(join)) => Err(ConfigError::Invalid(format!(
+            "the config source panicked: {}",
+            join.try_into_panic().map_or_else(
+                |_| "cancelled".to_owned(),
+                |panic| crate::service::panic_message(panic.as_ref())
+            )
+        ))),
+        Err(_) => Err(ConfigError::TimedOut { after: deadline }),
+    }
+}
+
+/// The bytes of the config file at `path`, read so that no path can make
+/// the read block or run without bound: the one read both a resolve and
+/// [`Fingerprint::of_file`] make.
+///
+/// - Opened `O_NONBLOCK` (a FIFO's open does not wait for a writer) and
+///   `O_NOCTTY`; a symlink is followed (this is the operator's own file,
+///   not the control directory).
+/// - The *opened* file is checked with `fstat` (not the path, which could be
+///   swapped in between): anything but a regular file is
+///   [`ConfigError::NotRegular`].
+/// - Over [`MAX_CONFIG_BYTES`] (by `fstat`, or by what a read finds if it
+///   grew since) is [`ConfigError::TooLarge`]; at most one byte over the cap
+///   is ever read.
+/// - A missing file is [`ConfigError::Missing`]; any other failure is
+///   [`ConfigError::Read`].
+///
+/// Checked by `tests::a_config_path_that_is_not_a_regular_file_is_refused`,
+/// `tests::a_config_over_the_cap_is_refused_unread` and, over real
+/// processes, `tests/config_files.rs`.
+pub fn read_config_file(path: &Path) -> Result<Vec<u8>, ConfigError> {
+    use rustix::fs::{Mode, OFlags};
+    use std::io::Read as _;
+
+    let read_error = |source: io::Error| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let fd = match rustix::fs::open(path, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => {
+            return Err(ConfigError::Missing {
+                path: path.to_path_buf(),
+            });
+        }
+        // A socket cannot be opened (ENXIO): name it for what it is.
+        Err(errno @ rustix::io::Errno::NXIO) => {
+            return Err(match std::fs::metadata(path) {
+                Ok(meta) if !meta.is_file() => ConfigError::NotRegular {
+                    path: path.to_path_buf(),
+                    kind: kind_of(meta.file_type()),
+                },
+                _ => read_error(errno.into()),
+            });
+        }
+        Err(errno) => return Err(read_error(errno.into())),
+    };
+    let file = std::fs::File::from(fd);
+    let meta = file.metadata().map_err(read_error)?;
+    if !meta.is_file() {
+        return Err(ConfigError::NotRegular {
+            path: path.to_path_buf(),
+            kind: kind_of(meta.file_type()),
+        });
+    }
+    let too_large = |len: u64| ConfigError::TooLarge {
+        path: path.to_path_buf(),
+        len,
+        limit: MAX_CONFIG_BYTES,
+    };
+    if meta.len() > MAX_CONFIG_BYTES {
+        return Err(too_large(meta.len()));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_error)?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(too_large(bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
+/// What a file that is not a regular file is, for an error message.
+fn kind_of(file_type: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt as _;
+    if file_type.is_dir() {
+        "directory"
+    } else if file_type.is_fifo() {
+        "fifo"
+    } else if file_type.is_char_device() {
+        "character device"
+    } else if file_type.is_block_device() {
+        "block device"
+    } else if file_type.is_socket() {
+        "socket"
+    } else if file_type.is_symlink() {
+        "symlink"
+    } else {
+        "special file"
     }
 }
 
@@ -418,6 +646,9 @@ impl TomlFileSource {
     }
 
     /// Declares the file at `path`; while it is missing it is an empty tier.
+    /// It is read through [`read_config_file`]: anything but a regular file
+    /// of at most [`MAX_CONFIG_BYTES`] fails the resolve (a FIFO, a device,
+    /// a directory, a socket, a bigger file), as any other unreadable file.
     pub fn declared_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.declared = Some(Declared {
             path: path.into(),
@@ -426,7 +657,10 @@ impl TomlFileSource {
         self
     }
 
-    /// Declares the file at `path`; while it is missing, resolving fails.
+    /// Declares the file at `path`; while it is missing, resolving fails
+    /// with [`ConfigError::Missing`] (what a `--config FILE` flag means: the
+    /// operator named a file, so its absence is a mistake, not "defaults").
+    /// Read as [`Self::declared_file`] reads it.
     pub fn required_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.declared = Some(Declared {
             path: path.into(),
@@ -479,10 +713,11 @@ impl TomlFileSource {
     }
 }
 
-/// Reads, fingerprints and parses the declared file.
+/// Reads (through [`read_config_file`]), fingerprints and parses the
+/// declared file.
 fn read_declared(declared: &Declared) -> Result<(Table, Fingerprint), ConfigError> {
     let path = &declared.path;
-    match std::fs::read(path) {
+    match read_config_file(path) {
         Ok(bytes) => {
             let fingerprint = Fingerprint::of_bytes(&bytes);
             let text = std::str::from_utf8(&bytes).map_err(|e| ConfigError::Parse {
@@ -491,13 +726,11 @@ fn read_declared(declared: &Declared) -> Result<(Table, Fingerprint), ConfigErro
             })?;
             Ok((parse(text, Some(path))?, fingerprint))
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound && !declared.required => {
-            Ok((Table::new(), Fingerprint::unreadable(e.kind())))
-        }
-        Err(source) => Err(ConfigError::Read {
-            path: path.clone(),
-            source,
-        }),
+        Err(ConfigError::Missing { .. }) if !declared.required => Ok((
+            Table::new(),
+            Fingerprint::unreadable(io::ErrorKind::NotFound),
+        )),
+        Err(error) => Err(error),
     }
 }
 
@@ -797,12 +1030,92 @@ mod tests {
         assert_eq!(optional.fingerprint, Some(Fingerprint::of_file(&file)));
         let required = TomlFileSource::new().required_file(&file).resolve();
         match required {
-            Err(ConfigError::Read { path, source }) => {
-                assert_eq!(path, file);
-                assert_eq!(source.kind(), io::ErrorKind::NotFound);
+            Err(error @ ConfigError::Missing { .. }) => {
+                let message = error.to_string();
+                assert!(message.contains(&file.display().to_string()), "{message}");
+                assert!(message.contains("create it"), "{message}");
             }
-            other => panic!("expected a read error, got {other:?}"),
+            other => panic!("expected a missing-file error, got {other:?}"),
         }
+    }
+
+    /// Item 5 of issue 11: a declared path that is a directory, a FIFO, a
+    /// device or a socket is a typed error naming the path and what it is,
+    /// and opening a FIFO does not wait for a writer. The fingerprint takes
+    /// the same read, so it says "unreadable" too.
+    #[test]
+    fn a_config_path_that_is_not_a_regular_file_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("fifo.toml");
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+        )
+        .expect("mkfifo");
+        let socket = dir.path().join("socket.toml");
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+        let subdir = dir.path().join("dir.toml");
+        std::fs::create_dir(&subdir).expect("mkdir");
+        let link_to_zero = dir.path().join("zero.toml");
+        std::os::unix::fs::symlink("/dev/zero", &link_to_zero).expect("symlink");
+        for (path, kind) in [
+            (&fifo, "fifo"),
+            (&socket, "socket"),
+            (&subdir, "directory"),
+            (&PathBuf::from("/dev/zero"), "character device"),
+            (&link_to_zero, "character device"),
+        ] {
+            match read_config_file(path) {
+                Err(error @ ConfigError::NotRegular { .. }) => {
+                    let message = error.to_string();
+                    assert!(message.contains(&path.display().to_string()), "{message}");
+                    assert!(message.contains(kind), "{message}");
+                    assert!(message.contains("regular file"), "{message}");
+                }
+                other => panic!("{}: expected not-regular, got {other:?}", path.display()),
+            }
+            let fingerprint = Fingerprint::of_file(path);
+            assert!(!fingerprint.is_readable(), "{}", path.display());
+            let resolved = TomlFileSource::new().declared_file(path).resolve();
+            assert!(
+                matches!(resolved, Err(ConfigError::NotRegular { .. })),
+                "an optional declared file that is a {kind} is an error too: {resolved:?}"
+            );
+        }
+        // A symlink to a regular file is the operator's own business.
+        let real = dir.path().join("real.toml");
+        std::fs::write(&real, "a = 1\n").expect("write");
+        let link = dir.path().join("link.toml");
+        std::os::unix::fs::symlink(&real, &link).expect("symlink");
+        assert_eq!(
+            read_config_file(&link).expect("through the link"),
+            b"a = 1\n"
+        );
+    }
+
+    /// Item 5 of issue 11: a file over the cap is refused by its `fstat`
+    /// length (never read whole, never cut); a file at the cap is read.
+    #[test]
+    fn a_config_over_the_cap_is_refused_unread() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let big = dir.path().join("big.toml");
+        let file = std::fs::File::create(&big).expect("create");
+        file.set_len(50 * 1024 * 1024).expect("a sparse 50 MB file");
+        match read_config_file(&big) {
+            Err(error @ ConfigError::TooLarge { .. }) => {
+                let message = error.to_string();
+                assert!(message.contains(&big.display().to_string()), "{message}");
+                assert!(message.contains("1048576-byte"), "{message}");
+                assert!(message.contains("52428800 bytes"), "{message}");
+            }
+            other => panic!("expected too large, got {other:?}"),
+        }
+        file.set_len(MAX_CONFIG_BYTES).expect("at the cap");
+        assert_eq!(
+            read_config_file(&big).expect("at the cap is read").len() as u64,
+            MAX_CONFIG_BYTES
+        );
     }
 
     /// DESIGN.md "Config": the fingerprint changes exactly when the bytes do.

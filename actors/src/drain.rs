@@ -159,14 +159,16 @@ pub async fn teardown(
 /// Run the service's wipe step with the effective config (if it resolves),
 /// then probe the store. Returns the probed outcome and the wipe's error.
 pub async fn wipe(shared: &Arc<Shared>) -> (StoreOutcome, Option<String>) {
-    let source = shared.source.clone();
-    let config = match tokio::task::spawn_blocking(move || source.resolve()).await {
-        Ok(Ok(resolved)) => Some(resolved.config),
-        Ok(Err(error)) => {
+    let config = match shared
+        .source
+        .resolve_within(crate::config::RESOLVE_DEADLINE)
+        .await
+    {
+        Ok(resolved) => Some(resolved.config),
+        Err(error) => {
             tracing::warn!(%error, "the config does not resolve; wiping without it");
             None
         }
-        Err(_) => None,
     };
     let error = shared
         .service

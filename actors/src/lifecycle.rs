@@ -35,6 +35,12 @@
 //!   once).
 //! - Timers are never trusted: a `retry_due` or `stable` that is stale or
 //!   early is refused by the machine and ignored here.
+//! - Every attempt ends exactly once: the `AttemptEnded` record (and the
+//!   snapshot's result) comes only from `end_attempt`, journaled with the
+//!   transition that ends the attempt — booted, booted while draining
+//!   (cancelled), failed or cancelled, or panicked. Checked by
+//!   `tests/attempts.rs` (`a_boot_that_completes_as_a_stop_lands_still_ends`,
+//!   `a_boot_that_panics_ends_in_the_journal`).
 //!
 //! Checked by `tests/supervisor.rs` end to end; the durability rules by
 //! `enospc::a_journal_append_that_hit_enospc_recovers_without_a_relaunch`
@@ -58,7 +64,7 @@ use steadfast_protocol::snapshot::{
 use tokio::sync::{mpsc, watch};
 
 use crate::boot::BootMsg;
-use crate::config::{Fingerprint, check_data_dir};
+use crate::config::{Fingerprint, RESOLVE_DEADLINE, check_data_dir};
 use crate::context::Shared;
 use crate::control_dir::RunMarker;
 use crate::drain::DrainMsg;
@@ -302,6 +308,9 @@ pub struct LifecycleActorState {
     config: Option<toml::Table>,
     /// The declared file's fingerprint taken before the last boot read it.
     boot_fingerprint: Option<Fingerprint>,
+    /// The attempt whose `AttemptStarted` is journaled and whose
+    /// `AttemptEnded` is not yet (see [`Self::end_attempt`]).
+    open_attempt: Option<u32>,
     /// Stop commands waiting for the drain to settle.
     stop_waiters: Vec<RpcReplyPort<Result<Snapshot, CommandError>>>,
     /// A re-initialization waiting for its wipe to settle.
@@ -365,6 +374,7 @@ impl Actor for LifecycleActor {
             runtime: None,
             config: None,
             boot_fingerprint: None,
+            open_attempt: None,
             stop_waiters: Vec::new(),
             reinit_waiter: None,
             overrides_generation: 0,
@@ -471,8 +481,11 @@ impl Actor for LifecycleActor {
                     class: FailureClass::Backoff,
                     store,
                 };
-                state.mark_attempt(AttemptResult::Failed);
-                state.fire(&myself, event).await.ok();
+                let ended = state.end_attempt(AttemptResult::Failed, now);
+                state
+                    .fire_with(&myself, event, None, ended.into_iter().collect())
+                    .await
+                    .ok();
             }
             LifecycleMsg::DrainCrashed { reason } => {
                 tracing::error!(%reason, "the drain panicked; probing the store");
@@ -548,20 +561,23 @@ impl LifecycleActorState {
                 to: label(&next.state),
             });
         }
+        if let LifecycleEvent::Booted { .. } = event {
+            // Booted while booting: it succeeded. Booted while draining (a
+            // stop, restart or exit landed just before the boot finished):
+            // the runtime is shut down at once; the attempt was cancelled,
+            // as it would have been had the cancel won the race.
+            let result = match next.state {
+                LifecycleState::Running { .. } => AttemptResult::Succeeded,
+                _ => AttemptResult::Cancelled,
+            };
+            records.extend(self.end_attempt(result, at));
+        }
         if let Effect::StartBoot { attempt } = effect {
             records.push(Record::AttemptStarted {
                 attempt: attempt.get(),
                 at_ms: at.as_millis(),
             });
-        }
-        if let (LifecycleState::Booting { .. }, LifecycleState::Running { attempt, .. }) =
-            (&self.machine.state, &next.state)
-        {
-            records.push(Record::AttemptEnded {
-                attempt: attempt.get(),
-                at_ms: at.as_millis(),
-                result: JournalResult::Succeeded,
-            });
+            self.open_attempt = Some(attempt.get());
         }
         let durable = self.record(records).await;
         if !durable && self.durable_or_nothing {
@@ -702,10 +718,12 @@ impl LifecycleActorState {
                     RetryClass::Hold => {
                         // Settle against the file as it is now, not against
                         // the events that happened to arrive.
-                        let file_changed = matches!(
-                            (&self.shared.declared, self.boot_fingerprint),
-                            (Some(path), Some(before)) if Fingerprint::of_file(path) != before
-                        );
+                        let file_changed = match (&self.shared.declared, self.boot_fingerprint) {
+                            (Some(path), Some(before)) => {
+                                Fingerprint::of_file_within(path, RESOLVE_DEADLINE).await != before
+                            }
+                            _ => false,
+                        };
                         if file_changed || self.overrides_changed_since_boot() {
                             let _ = myself.cast(LifecycleMsg::ConfigChanged);
                         }
@@ -764,7 +782,6 @@ impl LifecycleActorState {
     /// What entering the current state records before it is published.
     async fn entering(&mut self) {
         if let LifecycleState::Running { .. } = self.machine.state {
-            self.mark_attempt(AttemptResult::Succeeded);
             let now = self.shared.clock.now().as_millis();
             if self.snapshot.identity.is_none() {
                 let timeout = self.shared.timings.journal_timeout;
@@ -909,7 +926,7 @@ impl LifecycleActorState {
                 }
             }
             BootReport::Failed {
-                attempt,
+                attempt: _,
                 report,
                 class,
                 store,
@@ -922,22 +939,15 @@ impl LifecycleActorState {
                 } else {
                     AttemptResult::Failed
                 };
-                self.mark_attempt(result);
-                let ended = Record::AttemptEnded {
-                    attempt,
-                    at_ms: report.at.as_millis(),
-                    result: if cancelled {
-                        JournalResult::Cancelled
-                    } else {
-                        JournalResult::Failed
-                    },
-                };
+                let ended = self.end_attempt(result, report.at);
                 let event = LifecycleEvent::BootFailed {
                     report,
                     class,
                     store,
                 };
-                self.fire_with(myself, event, None, vec![ended]).await.ok();
+                self.fire_with(myself, event, None, ended.into_iter().collect())
+                    .await
+                    .ok();
             }
         }
     }
@@ -1016,16 +1026,14 @@ impl LifecycleActorState {
 
     /// Resolve the config again and hand it to the running runtime.
     async fn apply_config(&mut self, myself: &ActorRef<LifecycleMsg>) {
-        let source = self.shared.source.clone();
-        let resolved = match tokio::task::spawn_blocking(move || source.resolve()).await {
-            Ok(Ok(resolved)) => {
+        let resolved = self
+            .shared
+            .source
+            .resolve_within(RESOLVE_DEADLINE)
+            .await
+            .and_then(|resolved| {
                 check_data_dir(&resolved.config, &self.shared.data_dir).map(|()| resolved)
-            }
-            Ok(Err(error)) => Err(error),
-            Err(_) => Err(crate::config::ConfigError::Invalid(
-                "the config source panicked".into(),
-            )),
-        };
+            });
         let new = match resolved {
             Ok(resolved) => resolved.config,
             Err(error) => {
@@ -1110,6 +1118,27 @@ impl LifecycleActorState {
 
     fn current_attempt(&self) -> Option<&AttemptRecord> {
         self.snapshot.attempts.last()
+    }
+
+    /// The one way an attempt ends: marks it `result` in the snapshot and
+    /// hands back its `AttemptEnded` record, to be journaled with the
+    /// transition that ends it. `None` once the open attempt has ended, so
+    /// every attempt the journal started ends exactly once, whichever way
+    /// its boot finished (booted, booted during a drain, failed, cancelled,
+    /// panicked).
+    fn end_attempt(&mut self, result: AttemptResult, at: Timestamp) -> Option<Record> {
+        self.mark_attempt(result);
+        let attempt = self.open_attempt.take()?;
+        let result = match result {
+            AttemptResult::Succeeded => JournalResult::Succeeded,
+            AttemptResult::Cancelled => JournalResult::Cancelled,
+            AttemptResult::Failed | AttemptResult::InProgress => JournalResult::Failed,
+        };
+        Some(Record::AttemptEnded {
+            attempt,
+            at_ms: at.as_millis(),
+            result,
+        })
     }
 
     fn mark_attempt(&mut self, result: AttemptResult) {

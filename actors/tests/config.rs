@@ -8,7 +8,8 @@
 //! directory; a fix written while a resolve is failing shows in the
 //! fingerprint (seed 004 `a_change_that_lands_during_a_failing_boot_is_not_lost`);
 //! and a change to the file lets a held resolve succeed (seed 004
-//! `a_change_to_the_declared_file_retries_a_held_boot`).
+//! `a_change_to_the_declared_file_retries_a_held_boot`); and a resolve that
+//! blocks is given up at its deadline with a typed error.
 //!
 //! Waits poll with a generous timeout and never assert an upper bound on
 //! time. A "does not fire" check waits a settling period first, so on a
@@ -353,4 +354,44 @@ fn operator_values_parse_as_toml_or_as_a_string_and_print_back() {
     assert!(tier.load_text(&[("a..b".into(), "1".into())]).is_err());
     assert!(tier.load_text(&[("c".into(), "not toml".into())]).is_err());
     assert_eq!(tier.list().len(), 1, "a failed load sets nothing");
+}
+
+/// Issue 11, item 5: a resolve that blocks (a hung file system, a source
+/// that waits) is given up at its deadline with a typed error; the caller
+/// goes on while the blocked read stays on its own thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_that_blocks_is_given_up_at_the_deadline() {
+    let (release, blocked) = std::sync::mpsc::channel::<()>();
+    let blocked = Mutex::new(blocked);
+    let source = steadfast_actors::config::ConfigSource::new(move || {
+        let _ = blocked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .recv();
+        Err(ConfigError::Invalid("released".into()))
+    });
+    let deadline = Duration::from_millis(50);
+    match source.resolve_within(deadline).await {
+        Err(error @ ConfigError::TimedOut { .. }) => {
+            assert!(
+                error.to_string().contains("did not finish within 50ms"),
+                "{error}"
+            );
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    release.send(()).expect("the blocked resolve still waits");
+
+    // The fingerprint's bounded read: a FIFO is unreadable, at once.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("fifo.toml");
+    rustix::fs::mkfifoat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+    )
+    .expect("mkfifo");
+    let fingerprint = Fingerprint::of_file_within(&fifo, PATIENCE).await;
+    assert!(!fingerprint.is_readable());
+    assert_eq!(fingerprint, Fingerprint::of_file(&fifo));
 }

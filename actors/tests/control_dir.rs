@@ -140,6 +140,28 @@ fn second_open_is_locked_until_the_first_is_dropped() {
     ControlDir::open(&data).unwrap();
 }
 
+/// Issue 11 (`cargo test --workspace`): a child forked by another thread
+/// holds a copy of the lock's descriptor until its exec; a reopen meanwhile
+/// must wait that copy out, not say `Locked`. The copy here is a `dup`
+/// (the same open file description, as a fork's copy is), closed 50 ms
+/// after the first holder is dropped. Before the fix: `Locked` at once
+/// (and, under `cargo test`, reopens in this file failed intermittently
+/// with `Locked` whenever another test spawned a process).
+#[test]
+fn a_transient_copy_of_the_lock_is_waited_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let first = ControlDir::open(&data).unwrap();
+    let copy = first.lock_file().try_clone().unwrap();
+    drop(first);
+    let closer = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        drop(copy);
+    });
+    ControlDir::open(&data).expect("the transient holder is waited out");
+    closer.join().unwrap();
+}
+
 /// The journal writer keeps the lock: no writer outlives it.
 #[test]
 fn a_journal_file_keeps_the_lock() {

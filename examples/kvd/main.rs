@@ -2,6 +2,7 @@
 //! way a user would write one.
 //!
 //! `cargo run --release --example kvd -- [--data-dir DIR] [--config FILE]`
+//! (`--config` names a regular file that must exist: a missing one exits 2).
 //!
 //! It speaks a TCP line protocol on `listen_addr` (default `127.0.0.1:7070`):
 //! `SET key value` → `OK`, `GET key` → the value or `NOT_FOUND`, `DEL key` →
@@ -688,23 +689,39 @@ async fn main() {
     }
     // The data dir: the flag, else the config file's `data_dir`, else
     // ./kvd-data. A later edit that moves it is refused (a held failure).
-    let from_file = config
-        .as_ref()
-        .and_then(|path| std::fs::read_to_string(path).ok())
-        .and_then(|text| text.parse::<toml::Table>().ok())
-        .and_then(|table| {
-            table
-                .get("data_dir")
-                .and_then(toml::Value::as_str)
-                .map(PathBuf::from)
-        });
+    // The file is read the way every resolve reads it (regular files only,
+    // opened non-blocking, 1 MiB at most). A `--config` that names no file
+    // is a mistake said at once (exit 2); a file that exists but cannot be
+    // used (a FIFO, a device, too big, bad TOML) is left to the boot, which
+    // holds on it with the reason `steadfastctl status` shows.
+    let from_file = match &config {
+        None => None,
+        Some(path) => match steadfast::actors::config::read_config_file(path) {
+            Ok(bytes) => std::str::from_utf8(&bytes)
+                .ok()
+                .and_then(|text| text.parse::<toml::Table>().ok())
+                .and_then(|table| {
+                    table
+                        .get("data_dir")
+                        .and_then(toml::Value::as_str)
+                        .map(PathBuf::from)
+                }),
+            Err(error @ steadfast::ConfigError::Missing { .. }) => {
+                eprintln!("kvd: {error}");
+                std::process::exit(2);
+            }
+            Err(_) => None,
+        },
+    };
     let data_dir = data_dir
         .or(from_file)
         .unwrap_or_else(|| PathBuf::from("kvd-data"));
 
+    // `--config` is required once given: if the file disappears later, the
+    // next resolve holds on it instead of quietly falling back to defaults.
     let mut source = TomlFileSource::new().defaults_toml(DEFAULTS);
     if let Some(path) = &config {
-        source = source.declared_file(path);
+        source = source.required_file(path);
     }
     // The override tier (`steadfastctl config set`) and the declared file
     // come with the TOML source.

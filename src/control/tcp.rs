@@ -70,6 +70,15 @@ impl TcpServerGuard {
     pub const fn local_addr(&self) -> SocketAddr {
         self.local_addr
     }
+
+    /// Stop serving and wait until the accept loop is gone, so the port is
+    /// closed when this returns (dropping the guard only asks the loop to
+    /// end: the listener closes once the runtime gets to it).
+    pub async fn shutdown(mut self) {
+        self.cancel.cancel();
+        self.task.abort();
+        let _ = (&mut self.task).await;
+    }
 }
 
 impl Drop for TcpServerGuard {

@@ -1,6 +1,9 @@
 //! A small service for the supervisor's integration tests: a store lock, a
 //! real TCP listener and a serve task, with switches in its config to make a
 //! step panic, a drain leak the store, or the serve task end on its own.
+//! And `alone_in_process`: a test that measures its whole process (RSS,
+//! panics) re-runs itself as the only test of a child of its binary, so it
+//! checks the same under `cargo test` (many tests a process) as under nextest.
 
 #![allow(dead_code, missing_docs)]
 
@@ -410,4 +413,35 @@ pub fn count_panics() {
 /// Panics counted since [`count_panics`] was first called.
 pub fn panics() -> usize {
     PANICS.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// The variable that tells a re-run of this test binary which test it runs
+/// alone (set on the child only, never in this process).
+const ALONE_ENV: &str = "STEADFAST_TEST_ALONE";
+
+/// For a test that measures its whole process (its RSS, the panics counted
+/// by [`count_panics`]) and so cannot share it with other tests, as it does
+/// under `cargo test`: `true` when this process is the test's own (a re-run
+/// of this binary with only `name`; run the body), otherwise runs that
+/// re-run, fails if it failed or did not run the test, and returns `false`
+/// (return at once). Under nextest too, so both runners check the same.
+#[must_use]
+pub fn alone_in_process(name: &str) -> bool {
+    if std::env::var_os(ALONE_ENV).is_some_and(|v| v == name) {
+        return true;
+    }
+    let exe = std::env::current_exe().expect("the test binary");
+    let out = std::process::Command::new(exe)
+        .args([name, "--exact", "--test-threads=1", "--nocapture"])
+        .env(ALONE_ENV, name)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("the test binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{name}, run alone in its own process, failed:\n{stdout}\n{stderr}"
+    );
+    false
 }
