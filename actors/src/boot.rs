@@ -280,7 +280,7 @@ async fn run_attempt(
                     error: error.clone(),
                 },
             );
-            let store = StoreLock::probe(&shared.data_dir);
+            let store = StoreLock::observe(&shared.data_dir).await;
             reporter.failed(
                 phase,
                 error,

@@ -29,7 +29,7 @@
 //!   Between its fork and its exec, though, a child of *any* thread of this
 //!   process holds a copy of the lock's descriptor; [`ControlDir::open`]
 //!   waits such a transient holder out (up to
-//!   [`TRANSIENT_HOLDER_PATIENCE`]) before it says `Locked`, so a reopen in
+//!   [`crate::fsx::TRANSIENT_HOLDER_PATIENCE`]) before it says `Locked`, so a reopen in
 //!   a process that spawns helpers (a test binary running many tests) is not
 //!   refused by its own child. Checked by
 //!   `control_dir::a_transient_copy_of_the_lock_is_waited_out`.
@@ -130,7 +130,6 @@ use std::io::{self, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
 
 use bincode::Options;
 use serde::de::DeserializeOwned;
@@ -963,7 +962,7 @@ impl ControlDir {
             }
             None => dir.open(LOCK_NAME, Access::ReadWriteCreate)?,
         };
-        match try_lock_past_transient_holders(&lock) {
+        match crate::fsx::try_lock_patiently(&lock) {
             Ok(()) => {}
             Err(fs::TryLockError::WouldBlock) => return Err(ControlDirError::Locked(lock_path)),
             Err(fs::TryLockError::Error(e)) => return Err(io_err(&lock_path)(e)),
@@ -1501,27 +1500,6 @@ fn read_marker<T: DeserializeOwned>(
         Ok(value) => MarkerRead::Valid(value),
         Err(reason) => MarkerRead::Unreadable(reason),
     })
-}
-
-/// How long [`ControlDir::open`] waits for the `lock` before it says
-/// [`ControlDirError::Locked`]. A child forked by any thread of this
-/// process holds a copy of the lock's descriptor until its exec closes it
-/// (`O_CLOEXEC`): milliseconds, not a second daemon. A real holder is still
-/// refused, this much later.
-pub const TRANSIENT_HOLDER_PATIENCE: Duration = Duration::from_secs(1);
-
-/// `try_lock`, retried while it would block, for up to
-/// [`TRANSIENT_HOLDER_PATIENCE`].
-fn try_lock_past_transient_holders(lock: &File) -> Result<(), fs::TryLockError> {
-    let deadline = Instant::now() + TRANSIENT_HOLDER_PATIENCE;
-    loop {
-        match lock.try_lock() {
-            Err(fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            other => return other,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -147,7 +147,7 @@ pub async fn teardown(
         });
     }
     drop(runtime);
-    let store = match StoreLock::probe(&shared.data_dir) {
+    let store = match StoreLock::observe(&shared.data_dir).await {
         StoreOutcome::Held { cause } if !survivors.is_empty() => StoreOutcome::Held {
             cause: format!("{cause}; survivors: {}", survivors.join(", ")),
         },
@@ -176,7 +176,7 @@ pub async fn wipe(shared: &Arc<Shared>) -> (StoreOutcome, Option<String>) {
         .await
         .err()
         .map(|e| e.message);
-    (StoreLock::probe(&shared.data_dir), error)
+    (StoreLock::observe(&shared.data_dir).await, error)
 }
 
 /// The Drain actor.

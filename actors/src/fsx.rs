@@ -45,10 +45,11 @@
 //!   Checked by `control_dir::control_dir_is_0700_and_files_are_0600` and
 //!   `files::kvd_files_are_private`.
 
-use std::fs::File;
+use std::fs::{self, File};
 use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
@@ -545,4 +546,44 @@ pub fn read_nofollow(path: &Path, cap: u64) -> Result<Option<Vec<u8>>, FsError> 
             source,
         })?;
     Ok(Some(bytes))
+}
+
+/// How long [`try_lock_patiently`] keeps trying a lock it finds taken.
+///
+/// A child forked by any thread of this process holds a copy of every
+/// descriptor until its `exec` closes the `O_CLOEXEC` ones: for that window
+/// (microseconds, milliseconds on a loaded machine) it holds the locks of
+/// this process's open files. That is a transient holder, not a second
+/// daemon; a real holder is still reported, this much later.
+pub const TRANSIENT_HOLDER_PATIENCE: Duration = Duration::from_secs(1);
+
+/// The first pause between tries; it doubles up to [`MAX_LOCK_PAUSE`].
+const FIRST_LOCK_PAUSE: Duration = Duration::from_millis(2);
+const MAX_LOCK_PAUSE: Duration = Duration::from_millis(100);
+
+/// `try_lock` on `file`, tried again with a doubling pause while it would
+/// block, for at most [`TRANSIENT_HOLDER_PATIENCE`]: the one way steadfast
+/// takes or probes a lock (the data-dir lock, the store lock and its probe),
+/// so a forked child's copy of a descriptor never reads as another holder.
+/// Blocking: call it on a blocking thread.
+///
+/// # Errors
+/// [`fs::TryLockError::WouldBlock`] if the lock is still taken after the
+/// patience; [`fs::TryLockError::Error`] at once for any other failure.
+pub fn try_lock_patiently(file: &File) -> Result<(), fs::TryLockError> {
+    let started = Instant::now();
+    let mut pause = FIRST_LOCK_PAUSE;
+    loop {
+        match file.try_lock() {
+            Err(fs::TryLockError::WouldBlock) => {
+                let waited = started.elapsed();
+                if waited >= TRANSIENT_HOLDER_PATIENCE {
+                    return Err(fs::TryLockError::WouldBlock);
+                }
+                std::thread::sleep(pause.min(TRANSIENT_HOLDER_PATIENCE.saturating_sub(waited)));
+                pause = (pause * 2).min(MAX_LOCK_PAUSE);
+            }
+            other => return other,
+        }
+    }
 }

@@ -471,7 +471,7 @@ impl Actor for LifecycleActor {
                         .and_then(|a| a.phases.last())
                         .map_or(Phase::RESOLVE_CONFIG, |p| p.phase.clone()),
                 };
-                let store = StoreLock::probe(&state.shared.data_dir);
+                let store = StoreLock::observe(&state.shared.data_dir).await;
                 let event = LifecycleEvent::BootFailed {
                     report: FailureReport {
                         phase,
@@ -489,7 +489,7 @@ impl Actor for LifecycleActor {
             }
             LifecycleMsg::DrainCrashed { reason } => {
                 tracing::error!(%reason, "the drain panicked; probing the store");
-                let store = StoreLock::probe(&state.shared.data_dir);
+                let store = StoreLock::observe(&state.shared.data_dir).await;
                 let event = if matches!(state.machine.state, LifecycleState::Reinitializing { .. })
                 {
                     LifecycleEvent::Wiped {
@@ -661,7 +661,7 @@ impl LifecycleActorState {
                 // runtime comes back in the error and is dropped here, which
                 // aborts its tasks): the probe alone settles the drain.
                 if drain.is_none_or(|run| self.children.drain.cast(run).is_err()) {
-                    let store = StoreLock::probe(&self.shared.data_dir);
+                    let store = StoreLock::observe(&self.shared.data_dir).await;
                     let _ = myself.cast(LifecycleMsg::Drained {
                         attempt: 0,
                         store,
@@ -675,7 +675,7 @@ impl LifecycleActorState {
                     report_to: myself.clone(),
                 };
                 if self.children.drain.cast(wipe).is_err() {
-                    let store = StoreLock::probe(&self.shared.data_dir);
+                    let store = StoreLock::observe(&self.shared.data_dir).await;
                     let _ = myself.cast(LifecycleMsg::Wiped {
                         store,
                         error: Some("the drain actor is not running".into()),

@@ -43,21 +43,17 @@
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use steadfast_protocol::lifecycle::StoreOutcome;
 
-use crate::fsx::{Access, Dir, FsError, UnsafePath};
+use crate::fsx::{Access, Dir, FsError, UnsafePath, try_lock_patiently};
 
-/// How long [`StoreLock::probe`] keeps trying a lock it finds taken before
-/// it reports `Held` (see the module doc: a forked child holds a copy of the
-/// lock until it execs).
-pub const PROBE_PATIENCE: Duration = Duration::from_secs(1);
-
-/// The probe's first pause between tries; it doubles up to
-/// [`PROBE_MAX_PAUSE`].
-const PROBE_FIRST_PAUSE: Duration = Duration::from_millis(2);
-const PROBE_MAX_PAUSE: Duration = Duration::from_millis(100);
+/// How long [`StoreLock::probe`] and [`StoreLock::acquire`] keep trying a
+/// lock they find taken before they report it held: the one patience of
+/// [`crate::fsx::try_lock_patiently`] (a forked child holds a copy of the
+/// lock until it execs; see the module doc).
+pub const PROBE_PATIENCE: Duration = crate::fsx::TRANSIENT_HOLDER_PATIENCE;
 
 /// The store lock's file name under the data dir.
 pub const STORE_LOCK_NAME: &str = "store.lock";
@@ -112,7 +108,9 @@ impl StoreLock {
     /// following a link.
     ///
     /// # Errors
-    /// [`StoreError::Held`] if anyone holds it; [`StoreError::Unsafe`] for a
+    /// [`StoreError::Held`] if anyone still holds it after [`PROBE_PATIENCE`]
+    /// (a forked child's passing copy is waited out, as in [`Self::probe`]);
+    /// [`StoreError::Unsafe`] for a
     /// link or an untrusted data dir; [`StoreError::Io`] if the file cannot
     /// be created, opened or locked.
     pub fn acquire(data_dir: &Path) -> Result<Self, StoreError> {
@@ -123,7 +121,7 @@ impl StoreLock {
         };
         let file =
             Dir::open_data_dir(data_dir, false)?.open(STORE_LOCK_NAME, Access::ReadWriteCreate)?;
-        match file.try_lock() {
+        match try_lock_patiently(&file) {
             Ok(()) => Ok(Self { file, path }),
             Err(fs::TryLockError::WouldBlock) => Err(StoreError::Held(path)),
             Err(fs::TryLockError::Error(e)) => Err(io_err(e)),
@@ -191,40 +189,39 @@ impl StoreLock {
                 };
             }
         };
-        let started = Instant::now();
-        let mut pause = PROBE_FIRST_PAUSE;
-        loop {
-            match file.try_lock() {
-                Ok(()) => {
-                    return match file.unlock() {
-                        Ok(()) => StoreOutcome::Released,
-                        // Closing the file below releases it regardless.
-                        Err(e) => {
-                            tracing::warn!(path = %path.display(), error = %e, "store probe unlock failed");
-                            StoreOutcome::Released
-                        }
-                    };
+        match try_lock_patiently(&file) {
+            Ok(()) => match file.unlock() {
+                Ok(()) => StoreOutcome::Released,
+                // Closing the file below releases it regardless.
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "store probe unlock failed");
+                    StoreOutcome::Released
                 }
-                Err(fs::TryLockError::WouldBlock) => {
-                    let waited = started.elapsed();
-                    if waited >= PROBE_PATIENCE {
-                        return StoreOutcome::Held {
-                            cause: format!(
-                                "{} is locked by another holder (still after {} ms)",
-                                path.display(),
-                                waited.as_millis()
-                            ),
-                        };
-                    }
-                    std::thread::sleep(pause.min(PROBE_PATIENCE.saturating_sub(waited)));
-                    pause = (pause * 2).min(PROBE_MAX_PAUSE);
-                }
-                Err(fs::TryLockError::Error(e)) => {
-                    return StoreOutcome::Held {
-                        cause: format!("{} could not be probed: {e}", path.display()),
-                    };
-                }
-            }
+            },
+            Err(fs::TryLockError::WouldBlock) => StoreOutcome::Held {
+                cause: format!(
+                    "{} is locked by another holder (still after {} ms)",
+                    path.display(),
+                    PROBE_PATIENCE.as_millis()
+                ),
+            },
+            Err(fs::TryLockError::Error(e)) => StoreOutcome::Held {
+                cause: format!("{} could not be probed: {e}", path.display()),
+            },
         }
+    }
+
+    /// [`Self::probe`] on a blocking thread, for async callers (an actor's
+    /// handler, a boot or drain task): a held store keeps the probe trying
+    /// for up to [`PROBE_PATIENCE`], which must not stall a runtime worker.
+    /// A probe that could not run (the blocking pool is shut down, or it
+    /// panicked) reads as `Held`: doubt never reads as released.
+    pub async fn observe(data_dir: &Path) -> StoreOutcome {
+        let dir = data_dir.to_path_buf();
+        tokio::task::spawn_blocking(move || Self::probe(&dir))
+            .await
+            .unwrap_or_else(|e| StoreOutcome::Held {
+                cause: format!("the store probe did not run: {e}"),
+            })
     }
 }
