@@ -135,15 +135,16 @@ async fn a_killed_watcher_gives_its_slot_back_at_once() {
         .spawn()
         .expect("steadfastctl watch");
     // Its first line is printed after its first snapshot: then it long-polls.
+    // (The reader stays open: a closed pipe would end the watcher itself.)
+    let mut out = BufReader::new(watcher.stdout.take().expect("stdout"));
     let mut first = String::new();
-    BufReader::new(watcher.stdout.take().expect("stdout"))
-        .read_line(&mut first)
-        .expect("a first line");
+    out.read_line(&mut first).expect("a first line");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(server.open_connections(), 1);
     let killed = Instant::now();
     watcher.kill().expect("kill -9");
     watcher.wait().expect("reaped");
+    drop(out);
     while server.open_connections() > 0 && killed.elapsed() < Duration::from_secs(20) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
