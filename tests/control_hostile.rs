@@ -12,6 +12,7 @@
 //!   `a_socket_path_over_108_bytes_is_served`.
 //! - Item 7, abandoned commands are not run later:
 //!   `an_abandoned_exit_of_a_connected_client_is_dropped`,
+//!   `a_command_whose_caller_gave_up_is_not_stepped`,
 //!   `an_abandoned_exit_and_stop_from_steadfastctl_are_not_run`.
 //! - Item 2 (client side): `a_socket_planted_by_another_user_gets_nothing`.
 
@@ -596,4 +597,33 @@ print("received", got, flush=True)
     let _ = planted.wait();
     eprintln!("the planted socket: {last}");
     assert_eq!(last, "received 0", "the planted socket received bytes");
+}
+
+/// The last check, in the lifecycle actor: a command sent, then given up by
+/// its caller (the future dropped) before the actor reached it, is never
+/// stepped — the runtime keeps running, and the next command finds it so.
+/// (A current-thread runtime: the command is queued and dropped before the
+/// actor runs at all.) Before the fix: the abandoned `stop` stopped it.
+#[tokio::test(flavor = "current_thread")]
+async fn a_command_whose_caller_gave_up_is_not_stepped() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+    until(&handle, "running", running).await;
+    {
+        let stop = handle.stop(Hold::None);
+        futures::pin_mut!(stop);
+        // One poll queues the command; then the caller gives up.
+        assert!(futures::poll!(stop.as_mut()).is_pending());
+    }
+    let after = handle.retry().await;
+    let Err(steadfast::CommandError::Refused(refused)) = after else {
+        panic!("not a refusal: {after:?}");
+    };
+    assert_eq!(
+        refused.reason,
+        RefusedBecause::RuntimeNotFailed,
+        "{refused:?}"
+    );
+    assert!(running(&handle.snapshot()));
+    exit(run, &handle, ExitIntent::Halt).await;
 }
