@@ -319,6 +319,9 @@ async fn oversized_frames_keep_memory_flat() {
     let limits = ServerLimits {
         max_connections: 2 * BATCH,
         max_connections_per_peer: 2 * BATCH,
+        // A batch says its hellos at once: none is made room for.
+        max_handshakes: 2 * BATCH,
+        max_handshakes_per_peer: 2 * BATCH,
         ..ServerLimits::default()
     };
     let (run, handle, server, token) = running_on_tcp(tmp.path(), limits).await;

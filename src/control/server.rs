@@ -38,7 +38,8 @@
 //!   (`codec` carries the deadline as an absolute time).
 //!   `tests/control_hostile.rs::an_abandoned_exit_of_a_connected_client_is_dropped`,
 //!   `tests/control_hostile.rs::an_abandoned_exit_and_stop_from_steadfastctl_are_not_run`.
-//! - The socket is bound through the opened control directory
+//! - The socket is bound through the opened control directory (opened
+//!   without following a link)
 //!   (`/proc/self/fd/<fd>/…`, so a path over `sun_path`'s 108 bytes still
 //!   binds, and a rename of the directory cannot redirect the bind); what
 //!   sits at the path is looked at without following a link: a socket
@@ -201,8 +202,8 @@ impl Default for ServerLimits {
             idle_timeout: Duration::from_secs(600),
             handshake_timeout: Duration::from_secs(5),
             evict_grace: Duration::from_millis(500),
-            max_handshakes: 128,
-            max_handshakes_per_peer: 64,
+            max_handshakes: 256,
+            max_handshakes_per_peer: 128,
         }
     }
 }
@@ -286,7 +287,10 @@ pub fn serve_unix_with(
     };
     let dir_fd = rustix::fs::open(
         dir,
-        rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC | rustix::fs::OFlags::RDONLY,
+        rustix::fs::OFlags::DIRECTORY
+            | rustix::fs::OFlags::NOFOLLOW
+            | rustix::fs::OFlags::CLOEXEC
+            | rustix::fs::OFlags::RDONLY,
         rustix::fs::Mode::empty(),
     )
     .map_err(|e| io_err(dir)(e.into()))?;

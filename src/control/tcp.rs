@@ -248,7 +248,19 @@ pub(crate) async fn dial(addr: SocketAddr, token: &Token) -> Result<TcpStream, C
     let (n, answer) = tokio::time::timeout(CLIENT_HANDSHAKE_TIMEOUT, greeted)
         .await
         .map_err(|_| timed_out())?
-        .map_err(connect_err)?;
+        .map_err(|error| {
+            // Reset inside the handshake: closed with our hello unread (the
+            // handshake pool made room for newer connections). Nothing was
+            // sent past the hello: say so, so the caller may dial again.
+            if error.kind() == io::ErrorKind::ConnectionReset {
+                connect_err(io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    "the server closed the connection during the handshake",
+                ))
+            } else {
+                connect_err(error)
+            }
+        })?;
     match (n, answer) {
         (1, auth::ANSWER_ACCEPTED) => Ok(stream),
         (1, auth::ANSWER_REFUSED) => Err(ClientError::Auth {
