@@ -15,7 +15,9 @@
 //!   `an_abandoned_exit_of_a_connected_client_is_dropped`,
 //!   `a_command_whose_caller_gave_up_is_not_stepped`,
 //!   `an_abandoned_exit_and_stop_from_steadfastctl_are_not_run`.
-//! - Item 2 (client side): `a_socket_planted_by_another_user_gets_nothing`.
+//! - Item 2 (client side): `a_socket_planted_by_another_user_gets_nothing`,
+//!   `a_listener_of_another_user_gets_nothing`.
+//! - Item 6, what may be replaced: `a_stale_socket_is_replaced`.
 
 mod common;
 mod processes;
@@ -678,4 +680,105 @@ async fn a_command_whose_caller_gave_up_is_not_stepped() {
     );
     assert!(running(&handle.snapshot()));
     exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// The last line of the client's check: the socket file and its directory
+/// look right (root's, not writable by others) but the process listening
+/// on it runs as uid 65534: `steadfastctl` refuses (exit 1, names the uid)
+/// and the listener receives nothing. Runs only as root with `setpriv` and
+/// `/usr/bin/python3`; otherwise says why it skips.
+#[test]
+fn a_listener_of_another_user_gets_nothing() {
+    let setpriv = Path::new("/usr/bin/setpriv");
+    let python = Path::new("/usr/bin/python3");
+    if rustix::process::geteuid().as_raw() != 0 || !setpriv.exists() || !python.exists() {
+        eprintln!("skipped: needs root, /usr/bin/setpriv and /usr/bin/python3");
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let dir = tmp.path().join("sock");
+    std::fs::create_dir(&dir).expect("mkdir");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let path = dir.join("control.sock");
+    let script = r#"
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(sys.argv[1])
+s.listen(16)
+print("listening", flush=True)
+sys.stdin.readline()
+s.settimeout(1.0)
+got = 0
+try:
+    while True:
+        c, _ = s.accept()
+        c.settimeout(1.0)
+        try:
+            while True:
+                b = c.recv(65536)
+                if not b:
+                    break
+                got += len(b)
+        except socket.timeout:
+            pass
+        c.close()
+except socket.timeout:
+    pass
+print("received", got, flush=True)
+"#;
+    let mut listener = Command::new(setpriv)
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(python)
+        .arg("-c")
+        .arg(script)
+        .arg(&path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the listener runs");
+    let mut lines = BufReader::new(listener.stdout.take().expect("stdout")).lines();
+    assert_eq!(
+        lines.next().and_then(Result::ok).as_deref(),
+        Some("listening")
+    );
+    // Make the file system look like root's own socket.
+    rustix::fs::chown(
+        &path,
+        Some(rustix::fs::Uid::ROOT),
+        Some(rustix::fs::Gid::ROOT),
+    )
+    .expect("chown the socket");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+
+    let out = ctl_at(&path, &["stop"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("not trusted"), "{stderr}");
+    assert!(stderr.contains("runs as uid 65534"), "{stderr}");
+
+    use std::io::Write;
+    let mut stdin = listener.stdin.take().expect("stdin");
+    stdin.write_all(b"go\n").expect("go");
+    drop(stdin);
+    let last = lines.next().and_then(Result::ok).unwrap_or_default();
+    let _ = listener.wait();
+    assert_eq!(last, "received 0", "the listener received bytes");
+}
+
+/// A socket left at `control.sock` by a daemon that died (nothing listens
+/// on it): kvd replaces it (it holds the data dir's lock) and serves.
+#[test]
+fn a_stale_socket_is_replaced() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let control = steadfast::ControlDir::under(&data);
+    std::fs::create_dir_all(&control).expect("mkdir");
+    for dir in [&data, &control] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    }
+    drop(std::os::unix::net::UnixListener::bind(control.join("control.sock")).expect("bind"));
+    let (mut child, data) = running_kvd(tmp.path());
+    assert_eq!(processes::ctl(&data, &["exit"]).status.code(), Some(0));
+    assert_eq!(processes::wait_exit(&mut child), Some(0));
 }
