@@ -99,6 +99,10 @@ async fn main() {
         handle,
         DaemonOptions::new().control_socket(true),
     )
-    .await;
+    .await
+    .unwrap_or_else(|error| {
+        eprintln!("minimal: {error}");
+        std::process::exit(1)
+    });
     std::process::exit(intent.code());
 }

@@ -15,14 +15,18 @@
 //!
 //! - With [`DaemonOptions::control_socket`] (see [`run_with`]), the control
 //!   plane ([`crate::control`]) is served on
-//!   `<data_dir>/.steadfast/control.sock` for the supervisor's life; if the
-//!   socket cannot be bound the daemon logs it and runs without one (the
-//!   runtime matters more than its remote control).
+//!   `<data_dir>/.steadfast/control.sock` for the supervisor's life.
 //! - With [`DaemonOptions::control_tcp`], the control plane is also served
 //!   on a TCP address behind the token handshake (`crate::control::auth`);
 //!   with [`DaemonOptions::create_token`], a missing token file is created
-//!   (0600) first. Same rule: if it cannot be served, the daemon logs why
-//!   and runs without it.
+//!   (0600) first.
+//! - A control plane that was asked for and cannot be served is never
+//!   dropped silently: [`run_with`] returns [`DaemonError`] (naming the path
+//!   or address, what is wrong and the fix) before the supervisor runs, so
+//!   the daemon's `main` says it on stderr and exits non-zero — a tracing
+//!   event alone would be lost where no subscriber is installed, and a
+//!   daemon nobody can stop or watch is worse than one that did not start.
+//!   `tests/control_hostile.rs::a_daemon_refuses_to_run_without_its_control_socket`.
 //!
 //! - After a committed replacement (`crate::replace`) hands the daemon over,
 //!   [`run_with`] returns `halt` at once (after [`HANDOVER_LINGER`], so the
@@ -146,12 +150,27 @@ impl Default for DaemonOptions {
     }
 }
 
-/// Serve the TCP control port `options` ask for, if any; log why not.
+/// Why [`run_with`] did not run the daemon: a control plane it was asked to
+/// serve cannot be served. The supervisor was not started.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DaemonError {
+    /// The control socket cannot be served.
+    #[error("the control socket is not served, so the daemon does not start: {0}")]
+    ControlSocket(#[source] crate::control::ControlError),
+    /// The TCP control port cannot be served.
+    #[error("the control port is not served, so the daemon does not start: {0}")]
+    ControlPort(#[source] crate::control::ControlError),
+}
+
+/// Serve the TCP control port `options` ask for, if any.
 fn serve_tcp(
     options: &DaemonOptions,
     handle: &SupervisorHandle,
-) -> Option<crate::control::TcpServerGuard> {
-    let (addr, token_file) = options.control_tcp.as_ref()?;
+) -> Result<Option<crate::control::TcpServerGuard>, DaemonError> {
+    let Some((addr, token_file)) = options.control_tcp.as_ref() else {
+        return Ok(None);
+    };
     let token = match crate::control::Token::read_file(token_file) {
         Err(crate::control::TokenError::Io { source, .. })
             if options.create_token && source.kind() == std::io::ErrorKind::NotFound =>
@@ -171,47 +190,57 @@ fn serve_tcp(
                 crate::control::ServerLimits::default(),
             )
         });
-    match served {
-        Ok(guard) => Some(guard),
-        Err(error) => {
-            tracing::error!(%error, "the control port is not served");
-            None
-        }
-    }
+    served.map(Some).map_err(DaemonError::ControlPort)
 }
 
 /// Run `supervisor` as the process's daemon: answer signals, notify systemd
 /// when `NOTIFY_SOCKET` is set, and return the exit intent. No control
 /// socket; see [`run_with`].
 pub async fn run(supervisor: Supervisor, handle: SupervisorHandle) -> ExitIntent {
-    run_with(supervisor, handle, DaemonOptions::new()).await
+    // No control plane asked for: nothing can fail before the run.
+    run_serving(supervisor, handle, None, None, true).await
 }
 
 /// [`run`], with options: `DaemonOptions::new().control_socket(true)` also
 /// serves the control plane for `steadfastctl`.
+///
+/// # Errors
+/// [`DaemonError`] when a control plane asked for cannot be served (say it
+/// on stderr and exit non-zero); the supervisor was not run.
 pub async fn run_with(
     supervisor: Supervisor,
     handle: SupervisorHandle,
     options: DaemonOptions,
-) -> ExitIntent {
+) -> Result<ExitIntent, DaemonError> {
     let control = if options.control_socket {
         let path = supervisor.control_socket_path();
-        match crate::control::serve_unix(handle.clone(), &path) {
-            Ok(guard) => Some(guard),
-            Err(error) => {
-                tracing::error!(%error, "the control socket is not served");
-                None
-            }
-        }
+        let guard = crate::control::serve_unix(handle.clone(), &path).map_err(|error| {
+            tracing::error!(%error, "the control socket is not served");
+            DaemonError::ControlSocket(error)
+        })?;
+        Some(guard)
     } else {
         None
     };
-    let control_tcp = serve_tcp(&options, &handle);
+    let control_tcp = serve_tcp(&options, &handle).inspect_err(|error| {
+        tracing::error!(%error, "the control port is not served");
+    })?;
+    Ok(run_serving(supervisor, handle, control, control_tcp, options.signals).await)
+}
+
+/// Run the daemon with the control planes already served (dropped when it
+/// ends); with `signals`, TERM/INT/HUP are answered.
+async fn run_serving(
+    supervisor: Supervisor,
+    handle: SupervisorHandle,
+    control: Option<crate::control::ServerGuard>,
+    control_tcp: Option<crate::control::TcpServerGuard>,
+    signals: bool,
+) -> ExitIntent {
     let signals = tokio::spawn({
         let handle = handle.clone();
-        let on = options.signals;
         async move {
-            if on {
+            if signals {
                 answer_signals(handle).await;
             }
         }

@@ -310,8 +310,9 @@ async fn random_frames_do_not_hurt_the_daemon() {
                 let mut body: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
                 // A quarter start like a request (variant 0), to get past
                 // the first byte into the deadline and the message.
-                if rng.next().is_multiple_of(4) && !body.is_empty() {
-                    body[0] = 0;
+                // (After the 8-byte absolute deadline that leads a frame.)
+                if rng.next().is_multiple_of(4) && body.len() > 8 {
+                    body[8] = 0;
                 }
                 bytes.extend_from_slice(&u32::try_from(len).expect("fits").to_be_bytes());
                 bytes.extend_from_slice(&body);
@@ -369,8 +370,9 @@ struct RawContext {
     trace_context: tarpc::trace::Context,
 }
 
-/// A request whose deadline is `u64::MAX` seconds away (a far-future
-/// `SystemTime` turned relative) is clamped, answered, and nothing panics.
+/// A request whose deadline is as far as a frame can say (`u64::MAX` ms
+/// since the epoch, and `u64::MAX` seconds of tarpc's relative deadline) is
+/// clamped, answered, and nothing panics.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_deadline_of_u64_max_seconds_is_still_answered() {
     // It counts panics (or measures RSS) process-wide: alone in a process.
@@ -396,11 +398,18 @@ async fn a_deadline_of_u64_max_seconds_is_still_answered() {
             }))
             .expect("encodes");
         let mut stream = StdUnixStream::connect(&path).expect("connect");
-        stream
-            .write_all(&u32::try_from(frame.len()).expect("fits").to_be_bytes())
-            .expect("prefix");
-        stream.write_all(&frame).expect("frame");
         stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
+        let mut greeting = [0u8; 1];
+        stream
+            .read_exact(&mut greeting)
+            .expect("the server's greeting");
+        assert_eq!(greeting, [steadfast::control::auth::ANSWER_ACCEPTED]);
+        // The absolute deadline that leads a request frame: as far as it
+        // goes, on top of tarpc's own relative one.
+        let len = u32::try_from(8 + frame.len()).expect("fits");
+        stream.write_all(&len.to_be_bytes()).expect("prefix");
+        stream.write_all(&u64::MAX.to_le_bytes()).expect("deadline");
+        stream.write_all(&frame).expect("frame");
         let mut len = [0u8; 4];
         stream.read_exact(&mut len).expect("an answer's length");
         let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
@@ -476,7 +485,9 @@ async fn another_uid_is_refused() {
 
 /// The bounds hold: a request beyond the in-flight limit of one connection
 /// is shed with tarpc's throttle error (the others still answer), and a
-/// connection beyond the connection limit is closed at accept.
+/// connection beyond the connection limit, when none can be evicted, is
+/// answered busy (typed: `ClientError::Busy` once the client's deadline to
+/// dial again passed; one byte, `2`, on the wire) and closed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn in_flight_and_connection_bounds_hold() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -484,6 +495,8 @@ async fn in_flight_and_connection_bounds_hold() {
     let limits = ServerLimits {
         max_connections: 1,
         max_in_flight_per_connection: 2,
+        // Nothing is idle long enough to be evicted: the bound must say busy.
+        evict_grace: Duration::from_secs(3600),
         ..ServerLimits::default()
     };
     let _server = serve_unix_with(handle.clone(), socket(tmp.path()), limits).expect("serves");
@@ -508,13 +521,28 @@ async fn in_flight_and_connection_bounds_hold() {
         "{shed:?}"
     );
     assert!(!shed.is_refusal());
-    // A second connection is over the connection limit: closed at accept.
-    let second = connect(tmp.path()).await;
-    let closed = second
-        .snapshot()
+    // A second connection is over the connection limit: answered busy.
+    let endpoint = steadfast::control::Endpoint::Unix(socket(tmp.path()));
+    let busy = ControlClient::connect_within(endpoint, Duration::from_millis(300))
         .await
         .expect_err("over the connection limit");
-    assert!(matches!(closed, ClientError::Rpc(_)), "{closed:?}");
+    assert!(matches!(busy, ClientError::Busy { .. }), "{busy:?}");
+    assert!(!busy.is_refusal());
+    let path = socket(tmp.path());
+    let said = tokio::task::spawn_blocking(move || {
+        let mut raw = StdUnixStream::connect(&path).expect("connect");
+        raw.set_read_timeout(Some(PATIENCE)).expect("timeout");
+        let mut said = Vec::new();
+        let _ = raw.read_to_end(&mut said);
+        said
+    })
+    .await
+    .expect("task");
+    assert_eq!(
+        said,
+        [steadfast::control::auth::ANSWER_BUSY],
+        "busy, then closed"
+    );
 
     for wait in waits {
         wait.await
@@ -571,6 +599,8 @@ async fn connections_per_uid_are_bounded() {
     let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
     let limits = ServerLimits {
         max_connections_per_peer: 1,
+        // Nothing is idle long enough to be evicted: the bound must say busy.
+        evict_grace: Duration::from_secs(3600),
         ..ServerLimits::default()
     };
     let _server = serve_unix_with(handle.clone(), socket(tmp.path()), limits).expect("serves");
@@ -578,15 +608,19 @@ async fn connections_per_uid_are_bounded() {
     let first = connect(tmp.path()).await;
     first.snapshot().await.expect("the first is answered");
     let path = socket(tmp.path());
-    let closed = tokio::task::spawn_blocking(move || {
+    let said = tokio::task::spawn_blocking(move || {
         let mut second = StdUnixStream::connect(&path).expect("connect");
-        closed_by_peer(&mut second)
+        second.set_read_timeout(Some(PATIENCE)).expect("timeout");
+        let mut said = Vec::new();
+        let _ = second.read_to_end(&mut said);
+        said
     })
     .await
     .expect("task");
-    assert!(
-        closed,
-        "a second connection of the same uid is closed at accept"
+    assert_eq!(
+        said,
+        [steadfast::control::auth::ANSWER_BUSY],
+        "a second connection of the same uid is answered busy and closed"
     );
     first.snapshot().await.expect("the first is still answered");
     exit(run, &handle, ExitIntent::Halt).await;
@@ -649,6 +683,11 @@ async fn dies_mid_call(
         while let Ok((mut stream, _)) = listener.accept().await {
             let counted = Arc::clone(&counted);
             tokio::spawn(async move {
+                use tokio::io::AsyncWriteExt;
+                // Served: the greeting every control connection starts with.
+                if stream.write_all(&[0]).await.is_err() {
+                    return;
+                }
                 let mut len = [0u8; 4];
                 if stream.read_exact(&mut len).await.is_err() {
                     return;

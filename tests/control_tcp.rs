@@ -245,6 +245,8 @@ async fn connections_per_peer_are_bounded() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let limits = ServerLimits {
         max_connections_per_peer: 2,
+        // Nothing is idle long enough to be evicted: the bound must say busy.
+        evict_grace: Duration::from_secs(3600),
         ..ServerLimits::default()
     };
     let (run, handle, server, token) = running_on_tcp(tmp.path(), limits).await;
@@ -256,7 +258,11 @@ async fn connections_per_peer_are_bounded() {
     let second = ControlClient::connect_tcp(addr, token.clone())
         .await
         .expect("second");
-    let third = ControlClient::connect_tcp(addr, token.clone())
+    let endpoint = steadfast::control::Endpoint::Tcp {
+        addr,
+        token: token.clone(),
+    };
+    let third = ControlClient::connect_within(endpoint, Duration::from_millis(500))
         .await
         .expect_err("over the per-peer bound");
     assert!(matches!(third, ClientError::Busy { .. }), "{third:?}");
@@ -321,6 +327,9 @@ async fn oversized_frames_keep_memory_flat() {
     let limits = ServerLimits {
         max_connections: 2 * BATCH,
         max_connections_per_peer: 2 * BATCH,
+        // A batch says its hellos at once: none is made room for.
+        max_handshakes: 2 * BATCH,
+        max_handshakes_per_peer: 2 * BATCH,
         ..ServerLimits::default()
     };
     let (run, handle, server, token) = running_on_tcp(tmp.path(), limits).await;
@@ -545,7 +554,8 @@ async fn a_daemon_serves_tcp_and_creates_its_token_file() {
     let intent = tokio::time::timeout(PATIENCE, daemon)
         .await
         .expect("the daemon ends")
-        .expect("task");
+        .expect("task")
+        .expect("the control planes were served");
     assert_eq!(intent, ExitIntent::Halt);
     assert!(
         TcpStream::connect(addr).await.is_err(),

@@ -166,7 +166,8 @@ async fn run_with_signals_off_leaves_the_dispositions_alone() {
         .exit(steadfast::ExitIntent::Halt)
         .await
         .expect("exit");
-    assert_eq!(daemon.await.expect("task"), steadfast::ExitIntent::Halt);
+    let intent = daemon.await.expect("task").expect("the daemon ran");
+    assert_eq!(intent, steadfast::ExitIntent::Halt);
 }
 
 /// A service with nothing to boot.

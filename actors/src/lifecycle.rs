@@ -41,6 +41,10 @@
 //!   (cancelled), failed or cancelled, or panicked. Checked by
 //!   `tests/attempts.rs` (`a_boot_that_completes_as_a_stop_lands_still_ends`,
 //!   `a_boot_that_panics_ends_in_the_journal`).
+//! - A command whose caller gave up before it was stepped (its reply port
+//!   is closed: a control request past its deadline, a closed connection,
+//!   a dropped future) is dropped, never stepped.
+//!   `tests/control_hostile.rs::a_command_whose_caller_gave_up_is_not_stepped`.
 //!
 //! Checked by `tests/supervisor.rs` end to end; the durability rules by
 //! `enospc::a_journal_append_that_hit_enospc_recovers_without_a_relaunch`
@@ -805,6 +809,16 @@ impl LifecycleActorState {
         command: Command,
         reply: RpcReplyPort<Result<Snapshot, CommandError>>,
     ) {
+        // A caller that gave up (its deadline passed, its connection
+        // closed, its future was dropped) while this waited in the mailbox
+        // abandoned it: never step an abandoned command (issue 11, item 7).
+        if reply.is_closed() {
+            tracing::info!(
+                ?command,
+                "a command whose caller gave up was dropped unstepped"
+            );
+            return;
+        }
         let at = self.shared.clock.now();
         let is_stop = matches!(command, Command::Stop(_));
         let (event, hold) = match command {

@@ -751,7 +751,13 @@ async fn main() {
     });
     // Serve the control socket too: `steadfastctl --data-dir <data_dir> status`.
     let options = steadfast::daemon::DaemonOptions::new().control_socket(true);
-    let intent = steadfast::daemon::run_with(supervisor, handle, options).await;
+    let intent = match steadfast::daemon::run_with(supervisor, handle, options).await {
+        Ok(intent) => intent,
+        Err(error) => {
+            eprintln!("kvd: {error}");
+            std::process::exit(1);
+        }
+    };
     eprintln!("kvd: exiting ({}, code {})", intent.name(), intent.code());
     std::process::exit(intent.code());
 }

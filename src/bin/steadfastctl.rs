@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand, ValueEnum};
-use steadfast::control::{ClientError, ControlClient, Token};
+use steadfast::control::{ClientError, ControlClient, Endpoint, Token};
 use steadfast::{
     AttemptRecord, AttemptResult, ControlDir, ExitIntent, Hold, LifecycleState, PhaseOutcome,
     PreviousRun, Snapshot,
@@ -59,6 +59,11 @@ struct Cli {
     /// Say more (for `probe`: say why it failed).
     #[arg(long, short, global = true)]
     verbose: bool,
+    /// Give up after this many seconds (connecting, waiting out a busy
+    /// daemon, and the call); a command whose deadline passed before the
+    /// daemon could run it is dropped there, never run later.
+    #[arg(long, value_name = "SECS", global = true, default_value_t = 120.0)]
+    timeout: f64,
     /// What to do.
     #[command(subcommand)]
     command: Cmd,
@@ -238,19 +243,27 @@ fn socket_path(cli: &Cli) -> PathBuf {
 
 /// Connect over TCP (`--tcp`, `--token-file`) or the Unix socket.
 async fn connect(cli: &Cli) -> Result<ControlClient, String> {
-    match (cli.tcp, &cli.token_file) {
+    let timeout = Duration::try_from_secs_f64(cli.timeout)
+        .ok()
+        .filter(|t| !t.is_zero())
+        .ok_or_else(|| {
+            format!(
+                "--timeout {}: give a positive number of seconds",
+                cli.timeout
+            )
+        })?;
+    let endpoint = match (cli.tcp, &cli.token_file) {
         (Some(addr), Some(token_file)) => {
             let token = Token::read_file(token_file).map_err(|e| e.to_string())?;
-            ControlClient::connect_tcp(addr, token)
-                .await
-                .map_err(|e| e.to_string())
+            Endpoint::Tcp { addr, token }
         }
         // clap requires both together; this is only a guard.
-        (Some(_), None) => Err("--tcp needs --token-file".to_owned()),
-        _ => ControlClient::connect_unix(socket_path(cli))
-            .await
-            .map_err(|e| e.to_string()),
-    }
+        (Some(_), None) => return Err("--tcp needs --token-file".to_owned()),
+        _ => Endpoint::Unix(socket_path(cli)),
+    };
+    ControlClient::connect_within(endpoint, timeout)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 async fn run(cli: Cli) -> ExitCode {

@@ -22,11 +22,29 @@
 //!   decides (read the snapshot, then act). Checked by
 //!   `tests/control.rs::the_client_reconnects_after_a_server_restart` and
 //!   `tests/control.rs::reads_are_retried_once_and_commands_never`.
+//! - A busy daemon is waited out: a dial answered busy (the server's first
+//!   byte is `2`: nothing was sent, so nothing ran), a Unix socket whose
+//!   accept queue is full, or a TCP handshake closed unanswered (evicted
+//!   from the handshake pool) is dialled again with a growing, jittered
+//!   pause, until the call's deadline; commands too, since the answer
+//!   proves they were not executed. Only then does the caller get
+//!   [`ClientError::Busy`].
+//!   `tests/control_hostile.rs::a_burst_of_1000_calls_is_all_answered`.
+//! - Nothing is sent to a socket the client does not trust: before it
+//!   connects, the socket's directory must be owned by this user or root
+//!   and writable by no one else, and the socket (not a link) owned by this
+//!   user or root; it connects through the opened directory
+//!   (`/proc/self/fd/<fd>/<name>`, so a rename after the check cannot
+//!   redirect it), then the listening peer's credentials (`SO_PEERCRED`)
+//!   must be this user's or root's. Else [`ClientError::Untrusted`] names
+//!   the path, why, and the fix.
+//!   `tests/control_hostile.rs::a_socket_planted_by_another_user_gets_nothing`.
 
 use std::fmt;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,6 +57,7 @@ use steadfast_protocol::lifecycle::{ExitIntent, Refused};
 use steadfast_protocol::snapshot::{ConfigView, Snapshot};
 use tarpc::client::{self, NewClient, RpcError};
 use tarpc::context;
+use tokio::io::AsyncReadExt;
 use tokio::net::UnixStream;
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
@@ -73,12 +92,24 @@ pub enum ClientError {
         /// The TCP address.
         endpoint: String,
     },
-    /// TCP: the daemon is at its connection bound (in all, or from this
-    /// address) and closed the new connection.
-    #[error("{endpoint} has too many control connections open; try again later")]
+    /// The daemon answered busy (every slot is held by a connection with a
+    /// call in flight) until the call's deadline; nothing was executed.
+    #[error(
+        "{endpoint} has too many control calls in flight; nothing was executed: try again later"
+    )]
     Busy {
-        /// The TCP address.
+        /// The socket's path or the TCP address.
         endpoint: String,
+    },
+    /// The socket is not one this user may trust with a command (another
+    /// user owns it, or its directory, or may write in its directory); no
+    /// byte was sent to it.
+    #[error("{path}: not trusted, nothing was sent: {why}")]
+    Untrusted {
+        /// The socket's path.
+        path: PathBuf,
+        /// Why, and the fix.
+        why: String,
     },
     /// The lifecycle refused the command; the reason is the machine's.
     #[error("{0}")]
@@ -161,23 +192,172 @@ struct Connection {
     generation: u64,
 }
 
-/// Dial `endpoint` and start its dispatch.
-async fn dial(endpoint: &Endpoint, generation: u64) -> Result<Connection, ClientError> {
+/// Whether a user id may serve this client: this user, or root.
+fn trusted_uid(uid: u32) -> bool {
+    uid == 0 || uid == rustix::process::geteuid().as_raw()
+}
+
+/// Check the socket at `path` and its directory before anything is sent
+/// (see the module's invariants): the opened directory, and the path to
+/// connect to through it.
+fn checked_socket(path: &Path) -> Result<(OwnedFd, PathBuf), ClientError> {
+    let untrusted = |why: String| ClientError::Untrusted {
+        path: path.to_owned(),
+        why,
+    };
+    let connect_err = |source: io::Error| ClientError::Connect {
+        endpoint: path.display().to_string(),
+        source,
+    };
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(untrusted("not a socket path".to_owned()));
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let dir_fd = rustix::fs::open(
+        dir,
+        rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC | rustix::fs::OFlags::RDONLY,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| connect_err(e.into()))?;
+    let dir_stat = rustix::fs::fstat(&dir_fd).map_err(|e| connect_err(e.into()))?;
+    if !trusted_uid(dir_stat.st_uid) {
+        return Err(untrusted(format!(
+            "its directory {} is owned by uid {}, not by this user or root (another user may \
+             have replaced it: check who did, then restart the daemon)",
+            dir.display(),
+            dir_stat.st_uid
+        )));
+    }
+    if dir_stat.st_mode & 0o022 != 0 {
+        return Err(untrusted(format!(
+            "its directory {} has mode {:o}: others may replace the socket (chmod 700 it)",
+            dir.display(),
+            dir_stat.st_mode & 0o7777
+        )));
+    }
+    let stat = rustix::fs::statat(&dir_fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+        .map_err(|e| connect_err(e.into()))?;
+    if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::Socket {
+        return Err(untrusted(
+            "it is not a socket (a link or a file is not followed): point at the daemon's \
+             control.sock"
+                .to_owned(),
+        ));
+    }
+    if !trusted_uid(stat.st_uid) {
+        return Err(untrusted(format!(
+            "the socket is owned by uid {}, not by this user or root",
+            stat.st_uid
+        )));
+    }
+    let through = super::server::through_dir(&dir_fd, name, path)
+        .map_err(|e| connect_err(io::Error::new(io::ErrorKind::InvalidInput, e.to_string())))?;
+    Ok((dir_fd, through))
+}
+
+/// Whether a failed dial may be tried again: the daemon said busy before
+/// anything was sent, or the way in was full.
+fn dial_again(error: &ClientError) -> bool {
+    match error {
+        ClientError::Busy { .. } => true,
+        ClientError::Connect { source, .. } => matches!(
+            source.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::ConnectionAborted
+        ),
+        _ => false,
+    }
+}
+
+/// Dial `endpoint` once: connect, then the server's first answer.
+async fn dial_once(endpoint: &Endpoint, generation: u64) -> Result<Connection, ClientError> {
     match endpoint {
         Endpoint::Unix(path) => {
-            let stream =
-                UnixStream::connect(path)
-                    .await
-                    .map_err(|source| ClientError::Connect {
-                        endpoint: path.display().to_string(),
-                        source,
-                    })?;
-            Ok(start(stream, generation))
+            let connect_err = |source| ClientError::Connect {
+                endpoint: path.display().to_string(),
+                source,
+            };
+            let (dir_fd, through) = checked_socket(path)?;
+            let mut stream = UnixStream::connect(&through).await.map_err(connect_err)?;
+            drop(dir_fd);
+            let peer = stream.peer_cred().map_err(connect_err)?;
+            if !trusted_uid(peer.uid()) {
+                return Err(ClientError::Untrusted {
+                    path: path.clone(),
+                    why: format!(
+                        "the process listening on it runs as uid {}, not as this user or root",
+                        peer.uid()
+                    ),
+                });
+            }
+            let mut answer = [0u8; 1];
+            let n = stream.read(&mut answer).await.map_err(connect_err)?;
+            match (n, answer[0]) {
+                (1, super::auth::ANSWER_ACCEPTED) => Ok(start(stream, generation)),
+                (1, super::auth::ANSWER_BUSY) => Err(ClientError::Busy {
+                    endpoint: path.display().to_string(),
+                }),
+                (0, _) => Err(connect_err(io::Error::new(
+                    io::ErrorKind::ConnectionReset,
+                    "the daemon closed the connection before serving it (is this user allowed?)",
+                ))),
+                (_, other) => Err(connect_err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("not a steadfast control socket (it first sent {other:#04x})"),
+                ))),
+            }
         }
         Endpoint::Tcp { addr, token } => {
             let stream = super::tcp::dial(*addr, token).await?;
             Ok(start(stream, generation))
         }
+    }
+}
+
+/// Dial `endpoint`, waiting out a busy daemon (see [`dial_again`]) with a
+/// growing, jittered pause until `deadline`.
+async fn dial(
+    endpoint: &Endpoint,
+    generation: u64,
+    deadline: Instant,
+) -> Result<Connection, ClientError> {
+    let mut pause = Duration::from_millis(2);
+    let mut jitter = u64::from(std::process::id())
+        ^ u64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        )
+        .unwrap_or(0);
+    loop {
+        let timed_out = || ClientError::Connect {
+            endpoint: endpoint.to_string(),
+            source: io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no answer from the daemon within the call's deadline",
+            ),
+        };
+        let attempt =
+            tokio::time::timeout_at(deadline.into(), dial_once(endpoint, generation)).await;
+        let error = match attempt {
+            Ok(Ok(connection)) => return Ok(connection),
+            Ok(Err(error)) => error,
+            Err(_) => return Err(timed_out()),
+        };
+        // splitmix64 step: each client pauses differently, so a burst
+        // spreads out instead of coming back together.
+        jitter = jitter.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let spread = (jitter >> 33) % (u64::try_from(pause.as_millis()).unwrap_or(1) + 1);
+        let wait = pause + Duration::from_millis(spread);
+        if !dial_again(&error) || Instant::now() + wait >= deadline {
+            return Err(error);
+        }
+        tracing::debug!(%error, ?wait, "the control plane is busy; dialling again");
+        tokio::time::sleep(wait).await;
+        pause = (pause * 2).min(Duration::from_millis(250));
     }
 }
 
@@ -249,11 +429,25 @@ impl ControlClient {
     /// # Errors
     /// As [`Self::connect_unix`] and [`Self::connect_tcp`].
     pub async fn connect(endpoint: Endpoint) -> Result<Self, ClientError> {
-        let connection = dial(&endpoint, 0).await?;
+        Self::connect_within(endpoint, DEFAULT_CALL_TIMEOUT).await
+    }
+
+    /// Connect to `endpoint` now, waiting out a busy daemon for at most
+    /// `timeout`, and give each call `timeout` (as [`Self::with_timeout`]).
+    ///
+    /// # Errors
+    /// As [`Self::connect_unix`] and [`Self::connect_tcp`];
+    /// [`ClientError::Busy`] when the daemon stayed busy for `timeout`;
+    /// [`ClientError::Untrusted`] when another user owns the socket.
+    pub async fn connect_within(
+        endpoint: Endpoint,
+        timeout: Duration,
+    ) -> Result<Self, ClientError> {
+        let connection = dial(&endpoint, 0, Instant::now() + timeout).await?;
         Ok(Self {
             endpoint: Arc::new(endpoint),
             connection: Arc::new(Mutex::new(Some(connection))),
-            timeout: DEFAULT_CALL_TIMEOUT,
+            timeout,
         })
     }
 
@@ -274,7 +468,7 @@ impl ControlClient {
         }
         let generation = slot.as_ref().map_or(0, |c| c.generation + 1);
         *slot = None;
-        let connection = dial(&self.endpoint, generation).await?;
+        let connection = dial(&self.endpoint, generation, Instant::now() + self.timeout).await?;
         let raw = connection.raw.clone();
         *slot = Some(connection);
         Ok((raw, generation))

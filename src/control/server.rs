@@ -14,8 +14,41 @@
 //!   closed before a byte of it is read. `another_uid_is_refused` (runs
 //!   only as root with `setpriv`).
 //! - Bounds: at most [`ServerLimits::max_connections`] connections at once,
-//!   and [`ServerLimits::max_connections_per_peer`] from one uid (more are
-//!   closed at accept), at most
+//!   and [`ServerLimits::max_connections_per_peer`] from one uid. A full
+//!   bound makes room before it refuses (`bounds`): an idle connection is
+//!   evicted (the longest idle first), then one that is only long-polling
+//!   (`watch`, `replace_status`); so an operator's short call always finds
+//!   a slot while one is held by an idle or long-polling connection. Only a
+//!   bound full of connections with other requests in flight refuses, and
+//!   then with a typed answer: every accepted connection first gets one
+//!   byte from the server, `0` (served) or `2` (busy, then closed), before
+//!   the client sends anything — so a busy answer proves nothing was
+//!   executed and the client retries, commands included.
+//!   `tests/control_hostile.rs::idle_connections_do_not_lock_the_operator_out`,
+//!   `tests/control_hostile.rs::watchers_do_not_make_probe_live_fail`,
+//!   `tests/control_hostile.rs::a_burst_of_1000_calls_is_all_answered`,
+//!   `tests/control.rs::in_flight_and_connection_bounds_hold`.
+//! - A connection whose peer closed (the read side ended) is closed at once
+//!   with its requests in flight, so a killed `steadfastctl watch` gives its
+//!   slot back without waiting out its long-poll.
+//!   `tests/control_hostile.rs::a_killed_watcher_gives_its_slot_back_at_once`.
+//! - A request whose deadline passed before it would run (the daemon was
+//!   stopped, the frame waited in the socket) is answered with an error and
+//!   never executed: the check is the last thing before the service method
+//!   (`codec` carries the deadline as an absolute time).
+//!   `tests/control_hostile.rs::an_abandoned_exit_of_a_connected_client_is_dropped`,
+//!   `tests/control_hostile.rs::an_abandoned_exit_and_stop_from_steadfastctl_are_not_run`.
+//! - The socket is bound through the opened control directory (opened
+//!   without following a link)
+//!   (`/proc/self/fd/<fd>/…`, so a path over `sun_path`'s 108 bytes still
+//!   binds, and a rename of the directory cannot redirect the bind); what
+//!   sits at the path is looked at without following a link: a socket
+//!   (stale, left by a crashed daemon: replaced, we hold the data-dir lock)
+//!   or nothing, else [`ControlError::NotASocket`] naming the path, what is
+//!   there and the fix.
+//!   `tests/control_hostile.rs::a_daemon_refuses_to_run_without_its_control_socket`,
+//!   `tests/control_hostile.rs::a_socket_path_over_108_bytes_is_served`.
+//! - At most
 //!   [`ServerLimits::max_in_flight_per_connection`] requests in flight on
 //!   one (more are answered with tarpc's throttle error), frames of at most
 //!   1 MiB (a longer one closes that connection), connections idle for
@@ -30,32 +63,35 @@
 
 use std::fs;
 use std::io;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
 use futures::StreamExt;
 use steadfast_actors::config::parse_value;
 use steadfast_actors::lifecycle::{CommandError, Hold};
+use steadfast_protocol::control::ControlRequest;
 use steadfast_protocol::control::{
     Control, ControlAnswer, ControlRefusal, MAX_JOURNAL_ATTEMPTS, ReinitPrepared, WireJournal,
     WireSnapshot, clamp_watch_timeout,
 };
 use steadfast_protocol::lifecycle::ExitIntent;
 use steadfast_protocol::snapshot::{ConfigView, Snapshot};
+use tarpc::ServerError;
 use tarpc::context::Context;
-use tarpc::server::{BaseChannel, Channel};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tarpc::server::{BaseChannel, Channel, Serve};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::UnixListener;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::bounds::Bounds;
+use super::auth;
+use super::bounds::{Activity, Evict, Pool, Slot};
 use super::codec::{self, Bincode1};
 use crate::supervisor::SupervisorHandle;
 
@@ -76,8 +112,31 @@ pub enum ControlError {
     },
     /// Something other than a socket sits where the socket goes; it is left
     /// alone.
-    #[error("{0} exists and is not a socket; not replacing it")]
-    NotASocket(PathBuf),
+    #[error(
+        "{path} is {what}, not a socket; it is left alone: move it away (or remove it) \
+         and start the daemon again"
+    )]
+    NotASocket {
+        /// The socket's path.
+        path: PathBuf,
+        /// What is there: "a regular file", "a directory", "a symbolic link", …
+        what: &'static str,
+    },
+    /// The socket's path is over `sun_path`'s limit and `/proc/self/fd`
+    /// (the way around it) is not available.
+    #[error(
+        "the control socket path {path} is {len} bytes, over the {max}-byte limit of a unix \
+         socket path, and /proc is not mounted to bind it through its directory: use a \
+         shorter data directory path"
+    )]
+    PathTooLong {
+        /// The socket's path.
+        path: PathBuf,
+        /// Its length in bytes.
+        len: usize,
+        /// The most a socket address holds.
+        max: usize,
+    },
     /// The path has no parent directory or no file name.
     #[error("{0} is not a usable socket path")]
     BadPath(PathBuf),
@@ -121,6 +180,17 @@ pub struct ServerLimits {
     /// TCP only: how long a new connection has to send its whole hello
     /// (`auth::HELLO_LEN` bytes) before it is closed.
     pub handshake_timeout: Duration,
+    /// A served connection on which something moved this recently is not
+    /// evicted to make room (a client just admitted or just answered is
+    /// about to send); past it, an idle or long-polling one may be.
+    pub evict_grace: Duration,
+    /// TCP only: connections still in their token handshake, in all. They
+    /// have their own pool (never an authenticated client's slots); when
+    /// it is full the oldest of them is closed to make room.
+    pub max_handshakes: usize,
+    /// TCP only: connections in their handshake from one IP address (the
+    /// oldest of that address is closed to make room).
+    pub max_handshakes_per_peer: usize,
 }
 
 impl Default for ServerLimits {
@@ -131,6 +201,9 @@ impl Default for ServerLimits {
             max_in_flight_per_connection: 32,
             idle_timeout: Duration::from_secs(600),
             handshake_timeout: Duration::from_secs(5),
+            evict_grace: Duration::from_millis(500),
+            max_handshakes: 256,
+            max_handshakes_per_peer: 128,
         }
     }
 }
@@ -148,6 +221,8 @@ pub struct ServerGuard {
     cancel: CancellationToken,
     /// The accept loop.
     task: JoinHandle<()>,
+    /// The served connections' slots.
+    pool: Arc<Pool<u32>>,
 }
 
 impl ServerGuard {
@@ -155,6 +230,12 @@ impl ServerGuard {
     #[must_use]
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// How many connections are being served now.
+    #[must_use]
+    pub fn open_connections(&self) -> usize {
+        self.pool.len()
     }
 }
 
@@ -199,40 +280,128 @@ pub fn serve_unix_with(
     let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
         return Err(ControlError::BadPath(path));
     };
-    match fs::symlink_metadata(&path) {
-        Ok(meta) if !meta.file_type().is_socket() => {
-            return Err(ControlError::NotASocket(path));
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let dir_fd = rustix::fs::open(
+        dir,
+        rustix::fs::OFlags::DIRECTORY
+            | rustix::fs::OFlags::NOFOLLOW
+            | rustix::fs::OFlags::CLOEXEC
+            | rustix::fs::OFlags::RDONLY,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| io_err(dir)(e.into()))?;
+    match rustix::fs::statat(&dir_fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(stat) => {
+            let kind = rustix::fs::FileType::from_raw_mode(stat.st_mode);
+            if kind != rustix::fs::FileType::Socket {
+                return Err(ControlError::NotASocket {
+                    path,
+                    what: describe(kind),
+                });
+            }
         }
-        Ok(_) | Err(_) => {}
+        Err(rustix::io::Errno::NOENT) => {}
+        Err(e) => return Err(io_err(&path)(e.into())),
     }
     let mut tmp_name = std::ffi::OsString::from(".");
     tmp_name.push(name);
     tmp_name.push(format!(".{}.tmp", std::process::id()));
-    let tmp = dir.join(tmp_name);
-    match fs::remove_file(&tmp) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(io_err(&tmp)(e)),
-        _ => {}
+    let tmp = dir.join(&tmp_name);
+    match rustix::fs::unlinkat(&dir_fd, &tmp_name, rustix::fs::AtFlags::empty()) {
+        Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+        Err(e) => return Err(io_err(&tmp)(e.into())),
     }
-    let listener = std::os::unix::net::UnixListener::bind(&tmp).map_err(io_err(&tmp))?;
-    let placed = fs::set_permissions(&tmp, fs::Permissions::from_mode(SOCKET_MODE))
-        .map_err(io_err(&tmp))
-        .and_then(|()| fs::rename(&tmp, &path).map_err(io_err(&path)));
+    let bind_path = through_dir(&dir_fd, &tmp_name, &tmp)?;
+    let listener = std::os::unix::net::UnixListener::bind(&bind_path).map_err(io_err(&tmp))?;
+    let placed = rustix::fs::chmodat(
+        &dir_fd,
+        &tmp_name,
+        rustix::fs::Mode::from_raw_mode(SOCKET_MODE),
+        rustix::fs::AtFlags::empty(),
+    )
+    .map_err(|e| io_err(&tmp)(e.into()))
+    .and_then(|()| {
+        rustix::fs::renameat(&dir_fd, &tmp_name, &dir_fd, name).map_err(|e| io_err(&path)(e.into()))
+    });
     if let Err(error) = placed {
-        let _ = fs::remove_file(&tmp);
+        let _ = rustix::fs::unlinkat(&dir_fd, &tmp_name, rustix::fs::AtFlags::empty());
         return Err(error);
     }
-    let meta = fs::symlink_metadata(&path).map_err(io_err(&path))?;
+    let stat = rustix::fs::statat(&dir_fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+        .map_err(|e| io_err(&path)(e.into()))?;
     listener.set_nonblocking(true).map_err(io_err(&path))?;
     let listener = UnixListener::from_std(listener).map_err(io_err(&path))?;
     let cancel = CancellationToken::new();
-    let task = tokio::spawn(accept_loop(listener, handle, limits, cancel.clone()));
+    let pool = Arc::new(Pool::new(
+        limits.max_connections,
+        limits.max_connections_per_peer,
+        Evict::Idle(limits.evict_grace),
+    ));
+    let task = tokio::spawn(accept_loop(
+        listener,
+        handle,
+        limits,
+        cancel.clone(),
+        Arc::clone(&pool),
+    ));
     tracing::info!(path = %path.display(), "the control socket is listening");
     Ok(ServerGuard {
         path,
-        identity: (meta.dev(), meta.ino()),
+        identity: (stat.st_dev, stat.st_ino),
         cancel,
         task,
+        pool,
     })
+}
+
+/// The most bytes of a path a Unix socket address holds (`sun_path` is 108
+/// bytes, one of them the terminating NUL).
+pub const MAX_SOCKET_PATH: usize = 107;
+
+/// A path naming `name` in the directory open as `dir_fd` that fits a
+/// socket address: `/proc/self/fd/<fd>/<name>` (it resolves through the
+/// open directory, so neither a long path nor a renamed parent matters),
+/// or `path` itself when `/proc` is not mounted and `path` fits.
+///
+/// # Errors
+/// [`ControlError::PathTooLong`] when neither fits.
+pub(crate) fn through_dir(
+    dir_fd: &impl AsRawFd,
+    name: &std::ffi::OsStr,
+    path: &Path,
+) -> Result<PathBuf, ControlError> {
+    let fd_dir = PathBuf::from(format!("/proc/self/fd/{}", dir_fd.as_raw_fd()));
+    let short = fd_dir.join(name);
+    if fd_dir.is_dir() && short.as_os_str().len() <= MAX_SOCKET_PATH {
+        return Ok(short);
+    }
+    let len = path.as_os_str().len();
+    if len <= MAX_SOCKET_PATH {
+        return Ok(path.to_owned());
+    }
+    Err(ControlError::PathTooLong {
+        path: path.to_owned(),
+        len,
+        max: MAX_SOCKET_PATH,
+    })
+}
+
+/// What a file type is, in words.
+const fn describe(kind: rustix::fs::FileType) -> &'static str {
+    match kind {
+        rustix::fs::FileType::RegularFile => "a regular file",
+        rustix::fs::FileType::Directory => "a directory",
+        rustix::fs::FileType::Symlink => "a symbolic link",
+        rustix::fs::FileType::Fifo => "a fifo",
+        rustix::fs::FileType::CharacterDevice => "a character device",
+        rustix::fs::FileType::BlockDevice => "a block device",
+        rustix::fs::FileType::Socket => "a socket",
+        _ => "a file of an unknown type",
+    }
 }
 
 /// Whether a peer with `uid` may talk to this daemon.
@@ -245,14 +414,14 @@ async fn accept_loop(
     handle: SupervisorHandle,
     limits: ServerLimits,
     cancel: CancellationToken,
+    pool: Arc<Pool<u32>>,
 ) {
-    let bounds = Bounds::new(limits.max_connections, limits.max_connections_per_peer);
     loop {
         let accepted = tokio::select! {
             () = cancel.cancelled() => return,
             accepted = listener.accept() => accepted,
         };
-        let stream = match accepted {
+        let mut stream = match accepted {
             Ok((stream, _)) => stream,
             Err(error) => {
                 // Out of descriptors, mostly: wait a little rather than spin.
@@ -272,64 +441,73 @@ async fn accept_loop(
                 continue;
             }
         };
-        let admission = match bounds.admit(uid) {
-            Ok(admission) => admission,
+        let slot = match pool.admit(uid) {
+            Ok(slot) => slot,
             Err(over) => {
                 tracing::warn!(
                     ?over,
                     uid,
-                    "too many control connections; closing a new one"
+                    "too many control connections busy; answering busy"
                 );
+                // One byte into an empty socket buffer never blocks.
+                let _ = stream.try_write(&[auth::ANSWER_BUSY]);
                 continue;
             }
         };
-        tokio::spawn(serve_admitted(
-            stream,
-            handle.clone(),
-            limits,
-            cancel.clone(),
-            admission,
-        ));
+        let handle = handle.clone();
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            let greeted = tokio::time::timeout(
+                limits.handshake_timeout,
+                stream.write_all(&[auth::ANSWER_ACCEPTED]),
+            )
+            .await;
+            if matches!(greeted, Ok(Ok(()))) {
+                serve_admitted(stream, handle, limits, cancel, slot).await;
+            }
+        });
     }
 }
 
-/// Serve one admitted connection until it ends, goes idle for
-/// [`ServerLimits::idle_timeout`] or the server stops; `admission` (its
-/// slots in the connection bounds) is held until then. Both transports end
-/// here: the Unix socket once the peer's uid is checked, TCP once the
-/// token handshake succeeded.
-pub(crate) async fn serve_admitted<S, A>(
+/// Serve one admitted connection until it ends, its peer closes, it goes
+/// idle for [`ServerLimits::idle_timeout`], it is evicted or the server
+/// stops; `slot` (its place in the connection bounds) is held until then.
+/// Both transports end here: the Unix socket once the peer's uid is
+/// checked, TCP once the token handshake succeeded.
+pub(crate) async fn serve_admitted<S, K>(
     stream: S,
     handle: SupervisorHandle,
     limits: ServerLimits,
     cancel: CancellationToken,
-    admission: A,
+    slot: Slot<K>,
 ) where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    K: std::hash::Hash + Eq,
 {
-    let last_activity = Arc::new(AtomicU64::new(0));
-    let epoch = Instant::now();
-    let stream = Activity {
+    let activity = slot.activity();
+    let peer_closed = CancellationToken::new();
+    let stream = Watched {
         inner: stream,
-        epoch,
-        last: Arc::clone(&last_activity),
+        activity: Arc::clone(&activity),
+        peer_closed: peer_closed.clone(),
     };
-    let connection = serve_connection(stream, handle, limits);
-    let idle = idle_watch(epoch, limits.idle_timeout, last_activity);
+    let evicted = slot.evicted();
+    let connection = serve_connection(stream, handle, limits, Arc::clone(&activity));
+    let idle = idle_watch(limits.idle_timeout, activity);
     tokio::select! {
         () = cancel.cancelled() => {}
         () = connection => {}
+        () = peer_closed.cancelled() => tracing::debug!("control peer closed; its calls dropped"),
+        () = evicted.cancelled() => tracing::debug!("control connection evicted to make room"),
         () = idle => tracing::debug!("idle control connection closed"),
     }
-    drop(admission);
+    drop(slot);
 }
 
-/// Resolves once no byte has moved on the connection for `timeout`.
-async fn idle_watch(epoch: Instant, timeout: Duration, last: Arc<AtomicU64>) {
+/// Resolves once nothing has moved on the connection for `timeout`.
+async fn idle_watch(timeout: Duration, activity: Arc<Activity>) {
     loop {
-        let last_ms = last.load(Ordering::Relaxed);
-        let idle_since = epoch + Duration::from_millis(last_ms);
-        let deadline = idle_since + timeout;
+        let deadline = activity.last() + timeout;
         if Instant::now() >= deadline {
             return;
         }
@@ -337,40 +515,36 @@ async fn idle_watch(epoch: Instant, timeout: Duration, last: Arc<AtomicU64>) {
     }
 }
 
-/// A stream that records when a byte last moved, in milliseconds since
-/// `epoch` (shared with [`idle_watch`]).
-struct Activity<S> {
+/// A stream that records when a byte last moved (in the connection's
+/// [`Activity`]) and says when the peer closed its side.
+struct Watched<S> {
     /// The connection.
     inner: S,
-    /// When the connection was accepted.
-    epoch: Instant,
-    /// Milliseconds after `epoch` at which a byte last moved.
-    last: Arc<AtomicU64>,
+    /// What the pool sees of it.
+    activity: Arc<Activity>,
+    /// Cancelled when a read found the end of the stream.
+    peer_closed: CancellationToken,
 }
 
-impl<S> Activity<S> {
-    fn touch(&self) {
-        let ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last.store(ms, Ordering::Relaxed);
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Activity<S> {
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
+        let room = buf.remaining() > 0;
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
         if buf.filled().len() > before {
-            self.touch();
+            self.activity.touch();
+        } else if room && matches!(polled, Poll::Ready(Ok(()))) {
+            self.peer_closed.cancel();
         }
         polled
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for Activity<S> {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
@@ -378,7 +552,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Activity<S> {
     ) -> Poll<io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write(cx, data);
         if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.touch();
+            self.activity.touch();
         }
         polled
     }
@@ -398,16 +572,59 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Activity<S> {
     }
 }
 
-async fn serve_connection<S>(stream: Activity<S>, handle: SupervisorHandle, limits: ServerLimits)
-where
+async fn serve_connection<S>(
+    stream: Watched<S>,
+    handle: SupervisorHandle,
+    limits: ServerLimits,
+    activity: Arc<Activity>,
+) where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
     let transport = tarpc::serde_transport::new(codec::framed(stream), Bincode1::server());
+    let serve = Guarded {
+        inner: ControlService { handle }.serve(),
+        activity,
+    };
     BaseChannel::with_defaults(transport)
         .max_concurrent_requests(limits.max_in_flight_per_connection)
-        .execute(ControlService { handle }.serve())
+        .execute(serve)
         .for_each_concurrent(None, |answer| answer)
         .await;
+}
+
+/// The service as one connection serves it: counts its requests in flight
+/// for the pool (long-polls apart), and drops a request whose deadline has
+/// passed — the last check before the service method runs it.
+#[derive(Clone)]
+struct Guarded<S> {
+    /// The generated service.
+    inner: S,
+    /// The connection's activity in the pool.
+    activity: Arc<Activity>,
+}
+
+impl<S> Serve for Guarded<S>
+where
+    S: Serve<Req = ControlRequest>,
+{
+    type Req = ControlRequest;
+    type Resp = S::Resp;
+
+    async fn serve(self, cx: Context, request: ControlRequest) -> Result<S::Resp, ServerError> {
+        let long_poll = matches!(
+            request,
+            ControlRequest::Watch { .. } | ControlRequest::ReplaceStatus { .. }
+        );
+        let _in_flight = self.activity.request(long_poll);
+        if std::time::Instant::now() >= cx.deadline {
+            tracing::warn!("a control request arrived after its deadline; not executed");
+            return Err(ServerError::new(
+                io::ErrorKind::TimedOut,
+                "the request's deadline passed before it could run; it was not executed".into(),
+            ));
+        }
+        self.inner.serve(cx, request).await
+    }
 }
 
 /// The [`Control`] service over one supervisor.

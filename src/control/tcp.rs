@@ -20,9 +20,18 @@
 //! - A silent, short, oversized or garbage hello is closed within the
 //!   handshake timeout without allocating; other clients are answered:
 //!   `a_hostile_handshake_is_closed_and_the_server_still_answers`.
-//! - At most [`ServerLimits::max_connections_per_peer`] connections from
-//!   one IP address, [`ServerLimits::max_connections`] in all (counting
-//!   those still in their handshake): `connections_per_peer_are_bounded`.
+//! - Two pools (`bounds`): connections still in their handshake hold a slot
+//!   of the handshake pool only ([`ServerLimits::max_handshakes`] in all,
+//!   [`ServerLimits::max_handshakes_per_peer`] from one IP address; when
+//!   full, the oldest handshake is closed to make room — a real client
+//!   says its hello at once, so silent connections cannot hold the way in);
+//!   an authenticated connection moves to the served pool
+//!   ([`ServerLimits::max_connections`], and
+//!   [`ServerLimits::max_connections_per_peer`] from one IP address), where
+//!   an idle or long-polling connection is evicted before a newcomer is
+//!   answered busy (`2`, after its hello: nothing was executed).
+//!   `connections_per_peer_are_bounded`,
+//!   `tests/control_hostile.rs::silent_tcp_connections_do_not_lock_the_operator_out`.
 //! - Frames over 1 MiB close that connection and memory stays flat:
 //!   `oversized_frames_keep_memory_flat`.
 //! - After the handshake a connection is served exactly as on the Unix
@@ -32,6 +41,7 @@
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -40,7 +50,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::auth::{self, HELLO_LEN, Token};
-use super::bounds::Bounds;
+use super::bounds::{Evict, Pool};
 use super::client::ClientError;
 use super::server::{ControlError, ServerLimits, serve_admitted};
 use crate::supervisor::SupervisorHandle;
@@ -144,7 +154,16 @@ async fn accept_loop(
     limits: ServerLimits,
     cancel: CancellationToken,
 ) {
-    let bounds = Bounds::new(limits.max_connections, limits.max_connections_per_peer);
+    let handshakes = Arc::new(Pool::new(
+        limits.max_handshakes,
+        limits.max_handshakes_per_peer,
+        Evict::Oldest,
+    ));
+    let served = Arc::new(Pool::new(
+        limits.max_connections,
+        limits.max_connections_per_peer,
+        Evict::Idle(limits.evict_grace),
+    ));
     loop {
         let accepted = tokio::select! {
             () = cancel.cancelled() => return,
@@ -158,28 +177,27 @@ async fn accept_loop(
                 continue;
             }
         };
-        let admission = match bounds.admit(peer.ip()) {
-            Ok(admission) => admission,
-            Err(over) => {
-                tracing::warn!(%peer, ?over, "too many control connections; closing a new one");
-                // One byte into an empty socket buffer never blocks; if it
-                // does not fit, the close alone says it.
-                let _ = stream.try_write(&[auth::ANSWER_BUSY]);
-                continue;
-            }
+        let Ok(greeting) = handshakes.admit(peer.ip()) else {
+            // Evict::Oldest always makes room; a zero-sized pool does not.
+            let _ = stream.try_write(&[auth::ANSWER_BUSY]);
+            continue;
         };
         // Small frames, one round trip each: do not wait to coalesce them.
         let _ = stream.set_nodelay(true);
         let handle = handle.clone();
         let token = token.clone();
         let cancel = cancel.clone();
+        let served = Arc::clone(&served);
         tokio::spawn(async move {
+            let evicted = greeting.evicted();
             let greeted = tokio::select! {
                 () = cancel.cancelled() => return,
-                greeted = handshake(stream, &token, limits.handshake_timeout) => greeted,
+                () = evicted.cancelled() => Err("evicted from the handshake pool by newer connections"),
+                greeted = handshake(stream, &token, limits.handshake_timeout, || served.admit(peer.ip())) => greeted,
             };
+            drop(greeting);
             match greeted {
-                Ok(stream) => serve_admitted(stream, handle, limits, cancel, admission).await,
+                Ok((stream, slot)) => serve_admitted(stream, handle, limits, cancel, slot).await,
                 Err(why) => tracing::warn!(%peer, why, "control handshake failed; closed"),
             }
         });
@@ -187,13 +205,15 @@ async fn accept_loop(
 }
 
 /// Read the hello (a fixed-size stack buffer, under `timeout`) and answer
-/// it: the stream back when it carried `token`, else why not (the peer has
-/// been told and the stream is dropped).
-async fn handshake(
+/// it: with the token, a slot of the served pool (`admit`) and the stream
+/// back; else why not (the peer has been told — refused, or busy when no
+/// slot could be made — and the stream is dropped).
+async fn handshake<T>(
     mut stream: TcpStream,
     token: &Token,
     timeout: Duration,
-) -> Result<TcpStream, &'static str> {
+    admit: impl FnOnce() -> Result<T, super::bounds::Over>,
+) -> Result<(TcpStream, T), &'static str> {
     let mut hello = [0u8; HELLO_LEN];
     match tokio::time::timeout(timeout, stream.read_exact(&mut hello)).await {
         Err(_) => return Err("no hello within the handshake timeout"),
@@ -204,8 +224,12 @@ async fn handshake(
         let _ = tokio::time::timeout(timeout, stream.write_all(&[auth::ANSWER_REFUSED])).await;
         return Err("wrong hello or token");
     }
+    let Ok(slot) = admit() else {
+        let _ = tokio::time::timeout(timeout, stream.write_all(&[auth::ANSWER_BUSY])).await;
+        return Err("too many control connections busy; answered busy");
+    };
     match tokio::time::timeout(timeout, stream.write_all(&[auth::ANSWER_ACCEPTED])).await {
-        Ok(Ok(())) => Ok(stream),
+        Ok(Ok(())) => Ok((stream, slot)),
         _ => Err("could not answer the hello"),
     }
 }
@@ -233,7 +257,19 @@ pub(crate) async fn dial(addr: SocketAddr, token: &Token) -> Result<TcpStream, C
     let (n, answer) = tokio::time::timeout(CLIENT_HANDSHAKE_TIMEOUT, greeted)
         .await
         .map_err(|_| timed_out())?
-        .map_err(connect_err)?;
+        .map_err(|error| {
+            // Reset inside the handshake: closed with our hello unread (the
+            // handshake pool made room for newer connections). Nothing was
+            // sent past the hello: say so, so the caller may dial again.
+            if error.kind() == io::ErrorKind::ConnectionReset {
+                connect_err(io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    "the server closed the connection during the handshake",
+                ))
+            } else {
+                connect_err(error)
+            }
+        })?;
     match (n, answer) {
         (1, auth::ANSWER_ACCEPTED) => Ok(stream),
         (1, auth::ANSWER_REFUSED) => Err(ClientError::Auth {
@@ -242,6 +278,8 @@ pub(crate) async fn dial(addr: SocketAddr, token: &Token) -> Result<TcpStream, C
         (1, auth::ANSWER_BUSY) => Err(ClientError::Busy {
             endpoint: endpoint(),
         }),
+        // Unanswered: the handshake pool made room for newer connections
+        // (nothing was sent past the hello), or the hello timed out.
         (0, _) => Err(connect_err(io::Error::new(
             io::ErrorKind::ConnectionAborted,
             "the server closed the connection during the handshake",
