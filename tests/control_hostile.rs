@@ -16,7 +16,9 @@
 //!   `a_command_whose_caller_gave_up_is_not_stepped`,
 //!   `an_abandoned_exit_and_stop_from_steadfastctl_are_not_run`.
 //! - Item 2 (client side): `a_socket_planted_by_another_user_gets_nothing`,
-//!   `a_listener_of_another_user_gets_nothing`.
+//!   `a_listener_of_another_user_gets_nothing`, and a root operator still
+//!   reaches a service user's daemon:
+//!   `a_root_operator_reaches_a_service_users_daemon`.
 //! - Item 6, what may be replaced: `a_stale_socket_is_replaced`.
 
 mod common;
@@ -781,4 +783,64 @@ fn a_stale_socket_is_replaced() {
     let (mut child, data) = running_kvd(tmp.path());
     assert_eq!(processes::ctl(&data, &["exit"]).status.code(), Some(0));
     assert_eq!(processes::wait_exit(&mut child), Some(0));
+}
+
+/// A daemon that runs as a service user (uid 65534, through `setpriv`) over
+/// a data dir that user owns and no one else can write, and the operator as
+/// root (`sudo steadfastctl`): the root client trusts the data dir's owner,
+/// so `status` and `stop` reach the daemon. The check still refuses that
+/// uid where the data dir is not its own (`a_listener_of_another_user_gets_nothing`)
+/// or others can write it (`a_socket_planted_by_another_user_gets_nothing`).
+/// Runs only as root with `setpriv`; otherwise says why it skips.
+#[test]
+fn a_root_operator_reaches_a_service_users_daemon() {
+    let setpriv = Path::new("/usr/bin/setpriv");
+    if rustix::process::geteuid().as_raw() != 0 || !setpriv.exists() {
+        eprintln!("skipped: needs root and /usr/bin/setpriv");
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    // The service user must reach the binary and the config: copies in the
+    // 0755 temp dir (the build tree may not be open to it).
+    let bin = tmp.path().join("kvd");
+    std::fs::copy(processes::example("kvd"), &bin).expect("copy kvd");
+    let config = kvd_config(tmp.path());
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let data = tmp.path().join("data");
+    std::fs::create_dir(&data).expect("mkdir");
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let nobody = rustix::fs::Uid::from_raw(65534);
+    rustix::fs::chown(&data, Some(nobody), Some(rustix::fs::Gid::from_raw(65534)))
+        .expect("chown the data dir");
+    let mut child = Command::new(setpriv)
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&bin)
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("--config")
+        .arg(&config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kvd starts as uid 65534");
+    let snapshot = processes::until(&data, "running", |s| s["lifecycle"]["state"] == "running");
+    assert_eq!(snapshot["lifecycle"]["state"], "running");
+    let control = std::fs::metadata(steadfast::ControlDir::under(&data)).expect("control dir");
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::uid(&control),
+        65534,
+        "the daemon really runs as the service user"
+    );
+    let out = processes::ctl(&data, &["stop"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let out = processes::ctl(&data, &["exit"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(
+        processes::wait_exit(&mut child),
+        Some(0),
+        "{}",
+        stderr_of(&mut child)
+    );
 }

@@ -36,8 +36,10 @@
 //!   user or root; it connects through the opened directory
 //!   (`/proc/self/fd/<fd>/<name>`, so a rename after the check cannot
 //!   redirect it), then the listening peer's credentials (`SO_PEERCRED`)
-//!   must be this user's or root's. Else [`ClientError::Untrusted`] names
-//!   the path, why, and the fix.
+//!   must be this user's or root's — or, for a root client, the user that
+//!   owns the data dir above the socket's directory when no one else can
+//!   write it (a daemon run as a service user). Else
+//!   [`ClientError::Untrusted`] names the path, why, and the fix.
 //!   `tests/control_hostile.rs::a_socket_planted_by_another_user_gets_nothing`.
 
 use std::fmt;
@@ -192,15 +194,42 @@ struct Connection {
     generation: u64,
 }
 
-/// Whether a user id may serve this client: this user, or root.
-fn trusted_uid(uid: u32) -> bool {
-    uid == 0 || uid == rustix::process::geteuid().as_raw()
+/// Whether a user id may serve this client: this user, root, or — for a
+/// root client — the service user that owns the data dir the socket's
+/// directory sits in (see [`service_user`]).
+fn trusted_uid(uid: u32, service: Option<u32>) -> bool {
+    uid == 0 || uid == rustix::process::geteuid().as_raw() || Some(uid) == service
+}
+
+/// The user a root client may also trust: the owner of the directory above
+/// the socket's (the data dir), when neither group nor others can write that
+/// directory. A daemon often runs as a service user (`User=kvd` under
+/// systemd) while the operator runs `sudo steadfastctl`; only that data
+/// dir's owner can have made the control dir in it, so its socket is the
+/// daemon's, not another user's. For any other client, `None`: the server
+/// drops a peer that is neither the daemon's uid nor root anyway.
+/// `tests/control_hostile.rs::a_root_operator_reaches_a_service_users_daemon`.
+fn service_user(dir_fd: &OwnedFd) -> Option<u32> {
+    if rustix::process::geteuid().as_raw() != 0 {
+        return None;
+    }
+    // `..` of the opened directory: the data dir it really sits in, whatever
+    // the path now names.
+    let parent = rustix::fs::openat(
+        dir_fd,
+        "..",
+        rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC | rustix::fs::OFlags::RDONLY,
+        rustix::fs::Mode::empty(),
+    )
+    .ok()?;
+    let stat = rustix::fs::fstat(&parent).ok()?;
+    (stat.st_mode & 0o022 == 0).then_some(stat.st_uid)
 }
 
 /// Check the socket at `path` and its directory before anything is sent
 /// (see the module's invariants): the opened directory, and the path to
 /// connect to through it.
-fn checked_socket(path: &Path) -> Result<(OwnedFd, PathBuf), ClientError> {
+fn checked_socket(path: &Path) -> Result<(OwnedFd, PathBuf, Option<u32>), ClientError> {
     let untrusted = |why: String| ClientError::Untrusted {
         path: path.to_owned(),
         why,
@@ -224,7 +253,8 @@ fn checked_socket(path: &Path) -> Result<(OwnedFd, PathBuf), ClientError> {
     )
     .map_err(|e| connect_err(e.into()))?;
     let dir_stat = rustix::fs::fstat(&dir_fd).map_err(|e| connect_err(e.into()))?;
-    if !trusted_uid(dir_stat.st_uid) {
+    let service = service_user(&dir_fd);
+    if !trusted_uid(dir_stat.st_uid, service) {
         return Err(untrusted(format!(
             "its directory {} is owned by uid {}, not by this user or root (another user may \
              have replaced it: check who did, then restart the daemon)",
@@ -248,7 +278,7 @@ fn checked_socket(path: &Path) -> Result<(OwnedFd, PathBuf), ClientError> {
                 .to_owned(),
         ));
     }
-    if !trusted_uid(stat.st_uid) {
+    if !trusted_uid(stat.st_uid, service) {
         return Err(untrusted(format!(
             "the socket is owned by uid {}, not by this user or root",
             stat.st_uid
@@ -256,7 +286,7 @@ fn checked_socket(path: &Path) -> Result<(OwnedFd, PathBuf), ClientError> {
     }
     let through = super::server::through_dir(&dir_fd, name, path)
         .map_err(|e| connect_err(io::Error::new(io::ErrorKind::InvalidInput, e.to_string())))?;
-    Ok((dir_fd, through))
+    Ok((dir_fd, through, service))
 }
 
 /// Whether a failed dial may be tried again: the daemon said busy before
@@ -280,11 +310,11 @@ async fn dial_once(endpoint: &Endpoint, generation: u64) -> Result<Connection, C
                 endpoint: path.display().to_string(),
                 source,
             };
-            let (dir_fd, through) = checked_socket(path)?;
+            let (dir_fd, through, service) = checked_socket(path)?;
             let mut stream = UnixStream::connect(&through).await.map_err(connect_err)?;
             drop(dir_fd);
             let peer = stream.peer_cred().map_err(connect_err)?;
-            if !trusted_uid(peer.uid()) {
+            if !trusted_uid(peer.uid(), service) {
                 return Err(ClientError::Untrusted {
                     path: path.clone(),
                     why: format!(
