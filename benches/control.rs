@@ -187,7 +187,18 @@ fn bench(c: &mut Criterion) {
         let client = ControlClient::connect_unix(&socket)
             .await
             .expect("connects");
-        let stream = UnixStream::connect(&socket).await.expect("connects");
+        let mut stream = UnixStream::connect(&socket).await.expect("connects");
+        // The server's first byte (spec/control.md): served, or busy.
+        let mut first = [0u8; 1];
+        stream
+            .read_exact(&mut first)
+            .await
+            .expect("the server's first byte");
+        assert_eq!(
+            first[0],
+            steadfast::control::auth::ANSWER_ACCEPTED,
+            "served"
+        );
         let transport = tarpc::serde_transport::new(
             steadfast::control::codec::framed(stream),
             steadfast::control::codec::Bincode1::client(),
