@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use processes::free_port;
 use processes::{PATIENCE, until, wait_exit};
 
 /// A kvd child, killed if the test ends (or fails) without ending it.
@@ -102,14 +103,6 @@ fn terminate(kvd: &mut Kvd) -> Option<i32> {
     let pid = rustix::process::Pid::from_child(&kvd.0);
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM");
     wait_exit(&mut kvd.0)
-}
-
-/// A free loopback port for a config that boots.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 /// `/dev/zero` behind a symlink as the config: before the fix kvd read it

@@ -40,13 +40,12 @@
 mod processes;
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use processes::{PATIENCE, ctl, status, until};
+use processes::{PATIENCE, ctl, free_port, kv, status, until};
 
 /// Where the data dir lives: a tmpfs of its own, or (fallback) an ordinary
 /// directory with a file-size limit on the child.
@@ -111,13 +110,6 @@ impl Drop for Disk {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
 /// A kvd child, killed (if still running) on drop.
 struct Kvd {
     child: Child,
@@ -171,20 +163,6 @@ fn spawn_kvd(disk: &Disk, port: u16, run: u32) -> Kvd {
         .stderr(log);
     let child = command.spawn().expect("kvd starts");
     Kvd { child, data }
-}
-
-/// One request on kvd's line protocol.
-fn kv(port: u16, line: &str) -> String {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("kvd accepts");
-    stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
-    stream
-        .write_all(format!("{line}\n").as_bytes())
-        .expect("send");
-    let mut answer = String::new();
-    BufReader::new(stream)
-        .read_line(&mut answer)
-        .expect("an answer");
-    answer.trim_end().to_owned()
 }
 
 /// Ask kvd to exit and wait for it.

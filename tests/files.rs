@@ -6,13 +6,12 @@
 
 mod processes;
 
-use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-use processes::{PATIENCE, until, wait_exit};
+use processes::{free_port, kv, until, wait_exit};
 
 fn kvd(data_dir: &Path, config: &Path) -> Child {
     Command::new(processes::example("kvd"))
@@ -24,26 +23,6 @@ fn kvd(data_dir: &Path, config: &Path) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("kvd starts")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-fn kv(port: u16, line: &str) -> String {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to kvd");
-    stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
-    stream
-        .write_all(format!("{line}\n").as_bytes())
-        .expect("send");
-    let mut answer = String::new();
-    BufReader::new(stream)
-        .read_line(&mut answer)
-        .expect("answer");
-    answer.trim_end().to_owned()
 }
 
 fn running(s: &serde_json::Value) -> bool {

@@ -24,6 +24,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use processes::PATIENCE;
+use processes::free_port;
 
 /// A copy of kvd at `dir/name`, reporting `version`.
 fn stamped_kvd(dir: &Path, name: &str, version: &str) -> PathBuf {
@@ -39,13 +40,6 @@ fn running(s: &serde_json::Value) -> bool {
 
 fn pid_of(s: &serde_json::Value) -> u64 {
     s["pid"].as_u64().expect("pid")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 struct Kvd {

@@ -5,15 +5,11 @@
 
 mod processes;
 
-use processes::{ctl, until, wait_exit};
-
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
-use processes::PATIENCE;
+use processes::{ctl, kv, until, wait_exit};
 
 fn state(s: &serde_json::Value) -> &str {
     s["lifecycle"]["state"].as_str().unwrap_or("")
@@ -29,20 +25,6 @@ fn kvd(data_dir: &Path, config: &Path) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("kvd starts")
-}
-
-/// One request on kvd's line protocol.
-fn kv(port: u16, line: &str) -> String {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to kvd");
-    stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
-    stream
-        .write_all(format!("{line}\n").as_bytes())
-        .expect("send");
-    let mut answer = String::new();
-    BufReader::new(stream)
-        .read_line(&mut answer)
-        .expect("answer");
-    answer.trim_end().to_owned()
 }
 
 #[test]

@@ -123,3 +123,27 @@ pub fn wait_exit(child: &mut Child) -> Option<i32> {
     let _ = child.kill();
     panic!("the child did not exit");
 }
+
+/// A free loopback TCP port (bound, read, released: another process may
+/// take it first, which a test then sees as a failed bind, never a hang).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// One request on kvd's line protocol, answered within [`PATIENCE`].
+pub fn kv(port: u16, line: &str) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to kvd");
+    stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
+    stream
+        .write_all(format!("{line}\n").as_bytes())
+        .expect("send");
+    let mut answer = String::new();
+    BufReader::new(stream)
+        .read_line(&mut answer)
+        .expect("an answer");
+    answer.trim_end().to_owned()
+}
