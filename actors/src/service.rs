@@ -155,6 +155,56 @@ impl<T> Made<T> {
 /// [`Runtime::get`]`::<ThisStep>()`, so two steps never collide on one type.
 /// By default a step's resource is present while the runtime holds its
 /// output, and destroying it drops the output.
+///
+/// ```no_run
+/// use steadfast_actors::service::{Made, Plan, Service, Step, StepContext, StepError};
+///
+/// struct Bind;
+///
+/// impl Step for Bind {
+///     const NAME: &'static str = "bind_listener";
+///     type Output = Option<tokio::net::TcpListener>;
+///
+///     async fn execute(&self, cx: StepContext<'_>) -> Result<Made<Self::Output>, StepError> {
+///         let addr = cx.config.get("listen_addr").and_then(|v| v.as_str());
+///         let listener = tokio::net::TcpListener::bind(addr.unwrap_or("127.0.0.1:0"))
+///             .await
+///             .map_err(StepError::backoff)?;
+///         let bound = listener.local_addr().map_err(StepError::backoff)?;
+///         Ok(Made::new("listener", bound.to_string(), Some(listener)))
+///     }
+/// }
+///
+/// struct Serve;
+///
+/// impl Step for Serve {
+///     const NAME: &'static str = "serve";
+///     type Output = ();
+///
+///     async fn execute(&self, cx: StepContext<'_>) -> Result<Made<()>, StepError> {
+///         // An earlier step's output, asked for by its step's type.
+///         let listener = cx
+///             .runtime
+///             .get_mut::<Bind>()
+///             .and_then(Option::take)
+///             .ok_or_else(|| StepError::backoff("no listener"))?;
+///         cx.runtime.spawn("accept", async move {
+///             loop {
+///                 let _ = listener.accept().await;
+///             }
+///         });
+///         Ok(Made::new("serve", "accept", ()))
+///     }
+/// }
+///
+/// struct App;
+///
+/// impl Service for App {
+///     fn plan(&self, _config: &toml::Table) -> Plan {
+///         Plan::new().step(Bind).step(Serve)
+///     }
+/// }
+/// ```
 pub trait Step: Sized + Send + Sync + 'static {
     /// The phase operators see (`open_store`), and the name its checkpoint
     /// is journaled under: keep it stable, old journals resume by it.
