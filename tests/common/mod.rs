@@ -26,7 +26,8 @@ pub const PATIENCE: Duration = Duration::from_secs(30);
 /// - `panic_in` = a step name: that step panics;
 /// - `leak_store_on_drain` = true: destroying the store leaks its lock;
 /// - `serve_ends_after_ms` = N: the serve task ends with an error after N ms;
-/// - `panic_on_destroy` = true: every destroy panics;
+/// - `panic_on_destroy` = true: destroying `serve` (a drain's first
+///   destroy) panics;
 /// - `panic_on_apply` = true: applying a config change in place panics;
 /// - `refuse` = a reason: `open_store` fails with class hold;
 /// - `wipe_fails` = true: the wipe step (re-initialization) fails.
@@ -54,14 +55,6 @@ fn switched(config: &toml::Table, key: &str) -> bool {
 fn panic_if_asked<S: Step>(config: &toml::Table) {
     if leaf(config, "panic_in").and_then(toml::Value::as_str) == Some(S::NAME) {
         panic!("the test asked {} to panic", S::NAME);
-    }
-}
-
-/// What a destroy does first: panic if the runtime's serve step was booted
-/// with `panic_on_destroy`.
-fn panic_on_destroy(runtime: &Runtime) {
-    if runtime.get::<Serve>().is_some_and(|s| s.panic_on_destroy) {
-        panic!("the test asked destroy to panic");
     }
 }
 
@@ -108,7 +101,6 @@ impl Step for OpenStore {
         _record: &ResourceRecord,
         runtime: &mut Runtime,
     ) -> Result<(), StepError> {
-        panic_on_destroy(runtime);
         if let Some(store) = runtime.take::<Self>()
             && store.leak_on_drain
         {
@@ -139,16 +131,6 @@ impl Step for BindListener {
             .map_err(|e| StepError::backoff(format!("cannot bind {addr}: {e}")))?;
         let local = listener.local_addr().map_err(StepError::backoff)?;
         Ok(Made::new("listener", local.to_string(), Some(listener)))
-    }
-
-    async fn destroy(
-        &self,
-        _record: &ResourceRecord,
-        runtime: &mut Runtime,
-    ) -> Result<(), StepError> {
-        panic_on_destroy(runtime);
-        drop(runtime.take::<Self>());
-        Ok(())
     }
 }
 
@@ -200,8 +182,9 @@ impl Step for Serve {
         _record: &ResourceRecord,
         runtime: &mut Runtime,
     ) -> Result<(), StepError> {
-        panic_on_destroy(runtime);
-        runtime.take::<Self>();
+        if runtime.take::<Self>().is_some_and(|s| s.panic_on_destroy) {
+            panic!("the test asked destroy to panic");
+        }
         Ok(())
     }
 }
