@@ -27,8 +27,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use steadfast::protocol::journal::{self, Record};
 use steadfast::{
-    BoxFuture, Checkpoint, ControlDir, ExitIntent, Hold, LifecycleState, Observation, PhaseOutcome,
-    ResourceRecord, Runtime, Service, StepContext, StepError, StoreLock, Supervisor,
+    ControlDir, ExitIntent, Hold, LifecycleState, Made, Observation, PhaseOutcome, Plan,
+    ResourceRecord, Runtime, Service, Step, StepContext, StepError, StoreLock, Supervisor,
     SupervisorConfig, Timings, TomlFileSource,
 };
 
@@ -48,115 +48,105 @@ struct Crashd {
     data_dir: PathBuf,
 }
 
-/// The `serve` step's child process.
-struct Sleeper(std::process::Child);
+/// Creates `<data_dir>/prepared`, a resource that survives a crash.
+struct Prepare {
+    path: PathBuf,
+}
 
-impl Crashd {
-    fn prepared(&self) -> PathBuf {
-        self.data_dir.join("prepared")
+impl Step for Prepare {
+    const NAME: &'static str = "prepare";
+    type Output = ();
+
+    async fn execute(&self, _cx: StepContext<'_>) -> Result<Made<()>, StepError> {
+        // Idempotent: a crash between creating it and its checkpoint runs
+        // this again over an existing file.
+        std::fs::File::create(&self.path)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| StepError::backoff(format!("{}: {e}", self.path.display())))?;
+        Ok(Made::new("file", self.path.display().to_string(), ()))
+    }
+
+    /// On disk, not in the runtime: a resumed boot finds it.
+    async fn observe(&self, _record: &ResourceRecord, _runtime: &Runtime) -> Observation {
+        Observation::from(self.path.exists())
+    }
+
+    async fn destroy(
+        &self,
+        _record: &ResourceRecord,
+        _runtime: &mut Runtime,
+    ) -> Result<(), StepError> {
+        // `CRASHD_KEEP_FILE=1`: a destroy that says it worked and did not
+        // (the drain must notice by observing).
+        if std::env::var_os("CRASHD_KEEP_FILE").is_some() {
+            return Ok(());
+        }
+        match std::fs::remove_file(&self.path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(StepError::backoff(e)),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Takes the store lock.
+struct OpenStore;
+
+impl Step for OpenStore {
+    const NAME: &'static str = "open_store";
+    type Output = StoreLock;
+
+    async fn execute(&self, cx: StepContext<'_>) -> Result<Made<StoreLock>, StepError> {
+        let lock = StoreLock::acquire(cx.data_dir).map_err(StepError::backoff)?;
+        Ok(Made::new("store", "store.lock", lock))
+    }
+}
+
+/// Spawns the child process and a task that waits for the shutdown token.
+struct Serve;
+
+impl Step for Serve {
+    const NAME: &'static str = "serve";
+    type Output = std::process::Child;
+
+    async fn execute(&self, cx: StepContext<'_>) -> Result<Made<Self::Output>, StepError> {
+        let child = std::process::Command::new("sleep")
+            .arg("60")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| StepError::backoff(format!("sleep: {e}")))?;
+        let pid = child.id();
+        say(&format!("child {pid}"));
+        let stop = cx.runtime.shutdown_token();
+        cx.runtime.spawn("serve", async move {
+            stop.cancelled().await;
+            Ok(())
+        });
+        Ok(Made::new("process", pid.to_string(), child))
+    }
+
+    async fn destroy(
+        &self,
+        _record: &ResourceRecord,
+        runtime: &mut Runtime,
+    ) -> Result<(), StepError> {
+        if let Some(mut child) = runtime.take::<Self>() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        Ok(())
     }
 }
 
 impl Service for Crashd {
-    fn plan(&self, _config: &toml::Table) -> Vec<String> {
-        vec!["prepare".into(), "open_store".into(), "serve".into()]
-    }
-
-    fn execute<'a>(
-        &'a self,
-        step: &'a str,
-        cx: StepContext<'a>,
-    ) -> BoxFuture<'a, Result<ResourceRecord, StepError>> {
-        Box::pin(async move {
-            let record = |kind: &str, id: String| ResourceRecord {
-                kind: kind.into(),
-                id,
-                payload: vec![],
-            };
-            match step {
-                "prepare" => {
-                    // Idempotent: a crash between creating it and its
-                    // checkpoint runs this again over an existing file.
-                    let path = self.prepared();
-                    std::fs::File::create(&path)
-                        .and_then(|f| f.sync_all())
-                        .map_err(|e| StepError::backoff(format!("{}: {e}", path.display())))?;
-                    Ok(record("file", path.display().to_string()))
-                }
-                "open_store" => {
-                    let lock = StoreLock::acquire(cx.data_dir).map_err(StepError::backoff)?;
-                    cx.runtime.insert(lock);
-                    Ok(record("store", "store.lock".into()))
-                }
-                _ => {
-                    let child = std::process::Command::new("sleep")
-                        .arg("60")
-                        .stdin(std::process::Stdio::null())
-                        .stdout(std::process::Stdio::null())
-                        .stderr(std::process::Stdio::null())
-                        .spawn()
-                        .map_err(|e| StepError::backoff(format!("sleep: {e}")))?;
-                    let pid = child.id();
-                    say(&format!("child {pid}"));
-                    cx.runtime.insert(Sleeper(child));
-                    let stop = cx.runtime.shutdown_token();
-                    cx.runtime.spawn("serve", async move {
-                        stop.cancelled().await;
-                        Ok(())
-                    });
-                    Ok(record("process", pid.to_string()))
-                }
-            }
-        })
-    }
-
-    fn observe<'a>(
-        &'a self,
-        checkpoint: &'a Checkpoint,
-        runtime: &'a Runtime,
-    ) -> BoxFuture<'a, Observation> {
-        let present = match checkpoint.step.as_str() {
-            "prepare" => self.prepared().exists(),
-            "open_store" => runtime.get::<StoreLock>().is_some(),
-            _ => runtime.get::<Sleeper>().is_some(),
-        };
-        Box::pin(async move {
-            if present {
-                Observation::Present
-            } else {
-                Observation::Gone
-            }
-        })
-    }
-
-    fn destroy<'a>(
-        &'a self,
-        checkpoint: &'a Checkpoint,
-        runtime: &'a mut Runtime,
-    ) -> BoxFuture<'a, Result<(), StepError>> {
-        let result = match checkpoint.step.as_str() {
-            // `CRASHD_KEEP_FILE=1`: a destroy that says it worked and did
-            // not (the drain must notice by observing).
-            "prepare" if std::env::var_os("CRASHD_KEEP_FILE").is_some() => Ok(()),
-            "prepare" => match std::fs::remove_file(self.prepared()) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    Err(StepError::backoff(e.to_string()))
-                }
-                _ => Ok(()),
-            },
-            "open_store" => {
-                runtime.remove::<StoreLock>();
-                Ok(())
-            }
-            _ => {
-                if let Some(Sleeper(mut child)) = runtime.remove::<Sleeper>() {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                }
-                Ok(())
-            }
-        };
-        Box::pin(async move { result })
+    fn plan(&self, _config: &toml::Table) -> Plan {
+        Plan::new()
+            .step(Prepare {
+                path: self.data_dir.join("prepared"),
+            })
+            .step(OpenStore)
+            .step(Serve)
     }
 }
 
@@ -199,7 +189,7 @@ fn inspect(data_dir: &Path) {
             say(&format!("segment {}", segment.join(",")));
             let outstanding = journal::outstanding(&decoded.records)
                 .iter()
-                .any(|o| o.step == "prepare");
+                .any(|o| o.step == Prepare::NAME);
             let present = data_dir.join("prepared").exists();
             say(&format!(
                 "expect_skip prepare {}",

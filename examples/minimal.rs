@@ -9,73 +9,43 @@
 use std::sync::Arc;
 
 use steadfast::daemon::{DaemonOptions, run_with};
-use steadfast::{
-    BoxFuture, Checkpoint, Observation, ResourceRecord, Runtime, Service, StepContext, StepError,
-};
+use steadfast::{Made, Plan, Service, Step, StepContext, StepError};
 use steadfast::{Supervisor, SupervisorConfig, TomlFileSource};
 use tokio::io::AsyncWriteExt;
+
+/// The one step: bind `listen_addr` and greet whoever connects.
+struct Greet;
+
+impl Step for Greet {
+    const NAME: &'static str = "serve";
+    /// The bound address: present while the runtime holds it.
+    type Output = std::net::SocketAddr;
+
+    async fn execute(&self, cx: StepContext<'_>) -> Result<Made<Self::Output>, StepError> {
+        let addr = cx.config.get("listen_addr").and_then(|v| v.as_str());
+        let addr = addr.unwrap_or("127.0.0.1:7071");
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| StepError::backoff(format!("{addr}: {e}")))?;
+        let bound = listener.local_addr().map_err(StepError::backoff)?;
+        let stop = cx.runtime.shutdown_token();
+        cx.runtime.spawn("accept", async move {
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return Ok(()),
+                    Ok((mut peer, _)) = listener.accept() => { let _ = peer.write_all(b"hello\n").await; }
+                }
+            }
+        });
+        Ok(Made::new("listener", addr, bound))
+    }
+}
 
 struct Hello;
 
 impl Service for Hello {
-    fn plan(&self, _config: &toml::Table) -> Vec<String> {
-        vec!["serve".into()]
-    }
-
-    fn execute<'a>(
-        &'a self,
-        _step: &'a str,
-        cx: StepContext<'a>,
-    ) -> BoxFuture<'a, Result<ResourceRecord, StepError>> {
-        Box::pin(async move {
-            let addr = cx
-                .config
-                .get("listen_addr")
-                .and_then(|v| v.as_str())
-                .unwrap_or("127.0.0.1:7071");
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|e| StepError::backoff(format!("{addr}: {e}")))?;
-            let stop = cx.runtime.shutdown_token();
-            cx.runtime.spawn("accept", async move {
-                loop {
-                    tokio::select! {
-                        () = stop.cancelled() => return Ok(()),
-                        Ok((mut peer, _)) = listener.accept() => { let _ = peer.write_all(b"hello\n").await; }
-                    }
-                }
-            });
-            cx.runtime.insert(addr.to_owned());
-            Ok(ResourceRecord {
-                kind: "listener".into(),
-                id: addr.into(),
-                payload: vec![],
-            })
-        })
-    }
-
-    fn observe<'a>(
-        &'a self,
-        _checkpoint: &'a Checkpoint,
-        runtime: &'a Runtime,
-    ) -> BoxFuture<'a, Observation> {
-        let present = runtime.get::<String>().is_some();
-        Box::pin(async move {
-            if present {
-                Observation::Present
-            } else {
-                Observation::Gone
-            }
-        })
-    }
-
-    fn destroy<'a>(
-        &'a self,
-        _checkpoint: &'a Checkpoint,
-        runtime: &'a mut Runtime,
-    ) -> BoxFuture<'a, Result<(), StepError>> {
-        runtime.remove::<String>();
-        Box::pin(async { Ok(()) })
+    fn plan(&self, _config: &toml::Table) -> Plan {
+        Plan::new().step(Greet)
     }
 }
 

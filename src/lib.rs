@@ -9,8 +9,8 @@
 //! # Layout
 //! - [`Supervisor`], [`SupervisorHandle`], [`SupervisorConfig`]: the
 //!   embedding API ([`supervisor`]).
-//! - [`Service`] and the [`Runtime`] its steps build: what an application
-//!   implements.
+//! - [`Service`], its [`Plan`] of [`Step`]s and the [`Runtime`] they build:
+//!   what an application implements.
 //! - [`control`]: the control plane's server (Unix socket, or TCP behind a
 //!   token) and its reconnecting client;
 //!   `steadfastctl` (`src/bin/steadfastctl.rs`) is its command line.
@@ -38,7 +38,7 @@ pub use steadfast_actors::context::Timings;
 pub use steadfast_actors::control_dir::{ControlDir, RunMarker};
 pub use steadfast_actors::lifecycle::{Command, CommandError, Hold};
 pub use steadfast_actors::service::{
-    BoxFuture, CancellationToken, Checkpoint, Observation, Runtime, Service, StepContext,
+    CancellationToken, Checkpoint, Made, Observation, Plan, Runtime, Service, Step, StepContext,
     StepError, StepProgress,
 };
 pub use steadfast_actors::store::StoreLock;

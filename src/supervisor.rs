@@ -19,7 +19,7 @@ use steadfast_actors::ledger::Ledger;
 use steadfast_actors::lifecycle::{Command, CommandError, CommandRequest, Hold};
 use steadfast_actors::replacement::{ReplaceJob, ReplaceRequest, ReplacementChannels};
 use steadfast_actors::root::{RootActor, RootArgs};
-use steadfast_actors::service::Service;
+use steadfast_actors::service::AnyService;
 use steadfast_protocol::history::{self, JournalAttempt};
 use steadfast_protocol::lifecycle::{ExitIntent, LifecycleState, PendingApply};
 use steadfast_protocol::replacement::{ReplaceRefusal, Report};
@@ -33,7 +33,7 @@ pub struct SupervisorConfig {
     /// Where the effective config comes from.
     pub source: ConfigSource,
     /// The embedding application's runtime.
-    pub service: Arc<dyn Service>,
+    pub service: Arc<dyn AnyService>,
     /// The declared config file, watched for changes (optional).
     pub declared: Option<PathBuf>,
     /// Backoff, stable period, drain grace, debounce.
@@ -59,7 +59,7 @@ impl SupervisorConfig {
     pub fn new(
         data_dir: impl Into<PathBuf>,
         source: ConfigSource,
-        service: Arc<dyn Service>,
+        service: Arc<dyn AnyService>,
     ) -> Self {
         Self {
             data_dir: data_dir.into(),
@@ -78,7 +78,7 @@ impl SupervisorConfig {
     pub fn toml(
         data_dir: impl Into<PathBuf>,
         source: TomlFileSource,
-        service: Arc<dyn Service>,
+        service: Arc<dyn AnyService>,
     ) -> Self {
         let declared = source.declared_path().map(std::path::Path::to_path_buf);
         let overrides = source.overrides();

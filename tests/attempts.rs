@@ -27,8 +27,8 @@ use std::sync::{Arc, OnceLock};
 use common::*;
 use steadfast::protocol::journal::Record;
 use steadfast::{
-    AttemptResult, BoxFuture, Checkpoint, ExitIntent, Hold, LifecycleState, Observation,
-    ResourceRecord, Runtime, Service, StepContext, StepError, SupervisorHandle,
+    AttemptResult, ExitIntent, Hold, LifecycleState, Made, Plan, Service, Step, StepContext,
+    StepError, SupervisorHandle,
 };
 
 /// How many boots the test may take to land the stop in the window.
@@ -42,45 +42,42 @@ struct StopsAsItBoots {
     stop_in_last_step: AtomicBool,
 }
 
-impl Service for StopsAsItBoots {
-    fn plan(&self, _config: &toml::Table) -> Vec<String> {
-        vec!["prepare".into(), "serve".into()]
-    }
+/// The first step: creates nothing.
+struct Prepare;
 
-    fn execute<'a>(
-        &'a self,
-        step: &'a str,
-        _cx: StepContext<'a>,
-    ) -> BoxFuture<'a, Result<ResourceRecord, StepError>> {
-        Box::pin(async move {
-            if step == "serve" && self.stop_in_last_step.swap(false, Ordering::SeqCst) {
-                let handle = self.handle.get().expect("the handle is set").clone();
-                tokio::spawn(async move {
-                    let _ = handle.stop(Hold::None).await;
-                });
-            }
-            Ok(ResourceRecord {
-                kind: step.to_owned(),
-                id: step.to_owned(),
-                payload: Vec::new(),
-            })
-        })
-    }
+impl Step for Prepare {
+    const NAME: &'static str = "prepare";
+    type Output = ();
 
-    fn observe<'a>(
-        &'a self,
-        _checkpoint: &'a Checkpoint,
-        _runtime: &'a Runtime,
-    ) -> BoxFuture<'a, Observation> {
-        Box::pin(async { Observation::Gone })
+    async fn execute(&self, _cx: StepContext<'_>) -> Result<Made<()>, StepError> {
+        Ok(Made::new(Self::NAME, Self::NAME, ()))
     }
+}
 
-    fn destroy<'a>(
-        &'a self,
-        _checkpoint: &'a Checkpoint,
-        _runtime: &'a mut Runtime,
-    ) -> BoxFuture<'a, Result<(), StepError>> {
-        Box::pin(async { Ok(()) })
+/// The last step: sends the stop while `stop_in_last_step` is set.
+struct Serve(Arc<StopsAsItBoots>);
+
+impl Step for Serve {
+    const NAME: &'static str = "serve";
+    type Output = ();
+
+    async fn execute(&self, _cx: StepContext<'_>) -> Result<Made<()>, StepError> {
+        if self.0.stop_in_last_step.swap(false, Ordering::SeqCst) {
+            let handle = self.0.handle.get().expect("the handle is set").clone();
+            tokio::spawn(async move {
+                let _ = handle.stop(Hold::None).await;
+            });
+        }
+        Ok(Made::new(Self::NAME, Self::NAME, ()))
+    }
+}
+
+/// The service the supervisor holds, over the switches the test shares.
+struct Stopper(Arc<StopsAsItBoots>);
+
+impl Service for Stopper {
+    fn plan(&self, _config: &toml::Table) -> Plan {
+        Plan::new().step(Prepare).step(Serve(Arc::clone(&self.0)))
     }
 }
 
@@ -133,7 +130,7 @@ async fn a_boot_that_completes_as_a_stop_lands_still_ends() {
         steadfast::SupervisorConfig::new(
             tmp.path(),
             Switch::new(Some(good())).source(),
-            Arc::clone(&service) as Arc<dyn Service>,
+            Arc::new(Stopper(Arc::clone(&service))),
         )
         .timings(test_timings()),
     )

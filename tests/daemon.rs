@@ -174,31 +174,7 @@ async fn run_with_signals_off_leaves_the_dispositions_alone() {
 struct Idle;
 
 impl steadfast::Service for Idle {
-    fn plan(&self, _config: &toml::Table) -> Vec<String> {
-        Vec::new()
-    }
-
-    fn execute<'a>(
-        &'a self,
-        _step: &'a str,
-        _cx: steadfast::StepContext<'a>,
-    ) -> steadfast::BoxFuture<'a, Result<steadfast::ResourceRecord, steadfast::StepError>> {
-        Box::pin(async { Err(steadfast::StepError::hold("no steps")) })
-    }
-
-    fn observe<'a>(
-        &'a self,
-        _checkpoint: &'a steadfast::Checkpoint,
-        _runtime: &'a steadfast::Runtime,
-    ) -> steadfast::BoxFuture<'a, steadfast::Observation> {
-        Box::pin(async { steadfast::Observation::Gone })
-    }
-
-    fn destroy<'a>(
-        &'a self,
-        _checkpoint: &'a steadfast::Checkpoint,
-        _runtime: &'a mut steadfast::Runtime,
-    ) -> steadfast::BoxFuture<'a, Result<(), steadfast::StepError>> {
-        Box::pin(async { Ok(()) })
+    fn plan(&self, _config: &toml::Table) -> steadfast::Plan {
+        steadfast::Plan::new()
     }
 }

@@ -11,50 +11,36 @@ use common::{Switch, until};
 use steadfast::actors::control_dir::{COMPACT_TMP_NAME, ControlDir};
 use steadfast::protocol::journal::{Record, ResourceRecord as Res, attempts_in, outstanding};
 use steadfast::{
-    BoxFuture, Checkpoint, ExitIntent, LifecycleState, Observation, PhaseOutcome, ResourceRecord,
-    Runtime, Service, StepContext, StepError, Supervisor, SupervisorConfig, Timings,
+    ExitIntent, LifecycleState, Made, PhaseOutcome, Plan, Service, Step, StepContext, StepError,
+    Supervisor, SupervisorConfig, Timings,
 };
 
 /// One step, `work`, that takes 1.2 s: silent, or reporting progress every
 /// 50 ms, as the config's `report` says.
 struct Slow;
 
-impl Service for Slow {
-    fn plan(&self, _config: &toml::Table) -> Vec<String> {
-        vec!["work".into()]
-    }
+/// The service of one step, [`Slow`].
+struct SlowService;
 
-    fn execute<'a>(
-        &'a self,
-        _step: &'a str,
-        cx: StepContext<'a>,
-    ) -> BoxFuture<'a, Result<ResourceRecord, StepError>> {
-        Box::pin(async move {
-            let report = cx.config.get("report").and_then(toml::Value::as_bool) == Some(true);
-            for _ in 0..24 {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                if report {
-                    cx.progress.report();
-                }
+impl Step for Slow {
+    const NAME: &'static str = "work";
+    type Output = ();
+
+    async fn execute(&self, cx: StepContext<'_>) -> Result<Made<()>, StepError> {
+        let report = cx.config.get("report").and_then(toml::Value::as_bool) == Some(true);
+        for _ in 0..24 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if report {
+                cx.progress.report();
             }
-            Ok(ResourceRecord {
-                kind: "work".into(),
-                id: "done".into(),
-                payload: vec![],
-            })
-        })
+        }
+        Ok(Made::new("work", "done", ()))
     }
+}
 
-    fn observe<'a>(&'a self, _: &'a Checkpoint, _: &'a Runtime) -> BoxFuture<'a, Observation> {
-        Box::pin(async { Observation::Gone })
-    }
-
-    fn destroy<'a>(
-        &'a self,
-        _: &'a Checkpoint,
-        _: &'a mut Runtime,
-    ) -> BoxFuture<'a, Result<(), StepError>> {
-        Box::pin(async { Ok(()) })
+impl Service for SlowService {
+    fn plan(&self, _config: &toml::Table) -> Plan {
+        Plan::new().step(Slow)
     }
 }
 
@@ -66,7 +52,7 @@ fn slow_supervisor(
     steadfast::SupervisorHandle,
 ) {
     let source = Switch::new(Some(common::config(&format!("report = {report}")))).source();
-    let config = SupervisorConfig::new(dir, source, Arc::new(Slow)).timings(Timings {
+    let config = SupervisorConfig::new(dir, source, Arc::new(SlowService)).timings(Timings {
         // Generous against the 50 ms between reports on a loaded machine,
         // and well under the step's 1.2 s.
         step_deadline: Duration::from_millis(400),

@@ -576,3 +576,42 @@ async fn a_change_while_running_reports_the_leaves_that_need_a_restart() {
     assert_eq!(again.epoch, 1);
     exit(run, &handle, ExitIntent::Halt).await;
 }
+
+/// A plan that names one step twice (its checkpoints and outputs would be
+/// one) is a held failure of `resolve_config` naming the step, not a boot
+/// that runs it twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_plan_that_names_a_step_twice_is_held_naming_it() {
+    struct Once;
+    impl steadfast::Step for Once {
+        const NAME: &'static str = "once";
+        type Output = ();
+        async fn execute(
+            &self,
+            _cx: steadfast::StepContext<'_>,
+        ) -> Result<steadfast::Made<()>, steadfast::StepError> {
+            Ok(steadfast::Made::new("nothing", "", ()))
+        }
+    }
+    struct Twice;
+    impl steadfast::Service for Twice {
+        fn plan(&self, _config: &toml::Table) -> steadfast::Plan {
+            steadfast::Plan::new().step(Once).step(Once)
+        }
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = supervise_with(
+        tmp.path(),
+        Switch::new(Some(good())).source(),
+        None,
+        Arc::new(Twice),
+    );
+    let held = until(&handle, "a held failure", failed).await;
+    let LifecycleState::Failed { report, retry, .. } = &held.lifecycle else {
+        panic!("{:?}", held.lifecycle);
+    };
+    assert_eq!(*retry, RetryClass::Hold);
+    assert_eq!(report.phase.as_str(), "resolve_config");
+    assert!(report.error.contains("`once` twice"), "{}", report.error);
+    exit(run, &handle, ExitIntent::Halt).await;
+}

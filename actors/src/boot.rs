@@ -7,10 +7,12 @@
 //!   *hold*. The declared file's fingerprint is taken *before* the source
 //!   reads it and travels with the failure, so the Lifecycle actor can settle
 //!   a held failure against the file as it is when the failure lands.
+//! - A plan that names one step twice fails `resolve_config` with class
+//!   hold, naming the step (`service::tests::a_plan_that_names_a_step_twice_is_refused`).
 //! - Each completed step's checkpoint is acknowledged by the journal (an
 //!   fsync) before the next step starts.
 //! - Resume: a step with an outstanding checkpoint (`crate::ledger`) is
-//!   skipped only if `Service::observe` says its resource is still present
+//!   skipped only if its step's `Step::observe` says its resource is still present
 //!   (reported `skipped`, with the observation's duration); otherwise it
 //!   runs again. Checked by `tests/crash.rs`
 //!   (`a_checkpointed_step_is_skipped_after_a_crash_only_if_still_present`).
@@ -45,7 +47,7 @@ use crate::drain::teardown;
 use crate::journal::JournalMsg;
 use crate::lifecycle::{BootReport, LifecycleMsg};
 use crate::service::{
-    Checkpoint, LiveRuntime, Observation, Runtime, StepContext, StepError, StepProgress,
+    Checkpoint, Completed, LiveRuntime, Observation, Runtime, StepContext, StepError, StepProgress,
     spawn_watched,
 };
 use crate::store::StoreLock;
@@ -268,11 +270,18 @@ async fn run_attempt(
         .source
         .resolve_within(RESOLVE_DEADLINE)
         .await
-        .and_then(|resolved| check_data_dir(&resolved.config, &shared.data_dir).map(|()| resolved));
-    let config = match resolved {
-        Ok(resolved) => resolved.config,
+        .and_then(|resolved| check_data_dir(&resolved.config, &shared.data_dir).map(|()| resolved))
+        .map_err(|error| error.to_string())
+        // The plan is the config's: one that names a step twice is held here.
+        .and_then(
+            |resolved| match shared.service.plan(&resolved.config).into_steps() {
+                Ok(plan) => Ok((resolved.config, plan)),
+                Err(error) => Err(error.message),
+            },
+        );
+    let (config, plan) = match resolved {
+        Ok(resolved) => resolved,
         Err(error) => {
-            let error = error.to_string();
             reporter.ended(
                 &phase,
                 started,
@@ -295,13 +304,13 @@ async fn run_attempt(
     reporter.ended(&phase, started, PhaseOutcome::Completed);
 
     // ── the service's plan ──────────────────────────────────────────────
-    let plan = shared.service.plan(&config);
     let total = u32::try_from(plan.len() + 1).unwrap_or(u32::MAX);
     let mut runtime = Runtime::new();
-    let mut checkpoints: Vec<Checkpoint> = Vec::with_capacity(plan.len());
-    for (offset, step) in plan.iter().enumerate() {
+    let mut checkpoints: Vec<Completed> = Vec::with_capacity(plan.len());
+    for (offset, step_impl) in plan.iter().enumerate() {
+        let step = step_impl.name();
         let index = u32::try_from(offset + 2).unwrap_or(u32::MAX);
-        let phase = Phase::new(step.clone());
+        let phase = Phase::new(step);
         let started = reporter.started(&phase, index, total);
         // Resume: a step checkpointed by an earlier boot (of this process or
         // a crashed one) and not cleared is skipped only if observation says
@@ -310,21 +319,25 @@ async fn run_attempt(
             let observed = tokio::select! {
                 biased;
                 () = cancel.cancelled() => None,
-                observed = shared.service.observe(&prior, &runtime) => Some(observed),
+                observed = step_impl.observe(&prior.resource, &runtime) => Some(observed),
             };
             if observed == Some(Observation::Present) {
-                checkpoints.push(Checkpoint { index, ..prior });
+                checkpoints.push(Completed {
+                    step: Arc::clone(step_impl),
+                    checkpoint: Checkpoint { index, ..prior },
+                });
                 reporter.ended(&phase, started, PhaseOutcome::Skipped);
                 continue;
             }
         }
         let progress = StepProgress::new(shared.timings.step_deadline);
+        let prior: Vec<Checkpoint> = checkpoints.iter().map(|c| c.checkpoint.clone()).collect();
         let cx = StepContext {
             attempt,
             config: &config,
             data_dir: &shared.data_dir,
             runtime: &mut runtime,
-            prior: &checkpoints,
+            prior: &prior,
             progress: &progress,
         };
         // A cancel before or during the step drops the step's future at once;
@@ -332,7 +345,7 @@ async fn run_attempt(
         let result = tokio::select! {
             biased;
             () = cancel.cancelled() => Err(StepError::backoff("cancelled")),
-            result = shared.service.execute(step, cx) => result,
+            result = step_impl.execute(cx) => result,
             () = progress.expired() => Err(StepError::backoff(format!(
                 "step `{step}` passed its deadline of {:?} without reporting progress",
                 progress.extends_by()
@@ -343,7 +356,7 @@ async fn run_attempt(
             Ok(resource) => {
                 crate::failpoint::hit("boot.before_checkpoint");
                 let checkpoint = Checkpoint {
-                    step: step.clone(),
+                    step: step.to_owned(),
                     index,
                     resource,
                 };
@@ -354,7 +367,10 @@ async fn run_attempt(
                     index,
                     resource: checkpoint.resource.clone(),
                 };
-                checkpoints.push(checkpoint.clone());
+                checkpoints.push(Completed {
+                    step: Arc::clone(step_impl),
+                    checkpoint: checkpoint.clone(),
+                });
                 let timeout = shared.timings.journal_timeout;
                 match crate::journal::append(&journal, vec![record], timeout).await {
                     Ok(()) => {

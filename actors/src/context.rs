@@ -10,7 +10,7 @@ use steadfast_protocol::lifecycle::BackoffPolicy;
 
 use crate::clock::Clock;
 use crate::config::{ConfigSource, Overrides};
-use crate::service::Service;
+use crate::service::AnyService;
 
 /// How long the supervisor waits for things, and how it backs off.
 #[derive(Debug, Clone, Copy)]
@@ -48,7 +48,7 @@ impl Default for Timings {
 /// The fixed context of one supervisor.
 pub struct Shared {
     /// The embedding application's runtime.
-    pub service: Arc<dyn Service>,
+    pub service: Arc<dyn AnyService>,
     /// Where the effective config comes from.
     pub source: ConfigSource,
     /// The data directory; a config that moves it is refused.

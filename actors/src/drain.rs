@@ -31,7 +31,7 @@ use steadfast_protocol::snapshot::PhaseOutcome;
 use crate::context::Shared;
 use crate::journal::JournalMsg;
 use crate::lifecycle::{BootReport, LifecycleMsg};
-use crate::service::{Checkpoint, LiveRuntime, Observation, Runtime, Service, spawn_watched};
+use crate::service::{Completed, LiveRuntime, Observation, Runtime, spawn_watched};
 use crate::store::StoreLock;
 
 /// Destroy `checkpoints` in reverse order over `runtime`, confirming each by
@@ -56,7 +56,7 @@ pub async fn teardown(
     report_to: Option<&ActorRef<LifecycleMsg>>,
     attempt: u32,
     mut runtime: Runtime,
-    checkpoints: Vec<Checkpoint>,
+    checkpoints: Vec<Completed>,
 ) -> (StoreOutcome, Vec<String>) {
     let stage = |record: Record| {
         if let Some(journal) = journal {
@@ -76,9 +76,8 @@ pub async fn teardown(
             "runtime tasks did not finish within the drain grace and were aborted"
         );
     }
-    let service: &dyn Service = shared.service.as_ref();
     let mut survivors = Vec::new();
-    for (offset, checkpoint) in checkpoints.iter().rev().enumerate() {
+    for (offset, Completed { step, checkpoint }) in checkpoints.iter().rev().enumerate() {
         let index = u32::try_from(offset + 1).unwrap_or(u32::MAX);
         let phase = Phase::new(format!("destroy:{}", checkpoint.step));
         let at = shared.clock.now();
@@ -97,9 +96,9 @@ pub async fn teardown(
             total,
             at,
         });
-        let destroyed = service.destroy(checkpoint, &mut runtime).await;
+        let destroyed = step.destroy(&checkpoint.resource, &mut runtime).await;
         crate::failpoint::hit("drain.mid_destroy");
-        let observed = service.observe(checkpoint, &runtime).await;
+        let observed = step.observe(&checkpoint.resource, &runtime).await;
         let failure = match (destroyed, observed) {
             (_, Observation::Gone) => {
                 shared.ledger.cleared(&checkpoint.step);

@@ -6,7 +6,7 @@
 //! ([`steadfast_protocol::journal::outstanding`]), follows every checkpoint a
 //! boot makes durable and every destruction a teardown confirms, and is what a
 //! boot reconciles against: a step with an outstanding checkpoint is skipped
-//! only if [`crate::service::Service::observe`] says its resource is still
+//! only if [`crate::service::Step::observe`] says its resource is still
 //! present (seed 003, "reconcile recorded state against observation").
 //! Checked by `tests/crash.rs` (`a_checkpointed_step_is_skipped_after_a_crash_only_if_still_present`).
 

@@ -9,8 +9,18 @@
 //! steps read. A step that serves spawns its tasks with [`Runtime::spawn`]; a
 //! task that returns or panics while the runtime is running is the lifecycle's
 //! `runtime_ended`. A drain destroys the checkpoints in reverse order and
-//! confirms each destruction with [`Service::observe`], never by the absence of
+//! confirms each destruction with [`Step::observe`], never by the absence of
 //! an error.
+//!
+//! A step is one type implementing [`Step`] (with plain `async fn`s): it
+//! owns its [`Step::NAME`] (the phase and the journaled checkpoint's name),
+//! its `execute`, and the `observe` and `destroy` of the record it made; the
+//! supervisor erases it behind [`AnyStep`] (and a service behind
+//! [`AnyService`]), so no step is ever dispatched by a string. What a step's
+//! `execute` returns as its output is kept in the [`Runtime`] under the
+//! step's own type, so two outputs of one type never collide. Checked by
+//! `service::tests::outputs_are_kept_per_step_not_per_type` and
+//! `service::tests::a_plan_that_names_a_step_twice_is_refused`.
 //!
 //! Invariant: a [`Runtime`] that is dropped (a boot that panicked, a
 //! supervisor that ended) cancels its shutdown token and aborts its tasks, so
@@ -23,6 +33,7 @@ use std::fmt;
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use steadfast_protocol::journal::ResourceRecord;
@@ -31,8 +42,8 @@ use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinHandle};
 pub use tokio_util::sync::CancellationToken;
 
-/// A boxed, sendable future: what [`Service`]'s methods return, so the trait
-/// stays object-safe.
+/// A boxed, sendable future: how the supervisor holds a step's or a
+/// service's work once it has erased the type (a user never writes one).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A step that failed, and whether waiting can fix it.
@@ -72,10 +83,18 @@ pub enum Observation {
     Gone,
 }
 
-/// A completed step and the record of what it created.
+impl From<bool> for Observation {
+    /// `true` is [`Observation::Present`].
+    fn from(present: bool) -> Self {
+        if present { Self::Present } else { Self::Gone }
+    }
+}
+
+/// A completed step and the record of what it created, as the journal keeps
+/// it (the step's name is what the checkpoint carries).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checkpoint {
-    /// The step's name.
+    /// The step's name ([`Step::NAME`]).
     pub step: String,
     /// Its position in the plan, from 2 (`resolve_config` is 1).
     pub index: u32,
@@ -91,7 +110,8 @@ pub struct StepContext<'a> {
     pub config: &'a toml::Table,
     /// The data directory (fixed for the life of the daemon).
     pub data_dir: &'a Path,
-    /// The live runtime the earlier steps built.
+    /// The live runtime the earlier steps built: ask it for an earlier
+    /// step's output with [`Runtime::get`]`::<ThatStep>()`.
     pub runtime: &'a mut Runtime,
     /// The checkpoints of the earlier steps of this boot.
     pub prior: &'a [Checkpoint],
@@ -101,47 +121,272 @@ pub struct StepContext<'a> {
     pub progress: &'a StepProgress,
 }
 
-/// The embedding application's runtime, described as a plan of steps.
-pub trait Service: Send + Sync + 'static {
-    /// The steps a boot runs after `resolve_config`, in order, for this
-    /// config. Names are the phases operators see (`open_store`,
-    /// `bind_listener`, `serve`).
-    fn plan(&self, config: &toml::Table) -> Vec<String>;
+/// What a step made: the record the journal keeps (handed back to the same
+/// step's [`Step::observe`] and [`Step::destroy`]) and the live value the
+/// runtime keeps under the step's type.
+#[derive(Debug)]
+pub struct Made<T> {
+    /// The durable record of what was created.
+    pub record: ResourceRecord,
+    /// The live value, kept in the [`Runtime`] under the step's type.
+    pub output: T,
+}
 
-    /// Run one step; return the record of what it created.
+impl<T> Made<T> {
+    /// A record of `kind` and `id` (no payload) and the live `output`.
+    pub fn new(kind: impl Into<String>, id: impl Into<String>, output: T) -> Self {
+        Self {
+            record: ResourceRecord {
+                kind: kind.into(),
+                id: id.into(),
+                payload: Vec::new(),
+            },
+            output,
+        }
+    }
+}
+
+/// One step of a plan: one type that owns its name, how it runs, how its
+/// resource is observed and how it is destroyed. Implemented with plain
+/// `async fn`s.
+///
+/// The runtime keeps what [`Step::execute`] returns as [`Made::output`]
+/// under the step's own type: a later step asks for it with
+/// [`Runtime::get`]`::<ThisStep>()`, so two steps never collide on one type.
+/// By default a step's resource is present while the runtime holds its
+/// output, and destroying it drops the output.
+///
+/// ```no_run
+/// use steadfast_actors::service::{Made, Plan, Service, Step, StepContext, StepError};
+///
+/// struct Bind;
+///
+/// impl Step for Bind {
+///     const NAME: &'static str = "bind_listener";
+///     type Output = Option<tokio::net::TcpListener>;
+///
+///     async fn execute(&self, cx: StepContext<'_>) -> Result<Made<Self::Output>, StepError> {
+///         let addr = cx.config.get("listen_addr").and_then(|v| v.as_str());
+///         let listener = tokio::net::TcpListener::bind(addr.unwrap_or("127.0.0.1:0"))
+///             .await
+///             .map_err(StepError::backoff)?;
+///         let bound = listener.local_addr().map_err(StepError::backoff)?;
+///         Ok(Made::new("listener", bound.to_string(), Some(listener)))
+///     }
+/// }
+///
+/// struct Serve;
+///
+/// impl Step for Serve {
+///     const NAME: &'static str = "serve";
+///     type Output = ();
+///
+///     async fn execute(&self, cx: StepContext<'_>) -> Result<Made<()>, StepError> {
+///         // An earlier step's output, asked for by its step's type.
+///         let listener = cx
+///             .runtime
+///             .get_mut::<Bind>()
+///             .and_then(Option::take)
+///             .ok_or_else(|| StepError::backoff("no listener"))?;
+///         cx.runtime.spawn("accept", async move {
+///             loop {
+///                 let _ = listener.accept().await;
+///             }
+///         });
+///         Ok(Made::new("serve", "accept", ()))
+///     }
+/// }
+///
+/// struct App;
+///
+/// impl Service for App {
+///     fn plan(&self, _config: &toml::Table) -> Plan {
+///         Plan::new().step(Bind).step(Serve)
+///     }
+/// }
+/// ```
+pub trait Step: Sized + Send + Sync + 'static {
+    /// The phase operators see (`open_store`), and the name its checkpoint
+    /// is journaled under: keep it stable, old journals resume by it.
+    const NAME: &'static str;
+
+    /// The live value this step leaves in the runtime (`()` for none).
+    type Output: Send + Sync + 'static;
+
+    /// Run the step; return the record of what it created and its output.
+    fn execute(
+        &self,
+        cx: StepContext<'_>,
+    ) -> impl Future<Output = Result<Made<Self::Output>, StepError>> + Send;
+
+    /// Whether this step's resource (its own `record`) is really there.
+    /// Decides both the resume (a present resource is not recreated) and the
+    /// drain (a destruction counts only once this says gone). By default:
+    /// while the runtime holds this step's output.
+    fn observe(
+        &self,
+        record: &ResourceRecord,
+        runtime: &Runtime,
+    ) -> impl Future<Output = Observation> + Send {
+        let _ = record;
+        let present = runtime.get::<Self>().is_some();
+        async move { Observation::from(present) }
+    }
+
+    /// Remove this step's resource. By default: drop its output.
+    fn destroy(
+        &self,
+        record: &ResourceRecord,
+        runtime: &mut Runtime,
+    ) -> impl Future<Output = Result<(), StepError>> + Send {
+        let _ = record;
+        drop(runtime.take::<Self>());
+        async { Ok(()) }
+    }
+}
+
+/// A [`Step`] with its type erased: what a [`Plan`] holds and the Boot and
+/// Drain actors call. Implemented for every [`Step`]; not implemented by
+/// hand.
+pub trait AnyStep: Send + Sync + 'static {
+    /// [`Step::NAME`].
+    fn name(&self) -> &'static str;
+    /// [`Step::execute`], keeping the output in the runtime.
     fn execute<'a>(
         &'a self,
-        step: &'a str,
         cx: StepContext<'a>,
     ) -> BoxFuture<'a, Result<ResourceRecord, StepError>>;
-
-    /// Whether a checkpointed resource is really there. Decides both the
-    /// resume (a present resource is not recreated) and the drain (a
-    /// destruction counts only once this says gone).
+    /// [`Step::observe`].
     fn observe<'a>(
         &'a self,
-        checkpoint: &'a Checkpoint,
+        record: &'a ResourceRecord,
         runtime: &'a Runtime,
     ) -> BoxFuture<'a, Observation>;
-
-    /// Remove a resource.
+    /// [`Step::destroy`].
     fn destroy<'a>(
         &'a self,
-        checkpoint: &'a Checkpoint,
+        record: &'a ResourceRecord,
         runtime: &'a mut Runtime,
     ) -> BoxFuture<'a, Result<(), StepError>>;
+}
+
+impl<S: Step> AnyStep for S {
+    fn name(&self) -> &'static str {
+        S::NAME
+    }
+
+    fn execute<'a>(
+        &'a self,
+        cx: StepContext<'a>,
+    ) -> BoxFuture<'a, Result<ResourceRecord, StepError>> {
+        Box::pin(async move {
+            let StepContext {
+                attempt,
+                config,
+                data_dir,
+                runtime,
+                prior,
+                progress,
+            } = cx;
+            let cx = StepContext {
+                attempt,
+                config,
+                data_dir,
+                runtime: &mut *runtime,
+                prior,
+                progress,
+            };
+            let made = Step::execute(self, cx).await?;
+            runtime.put::<S>(made.output);
+            Ok(made.record)
+        })
+    }
+
+    fn observe<'a>(
+        &'a self,
+        record: &'a ResourceRecord,
+        runtime: &'a Runtime,
+    ) -> BoxFuture<'a, Observation> {
+        Box::pin(Step::observe(self, record, runtime))
+    }
+
+    fn destroy<'a>(
+        &'a self,
+        record: &'a ResourceRecord,
+        runtime: &'a mut Runtime,
+    ) -> BoxFuture<'a, Result<(), StepError>> {
+        Box::pin(Step::destroy(self, record, runtime))
+    }
+}
+
+/// The steps a boot runs after `resolve_config`, in order:
+/// `Plan::new().step(OpenStore).step(Serve)`.
+#[derive(Default, Clone)]
+pub struct Plan {
+    steps: Vec<Arc<dyn AnyStep>>,
+}
+
+impl fmt::Debug for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.steps.iter().map(|s| s.name()))
+            .finish()
+    }
+}
+
+impl Plan {
+    /// An empty plan.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Run `step` after the steps already in the plan.
+    #[must_use]
+    pub fn step(mut self, step: impl Step) -> Self {
+        self.steps.push(Arc::new(step));
+        self
+    }
+
+    /// The step names, in order.
+    #[must_use]
+    pub fn names(&self) -> Vec<&'static str> {
+        self.steps.iter().map(|s| s.name()).collect()
+    }
+
+    /// The steps, in order; a plan that names one step twice is refused
+    /// (its checkpoints and outputs would be one), naming the step.
+    pub fn into_steps(self) -> Result<Vec<Arc<dyn AnyStep>>, StepError> {
+        let mut seen = std::collections::HashSet::new();
+        if let Some(twice) = self.steps.iter().find(|s| !seen.insert(s.name())) {
+            return Err(StepError::hold(format!(
+                "the plan names step `{}` twice: give each step its own type",
+                twice.name()
+            )));
+        }
+        Ok(self.steps)
+    }
+}
+
+/// The embedding application's runtime, described as a plan of [`Step`]s.
+/// Implemented with plain `async fn`s.
+pub trait Service: Send + Sync + 'static {
+    /// The steps a boot runs after `resolve_config`, in order, for this
+    /// config.
+    fn plan(&self, config: &toml::Table) -> Plan;
 
     /// Apply a changed config to the running runtime in place; return the
     /// dotted leaves it could not take (they need a restart). By default
     /// nothing is taken in place.
-    fn apply_config<'a>(
-        &'a self,
-        old: &'a toml::Table,
-        new: &'a toml::Table,
-        runtime: &'a mut Runtime,
-    ) -> BoxFuture<'a, Vec<String>> {
+    fn apply_config(
+        &self,
+        old: &toml::Table,
+        new: &toml::Table,
+        runtime: &mut Runtime,
+    ) -> impl Future<Output = Vec<String>> + Send {
         let _ = runtime;
-        Box::pin(async move { crate::config::changed_leaves(old, new) })
+        let changed = crate::config::changed_leaves(old, new);
+        async move { changed }
     }
 
     /// Destroy the stopped runtime's data, for a confirmed re-initialization
@@ -149,13 +394,57 @@ pub trait Service: Send + Sync + 'static {
     /// the next start boots over what it leaves. `config` is the effective
     /// config, when it resolves. By default a service has no wipe step and
     /// the re-initialization fails, naming that.
+    fn wipe(
+        &self,
+        data_dir: &Path,
+        config: Option<&toml::Table>,
+    ) -> impl Future<Output = Result<(), StepError>> + Send {
+        let _ = (data_dir, config);
+        async { Err(StepError::hold("this service has no wipe step")) }
+    }
+}
+
+/// A [`Service`] with its type erased: what the supervisor holds
+/// (`Arc<dyn AnyService>`). Implemented for every [`Service`]; not
+/// implemented by hand.
+pub trait AnyService: Send + Sync + 'static {
+    /// [`Service::plan`].
+    fn plan(&self, config: &toml::Table) -> Plan;
+    /// [`Service::apply_config`].
+    fn apply_config<'a>(
+        &'a self,
+        old: &'a toml::Table,
+        new: &'a toml::Table,
+        runtime: &'a mut Runtime,
+    ) -> BoxFuture<'a, Vec<String>>;
+    /// [`Service::wipe`].
     fn wipe<'a>(
         &'a self,
-        data_dir: &'a std::path::Path,
+        data_dir: &'a Path,
+        config: Option<&'a toml::Table>,
+    ) -> BoxFuture<'a, Result<(), StepError>>;
+}
+
+impl<S: Service> AnyService for S {
+    fn plan(&self, config: &toml::Table) -> Plan {
+        Service::plan(self, config)
+    }
+
+    fn apply_config<'a>(
+        &'a self,
+        old: &'a toml::Table,
+        new: &'a toml::Table,
+        runtime: &'a mut Runtime,
+    ) -> BoxFuture<'a, Vec<String>> {
+        Box::pin(Service::apply_config(self, old, new, runtime))
+    }
+
+    fn wipe<'a>(
+        &'a self,
+        data_dir: &'a Path,
         config: Option<&'a toml::Table>,
     ) -> BoxFuture<'a, Result<(), StepError>> {
-        let _ = (data_dir, config);
-        Box::pin(async { Err(StepError::hold("this service has no wipe step")) })
+        Box::pin(Service::wipe(self, data_dir, config))
     }
 }
 
@@ -174,8 +463,8 @@ struct TaskSlot {
     monitor: JoinHandle<()>,
 }
 
-/// The live runtime a boot builds: the objects its steps created, keyed by
-/// type, and the tasks that serve.
+/// The live runtime a boot builds: the outputs its steps made, each kept
+/// under its step's type, and the tasks that serve.
 pub struct Runtime {
     items: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
     tasks: Vec<TaskSlot>,
@@ -220,33 +509,32 @@ impl Runtime {
         }
     }
 
-    /// Keep `value` (one per type); returns the one it replaces.
-    pub fn insert<T: Any + Send + Sync>(&mut self, value: T) -> Option<T> {
+    /// Keep step `S`'s output; returns the one it replaces.
+    fn put<S: Step>(&mut self, output: S::Output) -> Option<S::Output> {
         self.items
-            .insert(TypeId::of::<T>(), Box::new(value))
+            .insert(TypeId::of::<S>(), Box::new(output))
             .and_then(|old| old.downcast().ok().map(|b| *b))
     }
 
-    /// The kept value of type `T`.
+    /// The output step `S` left in the runtime.
     #[must_use]
-    pub fn get<T: Any + Send + Sync>(&self) -> Option<&T> {
+    pub fn get<S: Step>(&self) -> Option<&S::Output> {
         self.items
-            .get(&TypeId::of::<T>())
+            .get(&TypeId::of::<S>())
             .and_then(|b| b.downcast_ref())
     }
 
-    /// The kept value of type `T`, mutably.
-    pub fn get_mut<T: Any + Send + Sync>(&mut self) -> Option<&mut T> {
+    /// The output step `S` left in the runtime, mutably.
+    pub fn get_mut<S: Step>(&mut self) -> Option<&mut S::Output> {
         self.items
-            .get_mut(&TypeId::of::<T>())
+            .get_mut(&TypeId::of::<S>())
             .and_then(|b| b.downcast_mut())
     }
 
-    /// Take the kept value of type `T` out (dropping it releases what it
-    /// holds).
-    pub fn remove<T: Any + Send + Sync>(&mut self) -> Option<T> {
+    /// Take step `S`'s output out (dropping it releases what it holds).
+    pub fn take<S: Step>(&mut self) -> Option<S::Output> {
         self.items
-            .remove(&TypeId::of::<T>())
+            .remove(&TypeId::of::<S>())
             .and_then(|b| b.downcast().ok().map(|b| *b))
     }
 
@@ -365,7 +653,23 @@ pub struct LiveRuntime {
     /// The live objects and tasks.
     pub runtime: Runtime,
     /// The completed steps, in plan order.
-    pub checkpoints: Vec<Checkpoint>,
+    pub checkpoints: Vec<Completed>,
+}
+
+/// A step of this boot and its checkpoint: what a drain destroys (with the
+/// step that made it) and confirms gone.
+#[derive(Clone)]
+pub struct Completed {
+    /// The step that made it.
+    pub step: Arc<dyn AnyStep>,
+    /// Its checkpoint.
+    pub checkpoint: Checkpoint,
+}
+
+impl fmt::Debug for Completed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.checkpoint.fmt(f)
+    }
 }
 
 /// A running step's deadline, which the step extends by reporting
@@ -432,15 +736,94 @@ mod tests {
 
     use super::*;
 
+    /// Two steps whose outputs are both `String`s.
+    struct Left;
+    struct Right;
+
+    impl Step for Left {
+        const NAME: &'static str = "left";
+        type Output = String;
+        async fn execute(&self, _cx: StepContext<'_>) -> Result<Made<String>, StepError> {
+            Ok(Made::new("side", "left", "l".to_owned()))
+        }
+    }
+
+    impl Step for Right {
+        const NAME: &'static str = "right";
+        type Output = String;
+        async fn execute(&self, cx: StepContext<'_>) -> Result<Made<String>, StepError> {
+            let left = cx
+                .runtime
+                .get::<Left>()
+                .ok_or_else(|| StepError::hold("no left"))?;
+            Ok(Made::new("side", "right", format!("{left}r")))
+        }
+    }
+
+    async fn run(step: &dyn AnyStep, runtime: &mut Runtime) -> Result<ResourceRecord, StepError> {
+        let config = toml::Table::new();
+        let progress = StepProgress::new(Duration::from_secs(10));
+        step.execute(StepContext {
+            attempt: 1,
+            config: &config,
+            data_dir: Path::new("/nonexistent"),
+            runtime,
+            prior: &[],
+            progress: &progress,
+        })
+        .await
+    }
+
     #[tokio::test]
-    async fn typed_items_round_trip() {
+    async fn outputs_are_kept_per_step_not_per_type() {
         let mut runtime = Runtime::new();
-        assert!(runtime.insert(5u32).is_none());
-        assert_eq!(runtime.insert(7u32), Some(5));
-        assert_eq!(runtime.get::<u32>(), Some(&7));
-        *runtime.get_mut::<u32>().expect("kept") += 1;
-        assert_eq!(runtime.remove::<u32>(), Some(8));
-        assert!(runtime.get::<u32>().is_none());
+        let left = run(&Left, &mut runtime).await.expect("left runs");
+        assert_eq!(left.id, "left");
+        run(&Right, &mut runtime)
+            .await
+            .expect("right reads left's output");
+        // Both outputs are `String`s, kept side by side under their steps.
+        assert_eq!(runtime.get::<Left>().map(String::as_str), Some("l"));
+        assert_eq!(runtime.get::<Right>().map(String::as_str), Some("lr"));
+        runtime.get_mut::<Right>().expect("kept").push('!');
+        // The default observation follows the output; the default destroy
+        // drops it.
+        assert_eq!(
+            AnyStep::observe(&Right, &left, &runtime).await,
+            Observation::Present
+        );
+        AnyStep::destroy(&Right, &left, &mut runtime)
+            .await
+            .expect("destroyed");
+        assert_eq!(
+            AnyStep::observe(&Right, &left, &runtime).await,
+            Observation::Gone
+        );
+        assert_eq!(runtime.take::<Left>().as_deref(), Some("l"));
+        assert!(runtime.get::<Left>().is_none());
+    }
+
+    #[test]
+    fn a_plan_that_names_a_step_twice_is_refused() {
+        let error = Plan::new()
+            .step(Left)
+            .step(Right)
+            .step(Left)
+            .into_steps()
+            .err()
+            .expect("refused");
+        assert_eq!(error.class, FailureClass::Hold);
+        assert!(error.message.contains("`left` twice"), "{error}");
+        assert_eq!(
+            Plan::new().step(Left).step(Right).names(),
+            ["left", "right"]
+        );
+    }
+
+    #[test]
+    fn an_observation_is_a_bool() {
+        assert_eq!(Observation::from(true), Observation::Present);
+        assert_eq!(Observation::from(false), Observation::Gone);
     }
 
     #[tokio::test]

@@ -3,44 +3,26 @@
 
 #![allow(dead_code)]
 
-use steadfast::{
-    BoxFuture, Checkpoint, ConfigSource, Observation, ResolvedConfig, ResourceRecord, Runtime,
-    Service, StepContext, StepError,
-};
+use steadfast::{ConfigSource, Made, Plan, ResolvedConfig, Service, Step, StepContext, StepError};
 
 /// A service with one step that creates nothing.
 pub struct Noop;
 
+/// The one step: creates nothing.
+pub struct Nothing;
+
+impl Step for Nothing {
+    const NAME: &'static str = "noop";
+    type Output = ();
+
+    async fn execute(&self, _cx: StepContext<'_>) -> Result<Made<()>, StepError> {
+        Ok(Made::new("noop", "", ()))
+    }
+}
+
 impl Service for Noop {
-    fn plan(&self, _config: &toml::Table) -> Vec<String> {
-        vec!["noop".into()]
-    }
-    fn execute<'a>(
-        &'a self,
-        _step: &'a str,
-        _cx: StepContext<'a>,
-    ) -> BoxFuture<'a, Result<ResourceRecord, StepError>> {
-        Box::pin(async {
-            Ok(ResourceRecord {
-                kind: "noop".into(),
-                id: String::new(),
-                payload: Vec::new(),
-            })
-        })
-    }
-    fn observe<'a>(
-        &'a self,
-        _checkpoint: &'a Checkpoint,
-        _runtime: &'a Runtime,
-    ) -> BoxFuture<'a, Observation> {
-        Box::pin(async { Observation::Gone })
-    }
-    fn destroy<'a>(
-        &'a self,
-        _checkpoint: &'a Checkpoint,
-        _runtime: &'a mut Runtime,
-    ) -> BoxFuture<'a, Result<(), StepError>> {
-        Box::pin(async { Ok(()) })
+    fn plan(&self, _config: &toml::Table) -> Plan {
+        Plan::new().step(Nothing)
     }
 }
 

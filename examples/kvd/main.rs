@@ -29,8 +29,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use steadfast::{
-    BoxFuture, CancellationToken, Checkpoint, Observation, ResourceRecord, Runtime, Service,
-    StepContext, StepError, StoreLock, Supervisor, SupervisorConfig, TomlFileSource,
+    CancellationToken, Made, Plan, ResourceRecord, Runtime, Service, Step, StepContext, StepError,
+    StoreLock, Supervisor, SupervisorConfig, TomlFileSource,
 };
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
 use tokio::net::{TcpListener, TcpStream};
@@ -319,8 +319,6 @@ struct Live {
     log_level: Mutex<String>,
 }
 
-struct Listener(Option<TcpListener>);
-
 /// The names kvd's listener and store lock are handed over under, to the
 /// candidate of an overlap replacement (`steadfast::handover`).
 const LISTENER_HANDOVER: &str = "kvd:listener";
@@ -330,17 +328,8 @@ const STORE_LOCK_HANDOVER: &str = "kvd:store_lock";
 /// accepted just before the stop gets its answers as long as it keeps
 /// asking within this long.
 const LINGER: std::time::Duration = std::time::Duration::from_millis(500);
-struct Serving;
 
 struct Kvd;
-
-fn record(kind: &str, id: impl Into<String>) -> ResourceRecord {
-    ResourceRecord {
-        kind: kind.into(),
-        id: id.into(),
-        payload: Vec::new(),
-    }
-}
 
 fn leaf_str<'a>(config: &'a toml::Table, key: &str, default: &'a str) -> &'a str {
     config
@@ -357,210 +346,199 @@ fn max_connections(config: &toml::Table) -> usize {
         .unwrap_or(64)
 }
 
-impl Service for Kvd {
-    fn plan(&self, _config: &toml::Table) -> Vec<String> {
-        ["open_store", "replay_log", "bind_listener", "serve"]
-            .map(String::from)
-            .to_vec()
+/// Takes the store lock (or adopts the one an overlap incumbent handed over).
+struct OpenStore;
+
+impl Step for OpenStore {
+    const NAME: &'static str = "open_store";
+    type Output = StoreLock;
+
+    async fn execute(&self, cx: StepContext<'_>) -> Result<Made<StoreLock>, StepError> {
+        // An overlap replacement's candidate adopts the store lock its
+        // incumbent handed over; anyone else takes it.
+        let handed = steadfast::handover::take(STORE_LOCK_HANDOVER).map_err(StepError::backoff)?;
+        let lock = match handed {
+            Some(fd) => StoreLock::adopt(cx.data_dir, File::from(fd)),
+            None => StoreLock::acquire(cx.data_dir),
+        }
+        .map_err(StepError::backoff)?;
+        steadfast::handover::share(STORE_LOCK_HANDOVER, lock.file()).map_err(StepError::backoff)?;
+        let path = StoreLock::path_under(cx.data_dir).display().to_string();
+        Ok(Made::new("store_lock", path, lock))
     }
 
-    fn execute<'a>(
-        &'a self,
-        step: &'a str,
-        cx: StepContext<'a>,
-    ) -> BoxFuture<'a, Result<ResourceRecord, StepError>> {
-        Box::pin(async move {
-            match step {
-                "open_store" => {
-                    // An overlap replacement's candidate adopts the store
-                    // lock its incumbent handed over; anyone else takes it.
-                    let handed = steadfast::handover::take(STORE_LOCK_HANDOVER)
-                        .map_err(StepError::backoff)?;
-                    let lock = match handed {
-                        Some(fd) => StoreLock::adopt(cx.data_dir, File::from(fd)),
-                        None => StoreLock::acquire(cx.data_dir),
-                    }
-                    .map_err(StepError::backoff)?;
-                    steadfast::handover::share(STORE_LOCK_HANDOVER, lock.file())
-                        .map_err(StepError::backoff)?;
-                    cx.runtime.insert(lock);
-                    Ok(record(
-                        "store_lock",
-                        StoreLock::path_under(cx.data_dir).display().to_string(),
-                    ))
-                }
-                "replay_log" => {
-                    let path = cx.data_dir.join("store.log");
-                    let replayed = tokio::task::spawn_blocking({
-                        let path = path.clone();
-                        move || replay(&path)
-                    })
-                    .await
-                    .map_err(StepError::backoff)?
-                    .map_err(|e| {
-                        let error = format!("{}: {e}", path.display());
-                        // A damaged line does not heal by retrying: held
-                        // until the operator deals with the file.
-                        if e.kind() == std::io::ErrorKind::InvalidData {
-                            StepError::hold(error)
-                        } else {
-                            StepError::backoff(error)
-                        }
-                    })?;
-                    let keys = replayed.map.len();
-                    cx.runtime.insert::<Shared>(Arc::new(Mutex::new(replayed)));
-                    Ok(record("store", format!("{} ({keys} keys)", path.display())))
-                }
-                "bind_listener" => {
-                    let addr = leaf_str(cx.config, "listen_addr", "127.0.0.1:7070");
-                    // An overlap candidate accepts on its incumbent's socket.
-                    let handed = steadfast::handover::take_listener(LISTENER_HANDOVER)
-                        .map_err(StepError::backoff)?;
-                    let listener = match handed {
-                        Some(listener) => listener
-                            .set_nonblocking(true)
-                            .and_then(|()| TcpListener::from_std(listener)),
-                        None => TcpListener::bind(addr).await,
-                    }
-                    .map_err(|e| StepError::backoff(format!("cannot bind {addr}: {e}")))?;
-                    steadfast::handover::share(LISTENER_HANDOVER, &listener)
-                        .map_err(StepError::backoff)?;
-                    let bound = listener.local_addr().map_err(StepError::backoff)?;
-                    cx.runtime.insert(Listener(Some(listener)));
-                    Ok(record("listener", bound.to_string()))
-                }
-                "serve" => {
-                    let listener = cx
-                        .runtime
-                        .get_mut::<Listener>()
-                        .and_then(|l| l.0.take())
-                        .ok_or_else(|| StepError::backoff("no listener"))?;
-                    let store = cx
-                        .runtime
-                        .get::<Shared>()
-                        .cloned()
-                        .ok_or_else(|| StepError::backoff("no store"))?;
-                    let live = Arc::new(Live {
-                        max_connections: AtomicUsize::new(max_connections(cx.config)),
-                        log_level: Mutex::new(leaf_str(cx.config, "log_level", "info").to_owned()),
-                    });
-                    cx.runtime.insert(Arc::clone(&live));
-                    let stop = cx.runtime.shutdown_token();
-                    let open = Arc::new(AtomicUsize::new(0));
-                    cx.runtime.spawn("accept", async move {
-                        loop {
-                            let (stream, _) = tokio::select! {
-                                () = stop.cancelled() => return Ok(()),
-                                accepted = listener.accept() => accepted.map_err(|e| e.to_string())?,
-                            };
-                            if open.load(Ordering::SeqCst) >= live.max_connections.load(Ordering::SeqCst) {
-                                let mut stream = stream;
-                                let _ = stream.write_all(b"ERR too many connections\n").await;
-                                continue;
-                            }
-                            open.fetch_add(1, Ordering::SeqCst);
-                            let (store, open, stop) = (Arc::clone(&store), Arc::clone(&open), stop.clone());
-                            tokio::spawn(async move {
-                                serve_connection(stream, store, stop).await;
-                                open.fetch_sub(1, Ordering::SeqCst);
-                            });
-                        }
-                    });
-                    cx.runtime.insert(Serving);
-                    Ok(record("serve", "accept"))
-                }
-                other => Err(StepError::hold(format!("kvd has no step {other}"))),
-            }
+    async fn destroy(
+        &self,
+        _record: &ResourceRecord,
+        runtime: &mut Runtime,
+    ) -> Result<(), StepError> {
+        steadfast::handover::withdraw(STORE_LOCK_HANDOVER);
+        drop(runtime.take::<Self>());
+        Ok(())
+    }
+}
+
+/// Replays `store.log` into the map.
+struct ReplayLog;
+
+impl Step for ReplayLog {
+    const NAME: &'static str = "replay_log";
+    type Output = Shared;
+
+    async fn execute(&self, cx: StepContext<'_>) -> Result<Made<Shared>, StepError> {
+        let path = cx.data_dir.join("store.log");
+        let replayed = tokio::task::spawn_blocking({
+            let path = path.clone();
+            move || replay(&path)
         })
-    }
-
-    fn observe<'a>(
-        &'a self,
-        checkpoint: &'a Checkpoint,
-        runtime: &'a Runtime,
-    ) -> BoxFuture<'a, Observation> {
-        let present = match checkpoint.resource.kind.as_str() {
-            "store_lock" => runtime.get::<StoreLock>().is_some(),
-            "store" => runtime.get::<Shared>().is_some(),
-            "listener" => runtime.get::<Listener>().is_some(),
-            _ => runtime.get::<Serving>().is_some(),
-        };
-        Box::pin(async move {
-            if present {
-                Observation::Present
+        .await
+        .map_err(StepError::backoff)?
+        .map_err(|e| {
+            let error = format!("{}: {e}", path.display());
+            // A damaged line does not heal by retrying: held until the
+            // operator deals with the file.
+            if e.kind() == std::io::ErrorKind::InvalidData {
+                StepError::hold(error)
             } else {
-                Observation::Gone
+                StepError::backoff(error)
             }
-        })
+        })?;
+        let id = format!("{} ({} keys)", path.display(), replayed.map.len());
+        Ok(Made::new("store", id, Arc::new(Mutex::new(replayed))))
+    }
+}
+
+/// Binds `listen_addr` (or accepts on the socket an overlap incumbent
+/// handed over).
+struct BindListener;
+
+impl Step for BindListener {
+    const NAME: &'static str = "bind_listener";
+    /// The listener until `serve` takes it.
+    type Output = Option<TcpListener>;
+
+    async fn execute(&self, cx: StepContext<'_>) -> Result<Made<Self::Output>, StepError> {
+        let addr = leaf_str(cx.config, "listen_addr", "127.0.0.1:7070");
+        // An overlap candidate accepts on its incumbent's socket.
+        let handed =
+            steadfast::handover::take_listener(LISTENER_HANDOVER).map_err(StepError::backoff)?;
+        let listener = match handed {
+            Some(listener) => listener
+                .set_nonblocking(true)
+                .and_then(|()| TcpListener::from_std(listener)),
+            None => TcpListener::bind(addr).await,
+        }
+        .map_err(|e| StepError::backoff(format!("cannot bind {addr}: {e}")))?;
+        steadfast::handover::share(LISTENER_HANDOVER, &listener).map_err(StepError::backoff)?;
+        let bound = listener.local_addr().map_err(StepError::backoff)?;
+        Ok(Made::new("listener", bound.to_string(), Some(listener)))
     }
 
-    fn destroy<'a>(
-        &'a self,
-        checkpoint: &'a Checkpoint,
-        runtime: &'a mut Runtime,
-    ) -> BoxFuture<'a, Result<(), StepError>> {
-        match checkpoint.resource.kind.as_str() {
-            "store_lock" => {
-                steadfast::handover::withdraw(STORE_LOCK_HANDOVER);
-                drop(runtime.remove::<StoreLock>());
+    async fn destroy(
+        &self,
+        _record: &ResourceRecord,
+        runtime: &mut Runtime,
+    ) -> Result<(), StepError> {
+        steadfast::handover::withdraw(LISTENER_HANDOVER);
+        drop(runtime.take::<Self>());
+        Ok(())
+    }
+}
+
+/// Accepts connections on the bound listener and serves them from the
+/// replayed store.
+struct Serve;
+
+impl Step for Serve {
+    const NAME: &'static str = "serve";
+    /// The settings that apply in place.
+    type Output = Arc<Live>;
+
+    async fn execute(&self, cx: StepContext<'_>) -> Result<Made<Arc<Live>>, StepError> {
+        let listener = cx
+            .runtime
+            .get_mut::<BindListener>()
+            .and_then(Option::take)
+            .ok_or_else(|| StepError::backoff("no listener"))?;
+        let store = cx
+            .runtime
+            .get::<ReplayLog>()
+            .cloned()
+            .ok_or_else(|| StepError::backoff("no store"))?;
+        let live = Arc::new(Live {
+            max_connections: AtomicUsize::new(max_connections(cx.config)),
+            log_level: Mutex::new(leaf_str(cx.config, "log_level", "info").to_owned()),
+        });
+        let stop = cx.runtime.shutdown_token();
+        let open = Arc::new(AtomicUsize::new(0));
+        let limits = Arc::clone(&live);
+        cx.runtime.spawn("accept", async move {
+            loop {
+                let (stream, _) = tokio::select! {
+                    () = stop.cancelled() => return Ok(()),
+                    accepted = listener.accept() => accepted.map_err(|e| e.to_string())?,
+                };
+                if open.load(Ordering::SeqCst) >= limits.max_connections.load(Ordering::SeqCst) {
+                    let mut stream = stream;
+                    let _ = stream.write_all(b"ERR too many connections\n").await;
+                    continue;
+                }
+                open.fetch_add(1, Ordering::SeqCst);
+                let (store, open, stop) = (Arc::clone(&store), Arc::clone(&open), stop.clone());
+                tokio::spawn(async move {
+                    serve_connection(stream, store, stop).await;
+                    open.fetch_sub(1, Ordering::SeqCst);
+                });
             }
-            "store" => drop(runtime.remove::<Shared>()),
-            "listener" => {
-                steadfast::handover::withdraw(LISTENER_HANDOVER);
-                drop(runtime.remove::<Listener>());
-            }
-            _ => {
-                runtime.remove::<Serving>();
-                drop(runtime.remove::<Arc<Live>>());
+        });
+        Ok(Made::new("serve", "accept", live))
+    }
+}
+
+impl Service for Kvd {
+    fn plan(&self, _config: &toml::Table) -> Plan {
+        Plan::new()
+            .step(OpenStore)
+            .step(ReplayLog)
+            .step(BindListener)
+            .step(Serve)
+    }
+
+    async fn apply_config(
+        &self,
+        old: &toml::Table,
+        new: &toml::Table,
+        runtime: &mut Runtime,
+    ) -> Vec<String> {
+        let live = runtime.get::<Serve>();
+        let mut restart = Vec::new();
+        for leaf in steadfast::actors::config::changed_leaves(old, new) {
+            match (leaf.as_str(), live) {
+                ("max_connections", Some(live)) => live
+                    .max_connections
+                    .store(max_connections(new), Ordering::SeqCst),
+                ("log_level", Some(live)) => {
+                    *live
+                        .log_level
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner) =
+                        leaf_str(new, "log_level", "info").to_owned();
+                }
+                _ => restart.push(leaf),
             }
         }
-        Box::pin(async { Ok(()) })
-    }
-
-    fn apply_config<'a>(
-        &'a self,
-        old: &'a toml::Table,
-        new: &'a toml::Table,
-        runtime: &'a mut Runtime,
-    ) -> BoxFuture<'a, Vec<String>> {
-        let changed = steadfast::actors::config::changed_leaves(old, new);
-        let live = runtime.get::<Arc<Live>>().cloned();
-        Box::pin(async move {
-            let mut restart = Vec::new();
-            for leaf in changed {
-                match (leaf.as_str(), &live) {
-                    ("max_connections", Some(live)) => live
-                        .max_connections
-                        .store(max_connections(new), Ordering::SeqCst),
-                    ("log_level", Some(live)) => {
-                        *live
-                            .log_level
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner) =
-                            leaf_str(new, "log_level", "info").to_owned();
-                    }
-                    _ => restart.push(leaf),
-                }
-            }
-            restart
-        })
+        restart
     }
 
     /// `steadfastctl reinit`: remove the log, under the store lock (which
     /// also proves nothing else has the store open).
-    fn wipe<'a>(
-        &'a self,
-        data_dir: &'a Path,
-        _config: Option<&'a toml::Table>,
-    ) -> BoxFuture<'a, Result<(), StepError>> {
-        Box::pin(async move {
-            let _lock = StoreLock::acquire(data_dir).map_err(StepError::backoff)?;
-            match std::fs::remove_file(data_dir.join("store.log")) {
-                Ok(()) => Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(StepError::backoff(format!("store.log: {e}"))),
-            }
-        })
+    async fn wipe(&self, data_dir: &Path, _config: Option<&toml::Table>) -> Result<(), StepError> {
+        let _lock = StoreLock::acquire(data_dir).map_err(StepError::backoff)?;
+        match std::fs::remove_file(data_dir.join("store.log")) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(StepError::backoff(format!("store.log: {e}"))),
+        }
     }
 }
 

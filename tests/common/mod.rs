@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use steadfast::{
-    BoxFuture, Checkpoint, ConfigError, ConfigSource, ExitIntent, LifecycleState, Observation,
-    ResolvedConfig, ResourceRecord, Runtime, Service, Snapshot, StepContext, StepError, StoreLock,
+    ConfigError, ConfigSource, ExitIntent, LifecycleState, Made, Observation, Plan, ResolvedConfig,
+    ResourceRecord, Runtime, Service, Snapshot, Step, StepContext, StepError, StoreLock,
     Supervisor, SupervisorConfig, SupervisorHandle, Timings,
 };
 use tokio::net::TcpListener;
@@ -26,7 +26,8 @@ pub const PATIENCE: Duration = Duration::from_secs(30);
 /// - `panic_in` = a step name: that step panics;
 /// - `leak_store_on_drain` = true: destroying the store leaks its lock;
 /// - `serve_ends_after_ms` = N: the serve task ends with an error after N ms;
-/// - `panic_on_destroy` = true: every destroy panics;
+/// - `panic_on_destroy` = true: destroying `serve` (a drain's first
+///   destroy) panics;
 /// - `panic_on_apply` = true: applying a config change in place panics;
 /// - `refuse` = a reason: `open_store` fails with class hold;
 /// - `wipe_fails` = true: the wipe step (re-initialization) fails.
@@ -36,199 +37,192 @@ pub const PATIENCE: Duration = Duration::from_secs(30);
 #[derive(Debug, Default)]
 pub struct TestService {
     /// Store locks leaked on purpose (kept alive for the test's life).
-    leaked: Mutex<Vec<StoreLock>>,
+    leaked: Arc<Mutex<Vec<StoreLock>>>,
     /// How many wipe steps ran to completion.
     pub wipes: std::sync::atomic::AtomicUsize,
 }
-
-struct Listener(Option<TcpListener>, String);
-struct Serving;
 
 fn leaf<'a>(config: &'a toml::Table, key: &str) -> Option<&'a toml::Value> {
     config.get(key)
 }
 
-impl Service for TestService {
-    fn plan(&self, _config: &toml::Table) -> Vec<String> {
-        vec!["open_store".into(), "bind_listener".into(), "serve".into()]
-    }
+fn switched(config: &toml::Table, key: &str) -> bool {
+    leaf(config, key).and_then(toml::Value::as_bool) == Some(true)
+}
 
-    fn execute<'a>(
-        &'a self,
-        step: &'a str,
-        cx: StepContext<'a>,
-    ) -> BoxFuture<'a, Result<ResourceRecord, StepError>> {
-        Box::pin(async move {
-            if leaf(cx.config, "panic_in").and_then(toml::Value::as_str) == Some(step) {
-                panic!("the test asked {step} to panic");
-            }
-            match step {
-                "open_store" => {
-                    if let Some(reason) = leaf(cx.config, "refuse").and_then(toml::Value::as_str) {
-                        return Err(StepError::hold(format!("refused: {reason}")));
-                    }
-                    let lock = StoreLock::acquire(cx.data_dir).map_err(StepError::backoff)?;
-                    std::fs::write(cx.data_dir.join("store.data"), b"data")
-                        .map_err(StepError::backoff)?;
-                    cx.runtime.insert(lock);
-                    if leaf(cx.config, "leak_store_on_drain").and_then(toml::Value::as_bool)
-                        == Some(true)
-                    {
-                        cx.runtime.insert(LeakStore);
-                    }
-                    Ok(record("store", &cx.data_dir.display().to_string()))
-                }
-                "bind_listener" => {
-                    let addr = leaf(cx.config, "listen_addr")
-                        .and_then(toml::Value::as_str)
-                        .unwrap_or("127.0.0.1:0");
-                    let listener = TcpListener::bind(addr)
-                        .await
-                        .map_err(|e| StepError::backoff(format!("cannot bind {addr}: {e}")))?;
-                    let local = listener
-                        .local_addr()
-                        .map_err(StepError::backoff)?
-                        .to_string();
-                    cx.runtime.insert(Listener(Some(listener), local.clone()));
-                    Ok(record("listener", &local))
-                }
-                "serve" => {
-                    let listener = cx
-                        .runtime
-                        .get_mut::<Listener>()
-                        .and_then(|l| l.0.take())
-                        .ok_or_else(|| StepError::backoff("no listener"))?;
-                    let ends_after =
-                        leaf(cx.config, "serve_ends_after_ms").and_then(toml::Value::as_integer);
-                    let token = cx.runtime.shutdown_token();
-                    cx.runtime.spawn("accept", async move {
-                        let ending = async {
-                            match ends_after {
-                                Some(ms) => {
-                                    tokio::time::sleep(Duration::from_millis(ms.unsigned_abs()))
-                                        .await
-                                }
-                                None => std::future::pending().await,
-                            }
-                        };
-                        tokio::pin!(ending);
-                        loop {
-                            tokio::select! {
-                                () = token.cancelled() => return Ok(()),
-                                () = &mut ending => return Err("the serve loop gave up".to_owned()),
-                                accepted = listener.accept() => drop(accepted),
-                            }
-                        }
-                    });
-                    cx.runtime.insert(Serving);
-                    Ok(record("serve", "accept"))
-                }
-                other => Err(StepError::hold(format!("no step {other}"))),
-            }
-        })
-    }
-
-    fn apply_config<'a>(
-        &'a self,
-        old: &'a toml::Table,
-        new: &'a toml::Table,
-        _runtime: &'a mut Runtime,
-    ) -> BoxFuture<'a, Vec<String>> {
-        Box::pin(async move {
-            if leaf(new, "panic_on_apply").and_then(toml::Value::as_bool) == Some(true) {
-                panic!("the test asked apply_config to panic");
-            }
-            steadfast::actors::config::changed_leaves(old, new)
-        })
-    }
-
-    fn observe<'a>(
-        &'a self,
-        checkpoint: &'a Checkpoint,
-        runtime: &'a Runtime,
-    ) -> BoxFuture<'a, Observation> {
-        Box::pin(async move {
-            let present = match checkpoint.resource.kind.as_str() {
-                "store" => matches!(
-                    StoreLock::probe(Path::new(&checkpoint.resource.id)),
-                    steadfast::protocol::lifecycle::StoreOutcome::Held { .. }
-                ),
-                "listener" => runtime.get::<Listener>().is_some(),
-                "serve" => runtime.get::<Serving>().is_some(),
-                _ => false,
-            };
-            if present {
-                Observation::Present
-            } else {
-                Observation::Gone
-            }
-        })
-    }
-
-    fn destroy<'a>(
-        &'a self,
-        checkpoint: &'a Checkpoint,
-        runtime: &'a mut Runtime,
-    ) -> BoxFuture<'a, Result<(), StepError>> {
-        Box::pin(async move {
-            if runtime.get::<PanicOnDestroy>().is_some() {
-                panic!("the test asked destroy to panic");
-            }
-            match checkpoint.resource.kind.as_str() {
-                "store" => {
-                    if let Some(lock) = runtime.remove::<StoreLock>()
-                        && runtime.get::<LeakStore>().is_some()
-                    {
-                        self.leaked
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .push(lock);
-                    }
-                }
-                "listener" => drop(runtime.remove::<Listener>()),
-                "serve" => drop(runtime.remove::<Serving>()),
-                _ => {}
-            }
-            Ok(())
-        })
-    }
-
-    fn wipe<'a>(
-        &'a self,
-        data_dir: &'a Path,
-        config: Option<&'a toml::Table>,
-    ) -> BoxFuture<'a, Result<(), StepError>> {
-        Box::pin(async move {
-            if config
-                .and_then(|c| leaf(c, "wipe_fails"))
-                .and_then(toml::Value::as_bool)
-                == Some(true)
-            {
-                return Err(StepError::hold("the test asked the wipe to fail"));
-            }
-            let _lock = StoreLock::acquire(data_dir).map_err(StepError::backoff)?;
-            match std::fs::remove_file(data_dir.join("store.data")) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(StepError::backoff(e)),
-            }
-            self.wipes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            Ok(())
-        })
+/// What every step of the test service does first: panic if the config's
+/// `panic_in` names it.
+fn panic_if_asked<S: Step>(config: &toml::Table) {
+    if leaf(config, "panic_in").and_then(toml::Value::as_str) == Some(S::NAME) {
+        panic!("the test asked {} to panic", S::NAME);
     }
 }
 
-/// Present in the runtime when the config asks destroy to panic.
-pub struct PanicOnDestroy;
+/// Takes the store lock and writes `store.data`.
+struct OpenStore {
+    leaked: Arc<Mutex<Vec<StoreLock>>>,
+}
 
-/// Present in the runtime when the config asks the drain to leak the store.
-pub struct LeakStore;
+/// The open store: its lock, and whether a drain leaks it.
+pub struct Store {
+    lock: StoreLock,
+    leak_on_drain: bool,
+}
 
-fn record(kind: &str, id: &str) -> ResourceRecord {
-    ResourceRecord {
-        kind: kind.into(),
-        id: id.into(),
-        payload: Vec::new(),
+impl Step for OpenStore {
+    const NAME: &'static str = "open_store";
+    type Output = Store;
+
+    async fn execute(&self, cx: StepContext<'_>) -> Result<Made<Store>, StepError> {
+        panic_if_asked::<Self>(cx.config);
+        if let Some(reason) = leaf(cx.config, "refuse").and_then(toml::Value::as_str) {
+            return Err(StepError::hold(format!("refused: {reason}")));
+        }
+        let lock = StoreLock::acquire(cx.data_dir).map_err(StepError::backoff)?;
+        std::fs::write(cx.data_dir.join("store.data"), b"data").map_err(StepError::backoff)?;
+        let store = Store {
+            lock,
+            leak_on_drain: switched(cx.config, "leak_store_on_drain"),
+        };
+        Ok(Made::new("store", cx.data_dir.display().to_string(), store))
+    }
+
+    /// Present while the store's lock is held, by anyone: a resumed boot
+    /// skips the step only if the lock is still taken.
+    async fn observe(&self, record: &ResourceRecord, _runtime: &Runtime) -> Observation {
+        Observation::from(matches!(
+            StoreLock::probe(Path::new(&record.id)),
+            steadfast::protocol::lifecycle::StoreOutcome::Held { .. }
+        ))
+    }
+
+    async fn destroy(
+        &self,
+        _record: &ResourceRecord,
+        runtime: &mut Runtime,
+    ) -> Result<(), StepError> {
+        if let Some(store) = runtime.take::<Self>()
+            && store.leak_on_drain
+        {
+            self.leaked
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(store.lock);
+        }
+        Ok(())
+    }
+}
+
+/// Binds the TCP listener (`listen_addr`).
+struct BindListener;
+
+impl Step for BindListener {
+    const NAME: &'static str = "bind_listener";
+    /// The listener until `serve` takes it.
+    type Output = Option<TcpListener>;
+
+    async fn execute(&self, cx: StepContext<'_>) -> Result<Made<Self::Output>, StepError> {
+        panic_if_asked::<Self>(cx.config);
+        let addr = leaf(cx.config, "listen_addr")
+            .and_then(toml::Value::as_str)
+            .unwrap_or("127.0.0.1:0");
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|e| StepError::backoff(format!("cannot bind {addr}: {e}")))?;
+        let local = listener.local_addr().map_err(StepError::backoff)?;
+        Ok(Made::new("listener", local.to_string(), Some(listener)))
+    }
+}
+
+/// Spawns the accept loop over the bound listener.
+struct Serve;
+
+/// The serve step's switches.
+pub struct Serving {
+    panic_on_destroy: bool,
+}
+
+impl Step for Serve {
+    const NAME: &'static str = "serve";
+    type Output = Serving;
+
+    async fn execute(&self, cx: StepContext<'_>) -> Result<Made<Serving>, StepError> {
+        panic_if_asked::<Self>(cx.config);
+        let listener = cx
+            .runtime
+            .get_mut::<BindListener>()
+            .and_then(Option::take)
+            .ok_or_else(|| StepError::backoff("no listener"))?;
+        let ends_after = leaf(cx.config, "serve_ends_after_ms").and_then(toml::Value::as_integer);
+        let token = cx.runtime.shutdown_token();
+        cx.runtime.spawn("accept", async move {
+            let ending = async {
+                match ends_after {
+                    Some(ms) => tokio::time::sleep(Duration::from_millis(ms.unsigned_abs())).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::pin!(ending);
+            loop {
+                tokio::select! {
+                    () = token.cancelled() => return Ok(()),
+                    () = &mut ending => return Err("the serve loop gave up".to_owned()),
+                    accepted = listener.accept() => drop(accepted),
+                }
+            }
+        });
+        let serving = Serving {
+            panic_on_destroy: switched(cx.config, "panic_on_destroy"),
+        };
+        Ok(Made::new("serve", "accept", serving))
+    }
+
+    async fn destroy(
+        &self,
+        _record: &ResourceRecord,
+        runtime: &mut Runtime,
+    ) -> Result<(), StepError> {
+        if runtime.take::<Self>().is_some_and(|s| s.panic_on_destroy) {
+            panic!("the test asked destroy to panic");
+        }
+        Ok(())
+    }
+}
+
+impl Service for TestService {
+    fn plan(&self, _config: &toml::Table) -> Plan {
+        Plan::new()
+            .step(OpenStore {
+                leaked: Arc::clone(&self.leaked),
+            })
+            .step(BindListener)
+            .step(Serve)
+    }
+
+    async fn apply_config(
+        &self,
+        old: &toml::Table,
+        new: &toml::Table,
+        _runtime: &mut Runtime,
+    ) -> Vec<String> {
+        if switched(new, "panic_on_apply") {
+            panic!("the test asked apply_config to panic");
+        }
+        steadfast::actors::config::changed_leaves(old, new)
+    }
+
+    async fn wipe(&self, data_dir: &Path, config: Option<&toml::Table>) -> Result<(), StepError> {
+        if config.is_some_and(|c| switched(c, "wipe_fails")) {
+            return Err(StepError::hold("the test asked the wipe to fail"));
+        }
+        let _lock = StoreLock::acquire(data_dir).map_err(StepError::backoff)?;
+        match std::fs::remove_file(data_dir.join("store.data")) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(StepError::backoff(e)),
+        }
+        self.wipes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
     }
 }
 
@@ -285,7 +279,7 @@ pub fn supervise_with(
     data_dir: &Path,
     source: ConfigSource,
     declared: Option<PathBuf>,
-    service: Arc<dyn Service>,
+    service: Arc<impl Service>,
 ) -> (JoinHandle<ExitIntent>, SupervisorHandle) {
     let mut config = SupervisorConfig::new(data_dir, source, service).timings(test_timings());
     config.declared = declared;
