@@ -8,15 +8,18 @@
 //! the table this module is held to, pair by pair (`tests/spec_table.rs`).
 //!
 //! The one invariant it exists to hold: **a boot starts only over a released
-//! store.** The store may be open exactly in `booting`, `running`, `draining`
-//! and `wedged` ([`LifecycleState::may_hold_store`]). The machine enters a
-//! resting state (`stopped`, `failed`) from those only on an outcome that says
-//! the store was released, emits [`Effect::StartBoot`] only from a resting
-//! state or on such an outcome, and sends an outcome that says the store is
-//! still held to `wedged`, which only [`LifecycleEvent::Exit`] leaves.
+//! store.** The store may be open exactly in `booting`, `running`,
+//! `draining`, `wedged` and `reinitializing`
+//! ([`LifecycleState::may_hold_store`]). The machine enters a resting state
+//! (`stopped`, `failed`) from those only on an outcome that says the store
+//! was released, emits [`Effect::StartBoot`] only from a resting state or on
+//! such an outcome, and sends an outcome that says the store is still held
+//! to `wedged`, which only [`LifecycleEvent::Exit`] leaves.
 //! `tests/lifecycle_props.rs` checks this over arbitrary event sequences,
-//! together with: attempts grow by exactly one per boot, the epoch never
-//! decreases, and `exiting` is terminal.
+//! together with: attempts grow by exactly one per boot, the epoch grows by
+//! exactly one on every observed release and on nothing else
+//! (`invariants_hold_after_every_step_of_arbitrary_sequences`), and
+//! `exiting` is terminal.
 //!
 //! Beyond the reference machine:
 //! - [`LifecycleEvent::RuntimeEnded`]: a runtime that ends while running
@@ -837,8 +840,15 @@ impl Lifecycle {
         at: Timestamp,
     ) -> Effect {
         match (then, store) {
-            // Ending the process releases whatever it held.
-            (AfterDrain::Exit { intent }, _) => self.exit(intent),
+            // A drain that settles released counts as a release even when
+            // the process ends next (invariant 4: the epoch counts every
+            // observed release, and the run marker records it).
+            (AfterDrain::Exit { intent }, StoreOutcome::Released) => {
+                self.epoch = self.epoch.saturating_add(1);
+                self.exit(intent)
+            }
+            // Ending the process releases whatever it still holds.
+            (AfterDrain::Exit { intent }, StoreOutcome::Held { .. }) => self.exit(intent),
             (_, StoreOutcome::Held { cause }) => self.wedge(cause, at),
             (AfterDrain::Stop, StoreOutcome::Released) => {
                 self.epoch = self.epoch.saturating_add(1);

@@ -135,8 +135,17 @@ fn check_step(m: &Lifecycle, event: &LifecycleEvent) -> Result<Option<Lifecycle>
                     event.name()
                 );
             }
-            // 4: the epoch never decreases.
-            prop_assert!(next.epoch() >= m.epoch());
+            // 4: the epoch counts observed releases: exactly one more on
+            // an accepted outcome that says released from a state that may
+            // hold the store, unchanged on everything else.
+            let releases = u64::from(m.state.may_hold_store() && event.says_released());
+            prop_assert_eq!(
+                next.epoch(),
+                m.epoch() + releases,
+                "epoch after {} in {}",
+                event.name(),
+                m.state.name()
+            );
             // 8: only `stable` resets the streak.
             if next.streak() < m.streak() {
                 prop_assert!(

@@ -554,6 +554,75 @@ fn a_runtime_that_ends_while_running_drains_then_fails_with_backoff() {
     assert_eq!(m.epoch(), 1);
 }
 
+/// Issue 15, item 4: `next_retry_at` counts from the moment the drain
+/// settled, not from the crash, so a slow drain does not eat the backoff
+/// (the spec was corrected to say so).
+#[test]
+fn a_runtime_that_ends_backs_off_from_when_its_drain_settled() {
+    let (m, _) = ok(
+        &running(),
+        LifecycleEvent::RuntimeEnded {
+            attempt: nz(1),
+            at: t(50),
+            error: "serve task panicked".into(),
+        },
+    );
+    // A drain that takes 5 s, far longer than the first delay.
+    let (m, _) = ok(
+        &m,
+        LifecycleEvent::Drained {
+            at: t(5_050),
+            store: StoreOutcome::Released,
+        },
+    );
+    let LifecycleState::Failed {
+        retry: RetryClass::Backoff { next_retry_at, .. },
+        ref report,
+        ..
+    } = m.state
+    else {
+        panic!("not failed with backoff: {:?}", m.state);
+    };
+    assert_eq!(report.at, t(50), "the report keeps when it ended");
+    assert_eq!(next_retry_at, t(6_050), "counted from the drain");
+    assert_eq!(
+        no(&m, LifecycleEvent::RetryDue { at: t(1_050) }),
+        RefusedBecause::Unexpected
+    );
+}
+
+/// Issue 15, item 4: a drain whose `then` is `exit` and that reports the
+/// store released counts the release (invariant 4); before the fix the
+/// epoch stayed where it was.
+#[test]
+fn a_drain_into_exit_that_releases_the_store_counts_the_release() {
+    let (m, _) = ok(
+        &running(),
+        LifecycleEvent::Exit {
+            intent: ExitIntent::Halt,
+        },
+    );
+    let before = m.epoch();
+    let (released, effect) = ok(
+        &m,
+        LifecycleEvent::Drained {
+            at: t(60),
+            store: StoreOutcome::Released,
+        },
+    );
+    assert_eq!(effect, Effect::Exit(ExitIntent::Halt));
+    assert_eq!(released.epoch(), before + 1);
+    // Held: ending the process releases it, but nothing observed that.
+    let (kept, _) = ok(
+        &m,
+        LifecycleEvent::Drained {
+            at: t(60),
+            store: held("worker thread"),
+        },
+    );
+    assert_eq!(kept.epoch(), before);
+}
+
 #[test]
 fn a_runtime_that_ends_and_keeps_the_store_wedges() {
     let (m, _) = ok(

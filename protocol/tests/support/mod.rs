@@ -13,7 +13,7 @@ use steadfast_protocol::lifecycle::{
 };
 
 /// The state labels of the spec's table, in its order.
-pub const STATES: [&str; 13] = [
+pub const STATES: [&str; 16] = [
     "resolving",
     "booting",
     "running",
@@ -22,6 +22,9 @@ pub const STATES: [&str; 13] = [
     "draining(exit)",
     "draining(fail)",
     "stopped(operator_request)",
+    "stopped(held_at_startup)",
+    "stopped(reinit_complete)",
+    "stopped(reinit_failed)",
     "failed(backoff)",
     "failed(hold)",
     "wedged",
@@ -130,6 +133,24 @@ pub fn state(label: &str) -> Lifecycle {
                 store: StoreOutcome::Released,
             },
         ]),
+        "stopped(held_at_startup)" => drive(&[E::HeldAtStartup { at: at(10) }]),
+        "stopped(reinit_complete)" | "stopped(reinit_failed)" => with(&[
+            booted,
+            stop,
+            E::Drained {
+                at: at(1_050),
+                store: StoreOutcome::Released,
+            },
+            E::Reinit {
+                epoch: Some(STOPPED_EPOCH),
+                at: at(1_060),
+            },
+            E::Wiped {
+                at: at(1_070),
+                store: StoreOutcome::Released,
+                error: (label == "stopped(reinit_failed)").then(|| "permission denied".into()),
+            },
+        ]),
         "failed(backoff)" => drive(&[start, failed(FailureClass::Backoff, 100)]),
         "failed(hold)" => drive(&[start, failed(FailureClass::Hold, 100)]),
         "wedged" => with(&[
@@ -175,9 +196,11 @@ pub fn report(phase: &'static str, at: u64) -> FailureReport {
     }
 }
 
-/// The event for `label`. Attempt-bound events name [`ATTEMPT`], or
-/// attempt 9 when `(stale)`.
-pub fn event(label: &str) -> LifecycleEvent {
+/// The event for `label`, arriving in `m`. Attempt-bound events name
+/// [`ATTEMPT`], or attempt 9 when `(stale)`; `reinit` carries `m`'s epoch
+/// (a confirmation prepared in the state it arrives in), `reinit(stale)`
+/// the epoch before it (none at epoch 0: a confirmation never issued).
+pub fn event(label: &str, m: &Lifecycle) -> LifecycleEvent {
     use LifecycleEvent as E;
     let at = LATER;
     let boot_failed = |class, store| E::BootFailed {
@@ -244,11 +267,11 @@ pub fn event(label: &str) -> LifecycleEvent {
             },
         },
         "reinit" => E::Reinit {
-            epoch: Some(STOPPED_EPOCH),
+            epoch: Some(m.epoch()),
             at,
         },
         "reinit(stale)" => E::Reinit {
-            epoch: Some(STOPPED_EPOCH - 1),
+            epoch: m.epoch().checked_sub(1),
             at,
         },
         "wiped(released)" => E::Wiped {
