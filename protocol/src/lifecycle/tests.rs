@@ -327,7 +327,13 @@ fn stop_and_restart_are_busy_while_draining() {
         RefusedBecause::LifecycleBusy
     );
     assert_eq!(
-        no(&m, LifecycleEvent::Restart { at: t(4) }),
+        no(
+            &m,
+            LifecycleEvent::Restart {
+                at: t(4),
+                preflight: Preflight::Ok
+            }
+        ),
         RefusedBecause::LifecycleBusy
     );
     assert_eq!(
@@ -358,7 +364,13 @@ fn stop_from_a_failure_rests_at_once_with_the_failures_epoch() {
 
 #[test]
 fn a_restart_releases_the_store_then_boots_the_next_attempt() {
-    let (m, effect) = ok(&running(), LifecycleEvent::Restart { at: t(3) });
+    let (m, effect) = ok(
+        &running(),
+        LifecycleEvent::Restart {
+            at: t(3),
+            preflight: Preflight::Ok,
+        },
+    );
     assert_eq!(effect, Effect::ShutdownRuntime);
     let (m, effect) = ok(
         &m,
@@ -417,7 +429,10 @@ fn exit_while_running_drains_first() {
 fn a_drain_that_leaves_the_store_held_wedges() {
     for event in [
         LifecycleEvent::Stop { at: t(3) },
-        LifecycleEvent::Restart { at: t(3) },
+        LifecycleEvent::Restart {
+            at: t(3),
+            preflight: Preflight::Ok,
+        },
     ] {
         let (m, _) = ok(&running(), event);
         let (m, effect) = ok(
@@ -467,7 +482,10 @@ fn wedged_accepts_only_exit() {
         LifecycleEvent::Start { at: t(5) },
         LifecycleEvent::Retry { at: t(5) },
         LifecycleEvent::Stop { at: t(5) },
-        LifecycleEvent::Restart { at: t(5) },
+        LifecycleEvent::Restart {
+            at: t(5),
+            preflight: Preflight::Ok,
+        },
         LifecycleEvent::ConfigChanged { at: t(5) },
         LifecycleEvent::Drained {
             at: t(5),
@@ -951,4 +969,46 @@ fn wire_names_match_serde_names() {
     }
     assert_eq!(ExitIntent::Halt.code(), 0);
     assert_eq!(ExitIntent::Relaunch.code(), 75);
+}
+
+#[test]
+fn a_restart_whose_config_does_not_resolve_is_refused_and_keeps_running() {
+    let m = running();
+    let invalid = LifecycleEvent::Restart {
+        at: t(3),
+        preflight: Preflight::Invalid {
+            error: "/etc/kvd.toml: expected a value".into(),
+        },
+    };
+    let refusal = m.step(&invalid).expect_err("refused");
+    assert_eq!(refusal.reason, RefusedBecause::ConfigInvalid);
+    assert_eq!(
+        refusal.detail.as_deref(),
+        Some("/etc/kvd.toml: expected a value")
+    );
+    assert_eq!(
+        refusal.to_string(),
+        "restart refused while running: config_invalid: /etc/kvd.toml: expected a value"
+    );
+    // Forced: drains anyway, as an ordinary restart does.
+    for preflight in [Preflight::Skipped, Preflight::Ok] {
+        let (next, effect) = ok(
+            &m,
+            LifecycleEvent::Restart {
+                at: t(3),
+                preflight,
+            },
+        );
+        assert_eq!(effect, Effect::ShutdownRuntime);
+        assert!(matches!(
+            next.state,
+            LifecycleState::Draining {
+                then: AfterDrain::Restart,
+                ..
+            }
+        ));
+    }
+    // Where a restart is refused anyway, its own reason comes first.
+    let (stopped, _) = ok(&m, LifecycleEvent::Stop { at: t(4) });
+    assert_eq!(no(&stopped, invalid), RefusedBecause::LifecycleBusy);
 }

@@ -9,7 +9,7 @@ use std::num::NonZeroU32;
 use steadfast_protocol::Timestamp;
 use steadfast_protocol::lifecycle::{
     Effect, ExitIntent, FailureClass, FailureReport, Lifecycle, LifecycleEvent, LifecycleState,
-    PendingApply, Phase, RetryClass, StoreOutcome,
+    PendingApply, Phase, Preflight, RetryClass, StoreOutcome,
 };
 
 /// The state labels of the spec's table, in its order.
@@ -33,7 +33,7 @@ pub const STATES: [&str; 16] = [
 ];
 
 /// The event labels of the spec's table, in its order.
-pub const EVENTS: [&str; 26] = [
+pub const EVENTS: [&str; 28] = [
     "held_at_startup",
     "start",
     "retry",
@@ -52,6 +52,8 @@ pub const EVENTS: [&str; 26] = [
     "stable(stale)",
     "stop",
     "restart",
+    "restart(invalid)",
+    "restart(force)",
     "exit",
     "drained(released)",
     "drained(held)",
@@ -110,7 +112,13 @@ pub fn state(label: &str) -> Lifecycle {
         "booting" => with(&[]),
         "running" => with(&[booted]),
         "draining(stop)" => with(&[booted, stop]),
-        "draining(restart)" => with(&[booted, E::Restart { at: at(1_040) }]),
+        "draining(restart)" => with(&[
+            booted,
+            E::Restart {
+                at: at(1_040),
+                preflight: Preflight::Ok,
+            },
+        ]),
         "draining(exit)" => with(&[
             booted,
             E::Exit {
@@ -252,7 +260,20 @@ pub fn event(label: &str, m: &Lifecycle) -> LifecycleEvent {
         },
         "stable(stale)" => E::Stable { attempt: nz(9), at },
         "stop" => E::Stop { at },
-        "restart" => E::Restart { at },
+        "restart" => E::Restart {
+            at,
+            preflight: Preflight::Ok,
+        },
+        "restart(invalid)" => E::Restart {
+            at,
+            preflight: Preflight::Invalid {
+                error: "kvd.toml: expected a value".into(),
+            },
+        },
+        "restart(force)" => E::Restart {
+            at,
+            preflight: Preflight::Skipped,
+        },
         "exit" => E::Exit {
             intent: ExitIntent::Halt,
         },
