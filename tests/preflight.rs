@@ -13,6 +13,9 @@
 //!   restart's resolve hangs, the Lifecycle actor answers other commands;
 //!   released, the restart is refused and the runtime is the one that was
 //!   running.
+//! - `a_preflight_that_hangs_is_bounded_and_refuses_the_restart`: a resolve
+//!   that never returns is given up at the 10 s deadline and refuses the
+//!   restart (`config_invalid`, naming the deadline).
 
 mod common;
 mod processes;
@@ -231,5 +234,29 @@ async fn the_preflight_runs_in_a_task_and_the_actor_keeps_answering() {
         "{:?}",
         now.lifecycle
     );
+    common::exit(run, &handle, steadfast::ExitIntent::Halt).await;
+}
+
+/// A source that never answers: the preflight gives up at
+/// `RESOLVE_DEADLINE` (10 s, real time: the blocking thread would hold a
+/// paused clock still) and the restart is refused as `config_invalid`
+/// naming the deadline; the runtime never stopped serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_preflight_that_hangs_is_bounded_and_refuses_the_restart() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let gate = Gate::default();
+    let (run, handle) = common::supervise(tmp.path(), gate.source(), None);
+    common::until(&handle, "running", common::running).await;
+
+    gate.set(|s| s.armed = true);
+    let refused = handle.restart().await.expect_err("refused");
+    let CommandError::Refused(refused) = refused else {
+        panic!("not a refusal: {refused:?}");
+    };
+    assert_eq!(refused.reason, RefusedBecause::ConfigInvalid);
+    let detail = refused.detail.clone().unwrap_or_default();
+    assert!(detail.contains("did not finish within 10s"), "{detail}");
+    assert!(common::running(&handle.snapshot()));
+    gate.set(|s| s.released = true);
     common::exit(run, &handle, steadfast::ExitIntent::Halt).await;
 }
