@@ -1,6 +1,12 @@
 //! The lifecycle's invariants (`spec/lifecycle.md`, "Invariants") over
 //! arbitrary event sequences: at least 10,000 sequences of up to 64 events,
-//! stale and misplaced events included, checked after every step.
+//! stale and misplaced events included, checked after every step
+//! (`invariants_hold_after_every_step_of_arbitrary_sequences`: invariants
+//! 1–9, among them that the epoch grows by exactly one on every observed
+//! release and that a restart whose preflight is invalid is never accepted),
+//! and `a_restart_whose_preflight_is_invalid_never_leaves_running`: from
+//! every `running` 2,000 sequences reach, `restart(invalid)` is refused as
+//! `config_invalid` and `restart(force)` drains.
 
 use std::collections::BTreeSet;
 use std::num::NonZeroU32;
