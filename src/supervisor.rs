@@ -397,12 +397,25 @@ impl SupervisorHandle {
         self.send(Command::Stop(hold)).await
     }
 
-    /// Stop the runtime and boot it again.
+    /// Stop the runtime and boot it again. The new config is resolved
+    /// first: if it does not resolve the restart is refused
+    /// (`config_invalid`, the error in the refusal's `detail`) and the
+    /// runtime keeps serving.
     ///
     /// # Errors
     /// As [`Self::start`].
     pub async fn restart(&self) -> Result<Snapshot, CommandError> {
-        self.send(Command::Restart).await
+        self.send(Command::Restart { force: false }).await
+    }
+
+    /// [`Self::restart`] without the config preflight (`restart --force`):
+    /// drains even when the new config does not resolve, so the next boot
+    /// fails held in `resolve_config`.
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub async fn restart_forced(&self) -> Result<Snapshot, CommandError> {
+        self.send(Command::Restart { force: true }).await
     }
 
     /// Retry a failed boot now.

@@ -175,7 +175,15 @@ fn a_fifo_swapped_in_while_running_hangs_nothing() {
     });
     assert_eq!(state(&s), "running", "a refused change keeps it running");
 
+    // The restart's preflight meets the FIFO too (bounded, in a task):
+    // refused, still running; a forced restart drains into the held
+    // failure.
     let restart = ctl_answers(&data, &["restart"]);
+    let stderr = String::from_utf8_lossy(&restart.stderr);
+    assert_eq!(restart.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("config_invalid"), "{stderr}");
+    assert!(stderr.contains("is a fifo"), "{stderr}");
+    let restart = ctl_answers(&data, &["restart", "--force"]);
     assert_eq!(
         restart.status.code(),
         Some(0),

@@ -99,8 +99,23 @@ async fn every_method_end_to_end() {
     .await;
 
     // retry: a held failure (a config that does not resolve), then a retry.
+    // A restart into it is refused by the preflight (issue 15) and the
+    // runtime keeps serving; a forced one drains into the held failure.
     switch.set(None);
-    client.restart().await.expect("restart into a bad config");
+    let refusal = client
+        .restart()
+        .await
+        .expect_err("a restart into a bad config is refused");
+    assert!(refusal.to_string().contains("config_invalid"), "{refusal}");
+    assert!(
+        running(&handle.snapshot()),
+        "{:?}",
+        handle.snapshot().lifecycle
+    );
+    client
+        .restart_forced()
+        .await
+        .expect("restart --force into a bad config");
     until(&handle, "a held failure", failed).await;
     switch.set(Some(good()));
     client.retry().await.expect("retry");

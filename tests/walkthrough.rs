@@ -103,10 +103,13 @@ fn the_readme_walkthrough() {
     assert_eq!(kv(port, "GET greeting"), "hello world");
     assert_eq!(kv(port, "GET after"), "kill");
 
-    // 5. Break the config file and restart: a held failure with the error
-    //    shown; fix the file: it boots by itself.
+    // 5. Break the config file: a restart is refused (config_invalid) and
+    //    kvd keeps serving; a forced one gives a held failure with the
+    //    error shown; fix the file: it boots by itself.
     std::fs::write(&config, "listen_addr = [\n").expect("break the config");
-    assert_eq!(ctl(&data, &["restart"]).status.code(), Some(0));
+    assert_eq!(ctl(&data, &["restart"]).status.code(), Some(3));
+    assert_eq!(kv(port, "GET greeting"), "hello world");
+    assert_eq!(ctl(&data, &["restart", "--force"]).status.code(), Some(0));
     let held = until(&data, "a held failure", |s| state(s) == "failed");
     assert_eq!(held["lifecycle"]["retry"]["class"], "hold");
     assert_eq!(held["lifecycle"]["report"]["phase"], "resolve_config");

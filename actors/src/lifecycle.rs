@@ -46,6 +46,14 @@
 //!   a dropped future) is dropped, never stepped.
 //!   `tests/control_hostile.rs::a_command_whose_caller_gave_up_is_not_stepped`.
 //!
+//! - A `restart` (unless forced) never drains for a config that does not
+//!   resolve: the resolve runs in a spawned task (bounded by
+//!   `RESOLVE_DEADLINE`), never in this actor's handler, and comes back as
+//!   [`LifecycleMsg::RestartPreflighted`]; the `restart` event carries the
+//!   outcome and the machine refuses (`config_invalid`) or drains.
+//!   `tests/preflight.rs::a_broken_config_refuses_the_restart_and_kvd_keeps_serving`,
+//!   `tests/preflight.rs::the_preflight_runs_in_a_task_and_the_actor_keeps_answering`.
+//!
 //! Checked by `tests/supervisor.rs` end to end; the durability rules by
 //! `enospc::a_journal_append_that_hit_enospc_recovers_without_a_relaunch`
 //! (a real daemon on a full tmpfs) and
@@ -60,7 +68,7 @@ use steadfast_protocol::Timestamp;
 use steadfast_protocol::journal::{AttemptResult as JournalResult, Record};
 use steadfast_protocol::lifecycle::{
     Effect, ExitIntent, FailureClass, FailureReport, Lifecycle, LifecycleEvent, LifecycleState,
-    PendingApply, Phase, Refused, RetryClass, StopReason, StoreOutcome,
+    PendingApply, Phase, Preflight, Refused, RetryClass, StopReason, StoreOutcome,
 };
 use steadfast_protocol::snapshot::{
     AttemptRecord, AttemptResult, PhaseOutcome, PhaseRecord, Snapshot,
@@ -96,8 +104,13 @@ pub enum Command {
     Start,
     /// Stop the runtime; answered once the drain has settled.
     Stop(Hold),
-    /// Stop the runtime and boot it again.
-    Restart,
+    /// Stop the runtime and boot it again. Unless `force`, the new config
+    /// is resolved first (in a task) and a config that does not resolve
+    /// refuses the restart (`config_invalid`), so the runtime keeps serving.
+    Restart {
+        /// Drain without the preflight (`restart --force`).
+        force: bool,
+    },
     /// Retry a failed boot now.
     Retry,
     /// End the process (after a drain).
@@ -276,6 +289,14 @@ pub enum LifecycleMsg {
         store: StoreOutcome,
         /// The wipe step's error, if it failed.
         error: Option<String>,
+    },
+    /// A restart's config preflight finished (it ran in a task): step the
+    /// `restart` with its outcome.
+    RestartPreflighted {
+        /// What resolving the new config found.
+        preflight: Preflight,
+        /// Where the restart's answer goes.
+        reply: RpcReplyPort<Result<Snapshot, CommandError>>,
     },
     /// Root restarted a child.
     SetChildren(Children),
@@ -521,6 +542,10 @@ impl Actor for LifecycleActor {
                     )
                     .await
                     .ok();
+            }
+            LifecycleMsg::RestartPreflighted { preflight, reply } => {
+                let event = LifecycleEvent::Restart { at: now, preflight };
+                state.run_command(&myself, event, None, false, reply).await;
             }
             LifecycleMsg::SetChildren(children) => state.children = children,
         }
@@ -848,11 +873,72 @@ impl LifecycleActorState {
             ),
             Command::Stop(Hold::None) => (LifecycleEvent::Stop { at }, None),
             Command::Stop(Hold::AcrossRelaunch) => (LifecycleEvent::Stop { at }, Some(true)),
-            Command::Restart => (LifecycleEvent::Restart { at }, None),
+            Command::Restart { force: true } => (
+                LifecycleEvent::Restart {
+                    at,
+                    preflight: Preflight::Skipped,
+                },
+                None,
+            ),
+            Command::Restart { force: false } => return self.preflight_restart(myself, reply),
             Command::Retry => (LifecycleEvent::Retry { at }, None),
             Command::Exit(intent) => (LifecycleEvent::Exit { intent }, None),
             Command::Reload => (LifecycleEvent::ConfigChanged { at }, None),
         };
+        self.run_command(myself, event, hold, is_stop, reply).await;
+    }
+
+    /// Resolve the config a restart would boot with, in a task (a slow or
+    /// hanging source never blocks this actor: `resolve_within` bounds it),
+    /// then step the `restart` with the outcome
+    /// ([`LifecycleMsg::RestartPreflighted`]); the machine decides. A
+    /// restart the current state refuses anyway is answered at once,
+    /// without resolving.
+    fn preflight_restart(
+        &self,
+        myself: &ActorRef<LifecycleMsg>,
+        reply: RpcReplyPort<Result<Snapshot, CommandError>>,
+    ) {
+        let probe = LifecycleEvent::Restart {
+            at: self.shared.clock.now(),
+            preflight: Preflight::Ok,
+        };
+        if let Err(refused) = self.machine.step(&probe) {
+            let _ = reply.send(Err(CommandError::Refused(refused)));
+            return;
+        }
+        let shared = Arc::clone(&self.shared);
+        let lifecycle = myself.clone();
+        tokio::spawn(async move {
+            let preflight = match resolve_checked(&shared).await {
+                Ok(_) => Preflight::Ok,
+                Err(error) => Preflight::Invalid {
+                    error: error.to_string(),
+                },
+            };
+            // The actor is gone: the reply port drops, and the caller
+            // reads that as an unavailable supervisor.
+            let _ = lifecycle.cast(LifecycleMsg::RestartPreflighted { preflight, reply });
+        });
+    }
+
+    /// Step an operator's command's `event` and answer it.
+    async fn run_command(
+        &mut self,
+        myself: &ActorRef<LifecycleMsg>,
+        event: LifecycleEvent,
+        hold: Option<bool>,
+        is_stop: bool,
+        reply: RpcReplyPort<Result<Snapshot, CommandError>>,
+    ) {
+        // Checked again here: a caller may give up while a preflight ran.
+        if reply.is_closed() {
+            tracing::info!(
+                event = event.name(),
+                "a command whose caller gave up was dropped unstepped"
+            );
+            return;
+        }
         self.unacknowledged = None;
         // `exit` is the way out (SIGTERM sends it): it is carried out even
         // when the journal cannot take its record; the next daemon reads
@@ -1040,15 +1126,7 @@ impl LifecycleActorState {
 
     /// Resolve the config again and hand it to the running runtime.
     async fn apply_config(&mut self, myself: &ActorRef<LifecycleMsg>) {
-        let resolved = self
-            .shared
-            .source
-            .resolve_within(RESOLVE_DEADLINE)
-            .await
-            .and_then(|resolved| {
-                check_data_dir(&resolved.config, &self.shared.data_dir).map(|()| resolved)
-            });
-        let new = match resolved {
+        let new = match resolve_checked(&self.shared).await {
             Ok(resolved) => resolved.config,
             Err(error) => {
                 self.snapshot.error = Some(format!("a config change was not applied: {error}"));
@@ -1181,6 +1259,18 @@ impl LifecycleActorState {
         };
         self.snapshots.send_replace(self.snapshot.clone());
     }
+}
+
+/// Resolve the effective config as a boot's `resolve_config` does: bounded
+/// by [`RESOLVE_DEADLINE`], then checked against the daemon's data
+/// directory. Used by the restart preflight and by a change applied in
+/// place.
+async fn resolve_checked(
+    shared: &Shared,
+) -> Result<crate::config::ResolvedConfig, crate::config::ConfigError> {
+    let resolved = shared.source.resolve_within(RESOLVE_DEADLINE).await?;
+    check_data_dir(&resolved.config, &shared.data_dir)?;
+    Ok(resolved)
 }
 
 /// A state's label for the journal: its name, with the drain's purpose.

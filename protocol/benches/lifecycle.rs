@@ -60,7 +60,10 @@ fn round(now: u64) -> Vec<Template> {
             },
         }),
         Plain(E::Start { at: at(31_008) }), // refused: runtime_running
-        Plain(E::Restart { at: at(31_009) }),
+        Plain(E::Restart {
+            at: at(31_009),
+            preflight: steadfast_protocol::lifecycle::Preflight::Ok,
+        }),
         Plain(E::Drained {
             at: at(31_010),
             store: StoreOutcome::Released,

@@ -79,7 +79,7 @@ impl WireSnapshot {
 pub enum ControlRefusal {
     /// The lifecycle refused the command; the reason is the machine's,
     /// unchanged.
-    #[error("{event} refused while {state}: {reason}")]
+    #[error("{}", self.refused().map(|r| r.to_string()).unwrap_or_default())]
     Refused {
         /// The state the command arrived in (wire name).
         state: String,
@@ -87,6 +87,9 @@ pub enum ControlRefusal {
         event: String,
         /// Why.
         reason: RefusedBecause,
+        /// What the reason is about (the config error of a
+        /// `config_invalid`).
+        detail: Option<String>,
     },
     /// The command was accepted but could not be made durable; it was not
     /// acknowledged.
@@ -114,6 +117,7 @@ impl From<Refused> for ControlRefusal {
             state: refused.state.into_owned(),
             event: refused.event.into_owned(),
             reason: refused.reason,
+            detail: refused.detail,
         }
     }
 }
@@ -127,10 +131,12 @@ impl ControlRefusal {
                 state,
                 event,
                 reason,
+                detail,
             } => Some(Refused {
                 state: Cow::Owned(state.clone()),
                 event: Cow::Owned(event.clone()),
                 reason: *reason,
+                detail: detail.clone(),
             }),
             _ => None,
         }
@@ -198,8 +204,11 @@ pub trait Control {
     /// Stop the runtime; `hold` keeps it stopped across a relaunch.
     /// Answered once the drain has settled.
     async fn stop(hold: bool) -> ControlAnswer;
-    /// Stop the runtime and boot it again.
-    async fn restart() -> ControlAnswer;
+    /// Stop the runtime and boot it again. The new config is resolved
+    /// first; if it does not resolve the restart is refused
+    /// (`config_invalid`, with the error) and the runtime keeps serving,
+    /// unless `force`, which drains anyway.
+    async fn restart(force: bool) -> ControlAnswer;
     /// Retry a failed boot now.
     async fn retry() -> ControlAnswer;
     /// End the process after a drain: `halt` (exit 0) or `relaunch` (75).
@@ -312,6 +321,13 @@ mod tests {
                 state: "running".into(),
                 event: "start".into(),
                 reason: RefusedBecause::RuntimeNotStopped,
+                detail: None,
+            },
+            ControlRefusal::Refused {
+                state: "running".into(),
+                event: "restart".into(),
+                reason: RefusedBecause::ConfigInvalid,
+                detail: Some("/etc/kvd.toml: expected a value".into()),
             },
             ControlRefusal::Durability("fsync failed".into()),
             ControlRefusal::Unavailable,
@@ -337,10 +353,24 @@ mod tests {
             state: Cow::Borrowed("running"),
             event: Cow::Borrowed("start"),
             reason: RefusedBecause::RuntimeNotStopped,
+            detail: None,
         };
         let wire = ControlRefusal::from(refused.clone());
         assert_eq!(wire.refused(), Some(refused.clone()));
         assert_eq!(wire.to_string(), refused.to_string());
+        // A config_invalid keeps its error, on the wire and in the text.
+        let invalid = Refused {
+            state: Cow::Borrowed("running"),
+            event: Cow::Borrowed("restart"),
+            reason: RefusedBecause::ConfigInvalid,
+            detail: Some("/etc/kvd.toml: expected a value".into()),
+        };
+        let wire = round_trip(&ControlRefusal::from(invalid.clone()));
+        assert_eq!(wire.refused(), Some(invalid.clone()));
+        assert_eq!(
+            wire.to_string(),
+            "restart refused while running: config_invalid: /etc/kvd.toml: expected a value"
+        );
         assert_eq!(ControlRefusal::Unavailable.refused(), None);
     }
 

@@ -8,15 +8,18 @@
 //! the table this module is held to, pair by pair (`tests/spec_table.rs`).
 //!
 //! The one invariant it exists to hold: **a boot starts only over a released
-//! store.** The store may be open exactly in `booting`, `running`, `draining`
-//! and `wedged` ([`LifecycleState::may_hold_store`]). The machine enters a
-//! resting state (`stopped`, `failed`) from those only on an outcome that says
-//! the store was released, emits [`Effect::StartBoot`] only from a resting
-//! state or on such an outcome, and sends an outcome that says the store is
-//! still held to `wedged`, which only [`LifecycleEvent::Exit`] leaves.
+//! store.** The store may be open exactly in `booting`, `running`,
+//! `draining`, `wedged` and `reinitializing`
+//! ([`LifecycleState::may_hold_store`]). The machine enters a resting state
+//! (`stopped`, `failed`) from those only on an outcome that says the store
+//! was released, emits [`Effect::StartBoot`] only from a resting state or on
+//! such an outcome, and sends an outcome that says the store is still held
+//! to `wedged`, which only [`LifecycleEvent::Exit`] leaves.
 //! `tests/lifecycle_props.rs` checks this over arbitrary event sequences,
-//! together with: attempts grow by exactly one per boot, the epoch never
-//! decreases, and `exiting` is terminal.
+//! together with: attempts grow by exactly one per boot, the epoch grows by
+//! exactly one on every observed release and on nothing else
+//! (`invariants_hold_after_every_step_of_arbitrary_sequences`), and
+//! `exiting` is terminal.
 //!
 //! Beyond the reference machine:
 //! - [`LifecycleEvent::RuntimeEnded`]: a runtime that ends while running
@@ -31,6 +34,13 @@
 //! - A `retry_due` that arrives before the failure's `next_retry_at` is
 //!   refused, so a stale timer can never start a boot early.
 //! - Every event in `exiting` is refused as `exiting`.
+//! - [`LifecycleEvent::Restart`] carries its [`Preflight`]: a restart whose
+//!   new config does not resolve is refused as `config_invalid` (with the
+//!   error) wherever it would drain, so the runtime keeps serving; a forced
+//!   one (`skipped`) drains anyway. Checked by
+//!   `tests::a_restart_whose_config_does_not_resolve_is_refused_and_keeps_running`
+//!   and `tests/lifecycle_props.rs`
+//!   (`a_restart_whose_preflight_is_invalid_never_leaves_running`).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -343,6 +353,37 @@ pub enum StoreOutcome {
     },
 }
 
+/// What resolving the new config found before a `restart` would drain the
+/// runtime (`nginx -t` before a reload). The actors resolve; the machine
+/// decides: an `invalid` preflight refuses a restart it would otherwise
+/// accept (`config_invalid`, carrying the error), so a healthy runtime is
+/// never torn down for a config that cannot boot.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Preflight {
+    /// The config resolves: the restart may drain.
+    Ok,
+    /// The config does not resolve.
+    Invalid {
+        /// Why, rendered (names the file and what is wrong).
+        error: String,
+    },
+    /// Not checked: the operator forced the restart (`restart --force`).
+    Skipped,
+}
+
+impl Preflight {
+    /// The wire name.
+    #[must_use]
+    pub const fn name(&self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Invalid { .. } => "invalid",
+            Self::Skipped => "skipped",
+        }
+    }
+}
+
 /// Everything that moves the lifecycle.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -424,10 +465,14 @@ pub enum LifecycleEvent {
         /// When.
         at: Timestamp,
     },
-    /// Stop the runtime and boot it again.
+    /// Stop the runtime and boot it again. The actors resolve the new
+    /// config first (in a task, bounded) and report what they found; the
+    /// machine decides whether to drain.
     Restart {
         /// When.
         at: Timestamp,
+        /// What resolving the new config before the drain found.
+        preflight: Preflight,
     },
     /// End the process.
     Exit {
@@ -572,6 +617,9 @@ pub enum RefusedBecause {
     /// A destructive command's confirmation is not for the current epoch
     /// (something booted since it was prepared) or was never issued.
     StaleConfirmation,
+    /// A restart's preflight found that the new config does not resolve;
+    /// the runtime keeps serving (the error is the refusal's `detail`).
+    ConfigInvalid,
 }
 
 impl RefusedBecause {
@@ -588,6 +636,7 @@ impl RefusedBecause {
             Self::Exiting => "exiting",
             Self::Unexpected => "unexpected",
             Self::StaleConfirmation => "stale_confirmation",
+            Self::ConfigInvalid => "config_invalid",
         }
     }
 }
@@ -600,7 +649,7 @@ impl fmt::Display for RefusedBecause {
 
 /// An event the lifecycle refused, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, thiserror::Error, Serialize, Deserialize)]
-#[error("{event} refused while {state}: {reason}")]
+#[error("{event} refused while {state}: {reason}{}", detail_suffix(.detail.as_deref()))]
 pub struct Refused {
     /// The state it arrived in.
     pub state: Cow<'static, str>,
@@ -608,6 +657,14 @@ pub struct Refused {
     pub event: Cow<'static, str>,
     /// Why.
     pub reason: RefusedBecause,
+    /// What the reason is about, when it carries more than its spelling
+    /// (the config error of a `config_invalid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+fn detail_suffix(detail: Option<&str>) -> String {
+    detail.map_or_else(String::new, |d| format!(": {d}"))
 }
 
 /// Seeded jitter for the backoff: each delay is shortened by up to
@@ -837,8 +894,15 @@ impl Lifecycle {
         at: Timestamp,
     ) -> Effect {
         match (then, store) {
-            // Ending the process releases whatever it held.
-            (AfterDrain::Exit { intent }, _) => self.exit(intent),
+            // A drain that settles released counts as a release even when
+            // the process ends next (invariant 4: the epoch counts every
+            // observed release, and the run marker records it).
+            (AfterDrain::Exit { intent }, StoreOutcome::Released) => {
+                self.epoch = self.epoch.saturating_add(1);
+                self.exit(intent)
+            }
+            // Ending the process releases whatever it still holds.
+            (AfterDrain::Exit { intent }, StoreOutcome::Held { .. }) => self.exit(intent),
             (_, StoreOutcome::Held { cause }) => self.wedge(cause, at),
             (AfterDrain::Stop, StoreOutcome::Released) => {
                 self.epoch = self.epoch.saturating_add(1);
@@ -929,6 +993,19 @@ pub fn step(m: &Lifecycle, event: &LifecycleEvent) -> Result<(Lifecycle, Effect)
         },
         (S::Booting { attempt, .. }, E::Stop { .. }) => {
             next.drain(*attempt, AfterDrain::Stop, Effect::CancelBoot)
+        }
+        // ── restart: never drain for a config that does not resolve ─────
+        (
+            S::Booting { .. } | S::Running { .. },
+            E::Restart {
+                preflight: Preflight::Invalid { error },
+                ..
+            },
+        ) => {
+            return Err(Refused {
+                detail: Some(error.clone()),
+                ..refused(m, event, RefusedBecause::ConfigInvalid)
+            });
         }
         (S::Booting { attempt, .. }, E::Restart { .. }) => {
             next.drain(*attempt, AfterDrain::Restart, Effect::CancelBoot)
@@ -1045,6 +1122,7 @@ fn refused(m: &Lifecycle, event: &LifecycleEvent, reason: RefusedBecause) -> Ref
         state: Cow::Borrowed(m.state.name()),
         event: Cow::Borrowed(event.name()),
         reason,
+        detail: None,
     }
 }
 

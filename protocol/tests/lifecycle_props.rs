@@ -1,6 +1,12 @@
 //! The lifecycle's invariants (`spec/lifecycle.md`, "Invariants") over
 //! arbitrary event sequences: at least 10,000 sequences of up to 64 events,
-//! stale and misplaced events included, checked after every step.
+//! stale and misplaced events included, checked after every step
+//! (`invariants_hold_after_every_step_of_arbitrary_sequences`: invariants
+//! 1–9, among them that the epoch grows by exactly one on every observed
+//! release and that a restart whose preflight is invalid is never accepted),
+//! and `a_restart_whose_preflight_is_invalid_never_leaves_running`: from
+//! every `running` 2,000 sequences reach, `restart(invalid)` is refused as
+//! `config_invalid` and `restart(force)` drains.
 
 use std::collections::BTreeSet;
 use std::num::NonZeroU32;
@@ -11,7 +17,7 @@ use proptest::test_runner::{Config, TestRunner};
 use steadfast_protocol::Timestamp;
 use steadfast_protocol::lifecycle::{
     Effect, ExitIntent, FailureClass, FailureReport, Lifecycle, LifecycleEvent, LifecycleState,
-    PendingApply, Phase, RefusedBecause, StoreOutcome,
+    PendingApply, Phase, Preflight, RefusedBecause, StoreOutcome,
 };
 
 /// Sequences checked; `.ci/run` runs this count.
@@ -22,6 +28,16 @@ fn store() -> impl Strategy<Value = StoreOutcome> {
     prop_oneof![
         3 => Just(StoreOutcome::Released),
         1 => Just(StoreOutcome::Held { cause: "still locked".into() }),
+    ]
+}
+
+fn preflight() -> impl Strategy<Value = Preflight> {
+    prop_oneof![
+        Just(Preflight::Ok),
+        Just(Preflight::Invalid {
+            error: "kvd.toml: expected a value".into()
+        }),
+        Just(Preflight::Skipped),
     ]
 }
 
@@ -61,7 +77,7 @@ fn event() -> impl Strategy<Value = LifecycleEvent> {
         }),
         2 => (attempt, at.clone()).prop_map(|(attempt, at)| E::Stable { attempt, at }),
         2 => at.clone().prop_map(|at| E::Stop { at }),
-        2 => at.clone().prop_map(|at| E::Restart { at }),
+        3 => (at.clone(), preflight()).prop_map(|(at, preflight)| E::Restart { at, preflight }),
         1 => intent.prop_map(|intent| E::Exit { intent }),
         3 => (at.clone(), store()).prop_map(|(at, store)| E::Drained { at, store }),
         1 => (prop::option::of(0u64..4), at.clone()).prop_map(|(epoch, at)| E::Reinit { epoch, at }),
@@ -85,9 +101,35 @@ fn check_step(m: &Lifecycle, event: &LifecycleEvent) -> Result<Option<Lifecycle>
             if matches!(m.state, LifecycleState::Wedged { .. }) {
                 prop_assert_eq!(refused.reason, RefusedBecause::Wedged);
             }
+            // 9: an invalid preflight refuses a restart that would drain,
+            // as config_invalid carrying the error.
+            if let LifecycleEvent::Restart {
+                preflight: Preflight::Invalid { error },
+                ..
+            } = event
+                && matches!(
+                    m.state,
+                    LifecycleState::Running { .. } | LifecycleState::Booting { .. }
+                )
+            {
+                prop_assert_eq!(refused.reason, RefusedBecause::ConfigInvalid);
+                prop_assert_eq!(refused.detail.as_ref(), Some(error));
+            }
             Ok(None)
         }
         Ok((next, effect)) => {
+            // 9: a restart whose preflight is invalid is never accepted.
+            prop_assert!(
+                !matches!(
+                    event,
+                    LifecycleEvent::Restart {
+                        preflight: Preflight::Invalid { .. },
+                        ..
+                    }
+                ),
+                "an invalid preflight was accepted in {}",
+                m.state.name()
+            );
             // 5: exiting is terminal.
             prop_assert!(!m.is_terminal(), "{} accepted in exiting", event.name());
             // 6: wedged accepts only exit.
@@ -135,8 +177,17 @@ fn check_step(m: &Lifecycle, event: &LifecycleEvent) -> Result<Option<Lifecycle>
                     event.name()
                 );
             }
-            // 4: the epoch never decreases.
-            prop_assert!(next.epoch() >= m.epoch());
+            // 4: the epoch counts observed releases: exactly one more on
+            // an accepted outcome that says released from a state that may
+            // hold the store, unchanged on everything else.
+            let releases = u64::from(m.state.may_hold_store() && event.says_released());
+            prop_assert_eq!(
+                next.epoch(),
+                m.epoch() + releases,
+                "epoch after {} in {}",
+                event.name(),
+                m.state.name()
+            );
             // 8: only `stable` resets the streak.
             if next.streak() < m.streak() {
                 prop_assert!(
@@ -235,4 +286,56 @@ fn a_crash_loop_without_stable_backs_off_geometrically() {
             (m, _) = m.step(&LifecycleEvent::RetryDue { at: Timestamp(now) }).expect("retry due");
         }
     });
+}
+
+/// Issue 15, item 2: from any `running` an arbitrary sequence reaches, a
+/// `restart` whose preflight is invalid is refused as `config_invalid` and
+/// leaves the lifecycle exactly as it was, while a forced one drains.
+#[test]
+fn a_restart_whose_preflight_is_invalid_never_leaves_running() {
+    let mut runner = TestRunner::new(Config {
+        cases: 2_000,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let reached = Mutex::new(0u64);
+    runner
+        .run(&proptest::collection::vec(event(), 1..=MAX_LEN), |events| {
+            let mut m = Lifecycle::at(Timestamp(0));
+            for event in &events {
+                if matches!(m.state, LifecycleState::Running { .. }) {
+                    *reached.lock().expect("not poisoned") += 1;
+                    let at = Timestamp(300_000);
+                    let invalid = LifecycleEvent::Restart {
+                        at,
+                        preflight: Preflight::Invalid {
+                            error: "kvd.toml: expected a value".into(),
+                        },
+                    };
+                    let refused = m
+                        .step(&invalid)
+                        .expect_err("an invalid preflight is refused");
+                    prop_assert_eq!(refused.reason, RefusedBecause::ConfigInvalid);
+                    let (forced, effect) = m
+                        .step(&LifecycleEvent::Restart {
+                            at,
+                            preflight: Preflight::Skipped,
+                        })
+                        .expect("a forced restart is accepted");
+                    prop_assert_eq!(effect, Effect::ShutdownRuntime);
+                    prop_assert_eq!(forced.state.name(), "draining");
+                }
+                if let Ok((next, _)) = m.step(event) {
+                    m = next;
+                }
+            }
+            Ok(())
+        })
+        .unwrap_or_else(|failure| panic!("{failure}"));
+    let reached = reached.into_inner().expect("not poisoned");
+    eprintln!("checked an invalid restart in {reached} running states");
+    assert!(
+        reached > 100,
+        "sequences reached running only {reached} times"
+    );
 }

@@ -54,7 +54,7 @@ fn machine_row(state_label: &str, event_label: &str) -> Row {
         state_label,
         "the fixture reaches the labelled state"
     );
-    match m.step(&event(event_label)) {
+    match m.step(&event(event_label, &m)) {
         Ok((next, effect)) => Row {
             next: label(&next.state),
             effect: effect_label(&effect),

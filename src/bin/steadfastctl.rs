@@ -81,8 +81,15 @@ enum Cmd {
         #[arg(long)]
         hold: bool,
     },
-    /// Stop the runtime and boot it again.
-    Restart,
+    /// Stop the runtime and boot it again. The daemon resolves the new
+    /// config first: one that does not resolve is refused (exit 3,
+    /// `config_invalid` and the error) and the runtime keeps serving.
+    Restart {
+        /// Drain even when the new config does not resolve (the next boot
+        /// then fails held in `resolve_config`).
+        #[arg(long)]
+        force: bool,
+    },
     /// Retry a failed boot now.
     Retry,
     /// End the daemon's process after a drain (exit 0: stays down).
@@ -287,7 +294,8 @@ async fn run(cli: Cli) -> ExitCode {
             };
             client.stop(hold).await
         }
-        Cmd::Restart => client.restart().await,
+        Cmd::Restart { force: false } => client.restart().await,
+        Cmd::Restart { force: true } => client.restart_forced().await,
         Cmd::Retry => client.retry().await,
         Cmd::Exit { relaunch } => {
             let intent = if *relaunch {

@@ -624,14 +624,30 @@ impl ControlClient {
         )
     }
 
-    /// Stop the runtime and boot it again.
+    /// Stop the runtime and boot it again, once the daemon has resolved the
+    /// new config: a config that does not resolve is refused
+    /// (`config_invalid`, the error in the refusal's `detail`) and the
+    /// runtime keeps serving.
     ///
     /// # Errors
     /// As [`Self::start`].
     pub async fn restart(&self) -> Result<Snapshot, ClientError> {
+        self.restart_with(false).await
+    }
+
+    /// [`Self::restart`] without the preflight (`restart --force`): drains
+    /// even when the new config does not resolve.
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub async fn restart_forced(&self) -> Result<Snapshot, ClientError> {
+        self.restart_with(true).await
+    }
+
+    async fn restart_with(&self, force: bool) -> Result<Snapshot, ClientError> {
         let cx = Self::context(self.timeout);
         Self::unwrap(
-            self.command(|raw| async move { raw.restart(cx).await })
+            self.command(|raw| async move { raw.restart(cx, force).await })
                 .await,
         )
     }
@@ -794,10 +810,12 @@ fn refused(refusal: ControlRefusal) -> ClientError {
             state,
             event,
             reason,
+            detail,
         } => ClientError::Refused(Refused {
             state: state.into(),
             event: event.into(),
             reason,
+            detail,
         }),
         ControlRefusal::Durability(error) => ClientError::Durability(error),
         ControlRefusal::Unavailable => ClientError::Unavailable,

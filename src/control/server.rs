@@ -687,8 +687,12 @@ impl Control for ControlService {
         answer(self.handle.stop(hold).await)
     }
 
-    async fn restart(self, _: Context) -> ControlAnswer {
-        answer(self.handle.restart().await)
+    async fn restart(self, _: Context, force: bool) -> ControlAnswer {
+        if force {
+            answer(self.handle.restart_forced().await)
+        } else {
+            answer(self.handle.restart().await)
+        }
     }
 
     async fn retry(self, _: Context) -> ControlAnswer {

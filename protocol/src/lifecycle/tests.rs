@@ -327,7 +327,13 @@ fn stop_and_restart_are_busy_while_draining() {
         RefusedBecause::LifecycleBusy
     );
     assert_eq!(
-        no(&m, LifecycleEvent::Restart { at: t(4) }),
+        no(
+            &m,
+            LifecycleEvent::Restart {
+                at: t(4),
+                preflight: Preflight::Ok
+            }
+        ),
         RefusedBecause::LifecycleBusy
     );
     assert_eq!(
@@ -358,7 +364,13 @@ fn stop_from_a_failure_rests_at_once_with_the_failures_epoch() {
 
 #[test]
 fn a_restart_releases_the_store_then_boots_the_next_attempt() {
-    let (m, effect) = ok(&running(), LifecycleEvent::Restart { at: t(3) });
+    let (m, effect) = ok(
+        &running(),
+        LifecycleEvent::Restart {
+            at: t(3),
+            preflight: Preflight::Ok,
+        },
+    );
     assert_eq!(effect, Effect::ShutdownRuntime);
     let (m, effect) = ok(
         &m,
@@ -417,7 +429,10 @@ fn exit_while_running_drains_first() {
 fn a_drain_that_leaves_the_store_held_wedges() {
     for event in [
         LifecycleEvent::Stop { at: t(3) },
-        LifecycleEvent::Restart { at: t(3) },
+        LifecycleEvent::Restart {
+            at: t(3),
+            preflight: Preflight::Ok,
+        },
     ] {
         let (m, _) = ok(&running(), event);
         let (m, effect) = ok(
@@ -467,7 +482,10 @@ fn wedged_accepts_only_exit() {
         LifecycleEvent::Start { at: t(5) },
         LifecycleEvent::Retry { at: t(5) },
         LifecycleEvent::Stop { at: t(5) },
-        LifecycleEvent::Restart { at: t(5) },
+        LifecycleEvent::Restart {
+            at: t(5),
+            preflight: Preflight::Ok,
+        },
         LifecycleEvent::ConfigChanged { at: t(5) },
         LifecycleEvent::Drained {
             at: t(5),
@@ -552,6 +570,75 @@ fn a_runtime_that_ends_while_running_drains_then_fails_with_backoff() {
         }
     );
     assert_eq!(m.epoch(), 1);
+}
+
+/// Issue 15, item 4: `next_retry_at` counts from the moment the drain
+/// settled, not from the crash, so a slow drain does not eat the backoff
+/// (the spec was corrected to say so).
+#[test]
+fn a_runtime_that_ends_backs_off_from_when_its_drain_settled() {
+    let (m, _) = ok(
+        &running(),
+        LifecycleEvent::RuntimeEnded {
+            attempt: nz(1),
+            at: t(50),
+            error: "serve task panicked".into(),
+        },
+    );
+    // A drain that takes 5 s, far longer than the first delay.
+    let (m, _) = ok(
+        &m,
+        LifecycleEvent::Drained {
+            at: t(5_050),
+            store: StoreOutcome::Released,
+        },
+    );
+    let LifecycleState::Failed {
+        retry: RetryClass::Backoff { next_retry_at, .. },
+        ref report,
+        ..
+    } = m.state
+    else {
+        panic!("not failed with backoff: {:?}", m.state);
+    };
+    assert_eq!(report.at, t(50), "the report keeps when it ended");
+    assert_eq!(next_retry_at, t(6_050), "counted from the drain");
+    assert_eq!(
+        no(&m, LifecycleEvent::RetryDue { at: t(1_050) }),
+        RefusedBecause::Unexpected
+    );
+}
+
+/// Issue 15, item 4: a drain whose `then` is `exit` and that reports the
+/// store released counts the release (invariant 4); before the fix the
+/// epoch stayed where it was.
+#[test]
+fn a_drain_into_exit_that_releases_the_store_counts_the_release() {
+    let (m, _) = ok(
+        &running(),
+        LifecycleEvent::Exit {
+            intent: ExitIntent::Halt,
+        },
+    );
+    let before = m.epoch();
+    let (released, effect) = ok(
+        &m,
+        LifecycleEvent::Drained {
+            at: t(60),
+            store: StoreOutcome::Released,
+        },
+    );
+    assert_eq!(effect, Effect::Exit(ExitIntent::Halt));
+    assert_eq!(released.epoch(), before + 1);
+    // Held: ending the process releases it, but nothing observed that.
+    let (kept, _) = ok(
+        &m,
+        LifecycleEvent::Drained {
+            at: t(60),
+            store: held("worker thread"),
+        },
+    );
+    assert_eq!(kept.epoch(), before);
 }
 
 #[test]
@@ -882,4 +969,46 @@ fn wire_names_match_serde_names() {
     }
     assert_eq!(ExitIntent::Halt.code(), 0);
     assert_eq!(ExitIntent::Relaunch.code(), 75);
+}
+
+#[test]
+fn a_restart_whose_config_does_not_resolve_is_refused_and_keeps_running() {
+    let m = running();
+    let invalid = LifecycleEvent::Restart {
+        at: t(3),
+        preflight: Preflight::Invalid {
+            error: "/etc/kvd.toml: expected a value".into(),
+        },
+    };
+    let refusal = m.step(&invalid).expect_err("refused");
+    assert_eq!(refusal.reason, RefusedBecause::ConfigInvalid);
+    assert_eq!(
+        refusal.detail.as_deref(),
+        Some("/etc/kvd.toml: expected a value")
+    );
+    assert_eq!(
+        refusal.to_string(),
+        "restart refused while running: config_invalid: /etc/kvd.toml: expected a value"
+    );
+    // Forced: drains anyway, as an ordinary restart does.
+    for preflight in [Preflight::Skipped, Preflight::Ok] {
+        let (next, effect) = ok(
+            &m,
+            LifecycleEvent::Restart {
+                at: t(3),
+                preflight,
+            },
+        );
+        assert_eq!(effect, Effect::ShutdownRuntime);
+        assert!(matches!(
+            next.state,
+            LifecycleState::Draining {
+                then: AfterDrain::Restart,
+                ..
+            }
+        ));
+    }
+    // Where a restart is refused anyway, its own reason comes first.
+    let (stopped, _) = ok(&m, LifecycleEvent::Stop { at: t(4) });
+    assert_eq!(no(&stopped, invalid), RefusedBecause::LifecycleBusy);
 }

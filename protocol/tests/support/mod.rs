@@ -9,11 +9,11 @@ use std::num::NonZeroU32;
 use steadfast_protocol::Timestamp;
 use steadfast_protocol::lifecycle::{
     Effect, ExitIntent, FailureClass, FailureReport, Lifecycle, LifecycleEvent, LifecycleState,
-    PendingApply, Phase, RetryClass, StoreOutcome,
+    PendingApply, Phase, Preflight, RetryClass, StoreOutcome,
 };
 
 /// The state labels of the spec's table, in its order.
-pub const STATES: [&str; 13] = [
+pub const STATES: [&str; 16] = [
     "resolving",
     "booting",
     "running",
@@ -22,6 +22,9 @@ pub const STATES: [&str; 13] = [
     "draining(exit)",
     "draining(fail)",
     "stopped(operator_request)",
+    "stopped(held_at_startup)",
+    "stopped(reinit_complete)",
+    "stopped(reinit_failed)",
     "failed(backoff)",
     "failed(hold)",
     "wedged",
@@ -30,7 +33,7 @@ pub const STATES: [&str; 13] = [
 ];
 
 /// The event labels of the spec's table, in its order.
-pub const EVENTS: [&str; 26] = [
+pub const EVENTS: [&str; 28] = [
     "held_at_startup",
     "start",
     "retry",
@@ -49,6 +52,8 @@ pub const EVENTS: [&str; 26] = [
     "stable(stale)",
     "stop",
     "restart",
+    "restart(invalid)",
+    "restart(force)",
     "exit",
     "drained(released)",
     "drained(held)",
@@ -107,7 +112,13 @@ pub fn state(label: &str) -> Lifecycle {
         "booting" => with(&[]),
         "running" => with(&[booted]),
         "draining(stop)" => with(&[booted, stop]),
-        "draining(restart)" => with(&[booted, E::Restart { at: at(1_040) }]),
+        "draining(restart)" => with(&[
+            booted,
+            E::Restart {
+                at: at(1_040),
+                preflight: Preflight::Ok,
+            },
+        ]),
         "draining(exit)" => with(&[
             booted,
             E::Exit {
@@ -128,6 +139,24 @@ pub fn state(label: &str) -> Lifecycle {
             E::Drained {
                 at: at(1_050),
                 store: StoreOutcome::Released,
+            },
+        ]),
+        "stopped(held_at_startup)" => drive(&[E::HeldAtStartup { at: at(10) }]),
+        "stopped(reinit_complete)" | "stopped(reinit_failed)" => with(&[
+            booted,
+            stop,
+            E::Drained {
+                at: at(1_050),
+                store: StoreOutcome::Released,
+            },
+            E::Reinit {
+                epoch: Some(STOPPED_EPOCH),
+                at: at(1_060),
+            },
+            E::Wiped {
+                at: at(1_070),
+                store: StoreOutcome::Released,
+                error: (label == "stopped(reinit_failed)").then(|| "permission denied".into()),
             },
         ]),
         "failed(backoff)" => drive(&[start, failed(FailureClass::Backoff, 100)]),
@@ -175,9 +204,11 @@ pub fn report(phase: &'static str, at: u64) -> FailureReport {
     }
 }
 
-/// The event for `label`. Attempt-bound events name [`ATTEMPT`], or
-/// attempt 9 when `(stale)`.
-pub fn event(label: &str) -> LifecycleEvent {
+/// The event for `label`, arriving in `m`. Attempt-bound events name
+/// [`ATTEMPT`], or attempt 9 when `(stale)`; `reinit` carries `m`'s epoch
+/// (a confirmation prepared in the state it arrives in), `reinit(stale)`
+/// the epoch before it (none at epoch 0: a confirmation never issued).
+pub fn event(label: &str, m: &Lifecycle) -> LifecycleEvent {
     use LifecycleEvent as E;
     let at = LATER;
     let boot_failed = |class, store| E::BootFailed {
@@ -229,7 +260,20 @@ pub fn event(label: &str) -> LifecycleEvent {
         },
         "stable(stale)" => E::Stable { attempt: nz(9), at },
         "stop" => E::Stop { at },
-        "restart" => E::Restart { at },
+        "restart" => E::Restart {
+            at,
+            preflight: Preflight::Ok,
+        },
+        "restart(invalid)" => E::Restart {
+            at,
+            preflight: Preflight::Invalid {
+                error: "kvd.toml: expected a value".into(),
+            },
+        },
+        "restart(force)" => E::Restart {
+            at,
+            preflight: Preflight::Skipped,
+        },
         "exit" => E::Exit {
             intent: ExitIntent::Halt,
         },
@@ -244,11 +288,11 @@ pub fn event(label: &str) -> LifecycleEvent {
             },
         },
         "reinit" => E::Reinit {
-            epoch: Some(STOPPED_EPOCH),
+            epoch: Some(m.epoch()),
             at,
         },
         "reinit(stale)" => E::Reinit {
-            epoch: Some(STOPPED_EPOCH - 1),
+            epoch: m.epoch().checked_sub(1),
             at,
         },
         "wiped(released)" => E::Wiped {
