@@ -326,6 +326,10 @@ struct Listener(Option<TcpListener>);
 const LISTENER_HANDOVER: &str = "kvd:listener";
 const STORE_LOCK_HANDOVER: &str = "kvd:store_lock";
 
+/// The data dir kvd's files are offered for (`steadfast::handover` keys
+/// its offers by data dir), for `destroy` to withdraw them.
+struct OfferedFor(PathBuf);
+
 /// How long a connection is still served once the runtime stops: a client
 /// accepted just before the stop gets its answers as long as it keeps
 /// asking within this long.
@@ -357,6 +361,15 @@ fn max_connections(config: &toml::Table) -> usize {
         .unwrap_or(64)
 }
 
+/// Withdraw the offer of `name`, if this runtime made one.
+fn withdraw(runtime: &Runtime, name: &str) {
+    if let Some(OfferedFor(data_dir)) = runtime.get::<OfferedFor>()
+        && let Err(error) = steadfast::handover::withdraw(data_dir, name)
+    {
+        tracing::warn!(%error, name, "could not withdraw a handover offer");
+    }
+}
+
 impl Service for Kvd {
     fn plan(&self, _config: &toml::Table) -> Vec<String> {
         ["open_store", "replay_log", "bind_listener", "serve"]
@@ -374,15 +387,16 @@ impl Service for Kvd {
                 "open_store" => {
                     // An overlap replacement's candidate adopts the store
                     // lock its incumbent handed over; anyone else takes it.
-                    let handed = steadfast::handover::take(STORE_LOCK_HANDOVER)
+                    let handed = steadfast::handover::take(cx.data_dir, STORE_LOCK_HANDOVER)
                         .map_err(StepError::backoff)?;
                     let lock = match handed {
                         Some(fd) => StoreLock::adopt(cx.data_dir, File::from(fd)),
                         None => StoreLock::acquire(cx.data_dir),
                     }
                     .map_err(StepError::backoff)?;
-                    steadfast::handover::share(STORE_LOCK_HANDOVER, lock.file())
+                    steadfast::handover::share(cx.data_dir, STORE_LOCK_HANDOVER, lock.file())
                         .map_err(StepError::backoff)?;
+                    cx.runtime.insert(OfferedFor(cx.data_dir.to_path_buf()));
                     cx.runtime.insert(lock);
                     Ok(record(
                         "store_lock",
@@ -414,7 +428,7 @@ impl Service for Kvd {
                 "bind_listener" => {
                     let addr = leaf_str(cx.config, "listen_addr", "127.0.0.1:7070");
                     // An overlap candidate accepts on its incumbent's socket.
-                    let handed = steadfast::handover::take_listener(LISTENER_HANDOVER)
+                    let handed = steadfast::handover::take_listener(cx.data_dir, LISTENER_HANDOVER)
                         .map_err(StepError::backoff)?;
                     let listener = match handed {
                         Some(listener) => listener
@@ -423,8 +437,9 @@ impl Service for Kvd {
                         None => TcpListener::bind(addr).await,
                     }
                     .map_err(|e| StepError::backoff(format!("cannot bind {addr}: {e}")))?;
-                    steadfast::handover::share(LISTENER_HANDOVER, &listener)
+                    steadfast::handover::share(cx.data_dir, LISTENER_HANDOVER, &listener)
                         .map_err(StepError::backoff)?;
+                    cx.runtime.insert(OfferedFor(cx.data_dir.to_path_buf()));
                     let bound = listener.local_addr().map_err(StepError::backoff)?;
                     cx.runtime.insert(Listener(Some(listener)));
                     Ok(record("listener", bound.to_string()))
@@ -501,12 +516,12 @@ impl Service for Kvd {
     ) -> BoxFuture<'a, Result<(), StepError>> {
         match checkpoint.resource.kind.as_str() {
             "store_lock" => {
-                steadfast::handover::withdraw(STORE_LOCK_HANDOVER);
+                withdraw(runtime, STORE_LOCK_HANDOVER);
                 drop(runtime.remove::<StoreLock>());
             }
             "store" => drop(runtime.remove::<Shared>()),
             "listener" => {
-                steadfast::handover::withdraw(LISTENER_HANDOVER);
+                withdraw(runtime, LISTENER_HANDOVER);
                 drop(runtime.remove::<Listener>());
             }
             _ => {
