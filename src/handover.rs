@@ -9,18 +9,30 @@
 //! `SO_PEERCRED`): one message, the names of the files as a line of text,
 //! the files themselves as ancillary data.
 //!
-//! The candidate receives it once, on first use ([`take_lock`], [`take`],
-//! [`take_listener`]): `Supervisor::new` takes the lock (the same open file
-//! as the incumbent's, so the lock is held throughout and outlives the
-//! incumbent: there is no moment at which a third daemon could take the data
-//! dir); the application takes its files by name.
+//! The message starts with a header naming the data dir it is for (its
+//! `(st_dev, st_ino)`, `DirKey`), taken by the incumbent from its open
+//! control directory's parent.
+//!
+//! The candidate receives it once, on first use (`Supervisor::new`,
+//! [`take`], [`take_listener`]), and keeps what it received by that data
+//! dir: `Supervisor::new` takes the lock only when its own data dir is the
+//! one named (the same open file as the incumbent's, so the lock is held
+//! throughout and outlives the incumbent: there is no moment at which a
+//! third daemon could take the data dir), so a process that runs several
+//! supervisors gives each its own lock, and the one a handover does not
+//! name opens its data dir as an ordinary daemon; the application takes its
+//! files by data dir and name.
 //!
 //! What to hand over in overlap (a listening socket, a store's lock) is
-//! offered by the application with [`share`] when it opens it, and withdrawn
-//! with [`withdraw`] when it closes it. Exclusive hands over the lock only.
+//! offered by the application with [`share`] for its data dir when it opens
+//! it, and withdrawn with [`withdraw`] when it closes it; a replacement of
+//! one data dir's supervisor hands over that data dir's offers only.
+//! Exclusive hands over the lock only.
 //!
 //! Checked by the unit tests here (`the_expected_peer_receives_the_lock_and_the_shared_files`,
-//! `another_peer_gets_nothing`, `no_socket_is_not_found`) and by
+//! `another_peer_gets_nothing`, `no_socket_is_not_found`,
+//! `two_supervisors_in_a_candidate_each_get_their_own_lock`: a real
+//! candidate process with two data dirs) and by
 //! `tests/replace.rs` (real kvd processes). A [`HANDOVER_ENV`] naming a
 //! socket nobody serves (an inherited environment, a dead incumbent) hands
 //! nothing over: the data dir's lock alone decides who runs.
@@ -63,32 +75,84 @@ fn invalid(message: impl Into<String>) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, message.into())
 }
 
-/// What this process received as a candidate (empty when it is not one).
-static RECEIVED: OnceLock<Mutex<HashMap<String, OwnedFd>>> = OnceLock::new();
-
-/// The incumbent that handed this process its files (its pid, from the
-/// handover socket's peer credentials).
-static INCUMBENT: OnceLock<u32> = OnceLock::new();
-
-/// The pid of the incumbent this candidate took over from, once
-/// [`take_lock`] received the handover.
-#[must_use]
-pub fn incumbent_pid() -> Option<u32> {
-    INCUMBENT.get().copied()
+/// A data dir's identity: its `(st_dev, st_ino)`, which a handover names
+/// and the candidate's supervisors are matched by (a path may be spelled
+/// two ways; the directory is one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct DirKey {
+    dev: u64,
+    ino: u64,
 }
 
-/// Listeners this process offers to a successor, by name.
-static SHARED: OnceLock<Mutex<HashMap<String, OwnedFd>>> = OnceLock::new();
+impl DirKey {
+    /// The identity of the directory `data_dir` names now.
+    pub(crate) fn of(data_dir: &Path) -> Result<Self, HandoverError> {
+        let stat = rustix::fs::stat(data_dir).map_err(|e| {
+            std::io::Error::new(
+                std::io::Error::from(e).kind(),
+                format!("{}: {e}", data_dir.display()),
+            )
+        })?;
+        Ok(Self::from_stat(&stat))
+    }
 
-fn received() -> Result<&'static Mutex<HashMap<String, OwnedFd>>, HandoverError> {
+    /// The identity of the directory `stat` describes.
+    pub(crate) fn from_stat(stat: &rustix::fs::Stat) -> Self {
+        #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+        Self {
+            dev: stat.st_dev as u64,
+            ino: stat.st_ino as u64,
+        }
+    }
+
+    /// The header line a handover starts with.
+    fn header(self) -> String {
+        format!("{DATA_DIR} {} {}\n", self.dev, self.ino)
+    }
+
+    fn parse_header(line: &str) -> Option<Self> {
+        let mut words = line.strip_prefix(DATA_DIR)?.split_whitespace();
+        let key = Self {
+            dev: words.next()?.parse().ok()?,
+            ino: words.next()?.parse().ok()?,
+        };
+        words.next().is_none().then_some(key)
+    }
+}
+
+/// The header word naming the data dir a handover is for.
+const DATA_DIR: &str = "steadfast:data-dir";
+
+/// What one handover carried, for the supervisor of one data dir.
+#[derive(Debug, Default)]
+struct Handed {
+    /// The incumbent that sent it (its pid, from the handover socket's
+    /// peer credentials).
+    incumbent: Option<u32>,
+    files: HashMap<String, OwnedFd>,
+}
+
+/// What this process received as a candidate, by the data dir each
+/// handover was for (empty when it is not one). Read once, from
+/// [`HANDOVER_ENV`]; each supervisor takes only what names its data dir.
+static RECEIVED: OnceLock<Mutex<HashMap<DirKey, Handed>>> = OnceLock::new();
+
+/// Files this process offers to a successor, by data dir, then by name.
+static SHARED: OnceLock<Mutex<HashMap<DirKey, HashMap<String, OwnedFd>>>> = OnceLock::new();
+
+fn received() -> Result<&'static Mutex<HashMap<DirKey, Handed>>, HandoverError> {
     // One receiver at a time: the incumbent serves one connection only.
     static RECEIVING: Mutex<()> = Mutex::new(());
     let _receiving = RECEIVING.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(files) = RECEIVED.get() {
         return Ok(files);
     }
-    let files = match std::env::var_os(HANDOVER_ENV) {
-        Some(path) => match receive(Path::new(&path)) {
+    let mut by_dir = HashMap::new();
+    if let Some(path) = std::env::var_os(HANDOVER_ENV) {
+        match receive(Path::new(&path)) {
+            Ok((key, handed)) => {
+                by_dir.insert(key, handed);
+            }
             // Nothing listens there (any more): an environment inherited
             // from an old replacement, or an incumbent that died. Nothing
             // is handed over; the data dir's lock decides who runs.
@@ -99,24 +163,40 @@ fn received() -> Result<&'static Mutex<HashMap<String, OwnedFd>>, HandoverError>
                 ) =>
             {
                 tracing::warn!(%error, "no handover: starting as an ordinary daemon");
-                HashMap::new()
             }
-            other => other?,
-        },
-        None => HashMap::new(),
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(RECEIVED.get_or_init(|| Mutex::new(by_dir)))
+}
+
+/// Take the file named `name` from what was handed over for `data_dir`.
+fn take_for(data_dir: &Path, name: &str) -> Result<Option<(OwnedFd, Option<u32>)>, HandoverError> {
+    let received = received()?;
+    let mut received = received.lock().unwrap_or_else(PoisonError::into_inner);
+    if received.is_empty() {
+        return Ok(None);
+    }
+    let key = match DirKey::of(data_dir) {
+        Ok(key) => key,
+        // A data dir that does not exist yet was handed over by no one.
+        Err(HandoverError(error)) if error.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(None);
+        }
+        Err(error) => return Err(error),
     };
-    Ok(RECEIVED.get_or_init(|| Mutex::new(files)))
+    Ok(received
+        .get_mut(&key)
+        .and_then(|handed| Some((handed.files.remove(name)?, handed.incumbent))))
 }
 
 /// Connect to the incumbent's handover socket and receive its files.
-fn receive(path: &Path) -> Result<HashMap<String, OwnedFd>, HandoverError> {
+fn receive(path: &Path) -> Result<(DirKey, Handed), HandoverError> {
     let stream = std::os::unix::net::UnixStream::connect(path)
         .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-    if let Ok(cred) = rustix::net::sockopt::socket_peercred(&stream)
-        && let Ok(pid) = u32::try_from(cred.pid.as_raw_nonzero().get())
-    {
-        let _ = INCUMBENT.set(pid);
-    }
+    let incumbent = rustix::net::sockopt::socket_peercred(&stream)
+        .ok()
+        .and_then(|cred| u32::try_from(cred.pid.as_raw_nonzero().get()).ok());
     stream.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
     let mut bytes = [0u8; 4096];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FILES))];
@@ -145,7 +225,12 @@ fn receive(path: &Path) -> Result<HashMap<String, OwnedFd>, HandoverError> {
         .get(..got.bytes)
         .and_then(|b| std::str::from_utf8(b).ok())
         .ok_or_else(|| invalid("the handover's names are not text"))?;
-    let names: Vec<&str> = text.lines().filter(|l| !l.is_empty()).collect();
+    let mut lines = text.lines().filter(|l| !l.is_empty());
+    let key = lines
+        .next()
+        .and_then(DirKey::parse_header)
+        .ok_or_else(|| invalid("the handover does not name its data dir"))?;
+    let names: Vec<&str> = lines.collect();
     if names.len() != fds.len() {
         return Err(invalid(format!(
             "the handover named {} files but carried {}",
@@ -154,77 +239,105 @@ fn receive(path: &Path) -> Result<HashMap<String, OwnedFd>, HandoverError> {
         ))
         .into());
     }
-    Ok(names.into_iter().map(String::from).zip(fds).collect())
+    let files = names.into_iter().map(String::from).zip(fds).collect();
+    Ok((key, Handed { incumbent, files }))
 }
 
-/// The data dir's lock, when this process is a candidate the incumbent
-/// handed it to. Called by `Supervisor::new`.
+/// Open `data_dir`'s control directory, as `Supervisor::new` does: with
+/// the lock the incumbent handed over for this data dir when this process
+/// is its candidate, else by taking the lock. A handover for another data
+/// dir is left to that data dir's supervisor.
 ///
 /// # Errors
-/// [`HANDOVER_ENV`] is set but the handover could not be received.
-pub fn take_lock() -> Result<Option<File>, HandoverError> {
-    let files = received()?;
-    let mut files = files.lock().unwrap_or_else(PoisonError::into_inner);
-    Ok(files.remove(LOCK).map(File::from))
+/// [`HANDOVER_ENV`] is set but the handover could not be received; the
+/// control directory could not be opened (or another daemon holds it).
+pub(crate) fn open_control_dir(
+    data_dir: &Path,
+) -> Result<steadfast_actors::control_dir::ControlDir, crate::supervisor::SupervisorError> {
+    use steadfast_actors::control_dir::ControlDir;
+    Ok(match take_for(data_dir, LOCK)? {
+        Some((lock, incumbent)) => {
+            ControlDir::open_handed_over(data_dir, File::from(lock), incumbent)?
+        }
+        None => ControlDir::open(data_dir)?,
+    })
 }
 
-/// The file the incumbent handed over as `name` (see [`share`]), if this
-/// process is a candidate that received one. Taken once.
+/// The file the incumbent handed over as `name` (see [`share`]) for the
+/// supervisor of `data_dir`, if this process is a candidate that received
+/// one. Taken once.
 ///
 /// # Errors
-/// As [`take_lock`].
-pub fn take(name: &str) -> Result<Option<OwnedFd>, HandoverError> {
-    let files = received()?;
-    let mut files = files.lock().unwrap_or_else(PoisonError::into_inner);
-    Ok(files.remove(name))
+/// [`HANDOVER_ENV`] is set but the handover could not be received, or
+/// `data_dir` cannot be examined.
+pub fn take(data_dir: &Path, name: &str) -> Result<Option<OwnedFd>, HandoverError> {
+    Ok(take_for(data_dir, name)?.map(|(fd, _)| fd))
 }
 
-/// The listening socket the incumbent handed over as `name`, as a std
-/// listener (blocking: set it non-blocking before giving it to tokio).
+/// The listening socket the incumbent handed over as `name` for the
+/// supervisor of `data_dir`, as a std listener (blocking: set it
+/// non-blocking before giving it to tokio).
 ///
 /// # Errors
-/// As [`take_lock`].
-pub fn take_listener(name: &str) -> Result<Option<std::net::TcpListener>, HandoverError> {
-    Ok(take(name)?.map(std::net::TcpListener::from))
+/// As [`take`].
+pub fn take_listener(
+    data_dir: &Path,
+    name: &str,
+) -> Result<Option<std::net::TcpListener>, HandoverError> {
+    Ok(take(data_dir, name)?.map(std::net::TcpListener::from))
 }
 
 /// Offer `file` (a listening socket, a store's lock) to the candidate of an
-/// overlap replacement as `name`; the offer holds a duplicate of it until
-/// [`withdraw`]n, and a candidate receives a duplicate of that.
+/// overlap replacement of the supervisor of `data_dir` as `name`; the offer
+/// holds a duplicate of it until [`withdraw`]n, and a candidate receives a
+/// duplicate of that.
 ///
 /// # Errors
-/// `name` is reserved or not one line, or the file could not be duplicated.
-pub fn share(name: &str, file: &impl AsFd) -> Result<(), HandoverError> {
+/// `name` is reserved or not one line, `data_dir` cannot be examined, or
+/// the file could not be duplicated.
+pub fn share(data_dir: &Path, name: &str, file: &impl AsFd) -> Result<(), HandoverError> {
     if name == LOCK || name.is_empty() || name.contains('\n') {
         return Err(invalid(format!("{name:?} cannot name a handed-over file")).into());
     }
+    let key = DirKey::of(data_dir)?;
     let fd = file.as_fd().try_clone_to_owned()?;
     let shared = SHARED.get_or_init(Mutex::default);
     shared
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
+        .entry(key)
+        .or_default()
         .insert(name.to_owned(), fd);
     Ok(())
 }
 
-/// Withdraw the file offered as `name` (its duplicate is closed).
-pub fn withdraw(name: &str) {
-    if let Some(shared) = SHARED.get() {
-        shared
+/// Withdraw the file offered as `name` for `data_dir` (its duplicate is
+/// closed).
+///
+/// # Errors
+/// `data_dir` cannot be examined (nothing is withdrawn).
+pub fn withdraw(data_dir: &Path, name: &str) -> Result<(), HandoverError> {
+    let key = DirKey::of(data_dir)?;
+    if let Some(shared) = SHARED.get()
+        && let Some(files) = shared
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .remove(name);
+            .get_mut(&key)
+    {
+        files.remove(name);
     }
+    Ok(())
 }
 
-/// Duplicates of every file offered now, with their names.
-pub(crate) fn shared_files() -> Result<Vec<(String, OwnedFd)>, HandoverError> {
+/// Duplicates of every file offered now for the data dir `key`, with their
+/// names.
+pub(crate) fn shared_files(key: DirKey) -> Result<Vec<(String, OwnedFd)>, HandoverError> {
     let Some(shared) = SHARED.get() else {
         return Ok(Vec::new());
     };
     let shared = shared.lock().unwrap_or_else(PoisonError::into_inner);
     let mut out = Vec::new();
-    for (name, fd) in shared.iter() {
+    for (name, fd) in shared.get(&key).into_iter().flatten() {
         out.push((name.clone(), fd.try_clone()?));
     }
     Ok(out)
@@ -242,9 +355,11 @@ pub(crate) struct Offer {
 
 impl Offer {
     /// Bind the handover socket in `control_dir`, to hand `lock` and
-    /// `listeners` to the peer named later with [`Offer::expect_pid`].
+    /// `listeners` (for the data dir `key`) to the peer named later with
+    /// [`Offer::expect_pid`].
     pub(crate) fn bind(
         control_dir: &Path,
+        key: DirKey,
         lock: OwnedFd,
         listeners: Vec<(String, OwnedFd)>,
     ) -> Result<Self, HandoverError> {
@@ -260,7 +375,8 @@ impl Offer {
         let listener = tokio::net::UnixListener::bind(&path)?;
         let (peer, mut expected) = tokio::sync::watch::channel(None::<u32>);
         let (served_tx, served) = tokio::sync::watch::channel(false);
-        let mut names = String::from(LOCK);
+        let mut names = key.header();
+        names.push_str(LOCK);
         names.push('\n');
         let mut fds = vec![lock];
         for (name, fd) in listeners {
@@ -372,8 +488,14 @@ mod tests {
             "app:listener".to_owned(),
             listener.as_fd().try_clone_to_owned().expect("dup"),
         )];
-        let offer = Offer::bind(dir, lock.as_fd().try_clone_to_owned().expect("dup"), shared)
-            .expect("bind");
+        let key = DirKey::of(dir).expect("key");
+        let offer = Offer::bind(
+            dir,
+            key,
+            lock.as_fd().try_clone_to_owned().expect("dup"),
+            shared,
+        )
+        .expect("bind");
         (offer, listener, lock)
     }
 
@@ -383,10 +505,17 @@ mod tests {
         let (offer, listener, lock) = offer_in(dir.path());
         offer.expect_pid(std::process::id());
         let path = offer.path().to_owned();
-        let mut files = tokio::task::spawn_blocking(move || receive(&path))
+        let (key, handed) = tokio::task::spawn_blocking(move || receive(&path))
             .await
             .expect("join")
             .expect("received");
+        assert_eq!(
+            key,
+            DirKey::of(dir.path()).expect("key"),
+            "it names its data dir"
+        );
+        assert_eq!(handed.incumbent, Some(std::process::id()));
+        let mut files = handed.files;
         let got = std::net::TcpListener::from(files.remove("app:listener").expect("listener"));
         assert_eq!(got.local_addr().ok(), listener.local_addr().ok());
         let got = File::from(files.remove(LOCK).expect("lock"));
@@ -432,8 +561,70 @@ mod tests {
     #[test]
     fn reserved_and_multiline_names_are_refused() {
         let file = File::open("/dev/null").expect("open");
-        assert!(share(LOCK, &file).is_err());
-        assert!(share("a\nb", &file).is_err());
-        assert!(share("", &file).is_err());
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert!(share(dir.path(), LOCK, &file).is_err());
+        assert!(share(dir.path(), "a\nb", &file).is_err());
+        assert!(share(dir.path(), "", &file).is_err());
+    }
+
+    /// Set in the candidate `two_supervisors_in_a_candidate_each_get_their_own_lock`
+    /// runs (this test binary again): the directory holding data dirs `a`
+    /// and `b`.
+    const CHILD_ENV: &str = "STEADFAST_TEST_HANDOVER_CHILD";
+
+    fn lock_ino(dir: &steadfast_actors::control_dir::ControlDir) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        dir.lock_file().metadata().expect("lock metadata").ino()
+    }
+
+    /// A candidate process that runs two supervisors, with a handover for
+    /// data dir `a`: the supervisor of `b` opens first and takes `b`'s own
+    /// lock (not `a`'s), and `a`'s then gets the handed-over lock. Before
+    /// the handover was keyed by data dir, `b` took `a`'s lock and failed
+    /// (`Locked(b/.steadfast/lock)`) and `a` found none and failed too.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn two_supervisors_in_a_candidate_each_get_their_own_lock() {
+        if let Some(dirs) = std::env::var_os(CHILD_ENV) {
+            // The candidate (the env is the child's own, set at its spawn).
+            let dirs = PathBuf::from(dirs);
+            let b = open_control_dir(&dirs.join("b")).expect("b opens with its own lock");
+            let a = open_control_dir(&dirs.join("a")).expect("a opens with the handed lock");
+            println!("candidate: a {} b {}", lock_ino(&a), lock_ino(&b));
+            return;
+        }
+        let dirs = tempfile::tempdir().expect("tempdir");
+        let incumbent = steadfast_actors::control_dir::ControlDir::open(&dirs.path().join("a"))
+            .expect("the incumbent opens a");
+        let key = DirKey::of(&dirs.path().join("a")).expect("key");
+        let lock = incumbent.lock_file().try_clone().expect("dup");
+        let offer = Offer::bind(incumbent.path(), key, lock.into(), Vec::new()).expect("bind");
+        let child = std::process::Command::new(std::env::current_exe().expect("exe"))
+            .args([
+                "--exact",
+                "handover::tests::two_supervisors_in_a_candidate_each_get_their_own_lock",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_ENV, dirs.path())
+            .env(HANDOVER_ENV, offer.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn the candidate");
+        offer.expect_pid(child.id());
+        let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+            .await
+            .expect("join")
+            .expect("wait");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "the candidate failed: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let b_lock = std::fs::metadata(dirs.path().join("b/.steadfast/lock")).expect("b's lock");
+        use std::os::unix::fs::MetadataExt;
+        let expected = format!("candidate: a {} b {}", lock_ino(&incumbent), b_lock.ino());
+        assert!(text.contains(&expected), "{expected:?} in {text:?}");
     }
 }

@@ -13,7 +13,7 @@
 //!   what an application implements.
 //! - [`control`]: the control plane's server (Unix socket, or TCP behind a
 //!   token) and its reconnecting client;
-//!   `steadfastctl` (`src/bin/steadfastctl.rs`) is its command line.
+//!   `steadfastctl` (the `steadfastctl` package) is its command line.
 //! - [`daemon`]: the process-wide helper (signals, systemd, exit code,
 //!   optionally the control socket).
 //! - [`replace`], [`handover`]: the built-in process driver that replaces

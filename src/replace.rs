@@ -42,7 +42,7 @@ use steadfast_protocol::replacement::{
 };
 
 use crate::control::ControlClient;
-use crate::handover::{HANDOVER_ENV, Offer};
+use crate::handover::{DirKey, HANDOVER_ENV, Offer};
 use crate::supervisor::SupervisorHandle;
 
 /// The selection file's name in the control directory.
@@ -311,12 +311,21 @@ impl ProcessDriver {
             .lock_file()
             .try_clone()
             .map_err(|e| ProcessError::Start(format!("the lock: {e}")))?;
+        // The handover names the data dir it is for (the control dir's
+        // parent, from the open control dir): a candidate running several
+        // supervisors gives it to this data dir's only.
+        let key = control
+            .dir()
+            .stat("..")
+            .map_err(|e| ProcessError::Start(e.to_string()))?
+            .map(|stat| DirKey::from_stat(&stat))
+            .ok_or_else(|| ProcessError::Start("the data dir is gone".into()))?;
         let listeners = if self.mode == Mode::Overlap {
-            crate::handover::shared_files().map_err(|e| ProcessError::Start(e.to_string()))?
+            crate::handover::shared_files(key).map_err(|e| ProcessError::Start(e.to_string()))?
         } else {
             Vec::new()
         };
-        let offer = Offer::bind(control.path(), lock.into(), listeners)
+        let offer = Offer::bind(control.path(), key, lock.into(), listeners)
             .map_err(|e| ProcessError::Start(e.to_string()))?;
         // From here two processes may append to the journal: no compaction
         // (a rename would strand the other writer on the old file) until the

@@ -236,13 +236,8 @@ impl Supervisor {
             journal_keep_attempts,
             version,
         } = config;
-        let control = match crate::handover::take_lock()? {
-            Some(lock) => {
-                ControlDir::open_handed_over(&data_dir, lock, crate::handover::incumbent_pid())?
-            }
-            None => ControlDir::open(&data_dir)?,
-        }
-        .with_journal_keep(journal_keep_attempts);
+        let control =
+            crate::handover::open_control_dir(&data_dir)?.with_journal_keep(journal_keep_attempts);
         if let Some(overrides) = &overrides {
             let leaves = control.read_overrides()?;
             overrides

@@ -7,7 +7,7 @@
 //! result is in before the cancel can reach it and the stop is in the
 //! Lifecycle actor's mailbox before the boot's `booted` report (which waits
 //! for the step's checkpoint fsync). The machine takes `booted` in
-//! `draining(stop)` (`spec/lifecycle.md`: shut the runtime down). Before the
+//! `draining(stop)` (`protocol/spec/lifecycle.md`: shut the runtime down). Before the
 //! fix that path journaled no `attempt_ended`: the attempt stayed "in
 //! progress" in the journal and the snapshot for good. The test repeats the
 //! boot until the journal shows the path was taken (it fails if it never
@@ -117,7 +117,7 @@ fn assert_each_attempt_ends_once(records: &[Record]) {
     }
 }
 
-/// `spec/lifecycle.md`, `draining(stop)` × `booted`: the attempt ends.
+/// `protocol/spec/lifecycle.md`, `draining(stop)` × `booted`: the attempt ends.
 /// Current-thread runtime: the step's spawned stop runs only once the boot
 /// task yields (after it sent the checkpoint to the journal), so the race
 /// is lost the same way each time, not by luck.

@@ -62,7 +62,7 @@ fn kvd(data_dir: &Path, config: &Path) -> Kvd {
 /// `steadfastctl --data-dir DATA ARGS…`, killed and failed if it has not
 /// answered within [`PATIENCE`] (a hung daemon must fail the test, not hang it).
 fn ctl_answers(data_dir: &Path, args: &[&str]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_steadfastctl"))
+    let mut child = Command::new(processes::steadfastctl())
         .arg("--data-dir")
         .arg(data_dir)
         .args(args)

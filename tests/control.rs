@@ -4,6 +4,7 @@
 //! bytes, where the test is about what a hostile or broken peer sends.
 
 mod common;
+mod processes;
 
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -471,12 +472,13 @@ async fn another_uid_is_refused() {
     }
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).expect("chmod");
 
-    let ctl = env!("CARGO_BIN_EXE_steadfastctl");
+    let ctl = processes::steadfastctl();
     let as_nobody = tokio::task::spawn_blocking({
         let path = path.clone();
         move || {
             std::process::Command::new("/usr/bin/setpriv")
-                .args(["--reuid=65534", "--regid=65534", "--clear-groups", ctl])
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(&ctl)
                 .arg("--socket")
                 .arg(&path)
                 .arg("status")

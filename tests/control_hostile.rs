@@ -42,7 +42,7 @@ fn socket(dir: &Path) -> PathBuf {
 }
 
 fn ctl_at(socket: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_steadfastctl"))
+    Command::new(processes::steadfastctl())
         .arg("--socket")
         .arg(socket)
         .args(args)
@@ -133,7 +133,7 @@ async fn a_killed_watcher_gives_its_slot_back_at_once() {
     let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
     let server = serve_unix(handle.clone(), socket(tmp.path())).expect("serves");
     until(&handle, "running", running).await;
-    let mut watcher = Command::new(env!("CARGO_BIN_EXE_steadfastctl"))
+    let mut watcher = Command::new(processes::steadfastctl())
         .arg("--socket")
         .arg(socket(tmp.path()))
         .arg("watch")
@@ -575,7 +575,7 @@ fn an_abandoned_exit_and_stop_from_steadfastctl_are_not_run() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (mut child, data) = running_kvd(tmp.path());
     signal(&child, rustix::process::Signal::STOP);
-    let mut exit = Command::new(env!("CARGO_BIN_EXE_steadfastctl"))
+    let mut exit = Command::new(processes::steadfastctl())
         .arg("--data-dir")
         .arg(&data)
         .arg("exit")
@@ -585,7 +585,7 @@ fn an_abandoned_exit_and_stop_from_steadfastctl_are_not_run() {
     std::thread::sleep(Duration::from_secs(1));
     signal(&exit, rustix::process::Signal::INT);
     let _ = exit.wait();
-    let stop = Command::new(env!("CARGO_BIN_EXE_steadfastctl"))
+    let stop = Command::new(processes::steadfastctl())
         .arg("--data-dir")
         .arg(&data)
         .args(["--timeout", "1", "stop"])

@@ -5,6 +5,7 @@
 //! peer sends.
 
 mod common;
+mod processes;
 
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
@@ -440,7 +441,7 @@ async fn the_tcp_client_reconnects_to_a_new_server_on_the_same_port() {
 async fn steadfastctl(args: &[&str]) -> std::process::Output {
     let args: Vec<String> = args.iter().map(|&a| a.to_owned()).collect();
     tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_steadfastctl"))
+        std::process::Command::new(processes::steadfastctl())
             .args(&args)
             .output()
             .expect("steadfastctl runs")

@@ -4,6 +4,7 @@
 //! "steadfastctl").
 
 mod common;
+mod processes;
 
 use std::path::Path;
 use std::process::Output;
@@ -17,7 +18,7 @@ async fn ctl(data_dir: &Path, args: &[&str]) -> Output {
     let data_dir = data_dir.to_owned();
     let args: Vec<String> = args.iter().map(|&a| a.to_owned()).collect();
     tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_steadfastctl"))
+        std::process::Command::new(processes::steadfastctl())
             .arg("--data-dir")
             .arg(&data_dir)
             .args(&args)

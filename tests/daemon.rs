@@ -76,7 +76,7 @@ fn a_daemon_notifies_systemd_and_exits_cleanly_on_sigterm() {
     assert_eq!(greeting, "hello\n");
 
     // The control socket is served: steadfastctl reads the running daemon.
-    let ctl = Command::new(env!("CARGO_BIN_EXE_steadfastctl"))
+    let ctl = Command::new(processes::steadfastctl())
         .arg("--data-dir")
         .arg(tmp.path().join("data"))
         .args(["probe", "ready"])

@@ -449,7 +449,7 @@ fn a_second_replacement_is_refused_and_bad_input_is_a_typed_error() {
     .expect("script");
     std::fs::set_permissions(&silent, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .expect("chmod");
-    let mut first = Command::new(env!("CARGO_BIN_EXE_steadfastctl"))
+    let mut first = Command::new(processes::steadfastctl())
         .arg("--data-dir")
         .arg(&kvd.data)
         .args([

@@ -1,5 +1,5 @@
 //! Backoff and the stable period under tokio's paused time: the whole tree
-//! runs on a virtual clock (`spec/lifecycle.md`, "Backoff"; invariant 8), so
+//! runs on a virtual clock (`protocol/spec/lifecycle.md`, "Backoff"; invariant 8), so
 //! seconds of backoff and a 30-second stable period pass without sleeping
 //! real seconds, and every retry starts exactly when the machine said it
 //! would. File I/O runs on blocking threads, which hold the virtual clock

@@ -324,6 +324,23 @@ struct Live {
 const LISTENER_HANDOVER: &str = "kvd:listener";
 const STORE_LOCK_HANDOVER: &str = "kvd:store_lock";
 
+/// A resource kvd offers to an overlap replacement's candidate, with the
+/// data dir the offer is keyed by (`steadfast::handover` keys its offers by
+/// data dir), so `destroy` can withdraw it.
+struct Offered<T> {
+    item: T,
+    data_dir: PathBuf,
+}
+
+impl<T> Offered<T> {
+    /// Withdraw the offer of `name`.
+    fn withdraw(&self, name: &str) {
+        if let Err(error) = steadfast::handover::withdraw(&self.data_dir, name) {
+            tracing::warn!(%error, name, "could not withdraw a handover offer");
+        }
+    }
+}
+
 /// How long a connection is still served once the runtime stops: a client
 /// accepted just before the stop gets its answers as long as it keeps
 /// asking within this long.
@@ -351,20 +368,30 @@ struct OpenStore;
 
 impl Step for OpenStore {
     const NAME: &'static str = "open_store";
-    type Output = StoreLock;
+    type Output = Offered<StoreLock>;
 
-    async fn execute(&self, cx: StepContext<'_>) -> Result<Made<StoreLock>, StepError> {
+    async fn execute(&self, cx: StepContext<'_>) -> Result<Made<Self::Output>, StepError> {
         // An overlap replacement's candidate adopts the store lock its
         // incumbent handed over; anyone else takes it.
-        let handed = steadfast::handover::take(STORE_LOCK_HANDOVER).map_err(StepError::backoff)?;
+        let handed = steadfast::handover::take(cx.data_dir, STORE_LOCK_HANDOVER)
+            .map_err(StepError::backoff)?;
         let lock = match handed {
             Some(fd) => StoreLock::adopt(cx.data_dir, File::from(fd)),
             None => StoreLock::acquire(cx.data_dir),
         }
         .map_err(StepError::backoff)?;
-        steadfast::handover::share(STORE_LOCK_HANDOVER, lock.file()).map_err(StepError::backoff)?;
+        steadfast::handover::share(cx.data_dir, STORE_LOCK_HANDOVER, lock.file())
+            .map_err(StepError::backoff)?;
         let path = StoreLock::path_under(cx.data_dir).display().to_string();
-        Ok(Made::new("store_lock", path, lock))
+        let data_dir = cx.data_dir.to_path_buf();
+        Ok(Made::new(
+            "store_lock",
+            path,
+            Offered {
+                item: lock,
+                data_dir,
+            },
+        ))
     }
 
     async fn destroy(
@@ -372,8 +399,9 @@ impl Step for OpenStore {
         _record: &ResourceRecord,
         runtime: &mut Runtime,
     ) -> Result<(), StepError> {
-        steadfast::handover::withdraw(STORE_LOCK_HANDOVER);
-        drop(runtime.take::<Self>());
+        if let Some(offered) = runtime.take::<Self>() {
+            offered.withdraw(STORE_LOCK_HANDOVER);
+        }
         Ok(())
     }
 }
@@ -415,13 +443,13 @@ struct BindListener;
 impl Step for BindListener {
     const NAME: &'static str = "bind_listener";
     /// The listener until `serve` takes it.
-    type Output = Option<TcpListener>;
+    type Output = Offered<Option<TcpListener>>;
 
     async fn execute(&self, cx: StepContext<'_>) -> Result<Made<Self::Output>, StepError> {
         let addr = leaf_str(cx.config, "listen_addr", "127.0.0.1:7070");
         // An overlap candidate accepts on its incumbent's socket.
-        let handed =
-            steadfast::handover::take_listener(LISTENER_HANDOVER).map_err(StepError::backoff)?;
+        let handed = steadfast::handover::take_listener(cx.data_dir, LISTENER_HANDOVER)
+            .map_err(StepError::backoff)?;
         let listener = match handed {
             Some(listener) => listener
                 .set_nonblocking(true)
@@ -429,9 +457,15 @@ impl Step for BindListener {
             None => TcpListener::bind(addr).await,
         }
         .map_err(|e| StepError::backoff(format!("cannot bind {addr}: {e}")))?;
-        steadfast::handover::share(LISTENER_HANDOVER, &listener).map_err(StepError::backoff)?;
+        steadfast::handover::share(cx.data_dir, LISTENER_HANDOVER, &listener)
+            .map_err(StepError::backoff)?;
         let bound = listener.local_addr().map_err(StepError::backoff)?;
-        Ok(Made::new("listener", bound.to_string(), Some(listener)))
+        let data_dir = cx.data_dir.to_path_buf();
+        let offered = Offered {
+            item: Some(listener),
+            data_dir,
+        };
+        Ok(Made::new("listener", bound.to_string(), offered))
     }
 
     async fn destroy(
@@ -439,8 +473,9 @@ impl Step for BindListener {
         _record: &ResourceRecord,
         runtime: &mut Runtime,
     ) -> Result<(), StepError> {
-        steadfast::handover::withdraw(LISTENER_HANDOVER);
-        drop(runtime.take::<Self>());
+        if let Some(offered) = runtime.take::<Self>() {
+            offered.withdraw(LISTENER_HANDOVER);
+        }
         Ok(())
     }
 }
@@ -458,7 +493,7 @@ impl Step for Serve {
         let listener = cx
             .runtime
             .get_mut::<BindListener>()
-            .and_then(Option::take)
+            .and_then(|offered| offered.item.take())
             .ok_or_else(|| StepError::backoff("no listener"))?;
         let store = cx
             .runtime

@@ -18,7 +18,7 @@ struct Row {
 }
 
 fn spec_rows() -> BTreeMap<(String, String), Row> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../spec/lifecycle.md");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/spec/lifecycle.md");
     let text = std::fs::read_to_string(path).expect("spec/lifecycle.md is readable");
     let table = text
         .split("<!-- table:begin -->")

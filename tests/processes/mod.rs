@@ -1,6 +1,7 @@
 //! What the tests of real processes share: the example binaries they run
-//! (`kvd`, `minimal`, `crashd`), built — or brought up to date — once per
-//! name per test process, and `steadfastctl` run as a child.
+//! (`kvd`, `minimal`, `crashd`) and `steadfastctl` (its own package), built
+//! — or brought up to date — once per name per test process, and
+//! `steadfastctl` run as a child.
 //!
 //! Examples: `cargo test` builds examples only under hashed names, so a test
 //! that ran `target/debug/examples/<name>` whenever it existed could run a
@@ -28,6 +29,23 @@ pub const PATIENCE: Duration = Duration::from_secs(60);
 /// The up-to-date binary of example `name`, as this test process's own
 /// hard link.
 pub fn example(name: &str) -> PathBuf {
+    built(name, &["--example", name], Path::new("examples"))
+}
+
+/// The up-to-date `steadfastctl` (its own package, so no
+/// `CARGO_BIN_EXE_steadfastctl` here), as this test process's own hard
+/// link: built like the examples.
+pub fn steadfastctl() -> PathBuf {
+    built(
+        "steadfastctl",
+        &["-p", "steadfastctl", "--bin", "steadfastctl"],
+        Path::new(""),
+    )
+}
+
+/// `cargo build --quiet BUILD` under the build lock, then this process's
+/// own hard link of `target/debug/UNDER/NAME`.
+fn built(name: &str, build: &[&str], under: &Path) -> PathBuf {
     static BUILT: Mutex<BTreeMap<String, PathBuf>> = Mutex::new(BTreeMap::new());
     let mut built = BUILT.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(path) = built.get(name) {
@@ -42,18 +60,19 @@ pub fn example(name: &str) -> PathBuf {
     let lock = File::create(debug_dir.join(".steadfast-test-bins.lock")).expect("lock file");
     lock.lock().expect("the build lock");
     let status = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "--example", name])
+        .args(["build", "--quiet"])
+        .args(build)
         .env("CARGO_TARGET_DIR", debug_dir.parent().expect("target dir"))
         .status()
         .expect("cargo runs");
-    assert!(status.success(), "the {name} example builds");
+    assert!(status.success(), "{name} builds");
     let bins = debug_dir.join("steadfast-test-bins");
     remove_ended(&bins);
     let own = bins.join(std::process::id().to_string());
     std::fs::create_dir_all(&own).expect("the test bins dir");
     let path = own.join(name);
     let _ = std::fs::remove_file(&path);
-    std::fs::hard_link(debug_dir.join("examples").join(name), &path).expect("link the example");
+    std::fs::hard_link(debug_dir.join(under).join(name), &path).expect("link the binary");
     built.insert(name.to_owned(), path.clone());
     path
 }
@@ -73,7 +92,7 @@ fn remove_ended(bins: &Path) {
 
 /// `steadfastctl --data-dir DATA_DIR ARGS…`, run to completion.
 pub fn ctl(data_dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_steadfastctl"))
+    Command::new(steadfastctl())
         .arg("--data-dir")
         .arg(data_dir)
         .args(args)
