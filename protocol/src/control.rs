@@ -292,6 +292,7 @@ mod tests {
             pending: PendingApply::InSync,
             pid: 42,
             error: None,
+            budget: None,
         }
     }
 
