@@ -451,7 +451,7 @@ impl Actor for LifecycleActor {
                     .await
                     .is_err()
                 {
-                    state.rearm(&myself, now);
+                    state.rearm(&myself, now, Timer::RetryDue);
                 }
             }
             LifecycleMsg::Stable { attempt } => {
@@ -461,7 +461,7 @@ impl Actor for LifecycleActor {
                         .await
                         .is_err()
                 {
-                    state.rearm(&myself, now);
+                    state.rearm(&myself, now, Timer::Stable { attempt });
                 }
             }
             LifecycleMsg::ConfigChanged => {
@@ -810,11 +810,12 @@ impl LifecycleActorState {
         }
     }
 
-    /// A timer's event was refused: if the machine still wants a wake that
-    /// lies ahead (the timer was early), arm it again.
-    fn rearm(&mut self, myself: &ActorRef<LifecycleMsg>, now: Timestamp) {
+    /// `timer`'s event was refused: if the machine still wants that very
+    /// timer at a moment that lies ahead (it fired early), arm it again. A
+    /// stale timer (for a wake that changed) arms nothing.
+    fn rearm(&mut self, myself: &ActorRef<LifecycleMsg>, now: Timestamp, timer: Timer) {
         let wake = self.machine.wake();
-        if wake.is_some_and(|w| w.at > now) {
+        if wake.is_some_and(|w| w.timer == timer && w.at > now) {
             self.armed = None;
             self.arm(myself, wake);
         }

@@ -42,7 +42,11 @@
 //!   (`retry: hold`, `budget_spent` set) instead of backed off, so no window
 //!   W holds more than N failed automatic boots; an operator's `retry`
 //!   (always accepted from `failed`) or a config change resumes, and a boot
-//!   they start does not count.
+//!   they start does not count. Checked by
+//!   `lifecycle_props::no_window_holds_more_than_n_failed_automatic_boots`
+//!   and the invariants run (wakes, early timers, an operator's retry),
+//!   `spec_table` (the `failed(budget)` rows and the "Timers" table), and
+//!   end to end by `tests/timing.rs` and `tests/budget.rs`.
 //! - Every event in `exiting` is refused as `exiting`.
 
 use std::borrow::Cow;
