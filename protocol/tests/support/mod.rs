@@ -134,13 +134,13 @@ pub fn state(label: &str) -> Lifecycle {
             },
         ]),
         "failed(backoff)" => drive(&[start, failed(FailureClass::Backoff, 100)]),
-        // The first boot and three retries on the timer fail (t = 20, 1 020,
-        // 3 020, 7 020): the fifth automatic boot, started at t = 15 020, is
+        // The first boot and three retries on the timer fail (t = 20, 1 030,
+        // 3 040, 7 050): the fifth automatic boot, started at t = 15 050, is
         // the last the default budget (5 within 600 s) allows.
         "booting(last_of_budget)" => drive(&last_of_budget()),
         "failed(budget)" => {
             let mut path = last_of_budget();
-            path.push(failed(FailureClass::Backoff, 15_030));
+            path.push(failed(FailureClass::Backoff, 15_060));
             drive(&path)
         }
         "failed(hold)" => drive(&[start, failed(FailureClass::Hold, 100)]),
