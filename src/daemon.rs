@@ -55,6 +55,14 @@ pub fn status_line(snapshot: &Snapshot) -> String {
             format!("booting (attempt {attempt}, {phase})")
         }
         LifecycleState::Running { attempt, .. } => format!("running (attempt {attempt})"),
+        LifecycleState::Failed {
+            report,
+            budget_spent: Some(spent),
+            ..
+        } => format!(
+            "failed in {}: {} (retry: held: {})",
+            report.phase, report.error, spent.reason
+        ),
         LifecycleState::Failed { report, retry, .. } => {
             format!(
                 "failed in {}: {} (retry: {})",

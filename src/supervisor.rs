@@ -273,6 +273,13 @@ impl Supervisor {
             pending: PendingApply::InSync,
             pid,
             error: None,
+            budget: timings
+                .budget
+                .map(|b| steadfast_protocol::snapshot::BudgetStatus {
+                    max_failures: b.max_failures.get(),
+                    window_ms: b.window_ms,
+                    failures: 0,
+                }),
         };
         let (snapshot_tx, snapshot_rx) = watch::channel(snapshot);
         let (command_tx, command_rx) = mpsc::unbounded_channel();

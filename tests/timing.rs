@@ -1,5 +1,6 @@
-//! Backoff and the stable period under tokio's paused time: the whole tree
-//! runs on a virtual clock (`protocol/spec/lifecycle.md`, "Backoff"; invariant 8), so
+//! Backoff, the stable period, the restart budget and the restart preflight
+//! under tokio's paused time: the whole tree runs on a virtual clock (`protocol/spec/lifecycle.md`,
+//! "Backoff", "Restart budget", "Timers"; invariant 8), so
 //! seconds of backoff and a 30-second stable period pass without sleeping
 //! real seconds, and every retry starts exactly when the machine said it
 //! would. File I/O runs on blocking threads, which hold the virtual clock
@@ -7,10 +8,15 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use steadfast::{ExitIntent, LifecycleState, RetryClass, Snapshot};
+use steadfast::protocol::lifecycle::RestartBudget;
+use steadfast::protocol::snapshot::BudgetStatus;
+use steadfast::{
+    ExitIntent, LifecycleState, RetryClass, Snapshot, Supervisor, SupervisorConfig, Timings,
+};
 
 fn failed_attempt(s: &Snapshot, attempt: u32) -> bool {
     matches!(&s.lifecycle, LifecycleState::Failed { attempt: a, .. } if a.get() == attempt)
@@ -72,5 +78,206 @@ async fn backoff_doubles_and_the_streak_resets_after_the_stable_period_on_virtua
     tokio::time::sleep(Duration::from_secs(2)).await;
     let stable = until(&handle, "the stable period", |s| s.streak == 0).await;
     assert!(running(&stable));
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+fn held_by_budget(s: &Snapshot) -> bool {
+    matches!(
+        &s.lifecycle,
+        LifecycleState::Failed {
+            budget_spent: Some(_),
+            ..
+        }
+    )
+}
+
+fn with_timings(
+    data_dir: &std::path::Path,
+    source: steadfast::ConfigSource,
+    timings: Timings,
+) -> (
+    tokio::task::JoinHandle<ExitIntent>,
+    steadfast::SupervisorHandle,
+) {
+    let config =
+        SupervisorConfig::new(data_dir, source, Arc::new(TestService::default())).timings(timings);
+    let (supervisor, handle) = Supervisor::new(config).expect("the supervisor starts");
+    (tokio::spawn(supervisor.run()), handle)
+}
+
+/// A crash loop spends the restart budget (N = 3 within 60 s here) and is
+/// held: no timer is armed, ten virtual minutes pass without another boot,
+/// the snapshot and the status line say why; an operator's retry gets
+/// through and empties the count.
+#[tokio::test(start_paused = true)]
+async fn a_spent_budget_holds_until_an_operator_retry_on_virtual_time() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let squatter = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = squatter.local_addr().expect("addr").to_string();
+    let budget = RestartBudget {
+        max_failures: std::num::NonZeroU32::new(3).expect("nonzero"),
+        window_ms: 60_000,
+    };
+    let (run, handle) = with_timings(
+        tmp.path(),
+        Switch::new(Some(config(&format!("listen_addr = \"{addr}\"")))).source(),
+        Timings {
+            budget: Some(budget),
+            ..test_timings()
+        },
+    );
+
+    for attempt in 1..=2 {
+        let failure = until(&handle, "a failed bind", |s| failed_attempt(s, attempt)).await;
+        assert!(
+            matches!(
+                &failure.lifecycle,
+                LifecycleState::Failed {
+                    retry: RetryClass::Backoff { .. },
+                    budget_spent: None,
+                    ..
+                }
+            ),
+            "{:?}",
+            failure.lifecycle
+        );
+    }
+    let held = until(&handle, "the budget spent", held_by_budget).await;
+    let LifecycleState::Failed {
+        attempt,
+        retry,
+        budget_spent: Some(spent),
+        ..
+    } = &held.lifecycle
+    else {
+        unreachable!()
+    };
+    assert_eq!(attempt.get(), 3);
+    assert_eq!(retry, &RetryClass::Hold);
+    assert_eq!((spent.failures, spent.window_ms), (3, 60_000));
+    assert_eq!(
+        held.budget,
+        Some(BudgetStatus {
+            max_failures: 3,
+            window_ms: 60_000,
+            failures: 3
+        })
+    );
+    let line = steadfast::daemon::status_line(&held);
+    assert!(
+        line.contains("restart budget spent: 3 automatic boots failed within 60000 ms"),
+        "{line}"
+    );
+    let json = serde_json::to_value(&held).expect("json");
+    assert_eq!(json["lifecycle"]["retry"]["class"], "hold");
+    assert_eq!(json["lifecycle"]["budget_spent"]["failures"], 3);
+
+    // Held: ten minutes go by without a boot.
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    let still = handle.snapshot();
+    assert!(held_by_budget(&still), "{:?}", still.lifecycle);
+    assert_eq!(still.attempts.len(), 3, "no timer booted a spent budget");
+
+    // The operator's retry gets through, and its boot does not count.
+    drop(squatter);
+    handle.retry().await.expect("an operator retry is accepted");
+    let up = until(&handle, "running after the retry", running).await;
+    assert_eq!(up.attempts.len(), 4);
+    assert_eq!(up.budget.map(|b| b.failures), Some(0));
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// The Lifecycle actor arms only what the machine asks for, at the period
+/// the machine was built with: a runtime with no failure streak gets no
+/// stable timer (nothing is stepped or published for a minute), and after a
+/// failure the streak resets exactly when the configured stable period (5 s
+/// here) has passed since `booted`.
+#[tokio::test(start_paused = true)]
+async fn the_actor_arms_only_the_timers_the_machine_asks_for_on_virtual_time() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let squatter = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = squatter.local_addr().expect("addr").to_string();
+    let (run, handle) = with_timings(
+        tmp.path(),
+        Switch::new(Some(config(&format!("listen_addr = \"{addr}\"")))).source(),
+        Timings {
+            stable_period: Duration::from_secs(5),
+            ..test_timings()
+        },
+    );
+    until(&handle, "a failed bind", |s| failed_attempt(s, 1)).await;
+    drop(squatter);
+    let up = until(&handle, "running once the port frees", running).await;
+    assert_eq!(up.streak, 1);
+    // The machine's wake is `booted` + 5 s (the timer one millisecond past):
+    // 10 ms before it, the streak still stands.
+    tokio::time::sleep(Duration::from_millis(4_990)).await;
+    assert_eq!(handle.snapshot().streak, 1, "not yet stable");
+    let stable = until(&handle, "the stable period", |s| s.streak == 0).await;
+    assert!(running(&stable));
+
+    // Streak 0: the machine wants no timer, so a minute passes with nothing
+    // stepped (the actor used to arm a stable timer on every `running`).
+    let version = handle.snapshot().version;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(handle.snapshot().version, version, "nothing was stepped");
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// The restart preflight in the real tree on virtual time
+/// (`protocol/spec/lifecycle.md`, "Config preflight"): a `restart` over a
+/// config that no longer resolves is refused `config_invalid` with the
+/// error, and the runtime keeps running on the same attempt; a forced
+/// restart drains anyway and the next boot fails held in `resolve_config`;
+/// a good config and an operator's `retry` bring it back.
+#[tokio::test(start_paused = true)]
+async fn a_restart_over_a_broken_config_is_refused_and_force_drains_on_virtual_time() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let switch = Switch::new(Some(good()));
+    let (run, handle) = supervise(tmp.path(), switch.source(), None);
+    let before = until(&handle, "running", running).await;
+    let attempt_of = |s: &Snapshot| match &s.lifecycle {
+        LifecycleState::Running { attempt, .. } => Some(attempt.get()),
+        _ => None,
+    };
+
+    switch.set(None);
+    let refused = handle.restart().await;
+    let Err(steadfast::CommandError::Refused(refused)) = refused else {
+        panic!("the restart was not refused: {refused:?}");
+    };
+    assert_eq!(
+        refused.reason,
+        steadfast::RefusedBecause::ConfigInvalid,
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .detail
+            .as_deref()
+            .is_some_and(|d| d.contains("does not resolve")),
+        "the refusal carries the config error: {refused:?}"
+    );
+    let after = handle.snapshot();
+    assert_eq!(
+        attempt_of(&after),
+        attempt_of(&before),
+        "still running on the same attempt"
+    );
+
+    handle
+        .restart_forced()
+        .await
+        .expect("a forced restart drains");
+    let held = until(&handle, "held in resolve_config", |s| {
+        matches!(&s.lifecycle, LifecycleState::Failed { report, retry: RetryClass::Hold, .. }
+            if report.phase == steadfast::protocol::lifecycle::Phase::RESOLVE_CONFIG)
+    })
+    .await;
+    assert!(matches!(held.lifecycle, LifecycleState::Failed { .. }));
+
+    switch.set(Some(good()));
+    handle.retry().await.expect("an operator's retry");
+    until(&handle, "running again", running).await;
     exit(run, &handle, ExitIntent::Halt).await;
 }

@@ -1,12 +1,15 @@
 //! What every actor of one supervisor shares, fixed for the life of the
 //! daemon: the service, the config source, the data directory and the
 //! timings. Read-only once built, so it is shared by `Arc` without a lock.
+//! The timings that are lifecycle policy (backoff, stable period, restart
+//! budget) reach the pure machine through [`Timings::policy`]; the actors
+//! arm only the timers the machine asks for.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use steadfast_protocol::lifecycle::BackoffPolicy;
+use steadfast_protocol::lifecycle::{BackoffPolicy, LifecyclePolicy, RestartBudget};
 
 use crate::clock::Clock;
 use crate::config::{ConfigSource, Overrides};
@@ -17,8 +20,14 @@ use crate::service::AnyService;
 pub struct Timings {
     /// The backoff after failed boots of class backoff.
     pub backoff: BackoffPolicy,
-    /// How long a runtime must run before the failure streak resets.
+    /// How long a runtime must run before the failure streak resets (the
+    /// machine's policy: it asks for the timer and refuses an early one).
     pub stable_period: Duration,
+    /// The restart budget (the machine's policy): at most N failed automatic
+    /// boots within W, then the failure is held until an operator's retry or
+    /// a config change. `None` turns it off. Default: 5 within 600 s
+    /// ([`RestartBudget`] says why).
+    pub budget: Option<RestartBudget>,
     /// How long serving tasks get to finish after the shutdown token is
     /// cancelled, before they are aborted.
     pub drain_grace: Duration,
@@ -37,10 +46,23 @@ impl Default for Timings {
         Self {
             backoff: BackoffPolicy::default(),
             stable_period: Duration::from_secs(30),
+            budget: Some(RestartBudget::default()),
             drain_grace: Duration::from_secs(10),
             debounce: Duration::from_millis(20),
             journal_timeout: Duration::from_secs(30),
             step_deadline: Duration::from_secs(300),
+        }
+    }
+}
+
+impl Timings {
+    /// The policy the lifecycle machine is built with.
+    #[must_use]
+    pub fn policy(&self) -> LifecyclePolicy {
+        LifecyclePolicy {
+            backoff: self.backoff,
+            stable_period_ms: steadfast_protocol::time::duration_ms(self.stable_period),
+            budget: self.budget,
         }
     }
 }

@@ -33,8 +33,12 @@
 //!   failure lands: if its fingerprint differs from the one taken before the
 //!   boot read it, the change is not lost (`config_changed` is stepped at
 //!   once).
-//! - Timers are never trusted: a `retry_due` or `stable` that is stale or
-//!   early is refused by the machine and ignored here.
+//! - The machine owns its timers: every step hands back the next wake it
+//!   wants ([`steadfast_protocol::lifecycle::Wake`]), and this actor arms
+//!   exactly that, once, one millisecond past it; it decides no period of
+//!   its own. Timers are never trusted: a `retry_due` or `stable` that is
+//!   stale or early is refused by the machine and ignored here (an early one
+//!   re-arms the wake). Checked by `tests/timing.rs`.
 //! - Every attempt ends exactly once: the `AttemptEnded` record (and the
 //!   snapshot's result) comes only from `end_attempt`, journaled with the
 //!   transition that ends the attempt — booted, booted while draining
@@ -68,10 +72,10 @@ use steadfast_protocol::Timestamp;
 use steadfast_protocol::journal::{AttemptResult as JournalResult, Record};
 use steadfast_protocol::lifecycle::{
     Effect, ExitIntent, FailureClass, FailureReport, Lifecycle, LifecycleEvent, LifecycleState,
-    PendingApply, Phase, Preflight, Refused, RetryClass, StopReason, StoreOutcome,
+    PendingApply, Phase, Preflight, Refused, RetryClass, StopReason, StoreOutcome, Timer, Wake,
 };
 use steadfast_protocol::snapshot::{
-    AttemptRecord, AttemptResult, PhaseOutcome, PhaseRecord, Snapshot,
+    AttemptRecord, AttemptResult, BudgetStatus, PhaseOutcome, PhaseRecord, Snapshot,
 };
 use tokio::sync::{mpsc, watch};
 
@@ -355,6 +359,8 @@ pub struct LifecycleActorState {
     /// next append that succeeds (if it is still the snapshot's error).
     journal_error: Option<String>,
     exit: Arc<Mutex<Option<ExitIntent>>>,
+    /// The wake a timer is armed for: the last one the machine asked for.
+    armed: Option<Wake>,
 }
 
 impl Actor for LifecycleActor {
@@ -379,7 +385,7 @@ impl Actor for LifecycleActor {
             LifecycleState::Resolving { since } => since,
             _ => shared.clock.now(),
         };
-        let machine = Lifecycle::with_policy(since, shared.timings.backoff);
+        let machine = Lifecycle::new(since, shared.timings.policy());
         // Commands arrive on a channel the handles hold from before the tree
         // existed; forward them into the mailbox.
         let forward = myself.clone();
@@ -408,6 +414,7 @@ impl Actor for LifecycleActor {
             durable_or_nothing: false,
             journal_error: None,
             exit,
+            armed: None,
         })
     }
 
@@ -460,17 +467,22 @@ impl Actor for LifecycleActor {
                 }
             }
             LifecycleMsg::RetryDue => {
-                state
+                if state
                     .fire(&myself, LifecycleEvent::RetryDue { at: now })
                     .await
-                    .ok();
+                    .is_err()
+                {
+                    state.rearm(&myself, now, Timer::RetryDue);
+                }
             }
             LifecycleMsg::Stable { attempt } => {
-                if let Some(attempt) = NonZeroU32::new(attempt) {
-                    state
+                if let Some(attempt) = NonZeroU32::new(attempt)
+                    && state
                         .fire(&myself, LifecycleEvent::Stable { attempt, at: now })
                         .await
-                        .ok();
+                        .is_err()
+                {
+                    state.rearm(&myself, now, Timer::Stable { attempt });
                 }
             }
             LifecycleMsg::ConfigChanged => {
@@ -573,7 +585,7 @@ impl LifecycleActorState {
         hold: Option<bool>,
         extra: Vec<Record>,
     ) -> Result<Effect, Refused> {
-        let (next, effect) = match self.machine.step(&event) {
+        let (next, effect, wake) = match self.machine.step(&event) {
             Ok(stepped) => stepped,
             Err(refused) => {
                 tracing::debug!(%refused, "event refused");
@@ -654,6 +666,7 @@ impl LifecycleActorState {
             self.entering().await;
         }
         self.publish();
+        self.arm(myself, wake);
         self.perform(myself, effect).await;
         self.after(myself, entered).await;
         Ok(effect)
@@ -739,11 +752,8 @@ impl LifecycleActorState {
         match &self.machine.state {
             LifecycleState::Failed { retry, .. } if entered => {
                 match retry {
-                    RetryClass::Backoff { next_retry_at, .. } => {
-                        let wait =
-                            self.shared.clock.until(*next_retry_at) + Duration::from_millis(1);
-                        myself.send_after(wait, || LifecycleMsg::RetryDue);
-                    }
+                    // Its timer is the machine's wake, armed by `fire_with`.
+                    RetryClass::Backoff { .. } => {}
                     RetryClass::Hold => {
                         // Settle against the file as it is now, not against
                         // the events that happened to arrive.
@@ -766,9 +776,6 @@ impl LifecycleActorState {
                     self.boot_overrides_generation = self.overrides_generation;
                     let _ = myself.cast(LifecycleMsg::ConfigChanged);
                 }
-                myself.send_after(self.shared.timings.stable_period, move || {
-                    LifecycleMsg::Stable { attempt }
-                });
                 if let Some(live) = self.runtime.as_mut()
                     && let Some(mut ended) = live.runtime.take_ended()
                 {
@@ -801,6 +808,41 @@ impl LifecycleActorState {
                 )),
             };
             let _ = waiter.send(answer);
+        }
+    }
+
+    /// Arm a timer for the wake the machine asked for, unless one is armed
+    /// for it already. Only the machine decides when (and whether) a timer
+    /// is wanted; one left over from a wake that changed is refused by the
+    /// machine when it fires.
+    fn arm(&mut self, myself: &ActorRef<LifecycleMsg>, wake: Option<Wake>) {
+        if wake == self.armed {
+            return;
+        }
+        self.armed = wake;
+        let Some(wake) = wake else { return };
+        // One millisecond past it: the event is never early on a clock that
+        // rounds.
+        let wait = self.shared.clock.until(wake.at) + Duration::from_millis(1);
+        match wake.timer {
+            Timer::RetryDue => {
+                myself.send_after(wait, || LifecycleMsg::RetryDue);
+            }
+            Timer::Stable { attempt } => {
+                let attempt = attempt.get();
+                myself.send_after(wait, move || LifecycleMsg::Stable { attempt });
+            }
+        }
+    }
+
+    /// `timer`'s event was refused: if the machine still wants that very
+    /// timer at a moment that lies ahead (it fired early), arm it again. A
+    /// stale timer (for a wake that changed) arms nothing.
+    fn rearm(&mut self, myself: &ActorRef<LifecycleMsg>, now: Timestamp, timer: Timer) {
+        let wake = self.machine.wake();
+        if wake.is_some_and(|w| w.timer == timer && w.at > now) {
+            self.armed = None;
+            self.arm(myself, wake);
         }
     }
 
@@ -1253,6 +1295,11 @@ impl LifecycleActorState {
         self.snapshot.lifecycle = self.machine.state.clone();
         self.snapshot.epoch = self.machine.epoch();
         self.snapshot.streak = self.machine.streak();
+        self.snapshot.budget = self.machine.policy().budget.map(|b| BudgetStatus {
+            max_failures: b.max_failures.get(),
+            window_ms: b.window_ms,
+            failures: self.machine.budget_used(),
+        });
         self.snapshot.pending = match &self.machine.state {
             LifecycleState::Running { pending, .. } => pending.clone(),
             _ => PendingApply::InSync,

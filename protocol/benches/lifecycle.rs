@@ -131,7 +131,7 @@ fn bench(c: &mut Criterion) {
     for t in &templates {
         let e = events_for(&m, t);
         match m.step(&e) {
-            Ok((next, _)) => m = next,
+            Ok((next, _, _)) => m = next,
             Err(_) => refused += 1,
         }
         events.push(e);
@@ -145,7 +145,7 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             let mut m = start.clone();
             for e in &events {
-                if let Ok((next, effect)) = black_box(&m).step(black_box(e)) {
+                if let Ok((next, effect, _)) = black_box(&m).step(black_box(e)) {
                     black_box(effect);
                     m = next;
                 }

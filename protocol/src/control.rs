@@ -301,6 +301,7 @@ mod tests {
             pending: PendingApply::InSync,
             pid: 42,
             error: None,
+            budget: None,
         }
     }
 

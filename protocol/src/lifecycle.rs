@@ -32,7 +32,24 @@
 //!   [`Effect::ApplyConfig`], so applying a change in place is also a decision
 //!   of this machine.
 //! - A `retry_due` that arrives before the failure's `next_retry_at` is
-//!   refused, so a stale timer can never start a boot early.
+//!   refused, so a stale timer can never start a boot early; a `stable`
+//!   before the running attempt's `since` plus the policy's stable period is
+//!   refused too.
+//! - The machine owns its timers: [`step`] returns, beside the effect, the
+//!   next [`Wake`] it wants ([`Lifecycle::wake`]: `retry_due` at
+//!   `next_retry_at`, `stable` at the end of the stable period), and the
+//!   actors arm only that. The step deadline stays with the Boot actor: a
+//!   step's progress reports, which move it, are not machine events.
+//! - The restart budget ([`RestartBudget`], in the [`LifecyclePolicy`]): the
+//!   N-th failed automatic boot within the window W is held
+//!   (`retry: hold`, `budget_spent` set) instead of backed off, so no window
+//!   W holds more than N failed automatic boots; an operator's `retry`
+//!   (always accepted from `failed`) or a config change resumes, and a boot
+//!   they start does not count. Checked by
+//!   `lifecycle_props::no_window_holds_more_than_n_failed_automatic_boots`
+//!   and the invariants run (wakes, early timers, an operator's retry),
+//!   `spec_table` (the `failed(budget)` rows and the "Timers" table), and
+//!   end to end by `tests/timing.rs` and `tests/budget.rs`.
 //! - Every event in `exiting` is refused as `exiting`.
 //! - [`LifecycleEvent::Restart`] carries its [`Preflight`]: a restart whose
 //!   new config does not resolve is refused as `config_invalid` (with the
@@ -281,6 +298,10 @@ pub enum LifecycleState {
         report: FailureReport,
         /// When it is tried again.
         retry: RetryClass,
+        /// Set when this failure spent the restart budget: why the retry is
+        /// `hold` although the failure was of class backoff.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        budget_spent: Option<BudgetSpent>,
     },
     /// Something still holds the store and it cannot be released in this
     /// process. Only ending the process gets out of here.
@@ -733,6 +754,111 @@ const fn splitmix64(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
+/// The restart budget: at most `max_failures` automatic boots may fail
+/// within any `window_ms`; the failure that spends it is held instead of
+/// backed off. Automatic boots are the first boot of the daemon and every
+/// boot a `retry_due` starts; a boot an operator or a config change starts
+/// does not count, and clears the count (it resumes a spent budget).
+///
+/// The default, 5 within 10 minutes, takes OTP's and systemd's burst
+/// (`StartLimitBurst=5`; OTP's intensity counts restarts the same way) and
+/// scales the window to this machine's backoff: systemd's 10 s is 100 times
+/// its 100 ms `RestartSec`, OTP restarts at once, while here five failures
+/// in a row already wait 1 + 2 + 4 + 8 s, so a 10 s window could never
+/// fill. Ten minutes holds a crash loop after its fifth failure (about 15 s
+/// in), and a runtime that survives the stable period and then crashes again
+/// and again (a cycle of 31 s or more) after five crashes, instead of
+/// looping on backoff forever.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RestartBudget {
+    /// How many failed automatic boots the window allows (N).
+    pub max_failures: NonZeroU32,
+    /// The window (W), in milliseconds.
+    pub window_ms: u64,
+}
+
+impl Default for RestartBudget {
+    /// 5 failures within 600 s.
+    fn default() -> Self {
+        Self {
+            max_failures: NonZeroU32::new(5).unwrap_or(NonZeroU32::MIN),
+            window_ms: 600_000,
+        }
+    }
+}
+
+/// Why a failure of class backoff is held: the restart budget ran out.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct BudgetSpent {
+    /// Failed automatic boots within the window, this one included.
+    pub failures: u32,
+    /// The window, in milliseconds.
+    pub window_ms: u64,
+    /// The same, rendered for an operator.
+    pub reason: String,
+}
+
+impl BudgetSpent {
+    fn new(failures: u32, window_ms: u64) -> Self {
+        Self {
+            failures,
+            window_ms,
+            reason: format!(
+                "restart budget spent: {failures} automatic boots failed within {window_ms} ms; \
+                 held until the config changes or an operator retries"
+            ),
+        }
+    }
+}
+
+/// What the machine is built with: how it backs off, how long a runtime
+/// must run to count as stable, and the restart budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LifecyclePolicy {
+    /// The backoff after failures of class backoff.
+    pub backoff: BackoffPolicy,
+    /// How long a runtime must run before the failure streak resets, in
+    /// milliseconds; a `stable` earlier than that is refused.
+    pub stable_period_ms: u64,
+    /// The restart budget; `None` turns it off (retry on backoff forever).
+    pub budget: Option<RestartBudget>,
+}
+
+impl Default for LifecyclePolicy {
+    /// The default backoff, a 30 s stable period, the default budget.
+    fn default() -> Self {
+        Self {
+            backoff: BackoffPolicy::default(),
+            stable_period_ms: 30_000,
+            budget: Some(RestartBudget::default()),
+        }
+    }
+}
+
+/// Which timer the machine wants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "timer", rename_all = "snake_case")]
+pub enum Timer {
+    /// Send [`LifecycleEvent::RetryDue`].
+    RetryDue,
+    /// Send [`LifecycleEvent::Stable`] for `attempt`.
+    Stable {
+        /// The running attempt.
+        attempt: NonZeroU32,
+    },
+}
+
+/// The next moment the machine wants to be woken, and for what: the actors
+/// arm exactly this (like quinn's `poll_timeout`). The event it asks for is
+/// accepted from `at` on, and refused before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Wake {
+    /// From when.
+    pub at: Timestamp,
+    /// For what.
+    pub timer: Timer,
+}
+
 /// The machine's state: the lifecycle the control plane shows, and the
 /// counters the transitions are computed from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -742,25 +868,45 @@ pub struct Lifecycle {
     attempts: u32,
     epoch: u64,
     streak: u32,
-    policy: BackoffPolicy,
+    policy: LifecyclePolicy,
+    /// Whether the current (or last) boot counts against the budget.
+    automatic: bool,
+    /// When the automatic boots counted against the budget failed (those
+    /// within the window of the latest failure; at most N).
+    budget_failures: Vec<Timestamp>,
 }
 
 impl Lifecycle {
-    /// A lifecycle that began at `since`, with the default backoff.
+    /// A lifecycle that began at `since`, with the default policy.
     #[must_use]
     pub fn at(since: Timestamp) -> Self {
-        Self::with_policy(since, BackoffPolicy::default())
+        Self::new(since, LifecyclePolicy::default())
     }
 
-    /// A lifecycle that began at `since`, backing off by `policy`.
+    /// A lifecycle that began at `since`, backing off by `backoff`, with
+    /// the default stable period and budget.
     #[must_use]
-    pub const fn with_policy(since: Timestamp, policy: BackoffPolicy) -> Self {
+    pub fn with_policy(since: Timestamp, backoff: BackoffPolicy) -> Self {
+        Self::new(
+            since,
+            LifecyclePolicy {
+                backoff,
+                ..LifecyclePolicy::default()
+            },
+        )
+    }
+
+    /// A lifecycle that began at `since`, built with `policy`.
+    #[must_use]
+    pub const fn new(since: Timestamp, policy: LifecyclePolicy) -> Self {
         Self {
             state: LifecycleState::Resolving { since },
             attempts: 0,
             epoch: 0,
             streak: 0,
             policy,
+            automatic: false,
+            budget_failures: Vec::new(),
         }
     }
 
@@ -785,10 +931,45 @@ impl Lifecycle {
         self.streak
     }
 
-    /// The backoff policy.
+    /// The policy the machine was built with.
     #[must_use]
-    pub const fn policy(&self) -> BackoffPolicy {
+    pub const fn policy(&self) -> LifecyclePolicy {
         self.policy
+    }
+
+    /// Failed automatic boots counted against the restart budget: those
+    /// within the window of the latest one, since an operator or a config
+    /// change last started a boot.
+    #[must_use]
+    pub fn budget_used(&self) -> u32 {
+        u32::try_from(self.budget_failures.len()).unwrap_or(u32::MAX)
+    }
+
+    /// The next moment the machine wants to be woken, and for what: the
+    /// backoff's `next_retry_at` in `failed(backoff)`, and the end of the
+    /// stable period while running with a streak to reset. `None`: no
+    /// timer (a held failure, a runtime with nothing to reset, every other
+    /// state).
+    #[must_use]
+    pub fn wake(&self) -> Option<Wake> {
+        match &self.state {
+            LifecycleState::Failed {
+                retry: RetryClass::Backoff { next_retry_at, .. },
+                ..
+            } => Some(Wake {
+                at: *next_retry_at,
+                timer: Timer::RetryDue,
+            }),
+            LifecycleState::Running { attempt, since, .. } if self.streak > 0 => Some(Wake {
+                at: self.stable_at(*since),
+                timer: Timer::Stable { attempt: *attempt },
+            }),
+            _ => None,
+        }
+    }
+
+    fn stable_at(&self, since: Timestamp) -> Timestamp {
+        since.after(Duration::from_millis(self.policy.stable_period_ms))
     }
 
     /// Whether nothing more can happen.
@@ -815,11 +996,19 @@ impl Lifecycle {
     ///
     /// # Errors
     /// [`Refused`] when the event is not accepted in the current state.
-    pub fn step(&self, event: &LifecycleEvent) -> Result<(Self, Effect), Refused> {
+    pub fn step(&self, event: &LifecycleEvent) -> Result<(Self, Effect, Option<Wake>), Refused> {
         step(self, event)
     }
 
-    fn begin_boot(&mut self, at: Timestamp) -> Effect {
+    /// Start the next boot. `automatic`: the machine's own decision (the
+    /// daemon's first boot, a `retry_due`), counted against the budget;
+    /// otherwise an operator or a config change asked, which resumes the
+    /// budget.
+    fn begin_boot(&mut self, at: Timestamp, automatic: bool) -> Effect {
+        self.automatic = automatic;
+        if !automatic {
+            self.budget_failures.clear();
+        }
         self.attempts = self.attempts.saturating_add(1);
         let attempt = NonZeroU32::new(self.attempts).unwrap_or(NonZeroU32::MAX);
         self.state = LifecycleState::Booting {
@@ -840,21 +1029,40 @@ impl Lifecycle {
     ) {
         self.epoch = self.epoch.saturating_add(1);
         self.streak = self.streak.saturating_add(1);
+        let budget_spent = match class {
+            FailureClass::Backoff => self.count_against_budget(at),
+            FailureClass::Hold => None,
+        };
         let retry = match class {
-            FailureClass::Backoff => {
-                let delay = self.policy.delay(self.streak);
+            FailureClass::Backoff if budget_spent.is_none() => {
+                let delay = self.policy.backoff.delay(self.streak);
                 RetryClass::Backoff {
                     next_retry_at: at.after(delay),
                     delay_ms: duration_ms(delay),
                 }
             }
-            FailureClass::Hold => RetryClass::Hold,
+            FailureClass::Backoff | FailureClass::Hold => RetryClass::Hold,
         };
         self.state = LifecycleState::Failed {
             attempt,
             report,
             retry,
+            budget_spent,
         };
+    }
+
+    /// Count a failure of class backoff at `at` against the budget, if the
+    /// boot was automatic; `Some` when that spends it.
+    fn count_against_budget(&mut self, at: Timestamp) -> Option<BudgetSpent> {
+        let budget = self.policy.budget?;
+        if !self.automatic {
+            return None;
+        }
+        let from = at.as_millis().saturating_sub(budget.window_ms);
+        self.budget_failures.retain(|t| t.as_millis() > from);
+        self.budget_failures.push(at);
+        let used = self.budget_used();
+        (used >= budget.max_failures.get()).then(|| BudgetSpent::new(used, budget.window_ms))
     }
 
     fn rest(&mut self, reason: StopReason, since: Timestamp) -> Effect {
@@ -910,7 +1118,7 @@ impl Lifecycle {
             }
             (AfterDrain::Restart, StoreOutcome::Released) => {
                 self.epoch = self.epoch.saturating_add(1);
-                self.begin_boot(at)
+                self.begin_boot(at, false)
             }
             (AfterDrain::Fail { report }, StoreOutcome::Released) => {
                 self.fail(attempt, report, FailureClass::Backoff, at);
@@ -920,14 +1128,25 @@ impl Lifecycle {
     }
 }
 
-/// The lifecycle machine: the next lifecycle and the effect to perform, or
-/// the reason `event` is refused in `m`'s state. Pure: the same inputs always
-/// give the same answer, and a refusal leaves nothing changed.
+/// The lifecycle machine: the next lifecycle, the effect to perform and the
+/// next moment it wants to be woken ([`Lifecycle::wake`] of the next
+/// lifecycle), or the reason `event` is refused in `m`'s state. Pure: the
+/// same inputs always give the same answer, and a refusal leaves nothing
+/// changed.
 ///
 /// # Errors
 /// [`Refused`] with a stable reason for every pair `spec/lifecycle.md` lists
 /// as refused.
-pub fn step(m: &Lifecycle, event: &LifecycleEvent) -> Result<(Lifecycle, Effect), Refused> {
+pub fn step(
+    m: &Lifecycle,
+    event: &LifecycleEvent,
+) -> Result<(Lifecycle, Effect, Option<Wake>), Refused> {
+    let (next, effect) = transition(m, event)?;
+    let wake = next.wake();
+    Ok((next, effect, wake))
+}
+
+fn transition(m: &Lifecycle, event: &LifecycleEvent) -> Result<(Lifecycle, Effect), Refused> {
     use LifecycleEvent as E;
     use LifecycleState as S;
 
@@ -944,15 +1163,20 @@ pub fn step(m: &Lifecycle, event: &LifecycleEvent) -> Result<(Lifecycle, Effect)
 
         // ── starting: a boot starts only from a resting state ──────────
         (S::Resolving { .. }, E::HeldAtStartup { at }) => next.rest(StopReason::HeldAtStartup, *at),
-        (S::Resolving { .. } | S::Stopped { .. }, E::Start { at })
-        | (S::Failed { .. }, E::Retry { at } | E::ConfigChanged { at }) => next.begin_boot(*at),
+        // The daemon's first boot is its own decision: it counts against
+        // the budget. An operator's start, retry or a config change resume.
+        (S::Resolving { .. }, E::Start { at }) => next.begin_boot(*at, true),
+        (S::Stopped { .. }, E::Start { at })
+        | (S::Failed { .. }, E::Retry { at } | E::ConfigChanged { at }) => {
+            next.begin_boot(*at, false)
+        }
         (
             S::Failed {
                 retry: RetryClass::Backoff { next_retry_at, .. },
                 ..
             },
             E::RetryDue { at },
-        ) if at >= next_retry_at => next.begin_boot(*at),
+        ) if at >= next_retry_at => next.begin_boot(*at, true),
         (S::Failed { .. }, E::Stop { at }) => {
             // The failed boot already released the store: resting is
             // immediate, and the epoch is the failure's.
@@ -1026,7 +1250,10 @@ pub fn step(m: &Lifecycle, event: &LifecycleEvent) -> Result<(Lifecycle, Effect)
             };
             Effect::None
         }
-        (S::Running { attempt, .. }, E::Stable { attempt: of, .. }) if of == attempt => {
+        // Only once the stable period has passed: an early timer is refused.
+        (S::Running { attempt, since, .. }, E::Stable { attempt: of, at })
+            if of == attempt && *at >= m.stable_at(*since) =>
+        {
             next.streak = 0;
             Effect::None
         }

@@ -144,6 +144,22 @@ pub struct Snapshot {
     /// A durability or I/O error the supervisor met, if any (a failed journal
     /// write): the daemon says so rather than pretending.
     pub error: Option<String>,
+    /// The restart budget as the machine counts it; `None` when it is off.
+    #[serde(default)]
+    pub budget: Option<BudgetStatus>,
+}
+
+/// The restart budget: how many failed automatic boots it allows within its
+/// window, and how many the machine has counted (as of the latest failure,
+/// since an operator or a config change last started a boot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetStatus {
+    /// N: failed automatic boots allowed within the window.
+    pub max_failures: u32,
+    /// W, in milliseconds.
+    pub window_ms: u64,
+    /// Failed automatic boots counted within it.
+    pub failures: u32,
 }
 
 impl Snapshot {
@@ -190,10 +206,19 @@ mod tests {
             pending: PendingApply::InSync,
             pid: 42,
             error: None,
+            budget: Some(BudgetStatus {
+                max_failures: 5,
+                window_ms: 600_000,
+                failures: 2,
+            }),
         };
         let json = serde_json::to_value(&snapshot).expect("json");
         assert_eq!(json["lifecycle"]["state"], "resolving");
         assert_eq!(json["previous_run"]["kind"], "clean_stop");
+        assert_eq!(
+            json["budget"],
+            serde_json::json!({"max_failures": 5, "window_ms": 600_000, "failures": 2})
+        );
         assert_eq!(json["attempts"][0]["result"], "in_progress");
         assert_eq!(json["attempts"][0]["phases"][0]["outcome"], "failed");
         assert_eq!(json["attempts"][0]["phases"][0]["error"], "bad");

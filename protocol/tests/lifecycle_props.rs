@@ -2,22 +2,30 @@
 //! arbitrary event sequences: at least 10,000 sequences of up to 64 events,
 //! stale and misplaced events included, checked after every step
 //! (`invariants_hold_after_every_step_of_arbitrary_sequences`: invariants
-//! 1–9, among them that the epoch grows by exactly one on every observed
-//! release and that a restart whose preflight is invalid is never accepted),
-//! and `a_restart_whose_preflight_is_invalid_never_leaves_running`: from
-//! every `running` 2,000 sequences reach, `restart(invalid)` is refused as
-//! `config_invalid` and `restart(force)` drains.
+//! 1–12, among them that the epoch grows by exactly one on every observed
+//! release, that a restart whose preflight is invalid is never accepted,
+//! that every step hands back the wake of the state it enters and no timer's
+//! event is accepted early, that a spent budget holds, and that an
+//! operator's retry from `failed` always gets through, under arbitrary
+//! policies); `a_restart_whose_preflight_is_invalid_never_leaves_running`:
+//! from every `running` 2,000 sequences reach, `restart(invalid)` is refused
+//! as `config_invalid` and `restart(force)` drains;
+//! `no_window_holds_more_than_n_failed_automatic_boots`: the restart budget
+//! over a crash loop of arbitrary pace in monotonic time; and
+//! `a_crash_loop_without_stable_backs_off_geometrically`.
 
 use std::collections::BTreeSet;
 use std::num::NonZeroU32;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use steadfast_protocol::Timestamp;
 use steadfast_protocol::lifecycle::{
-    Effect, ExitIntent, FailureClass, FailureReport, Lifecycle, LifecycleEvent, LifecycleState,
-    PendingApply, Phase, Preflight, RefusedBecause, StoreOutcome,
+    BackoffPolicy, Effect, ExitIntent, FailureClass, FailureReport, Lifecycle, LifecycleEvent,
+    LifecyclePolicy, LifecycleState, PendingApply, Phase, Preflight, RefusedBecause, RestartBudget,
+    RetryClass, StoreOutcome, Timer, Wake,
 };
 
 /// Sequences checked; `.ci/run` runs this count.
@@ -86,6 +94,26 @@ fn event() -> impl Strategy<Value = LifecycleEvent> {
     ]
 }
 
+/// The machine's policy: the default, the budget off, or a small budget and
+/// stable period the sequences can reach.
+fn policy() -> impl Strategy<Value = LifecyclePolicy> {
+    let small = (1u32..=4, 0u64..300_000, 0u64..60_000).prop_map(|(n, window_ms, stable)| {
+        LifecyclePolicy {
+            backoff: BackoffPolicy::default(),
+            stable_period_ms: stable,
+            budget: Some(RestartBudget {
+                max_failures: NonZeroU32::new(n).expect("nonzero"),
+                window_ms,
+            }),
+        }
+    });
+    prop_oneof![
+        1 => Just(LifecyclePolicy::default()),
+        1 => Just(LifecyclePolicy { budget: None, ..LifecyclePolicy::default() }),
+        3 => small,
+    ]
+}
+
 /// Everything the invariants say about one step from `m` on `event`.
 fn check_step(m: &Lifecycle, event: &LifecycleEvent) -> Result<Option<Lifecycle>, TestCaseError> {
     let before = m.clone();
@@ -93,6 +121,13 @@ fn check_step(m: &Lifecycle, event: &LifecycleEvent) -> Result<Option<Lifecycle>
     prop_assert_eq!(m, &before, "step never mutates its input");
     match result {
         Err(refused) => {
+            // 12: an operator's retry of a failure always gets through,
+            // budget spent or not.
+            prop_assert!(
+                !(matches!(m.state, LifecycleState::Failed { .. })
+                    && matches!(event, LifecycleEvent::Retry { .. })),
+                "retry refused in failed: {refused}"
+            );
             prop_assert_eq!(refused.state.as_ref(), m.state.name());
             prop_assert_eq!(refused.event.as_ref(), event.name());
             if m.is_terminal() {
@@ -117,7 +152,7 @@ fn check_step(m: &Lifecycle, event: &LifecycleEvent) -> Result<Option<Lifecycle>
             }
             Ok(None)
         }
-        Ok((next, effect)) => {
+        Ok((next, effect, wake)) => {
             // 9: a restart whose preflight is invalid is never accepted.
             prop_assert!(
                 !matches!(
@@ -130,6 +165,34 @@ fn check_step(m: &Lifecycle, event: &LifecycleEvent) -> Result<Option<Lifecycle>
                 "an invalid preflight was accepted in {}",
                 m.state.name()
             );
+            // 10: the machine hands back the wake of the state it enters, and
+            // a timer's event is accepted only once it is due.
+            prop_assert_eq!(wake, next.wake());
+            if let LifecycleEvent::RetryDue { at } = event {
+                let due = m.wake();
+                prop_assert!(
+                    matches!(due, Some(Wake { at: due_at, timer: Timer::RetryDue }) if due_at <= *at),
+                    "retry_due at {at:?} accepted with wake {due:?}"
+                );
+            }
+            if let (LifecycleEvent::Stable { at, .. }, LifecycleState::Running { since, .. }) =
+                (event, &m.state)
+            {
+                let period = Duration::from_millis(m.policy().stable_period_ms);
+                prop_assert!(*at >= since.after(period), "early stable accepted");
+            }
+            // 11: a spent budget holds, with N failures in its window.
+            if let LifecycleState::Failed {
+                retry,
+                budget_spent: Some(spent),
+                ..
+            } = &next.state
+            {
+                let budget = next.policy().budget.expect("a budget");
+                prop_assert_eq!(retry, &RetryClass::Hold);
+                prop_assert_eq!(spent.failures, budget.max_failures.get());
+                prop_assert_eq!(spent.window_ms, budget.window_ms);
+            }
             // 5: exiting is terminal.
             prop_assert!(!m.is_terminal(), "{} accepted in exiting", event.name());
             // 6: wedged accepts only exit.
@@ -214,25 +277,37 @@ fn invariants_hold_after_every_step_of_arbitrary_sequences() {
     });
     let seen = Mutex::new((BTreeSet::new(), BTreeSet::new(), 0u64));
     runner
-        .run(&proptest::collection::vec(event(), 1..=MAX_LEN), |events| {
-            let mut m = Lifecycle::at(Timestamp(0));
-            let mut states = BTreeSet::new();
-            let mut effects = BTreeSet::new();
-            for event in &events {
-                states.insert(m.state.name());
-                if let Some(next) = check_step(&m, event)? {
-                    let (_, effect) = m.step(event).expect("accepted above");
-                    effects.insert(effect.name());
-                    m = next;
+        .run(
+            &(policy(), proptest::collection::vec(event(), 1..=MAX_LEN)),
+            |(policy, events)| {
+                let mut m = Lifecycle::new(Timestamp(0), policy);
+                let mut states = BTreeSet::new();
+                let mut effects = BTreeSet::new();
+                for event in &events {
+                    states.insert(m.state.name());
+                    if matches!(
+                        m.state,
+                        LifecycleState::Failed {
+                            budget_spent: Some(_),
+                            ..
+                        }
+                    ) {
+                        states.insert("failed(budget spent)");
+                    }
+                    if let Some(next) = check_step(&m, event)? {
+                        let (_, effect, _) = m.step(event).expect("accepted above");
+                        effects.insert(effect.name());
+                        m = next;
+                    }
                 }
-            }
-            states.insert(m.state.name());
-            let mut seen = seen.lock().expect("not poisoned");
-            seen.0.extend(states);
-            seen.1.extend(effects);
-            seen.2 += 1;
-            Ok(())
-        })
+                states.insert(m.state.name());
+                let mut seen = seen.lock().expect("not poisoned");
+                seen.0.extend(states);
+                seen.1.extend(effects);
+                seen.2 += 1;
+                Ok(())
+            },
+        )
         .unwrap_or_else(|failure| panic!("{failure}"));
     let (states, effects, cases) = seen.into_inner().expect("not poisoned");
     eprintln!("checked {cases} sequences; states reached {states:?}; effects {effects:?}");
@@ -248,6 +323,7 @@ fn invariants_hold_after_every_step_of_arbitrary_sequences() {
         "wedged",
         "exiting",
         "reinitializing",
+        "failed(budget spent)",
     ] {
         assert!(states.contains(name), "no sequence reached {name}");
     }
@@ -269,21 +345,128 @@ fn invariants_hold_after_every_step_of_arbitrary_sequences() {
 #[test]
 fn a_crash_loop_without_stable_backs_off_geometrically() {
     proptest!(Config::with_cases(200), |(crashes in 1usize..12)| {
-        let mut m = Lifecycle::at(Timestamp(0));
+        let policy = LifecyclePolicy { budget: None, ..LifecyclePolicy::default() };
+        let mut m = Lifecycle::new(Timestamp(0), policy);
         let mut now = 0u64;
-        (m, _) = m.step(&LifecycleEvent::Start { at: Timestamp(now) }).expect("start");
+        (m, _, _) = m.step(&LifecycleEvent::Start { at: Timestamp(now) }).expect("start");
         for n in 0..crashes {
-            (m, _) = m.step(&LifecycleEvent::Booted { at: Timestamp(now) }).expect("booted");
+            (m, _, _) = m.step(&LifecycleEvent::Booted { at: Timestamp(now) }).expect("booted");
             let attempt = NonZeroU32::new(m.attempts()).expect("nonzero");
-            (m, _) = m.step(&LifecycleEvent::RuntimeEnded { attempt, at: Timestamp(now), error: "crash".into() }).expect("ended");
-            (m, _) = m.step(&LifecycleEvent::Drained { at: Timestamp(now), store: StoreOutcome::Released }).expect("drained");
+            (m, _, _) = m.step(&LifecycleEvent::RuntimeEnded { attempt, at: Timestamp(now), error: "crash".into() }).expect("ended");
+            (m, _, _) = m.step(&LifecycleEvent::Drained { at: Timestamp(now), store: StoreOutcome::Released }).expect("drained");
             let LifecycleState::Failed { retry: steadfast_protocol::lifecycle::RetryClass::Backoff { delay_ms, next_retry_at }, .. } = m.state else {
                 return Err(TestCaseError::fail("not failed with backoff"));
             };
             let expected = (1_000u64 << n.min(6)).min(60_000);
             prop_assert_eq!(delay_ms, expected);
             now = next_retry_at.as_millis();
-            (m, _) = m.step(&LifecycleEvent::RetryDue { at: Timestamp(now) }).expect("retry due");
+            (m, _, _) = m.step(&LifecycleEvent::RetryDue { at: Timestamp(now) }).expect("retry due");
+        }
+    });
+}
+
+/// One round of a crash loop: how the boot fails, and what comes after.
+#[derive(Debug, Clone)]
+enum Then {
+    /// Wait for the machine's own retry (`extra` ms past its wake), or an
+    /// operator's retry if the failure is held.
+    Timer { extra: u64, ended: bool },
+    /// An operator's retry, `after` ms later.
+    Retry { after: u64, ended: bool },
+    /// A config change, `after` ms later.
+    ConfigChanged { after: u64, ended: bool },
+}
+
+/// The budget over monotonic time: a crash loop of arbitrary pace, with
+/// operator retries and config changes mixed in. In every window W there
+/// are at most N failures of automatic boots since the last boot an
+/// operator or a config change started; the failure that makes N is held
+/// with the budget's reason and the one before it is not; a held failure
+/// takes no `retry_due` and always takes an operator's `retry`.
+#[test]
+fn no_window_holds_more_than_n_failed_automatic_boots() {
+    let round = prop_oneof![
+        6 => (0u64..3_000, any::<bool>()).prop_map(|(extra, ended)| Then::Timer { extra, ended }),
+        1 => (0u64..3_000, any::<bool>()).prop_map(|(after, ended)| Then::Retry { after, ended }),
+        1 => (0u64..3_000, any::<bool>()).prop_map(|(after, ended)| Then::ConfigChanged { after, ended }),
+    ];
+    let budget = (1u32..=6, 1u64..60_000, 1u64..2_000, 1u64..8_000);
+    proptest!(Config::with_cases(2_000), |((n, window_ms, base_ms, cap_ms) in budget, rounds in proptest::collection::vec(round, 1..40))| {
+        let policy = LifecyclePolicy {
+            backoff: BackoffPolicy { base_ms, cap_ms, jitter: None },
+            stable_period_ms: 30_000,
+            budget: Some(RestartBudget { max_failures: NonZeroU32::new(n).expect("nonzero"), window_ms }),
+        };
+        let mut m = Lifecycle::new(Timestamp(0), policy);
+        let mut now = 0u64;
+        (m, _, _) = m.step(&LifecycleEvent::Start { at: Timestamp(now) }).expect("start");
+        // The failures of automatic boots since the last resume.
+        let mut automatic = true;
+        let mut counted: Vec<u64> = Vec::new();
+        let mut ended = false;
+        for then in rounds {
+            // The boot fails: in a phase, or as a runtime that ends.
+            now += 5;
+            if ended {
+                (m, _, _) = m.step(&LifecycleEvent::Booted { at: Timestamp(now) }).expect("booted");
+                let attempt = NonZeroU32::new(m.attempts()).expect("nonzero");
+                (m, _, _) = m.step(&LifecycleEvent::RuntimeEnded { attempt, at: Timestamp(now), error: "crash".into() }).expect("ended");
+                (m, _, _) = m.step(&LifecycleEvent::Drained { at: Timestamp(now), store: StoreOutcome::Released }).expect("drained");
+            } else {
+                (m, _, _) = m.step(&LifecycleEvent::BootFailed {
+                    report: FailureReport { phase: Phase::new("bind_listener"), error: "taken".into(), at: Timestamp(now) },
+                    class: FailureClass::Backoff,
+                    store: StoreOutcome::Released,
+                }).expect("failed");
+            }
+            if automatic {
+                counted.push(now);
+            }
+            let in_window = counted.iter().filter(|t| **t + window_ms > now).count();
+            prop_assert!(in_window <= n as usize, "{in_window} failed automatic boots within {window_ms} ms");
+            let LifecycleState::Failed { retry, budget_spent, .. } = &m.state else {
+                return Err(TestCaseError::fail(format!("not failed: {:?}", m.state)));
+            };
+            if in_window == n as usize && automatic {
+                let spent = budget_spent.as_ref().expect("the budget is spent");
+                prop_assert_eq!(retry, &RetryClass::Hold);
+                prop_assert_eq!(spent.failures, n);
+                prop_assert!(spent.reason.contains("budget") && spent.reason.contains(&format!("{n} automatic boots")) && spent.reason.contains(&format!("{window_ms} ms")), "{}", spent.reason);
+                prop_assert_eq!(m.wake(), None, "a held failure wants no timer");
+                let refused = m.step(&LifecycleEvent::RetryDue { at: Timestamp(now + 1_000_000) });
+                prop_assert!(refused.is_err(), "retry_due boots a spent budget");
+            } else {
+                prop_assert!(budget_spent.is_none());
+                prop_assert!(matches!(retry, RetryClass::Backoff { .. }), "{retry:?}");
+            }
+            let spent = budget_spent.is_some();
+            match then {
+                Then::Timer { extra, ended: e } if !spent => {
+                    let wake = m.wake().expect("a backoff failure wants its retry");
+                    prop_assert_eq!(wake.timer, Timer::RetryDue);
+                    let early = m.step(&LifecycleEvent::RetryDue { at: Timestamp(wake.at.as_millis() - 1) });
+                    prop_assert!(early.is_err(), "an early retry_due boots");
+                    now = wake.at.as_millis() + extra;
+                    (m, _, _) = m.step(&LifecycleEvent::RetryDue { at: Timestamp(now) }).expect("retry due");
+                    automatic = true;
+                    ended = e;
+                }
+                Then::Timer { extra: after, ended: e } | Then::Retry { after, ended: e } => {
+                    now += after;
+                    (m, _, _) = m.step(&LifecycleEvent::Retry { at: Timestamp(now) }).expect("an operator retry always gets through");
+                    prop_assert_eq!(m.budget_used(), 0, "an operator's retry resumes the budget");
+                    automatic = false;
+                    counted.clear();
+                    ended = e;
+                }
+                Then::ConfigChanged { after, ended: e } => {
+                    now += after;
+                    (m, _, _) = m.step(&LifecycleEvent::ConfigChanged { at: Timestamp(now) }).expect("a config change retries");
+                    automatic = false;
+                    counted.clear();
+                    ended = e;
+                }
+            }
         }
     });
 }
@@ -316,7 +499,7 @@ fn a_restart_whose_preflight_is_invalid_never_leaves_running() {
                         .step(&invalid)
                         .expect_err("an invalid preflight is refused");
                     prop_assert_eq!(refused.reason, RefusedBecause::ConfigInvalid);
-                    let (forced, effect) = m
+                    let (forced, effect, _) = m
                         .step(&LifecycleEvent::Restart {
                             at,
                             preflight: Preflight::Skipped,
@@ -325,7 +508,7 @@ fn a_restart_whose_preflight_is_invalid_never_leaves_running() {
                     prop_assert_eq!(effect, Effect::ShutdownRuntime);
                     prop_assert_eq!(forced.state.name(), "draining");
                 }
-                if let Ok((next, _)) = m.step(event) {
+                if let Ok((next, _, _)) = m.step(event) {
                     m = next;
                 }
             }

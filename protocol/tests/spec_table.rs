@@ -7,7 +7,7 @@ mod support;
 
 use std::collections::BTreeMap;
 
-use support::{EVENTS, STATES, counters, effect_label, event, label, state};
+use support::{EVENTS, STATES, counters, effect_label, event, label, reached, state, wake_label};
 
 /// One row of the table: what the spec says a pair does.
 #[derive(Debug, PartialEq, Eq)]
@@ -17,9 +17,13 @@ struct Row {
     counters: String,
 }
 
-fn spec_rows() -> BTreeMap<(String, String), Row> {
+fn spec_text() -> String {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/spec/lifecycle.md");
-    let text = std::fs::read_to_string(path).expect("spec/lifecycle.md is readable");
+    std::fs::read_to_string(path).expect("spec/lifecycle.md is readable")
+}
+
+fn spec_rows() -> BTreeMap<(String, String), Row> {
+    let text = spec_text();
     let table = text
         .split("<!-- table:begin -->")
         .nth(1)
@@ -51,11 +55,11 @@ fn machine_row(state_label: &str, event_label: &str) -> Row {
     let m = state(state_label);
     assert_eq!(
         label(&m.state),
-        state_label,
+        reached(state_label),
         "the fixture reaches the labelled state"
     );
     match m.step(&event(event_label, &m)) {
-        Ok((next, effect)) => Row {
+        Ok((next, effect, _)) => Row {
             next: label(&next.state),
             effect: effect_label(&effect),
             counters: counters(&m, &next),
@@ -112,5 +116,49 @@ fn the_spec_table_lists_no_pair_the_machine_does_not_have() {
         spec.len(),
         STATES.len() * EVENTS.len(),
         "every pair exactly once"
+    );
+}
+
+/// The spec's "Timers" table: the wake the machine hands back in each
+/// representative state.
+#[test]
+fn the_machine_wants_the_wake_the_spec_lists_for_every_state() {
+    let text = spec_text();
+    let table = text
+        .split("<!-- wakes:begin -->")
+        .nth(1)
+        .and_then(|rest| rest.split("<!-- wakes:end -->").next())
+        .expect("the spec marks its timers with wakes:begin / wakes:end");
+    let mut spec = BTreeMap::new();
+    for line in table.lines().map(str::trim).filter(|l| l.starts_with('|')) {
+        let cells: Vec<String> = line
+            .trim_matches('|')
+            .split('|')
+            .map(|c| c.trim().trim_matches('`').to_owned())
+            .collect();
+        if cells[0] == "state" || cells[0].starts_with("---") {
+            continue;
+        }
+        assert_eq!(cells.len(), 2, "a row has two cells: {line}");
+        assert!(
+            spec.insert(cells[0].clone(), cells[1].clone()).is_none(),
+            "twice: {line}"
+        );
+    }
+    let mut mismatches = Vec::new();
+    for s in STATES {
+        let actual = wake_label(&state(s));
+        if spec.get(s) != Some(&actual) {
+            mismatches.push(format!(
+                "| `{s}` | {actual} |   (spec says {:?})",
+                spec.get(s)
+            ));
+        }
+    }
+    assert_eq!(spec.len(), STATES.len(), "every state exactly once");
+    assert!(
+        mismatches.is_empty(),
+        "the machine wants:\n{}",
+        mismatches.join("\n")
     );
 }

@@ -599,6 +599,31 @@ fn attempt_of(lifecycle: &LifecycleState) -> Option<u32> {
     }
 }
 
+/// The restart budget: how much of it the machine has counted, or off.
+fn budget_line(snapshot: &Snapshot) -> String {
+    let spent = matches!(
+        snapshot.lifecycle,
+        LifecycleState::Failed {
+            budget_spent: Some(_),
+            ..
+        }
+    );
+    match snapshot.budget {
+        None => "off (failed boots retry on backoff forever)".to_owned(),
+        Some(b) => format!(
+            "{} of {} failed automatic boots within {} s{}",
+            b.failures,
+            b.max_failures,
+            b.window_ms / 1000,
+            if spent {
+                " — spent: `steadfastctl retry` or a config change resumes"
+            } else {
+                ""
+            }
+        ),
+    }
+}
+
 /// The human status, like `systemctl status`.
 fn render_status(snapshot: &Snapshot, now: u64) -> String {
     use std::fmt::Write as _;
@@ -620,6 +645,7 @@ fn render_status(snapshot: &Snapshot, now: u64) -> String {
             snapshot.streak
         );
     }
+    let _ = writeln!(out, "     Budget: {}", budget_line(snapshot));
     let previous = match &snapshot.previous_run {
         PreviousRun::FirstEver => "first ever".to_owned(),
         PreviousRun::CleanStop { at, epoch } => {

@@ -13,15 +13,21 @@ fn nz(n: u32) -> NonZeroU32 {
 
 /// Step, expecting acceptance.
 fn ok(m: &Lifecycle, event: LifecycleEvent) -> (Lifecycle, Effect) {
-    m.step(&event).unwrap_or_else(|refusal| {
+    let (next, effect, wake) = m.step(&event).unwrap_or_else(|refusal| {
         panic!("{} refused in {}: {refusal}", event.name(), m.state.name())
-    })
+    });
+    assert_eq!(
+        wake,
+        next.wake(),
+        "step hands back the next lifecycle's wake"
+    );
+    (next, effect)
 }
 
 /// Step, expecting a refusal; the state must not change.
 fn no(m: &Lifecycle, event: LifecycleEvent) -> RefusedBecause {
     match m.step(&event) {
-        Ok((next, effect)) => panic!(
+        Ok((next, effect, _)) => panic!(
             "{} accepted in {}: {} / {:?}",
             event.name(),
             m.state.name(),
@@ -123,7 +129,8 @@ fn the_first_backoff_failure_waits_exactly_1000_ms() {
             retry: RetryClass::Backoff {
                 next_retry_at: t(1_010),
                 delay_ms: 1_000
-            }
+            },
+            budget_spent: None,
         }
     );
     assert_eq!(m.epoch(), 1, "a failed boot released the store");
@@ -566,7 +573,8 @@ fn a_runtime_that_ends_while_running_drains_then_fails_with_backoff() {
             retry: RetryClass::Backoff {
                 next_retry_at: t(1_060),
                 delay_ms: 1_000
-            }
+            },
+            budget_spent: None
         }
     );
     assert_eq!(m.epoch(), 1);
@@ -691,7 +699,17 @@ fn reports_about_another_attempt_are_stale() {
 /// streak resets only on `stable`.
 #[test]
 fn the_streak_resets_only_after_a_stable_period() {
-    let mut m = running();
+    // The budget off: five crashes of automatic boots within ten minutes
+    // would spend the default one (see the budget's own tests).
+    let policy = LifecyclePolicy {
+        budget: None,
+        ..LifecyclePolicy::default()
+    };
+    let (m, _) = ok(
+        &Lifecycle::new(t(0), policy),
+        LifecycleEvent::Start { at: t(1) },
+    );
+    let (mut m, _) = ok(&m, LifecycleEvent::Booted { at: t(2) });
     let mut delays = Vec::new();
     let mut now = 10;
     for _ in 0..4 {
@@ -730,27 +748,37 @@ fn the_streak_resets_only_after_a_stable_period() {
     assert_eq!(delays, [1_000, 2_000, 4_000, 8_000]);
     assert_eq!(m.streak(), 4);
     let attempt = nz(m.attempts());
+    // The stable period counts from `booted` (now + 1).
+    let stable_at = now + 1 + 30_000;
+    assert_eq!(
+        m.wake(),
+        Some(Wake {
+            at: t(stable_at),
+            timer: Timer::Stable { attempt }
+        })
+    );
     let (m, effect) = ok(
         &m,
         LifecycleEvent::Stable {
             attempt,
-            at: t(now + 1),
+            at: t(stable_at),
         },
     );
     assert_eq!(effect, Effect::None);
     assert_eq!(m.streak(), 0);
+    assert_eq!(m.wake(), None, "nothing left to reset");
     let (m, _) = ok(
         &m,
         LifecycleEvent::RuntimeEnded {
             attempt,
-            at: t(now + 2),
+            at: t(stable_at + 1),
             error: "crash".into(),
         },
     );
     let (m, _) = ok(
         &m,
         LifecycleEvent::Drained {
-            at: t(now + 2),
+            at: t(stable_at + 1),
             store: StoreOutcome::Released,
         },
     );
@@ -930,9 +958,14 @@ fn serde_shapes_are_internally_tagged_and_snake_case() {
         attempt: nz(1),
         report: report("resolve_config", 5),
         retry: RetryClass::Hold,
+        budget_spent: None,
     };
     let json = serde_json::to_value(&failed).expect("json");
     assert_eq!(json["retry"]["class"], "hold");
+    assert!(
+        json.get("budget_spent").is_none(),
+        "no budget field unless spent"
+    );
     assert_eq!(json["report"]["phase"], "resolve_config");
 
     let event = LifecycleEvent::BootFailed {
@@ -1011,4 +1044,238 @@ fn a_restart_whose_config_does_not_resolve_is_refused_and_keeps_running() {
     // Where a restart is refused anyway, its own reason comes first.
     let (stopped, _) = ok(&m, LifecycleEvent::Stop { at: t(4) });
     assert_eq!(no(&stopped, invalid), RefusedBecause::LifecycleBusy);
+}
+
+/// Fail the current boot with class backoff at `at`, then (unless held)
+/// take the machine's own retry at its wake.
+fn crash_and_retry(m: &Lifecycle, at: u64) -> Lifecycle {
+    let (m, _) = ok(m, failed(FailureClass::Backoff, at));
+    match m.wake() {
+        Some(Wake {
+            at: due,
+            timer: Timer::RetryDue,
+        }) => ok(&m, LifecycleEvent::RetryDue { at: due }).0,
+        _ => m,
+    }
+}
+
+fn budget_spent(m: &Lifecycle) -> Option<&BudgetSpent> {
+    match &m.state {
+        LifecycleState::Failed { budget_spent, .. } => budget_spent.as_ref(),
+        _ => None,
+    }
+}
+
+#[test]
+fn the_budget_holds_the_nth_failed_automatic_boot_within_its_window() {
+    let policy = LifecyclePolicy::default();
+    assert_eq!(
+        policy.budget,
+        Some(RestartBudget {
+            max_failures: nz(5),
+            window_ms: 600_000
+        })
+    );
+    let (mut m, _) = ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) });
+    // The first boot and four retries on the timer: five automatic boots.
+    for n in 1..=4 {
+        let at = m.attempts() as u64 * 10_000;
+        m = crash_and_retry(&m, at);
+        assert_eq!(m.budget_used(), n);
+        assert!(matches!(m.state, LifecycleState::Booting { .. }), "{n}");
+    }
+    let (held, effect) = ok(&m, failed(FailureClass::Backoff, 50_000));
+    assert_eq!(effect, Effect::None);
+    let LifecycleState::Failed {
+        attempt,
+        retry,
+        budget_spent: Some(spent),
+        ..
+    } = &held.state
+    else {
+        panic!("not held by the budget: {:?}", held.state)
+    };
+    assert_eq!(attempt.get(), 5);
+    assert_eq!(retry, &RetryClass::Hold);
+    assert_eq!((spent.failures, spent.window_ms), (5, 600_000));
+    assert_eq!(
+        spent.reason,
+        "restart budget spent: 5 automatic boots failed within 600000 ms; \
+         held until the config changes or an operator retries"
+    );
+    assert_eq!(held.wake(), None, "a held failure wants no timer");
+    assert_eq!(
+        no(&held, LifecycleEvent::RetryDue { at: t(10_000_000) }),
+        RefusedBecause::Unexpected
+    );
+    // The streak and epoch move as for any failure.
+    assert_eq!((held.streak(), held.epoch()), (5, 5));
+}
+
+#[test]
+fn failures_older_than_the_window_do_not_count() {
+    let policy = LifecyclePolicy {
+        budget: Some(RestartBudget {
+            max_failures: nz(2),
+            window_ms: 10_000,
+        }),
+        ..LifecyclePolicy::default()
+    };
+    let (m, _) = ok(
+        &Lifecycle::new(t(0), policy),
+        LifecycleEvent::Start { at: t(1) },
+    );
+    let m = crash_and_retry(&m, 100);
+    // 10 s after the first failure it has left the window: this is the only
+    // one in it.
+    let m = crash_and_retry(&m, 10_100);
+    assert_eq!(budget_spent(&m), None);
+    assert_eq!(m.budget_used(), 1);
+    // One more inside the window of the last: spent.
+    let (m, _) = ok(&m, failed(FailureClass::Backoff, 20_099));
+    assert_eq!(budget_spent(&m).map(|s| s.failures), Some(2));
+}
+
+#[test]
+fn an_operator_retry_resumes_a_spent_budget_and_its_boot_does_not_count() {
+    let one = LifecyclePolicy {
+        budget: Some(RestartBudget {
+            max_failures: nz(1),
+            window_ms: 600_000,
+        }),
+        ..LifecyclePolicy::default()
+    };
+    let (m, _) = ok(
+        &Lifecycle::new(t(0), one),
+        LifecycleEvent::Start { at: t(1) },
+    );
+    let (held, _) = ok(&m, failed(FailureClass::Backoff, 10));
+    assert!(
+        budget_spent(&held).is_some(),
+        "N = 1: the first failure spends it"
+    );
+    // The operator's retry always gets through; its boot's failure is not
+    // counted, so it backs off.
+    let (m, effect) = ok(&held, LifecycleEvent::Retry { at: t(20) });
+    assert_eq!(effect, Effect::StartBoot { attempt: nz(2) });
+    assert_eq!(m.budget_used(), 0);
+    let (m, _) = ok(&m, failed(FailureClass::Backoff, 30));
+    assert_eq!(budget_spent(&m), None);
+    assert!(matches!(
+        m.state,
+        LifecycleState::Failed {
+            retry: RetryClass::Backoff { .. },
+            ..
+        }
+    ));
+    // The machine's own retry counts again.
+    let (m, _) = ok(&m, LifecycleEvent::RetryDue { at: t(100_000) });
+    let (m, _) = ok(&m, failed(FailureClass::Backoff, 100_010));
+    assert!(budget_spent(&m).is_some());
+    // A config change resumes too.
+    let (m, effect) = ok(&m, LifecycleEvent::ConfigChanged { at: t(100_020) });
+    assert_eq!(effect, Effect::StartBoot { attempt: nz(4) });
+    assert_eq!(m.budget_used(), 0);
+}
+
+#[test]
+fn the_budget_off_retries_on_backoff_forever() {
+    let off = LifecyclePolicy {
+        budget: None,
+        ..LifecyclePolicy::default()
+    };
+    let (mut m, _) = ok(
+        &Lifecycle::new(t(0), off),
+        LifecycleEvent::Start { at: t(1) },
+    );
+    for n in 0..50u64 {
+        m = crash_and_retry(&m, 1_000_000 * (n + 1));
+        assert!(matches!(m.state, LifecycleState::Booting { .. }));
+    }
+    assert_eq!(m.budget_used(), 0);
+}
+
+#[test]
+fn step_hands_back_the_wake_and_refuses_an_early_stable() {
+    let (m, _) = ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) });
+    assert_eq!(m.wake(), None, "a boot wants no timer of the machine's");
+    let (failed_m, _, wake) = m
+        .step(&failed(FailureClass::Backoff, 10))
+        .expect("accepted");
+    assert_eq!(
+        wake,
+        Some(Wake {
+            at: t(1_010),
+            timer: Timer::RetryDue
+        })
+    );
+    let (m, _) = ok(&failed_m, LifecycleEvent::RetryDue { at: t(1_010) });
+    let (m, _, wake) = m
+        .step(&LifecycleEvent::Booted { at: t(2_000) })
+        .expect("accepted");
+    let stable = Wake {
+        at: t(32_000),
+        timer: Timer::Stable { attempt: nz(2) },
+    };
+    assert_eq!(wake, Some(stable));
+    assert_eq!(
+        no(
+            &m,
+            LifecycleEvent::Stable {
+                attempt: nz(2),
+                at: t(31_999)
+            }
+        ),
+        RefusedBecause::Unexpected,
+        "a stable one millisecond early is refused"
+    );
+    let (m, _, wake) = m
+        .step(&LifecycleEvent::Stable {
+            attempt: nz(2),
+            at: t(32_000),
+        })
+        .expect("due");
+    assert_eq!((m.streak(), wake), (0, None));
+    // The stable period is the policy's.
+    let short = LifecyclePolicy {
+        stable_period_ms: 5,
+        ..LifecyclePolicy::default()
+    };
+    let (m, _) = ok(
+        &Lifecycle::new(t(0), short),
+        LifecycleEvent::Start { at: t(1) },
+    );
+    let (m, _) = ok(&m, failed(FailureClass::Backoff, 2));
+    let (m, _) = ok(&m, LifecycleEvent::Retry { at: t(3) });
+    let (m, _) = ok(&m, LifecycleEvent::Booted { at: t(4) });
+    assert_eq!(m.wake().map(|w| w.at), Some(t(9)));
+}
+
+#[test]
+fn a_spent_budget_serializes_snake_case_beside_retry_hold() {
+    let failed = LifecycleState::Failed {
+        attempt: nz(5),
+        report: report("bind_listener", 5),
+        retry: RetryClass::Hold,
+        budget_spent: Some(BudgetSpent::new(5, 600_000)),
+    };
+    let json = serde_json::to_value(&failed).expect("json");
+    assert_eq!(json["retry"], serde_json::json!({"class": "hold"}));
+    assert_eq!(json["budget_spent"]["failures"], 5);
+    assert_eq!(json["budget_spent"]["window_ms"], 600_000);
+    assert!(
+        json["budget_spent"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("restart budget spent"))
+    );
+    let back: LifecycleState = serde_json::from_value(json).expect("round trip");
+    assert_eq!(back, failed);
+    let wake = Wake {
+        at: t(7),
+        timer: Timer::Stable { attempt: nz(2) },
+    };
+    assert_eq!(
+        serde_json::to_value(wake).expect("json"),
+        serde_json::json!({"at": 7, "timer": {"timer": "stable", "attempt": 2}})
+    );
 }

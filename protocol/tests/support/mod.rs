@@ -9,13 +9,14 @@ use std::num::NonZeroU32;
 use steadfast_protocol::Timestamp;
 use steadfast_protocol::lifecycle::{
     Effect, ExitIntent, FailureClass, FailureReport, Lifecycle, LifecycleEvent, LifecycleState,
-    PendingApply, Phase, Preflight, RetryClass, StoreOutcome,
+    PendingApply, Phase, Preflight, RetryClass, StoreOutcome, Timer, Wake,
 };
 
 /// The state labels of the spec's table, in its order.
-pub const STATES: [&str; 16] = [
+pub const STATES: [&str; 18] = [
     "resolving",
     "booting",
+    "booting(last_of_budget)",
     "running",
     "draining(stop)",
     "draining(restart)",
@@ -27,13 +28,14 @@ pub const STATES: [&str; 16] = [
     "stopped(reinit_failed)",
     "failed(backoff)",
     "failed(hold)",
+    "failed(budget)",
     "wedged",
     "exiting",
     "reinitializing",
 ];
 
 /// The event labels of the spec's table, in its order.
-pub const EVENTS: [&str; 28] = [
+pub const EVENTS: [&str; 29] = [
     "held_at_startup",
     "start",
     "retry",
@@ -50,6 +52,7 @@ pub const EVENTS: [&str; 28] = [
     "runtime_ended(stale)",
     "stable",
     "stable(stale)",
+    "stable(early)",
     "stop",
     "restart",
     "restart(invalid)",
@@ -160,6 +163,15 @@ pub fn state(label: &str) -> Lifecycle {
             },
         ]),
         "failed(backoff)" => drive(&[start, failed(FailureClass::Backoff, 100)]),
+        // The first boot and three retries on the timer fail (t = 20, 1 030,
+        // 3 040, 7 050): the fifth automatic boot, started at t = 15 050, is
+        // the last the default budget (5 within 600 s) allows.
+        "booting(last_of_budget)" => drive(&last_of_budget()),
+        "failed(budget)" => {
+            let mut path = last_of_budget();
+            path.push(failed(FailureClass::Backoff, 15_060));
+            drive(&path)
+        }
         "failed(hold)" => drive(&[start, failed(FailureClass::Hold, 100)]),
         "wedged" => with(&[
             booted,
@@ -187,6 +199,34 @@ pub fn state(label: &str) -> Lifecycle {
             },
         ]),
         other => panic!("no state labelled {other:?}"),
+    }
+}
+
+/// Four failed automatic boots, each retried on its timer: booting the fifth.
+fn last_of_budget() -> Vec<LifecycleEvent> {
+    use LifecycleEvent as E;
+    let mut path = vec![E::Start { at: Timestamp(10) }];
+    let mut at = 20;
+    for delay in [1_000, 2_000, 4_000, 8_000] {
+        path.push(E::BootFailed {
+            report: report("bind_listener", at),
+            class: FailureClass::Backoff,
+            store: StoreOutcome::Released,
+        });
+        at += delay;
+        path.push(E::RetryDue { at: Timestamp(at) });
+        at += 10;
+    }
+    path
+}
+
+/// The machine's label of a fixture's state (a fixture label may name a
+/// variant the machine does not tell apart, such as the last boot of a
+/// budget).
+pub fn reached(label: &str) -> &str {
+    match label {
+        "booting(last_of_budget)" => "booting",
+        other => other,
     }
 }
 
@@ -254,9 +294,14 @@ pub fn event(label: &str, m: &Lifecycle) -> LifecycleEvent {
             at,
             error: "serve task ended".into(),
         },
+        // The stable period (30 s) after `running` booted at t = 1 030.
         "stable" => E::Stable {
             attempt: nz(ATTEMPT),
-            at,
+            at: Timestamp(31_030),
+        },
+        "stable(early)" => E::Stable {
+            attempt: nz(ATTEMPT),
+            at: Timestamp(31_029),
         },
         "stable(stale)" => E::Stable { attempt: nz(9), at },
         "stop" => E::Stop { at },
@@ -321,11 +366,30 @@ pub fn label(state: &LifecycleState) -> String {
     match state {
         LifecycleState::Draining { then, .. } => format!("draining({})", then.name()),
         LifecycleState::Stopped { reason, .. } => format!("stopped({})", reason.name()),
+        LifecycleState::Failed {
+            budget_spent: Some(_),
+            ..
+        } => "failed(budget)".into(),
         LifecycleState::Failed { retry, .. } => match retry {
             RetryClass::Backoff { .. } => "failed(backoff)".into(),
             RetryClass::Hold => "failed(hold)".into(),
         },
         other => other.name().into(),
+    }
+}
+
+/// The spec's label for the wake a lifecycle wants.
+pub fn wake_label(m: &Lifecycle) -> String {
+    match m.wake() {
+        None => "none".into(),
+        Some(Wake {
+            at,
+            timer: Timer::RetryDue,
+        }) => format!("retry_due at {}", at.as_millis()),
+        Some(Wake {
+            at,
+            timer: Timer::Stable { attempt },
+        }) => format!("stable({attempt}) at {}", at.as_millis()),
     }
 }
 
@@ -353,6 +417,12 @@ pub fn counters(before: &Lifecycle, after: &Lifecycle) -> String {
         } else {
             moved.push(format!("streak+{}", after.streak() - before.streak()));
         }
+    }
+    let (was, is) = (before.budget_used(), after.budget_used());
+    if is == 0 && was > 0 {
+        moved.push("budget=0".into());
+    } else if is != was {
+        moved.push(format!("budget{:+}", i64::from(is) - i64::from(was)));
     }
     if moved.is_empty() {
         "—".into()
