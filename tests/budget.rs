@@ -9,21 +9,7 @@
 
 mod processes;
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-
-fn kvd(data: &Path, config: &Path) -> Child {
-    Command::new(processes::example("kvd"))
-        .arg("--data-dir")
-        .arg(data)
-        .arg("--config")
-        .arg(config)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("kvd starts")
-}
+use std::process::Stdio;
 
 #[test]
 fn a_crash_looping_kvd_is_held_after_five_failed_boots_and_retry_resumes() {
@@ -33,7 +19,7 @@ fn a_crash_looping_kvd_is_held_after_five_failed_boots_and_retry_resumes() {
     let config = tmp.path().join("kvd.toml");
     std::fs::write(&config, format!("listen_addr = \"{addr}\"\n")).expect("config");
     let data = tmp.path().join("data");
-    let mut child = kvd(&data, &config);
+    let mut child = processes::kvd(&data, &config, Stdio::null());
 
     let held = processes::until(&data, "the budget spent", |s| {
         !s["lifecycle"]["budget_spent"].is_null()

@@ -46,17 +46,7 @@ impl Drop for Kvd {
 
 /// `kvd --data-dir DATA --config CONFIG`, stderr captured.
 fn kvd(data_dir: &Path, config: &Path) -> Kvd {
-    let child = Command::new(processes::example("kvd"))
-        .arg("--data-dir")
-        .arg(data_dir)
-        .arg("--config")
-        .arg(config)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kvd starts");
-    Kvd(child)
+    Kvd(processes::kvd(data_dir, config, Stdio::piped()))
 }
 
 /// `steadfastctl --data-dir DATA ARGS…`, killed and failed if it has not

@@ -361,20 +361,6 @@ async fn silent_tcp_connections_do_not_lock_the_operator_out() {
     exit(run, &handle, ExitIntent::Halt).await;
 }
 
-/// A kvd over `data`, its stderr piped.
-fn kvd(data: &Path, config: &Path) -> Child {
-    Command::new(processes::example("kvd"))
-        .arg("--data-dir")
-        .arg(data)
-        .arg("--config")
-        .arg(config)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kvd starts")
-}
-
 /// A config for kvd on a free loopback port.
 fn kvd_config(dir: &Path) -> PathBuf {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -420,7 +406,7 @@ fn a_daemon_refuses_to_run_without_its_control_socket() {
         }
         let path = control.join("control.sock");
         plant(&path).expect("plant");
-        let mut child = kvd(&data, &kvd_config(tmp.path()));
+        let mut child = processes::kvd(&data, &kvd_config(tmp.path()), Stdio::piped());
         let code = processes::wait_exit(&mut child);
         let stderr = stderr_of(&mut child);
         eprintln!("{what}: exit {code:?}; stderr: {stderr}");
@@ -458,7 +444,7 @@ fn a_socket_path_over_108_bytes_is_served() {
     std::fs::create_dir_all(&data).expect("mkdir");
     let sock = socket(&data);
     assert!(sock.as_os_str().len() > 108, "{}", sock.display());
-    let mut child = kvd(&data, &kvd_config(tmp.path()));
+    let mut child = processes::kvd(&data, &kvd_config(tmp.path()), Stdio::piped());
     let deadline = Instant::now() + processes::PATIENCE;
     let mut answered = None;
     while Instant::now() < deadline && answered.is_none() {
@@ -521,7 +507,7 @@ fn wait_stopped(pid: u32) {
 /// A kvd running, reachable over its socket.
 fn running_kvd(tmp: &Path) -> (Child, PathBuf) {
     let data = tmp.join("data");
-    let child = kvd(&data, &kvd_config(tmp));
+    let child = processes::kvd(&data, &kvd_config(tmp), Stdio::piped());
     processes::until(&data, "running", |s| s["lifecycle"]["state"] == "running");
     (child, data)
 }

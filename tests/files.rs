@@ -9,21 +9,9 @@ mod processes;
 use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 
 use processes::{free_port, kv, until, wait_exit};
-
-fn kvd(data_dir: &Path, config: &Path) -> Child {
-    Command::new(processes::example("kvd"))
-        .arg("--data-dir")
-        .arg(data_dir)
-        .arg("--config")
-        .arg(config)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("kvd starts")
-}
 
 fn running(s: &serde_json::Value) -> bool {
     s["lifecycle"]["state"] == "running"
@@ -54,7 +42,7 @@ fn kvd_files_are_private() {
     let config = tmp.path().join("kvd.toml");
     let port = free_port();
     std::fs::write(&config, format!("listen_addr = \"127.0.0.1:{port}\"\n")).expect("config");
-    let mut daemon = kvd(&data, &config);
+    let mut daemon = processes::kvd(&data, &config, Stdio::null());
     until(&data, "running", running);
     assert_eq!(kv(port, "GET old"), "value");
     assert_eq!(kv(port, "SET secret value"), "OK");
@@ -86,7 +74,7 @@ fn a_kvd_store_log_symlink_is_refused() {
     let config = tmp.path().join("kvd.toml");
     let port = free_port();
     std::fs::write(&config, format!("listen_addr = \"127.0.0.1:{port}\"\n")).expect("config");
-    let mut daemon = kvd(&data, &config);
+    let mut daemon = processes::kvd(&data, &config, Stdio::null());
     let refused = std::panic::catch_unwind(|| {
         until(&data, "the store.log link refused", |s| {
             s.to_string().contains("store.log is a symbolic link")
@@ -116,7 +104,7 @@ fn a_daemon_whose_data_dir_is_removed_exits_for_a_relaunch() {
     let data = tmp.path().join("data");
     let config = tmp.path().join("kvd.toml");
     std::fs::write(&config, "listen_addr = \"127.0.0.1:0\"\n").expect("config");
-    let mut daemon = kvd(&data, &config);
+    let mut daemon = processes::kvd(&data, &config, Stdio::null());
     until(&data, "running", running);
     std::fs::remove_dir_all(&data).expect("rm -rf the data dir");
     assert_eq!(wait_exit(&mut daemon), Some(75), "exit code of kvd");

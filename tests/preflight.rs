@@ -25,7 +25,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 use processes::{PATIENCE, ctl, until, wait_exit};
@@ -48,19 +48,6 @@ fn write_private(path: &Path, text: &str) {
         .expect("open the config");
     file.write_all(text.as_bytes()).expect("write the config");
     file.sync_all().expect("fsync the config");
-}
-
-fn kvd(data_dir: &Path, config: &Path) -> Child {
-    Command::new(processes::example("kvd"))
-        .arg("--data-dir")
-        .arg(data_dir)
-        .arg("--config")
-        .arg(config)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("kvd starts")
 }
 
 /// One request on kvd's line protocol, over TCP.
@@ -91,7 +78,7 @@ fn a_broken_config_refuses_the_restart_and_kvd_keeps_serving() {
         .expect("a free port")
         .port();
     write_private(&config, &format!("listen_addr = \"127.0.0.1:{port}\"\n"));
-    let mut daemon = kvd(&data, &config);
+    let mut daemon = processes::kvd(&data, &config, Stdio::null());
     let up = until(&data, "running", |s| state(s) == "running");
     assert_eq!(kv(port, "SET greeting hello"), "OK");
 

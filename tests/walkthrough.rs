@@ -5,26 +5,13 @@
 
 mod processes;
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::Instant;
 
 use processes::{ctl, kv, until, wait_exit};
 
 fn state(s: &serde_json::Value) -> &str {
     s["lifecycle"]["state"].as_str().unwrap_or("")
-}
-
-fn kvd(data_dir: &Path, config: &Path) -> Child {
-    Command::new(processes::example("kvd"))
-        .arg("--data-dir")
-        .arg(data_dir)
-        .arg("--config")
-        .arg(config)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("kvd starts")
 }
 
 #[test]
@@ -41,7 +28,7 @@ fn the_readme_walkthrough() {
     std::fs::write(&config, &good).expect("config");
 
     // 1. Run kvd; `status` shows it running, first ever; set a key.
-    let mut daemon = kvd(&data, &config);
+    let mut daemon = processes::kvd(&data, &config, Stdio::null());
     let up = until(&data, "running", |s| state(s) == "running");
     assert_eq!(up["previous_run"]["kind"], "first_ever");
     let human = ctl(&data, &["status"]);
@@ -77,7 +64,7 @@ fn the_readme_walkthrough() {
 
     // 3. Start kvd again: stopped (held at startup), previous run clean_stop;
     //    `start` brings it to running, and the data is there.
-    let mut daemon = kvd(&data, &config);
+    let mut daemon = processes::kvd(&data, &config, Stdio::null());
     let held = until(&data, "held at startup", |s| state(s) == "stopped");
     assert_eq!(held["lifecycle"]["reason"], "held_at_startup");
     assert_eq!(held["previous_run"]["kind"], "clean_stop");
@@ -97,7 +84,7 @@ fn the_readme_walkthrough() {
     assert_eq!(kv(port, "SET after kill"), "OK");
     daemon.kill().expect("kill -9");
     daemon.wait().expect("reaped");
-    let mut daemon = kvd(&data, &config);
+    let mut daemon = processes::kvd(&data, &config, Stdio::null());
     let again = until(&data, "running after the crash", |s| state(s) == "running");
     assert_eq!(again["previous_run"]["kind"], "crashed");
     assert_eq!(kv(port, "GET greeting"), "hello world");

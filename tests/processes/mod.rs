@@ -166,3 +166,18 @@ pub fn kv(port: u16, line: &str) -> String {
         .expect("an answer");
     answer.trim_end().to_owned()
 }
+
+/// `kvd --data-dir DATA_DIR --config CONFIG` (this process's up-to-date
+/// build), stdin and stdout closed, stderr as the test wants it.
+pub fn kvd(data_dir: &Path, config: &Path, stderr: std::process::Stdio) -> Child {
+    Command::new(example("kvd"))
+        .arg("--data-dir")
+        .arg(data_dir)
+        .arg("--config")
+        .arg(config)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("kvd starts")
+}
