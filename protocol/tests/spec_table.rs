@@ -22,14 +22,17 @@ fn spec_text() -> String {
     std::fs::read_to_string(path).expect("spec/lifecycle.md is readable")
 }
 
-fn spec_rows() -> BTreeMap<(String, String), Row> {
-    let text = spec_text();
+/// The rows of the spec's table marked `<!-- {marker}:begin -->` …
+/// `<!-- {marker}:end -->`: each row's cells (code ticks trimmed), with the
+/// line it came from; the header and the rule skipped; every row `width`
+/// cells wide.
+fn table(text: &str, marker: &str, width: usize) -> Vec<(Vec<String>, String)> {
     let table = text
-        .split("<!-- table:begin -->")
+        .split(&format!("<!-- {marker}:begin -->"))
         .nth(1)
-        .and_then(|rest| rest.split("<!-- table:end -->").next())
-        .expect("the spec marks its table with table:begin / table:end");
-    let mut rows = BTreeMap::new();
+        .and_then(|rest| rest.split(&format!("<!-- {marker}:end -->")).next())
+        .unwrap_or_else(|| panic!("the spec marks a table with {marker}:begin / {marker}:end"));
+    let mut rows = Vec::new();
     for line in table.lines().map(str::trim).filter(|l| l.starts_with('|')) {
         let cells: Vec<String> = line
             .trim_matches('|')
@@ -39,7 +42,17 @@ fn spec_rows() -> BTreeMap<(String, String), Row> {
         if cells[0] == "state" || cells[0].starts_with("---") {
             continue;
         }
-        assert_eq!(cells.len(), 5, "a row has five cells: {line}");
+        assert_eq!(cells.len(), width, "a row has {width} cells: {line}");
+        rows.push((cells, line.to_owned()));
+    }
+    rows
+}
+
+fn spec_rows() -> BTreeMap<(String, String), Row> {
+    let text = spec_text();
+    let mut rows = BTreeMap::new();
+    for (cells, line) in table(&text, "table", 5) {
+        let line = line.as_str();
         let key = (cells[0].clone(), cells[1].clone());
         let row = Row {
             next: cells[2].clone(),
@@ -124,22 +137,8 @@ fn the_spec_table_lists_no_pair_the_machine_does_not_have() {
 #[test]
 fn the_machine_wants_the_wake_the_spec_lists_for_every_state() {
     let text = spec_text();
-    let table = text
-        .split("<!-- wakes:begin -->")
-        .nth(1)
-        .and_then(|rest| rest.split("<!-- wakes:end -->").next())
-        .expect("the spec marks its timers with wakes:begin / wakes:end");
     let mut spec = BTreeMap::new();
-    for line in table.lines().map(str::trim).filter(|l| l.starts_with('|')) {
-        let cells: Vec<String> = line
-            .trim_matches('|')
-            .split('|')
-            .map(|c| c.trim().trim_matches('`').to_owned())
-            .collect();
-        if cells[0] == "state" || cells[0].starts_with("---") {
-            continue;
-        }
-        assert_eq!(cells.len(), 2, "a row has two cells: {line}");
+    for (cells, line) in table(&text, "wakes", 2) {
         assert!(
             spec.insert(cells[0].clone(), cells[1].clone()).is_none(),
             "twice: {line}"
