@@ -21,14 +21,13 @@ mod common;
 mod processes;
 
 use std::fs::OpenOptions;
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
-use processes::{PATIENCE, ctl, until, wait_exit};
+use processes::{PATIENCE, ctl, kv, until, wait_exit};
 use steadfast::{
     CommandError, ConfigError, ConfigSource, LifecycleState, RefusedBecause, ResolvedConfig,
 };
@@ -48,20 +47,6 @@ fn write_private(path: &Path, text: &str) {
         .expect("open the config");
     file.write_all(text.as_bytes()).expect("write the config");
     file.sync_all().expect("fsync the config");
-}
-
-/// One request on kvd's line protocol, over TCP.
-fn kv(port: u16, line: &str) -> String {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to kvd");
-    stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
-    stream
-        .write_all(format!("{line}\n").as_bytes())
-        .expect("send");
-    let mut answer = String::new();
-    BufReader::new(stream)
-        .read_line(&mut answer)
-        .expect("answer");
-    answer.trim_end().to_owned()
 }
 
 fn attempts(s: &serde_json::Value) -> usize {
