@@ -821,7 +821,7 @@ fn a_root_operator_reaches_a_service_users_daemon() {
     // The service user must reach the binary and the config: copies in the
     // 0755 temp dir (the build tree may not be open to it).
     let bin = tmp.path().join("kvd");
-    std::fs::copy(processes::example("kvd"), &bin).expect("copy kvd");
+    processes::copy_executable(&processes::example("kvd"), &bin);
     let config = kvd_config(tmp.path());
     std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o644)).expect("chmod");
     let data = tmp.path().join("data");

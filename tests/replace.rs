@@ -29,7 +29,7 @@ use processes::free_port;
 /// A copy of kvd at `dir/name`, reporting `version`.
 fn stamped_kvd(dir: &Path, name: &str, version: &str) -> PathBuf {
     let path = dir.join(name);
-    std::fs::copy(processes::example("kvd"), &path).expect("copy kvd");
+    processes::copy_executable(&processes::example("kvd"), &path);
     std::fs::write(path.with_extension("version"), version).expect("stamp");
     path
 }
@@ -333,31 +333,19 @@ fn a_candidate_that_fails_verification_is_stopped_and_the_incumbent_keeps_servin
     // runs out at verify).
     let candidate = kvd.dir.join("silent");
     let pid_file = kvd.dir.join("silent.pid");
-    std::fs::write(
+    processes::write_script(
         &candidate,
-        format!(
+        &format!(
             "#!/bin/sh\necho $$ > {}\nexec sleep 600\n",
             pid_file.display()
         ),
-    )
-    .expect("script");
-    std::fs::set_permissions(
-        &candidate,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .expect("chmod");
+    );
     // And one that dies at once.
     let crashing = kvd.dir.join("crashing");
-    std::fs::write(
+    processes::write_script(
         &crashing,
-        format!("#!/bin/sh\necho $$ > {}\nexit 3\n", pid_file.display()),
-    )
-    .expect("script");
-    std::fs::set_permissions(
-        &crashing,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .expect("chmod");
+        &format!("#!/bin/sh\necho $$ > {}\nexit 3\n", pid_file.display()),
+    );
     for (mode, candidate) in [("exclusive", &candidate), ("overlap", &crashing)] {
         let out = ctl(
             &kvd.data,
@@ -439,16 +427,13 @@ fn a_second_replacement_is_refused_and_bad_input_is_a_typed_error() {
     // second is refused, typed.
     let silent = kvd.dir.join("silent");
     let pid_file = kvd.dir.join("silent.pid");
-    std::fs::write(
+    processes::write_script(
         &silent,
-        format!(
+        &format!(
             "#!/bin/sh\necho $$ > {}\nexec sleep 600\n",
             pid_file.display()
         ),
-    )
-    .expect("script");
-    std::fs::set_permissions(&silent, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .expect("chmod");
+    );
     let mut first = Command::new(processes::steadfastctl())
         .arg("--data-dir")
         .arg(&kvd.data)

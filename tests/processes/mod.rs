@@ -77,6 +77,41 @@ fn built(name: &str, build: &[&str], under: &Path) -> PathBuf {
     path
 }
 
+/// An executable at `dest` holding the bytes of `from`, written by a `cp`
+/// child rather than by this process.
+///
+/// A test process runs many tests on threads at once. While one of them
+/// holds a file open for writing, another thread's `fork` copies that
+/// descriptor into a child that keeps it until its `exec`; if the first
+/// test execs its new file in that window, the kernel refuses with
+/// `ETXTBSY` ("Text file busy"). A file written by a child process is
+/// never open for writing here, so no fork of ours can hold it.
+pub fn copy_executable(from: &Path, dest: &Path) {
+    let status = Command::new("cp")
+        .arg("--")
+        .arg(from)
+        .arg(dest)
+        .status()
+        .expect("cp runs");
+    assert!(status.success(), "cp {} {}", from.display(), dest.display());
+    set_executable(dest);
+}
+
+/// A shell script at `dest` holding `body`, written like
+/// [`copy_executable`] (the source is written here and never executed).
+pub fn write_script(dest: &Path, body: &str) {
+    let mut source = dest.as_os_str().to_owned();
+    source.push(".source");
+    let source = PathBuf::from(source);
+    std::fs::write(&source, body).expect("write the script's source");
+    copy_executable(&source, dest);
+}
+
+fn set_executable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
 /// Remove the links of test processes that have ended.
 fn remove_ended(bins: &Path) {
     let Ok(entries) = std::fs::read_dir(bins) else {
