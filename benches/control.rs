@@ -35,7 +35,6 @@
 //!
 //! Run: `cargo bench --bench control`.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bincode::Options;
@@ -44,11 +43,13 @@ mod support;
 use support::{Noop, empty_source};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use steadfast::Supervisor;
 use steadfast::control::codec::options;
 use steadfast::control::{ControlClient, serve_unix};
 use steadfast::control::{Token, serve_tcp_with};
-use steadfast::protocol::control::{ControlRefusal, WireSnapshot};
-use steadfast::{ControlDir, LifecycleState, Supervisor, SupervisorConfig};
+use steadfast::protocol::control::{CommandError, WireSnapshot};
+use steadfast::protocol::lifecycle::LifecycleState;
+use steadfast_actors::control_dir::ControlDir;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
@@ -141,8 +142,10 @@ fn bench(c: &mut Criterion) {
         .build()
         .expect("client runtime");
     let (handle, _server, socket) = rt.block_on(async {
-        let config = SupervisorConfig::new(tmp.path(), empty_source(), Arc::new(Noop));
-        let (supervisor, handle) = Supervisor::new(config).expect("supervisor");
+        let (supervisor, handle) = Supervisor::builder(tmp.path(), Noop)
+            .config(empty_source())
+            .build()
+            .expect("supervisor");
         let socket = supervisor.control_socket_path();
         tokio::spawn(supervisor.run());
         let server = serve_unix(handle.clone(), &socket).expect("serves");
@@ -157,7 +160,7 @@ fn bench(c: &mut Criterion) {
     });
 
     // The sizes of the real frames, for the baseline.
-    let answer: Result<WireSnapshot, ControlRefusal> =
+    let answer: Result<WireSnapshot, CommandError> =
         Ok(WireSnapshot::from_snapshot(&handle.snapshot()));
     let answer_len = options().serialize(&answer).expect("encodes").len() + 16;
     let request = vec![0u8; 48];

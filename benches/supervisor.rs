@@ -13,7 +13,6 @@
 //! Run: `cargo bench --bench supervisor`.
 
 use std::io::Write;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod support;
@@ -22,9 +21,9 @@ use support::{Noop, empty_source};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use steadfast::protocol::journal::{Record, encode_header, encode_record};
-use steadfast::{
-    ExitIntent, Hold, LifecycleState, Snapshot, Supervisor, SupervisorConfig, SupervisorHandle,
-};
+use steadfast::protocol::lifecycle::LifecycleState;
+use steadfast::protocol::snapshot::Snapshot;
+use steadfast::{ExitIntent, Hold, Supervisor, SupervisorHandle};
 
 async fn until(handle: &SupervisorHandle, pred: impl Fn(&Snapshot) -> bool) {
     let mut rx = handle.watch();
@@ -77,12 +76,10 @@ fn bench(c: &mut Criterion) {
     });
 
     let (handle, run) = rt.block_on(async {
-        let (supervisor, handle) = Supervisor::new(SupervisorConfig::new(
-            tmp.path().join("one"),
-            empty_source(),
-            Arc::new(Noop),
-        ))
-        .expect("new");
+        let (supervisor, handle) = Supervisor::builder(tmp.path().join("one"), Noop)
+            .config(empty_source())
+            .build()
+            .expect("new");
         let run = tokio::spawn(supervisor.run());
         until(&handle, running).await;
         (handle, run)
@@ -155,7 +152,7 @@ fn bench(c: &mut Criterion) {
                     for i in 0..1000 {
                         let dir = tmp.path().join(format!("many-{round}-{i}"));
                         let (supervisor, handle) =
-                            Supervisor::new(SupervisorConfig::new(dir, empty_source(), Arc::new(Noop))).expect("new");
+                            Supervisor::builder(dir, Noop).config(empty_source()).build().expect("new");
                         all.push((tokio::spawn(supervisor.run()), handle));
                     }
                     for (_, handle) in &all {

@@ -22,15 +22,18 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use steadfast::protocol::journal::{self, Record};
+use steadfast::protocol::lifecycle::LifecycleState;
+use steadfast::protocol::snapshot::PhaseOutcome;
+use steadfast::service::{ResourceRecord, StoreLock};
+use steadfast::supervisor::Timings;
 use steadfast::{
-    ControlDir, ExitIntent, Hold, LifecycleState, Made, Observation, PhaseOutcome, Plan,
-    ResourceRecord, Runtime, Service, Step, StepContext, StepError, StoreLock, Supervisor,
-    SupervisorConfig, Timings, TomlFileSource,
+    ExitIntent, Hold, Made, Observation, Plan, Runtime, Service, Step, StepContext, StepError,
+    Supervisor,
 };
+use steadfast_actors::control_dir::ControlDir;
 
 fn say(line: &str) {
     let mut out = std::io::stdout().lock();
@@ -55,9 +58,10 @@ struct Prepare {
 
 impl Step for Prepare {
     const NAME: &'static str = "prepare";
+    type Config = toml::Table;
     type Output = ();
 
-    async fn execute(&self, _cx: StepContext<'_>) -> Result<Made<()>, StepError> {
+    async fn execute(&self, _cx: StepContext<'_, toml::Table>) -> Result<Made<()>, StepError> {
         // Idempotent: a crash between creating it and its checkpoint runs
         // this again over an existing file.
         std::fs::File::create(&self.path)
@@ -93,9 +97,13 @@ struct OpenStore;
 
 impl Step for OpenStore {
     const NAME: &'static str = "open_store";
+    type Config = toml::Table;
     type Output = StoreLock;
 
-    async fn execute(&self, cx: StepContext<'_>) -> Result<Made<StoreLock>, StepError> {
+    async fn execute(
+        &self,
+        cx: StepContext<'_, toml::Table>,
+    ) -> Result<Made<StoreLock>, StepError> {
         let lock = StoreLock::acquire(cx.data_dir).map_err(StepError::backoff)?;
         Ok(Made::new("store", "store.lock", lock))
     }
@@ -106,9 +114,13 @@ struct Serve;
 
 impl Step for Serve {
     const NAME: &'static str = "serve";
+    type Config = toml::Table;
     type Output = std::process::Child;
 
-    async fn execute(&self, cx: StepContext<'_>) -> Result<Made<Self::Output>, StepError> {
+    async fn execute(
+        &self,
+        cx: StepContext<'_, toml::Table>,
+    ) -> Result<Made<Self::Output>, StepError> {
         let child = std::process::Command::new("sleep")
             .arg("60")
             .stdin(std::process::Stdio::null())
@@ -140,7 +152,9 @@ impl Step for Serve {
 }
 
 impl Service for Crashd {
-    fn plan(&self, _config: &toml::Table) -> Plan {
+    type Config = toml::Table;
+
+    fn plan(&self, _config: &toml::Table) -> Plan<toml::Table> {
         Plan::new()
             .step(Prepare {
                 path: self.data_dir.join("prepared"),
@@ -200,7 +214,9 @@ fn inspect(data_dir: &Path) {
     }
 }
 
-async fn wait_running(watch: &mut tokio::sync::watch::Receiver<steadfast::Snapshot>) {
+async fn wait_running(
+    watch: &mut tokio::sync::watch::Receiver<steadfast::protocol::snapshot::Snapshot>,
+) {
     let _ = watch
         .wait_for(|s| matches!(s.lifecycle, LifecycleState::Running { .. }))
         .await;
@@ -219,17 +235,17 @@ async fn main() {
         .unwrap_or(4);
     wait_for_the_lock(&data_dir);
     inspect(&data_dir);
-    let source = TomlFileSource::new().into_source();
-    let service = Arc::new(Crashd {
+    let service = Crashd {
         data_dir: data_dir.clone(),
-    });
-    let config = SupervisorConfig::new(&data_dir, source, service)
+    };
+    let built = Supervisor::builder(&data_dir, service)
         .timings(Timings {
             drain_grace: Duration::from_secs(2),
             ..Timings::default()
         })
-        .journal_keep_attempts(keep);
-    let (supervisor, handle) = match Supervisor::new(config) {
+        .journal_keep_attempts(keep)
+        .build();
+    let (supervisor, handle) = match built {
         Ok(opened) => opened,
         Err(error) => {
             say(&format!("refused {error}"));

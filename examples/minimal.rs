@@ -1,78 +1,50 @@
-//! The smallest useful embedding: a daemon whose runtime is one TCP listener
-//! that greets each connection, supervised by steadfast (booted, retried with
-//! backoff, held on a bad config, drained on SIGTERM, reported to systemd) and
-//! driven by `steadfastctl --data-dir ./minimal-data status`.
-//!
-//! `cargo run --example minimal -- ./minimal-data [config.toml]`
-//! (the config may set `listen_addr`; the default is `127.0.0.1:7071`).
+//! The smallest embedding: one step binds `listen_addr` and greets each connection, kept up by
+//! steadfast (backoff, held on a bad config, drained on SIGTERM, logs on stderr by `RUST_LOG`).
+//! `cargo run --example minimal -- DIR [FILE]`, then `steadfastctl --data-dir DIR status`.
+use steadfast::{Made, Plan, Service, Step, StepContext, StepError, Supervisor, TomlFileSource};
+use tokio::{io::AsyncWriteExt, net::TcpListener};
 
-use std::sync::Arc;
+#[derive(serde::Deserialize)]
+struct Config {
+    listen_addr: String,
+}
 
-use steadfast::daemon::{DaemonOptions, run_with};
-use steadfast::{Made, Plan, Service, Step, StepContext, StepError};
-use steadfast::{Supervisor, SupervisorConfig, TomlFileSource};
-use tokio::io::AsyncWriteExt;
-
-/// The one step: bind `listen_addr` and greet whoever connects.
 struct Greet;
-
 impl Step for Greet {
     const NAME: &'static str = "serve";
-    /// The bound address: present while the runtime holds it.
-    type Output = std::net::SocketAddr;
-
-    async fn execute(&self, cx: StepContext<'_>) -> Result<Made<Self::Output>, StepError> {
-        let addr = cx.config.get("listen_addr").and_then(|v| v.as_str());
-        let addr = addr.unwrap_or("127.0.0.1:7071");
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| StepError::backoff(format!("{addr}: {e}")))?;
-        let bound = listener.local_addr().map_err(StepError::backoff)?;
-        let stop = cx.runtime.shutdown_token();
-        cx.runtime.spawn("accept", async move {
+    type Config = Config;
+    type Output = ();
+    async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Made<()>, StepError> {
+        let addr = &cx.config.listen_addr;
+        let listener = TcpListener::bind(addr).await.map_err(StepError::backoff)?;
+        cx.runtime.serve("accept", async move {
             loop {
-                tokio::select! {
-                    () = stop.cancelled() => return Ok(()),
-                    Ok((mut peer, _)) = listener.accept() => { let _ = peer.write_all(b"hello\n").await; }
-                }
+                let (mut peer, _) = listener.accept().await.map_err(|e| e.to_string())?;
+                let _ = peer.write_all(b"hello\n").await;
             }
         });
-        Ok(Made::new("listener", addr, bound))
+        Ok(Made::new("listener", addr.clone(), ()))
     }
 }
 
 struct Hello;
 
 impl Service for Hello {
-    fn plan(&self, _config: &toml::Table) -> Plan {
+    type Config = Config;
+    fn plan(&self, _config: &Config) -> Plan<Config> {
         Plan::new().step(Greet)
     }
 }
 
 #[tokio::main]
-async fn main() {
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let data_dir = args.next().unwrap_or_else(|| "minimal-data".into());
-    let declared = args.next();
-    let mut source = TomlFileSource::new().defaults_toml("listen_addr = \"127.0.0.1:7071\"");
-    if let Some(file) = &declared {
-        source = source.declared_file(file);
+    let data_dir = args.next().ok_or("usage: minimal DATA_DIR [FILE]")?;
+    let mut config = TomlFileSource::new().defaults_toml("listen_addr = \"127.0.0.1:7071\"");
+    if let Some(file) = args.next() {
+        config = config.declared_file(file);
     }
-    let mut config = SupervisorConfig::new(&data_dir, source.into_source(), Arc::new(Hello));
-    config.declared = declared.map(Into::into);
-    let (supervisor, handle) = Supervisor::new(config).unwrap_or_else(|error| {
-        eprintln!("minimal: {error}"); // another daemon holds the data dir, or its journal is corrupt
-        std::process::exit(1)
-    });
-    let intent = run_with(
-        supervisor,
-        handle,
-        DaemonOptions::new().control_socket(true),
-    )
-    .await
-    .unwrap_or_else(|error| {
-        eprintln!("minimal: {error}");
-        std::process::exit(1)
-    });
-    std::process::exit(intent.code());
+    let builder = Supervisor::builder(data_dir, Hello).config(config);
+    let (supervisor, handle) = builder.build()?;
+    std::process::exit(steadfast::daemon::run(supervisor, handle).await?.code())
 }

@@ -106,6 +106,10 @@ pub struct DaemonOptions {
     /// Create the token file (mode 0600, a fresh random token) when it
     /// does not exist.
     pub create_token: bool,
+    /// Log to stderr through a `tracing-subscriber` filtered by `RUST_LOG`
+    /// (default `info`) — on by default, and only if the application has
+    /// not installed a subscriber of its own.
+    pub logging: bool,
 }
 
 impl DaemonOptions {
@@ -117,7 +121,15 @@ impl DaemonOptions {
             control_socket: false,
             control_tcp: None,
             create_token: false,
+            logging: true,
         }
+    }
+
+    /// Install (or not) the default log output.
+    #[must_use]
+    pub const fn logging(mut self, on: bool) -> Self {
+        self.logging = on;
+        self
     }
 
     /// Answer (or not) SIGTERM, SIGINT and SIGHUP.
@@ -171,6 +183,22 @@ pub enum DaemonError {
     ControlPort(#[source] crate::control::ControlError),
 }
 
+/// Log to stderr, filtered by `RUST_LOG` (default `info`), unless the
+/// application installed a subscriber of its own (then this does nothing).
+fn install_logging() {
+    if tracing::dispatcher::has_been_set() {
+        return;
+    }
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Another thread may install one first: then that one stays.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
 /// Serve the TCP control port `options` ask for, if any.
 fn serve_tcp(
     options: &DaemonOptions,
@@ -201,12 +229,23 @@ fn serve_tcp(
     served.map(Some).map_err(DaemonError::ControlPort)
 }
 
-/// Run `supervisor` as the process's daemon: answer signals, notify systemd
-/// when `NOTIFY_SOCKET` is set, and return the exit intent. No control
-/// socket; see [`run_with`].
-pub async fn run(supervisor: Supervisor, handle: SupervisorHandle) -> ExitIntent {
-    // No control plane asked for: nothing can fail before the run.
-    run_serving(supervisor, handle, None, None, true).await
+/// Run `supervisor` as the process's daemon, as most embeddings want it:
+/// signals answered, systemd notified when `NOTIFY_SOCKET` is set, logging
+/// on, and the control socket served (`steadfastctl --data-dir DIR`) —
+/// [`run_with`] with `DaemonOptions::new().control_socket(true)`.
+///
+/// # Errors
+/// As [`run_with`].
+pub async fn run(
+    supervisor: Supervisor,
+    handle: SupervisorHandle,
+) -> Result<ExitIntent, DaemonError> {
+    run_with(
+        supervisor,
+        handle,
+        DaemonOptions::new().control_socket(true),
+    )
+    .await
 }
 
 /// [`run`], with options: `DaemonOptions::new().control_socket(true)` also
@@ -220,6 +259,9 @@ pub async fn run_with(
     handle: SupervisorHandle,
     options: DaemonOptions,
 ) -> Result<ExitIntent, DaemonError> {
+    if options.logging {
+        install_logging();
+    }
     let control = if options.control_socket {
         let path = supervisor.control_socket_path();
         let guard = crate::control::serve_unix(handle.clone(), &path).map_err(|error| {

@@ -13,9 +13,9 @@
 //! `(st_dev, st_ino)`, `DirKey`), taken by the incumbent from its open
 //! control directory's parent.
 //!
-//! The candidate receives it once, on first use (`Supervisor::new`,
+//! The candidate receives it once, on first use (`SupervisorBuilder::build`,
 //! [`take`], [`take_listener`]), and keeps what it received by that data
-//! dir: `Supervisor::new` takes the lock only when its own data dir is the
+//! dir: `SupervisorBuilder::build` takes the lock only when its own data dir is the
 //! one named (the same open file as the incumbent's, so the lock is held
 //! throughout and outlives the incumbent: there is no moment at which a
 //! third daemon could take the data dir), so a process that runs several
@@ -243,7 +243,7 @@ fn receive(path: &Path) -> Result<(DirKey, Handed), HandoverError> {
     Ok((key, Handed { incumbent, files }))
 }
 
-/// Open `data_dir`'s control directory, as `Supervisor::new` does: with
+/// Open `data_dir`'s control directory, as `SupervisorBuilder::build` does: with
 /// the lock the incumbent handed over for this data dir when this process
 /// is its candidate, else by taking the lock. A handover for another data
 /// dir is left to that data dir's supervisor.

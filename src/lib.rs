@@ -6,23 +6,75 @@
 //! changes — every move decided by one pure state machine
 //! ([`protocol::lifecycle`]) and journaled before it is acknowledged.
 //!
+//! A service is a typed config and a [`Plan`] of [`Step`]s, each one type
+//! with `async fn`s; [`Supervisor::builder`] runs it over a data directory:
+//!
+//! ```no_run
+//! use steadfast::daemon::{DaemonOptions, run_with};
+//! use steadfast::{Made, Plan, Service, Step, StepContext, StepError, Supervisor, TomlFileSource};
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Config {
+//!     listen_addr: String,
+//! }
+//!
+//! /// Binds the listener; the runtime keeps it under this step's type.
+//! struct Bind;
+//!
+//! impl Step for Bind {
+//!     const NAME: &'static str = "bind";
+//!     type Config = Config;
+//!     type Output = tokio::net::TcpListener;
+//!
+//!     async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Made<Self::Output>, StepError> {
+//!         let addr = &cx.config.listen_addr;
+//!         let listener = tokio::net::TcpListener::bind(addr).await.map_err(StepError::backoff)?;
+//!         Ok(Made::new("listener", addr.clone(), listener))
+//!     }
+//! }
+//!
+//! struct App;
+//!
+//! impl Service for App {
+//!     type Config = Config;
+//!
+//!     fn plan(&self, _config: &Config) -> Plan<Config> {
+//!         Plan::new().step(Bind)
+//!     }
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let config = TomlFileSource::new()
+//!         .defaults_toml("listen_addr = \"127.0.0.1:7071\"")
+//!         .declared_file("/etc/app.toml");
+//!     let (supervisor, handle) = Supervisor::builder("/var/lib/app", App).config(config).build()?;
+//!     let intent = run_with(supervisor, handle, DaemonOptions::new().control_socket(true)).await?;
+//!     std::process::exit(intent.code())
+//! }
+//! ```
+//!
 //! # Layout
-//! - [`Supervisor`], [`SupervisorHandle`], [`SupervisorConfig`]: the
-//!   embedding API ([`supervisor`]).
-//! - [`Service`], its [`Plan`] of [`Step`]s and the [`Runtime`] they build:
-//!   what an application implements.
+//! - At the root: what an embedding names — the [`Supervisor`] and its
+//!   [`SupervisorHandle`], the [`Service`] and its [`Step`]s, the
+//!   [`CommandError`] every command answers.
+//! - [`service`]: the rest of what steps use (checkpoints, progress, the
+//!   store lock); [`config`]: config sources and their errors;
+//!   [`supervisor`]: timings and the builder.
 //! - [`control`]: the control plane's server (Unix socket, or TCP behind a
-//!   token) and its reconnecting client;
-//!   `steadfastctl` (the `steadfastctl` package) is its command line.
+//!   token) and its reconnecting client; `steadfastctl` (its own package)
+//!   is its command line.
 //! - [`daemon`]: the process-wide helper (signals, systemd, exit code,
 //!   optionally the control socket).
 //! - [`replace`], [`handover`]: the built-in process driver that replaces
 //!   the daemon's own binary (overlap or exclusive), and the passing of the
 //!   data dir's lock and listeners to the candidate.
-//! - [`protocol`]: the pure core (crate `steadfast-protocol`).
-//! - [`actors`]: the supervision tree (crate `steadfast-actors`).
+//! - [`fs`]: opening files under a data dir without following links.
+//! - [`protocol`]: the pure core (crate `steadfast-protocol`): states,
+//!   refusals, snapshots.
 
-pub use steadfast_actors as actors;
+#![warn(unreachable_pub)]
+
 pub use steadfast_protocol as protocol;
 
 pub mod control;
@@ -31,27 +83,37 @@ pub mod handover;
 pub mod replace;
 pub mod supervisor;
 
-pub use steadfast_actors::config::{
-    ConfigError, ConfigSource, Fingerprint, Overrides, ResolvedConfig, TomlFileSource, parse_value,
+/// Config sources, the effective config's errors, and the bounded read a
+/// service uses for files of its own.
+pub mod config {
+    pub use steadfast_actors::config::{
+        ConfigError, ConfigSource, Fingerprint, MAX_CONFIG_BYTES, RESOLVE_DEADLINE, ResolvedConfig,
+        TomlFileSource, changed_leaves, parse_value, read_config_file,
+    };
+}
+
+/// What a [`Service`]'s steps use beyond the root's names.
+pub mod service {
+    pub use steadfast_actors::service::{
+        CancellationToken, Checkpoint, ConfigChange, Made, Observation, Plan, Runtime, Service,
+        Step, StepContext, StepError, StepProgress, TaskEnded,
+    };
+    pub use steadfast_actors::store::StoreLock;
+    pub use steadfast_protocol::journal::ResourceRecord;
+}
+
+/// Files under a data directory, opened without following a link and
+/// created private (what steadfast's own control directory uses).
+pub mod fs {
+    pub use steadfast_actors::fsx::{
+        Access, Dir, FsError, UnsafePath, open_in_data_dir, read_nofollow,
+    };
+}
+
+pub use config::TomlFileSource;
+pub use service::{
+    ConfigChange, Made, Observation, Plan, Runtime, Service, Step, StepContext, StepError,
 };
-pub use steadfast_actors::context::Timings;
-pub use steadfast_actors::control_dir::{ControlDir, RunMarker};
-pub use steadfast_actors::lifecycle::{Command, CommandError, Hold};
-pub use steadfast_actors::service::{
-    CancellationToken, Checkpoint, Made, Observation, Plan, Runtime, Service, Step, StepContext,
-    StepError, StepProgress,
-};
-pub use steadfast_actors::store::StoreLock;
-pub use steadfast_protocol::history::JournalAttempt;
-pub use steadfast_protocol::journal::ResourceRecord;
-pub use steadfast_protocol::lifecycle::{
-    ExitIntent, FailureClass, LifecycleState, PendingApply, Phase, Refused, RefusedBecause,
-    RetryClass, StopReason,
-};
-pub use steadfast_protocol::snapshot::{
-    AttemptRecord, AttemptResult, ConfigView, PhaseOutcome, PreviousRun, Snapshot,
-};
-pub use supervisor::{
-    DEFAULT_JOURNAL_KEEP_ATTEMPTS, ReinitConfirmation, Supervisor, SupervisorConfig,
-    SupervisorError, SupervisorHandle,
-};
+pub use steadfast_protocol::command::CommandError;
+pub use steadfast_protocol::lifecycle::ExitIntent;
+pub use supervisor::{Hold, Supervisor, SupervisorError, SupervisorHandle};

@@ -1,11 +1,11 @@
 //! The embedding API: [`Supervisor`] and [`SupervisorHandle`].
 //!
-//! `Supervisor::new` opens the data directory — takes its lock (a second
+//! [`Supervisor::builder`]`(..).build()` opens the data directory — takes its lock (a second
 //! supervisor gets [`SupervisorError::Locked`]), opens and repairs the journal
 //! (a corrupt one refuses to start, naming the file and offset), reads what
 //! the previous run left, and marks this run as holding — all before anything
 //! runs. `Supervisor::run` starts the actor tree and returns the exit intent
-//! once the lifecycle has exited. The handle works from the moment `new`
+//! once the lifecycle has exited. The handle works from the moment `build`
 //! returns: commands sent before `run` wait in a queue.
 
 use std::path::PathBuf;
@@ -13,122 +13,90 @@ use std::sync::{Arc, Mutex, Weak};
 
 use steadfast_actors::clock::Clock;
 use steadfast_actors::config::{ConfigSource, Overrides, TomlFileSource, value_text};
-use steadfast_actors::context::{Shared, Timings, reinit_salt};
+pub use steadfast_actors::context::Timings;
+use steadfast_actors::context::{Shared, reinit_salt};
 use steadfast_actors::control_dir::{self, ControlDir, ControlDirError, RunMarker};
 use steadfast_actors::ledger::Ledger;
-use steadfast_actors::lifecycle::{Command, CommandError, CommandRequest, Hold};
+pub use steadfast_actors::lifecycle::Hold;
+use steadfast_actors::lifecycle::{Command, CommandError, CommandRequest};
 use steadfast_actors::replacement::{ReplaceJob, ReplaceRequest, ReplacementChannels};
 use steadfast_actors::root::{RootActor, RootArgs};
-use steadfast_actors::service::AnyService;
+use steadfast_actors::service::{AnyService, Service};
 use steadfast_protocol::history::{self, JournalAttempt};
 use steadfast_protocol::lifecycle::{ExitIntent, LifecycleState, PendingApply};
 use steadfast_protocol::replacement::{ReplaceRefusal, Report};
 use steadfast_protocol::snapshot::{ConfigView, Snapshot};
 use tokio::sync::{mpsc, oneshot, watch};
 
-/// Everything a supervisor needs.
-pub struct SupervisorConfig {
-    /// The data directory: the store and the control directory live under it.
-    pub data_dir: PathBuf,
-    /// Where the effective config comes from.
-    pub source: ConfigSource,
-    /// The embedding application's runtime.
-    pub service: Arc<dyn AnyService>,
-    /// The declared config file, watched for changes (optional).
-    pub declared: Option<PathBuf>,
-    /// Backoff, stable period, drain grace, debounce.
-    pub timings: Timings,
-    /// How many boot attempts the journal keeps when it is compacted (it is
-    /// compacted once it holds twice as many; the checkpoints a resume needs
-    /// are always kept). Default [`DEFAULT_JOURNAL_KEEP_ATTEMPTS`].
-    pub journal_keep_attempts: usize,
-    /// The override tier the control plane sets (`config set`), made durable
-    /// in the control directory and loaded back at startup. `None`: the
-    /// source has no override tier and `config set` is refused.
-    pub overrides: Option<Overrides>,
-    /// The application's version, reported to the control plane (a
-    /// replacement's live proof names it). `None`: not reported.
-    pub version: Option<String>,
-}
-
 /// How many attempts a compacted journal keeps unless configured.
 pub const DEFAULT_JOURNAL_KEEP_ATTEMPTS: usize = 64;
 
-impl SupervisorConfig {
-    /// A config with the default timings and no declared file.
-    pub fn new(
-        data_dir: impl Into<PathBuf>,
-        source: ConfigSource,
-        service: Arc<dyn AnyService>,
-    ) -> Self {
-        Self {
-            data_dir: data_dir.into(),
-            source,
-            service,
-            declared: None,
-            timings: Timings::default(),
-            journal_keep_attempts: DEFAULT_JOURNAL_KEEP_ATTEMPTS,
-            overrides: None,
-            version: None,
-        }
-    }
+/// Builds a [`Supervisor`]: the one way to make one
+/// ([`Supervisor::builder`]). The config source knows the file it reads,
+/// so the supervisor always watches it; the override tier `config set`
+/// writes is always the supervisor's own, on top of the source.
+pub struct SupervisorBuilder {
+    data_dir: PathBuf,
+    service: Arc<dyn AnyService>,
+    source: ConfigSource,
+    timings: Timings,
+    journal_keep_attempts: usize,
+    version: Option<String>,
+}
 
-    /// A config over a [`TomlFileSource`]: its declared file is watched and
-    /// its override tier is the one the control plane sets.
-    pub fn toml(
-        data_dir: impl Into<PathBuf>,
-        source: TomlFileSource,
-        service: Arc<dyn AnyService>,
-    ) -> Self {
-        let declared = source.declared_path().map(std::path::Path::to_path_buf);
-        let overrides = source.overrides();
-        let mut config = Self::new(data_dir, source.into_source(), service).overrides(overrides);
-        config.declared = declared;
-        config
-    }
-
-    /// Let the control plane set leaves of this override tier (the one the
-    /// config source reads).
+impl SupervisorBuilder {
+    /// Resolve the config from `source` (defaults < declared file; a
+    /// [`TomlFileSource`] or a [`ConfigSource`] of one's own). Without one,
+    /// the config is empty (plus the override tier).
     #[must_use]
-    pub fn overrides(mut self, overrides: Overrides) -> Self {
-        self.overrides = Some(overrides);
+    pub fn config(mut self, source: impl Into<ConfigSource>) -> Self {
+        self.source = source.into();
         self
     }
 
-    /// Keep the last `keep` attempts when the journal is compacted.
+    /// Keep the last `keep` attempts when the journal is compacted (it is
+    /// compacted once it holds twice as many; the checkpoints a resume
+    /// needs are always kept). Default [`DEFAULT_JOURNAL_KEEP_ATTEMPTS`].
     #[must_use]
     pub const fn journal_keep_attempts(mut self, keep: usize) -> Self {
         self.journal_keep_attempts = keep;
         self
     }
 
-    /// Report `version` as the application's version.
+    /// Report `version` as the application's version (a replacement's live
+    /// proof names it).
     #[must_use]
     pub fn version(mut self, version: impl Into<String>) -> Self {
         self.version = Some(version.into());
         self
     }
 
-    /// Watch `path` as the declared config file.
-    #[must_use]
-    pub fn declared(mut self, path: impl Into<PathBuf>) -> Self {
-        self.declared = Some(path.into());
-        self
-    }
-
-    /// Use these timings.
+    /// Use these timings (backoff, stable period, drain grace, debounce,
+    /// restart budget).
     #[must_use]
     pub fn timings(mut self, timings: Timings) -> Self {
         self.timings = timings;
         self
     }
+
+    /// Open the data directory and prepare the tree. Call inside a tokio
+    /// runtime (the clock is anchored on tokio's).
+    ///
+    /// # Errors
+    /// [`SupervisorError::Locked`] when another daemon holds the data
+    /// directory; [`SupervisorError::ControlDir`] when the control directory
+    /// cannot be opened, or its journal is corrupt (the error names the file
+    /// and the offset; nothing is truncated).
+    pub fn build(self) -> Result<(Supervisor, SupervisorHandle), SupervisorError> {
+        Supervisor::open(self)
+    }
 }
 
-impl std::fmt::Debug for SupervisorConfig {
+impl std::fmt::Debug for SupervisorBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SupervisorConfig")
+        f.debug_struct("SupervisorBuilder")
             .field("data_dir", &self.data_dir)
-            .field("declared", &self.declared)
+            .field("declared", &self.source.declared_path())
             .field("timings", &self.timings)
             .field("version", &self.version)
             .finish_non_exhaustive()
@@ -183,8 +151,7 @@ impl std::fmt::Debug for Supervisor {
 pub struct SupervisorHandle {
     commands: mpsc::UnboundedSender<CommandRequest>,
     snapshots: watch::Receiver<Snapshot>,
-    source: ConfigSource,
-    overrides: Option<Overrides>,
+    shared: Arc<Shared>,
     journal_path: Arc<PathBuf>,
     reinit_salt: Arc<[u8]>,
     replace: ReplaceSide,
@@ -217,36 +184,40 @@ pub(crate) struct ReplaceSide {
 }
 
 impl Supervisor {
-    /// Open the data directory and prepare the tree. Call inside a tokio
-    /// runtime (the clock is anchored on tokio's).
-    ///
-    /// # Errors
-    /// [`SupervisorError::Locked`] when another daemon holds the data
-    /// directory; [`SupervisorError::ControlDir`] when the control directory
-    /// cannot be opened, or its journal is corrupt (the error names the file
-    /// and the offset; nothing is truncated).
-    pub fn new(config: SupervisorConfig) -> Result<(Self, SupervisorHandle), SupervisorError> {
-        let SupervisorConfig {
+    /// The way to build a supervisor for `service` over `data_dir` (the
+    /// store and the control directory live under it):
+    /// `Supervisor::builder(dir, App).config(source).build()`.
+    pub fn builder<S: Service>(data_dir: impl Into<PathBuf>, service: S) -> SupervisorBuilder {
+        SupervisorBuilder {
+            data_dir: data_dir.into(),
+            service: Arc::new(service),
+            source: TomlFileSource::new().into_source(),
+            timings: Timings::default(),
+            journal_keep_attempts: DEFAULT_JOURNAL_KEEP_ATTEMPTS,
+            version: None,
+        }
+    }
+
+    fn open(builder: SupervisorBuilder) -> Result<(Self, SupervisorHandle), SupervisorError> {
+        let SupervisorBuilder {
             data_dir,
             source,
             service,
-            declared,
             timings,
-            overrides,
             journal_keep_attempts,
             version,
-        } = config;
+        } = builder;
+        let declared = source.declared_path().map(std::path::Path::to_path_buf);
         let control =
             crate::handover::open_control_dir(&data_dir)?.with_journal_keep(journal_keep_attempts);
-        if let Some(overrides) = &overrides {
-            let leaves = control.read_overrides()?;
-            overrides
-                .load_text(&leaves)
-                .map_err(|error| ControlDirError::BadMarker {
-                    path: control.overrides_path(),
-                    reason: error.to_string(),
-                })?;
-        }
+        let overrides = Overrides::new();
+        let leaves = control.read_overrides()?;
+        overrides
+            .load_text(&leaves)
+            .map_err(|error| ControlDirError::BadMarker {
+                path: control.overrides_path(),
+                reason: error.to_string(),
+            })?;
         let (journal, records, recovery) = control.open_journal()?;
         let ledger = Ledger::from_journal(&records);
         tracing::info!(?recovery, data_dir = %data_dir.display(), "opened the control directory");
@@ -283,7 +254,6 @@ impl Supervisor {
         };
         let (snapshot_tx, snapshot_rx) = watch::channel(snapshot);
         let (command_tx, command_rx) = mpsc::unbounded_channel();
-        let handle_source = source.clone();
         let journal_path = Arc::new(control.journal_path());
         let salt: Arc<[u8]> = reinit_salt(&data_dir, pid).into();
         let shared = Arc::new(Shared {
@@ -295,7 +265,7 @@ impl Supervisor {
             timings,
             pid,
             ledger,
-            overrides: overrides.clone(),
+            overrides,
         });
         let control = Arc::new(control);
         let (request_tx, request_rx) = mpsc::unbounded_channel();
@@ -308,6 +278,7 @@ impl Supervisor {
             version,
             handed_over: Arc::new(watch::channel(false).0),
         };
+        let handle_shared = Arc::clone(&shared);
         let supervisor = Self {
             args: RootArgs {
                 shared,
@@ -325,8 +296,7 @@ impl Supervisor {
         let handle = SupervisorHandle {
             commands: command_tx,
             snapshots: snapshot_rx,
-            source: handle_source,
-            overrides,
+            shared: handle_shared,
             journal_path,
             reinit_salt: salt,
             replace,
@@ -519,29 +489,24 @@ impl SupervisorHandle {
     }
 
     /// The override tier (or its `leaf`) and the effective value (of `leaf`,
-    /// or the whole config) as the source resolves it now.
+    /// or the whole config) as it resolves now. A config that does not
+    /// resolve (or does not fit the service's config type) is no error of
+    /// the call: the view's `error` says why.
     ///
     /// # Errors
-    /// [`CommandError::Invalid`] when the source has no override tier.
+    /// None today; the `Result` is the control plane's shape.
     pub async fn config_show(&self, leaf: Option<&str>) -> Result<ConfigView, CommandError> {
-        let Some(overrides) = &self.overrides else {
-            return Err(CommandError::Invalid(
-                "this daemon's config source has no override tier".into(),
-            ));
-        };
         let mut view = ConfigView {
-            overrides: overrides
+            overrides: self
+                .shared
+                .overrides
                 .to_text()
                 .into_iter()
                 .filter(|(l, _)| leaf.is_none_or(|leaf| l == leaf))
                 .collect(),
             ..ConfigView::default()
         };
-        match self
-            .source
-            .resolve_within(steadfast_actors::config::RESOLVE_DEADLINE)
-            .await
-        {
+        match self.shared.resolve_config(&self.shared.overrides).await {
             Ok(resolved) => {
                 view.effective = match leaf {
                     None => toml::to_string(&resolved.config).ok(),

@@ -26,9 +26,10 @@ use std::sync::{Arc, OnceLock};
 
 use common::*;
 use steadfast::protocol::journal::Record;
+use steadfast::protocol::lifecycle::LifecycleState;
+use steadfast::protocol::snapshot::AttemptResult;
 use steadfast::{
-    AttemptResult, ExitIntent, Hold, LifecycleState, Made, Plan, Service, Step, StepContext,
-    StepError, SupervisorHandle,
+    ExitIntent, Hold, Made, Plan, Service, Step, StepContext, StepError, SupervisorHandle,
 };
 
 /// How many boots the test may take to land the stop in the window.
@@ -47,9 +48,10 @@ struct Prepare;
 
 impl Step for Prepare {
     const NAME: &'static str = "prepare";
+    type Config = toml::Table;
     type Output = ();
 
-    async fn execute(&self, _cx: StepContext<'_>) -> Result<Made<()>, StepError> {
+    async fn execute(&self, _cx: StepContext<'_, toml::Table>) -> Result<Made<()>, StepError> {
         Ok(Made::new(Self::NAME, Self::NAME, ()))
     }
 }
@@ -59,9 +61,10 @@ struct Serve(Arc<StopsAsItBoots>);
 
 impl Step for Serve {
     const NAME: &'static str = "serve";
+    type Config = toml::Table;
     type Output = ();
 
-    async fn execute(&self, _cx: StepContext<'_>) -> Result<Made<()>, StepError> {
+    async fn execute(&self, _cx: StepContext<'_, toml::Table>) -> Result<Made<()>, StepError> {
         if self.0.stop_in_last_step.swap(false, Ordering::SeqCst) {
             let handle = self.0.handle.get().expect("the handle is set").clone();
             tokio::spawn(async move {
@@ -76,14 +79,16 @@ impl Step for Serve {
 struct Stopper(Arc<StopsAsItBoots>);
 
 impl Service for Stopper {
-    fn plan(&self, _config: &toml::Table) -> Plan {
+    type Config = toml::Table;
+
+    fn plan(&self, _config: &toml::Table) -> Plan<toml::Table> {
         Plan::new().step(Prepare).step(Serve(Arc::clone(&self.0)))
     }
 }
 
 fn records(data_dir: &Path) -> Vec<Record> {
-    steadfast::actors::control_dir::read_journal(
-        &steadfast::ControlDir::under(data_dir).join("journal"),
+    steadfast_actors::control_dir::read_journal(
+        &steadfast_actors::control_dir::ControlDir::under(data_dir).join("journal"),
     )
     .expect("the journal reads")
 }
@@ -126,15 +131,12 @@ async fn a_boot_that_completes_as_a_stop_lands_still_ends() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let service = Arc::new(StopsAsItBoots::default());
     service.stop_in_last_step.store(true, Ordering::SeqCst);
-    let (supervisor, handle) = steadfast::Supervisor::new(
-        steadfast::SupervisorConfig::new(
-            tmp.path(),
-            Switch::new(Some(good())).source(),
-            Arc::new(Stopper(Arc::clone(&service))),
-        )
-        .timings(test_timings()),
-    )
-    .expect("the supervisor starts");
+    let (supervisor, handle) =
+        steadfast::Supervisor::builder(tmp.path(), Stopper(Arc::clone(&service)))
+            .config(Switch::new(Some(good())).source())
+            .timings(test_timings())
+            .build()
+            .expect("the supervisor starts");
     assert!(service.handle.set(handle.clone()).is_ok());
     let run = tokio::spawn(supervisor.run());
 

@@ -22,10 +22,11 @@ use steadfast::control::{
     ClientError, ControlClient, ServerGuard, ServerLimits, serve_unix, serve_unix_with,
 };
 use steadfast::protocol::control::{ControlRequest, ControlResponse, MAX_FRAME_LEN};
-use steadfast::{ExitIntent, Hold, LifecycleState, RefusedBecause, StopReason, SupervisorHandle};
+use steadfast::protocol::lifecycle::{LifecycleState, RefusedBecause, StopReason};
+use steadfast::{CommandError, ExitIntent, Hold, SupervisorHandle};
 
 fn socket(dir: &Path) -> std::path::PathBuf {
-    steadfast::ControlDir::under(dir).join("control.sock")
+    steadfast_actors::control_dir::ControlDir::under(dir).join("control.sock")
 }
 
 fn serve(dir: &Path, handle: &SupervisorHandle) -> ServerGuard {
@@ -148,7 +149,7 @@ async fn a_refusal_arrives_typed() {
     until(&handle, "running", running).await;
 
     let refused = client.start().await.expect_err("already running");
-    let ClientError::Refused(refused) = &refused else {
+    let ClientError::Command(CommandError::Refused(refused)) = &refused else {
         panic!("not a refusal: {refused:?}");
     };
     assert_eq!(refused.reason, RefusedBecause::RuntimeRunning);
@@ -157,7 +158,7 @@ async fn a_refusal_arrives_typed() {
 
     let refused = client.retry().await.expect_err("nothing failed");
     assert!(
-        matches!(&refused, ClientError::Refused(r) if r.reason == RefusedBecause::RuntimeNotFailed),
+        matches!(&refused, ClientError::Command(CommandError::Refused(r)) if r.reason == RefusedBecause::RuntimeNotFailed),
         "{refused:?}"
     );
     assert!(refused.is_refusal());
@@ -674,7 +675,7 @@ async fn the_client_reconnects_after_a_server_restart() {
     assert!(
         matches!(
             relaunched.previous_run,
-            steadfast::PreviousRun::CleanStop { .. }
+            steadfast::protocol::snapshot::PreviousRun::CleanStop { .. }
         ),
         "{:?}",
         relaunched.previous_run

@@ -35,10 +35,11 @@ use std::time::{Duration, Instant};
 
 use common::{Switch, exit, good, running, supervise, until};
 use steadfast::control::{ControlClient, ServerLimits, Token, serve_tcp_with, serve_unix};
-use steadfast::{ExitIntent, Hold, RefusedBecause};
+use steadfast::protocol::lifecycle::RefusedBecause;
+use steadfast::{ExitIntent, Hold};
 
 fn socket(dir: &Path) -> PathBuf {
-    steadfast::ControlDir::under(dir).join("control.sock")
+    steadfast_actors::control_dir::ControlDir::under(dir).join("control.sock")
 }
 
 fn ctl_at(socket: &Path, args: &[&str]) -> std::process::Output {
@@ -399,7 +400,7 @@ fn a_daemon_refuses_to_run_without_its_control_socket() {
     ] {
         let tmp = tempfile::tempdir().expect("tempdir");
         let data = tmp.path().join("data");
-        let control = steadfast::ControlDir::under(&data);
+        let control = steadfast_actors::control_dir::ControlDir::under(&data);
         std::fs::create_dir_all(&control).expect("mkdir");
         for dir in [&data, &control] {
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
@@ -541,7 +542,9 @@ async fn an_abandoned_exit_of_a_connected_client_is_dropped() {
     let patient = client.clone().with_timeout(processes::PATIENCE);
     let after = patient.retry().await;
     eprintln!("after SIGCONT, retry answered: {after:?}");
-    let Err(steadfast::control::ClientError::Refused(refused)) = after else {
+    let Err(steadfast::control::ClientError::Command(steadfast::CommandError::Refused(refused))) =
+        after
+    else {
         panic!("not a refusal: {after:?}");
     };
     assert_eq!(refused.reason, RefusedBecause::RuntimeNotFailed);
@@ -611,7 +614,7 @@ fn a_socket_planted_by_another_user_gets_nothing() {
     std::fs::create_dir(&data).expect("mkdir");
     // The mistake the attack needs: a data dir others may write in.
     std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o777)).expect("chmod");
-    let control = steadfast::ControlDir::under(&data);
+    let control = steadfast_actors::control_dir::ControlDir::under(&data);
     std::fs::create_dir(&control).expect("mkdir");
     std::fs::set_permissions(&control, std::fs::Permissions::from_mode(0o700)).expect("chmod");
     let script = r#"
@@ -791,7 +794,7 @@ print("received", got, flush=True)
 fn a_stale_socket_is_replaced() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let data = tmp.path().join("data");
-    let control = steadfast::ControlDir::under(&data);
+    let control = steadfast_actors::control_dir::ControlDir::under(&data);
     std::fs::create_dir_all(&control).expect("mkdir");
     for dir in [&data, &control] {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
@@ -844,7 +847,8 @@ fn a_root_operator_reaches_a_service_users_daemon() {
         .expect("kvd starts as uid 65534");
     let snapshot = processes::until(&data, "running", |s| s["lifecycle"]["state"] == "running");
     assert_eq!(snapshot["lifecycle"]["state"], "running");
-    let control = std::fs::metadata(steadfast::ControlDir::under(&data)).expect("control dir");
+    let control = std::fs::metadata(steadfast_actors::control_dir::ControlDir::under(&data))
+        .expect("control dir");
     assert_eq!(
         std::os::unix::fs::MetadataExt::uid(&control),
         65534,

@@ -14,28 +14,29 @@ use std::sync::atomic::Ordering;
 
 use common::*;
 use steadfast::control::{ClientError, ControlClient, ServerGuard, serve_unix};
-use steadfast::{
-    AttemptResult, ExitIntent, Hold, LifecycleState, PendingApply, PhaseOutcome, RefusedBecause,
-    StopReason, SupervisorHandle,
-};
+use steadfast::protocol::lifecycle::{LifecycleState, PendingApply, RefusedBecause, StopReason};
+use steadfast::protocol::snapshot::{AttemptResult, PhaseOutcome};
+use steadfast::{CommandError, ExitIntent, Hold, SupervisorHandle};
 
 fn serve(dir: &Path, handle: &SupervisorHandle) -> ServerGuard {
     serve_unix(
         handle.clone(),
-        steadfast::ControlDir::under(dir).join("control.sock"),
+        steadfast_actors::control_dir::ControlDir::under(dir).join("control.sock"),
     )
     .expect("the control socket binds")
 }
 
 async fn connect(dir: &Path) -> ControlClient {
-    ControlClient::connect_unix(steadfast::ControlDir::under(dir).join("control.sock"))
-        .await
-        .expect("connects")
+    ControlClient::connect_unix(
+        steadfast_actors::control_dir::ControlDir::under(dir).join("control.sock"),
+    )
+    .await
+    .expect("connects")
 }
 
 fn refusal(error: &ClientError) -> RefusedBecause {
     match error {
-        ClientError::Refused(refused) => refused.reason,
+        ClientError::Command(CommandError::Refused(refused)) => refused.reason,
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
@@ -116,7 +117,10 @@ async fn overrides_are_set_shown_unset_and_survive_a_relaunch() {
 
     // A malformed leaf is refused as invalid, and changes nothing.
     let bad = client.config_set("a..b", "1").await.expect_err("refused");
-    assert!(matches!(bad, ClientError::Invalid(_)), "{bad:?}");
+    assert!(
+        matches!(bad, ClientError::Command(CommandError::Invalid(_))),
+        "{bad:?}"
+    );
     assert_eq!(
         client
             .config_show(None)
@@ -132,13 +136,13 @@ async fn overrides_are_set_shown_unset_and_survive_a_relaunch() {
     let huge = "x".repeat(5_000);
     let too_big = client.config_set("huge", &huge).await.expect_err("refused");
     assert!(
-        matches!(&too_big, ClientError::Invalid(m) if m.contains("bytes")),
+        matches!(&too_big, ClientError::Command(CommandError::Invalid(m)) if m.contains("bytes")),
         "{too_big:?}"
     );
     assert_eq!(client.snapshot().await.expect("snapshot").error, None);
 
     // Durable in the control directory, owner-only.
-    let file = steadfast::ControlDir::under(tmp.path()).join("overrides");
+    let file = steadfast_actors::control_dir::ControlDir::under(tmp.path()).join("overrides");
     let mode = std::fs::metadata(&file)
         .expect("the overrides file")
         .permissions()
@@ -265,7 +269,7 @@ async fn a_failing_wipe_is_reported_and_rests_reinit_failed() {
     let prepared = client.reinit_prepare().await.expect("prepare");
     let error = client.reinit(&prepared.token).await.expect_err("fails");
     match &error {
-        ClientError::Failed(message) => {
+        ClientError::Command(CommandError::Failed(message)) => {
             assert!(message.contains("asked the wipe to fail"), "{message}");
         }
         other => panic!("expected a failure, got {other:?}"),
@@ -292,20 +296,22 @@ async fn a_failing_wipe_is_reported_and_rests_reinit_failed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn without_an_override_tier_config_set_is_invalid() {
+async fn a_custom_config_source_still_gets_the_override_tier() {
+    // Before the builder, a supervisor over a `ConfigSource` of one's own
+    // had no override tier: `config set` and `config show` were refused
+    // ("no override tier"). The tier is the supervisor's now, on top of any
+    // source.
     let tmp = tempfile::tempdir().expect("tempdir");
     let (task, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
     let _server = serve(tmp.path(), &handle);
     until(&handle, "running", running).await;
     let client = connect(tmp.path()).await;
-    let error = client.config_set("a", "1").await.expect_err("invalid");
-    assert!(
-        matches!(&error, ClientError::Invalid(m) if m.contains("no override tier")),
-        "{error:?}"
-    );
-    assert!(matches!(
-        client.config_show(None).await,
-        Err(ClientError::Invalid(_))
-    ));
+    client
+        .config_set("a", "1")
+        .await
+        .expect("set on a custom source");
+    let view = client.config_show(Some("a")).await.expect("show");
+    assert_eq!(view.overrides, [("a".to_owned(), "1".to_owned())]);
+    assert_eq!(view.effective.as_deref(), Some("1"), "{view:?}");
     exit(task, &handle, ExitIntent::Halt).await;
 }

@@ -470,7 +470,7 @@ async fn steadfastctl_over_tcp() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let snapshot: steadfast::Snapshot =
+    let snapshot: steadfast::protocol::snapshot::Snapshot =
         serde_json::from_slice(&out.stdout).expect("the JSON is a snapshot");
     assert!(running(&snapshot));
     assert_eq!(snapshot.pid, std::process::id());
@@ -515,13 +515,11 @@ async fn steadfastctl_over_tcp() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_daemon_serves_tcp_and_creates_its_token_file() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let config = steadfast::SupervisorConfig::new(
-        tmp.path(),
-        Switch::new(Some(good())).source(),
-        Arc::new(TestService::default()),
-    )
-    .timings(test_timings());
-    let (supervisor, handle) = steadfast::Supervisor::new(config).expect("a supervisor");
+    let (supervisor, handle) = steadfast::Supervisor::builder(tmp.path(), TestService::default())
+        .config(Switch::new(Some(good())).source())
+        .timings(test_timings())
+        .build()
+        .expect("a supervisor");
     // A free loopback port: bound and released (the daemon takes a fixed
     // address, as a real one would be configured with).
     let addr = std::net::TcpListener::bind(loopback())

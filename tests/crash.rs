@@ -33,7 +33,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use steadfast::actors::failpoint::{ENV, POINTS};
+use steadfast_actors::failpoint::{ENV, POINTS};
 
 /// The bound on taking the lock after the old process's death.
 /// Held by at least 99 % of the hand-overs of a run: on a loaded shared

@@ -11,7 +11,9 @@ use std::process::Output;
 
 use common::*;
 use steadfast::control::serve_unix;
-use steadfast::{ExitIntent, Hold, LifecycleState, Snapshot};
+use steadfast::protocol::lifecycle::LifecycleState;
+use steadfast::protocol::snapshot::Snapshot;
+use steadfast::{ExitIntent, Hold};
 
 /// Run `steadfastctl --data-dir DIR ARGS…` off the runtime's threads.
 async fn ctl(data_dir: &Path, args: &[&str]) -> Output {
@@ -44,7 +46,7 @@ async fn running_with_socket(
     let (run, handle) = supervise(data_dir, Switch::new(Some(good())).source(), None);
     let server = serve_unix(
         handle.clone(),
-        steadfast::ControlDir::under(data_dir).join("control.sock"),
+        steadfast_actors::control_dir::ControlDir::under(data_dir).join("control.sock"),
     )
     .expect("serves");
     until(&handle, "running", running).await;
@@ -191,14 +193,14 @@ async fn journal_config_and_reinit_from_the_command_line() {
     let (run, handle) = supervise_toml(tmp.path(), "listen_addr = \"127.0.0.1:0\"");
     let _server = serve_unix(
         handle.clone(),
-        steadfast::ControlDir::under(tmp.path()).join("control.sock"),
+        steadfast_actors::control_dir::ControlDir::under(tmp.path()).join("control.sock"),
     )
     .expect("serves");
     until(&handle, "running", running).await;
 
     let journal = ctl(tmp.path(), &["journal", "--json"]).await;
     assert_eq!(journal.status.code(), Some(0), "{}", text(&journal.stderr));
-    let attempts: Vec<steadfast::JournalAttempt> =
+    let attempts: Vec<steadfast::protocol::history::JournalAttempt> =
         serde_json::from_slice(&journal.stdout).expect("the JSON is a list of attempts");
     assert_eq!(attempts.len(), 1);
     let human = text(&ctl(tmp.path(), &["journal"]).await.stdout);
@@ -210,7 +212,8 @@ async fn journal_config_and_reinit_from_the_command_line() {
     let set = ctl(tmp.path(), &["config", "set", "log_level", "debug"]).await;
     assert_eq!(set.status.code(), Some(0), "{}", text(&set.stderr));
     let show = ctl(tmp.path(), &["config", "show", "log_level", "--json"]).await;
-    let view: steadfast::ConfigView = serde_json::from_slice(&show.stdout).expect("a view");
+    let view: steadfast::protocol::snapshot::ConfigView =
+        serde_json::from_slice(&show.stdout).expect("a view");
     assert_eq!(view.effective.as_deref(), Some("\"debug\""));
     let show = text(&ctl(tmp.path(), &["config", "show"]).await.stdout);
     assert!(show.contains("log_level = \"debug\""), "{show}");

@@ -135,14 +135,9 @@ async fn run_with_signals_off_leaves_the_dispositions_alone() {
     let ours = SIGHUP | SIGINT | SIGTERM;
     assert_eq!(caught_signals() & ours, 0, "nothing caught them before");
     let tmp = tempfile::tempdir().expect("tempdir");
-    let source = steadfast::TomlFileSource::new().into_source();
-    let service = std::sync::Arc::new(Idle);
-    let (supervisor, handle) = steadfast::Supervisor::new(steadfast::SupervisorConfig::new(
-        tmp.path(),
-        source,
-        service,
-    ))
-    .expect("a supervisor");
+    let (supervisor, handle) = steadfast::Supervisor::builder(tmp.path(), Idle)
+        .build()
+        .expect("a supervisor");
     let options = steadfast::daemon::DaemonOptions::new().signals(false);
     let daemon = tokio::spawn(steadfast::daemon::run_with(
         supervisor,
@@ -152,7 +147,12 @@ async fn run_with_signals_off_leaves_the_dispositions_alone() {
     let mut watch = handle.watch();
     tokio::time::timeout(
         Duration::from_secs(30),
-        watch.wait_for(|s| matches!(s.lifecycle, steadfast::LifecycleState::Running { .. })),
+        watch.wait_for(|s| {
+            matches!(
+                s.lifecycle,
+                steadfast::protocol::lifecycle::LifecycleState::Running { .. }
+            )
+        }),
     )
     .await
     .expect("running in time")
@@ -174,7 +174,9 @@ async fn run_with_signals_off_leaves_the_dispositions_alone() {
 struct Idle;
 
 impl steadfast::Service for Idle {
-    fn plan(&self, _config: &toml::Table) -> steadfast::Plan {
+    type Config = toml::Table;
+
+    fn plan(&self, _config: &toml::Table) -> steadfast::Plan<toml::Table> {
         steadfast::Plan::new()
     }
 }

@@ -4,16 +4,15 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Switch, until};
-use steadfast::actors::control_dir::{COMPACT_TMP_NAME, ControlDir};
 use steadfast::protocol::journal::{Record, ResourceRecord as Res, attempts_in, outstanding};
-use steadfast::{
-    ExitIntent, LifecycleState, Made, PhaseOutcome, Plan, Service, Step, StepContext, StepError,
-    Supervisor, SupervisorConfig, Timings,
-};
+use steadfast::protocol::lifecycle::LifecycleState;
+use steadfast::protocol::snapshot::PhaseOutcome;
+use steadfast::supervisor::Timings;
+use steadfast::{ExitIntent, Made, Plan, Service, Step, StepContext, StepError, Supervisor};
+use steadfast_actors::control_dir::{COMPACT_TMP_NAME, ControlDir};
 
 /// One step, `work`, that takes 1.2 s: silent, or reporting progress every
 /// 50 ms, as the config's `report` says.
@@ -24,9 +23,10 @@ struct SlowService;
 
 impl Step for Slow {
     const NAME: &'static str = "work";
+    type Config = toml::Table;
     type Output = ();
 
-    async fn execute(&self, cx: StepContext<'_>) -> Result<Made<()>, StepError> {
+    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Made<()>, StepError> {
         let report = cx.config.get("report").and_then(toml::Value::as_bool) == Some(true);
         for _ in 0..24 {
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -39,7 +39,9 @@ impl Step for Slow {
 }
 
 impl Service for SlowService {
-    fn plan(&self, _config: &toml::Table) -> Plan {
+    type Config = toml::Table;
+
+    fn plan(&self, _config: &toml::Table) -> Plan<toml::Table> {
         Plan::new().step(Slow)
     }
 }
@@ -52,13 +54,16 @@ fn slow_supervisor(
     steadfast::SupervisorHandle,
 ) {
     let source = Switch::new(Some(common::config(&format!("report = {report}")))).source();
-    let config = SupervisorConfig::new(dir, source, Arc::new(SlowService)).timings(Timings {
-        // Generous against the 50 ms between reports on a loaded machine,
-        // and well under the step's 1.2 s.
-        step_deadline: Duration::from_millis(400),
-        ..common::test_timings()
-    });
-    let (supervisor, handle) = Supervisor::new(config).expect("starts");
+    let (supervisor, handle) = Supervisor::builder(dir, SlowService)
+        .config(source)
+        .timings(Timings {
+            // Generous against the 50 ms between reports on a loaded
+            // machine, and well under the step's 1.2 s.
+            step_deadline: Duration::from_millis(400),
+            ..common::test_timings()
+        })
+        .build()
+        .expect("starts");
     (tokio::spawn(supervisor.run()), handle)
 }
 
@@ -76,7 +81,10 @@ async fn a_step_past_its_deadline_fails_unless_it_reports_progress() {
         unreachable!("until returned a failed snapshot")
     };
     assert!(
-        matches!(retry, steadfast::RetryClass::Backoff { .. }),
+        matches!(
+            retry,
+            steadfast::protocol::lifecycle::RetryClass::Backoff { .. }
+        ),
         "{retry:?}"
     );
     assert_eq!(last.phase.to_string(), "work");

@@ -299,8 +299,8 @@ fn a_fragment_mid_log_is_never_read_as_a_record() {
 /// torn tail to repair, nothing corrupt).
 #[test]
 fn a_real_journal_on_a_full_disk_keeps_exactly_its_acknowledged_records() {
-    use steadfast::actors::control_dir::{ControlDir, Recovery};
     use steadfast::protocol::journal::Record;
+    use steadfast_actors::control_dir::{ControlDir, Recovery};
     let disk = Disk::new(1 << 20);
     if !disk.mounted {
         eprintln!("no tmpfs: space cannot return under a file-size limit; skipped");

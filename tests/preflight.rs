@@ -28,9 +28,9 @@ use std::process::Stdio;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 use processes::{PATIENCE, ctl, kv, until, wait_exit};
-use steadfast::{
-    CommandError, ConfigError, ConfigSource, LifecycleState, RefusedBecause, ResolvedConfig,
-};
+use steadfast::CommandError;
+use steadfast::config::{ConfigError, ConfigSource, ResolvedConfig};
+use steadfast::protocol::lifecycle::{LifecycleState, RefusedBecause};
 
 fn state(s: &serde_json::Value) -> &str {
     s["lifecycle"]["state"].as_str().unwrap_or("")

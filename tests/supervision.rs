@@ -10,8 +10,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-use steadfast::actors::root::{RESTARTS, child_name};
 use steadfast::{ExitIntent, Hold};
+use steadfast_actors::root::{RESTARTS, child_name};
 
 /// Wait until the named child is registered and has finished starting.
 async fn await_running(data_dir: &Path, role: &str, generation: u32) -> ractor::ActorCell {

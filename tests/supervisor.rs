@@ -10,13 +10,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
+use steadfast::config::{ConfigError, ConfigSource, ResolvedConfig};
 use steadfast::protocol::journal::{Record, decode};
 use steadfast::protocol::lifecycle::StoreOutcome;
-use steadfast::{
-    AttemptResult, CommandError, ConfigError, ConfigSource, ExitIntent, Hold, LifecycleState,
-    PreviousRun, RefusedBecause, ResolvedConfig, RetryClass, StopReason, StoreLock, Supervisor,
-    SupervisorConfig, SupervisorError,
-};
+use steadfast::protocol::lifecycle::{LifecycleState, RefusedBecause, RetryClass, StopReason};
+use steadfast::protocol::snapshot::{AttemptResult, PreviousRun};
+use steadfast::service::StoreLock;
+use steadfast::{CommandError, ExitIntent, Hold, Supervisor, SupervisorError};
 
 fn journal_records(data_dir: &std::path::Path) -> Vec<Record> {
     let bytes =
@@ -187,13 +187,13 @@ async fn one_daemon_per_data_directory() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let source = Switch::new(None).source();
     let service = Arc::new(TestService::default());
-    let (_first, _handle) = Supervisor::new(SupervisorConfig::new(
-        tmp.path(),
-        source.clone(),
-        service.clone(),
-    ))
-    .expect("the first daemon");
-    let second = Supervisor::new(SupervisorConfig::new(tmp.path(), source, service));
+    let (_first, _handle) = Supervisor::builder(tmp.path(), Arc::clone(&service))
+        .config(source.clone())
+        .build()
+        .expect("the first daemon");
+    let second = Supervisor::builder(tmp.path(), service)
+        .config(source)
+        .build();
     assert!(
         matches!(second, Err(SupervisorError::Locked(_))),
         "{second:?}"
@@ -388,11 +388,9 @@ async fn a_corrupt_journal_is_refused() {
     bytes[first_payload] ^= 0x40;
     std::fs::write(&path, &bytes).expect("corrupt");
 
-    let result = Supervisor::new(SupervisorConfig::new(
-        tmp.path(),
-        Switch::new(Some(good())).source(),
-        Arc::new(TestService::default()),
-    ));
+    let result = Supervisor::builder(tmp.path(), TestService::default())
+        .config(Switch::new(Some(good())).source())
+        .build();
     let error = result
         .expect_err("a corrupt journal refuses to start")
         .to_string();
@@ -558,19 +556,21 @@ async fn a_change_while_running_reports_the_leaves_that_need_a_restart() {
     switch.set(Some(config("listen_addr = \"127.0.0.1:0\"\nworkers = 4")));
     handle.reload().await.expect("reload accepted");
     let pending = until(&handle, "pending leaves", |s| {
-        s.pending != steadfast::PendingApply::InSync
+        s.pending != steadfast::protocol::lifecycle::PendingApply::InSync
     })
     .await;
     assert_eq!(
         pending.pending,
-        steadfast::PendingApply::RestartNeeded {
+        steadfast::protocol::lifecycle::PendingApply::RestartNeeded {
             leaves: vec!["workers".into()]
         }
     );
     assert!(running(&pending), "still running on the old config");
     handle.restart().await.expect("restart");
     let again = until(&handle, "running after the restart", |s| {
-        running(s) && s.attempts.len() == 2 && s.pending == steadfast::PendingApply::InSync
+        running(s)
+            && s.attempts.len() == 2
+            && s.pending == steadfast::protocol::lifecycle::PendingApply::InSync
     })
     .await;
     assert_eq!(again.epoch, 1);
@@ -585,17 +585,20 @@ async fn a_plan_that_names_a_step_twice_is_held_naming_it() {
     struct Once;
     impl steadfast::Step for Once {
         const NAME: &'static str = "once";
+        type Config = toml::Table;
         type Output = ();
         async fn execute(
             &self,
-            _cx: steadfast::StepContext<'_>,
+            _cx: steadfast::StepContext<'_, toml::Table>,
         ) -> Result<steadfast::Made<()>, steadfast::StepError> {
             Ok(steadfast::Made::new("nothing", "", ()))
         }
     }
     struct Twice;
     impl steadfast::Service for Twice {
-        fn plan(&self, _config: &toml::Table) -> steadfast::Plan {
+        type Config = toml::Table;
+
+        fn plan(&self, _config: &toml::Table) -> steadfast::Plan<toml::Table> {
             steadfast::Plan::new().step(Once).step(Once)
         }
     }

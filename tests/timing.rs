@@ -8,15 +8,15 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
 use steadfast::protocol::lifecycle::RestartBudget;
+use steadfast::protocol::lifecycle::{LifecycleState, RetryClass};
 use steadfast::protocol::snapshot::BudgetStatus;
-use steadfast::{
-    ExitIntent, LifecycleState, RetryClass, Snapshot, Supervisor, SupervisorConfig, Timings,
-};
+use steadfast::protocol::snapshot::Snapshot;
+use steadfast::supervisor::Timings;
+use steadfast::{ExitIntent, Supervisor};
 
 fn failed_attempt(s: &Snapshot, attempt: u32) -> bool {
     matches!(&s.lifecycle, LifecycleState::Failed { attempt: a, .. } if a.get() == attempt)
@@ -93,15 +93,17 @@ fn held_by_budget(s: &Snapshot) -> bool {
 
 fn with_timings(
     data_dir: &std::path::Path,
-    source: steadfast::ConfigSource,
+    source: steadfast::config::ConfigSource,
     timings: Timings,
 ) -> (
     tokio::task::JoinHandle<ExitIntent>,
     steadfast::SupervisorHandle,
 ) {
-    let config =
-        SupervisorConfig::new(data_dir, source, Arc::new(TestService::default())).timings(timings);
-    let (supervisor, handle) = Supervisor::new(config).expect("the supervisor starts");
+    let (supervisor, handle) = Supervisor::builder(data_dir, TestService::default())
+        .config(source)
+        .timings(timings)
+        .build()
+        .expect("the supervisor starts");
     (tokio::spawn(supervisor.run()), handle)
 }
 
@@ -248,7 +250,7 @@ async fn a_restart_over_a_broken_config_is_refused_and_force_drains_on_virtual_t
     };
     assert_eq!(
         refused.reason,
-        steadfast::RefusedBecause::ConfigInvalid,
+        steadfast::protocol::lifecycle::RefusedBecause::ConfigInvalid,
         "{refused:?}"
     );
     assert!(

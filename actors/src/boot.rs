@@ -41,13 +41,13 @@ use steadfast_protocol::lifecycle::{FailureClass, FailureReport, Phase, StoreOut
 use steadfast_protocol::snapshot::PhaseOutcome;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Fingerprint, RESOLVE_DEADLINE, check_data_dir};
+use crate::config::{Fingerprint, RESOLVE_DEADLINE};
 use crate::context::Shared;
 use crate::drain::teardown;
 use crate::journal::JournalMsg;
 use crate::lifecycle::{BootReport, LifecycleMsg};
 use crate::service::{
-    Checkpoint, Completed, LiveRuntime, Observation, Runtime, StepContext, StepError, StepProgress,
+    Checkpoint, Completed, LiveRuntime, Observation, Runtime, StepEnv, StepError, StepProgress,
     spawn_watched,
 };
 use crate::store::StoreLock;
@@ -267,18 +267,14 @@ async fn run_attempt(
         None => None,
     };
     let resolved = shared
-        .source
-        .resolve_within(RESOLVE_DEADLINE)
+        .resolve_config(&shared.overrides)
         .await
-        .and_then(|resolved| check_data_dir(&resolved.config, &shared.data_dir).map(|()| resolved))
         .map_err(|error| error.to_string())
         // The plan is the config's: one that names a step twice is held here.
-        .and_then(
-            |resolved| match shared.service.plan(&resolved.config).into_steps() {
-                Ok(plan) => Ok((resolved.config, plan)),
-                Err(error) => Err(error.message),
-            },
-        );
+        .and_then(|resolved| {
+            let plan = shared.service.plan(&resolved.config)?;
+            Ok((resolved.config, plan))
+        });
     let (config, plan) = match resolved {
         Ok(resolved) => resolved,
         Err(error) => {
@@ -332,9 +328,8 @@ async fn run_attempt(
         }
         let progress = StepProgress::new(shared.timings.step_deadline);
         let prior: Vec<Checkpoint> = checkpoints.iter().map(|c| c.checkpoint.clone()).collect();
-        let cx = StepContext {
+        let cx = StepEnv {
             attempt,
-            config: &config,
             data_dir: &shared.data_dir,
             runtime: &mut runtime,
             prior: &prior,

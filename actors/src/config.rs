@@ -5,7 +5,7 @@
 //! the override tier into one `toml::Table` (the service deserializes its own
 //! typed struct from it), the [`Fingerprint`] of the declared file, the
 //! data-dir guard and the leaf diff. Watching the file lives in
-//! `config_watcher.rs`; deciding what a change means lives in the lifecycle
+//! `actors/src/config_watcher.rs`; deciding what a change means lives in the lifecycle
 //! machine.
 //!
 //! # Invariants
@@ -57,6 +57,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
+use serde::de::DeserializeOwned;
 use toml::{Table, Value};
 
 /// The fingerprint of a file's bytes as they were when it was taken.
@@ -100,7 +101,9 @@ impl Unreadable {
             ConfigError::TimedOut { .. } => Self::TimedOut,
             ConfigError::Parse { .. }
             | ConfigError::MovesDataDir { .. }
-            | ConfigError::Invalid(_) => Self::Io(io::ErrorKind::Other),
+            | ConfigError::Invalid(_)
+            | ConfigError::Leaf { .. }
+            | ConfigError::UnknownLeaves { .. } => Self::Io(io::ErrorKind::Other),
         }
     }
 }
@@ -238,6 +241,20 @@ pub enum ConfigError {
     /// The config (or an override) is well-formed TOML but not acceptable.
     #[error("invalid config: {0}")]
     Invalid(String),
+    /// The config does not deserialize into the service's config type.
+    #[error("invalid config: {leaf}: {reason}")]
+    Leaf {
+        /// The dotted leaf that does not fit (`.` for the config as a whole).
+        leaf: String,
+        /// Why, from the config type's deserializer.
+        reason: String,
+    },
+    /// The config holds leaves the service's config type does not know.
+    #[error("invalid config: unknown leaf {}", .leaves.join(", "))]
+    UnknownLeaves {
+        /// The dotted leaves, in the order they were met.
+        leaves: Vec<String>,
+    },
 }
 
 /// Names where a parse error came from.
@@ -268,10 +285,16 @@ impl ResolvedConfig {
     }
 }
 
-/// Resolves the effective config; a boot calls it once, in its
-/// `resolve_config` phase. Cheap to clone: clones share the closure.
+/// Resolves the tiers below the override tier (defaults < declared file);
+/// the supervisor puts its own override tier on top. A boot calls it once,
+/// in its `resolve_config` phase. Cheap to clone: clones share the closure.
+/// It knows the file it reads, if any, so the supervisor built over it
+/// watches that file: a source and its watch cannot be configured apart.
 #[derive(Clone)]
-pub struct ConfigSource(Arc<dyn Fn() -> Result<ResolvedConfig, ConfigError> + Send + Sync>);
+pub struct ConfigSource {
+    resolve: Arc<dyn Fn() -> Result<ResolvedConfig, ConfigError> + Send + Sync>,
+    declared: Option<PathBuf>,
+}
 
 impl ConfigSource {
     /// A source that resolves by calling `resolve`. It runs on a boot's task
@@ -279,13 +302,30 @@ impl ConfigSource {
     pub fn new(
         resolve: impl Fn() -> Result<ResolvedConfig, ConfigError> + Send + Sync + 'static,
     ) -> Self {
-        Self(Arc::new(resolve))
+        Self {
+            resolve: Arc::new(resolve),
+            declared: None,
+        }
+    }
+
+    /// The declared file this source reads: the supervisor watches it, and
+    /// a change to it retries a held boot or is applied to a running one.
+    #[must_use]
+    pub fn watching(mut self, path: impl Into<PathBuf>) -> Self {
+        self.declared = Some(path.into());
+        self
+    }
+
+    /// The declared file, the one to watch.
+    #[must_use]
+    pub fn declared_path(&self) -> Option<&Path> {
+        self.declared.as_deref()
     }
 
     /// Resolves the effective config now (blocking: off an actor's handler,
     /// use [`ConfigSource::resolve_within`]).
     pub fn resolve(&self) -> Result<ResolvedConfig, ConfigError> {
-        (self.0)()
+        (self.resolve)()
     }
 
     /// Resolves on a blocking thread, given up after `deadline`: the caller
@@ -532,6 +572,15 @@ impl Overrides {
         Ok(())
     }
 
+    /// Put this tier on top of `config` (the tiers below it), merged deeply.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] for a leaf that is not a dotted path.
+    pub fn merge_over(&self, config: &mut Table) -> Result<(), ConfigError> {
+        merge(config, self.as_table()?);
+        Ok(())
+    }
+
     /// The tier as one table, each leaf nested at its path. Overrides are
     /// applied in leaf order, so `a = {..}` is applied before `a.b`.
     fn as_table(&self) -> Result<Table, ConfigError> {
@@ -603,17 +652,15 @@ struct Declared {
     required: bool,
 }
 
-/// A [`ConfigSource`] over TOML: defaults < the declared file < the override
-/// tier, merged deeply. Build it, keep [`TomlFileSource::overrides`] for the
-/// control plane, then hand [`TomlFileSource::into_source`] to the supervisor.
+/// A [`ConfigSource`] over TOML: defaults < the declared file, merged
+/// deeply (the supervisor's override tier goes on top). Hand it to the
+/// supervisor's builder; its declared file is watched.
 #[derive(Debug, Clone)]
 pub struct TomlFileSource {
     /// The lowest tier.
     defaults: Defaults,
     /// The middle tier, if a file was declared.
     declared: Option<Declared>,
-    /// The highest tier, shared with whoever sets overrides.
-    overrides: Overrides,
 }
 
 impl Default for TomlFileSource {
@@ -623,12 +670,11 @@ impl Default for TomlFileSource {
 }
 
 impl TomlFileSource {
-    /// A source with empty defaults, no declared file and no overrides.
+    /// A source with empty defaults and no declared file.
     pub fn new() -> Self {
         Self {
             defaults: Defaults::Table(Table::new()),
             declared: None,
-            overrides: Overrides::new(),
         }
     }
 
@@ -669,17 +715,6 @@ impl TomlFileSource {
         self
     }
 
-    /// Shares `overrides` as this source's override tier.
-    pub fn with_overrides(mut self, overrides: Overrides) -> Self {
-        self.overrides = overrides;
-        self
-    }
-
-    /// A handle on the override tier (clones share it).
-    pub fn overrides(&self) -> Overrides {
-        self.overrides.clone()
-    }
-
     /// The declared file, the one to watch.
     pub fn declared_path(&self) -> Option<&Path> {
         self.declared.as_ref().map(|d| d.path.as_path())
@@ -700,16 +735,27 @@ impl TomlFileSource {
                 Some(fingerprint)
             }
         };
-        merge(&mut config, self.overrides.as_table()?);
         Ok(ResolvedConfig {
             config,
             fingerprint,
         })
     }
 
-    /// This source as the closure a supervisor resolves through.
+    /// This source as the closure a supervisor resolves through (watching
+    /// its declared file).
     pub fn into_source(self) -> ConfigSource {
-        ConfigSource::new(move || self.resolve())
+        let declared = self.declared_path().map(Path::to_path_buf);
+        let source = ConfigSource::new(move || self.resolve());
+        match declared {
+            Some(path) => source.watching(path),
+            None => source,
+        }
+    }
+}
+
+impl From<TomlFileSource> for ConfigSource {
+    fn from(source: TomlFileSource) -> Self {
+        source.into_source()
     }
 }
 
@@ -822,6 +868,32 @@ fn lexical(path: &Path) -> PathBuf {
     out
 }
 
+/// `config` as the service's config type `C`. A value that does not fit
+/// names its dotted leaf and the deserializer's reason; unless
+/// `allow_unknown`, a leaf `C` does not know is refused, naming it (the
+/// supervisor's own `data_dir` leaf is always accepted).
+///
+/// # Errors
+/// [`ConfigError::Leaf`], [`ConfigError::UnknownLeaves`].
+pub fn typed<C: DeserializeOwned>(config: &Table, allow_unknown: bool) -> Result<C, ConfigError> {
+    let mut unknown = Vec::new();
+    let mut note = |path: serde_ignored::Path<'_>| {
+        let leaf = path.to_string();
+        if leaf != "data_dir" {
+            unknown.push(leaf);
+        }
+    };
+    let ignoring = serde_ignored::Deserializer::new(Value::Table(config.clone()), &mut note);
+    let typed = serde_path_to_error::deserialize(ignoring).map_err(|error| ConfigError::Leaf {
+        leaf: error.path().to_string(),
+        reason: error.into_inner().message().trim_end().to_owned(),
+    })?;
+    if !allow_unknown && !unknown.is_empty() {
+        return Err(ConfigError::UnknownLeaves { leaves: unknown });
+    }
+    Ok(typed)
+}
+
 /// The dotted paths of the leaves that differ between `old` and `new`, that
 /// `new` added or that it removed, sorted. Arrays are leaves; an empty table
 /// is a leaf of its own.
@@ -916,11 +988,18 @@ fn split_leaf(leaf: &str) -> Result<Vec<String>, ConfigError> {
 mod tests {
     use super::*;
 
+    /// `source` resolved with `overrides` on top, as the supervisor does.
+    fn with_tier(source: &TomlFileSource, overrides: &Overrides) -> ResolvedConfig {
+        let mut resolved = source.resolve().expect("resolve");
+        overrides.merge_over(&mut resolved.config).expect("merge");
+        resolved
+    }
+
     fn table(text: &str) -> Table {
         toml::from_str(text).expect("test toml")
     }
 
-    /// DESIGN.md "Config": defaults < declared file < override tier, deeply.
+    /// Defaults < declared file < override tier, merged deeply.
     #[test]
     fn tiers_merge_deeply_in_order() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -936,11 +1015,11 @@ mod tests {
                  [store]\npaths = [\"/a\", \"/c\"]\n",
             )
             .declared_file(&file);
-        source
-            .overrides()
+        let overrides = Overrides::new();
+        overrides
             .set("server.workers", Value::Integer(8))
             .expect("set");
-        let resolved = source.resolve().expect("resolve");
+        let resolved = with_tier(&source, &overrides);
         assert_eq!(
             resolved.config,
             table(
@@ -959,7 +1038,7 @@ mod tests {
     #[test]
     fn overrides_set_unset_and_list() {
         let source = TomlFileSource::new().defaults(table("[a]\nb = 1\nc = 2\n"));
-        let overrides = source.overrides();
+        let overrides = Overrides::new();
         assert_eq!(overrides.set("a.b", Value::Integer(10)).expect("set"), None);
         assert_eq!(
             overrides
@@ -979,7 +1058,7 @@ mod tests {
                 ("a.b".to_owned(), Value::Integer(11)),
             ]
         );
-        let resolved = source.resolve().expect("resolve");
+        let resolved = with_tier(&source, &overrides);
         assert_eq!(
             resolved.config,
             table("[a]\nb = 11\nc = 2\n\"x.y\" = true\n")
@@ -989,7 +1068,7 @@ mod tests {
         assert_eq!(overrides.unset("a.b"), Some(Value::Integer(11)));
         assert_eq!(overrides.unset("a.b"), None);
         assert_eq!(
-            source.resolve().expect("resolve").config,
+            with_tier(&source, &overrides).config,
             table("[a]\nb = 1\nc = 2\n\"x.y\" = true\n")
         );
         for bad in ["", ".a", "a.", "a..b", "a b", "\"unterminated", "\"q\"x"] {
@@ -1007,11 +1086,11 @@ mod tests {
     #[test]
     fn an_override_replaces_a_leaf_with_a_table() {
         let source = TomlFileSource::new().defaults(table("a = 1\n[t]\nx = 1\n"));
-        let overrides = source.overrides();
+        let overrides = Overrides::new();
         overrides.set("a.b", Value::Integer(2)).expect("set");
         overrides.set("t", Value::Integer(3)).expect("set");
         assert_eq!(
-            source.resolve().expect("resolve").config,
+            with_tier(&source, &overrides).config,
             table("t = 3\n[a]\nb = 2\n")
         );
     }
@@ -1118,7 +1197,7 @@ mod tests {
         );
     }
 
-    /// DESIGN.md "Config": the fingerprint changes exactly when the bytes do.
+    /// The fingerprint changes exactly when the bytes do.
     #[test]
     fn fingerprint_follows_the_bytes() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -1241,6 +1320,73 @@ mod tests {
     }
 
     /// The leaf diff: changed, added, removed, arrays as leaves, sorted.
+    /// A config type with a nested table, as a service declares one.
+    #[derive(Debug, serde::Deserialize, PartialEq)]
+    struct Typed {
+        port: u16,
+        #[serde(default)]
+        server: Server,
+    }
+
+    #[derive(Debug, Default, serde::Deserialize, PartialEq)]
+    struct Server {
+        #[serde(default)]
+        workers: u8,
+    }
+
+    /// A value that does not fit names its dotted leaf and the reason.
+    #[test]
+    fn a_value_that_does_not_fit_names_its_leaf() {
+        let ok = typed::<Typed>(&table("port = 80\n[server]\nworkers = 4\n"), false);
+        assert_eq!(
+            ok.expect("fits"),
+            Typed {
+                port: 80,
+                server: Server { workers: 4 }
+            }
+        );
+        let error = typed::<Typed>(&table("port = 80\n[server]\nworkers = 300\n"), false)
+            .expect_err("300 is no u8");
+        let ConfigError::Leaf { leaf, reason } = &error else {
+            panic!("{error:?}");
+        };
+        assert_eq!(leaf, "server.workers");
+        assert!(reason.contains("300"), "{reason}");
+        let error = typed::<Typed>(&table("port = \"many\"\n"), false).expect_err("a string");
+        assert!(
+            error
+                .to_string()
+                .starts_with("invalid config: port: invalid type"),
+            "{error}"
+        );
+        let error = typed::<Typed>(&table(""), false).expect_err("port is required");
+        assert!(
+            error.to_string().contains("missing field `port`"),
+            "{error}"
+        );
+    }
+
+    /// Unknown leaves are refused (named, nested ones dotted) unless
+    /// allowed; `data_dir` is the supervisor's and always accepted.
+    #[test]
+    fn unknown_leaves_are_refused_unless_allowed() {
+        let config = table("port = 80\nprot = 81\ndata_dir = \"/d\"\n[server]\nworkerz = 1\n");
+        let error = typed::<Typed>(&config, false).expect_err("unknown leaves");
+        let ConfigError::UnknownLeaves { leaves } = &error else {
+            panic!("{error:?}");
+        };
+        assert_eq!(leaves, &["prot", "server.workerz"]);
+        assert_eq!(
+            error.to_string(),
+            "invalid config: unknown leaf prot, server.workerz"
+        );
+        assert_eq!(typed::<Typed>(&config, true).expect("allowed").port, 80);
+        let with_data_dir = table("port = 80\ndata_dir = \"/d\"\n");
+        assert!(typed::<Typed>(&with_data_dir, false).is_ok());
+        // A table type takes everything.
+        assert_eq!(typed::<Table>(&config, false).expect("any table"), config);
+    }
+
     #[test]
     fn changed_leaves_lists_every_changed_leaf_sorted() {
         let old = table(

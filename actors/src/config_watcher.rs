@@ -8,8 +8,8 @@
 //! inode would go stale; it keeps only the events that name the file. It
 //! decides nothing: it calls `on_change`, and the supervisor turns that into a
 //! `ConfigChanged` event (which the lifecycle machine may refuse — that case is
-//! covered by the fingerprint in `config.rs`, not here). It never reads the
-//! file: what it reports is read by a resolve, through `config.rs`'s
+//! covered by the fingerprint in `actors/src/config.rs`, not here). It never reads the
+//! file: what it reports is read by a resolve, through `actors/src/config.rs`'s
 //! bounded `read_config_file` under a deadline, off this actor (a FIFO or
 //! a device renamed over the file is refused, never waited on).
 //!

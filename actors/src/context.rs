@@ -12,7 +12,9 @@ use std::time::Duration;
 use steadfast_protocol::lifecycle::{BackoffPolicy, LifecyclePolicy, RestartBudget};
 
 use crate::clock::Clock;
-use crate::config::{ConfigSource, Overrides};
+use crate::config::{
+    ConfigError, ConfigSource, Overrides, RESOLVE_DEADLINE, ResolvedConfig, check_data_dir,
+};
 use crate::service::AnyService;
 
 /// How long the supervisor waits for things, and how it backs off.
@@ -86,12 +88,34 @@ pub struct Shared {
     /// The checkpoints outstanding in the journal, which a boot reconciles
     /// against observation.
     pub ledger: crate::ledger::Ledger,
-    /// The override tier operators set through the control plane, when the
-    /// config source has one.
-    pub overrides: Option<Overrides>,
+    /// The override tier operators set through the control plane: the top
+    /// tier of every resolve.
+    pub overrides: Overrides,
 }
 
 impl Shared {
+    /// The effective config as a boot's `resolve_config` makes it: the
+    /// source's tiers (bounded by [`RESOLVE_DEADLINE`]) with `overrides` on
+    /// top, checked against the data directory and deserialized into the
+    /// service's config type. `overrides` is [`Shared::overrides`], or a
+    /// staged copy `config set` checks before anything is persisted. Used by
+    /// the boot, the restart preflight, a change applied in place and the
+    /// control plane's `config set`/`config show`.
+    ///
+    /// # Errors
+    /// Whatever keeps the config from resolving or from fitting the
+    /// service's type (all hold failures for a boot).
+    pub async fn resolve_config(
+        &self,
+        overrides: &Overrides,
+    ) -> Result<ResolvedConfig, ConfigError> {
+        let mut resolved = self.source.resolve_within(RESOLVE_DEADLINE).await?;
+        overrides.merge_over(&mut resolved.config)?;
+        check_data_dir(&resolved.config, &self.data_dir)?;
+        self.service.check_config(&resolved.config)?;
+        Ok(resolved)
+    }
+
     /// What binds a re-initialization confirmation to this daemon: its data
     /// directory and its process (a relaunched daemon counts its epochs
     /// afresh, so a token from the process before must not match).

@@ -3,8 +3,8 @@
 //!
 //! Callers run everything here on a blocking thread. What the journal's bytes
 //! *mean* is `steadfast_protocol::journal`'s business; this module only reads,
-//! repairs, appends and fsyncs them (DESIGN.md, "Control directory" and
-//! "Durability rules").
+//! repairs, appends and fsyncs them (ARCHITECTURE.md, "Invariants", and
+//! its durability rules).
 //!
 //! # Layout
 //! ```text

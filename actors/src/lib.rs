@@ -26,6 +26,8 @@
 //! - [`failpoint`]: `SIGKILL` at a named point, armed by an environment
 //!   variable, for the crash harness.
 
+#![warn(unreachable_pub)]
+
 pub use steadfast_protocol as protocol;
 
 pub mod boot;

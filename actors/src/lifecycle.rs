@@ -80,7 +80,7 @@ use steadfast_protocol::snapshot::{
 use tokio::sync::{mpsc, watch};
 
 use crate::boot::BootMsg;
-use crate::config::{Fingerprint, RESOLVE_DEADLINE, check_data_dir};
+use crate::config::{Fingerprint, Overrides, RESOLVE_DEADLINE};
 use crate::context::Shared;
 use crate::control_dir::RunMarker;
 use crate::drain::DrainMsg;
@@ -91,15 +91,7 @@ use crate::store::StoreLock;
 /// How many attempts a snapshot keeps.
 pub const ATTEMPTS_KEPT: usize = 32;
 
-/// Whether a stop survives a relaunch of the process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Hold {
-    /// An ordinary stop: the next process boots.
-    None,
-    /// The next process starts `stopped{held_at_startup}` until started.
-    AcrossRelaunch,
-}
+pub use steadfast_protocol::command::Hold;
 
 /// An operator's command.
 #[derive(Debug, Clone, PartialEq)]
@@ -144,28 +136,7 @@ pub enum Command {
     },
 }
 
-/// Why a command was not carried out.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CommandError {
-    /// The lifecycle refused it; the reason is the machine's, unchanged.
-    #[error("{0}")]
-    Refused(Refused),
-    /// It was accepted but could not be made durable (a journal or marker
-    /// write failed); it was not acknowledged.
-    #[error("not durable: {0}")]
-    Durability(String),
-    /// The supervisor is not running.
-    #[error("the supervisor is not running")]
-    Unavailable,
-    /// The command's arguments are not acceptable (a malformed leaf, no
-    /// override tier); nothing changed.
-    #[error("invalid: {0}")]
-    Invalid(String),
-    /// The command was carried out and failed (a wipe step's error); the
-    /// snapshot's `error` says the same.
-    #[error("failed: {0}")]
-    Failed(String),
-}
+pub use steadfast_protocol::command::CommandError;
 
 /// A command and where its answer goes.
 pub type CommandRequest = (Command, RpcReplyPort<Result<Snapshot, CommandError>>);
@@ -302,8 +273,25 @@ pub enum LifecycleMsg {
         /// Where the restart's answer goes.
         reply: RpcReplyPort<Result<Snapshot, CommandError>>,
     },
+    /// A staged override change was checked (in a task): persist it, or
+    /// refuse it.
+    OverrideChecked(OverrideCheck),
     /// Root restarted a child.
     SetChildren(Children),
+}
+
+/// A staged override change and what checking the config it makes found.
+pub struct OverrideCheck {
+    /// The dotted leaf.
+    leaf: String,
+    /// Its new value; `None` unsets it.
+    value: Option<toml::Value>,
+    /// The override tier's generation the check was staged from.
+    generation: u64,
+    /// `Err`: the would-be effective config is invalid, why.
+    checked: Result<(), String>,
+    /// Where the command's answer goes.
+    reply: RpcReplyPort<Result<Snapshot, CommandError>>,
 }
 
 /// The Lifecycle actor.
@@ -558,6 +546,9 @@ impl Actor for LifecycleActor {
             LifecycleMsg::RestartPreflighted { preflight, reply } => {
                 let event = LifecycleEvent::Restart { at: now, preflight };
                 state.run_command(&myself, event, None, false, reply).await;
+            }
+            LifecycleMsg::OverrideChecked(checked) => {
+                state.override_checked(&myself, checked).await;
             }
             LifecycleMsg::SetChildren(children) => state.children = children,
         }
@@ -890,10 +881,10 @@ impl LifecycleActorState {
         let is_stop = matches!(command, Command::Stop(_));
         let (event, hold) = match command {
             Command::ConfigSet { leaf, value } => {
-                return self.set_override(myself, &leaf, Some(value), reply).await;
+                return self.set_override(myself, leaf, Some(value), reply);
             }
             Command::ConfigUnset { leaf } => {
-                return self.set_override(myself, &leaf, None, reply).await;
+                return self.set_override(myself, leaf, None, reply);
             }
             Command::ReinitPrepare => {
                 let answer = self
@@ -1094,40 +1085,107 @@ impl LifecycleActorState {
         }
     }
 
-    /// Change one leaf of the override tier: check it, make the whole tier
-    /// durable, adopt it, then step `config_changed` (a refusal of that
-    /// step — a stopped or booting runtime — is no refusal of the change:
-    /// the next boot reads the tier, and a boot in flight settles against
-    /// it).
-    async fn set_override(
-        &mut self,
+    /// Change one leaf of the override tier: stage it, then check the
+    /// would-be effective config in a task (it resolves the source, which
+    /// may read a file: never inline in this handler). The outcome comes
+    /// back as [`LifecycleMsg::OverrideChecked`]; nothing is persisted
+    /// before it says the config is valid.
+    fn set_override(
+        &self,
         myself: &ActorRef<LifecycleMsg>,
-        leaf: &str,
+        leaf: String,
         value: Option<toml::Value>,
         reply: RpcReplyPort<Result<Snapshot, CommandError>>,
     ) {
-        let Some(overrides) = self.shared.overrides.clone() else {
-            let _ = reply.send(Err(CommandError::Invalid(
-                "this daemon's config source has no override tier".into(),
-            )));
-            return;
-        };
-        let staged = overrides.clone_detached();
-        let changed = match value {
-            Some(value) => staged.set(leaf, value).map(|_| true),
-            None => staged.unset_checked(leaf).map(|old| old.is_some()),
-        };
-        match changed {
+        let staged = match self.stage_override(&leaf, value.as_ref()) {
             Err(error) => {
-                let _ = reply.send(Err(CommandError::Invalid(error.to_string())));
+                let _ = reply.send(Err(error));
                 return;
             }
-            Ok(false) => {
+            Ok(None) => {
                 let _ = reply.send(Ok(self.snapshot.clone()));
                 return;
             }
-            Ok(true) => {}
+            Ok(Some(staged)) => staged,
+        };
+        let shared = Arc::clone(&self.shared);
+        let lifecycle = myself.clone();
+        let generation = self.overrides_generation;
+        tokio::spawn(async move {
+            let checked = shared
+                .resolve_config(&staged)
+                .await
+                .map(drop)
+                .map_err(|error| error.to_string());
+            let _ = lifecycle.cast(LifecycleMsg::OverrideChecked(OverrideCheck {
+                leaf,
+                value,
+                generation,
+                checked,
+                reply,
+            }));
+        });
+    }
+
+    /// The override tier with `leaf` set to `value` (or unset), detached
+    /// from the live one; `None` when that changes nothing.
+    fn stage_override(
+        &self,
+        leaf: &str,
+        value: Option<&toml::Value>,
+    ) -> Result<Option<Overrides>, CommandError> {
+        let staged = self.shared.overrides.clone_detached();
+        let changed = match value {
+            Some(value) => staged.set(leaf, value.clone()).map(|_| true),
+            None => staged.unset_checked(leaf).map(|old| old.is_some()),
+        };
+        match changed {
+            Err(error) => Err(CommandError::Invalid(error.to_string())),
+            Ok(false) => Ok(None),
+            Ok(true) => {
+                let leaves = staged.to_text();
+                crate::control_dir::overrides_fit(&leaves).map_err(CommandError::Invalid)?;
+                Ok(Some(staged))
+            }
         }
+    }
+
+    /// A staged override change was checked: refuse it if the config it
+    /// makes is invalid; check again if the tier moved meanwhile; otherwise
+    /// make the whole tier durable, adopt it, then step `config_changed` (a
+    /// refusal of that step — a stopped or booting runtime — is no refusal
+    /// of the change: the next boot reads the tier, and a boot in flight
+    /// settles against it).
+    async fn override_checked(&mut self, myself: &ActorRef<LifecycleMsg>, checked: OverrideCheck) {
+        let OverrideCheck {
+            leaf,
+            value,
+            generation,
+            checked,
+            reply,
+        } = checked;
+        if reply.is_closed() {
+            return;
+        }
+        if let Err(error) = checked {
+            let _ = reply.send(Err(CommandError::Invalid(error)));
+            return;
+        }
+        if generation != self.overrides_generation {
+            return self.set_override(myself, leaf, value, reply);
+        }
+        let staged = match self.stage_override(&leaf, value.as_ref()) {
+            Ok(Some(staged)) => staged,
+            Ok(None) => {
+                let _ = reply.send(Ok(self.snapshot.clone()));
+                return;
+            }
+            Err(error) => {
+                let _ = reply.send(Err(error));
+                return;
+            }
+        };
+        let overrides = self.shared.overrides.clone();
         let leaves = staged.to_text();
         if let Err(reason) = crate::control_dir::overrides_fit(&leaves) {
             let _ = reply.send(Err(CommandError::Invalid(reason)));
@@ -1315,9 +1373,7 @@ impl LifecycleActorState {
 async fn resolve_checked(
     shared: &Shared,
 ) -> Result<crate::config::ResolvedConfig, crate::config::ConfigError> {
-    let resolved = shared.source.resolve_within(RESOLVE_DEADLINE).await?;
-    check_data_dir(&resolved.config, &shared.data_dir)?;
-    Ok(resolved)
+    shared.resolve_config(&shared.overrides).await
 }
 
 /// A state's label for the journal: its name, with the drain's purpose.

@@ -80,7 +80,7 @@ pub struct RootArgs {
     pub shared: Arc<Shared>,
     /// The locked control directory.
     pub control: Arc<ControlDir>,
-    /// The journal opened (and repaired) by `Supervisor::new`.
+    /// The journal opened (and repaired) when the supervisor was built.
     pub journal: JournalFile,
     /// Where snapshots are published.
     pub snapshots: watch::Sender<Snapshot>,

@@ -36,11 +36,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::de::DeserializeOwned;
 use steadfast_protocol::journal::ResourceRecord;
 use steadfast_protocol::lifecycle::FailureClass;
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinHandle};
 pub use tokio_util::sync::CancellationToken;
+
+use crate::config::{ConfigError, typed};
 
 /// A boxed, sendable future: how the supervisor holds a step's or a
 /// service's work once it has erased the type (a user never writes one).
@@ -102,12 +105,13 @@ pub struct Checkpoint {
     pub resource: ResourceRecord,
 }
 
-/// What a step is handed.
-pub struct StepContext<'a> {
+/// What a step is handed: `C` is its service's typed config
+/// ([`Service::Config`]).
+pub struct StepContext<'a, C> {
     /// Which boot of this daemon.
     pub attempt: u32,
-    /// The effective config this boot resolved.
-    pub config: &'a toml::Table,
+    /// The effective config this boot resolved, as the service's type.
+    pub config: &'a C,
     /// The data directory (fixed for the life of the daemon).
     pub data_dir: &'a Path,
     /// The live runtime the earlier steps built: ask it for an earlier
@@ -159,15 +163,20 @@ impl<T> Made<T> {
 /// ```no_run
 /// use steadfast_actors::service::{Made, Plan, Service, Step, StepContext, StepError};
 ///
+/// #[derive(serde::Deserialize)]
+/// struct Config {
+///     listen_addr: String,
+/// }
+///
 /// struct Bind;
 ///
 /// impl Step for Bind {
 ///     const NAME: &'static str = "bind_listener";
+///     type Config = Config;
 ///     type Output = Option<tokio::net::TcpListener>;
 ///
-///     async fn execute(&self, cx: StepContext<'_>) -> Result<Made<Self::Output>, StepError> {
-///         let addr = cx.config.get("listen_addr").and_then(|v| v.as_str());
-///         let listener = tokio::net::TcpListener::bind(addr.unwrap_or("127.0.0.1:0"))
+///     async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Made<Self::Output>, StepError> {
+///         let listener = tokio::net::TcpListener::bind(&cx.config.listen_addr)
 ///             .await
 ///             .map_err(StepError::backoff)?;
 ///         let bound = listener.local_addr().map_err(StepError::backoff)?;
@@ -179,16 +188,17 @@ impl<T> Made<T> {
 ///
 /// impl Step for Serve {
 ///     const NAME: &'static str = "serve";
+///     type Config = Config;
 ///     type Output = ();
 ///
-///     async fn execute(&self, cx: StepContext<'_>) -> Result<Made<()>, StepError> {
+///     async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Made<()>, StepError> {
 ///         // An earlier step's output, asked for by its step's type.
 ///         let listener = cx
 ///             .runtime
 ///             .get_mut::<Bind>()
 ///             .and_then(Option::take)
 ///             .ok_or_else(|| StepError::backoff("no listener"))?;
-///         cx.runtime.spawn("accept", async move {
+///         cx.runtime.serve("accept", async move {
 ///             loop {
 ///                 let _ = listener.accept().await;
 ///             }
@@ -200,7 +210,9 @@ impl<T> Made<T> {
 /// struct App;
 ///
 /// impl Service for App {
-///     fn plan(&self, _config: &toml::Table) -> Plan {
+///     type Config = Config;
+///
+///     fn plan(&self, _config: &Config) -> Plan<Config> {
 ///         Plan::new().step(Bind).step(Serve)
 ///     }
 /// }
@@ -210,13 +222,17 @@ pub trait Step: Sized + Send + Sync + 'static {
     /// is journaled under: keep it stable, old journals resume by it.
     const NAME: &'static str;
 
+    /// The typed config of the service whose plan this step is in
+    /// ([`Service::Config`]).
+    type Config: Send + Sync + 'static;
+
     /// The live value this step leaves in the runtime (`()` for none).
     type Output: Send + Sync + 'static;
 
     /// Run the step; return the record of what it created and its output.
     fn execute(
         &self,
-        cx: StepContext<'_>,
+        cx: StepContext<'_, Self::Config>,
     ) -> impl Future<Output = Result<Made<Self::Output>, StepError>> + Send;
 
     /// Whether this step's resource (its own `record`) is really there.
@@ -245,17 +261,30 @@ pub trait Step: Sized + Send + Sync + 'static {
     }
 }
 
-/// A [`Step`] with its type erased: what a [`Plan`] holds and the Boot and
-/// Drain actors call. Implemented for every [`Step`]; not implemented by
-/// hand.
+/// What the Boot actor hands an erased step's `execute`: a
+/// [`StepContext`] without the config, which the erased step carries.
+pub struct StepEnv<'a> {
+    /// Which boot of this daemon.
+    pub attempt: u32,
+    /// The data directory.
+    pub data_dir: &'a Path,
+    /// The live runtime the earlier steps built.
+    pub runtime: &'a mut Runtime,
+    /// The checkpoints of the earlier steps of this boot.
+    pub prior: &'a [Checkpoint],
+    /// The step's deadline.
+    pub progress: &'a StepProgress,
+}
+
+/// A [`Step`] with its type erased and its boot's config bound: what the
+/// Boot and Drain actors call. Made by [`AnyService::plan`]; not
+/// implemented by hand.
 pub trait AnyStep: Send + Sync + 'static {
     /// [`Step::NAME`].
     fn name(&self) -> &'static str;
-    /// [`Step::execute`], keeping the output in the runtime.
-    fn execute<'a>(
-        &'a self,
-        cx: StepContext<'a>,
-    ) -> BoxFuture<'a, Result<ResourceRecord, StepError>>;
+    /// [`Step::execute`] over the bound config, keeping the output in the
+    /// runtime.
+    fn execute<'a>(&'a self, env: StepEnv<'a>) -> BoxFuture<'a, Result<ResourceRecord, StepError>>;
     /// [`Step::observe`].
     fn observe<'a>(
         &'a self,
@@ -270,33 +299,51 @@ pub trait AnyStep: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<(), StepError>>;
 }
 
-impl<S: Step> AnyStep for S {
+/// A step of a [`Plan`] over config `C`, its own type erased.
+trait PlannedStep<C>: Send + Sync + 'static {
+    fn name(&self) -> &'static str;
+    fn bind(self: Arc<Self>, config: Arc<C>) -> Arc<dyn AnyStep>;
+}
+
+impl<S: Step> PlannedStep<S::Config> for S {
     fn name(&self) -> &'static str {
         S::NAME
     }
 
-    fn execute<'a>(
-        &'a self,
-        cx: StepContext<'a>,
-    ) -> BoxFuture<'a, Result<ResourceRecord, StepError>> {
+    fn bind(self: Arc<Self>, config: Arc<S::Config>) -> Arc<dyn AnyStep> {
+        Arc::new(Bound { step: self, config })
+    }
+}
+
+/// A step and the config of the boot it runs in.
+struct Bound<S: Step> {
+    step: Arc<S>,
+    config: Arc<S::Config>,
+}
+
+impl<S: Step> AnyStep for Bound<S> {
+    fn name(&self) -> &'static str {
+        S::NAME
+    }
+
+    fn execute<'a>(&'a self, env: StepEnv<'a>) -> BoxFuture<'a, Result<ResourceRecord, StepError>> {
         Box::pin(async move {
-            let StepContext {
+            let StepEnv {
                 attempt,
-                config,
                 data_dir,
                 runtime,
                 prior,
                 progress,
-            } = cx;
+            } = env;
             let cx = StepContext {
                 attempt,
-                config,
+                config: &*self.config,
                 data_dir,
                 runtime: &mut *runtime,
                 prior,
                 progress,
             };
-            let made = Step::execute(self, cx).await?;
+            let made = Step::execute(&*self.step, cx).await?;
             runtime.put::<S>(made.output);
             Ok(made.record)
         })
@@ -307,7 +354,7 @@ impl<S: Step> AnyStep for S {
         record: &'a ResourceRecord,
         runtime: &'a Runtime,
     ) -> BoxFuture<'a, Observation> {
-        Box::pin(Step::observe(self, record, runtime))
+        Box::pin(Step::observe(&*self.step, record, runtime))
     }
 
     fn destroy<'a>(
@@ -315,18 +362,23 @@ impl<S: Step> AnyStep for S {
         record: &'a ResourceRecord,
         runtime: &'a mut Runtime,
     ) -> BoxFuture<'a, Result<(), StepError>> {
-        Box::pin(Step::destroy(self, record, runtime))
+        Box::pin(Step::destroy(&*self.step, record, runtime))
     }
 }
 
-/// The steps a boot runs after `resolve_config`, in order:
+/// The steps a boot runs after `resolve_config`, in order, over config `C`:
 /// `Plan::new().step(OpenStore).step(Serve)`.
-#[derive(Default, Clone)]
-pub struct Plan {
-    steps: Vec<Arc<dyn AnyStep>>,
+pub struct Plan<C: 'static> {
+    steps: Vec<Arc<dyn PlannedStep<C>>>,
 }
 
-impl fmt::Debug for Plan {
+impl<C: 'static> Default for Plan<C> {
+    fn default() -> Self {
+        Self { steps: Vec::new() }
+    }
+}
+
+impl<C: 'static> fmt::Debug for Plan<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list()
             .entries(self.steps.iter().map(|s| s.name()))
@@ -334,7 +386,7 @@ impl fmt::Debug for Plan {
     }
 }
 
-impl Plan {
+impl<C: Send + Sync + 'static> Plan<C> {
     /// An empty plan.
     #[must_use]
     pub fn new() -> Self {
@@ -343,7 +395,7 @@ impl Plan {
 
     /// Run `step` after the steps already in the plan.
     #[must_use]
-    pub fn step(mut self, step: impl Step) -> Self {
+    pub fn step(mut self, step: impl Step<Config = C>) -> Self {
         self.steps.push(Arc::new(step));
         self
     }
@@ -354,9 +406,13 @@ impl Plan {
         self.steps.iter().map(|s| s.name()).collect()
     }
 
-    /// The steps, in order; a plan that names one step twice is refused
-    /// (its checkpoints and outputs would be one), naming the step.
-    pub fn into_steps(self) -> Result<Vec<Arc<dyn AnyStep>>, StepError> {
+    /// The steps, in order, bound to `config`; a plan that names one step
+    /// twice is refused (its checkpoints and outputs would be one), naming
+    /// the step.
+    ///
+    /// # Errors
+    /// The step named twice, as a hold failure.
+    pub fn bind(self, config: Arc<C>) -> Result<Vec<Arc<dyn AnyStep>>, StepError> {
         let mut seen = std::collections::HashSet::new();
         if let Some(twice) = self.steps.iter().find(|s| !seen.insert(s.name())) {
             return Err(StepError::hold(format!(
@@ -364,28 +420,86 @@ impl Plan {
                 twice.name()
             )));
         }
-        Ok(self.steps)
+        Ok(self
+            .steps
+            .into_iter()
+            .map(|step| step.bind(Arc::clone(&config)))
+            .collect())
     }
 }
 
-/// The embedding application's runtime, described as a plan of [`Step`]s.
-/// Implemented with plain `async fn`s.
+/// A config change a running runtime is offered in place
+/// ([`Service::apply_config`]).
+#[derive(Debug)]
+pub struct ConfigChange<'a, C> {
+    /// The config the runtime runs with.
+    pub old: &'a C,
+    /// The config just resolved.
+    pub new: &'a C,
+    /// The dotted leaves that differ, sorted.
+    pub changed: &'a [String],
+}
+
+/// The embedding application's runtime, described as a plan of [`Step`]s
+/// over a typed config. Implemented with plain `async fn`s.
+///
+/// ```no_run
+/// use steadfast_actors::service::{Made, Plan, Service, Step, StepContext, StepError};
+///
+/// #[derive(serde::Deserialize)]
+/// struct Config {
+///     greeting: String,
+/// }
+///
+/// struct Greet;
+///
+/// impl Step for Greet {
+///     const NAME: &'static str = "greet";
+///     type Config = Config;
+///     type Output = String;
+///
+///     async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Made<String>, StepError> {
+///         Ok(Made::new("greeting", "stdout", cx.config.greeting.clone()))
+///     }
+/// }
+///
+/// struct App;
+///
+/// impl Service for App {
+///     type Config = Config;
+///
+///     fn plan(&self, _config: &Config) -> Plan<Config> {
+///         Plan::new().step(Greet)
+///     }
+/// }
+/// ```
 pub trait Service: Send + Sync + 'static {
+    /// The service's config: the effective TOML (defaults < declared file <
+    /// override tier) deserialized. A config that does not deserialize
+    /// fails `resolve_config` held, naming the leaf; `config set` refuses a
+    /// change that would not deserialize. `toml::Table` takes any config.
+    type Config: DeserializeOwned + Send + Sync + 'static;
+
+    /// Whether leaves the config type does not know are accepted. By
+    /// default they are refused, naming them (a typo in a file or in
+    /// `config set` is an error, not a silent default); the supervisor's own
+    /// `data_dir` leaf is always accepted.
+    const ALLOW_UNKNOWN_LEAVES: bool = false;
+
     /// The steps a boot runs after `resolve_config`, in order, for this
     /// config.
-    fn plan(&self, config: &toml::Table) -> Plan;
+    fn plan(&self, config: &Self::Config) -> Plan<Self::Config>;
 
     /// Apply a changed config to the running runtime in place; return the
     /// dotted leaves it could not take (they need a restart). By default
     /// nothing is taken in place.
     fn apply_config(
         &self,
-        old: &toml::Table,
-        new: &toml::Table,
+        change: ConfigChange<'_, Self::Config>,
         runtime: &mut Runtime,
     ) -> impl Future<Output = Vec<String>> + Send {
         let _ = runtime;
-        let changed = crate::config::changed_leaves(old, new);
+        let changed = change.changed.to_vec();
         async move { changed }
     }
 
@@ -397,27 +511,66 @@ pub trait Service: Send + Sync + 'static {
     fn wipe(
         &self,
         data_dir: &Path,
-        config: Option<&toml::Table>,
+        config: Option<&Self::Config>,
     ) -> impl Future<Output = Result<(), StepError>> + Send {
         let _ = (data_dir, config);
         async { Err(StepError::hold("this service has no wipe step")) }
     }
 }
 
+/// A shared service is the service: the embedding keeps an `Arc` to look
+/// at it while the supervisor runs it.
+impl<S: Service> Service for Arc<S> {
+    type Config = S::Config;
+    const ALLOW_UNKNOWN_LEAVES: bool = S::ALLOW_UNKNOWN_LEAVES;
+
+    fn plan(&self, config: &Self::Config) -> Plan<Self::Config> {
+        S::plan(self, config)
+    }
+
+    fn apply_config(
+        &self,
+        change: ConfigChange<'_, Self::Config>,
+        runtime: &mut Runtime,
+    ) -> impl Future<Output = Vec<String>> + Send {
+        S::apply_config(self, change, runtime)
+    }
+
+    fn wipe(
+        &self,
+        data_dir: &Path,
+        config: Option<&Self::Config>,
+    ) -> impl Future<Output = Result<(), StepError>> + Send {
+        S::wipe(self, data_dir, config)
+    }
+}
+
 /// A [`Service`] with its type erased: what the supervisor holds
-/// (`Arc<dyn AnyService>`). Implemented for every [`Service`]; not
-/// implemented by hand.
+/// (`Arc<dyn AnyService>`), over the effective config as TOML. Implemented
+/// for every [`Service`]; not implemented by hand.
 pub trait AnyService: Send + Sync + 'static {
-    /// [`Service::plan`].
-    fn plan(&self, config: &toml::Table) -> Plan;
-    /// [`Service::apply_config`].
+    /// Whether `config` deserializes into [`Service::Config`] (and has no
+    /// leaf it does not know, unless allowed).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the leaf and the reason, or
+    /// [`ConfigError::UnknownLeaves`].
+    fn check_config(&self, config: &toml::Table) -> Result<(), ConfigError>;
+    /// [`Service::plan`] for `config`, its steps bound to the typed config.
+    ///
+    /// # Errors
+    /// As [`AnyService::check_config`], or a plan that names a step twice
+    /// (both hold failures).
+    fn plan(&self, config: &toml::Table) -> Result<Vec<Arc<dyn AnyStep>>, String>;
+    /// [`Service::apply_config`]. A `new` that does not deserialize is
+    /// taken by nothing: every changed leaf is returned.
     fn apply_config<'a>(
         &'a self,
         old: &'a toml::Table,
         new: &'a toml::Table,
         runtime: &'a mut Runtime,
     ) -> BoxFuture<'a, Vec<String>>;
-    /// [`Service::wipe`].
+    /// [`Service::wipe`] (`config` is passed only when it deserializes).
     fn wipe<'a>(
         &'a self,
         data_dir: &'a Path,
@@ -426,8 +579,16 @@ pub trait AnyService: Send + Sync + 'static {
 }
 
 impl<S: Service> AnyService for S {
-    fn plan(&self, config: &toml::Table) -> Plan {
-        Service::plan(self, config)
+    fn check_config(&self, config: &toml::Table) -> Result<(), ConfigError> {
+        typed::<S::Config>(config, S::ALLOW_UNKNOWN_LEAVES).map(drop)
+    }
+
+    fn plan(&self, config: &toml::Table) -> Result<Vec<Arc<dyn AnyStep>>, String> {
+        let config = typed::<S::Config>(config, S::ALLOW_UNKNOWN_LEAVES)
+            .map_err(|error| error.to_string())?;
+        Service::plan(self, &config)
+            .bind(Arc::new(config))
+            .map_err(|error| error.message)
     }
 
     fn apply_config<'a>(
@@ -436,7 +597,24 @@ impl<S: Service> AnyService for S {
         new: &'a toml::Table,
         runtime: &'a mut Runtime,
     ) -> BoxFuture<'a, Vec<String>> {
-        Box::pin(Service::apply_config(self, old, new, runtime))
+        Box::pin(async move {
+            let changed = crate::config::changed_leaves(old, new);
+            let allow = S::ALLOW_UNKNOWN_LEAVES;
+            match (
+                typed::<S::Config>(old, allow),
+                typed::<S::Config>(new, allow),
+            ) {
+                (Ok(old), Ok(new)) => {
+                    let change = ConfigChange {
+                        old: &old,
+                        new: &new,
+                        changed: &changed,
+                    };
+                    Service::apply_config(self, change, runtime).await
+                }
+                _ => changed,
+            }
+        })
     }
 
     fn wipe<'a>(
@@ -444,7 +622,10 @@ impl<S: Service> AnyService for S {
         data_dir: &'a Path,
         config: Option<&'a toml::Table>,
     ) -> BoxFuture<'a, Result<(), StepError>> {
-        Box::pin(Service::wipe(self, data_dir, config))
+        Box::pin(async move {
+            let config = config.and_then(|c| typed::<S::Config>(c, S::ALLOW_UNKNOWN_LEAVES).ok());
+            Service::wipe(self, data_dir, config.as_ref()).await
+        })
     }
 }
 
@@ -577,6 +758,24 @@ impl Runtime {
         });
     }
 
+    /// Spawn a serving task that runs until it returns or the runtime shuts
+    /// down, whichever comes first (at shutdown it is dropped where it
+    /// waits: a [`Runtime::spawn`] that selects on
+    /// [`Runtime::shutdown_token`]). For a loop with no in-flight work to
+    /// finish, such as an accept loop.
+    pub fn serve<F>(&mut self, name: impl Into<String>, task: F)
+    where
+        F: Future<Output = Result<(), String>> + Send + 'static,
+    {
+        let stop = self.shutdown_token();
+        self.spawn(name, async move {
+            tokio::select! {
+                () = stop.cancelled() => Ok(()),
+                ended = task => ended,
+            }
+        });
+    }
+
     /// The stream of task endings; taken once, by whoever watches the
     /// running runtime.
     pub fn take_ended(&mut self) -> Option<mpsc::UnboundedReceiver<TaskEnded>> {
@@ -673,7 +872,7 @@ impl fmt::Debug for Completed {
 }
 
 /// A running step's deadline, which the step extends by reporting
-/// progress (DESIGN.md: "a slow boot is not a dead boot").
+/// progress: a slow boot is not a dead boot.
 #[derive(Debug)]
 pub struct StepProgress {
     /// When the step fails unless it reports progress first.
@@ -742,16 +941,24 @@ mod tests {
 
     impl Step for Left {
         const NAME: &'static str = "left";
+        type Config = toml::Table;
         type Output = String;
-        async fn execute(&self, _cx: StepContext<'_>) -> Result<Made<String>, StepError> {
+        async fn execute(
+            &self,
+            _cx: StepContext<'_, toml::Table>,
+        ) -> Result<Made<String>, StepError> {
             Ok(Made::new("side", "left", "l".to_owned()))
         }
     }
 
     impl Step for Right {
         const NAME: &'static str = "right";
+        type Config = toml::Table;
         type Output = String;
-        async fn execute(&self, cx: StepContext<'_>) -> Result<Made<String>, StepError> {
+        async fn execute(
+            &self,
+            cx: StepContext<'_, toml::Table>,
+        ) -> Result<Made<String>, StepError> {
             let left = cx
                 .runtime
                 .get::<Left>()
@@ -760,12 +967,15 @@ mod tests {
         }
     }
 
+    /// `step` bound to an empty config.
+    fn bound<S: Step<Config = toml::Table>>(step: S) -> Arc<dyn AnyStep> {
+        Arc::new(step).bind(Arc::new(toml::Table::new()))
+    }
+
     async fn run(step: &dyn AnyStep, runtime: &mut Runtime) -> Result<ResourceRecord, StepError> {
-        let config = toml::Table::new();
         let progress = StepProgress::new(Duration::from_secs(10));
-        step.execute(StepContext {
+        step.execute(StepEnv {
             attempt: 1,
-            config: &config,
             data_dir: Path::new("/nonexistent"),
             runtime,
             prior: &[],
@@ -777,9 +987,10 @@ mod tests {
     #[tokio::test]
     async fn outputs_are_kept_per_step_not_per_type() {
         let mut runtime = Runtime::new();
-        let left = run(&Left, &mut runtime).await.expect("left runs");
+        let (left_step, right) = (bound(Left), bound(Right));
+        let left = run(&*left_step, &mut runtime).await.expect("left runs");
         assert_eq!(left.id, "left");
-        run(&Right, &mut runtime)
+        run(&*right, &mut runtime)
             .await
             .expect("right reads left's output");
         // Both outputs are `String`s, kept side by side under their steps.
@@ -788,17 +999,9 @@ mod tests {
         runtime.get_mut::<Right>().expect("kept").push('!');
         // The default observation follows the output; the default destroy
         // drops it.
-        assert_eq!(
-            AnyStep::observe(&Right, &left, &runtime).await,
-            Observation::Present
-        );
-        AnyStep::destroy(&Right, &left, &mut runtime)
-            .await
-            .expect("destroyed");
-        assert_eq!(
-            AnyStep::observe(&Right, &left, &runtime).await,
-            Observation::Gone
-        );
+        assert_eq!(right.observe(&left, &runtime).await, Observation::Present);
+        right.destroy(&left, &mut runtime).await.expect("destroyed");
+        assert_eq!(right.observe(&left, &runtime).await, Observation::Gone);
         assert_eq!(runtime.take::<Left>().as_deref(), Some("l"));
         assert!(runtime.get::<Left>().is_none());
     }
@@ -809,7 +1012,7 @@ mod tests {
             .step(Left)
             .step(Right)
             .step(Left)
-            .into_steps()
+            .bind(Arc::new(toml::Table::new()))
             .err()
             .expect("refused");
         assert_eq!(error.class, FailureClass::Hold);

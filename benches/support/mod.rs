@@ -3,7 +3,8 @@
 
 #![allow(dead_code)]
 
-use steadfast::{ConfigSource, Made, Plan, ResolvedConfig, Service, Step, StepContext, StepError};
+use steadfast::config::{ConfigSource, ResolvedConfig};
+use steadfast::{Made, Plan, Service, Step, StepContext, StepError};
 
 /// A service with one step that creates nothing.
 pub struct Noop;
@@ -13,15 +14,18 @@ pub struct Nothing;
 
 impl Step for Nothing {
     const NAME: &'static str = "noop";
+    type Config = toml::Table;
     type Output = ();
 
-    async fn execute(&self, _cx: StepContext<'_>) -> Result<Made<()>, StepError> {
+    async fn execute(&self, _cx: StepContext<'_, toml::Table>) -> Result<Made<()>, StepError> {
         Ok(Made::new("noop", "", ()))
     }
 }
 
 impl Service for Noop {
-    fn plan(&self, _config: &toml::Table) -> Plan {
+    type Config = toml::Table;
+
+    fn plan(&self, _config: &toml::Table) -> Plan<toml::Table> {
         Plan::new().step(Nothing)
     }
 }

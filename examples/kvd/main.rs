@@ -18,7 +18,7 @@
 //!
 //! `store.log` and `store.lock` are private (0600) and opened without
 //! following a link, in a data dir no other user can write, through
-//! `steadfast::actors::fsx` like steadfast's own files
+//! `steadfast::fs` like steadfast's own files
 //! (`files::kvd_files_are_private`, `files::a_kvd_store_log_symlink_is_refused`).
 
 use std::collections::HashMap;
@@ -28,9 +28,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use steadfast::service::{CancellationToken, ResourceRecord, StoreLock};
 use steadfast::{
-    CancellationToken, Made, Plan, ResourceRecord, Runtime, Service, Step, StepContext, StepError,
-    StoreLock, Supervisor, SupervisorConfig, TomlFileSource,
+    ConfigChange, Made, Plan, Runtime, Service, Step, StepContext, StepError, Supervisor,
+    TomlFileSource,
 };
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
 use tokio::net::{TcpListener, TcpStream};
@@ -271,10 +272,10 @@ impl Store {
 }
 
 /// Open `store.log` (0600, created if missing) in the trusted data dir
-/// without following a link: `steadfast::actors::fsx`, the mechanism the
+/// without following a link: `steadfast::fs`, the mechanism the
 /// control dir's files use. A link planted there is refused, naming it.
 fn open_store_log(path: &Path) -> std::io::Result<File> {
-    use steadfast::actors::fsx::{self, Access};
+    use steadfast::fs::{self as fsx, Access};
     let data_dir = path.parent().unwrap_or_else(|| Path::new("."));
     let name = path
         .file_name()
@@ -348,19 +349,20 @@ const LINGER: std::time::Duration = std::time::Duration::from_millis(500);
 
 struct Kvd;
 
-fn leaf_str<'a>(config: &'a toml::Table, key: &str, default: &'a str) -> &'a str {
-    config
-        .get(key)
-        .and_then(toml::Value::as_str)
-        .unwrap_or(default)
-}
-
-fn max_connections(config: &toml::Table) -> usize {
-    config
-        .get("max_connections")
-        .and_then(toml::Value::as_integer)
-        .and_then(|n| usize::try_from(n).ok())
-        .unwrap_or(64)
+/// kvd's config: [`DEFAULTS`] < the `--config` file < the override tier.
+/// A value of the wrong type (`max_connections = "many"`) or an unknown
+/// leaf holds the boot, naming the leaf; `config set` refuses it.
+#[derive(Debug, Clone, serde::Deserialize)]
+struct Config {
+    /// Where the store listens.
+    listen_addr: String,
+    /// kvd's log level (applied in place).
+    log_level: String,
+    /// Connections served at once (applied in place).
+    max_connections: usize,
+    /// The data dir, when the file names it (the supervisor's leaf).
+    #[allow(dead_code)]
+    data_dir: Option<PathBuf>,
 }
 
 /// Takes the store lock (or adopts the one an overlap incumbent handed over).
@@ -368,9 +370,10 @@ struct OpenStore;
 
 impl Step for OpenStore {
     const NAME: &'static str = "open_store";
+    type Config = Config;
     type Output = Offered<StoreLock>;
 
-    async fn execute(&self, cx: StepContext<'_>) -> Result<Made<Self::Output>, StepError> {
+    async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Made<Self::Output>, StepError> {
         // An overlap replacement's candidate adopts the store lock its
         // incumbent handed over; anyone else takes it.
         let handed = steadfast::handover::take(cx.data_dir, STORE_LOCK_HANDOVER)
@@ -411,9 +414,10 @@ struct ReplayLog;
 
 impl Step for ReplayLog {
     const NAME: &'static str = "replay_log";
+    type Config = Config;
     type Output = Shared;
 
-    async fn execute(&self, cx: StepContext<'_>) -> Result<Made<Shared>, StepError> {
+    async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Made<Shared>, StepError> {
         let path = cx.data_dir.join("store.log");
         let replayed = tokio::task::spawn_blocking({
             let path = path.clone();
@@ -442,11 +446,12 @@ struct BindListener;
 
 impl Step for BindListener {
     const NAME: &'static str = "bind_listener";
+    type Config = Config;
     /// The listener until `serve` takes it.
     type Output = Offered<Option<TcpListener>>;
 
-    async fn execute(&self, cx: StepContext<'_>) -> Result<Made<Self::Output>, StepError> {
-        let addr = leaf_str(cx.config, "listen_addr", "127.0.0.1:7070");
+    async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Made<Self::Output>, StepError> {
+        let addr = cx.config.listen_addr.as_str();
         // An overlap candidate accepts on its incumbent's socket.
         let handed = steadfast::handover::take_listener(cx.data_dir, LISTENER_HANDOVER)
             .map_err(StepError::backoff)?;
@@ -486,10 +491,11 @@ struct Serve;
 
 impl Step for Serve {
     const NAME: &'static str = "serve";
+    type Config = Config;
     /// The settings that apply in place.
     type Output = Arc<Live>;
 
-    async fn execute(&self, cx: StepContext<'_>) -> Result<Made<Arc<Live>>, StepError> {
+    async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Made<Arc<Live>>, StepError> {
         let listener = cx
             .runtime
             .get_mut::<BindListener>()
@@ -501,8 +507,8 @@ impl Step for Serve {
             .cloned()
             .ok_or_else(|| StepError::backoff("no store"))?;
         let live = Arc::new(Live {
-            max_connections: AtomicUsize::new(max_connections(cx.config)),
-            log_level: Mutex::new(leaf_str(cx.config, "log_level", "info").to_owned()),
+            max_connections: AtomicUsize::new(cx.config.max_connections),
+            log_level: Mutex::new(cx.config.log_level.clone()),
         });
         let stop = cx.runtime.shutdown_token();
         let open = Arc::new(AtomicUsize::new(0));
@@ -531,7 +537,9 @@ impl Step for Serve {
 }
 
 impl Service for Kvd {
-    fn plan(&self, _config: &toml::Table) -> Plan {
+    type Config = Config;
+
+    fn plan(&self, _config: &Config) -> Plan<Config> {
         Plan::new()
             .step(OpenStore)
             .step(ReplayLog)
@@ -541,25 +549,23 @@ impl Service for Kvd {
 
     async fn apply_config(
         &self,
-        old: &toml::Table,
-        new: &toml::Table,
+        change: ConfigChange<'_, Config>,
         runtime: &mut Runtime,
     ) -> Vec<String> {
         let live = runtime.get::<Serve>();
         let mut restart = Vec::new();
-        for leaf in steadfast::actors::config::changed_leaves(old, new) {
+        for leaf in change.changed {
             match (leaf.as_str(), live) {
                 ("max_connections", Some(live)) => live
                     .max_connections
-                    .store(max_connections(new), Ordering::SeqCst),
+                    .store(change.new.max_connections, Ordering::SeqCst),
                 ("log_level", Some(live)) => {
                     *live
                         .log_level
                         .lock()
-                        .unwrap_or_else(PoisonError::into_inner) =
-                        leaf_str(new, "log_level", "info").to_owned();
+                        .unwrap_or_else(PoisonError::into_inner) = change.new.log_level.clone();
                 }
-                _ => restart.push(leaf),
+                _ => restart.push(leaf.clone()),
             }
         }
         restart
@@ -567,7 +573,7 @@ impl Service for Kvd {
 
     /// `steadfastctl reinit`: remove the log, under the store lock (which
     /// also proves nothing else has the store open).
-    async fn wipe(&self, data_dir: &Path, _config: Option<&toml::Table>) -> Result<(), StepError> {
+    async fn wipe(&self, data_dir: &Path, _config: Option<&Config>) -> Result<(), StepError> {
         let _lock = StoreLock::acquire(data_dir).map_err(StepError::backoff)?;
         match std::fs::remove_file(data_dir.join("store.log")) {
             Ok(()) => Ok(()),
@@ -709,7 +715,7 @@ async fn main() {
     // holds on it with the reason `steadfastctl status` shows.
     let from_file = match &config {
         None => None,
-        Some(path) => match steadfast::actors::config::read_config_file(path) {
+        Some(path) => match steadfast::config::read_config_file(path) {
             Ok(bytes) => std::str::from_utf8(&bytes)
                 .ok()
                 .and_then(|text| text.parse::<toml::Table>().ok())
@@ -719,7 +725,7 @@ async fn main() {
                         .and_then(toml::Value::as_str)
                         .map(PathBuf::from)
                 }),
-            Err(error @ steadfast::ConfigError::Missing { .. }) => {
+            Err(error @ steadfast::config::ConfigError::Missing { .. }) => {
                 eprintln!("kvd: {error}");
                 std::process::exit(2);
             }
@@ -736,11 +742,13 @@ async fn main() {
     if let Some(path) = &config {
         source = source.required_file(path);
     }
-    // The override tier (`steadfastctl config set`) and the declared file
-    // come with the TOML source.
-    let mut supervisor_config = SupervisorConfig::toml(&data_dir, source, Arc::new(Kvd));
-    supervisor_config.version = Some(version());
-    let (supervisor, handle) = match Supervisor::new(supervisor_config) {
+    // The declared file is watched; `steadfastctl config set` writes the
+    // supervisor's override tier on top of it.
+    let built = Supervisor::builder(&data_dir, Kvd)
+        .config(source)
+        .version(version())
+        .build();
+    let (supervisor, handle) = match built {
         Ok(started) => started,
         Err(error) => {
             eprintln!("kvd: {error}");

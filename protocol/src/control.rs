@@ -10,21 +10,20 @@
 //!   tagged enums (`LifecycleState`, `PreviousRun`, … are
 //!   `#[serde(tag = …)]`), so a snapshot travels as its JSON text inside
 //!   the bincode frame ([`WireSnapshot`]), and a refusal travels as
-//!   [`ControlRefusal`], an externally tagged enum of plain fields. Checked
+//!   [`CommandError`], an externally tagged enum of plain fields. Checked
 //!   by `control::tests::answers_round_trip_through_bincode`.
 //! - A refusal keeps the lifecycle's typed reason unchanged: the
-//!   [`RefusedBecause`] and the state and event names. Checked by
+//!   [`RefusedBecause`](crate::lifecycle::RefusedBecause) and the state and event names. Checked by
 //!   `control::tests::refusal_keeps_the_typed_reason`.
 //! - Waiting is bounded by the server: [`clamp_watch_timeout`] caps a
 //!   `watch` at [`MAX_WATCH_TIMEOUT_MS`]. Checked by
 //!   `control::tests::watch_timeout_is_clamped`.
 
-use std::borrow::Cow;
-
 use serde::{Deserialize, Serialize};
 
-use crate::lifecycle::{ExitIntent, Refused, RefusedBecause};
-use crate::replacement::{Mode, ReplaceRefusal, Report};
+pub use crate::command::CommandError;
+use crate::lifecycle::ExitIntent;
+use crate::replacement::{Mode, Report};
 use crate::snapshot::Snapshot;
 
 /// The longest a `watch` waits, in milliseconds, whatever the client asks.
@@ -73,79 +72,9 @@ impl WireSnapshot {
     }
 }
 
-/// Why a control call was not carried out. Application errors travel here;
-/// transport failures stay tarpc's `RpcError`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, thiserror::Error)]
-pub enum ControlRefusal {
-    /// The lifecycle refused the command; the reason is the machine's,
-    /// unchanged.
-    #[error("{}", self.refused().map(|r| r.to_string()).unwrap_or_default())]
-    Refused {
-        /// The state the command arrived in (wire name).
-        state: String,
-        /// The event the command became (wire name).
-        event: String,
-        /// Why.
-        reason: RefusedBecause,
-        /// What the reason is about (the config error of a
-        /// `config_invalid`).
-        detail: Option<String>,
-    },
-    /// The command was accepted but could not be made durable; it was not
-    /// acknowledged.
-    #[error("not durable: {0}")]
-    Durability(String),
-    /// The supervisor is not running (it has exited, or is exiting).
-    #[error("the supervisor is not running")]
-    Unavailable,
-    /// The arguments are not acceptable (a malformed leaf, no override
-    /// tier); nothing changed.
-    #[error("invalid: {0}")]
-    Invalid(String),
-    /// The command was carried out and failed (a wipe step's error, a
-    /// journal that cannot be read).
-    #[error("failed: {0}")]
-    Failed(String),
-    /// A replacement was not started (see [`ReplaceRefusal`]).
-    #[error("replace refused: {0}")]
-    Replace(ReplaceRefusal),
-}
-
-impl From<Refused> for ControlRefusal {
-    fn from(refused: Refused) -> Self {
-        Self::Refused {
-            state: refused.state.into_owned(),
-            event: refused.event.into_owned(),
-            reason: refused.reason,
-            detail: refused.detail,
-        }
-    }
-}
-
-impl ControlRefusal {
-    /// The lifecycle's refusal, when this is one.
-    #[must_use]
-    pub fn refused(&self) -> Option<Refused> {
-        match self {
-            Self::Refused {
-                state,
-                event,
-                reason,
-                detail,
-            } => Some(Refused {
-                state: Cow::Owned(state.clone()),
-                event: Cow::Owned(event.clone()),
-                reason: *reason,
-                detail: detail.clone(),
-            }),
-            _ => None,
-        }
-    }
-}
-
 /// What every control method answers: the snapshot after the call, or why
 /// not.
-pub type ControlAnswer = Result<WireSnapshot, ControlRefusal>;
+pub type ControlAnswer = Result<WireSnapshot, CommandError>;
 
 /// The journal's attempts as they cross the wire: a JSON array of
 /// [`crate::history::JournalAttempt`] (their phases carry tagged enums).
@@ -190,7 +119,7 @@ pub struct ReinitPrepared {
 pub const MAX_JOURNAL_ATTEMPTS: u32 = 1_000;
 
 /// The control plane. Every method answers the snapshot after it took
-/// effect (commands are answered once durable), or a [`ControlRefusal`].
+/// effect (commands are answered once durable), or a [`CommandError`].
 #[tarpc::service]
 pub trait Control {
     /// The latest snapshot.
@@ -203,7 +132,7 @@ pub trait Control {
     async fn start() -> ControlAnswer;
     /// Stop the runtime; `hold` keeps it stopped across a relaunch.
     /// Answered once the drain has settled.
-    async fn stop(hold: bool) -> ControlAnswer;
+    async fn stop(hold: crate::command::Hold) -> ControlAnswer;
     /// Stop the runtime and boot it again. The new config is resolved
     /// first; if it does not resolve the restart is refused
     /// (`config_invalid`, with the error) and the runtime keeps serving,
@@ -215,7 +144,7 @@ pub trait Control {
     async fn exit(intent: ExitIntent) -> ControlAnswer;
     /// The last `limit` attempts the journal records (capped at
     /// [`MAX_JOURNAL_ATTEMPTS`]), with their phases, oldest first.
-    async fn journal(limit: u32) -> Result<WireJournal, ControlRefusal>;
+    async fn journal(limit: u32) -> Result<WireJournal, CommandError>;
     /// Set `leaf` of the override tier to `value` (TOML text; a bare word
     /// is a string), durably, then `config_changed`.
     async fn config_set(leaf: String, value: String) -> ControlAnswer;
@@ -223,12 +152,11 @@ pub trait Control {
     /// `config_changed`.
     async fn config_unset(leaf: String) -> ControlAnswer;
     /// The override tier (or one leaf of it) and the effective value.
-    async fn config_show(
-        leaf: Option<String>,
-    ) -> Result<crate::snapshot::ConfigView, ControlRefusal>;
+    async fn config_show(leaf: Option<String>)
+    -> Result<crate::snapshot::ConfigView, CommandError>;
     /// Prepare a re-initialization: a confirmation bound to the current
     /// epoch. Refused unless the runtime is stopped.
-    async fn reinit_prepare() -> Result<ReinitPrepared, ControlRefusal>;
+    async fn reinit_prepare() -> Result<ReinitPrepared, CommandError>;
     /// Re-initialize the stopped runtime (the service's wipe step) with a
     /// confirmation from `reinit_prepare`; answered once it settled.
     async fn reinit(token: String) -> ControlAnswer;
@@ -273,13 +201,17 @@ pub struct ReplaceStatus {
 }
 
 /// The answer of the replacement methods.
-pub type ReplaceAnswer = Result<ReplaceStatus, ControlRefusal>;
+pub type ReplaceAnswer = Result<ReplaceStatus, CommandError>;
 
 #[cfg(test)]
 mod tests {
+    use std::borrow::Cow;
+
     use super::*;
     use crate::Timestamp;
     use crate::lifecycle::{LifecycleState, PendingApply};
+    use crate::lifecycle::{Refused, RefusedBecause};
+    use crate::replacement::ReplaceRefusal;
     use crate::snapshot::PreviousRun;
     use bincode::Options;
 
@@ -318,20 +250,20 @@ mod tests {
         assert_eq!(back, ok);
         assert_eq!(back.expect("ok").into_snapshot().expect("json"), snapshot());
         for refusal in [
-            ControlRefusal::Refused {
+            CommandError::Refused(Refused {
                 state: "running".into(),
                 event: "start".into(),
                 reason: RefusedBecause::RuntimeNotStopped,
                 detail: None,
-            },
-            ControlRefusal::Refused {
+            }),
+            CommandError::Refused(Refused {
                 state: "running".into(),
                 event: "restart".into(),
                 reason: RefusedBecause::ConfigInvalid,
                 detail: Some("/etc/kvd.toml: expected a value".into()),
-            },
-            ControlRefusal::Durability("fsync failed".into()),
-            ControlRefusal::Unavailable,
+            }),
+            CommandError::Durability("fsync failed".into()),
+            CommandError::Unavailable,
         ] {
             let answer: ControlAnswer = Err(refusal);
             assert_eq!(round_trip(&answer), answer);
@@ -356,8 +288,8 @@ mod tests {
             reason: RefusedBecause::RuntimeNotStopped,
             detail: None,
         };
-        let wire = ControlRefusal::from(refused.clone());
-        assert_eq!(wire.refused(), Some(refused.clone()));
+        let wire = CommandError::from(refused.clone());
+        assert_eq!(wire.refused(), Some(&refused));
         assert_eq!(wire.to_string(), refused.to_string());
         // A config_invalid keeps its error, on the wire and in the text.
         let invalid = Refused {
@@ -366,13 +298,13 @@ mod tests {
             reason: RefusedBecause::ConfigInvalid,
             detail: Some("/etc/kvd.toml: expected a value".into()),
         };
-        let wire = round_trip(&ControlRefusal::from(invalid.clone()));
-        assert_eq!(wire.refused(), Some(invalid.clone()));
+        let wire = round_trip(&CommandError::from(invalid.clone()));
+        assert_eq!(wire.refused(), Some(&invalid));
         assert_eq!(
             wire.to_string(),
             "restart refused while running: config_invalid: /etc/kvd.toml: expected a value"
         );
-        assert_eq!(ControlRefusal::Unavailable.refused(), None);
+        assert_eq!(CommandError::Unavailable.refused(), None);
     }
 
     #[test]
@@ -430,7 +362,7 @@ mod tests {
             ReplaceRefusal::Io("eio".into()),
             ReplaceRefusal::Unavailable,
         ] {
-            let answer: ReplaceAnswer = Err(ControlRefusal::Replace(refusal.clone()));
+            let answer: ReplaceAnswer = Err(CommandError::Replace(refusal.clone()));
             assert_eq!(round_trip(&answer), answer);
             // The wire name is serde's tag: the string, or the object's key.
             let json = serde_json::to_value(&refusal).unwrap();

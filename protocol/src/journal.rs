@@ -4,8 +4,8 @@
 //! This module owns what a journal file *means*; it never opens one. The
 //! journal actor reads the file, hands the bytes to [`decode`], truncates to
 //! [`Decoded::valid_len`] (keeping a `.broken` copy) or refuses to start, and
-//! appends what [`encode_header`] and [`encode_record`] return (DESIGN.md,
-//! "Control directory" and "Durability rules").
+//! appends what [`encode_header`] and [`encode_record`] return (the on-disk
+//! format and its rules are `spec/control-dir.md` in the repository).
 //!
 //! # Format (version [`FORMAT_VERSION`])
 //! ```text

@@ -23,6 +23,9 @@
 //! steadfast-protocol --no-default-features -e normal` names neither tokio nor
 //! ractor, and `.ci/run` checks it.
 
+#![warn(unreachable_pub)]
+
+pub mod command;
 #[cfg(feature = "rpc")]
 pub mod control;
 pub mod history;

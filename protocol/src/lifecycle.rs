@@ -679,8 +679,9 @@ pub struct Refused {
     /// Why.
     pub reason: RefusedBecause,
     /// What the reason is about, when it carries more than its spelling
-    /// (the config error of a `config_invalid`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// (the config error of a `config_invalid`). Always serialized: the
+    /// control plane's frames are bincode, which cannot skip a field.
+    #[serde(default)]
     pub detail: Option<String>,
 }
 

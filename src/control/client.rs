@@ -3,8 +3,9 @@
 //! socket or its TCP port and hands back typed [`Snapshot`]s.
 //!
 //! Invariants:
-//! - A refusal comes back as [`ClientError::Refused`] carrying the
-//!   lifecycle's [`Refused`] unchanged, and *not reaching* a daemon is
+//! - A refusal comes back as [`ClientError::Command`] carrying the
+//!   daemon's [`CommandError`] unchanged (a lifecycle refusal keeps its
+//!   [`Refused`]), and *not reaching* a daemon is
 //!   always [`ClientError::Connect`], [`ClientError::Auth`],
 //!   [`ClientError::Busy`] or [`ClientError::Rpc`] — never a refusal.
 //!   Checked by `tests/control.rs::a_refusal_arrives_typed` and
@@ -52,7 +53,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use steadfast_protocol::control::{
-    ControlAnswer, ControlClient as RawClient, ControlRefusal, MAX_WATCH_TIMEOUT_MS, ReinitPrepared,
+    CommandError, ControlAnswer, ControlClient as RawClient, MAX_WATCH_TIMEOUT_MS, ReinitPrepared,
 };
 use steadfast_protocol::history::JournalAttempt;
 use steadfast_protocol::lifecycle::{ExitIntent, Refused};
@@ -113,22 +114,10 @@ pub enum ClientError {
         /// Why, and the fix.
         why: String,
     },
-    /// The lifecycle refused the command; the reason is the machine's.
+    /// The daemon was reached and refused the command (or could not
+    /// acknowledge it): the daemon's own [`CommandError`], unchanged.
     #[error("{0}")]
-    Refused(Refused),
-    /// The command was accepted but not made durable.
-    #[error("not durable: {0}")]
-    Durability(String),
-    /// The supervisor is not running.
-    #[error("the supervisor is not running")]
-    Unavailable,
-    /// The arguments were not acceptable (a malformed leaf, no override
-    /// tier); nothing changed.
-    #[error("invalid: {0}")]
-    Invalid(String),
-    /// The command was carried out and failed (a wipe step's error).
-    #[error("failed: {0}")]
-    Failed(String),
+    Command(CommandError),
     /// The call failed on the way: the transport (the connection closed,
     /// the deadline passed, the server shed it). The next call dials again.
     #[error("the call failed: {0}")]
@@ -136,25 +125,23 @@ pub enum ClientError {
     /// The daemon answered something that is not a snapshot.
     #[error("the daemon's snapshot does not parse: {0}")]
     Malformed(#[from] serde_json::Error),
-    /// A replacement was not started.
-    #[error("replace refused: {0}")]
-    ReplaceRefused(steadfast_protocol::replacement::ReplaceRefusal),
 }
 
 impl ClientError {
+    /// The lifecycle's refusal, when the daemon answered one.
+    #[must_use]
+    pub const fn refused(&self) -> Option<&Refused> {
+        match self {
+            Self::Command(error) => error.refused(),
+            _ => None,
+        }
+    }
+
     /// Whether the daemon was reached and refused (as opposed to not
     /// reached at all).
     #[must_use]
     pub const fn is_refusal(&self) -> bool {
-        matches!(
-            self,
-            Self::Refused(_)
-                | Self::Durability(_)
-                | Self::Unavailable
-                | Self::Invalid(_)
-                | Self::Failed(_)
-                | Self::ReplaceRefused(_)
-        )
+        matches!(self, Self::Command(_))
     }
 }
 
@@ -564,7 +551,7 @@ impl ControlClient {
     }
 
     fn unwrap(answer: Result<ControlAnswer, ClientError>) -> Result<Snapshot, ClientError> {
-        Ok(answer?.map_err(refused)?.into_snapshot()?)
+        Ok(answer?.map_err(ClientError::Command)?.into_snapshot()?)
     }
 
     /// The latest snapshot.
@@ -604,7 +591,7 @@ impl ControlClient {
     /// Boot a stopped runtime (clears a hold).
     ///
     /// # Errors
-    /// [`ClientError::Refused`] with the lifecycle's reason, or as
+    /// [`ClientError::Command`] with the lifecycle's reason, or as
     /// [`Self::snapshot`].
     pub async fn start(&self) -> Result<Snapshot, ClientError> {
         let cx = Self::context(self.timeout);
@@ -616,7 +603,6 @@ impl ControlClient {
     /// # Errors
     /// As [`Self::start`].
     pub async fn stop(&self, hold: Hold) -> Result<Snapshot, ClientError> {
-        let hold = matches!(hold, Hold::AcrossRelaunch);
         let cx = Self::context(self.timeout);
         Self::unwrap(
             self.command(|raw| async move { raw.stop(cx, hold).await })
@@ -677,21 +663,21 @@ impl ControlClient {
     /// across the runs it still holds, oldest first.
     ///
     /// # Errors
-    /// [`ClientError::Failed`] when the daemon cannot read its journal, or
+    /// [`ClientError::Command`] when the daemon cannot read its journal, or
     /// as [`Self::snapshot`].
     pub async fn journal(&self, limit: u32) -> Result<Vec<JournalAttempt>, ClientError> {
         let timeout = self.timeout;
         let answer = self
             .read_only(|raw| async move { raw.journal(Self::context(timeout), limit).await })
             .await?;
-        Ok(answer.map_err(refused)?.into_attempts()?)
+        Ok(answer.map_err(ClientError::Command)?.into_attempts()?)
     }
 
     /// Set `leaf` of the daemon's override tier to `value` (TOML text; a
     /// bare word is a string).
     ///
     /// # Errors
-    /// [`ClientError::Invalid`] for a malformed leaf or no override tier, or
+    /// [`ClientError::Command`] for a malformed leaf or no override tier, or
     /// as [`Self::start`].
     pub async fn config_set(&self, leaf: &str, value: &str) -> Result<Snapshot, ClientError> {
         let cx = Self::context(self.timeout);
@@ -728,28 +714,28 @@ impl ControlClient {
                 async move { raw.config_show(Self::context(timeout), leaf).await }
             })
             .await?;
-        answer.map_err(refused)
+        answer.map_err(ClientError::Command)
     }
 
     /// Prepare a re-initialization: the confirmation for [`Self::reinit`].
     ///
     /// # Errors
-    /// [`ClientError::Refused`] unless the runtime is stopped, or as
+    /// [`ClientError::Command`] unless the runtime is stopped, or as
     /// [`Self::snapshot`].
     pub async fn reinit_prepare(&self) -> Result<ReinitPrepared, ClientError> {
         let timeout = self.timeout;
         let answer = self
             .read_only(|raw| async move { raw.reinit_prepare(Self::context(timeout)).await })
             .await?;
-        answer.map_err(refused)
+        answer.map_err(ClientError::Command)
     }
 
     /// Re-initialize the stopped runtime with a confirmation from
     /// [`Self::reinit_prepare`]; answered once the wipe settled.
     ///
     /// # Errors
-    /// [`ClientError::Refused`] (`stale_confirmation` for a token of another
-    /// epoch), [`ClientError::Failed`] when the wipe failed, or as
+    /// [`ClientError::Command`] (`stale_confirmation` for a token of another
+    /// epoch), [`ClientError::Command`] when the wipe failed, or as
     /// [`Self::snapshot`].
     pub async fn reinit(&self, token: &str) -> Result<Snapshot, ClientError> {
         let cx = Self::context(self.timeout);
@@ -766,7 +752,7 @@ impl ControlClient {
     /// first report.
     ///
     /// # Errors
-    /// [`ClientError::ReplaceRefused`] with the typed reason, or as
+    /// [`ClientError::Command`] with the typed reason, or as
     /// [`Self::snapshot`].
     pub async fn replace(
         &self,
@@ -777,7 +763,7 @@ impl ControlClient {
         let cx = Self::context(self.timeout);
         self.command(|raw| async move { raw.replace(cx, request).await })
             .await?
-            .map_err(refused)
+            .map_err(ClientError::Command)
     }
 
     /// The replacement status once its report's `seq` passes `after_seq`, or
@@ -799,28 +785,6 @@ impl ControlClient {
             |raw| async move { raw.replace_status(Self::context(wait), after_seq, ms).await },
         )
         .await?
-        .map_err(refused)
-    }
-}
-
-/// A daemon's refusal as the client's error.
-fn refused(refusal: ControlRefusal) -> ClientError {
-    match refusal {
-        ControlRefusal::Refused {
-            state,
-            event,
-            reason,
-            detail,
-        } => ClientError::Refused(Refused {
-            state: state.into(),
-            event: event.into(),
-            reason,
-            detail,
-        }),
-        ControlRefusal::Durability(error) => ClientError::Durability(error),
-        ControlRefusal::Unavailable => ClientError::Unavailable,
-        ControlRefusal::Invalid(error) => ClientError::Invalid(error),
-        ControlRefusal::Failed(error) => ClientError::Failed(error),
-        ControlRefusal::Replace(refusal) => ClientError::ReplaceRefused(refusal),
+        .map_err(ClientError::Command)
     }
 }

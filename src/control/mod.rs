@@ -26,5 +26,12 @@ pub mod tcp;
 pub use auth::{Token, TokenError};
 pub use client::{ClientError, ControlClient, Endpoint};
 pub use server::{ControlError, ServerGuard, ServerLimits, serve_unix, serve_unix_with};
-pub use steadfast_protocol::control::{ControlRefusal, WireSnapshot};
+pub use steadfast_protocol::control::WireSnapshot;
 pub use tcp::{TcpServerGuard, serve_tcp, serve_tcp_with};
+
+/// Where the control socket of the daemon over `data_dir` is:
+/// `<data_dir>/.steadfast/control.sock`.
+#[must_use]
+pub fn socket_path(data_dir: &std::path::Path) -> std::path::PathBuf {
+    steadfast_actors::control_dir::ControlDir::under(data_dir).join("control.sock")
+}

@@ -73,10 +73,10 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use steadfast_actors::config::parse_value;
-use steadfast_actors::lifecycle::{CommandError, Hold};
+use steadfast_actors::lifecycle::Hold;
 use steadfast_protocol::control::ControlRequest;
 use steadfast_protocol::control::{
-    Control, ControlAnswer, ControlRefusal, MAX_JOURNAL_ATTEMPTS, ReinitPrepared, WireJournal,
+    CommandError, Control, ControlAnswer, MAX_JOURNAL_ATTEMPTS, ReinitPrepared, WireJournal,
     WireSnapshot, clamp_watch_timeout,
 };
 use steadfast_protocol::lifecycle::ExitIntent;
@@ -634,20 +634,7 @@ struct ControlService {
 }
 
 fn answer(result: Result<Snapshot, CommandError>) -> ControlAnswer {
-    match result {
-        Ok(snapshot) => Ok(WireSnapshot::from_snapshot(&snapshot)),
-        Err(error) => Err(refusal(error)),
-    }
-}
-
-fn refusal(error: CommandError) -> ControlRefusal {
-    match error {
-        CommandError::Refused(refused) => refused.into(),
-        CommandError::Durability(error) => ControlRefusal::Durability(error),
-        CommandError::Unavailable => ControlRefusal::Unavailable,
-        CommandError::Invalid(error) => ControlRefusal::Invalid(error),
-        CommandError::Failed(error) => ControlRefusal::Failed(error),
-    }
+    result.map(|snapshot| WireSnapshot::from_snapshot(&snapshot))
 }
 
 impl Control for ControlService {
@@ -678,12 +665,7 @@ impl Control for ControlService {
         answer(self.handle.start().await)
     }
 
-    async fn stop(self, _: Context, hold: bool) -> ControlAnswer {
-        let hold = if hold {
-            Hold::AcrossRelaunch
-        } else {
-            Hold::None
-        };
+    async fn stop(self, _: Context, hold: Hold) -> ControlAnswer {
         answer(self.handle.stop(hold).await)
     }
 
@@ -703,13 +685,12 @@ impl Control for ControlService {
         answer(self.handle.exit(intent).await)
     }
 
-    async fn journal(self, _: Context, limit: u32) -> Result<WireJournal, ControlRefusal> {
+    async fn journal(self, _: Context, limit: u32) -> Result<WireJournal, CommandError> {
         let limit = limit.min(MAX_JOURNAL_ATTEMPTS) as usize;
         self.handle
             .journal(limit)
             .await
             .map(|attempts| WireJournal::from_attempts(&attempts))
-            .map_err(refusal)
     }
 
     async fn config_set(self, _: Context, leaf: String, value: String) -> ControlAnswer {
@@ -724,22 +705,15 @@ impl Control for ControlService {
         self,
         _: Context,
         leaf: Option<String>,
-    ) -> Result<ConfigView, ControlRefusal> {
-        self.handle
-            .config_show(leaf.as_deref())
-            .await
-            .map_err(refusal)
+    ) -> Result<ConfigView, CommandError> {
+        self.handle.config_show(leaf.as_deref()).await
     }
 
-    async fn reinit_prepare(self, _: Context) -> Result<ReinitPrepared, ControlRefusal> {
-        self.handle
-            .reinit_prepare()
-            .await
-            .map(|c| ReinitPrepared {
-                token: c.token,
-                epoch: c.epoch,
-            })
-            .map_err(refusal)
+    async fn reinit_prepare(self, _: Context) -> Result<ReinitPrepared, CommandError> {
+        self.handle.reinit_prepare().await.map(|c| ReinitPrepared {
+            token: c.token,
+            epoch: c.epoch,
+        })
     }
 
     async fn reinit(self, _: Context, token: String) -> ControlAnswer {
@@ -763,7 +737,7 @@ impl Control for ControlService {
             budgets,
         )
         .await
-        .map_err(ControlRefusal::Replace)?;
+        .map_err(CommandError::Replace)?;
         Ok(replace_status(&self.handle, Some(report)))
     }
 

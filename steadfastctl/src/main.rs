@@ -18,10 +18,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand, ValueEnum};
 use steadfast::control::{ClientError, ControlClient, Endpoint, Token};
-use steadfast::{
-    AttemptRecord, AttemptResult, ControlDir, ExitIntent, Hold, LifecycleState, PhaseOutcome,
-    PreviousRun, Snapshot,
+use steadfast::protocol::lifecycle::LifecycleState;
+use steadfast::protocol::snapshot::{
+    AttemptRecord, AttemptResult, PhaseOutcome, PreviousRun, Snapshot,
 };
+use steadfast::{ExitIntent, Hold};
 
 /// Drive and watch a steadfast daemon over its control socket (or its TCP
 /// control port).
@@ -157,8 +158,9 @@ enum ConfigCmd {
     Set {
         /// The dotted leaf, e.g. `log.level`.
         leaf: String,
-        /// The value as TOML (`8080`, `true`, `"text"`, `[1, 2]`); a bare
-        /// word is a string.
+        /// The value as TOML (`8080`, `-1`, `true`, `"text"`, `[1, 2]`); a
+        /// bare word is a string.
+        #[arg(allow_negative_numbers = true)]
         value: String,
     },
     /// Remove a leaf from the override tier (the lower tiers show again).
@@ -243,8 +245,8 @@ fn main() -> ExitCode {
 fn socket_path(cli: &Cli) -> PathBuf {
     match (&cli.socket, &cli.data_dir) {
         (Some(socket), _) => socket.clone(),
-        (None, Some(dir)) => ControlDir::under(dir).join("control.sock"),
-        (None, None) => ControlDir::under(std::path::Path::new(".")).join("control.sock"),
+        (None, Some(dir)) => steadfast::control::socket_path(dir),
+        (None, None) => steadfast::control::socket_path(std::path::Path::new(".")),
     }
 }
 
@@ -286,14 +288,7 @@ async fn run(cli: Cli) -> ExitCode {
     let answer = match &cli.command {
         Cmd::Status => client.snapshot().await,
         Cmd::Start => client.start().await,
-        Cmd::Stop { hold } => {
-            let hold = if *hold {
-                Hold::AcrossRelaunch
-            } else {
-                Hold::None
-            };
-            client.stop(hold).await
-        }
+        Cmd::Stop { hold } => client.stop(Hold::from(*hold)).await,
         Cmd::Restart { force: false } => client.restart().await,
         Cmd::Restart { force: true } => client.restart_forced().await,
         Cmd::Retry => client.retry().await,
@@ -659,8 +654,8 @@ fn render_status(snapshot: &Snapshot, now: u64) -> String {
     };
     let _ = writeln!(out, "   Previous: {previous}");
     let pending = match &snapshot.pending {
-        steadfast::PendingApply::InSync => "in sync".to_owned(),
-        steadfast::PendingApply::RestartNeeded { leaves } => {
+        steadfast::protocol::lifecycle::PendingApply::InSync => "in sync".to_owned(),
+        steadfast::protocol::lifecycle::PendingApply::RestartNeeded { leaves } => {
             format!("restart needed for {}", leaves.join(", "))
         }
     };

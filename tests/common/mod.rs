@@ -11,10 +11,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use steadfast::config::{ConfigError, ConfigSource, ResolvedConfig};
+use steadfast::protocol::lifecycle::LifecycleState;
+use steadfast::protocol::snapshot::Snapshot;
+use steadfast::service::{ResourceRecord, StoreLock};
+use steadfast::supervisor::Timings;
 use steadfast::{
-    ConfigError, ConfigSource, ExitIntent, LifecycleState, Made, Observation, Plan, ResolvedConfig,
-    ResourceRecord, Runtime, Service, Snapshot, Step, StepContext, StepError, StoreLock,
-    Supervisor, SupervisorConfig, SupervisorHandle, Timings,
+    ConfigChange, ExitIntent, Made, Observation, Plan, Runtime, Service, Step, StepContext,
+    StepError, Supervisor, SupervisorHandle,
 };
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -71,9 +75,10 @@ pub struct Store {
 
 impl Step for OpenStore {
     const NAME: &'static str = "open_store";
+    type Config = toml::Table;
     type Output = Store;
 
-    async fn execute(&self, cx: StepContext<'_>) -> Result<Made<Store>, StepError> {
+    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Made<Store>, StepError> {
         panic_if_asked::<Self>(cx.config);
         if let Some(reason) = leaf(cx.config, "refuse").and_then(toml::Value::as_str) {
             return Err(StepError::hold(format!("refused: {reason}")));
@@ -118,10 +123,14 @@ struct BindListener;
 
 impl Step for BindListener {
     const NAME: &'static str = "bind_listener";
+    type Config = toml::Table;
     /// The listener until `serve` takes it.
     type Output = Option<TcpListener>;
 
-    async fn execute(&self, cx: StepContext<'_>) -> Result<Made<Self::Output>, StepError> {
+    async fn execute(
+        &self,
+        cx: StepContext<'_, toml::Table>,
+    ) -> Result<Made<Self::Output>, StepError> {
         panic_if_asked::<Self>(cx.config);
         let addr = leaf(cx.config, "listen_addr")
             .and_then(toml::Value::as_str)
@@ -144,9 +153,10 @@ pub struct Serving {
 
 impl Step for Serve {
     const NAME: &'static str = "serve";
+    type Config = toml::Table;
     type Output = Serving;
 
-    async fn execute(&self, cx: StepContext<'_>) -> Result<Made<Serving>, StepError> {
+    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Made<Serving>, StepError> {
         panic_if_asked::<Self>(cx.config);
         let listener = cx
             .runtime
@@ -190,7 +200,9 @@ impl Step for Serve {
 }
 
 impl Service for TestService {
-    fn plan(&self, _config: &toml::Table) -> Plan {
+    type Config = toml::Table;
+
+    fn plan(&self, _config: &toml::Table) -> Plan<toml::Table> {
         Plan::new()
             .step(OpenStore {
                 leaked: Arc::clone(&self.leaked),
@@ -201,14 +213,13 @@ impl Service for TestService {
 
     async fn apply_config(
         &self,
-        old: &toml::Table,
-        new: &toml::Table,
+        change: ConfigChange<'_, toml::Table>,
         _runtime: &mut Runtime,
     ) -> Vec<String> {
-        if switched(new, "panic_on_apply") {
+        if switched(change.new, "panic_on_apply") {
             panic!("the test asked apply_config to panic");
         }
-        steadfast::actors::config::changed_leaves(old, new)
+        change.changed.to_vec()
     }
 
     async fn wipe(&self, data_dir: &Path, config: Option<&toml::Table>) -> Result<(), StepError> {
@@ -281,9 +292,15 @@ pub fn supervise_with(
     declared: Option<PathBuf>,
     service: Arc<impl Service>,
 ) -> (JoinHandle<ExitIntent>, SupervisorHandle) {
-    let mut config = SupervisorConfig::new(data_dir, source, service).timings(test_timings());
-    config.declared = declared;
-    let (supervisor, handle) = Supervisor::new(config).expect("the supervisor starts");
+    let source = match declared {
+        Some(path) => source.watching(path),
+        None => source,
+    };
+    let (supervisor, handle) = Supervisor::builder(data_dir, service)
+        .config(source)
+        .timings(test_timings())
+        .build()
+        .expect("the supervisor starts");
     (tokio::spawn(supervisor.run()), handle)
 }
 
@@ -370,7 +387,7 @@ pub async fn held_on_declared_file(
         matches!(
             s.lifecycle,
             LifecycleState::Failed {
-                retry: steadfast::RetryClass::Hold,
+                retry: steadfast::protocol::lifecycle::RetryClass::Hold,
                 ..
             }
         )
@@ -383,9 +400,11 @@ pub async fn held_on_declared_file(
 /// (what `config set` changes), running the test service.
 pub fn supervise_toml(dir: &Path, defaults: &str) -> (JoinHandle<ExitIntent>, SupervisorHandle) {
     let source = steadfast::TomlFileSource::new().defaults_toml(defaults);
-    let config = SupervisorConfig::toml(dir, source, Arc::new(TestService::default()))
-        .timings(test_timings());
-    let (supervisor, handle) = Supervisor::new(config).expect("the supervisor starts");
+    let (supervisor, handle) = Supervisor::builder(dir, Arc::new(TestService::default()))
+        .config(source)
+        .timings(test_timings())
+        .build()
+        .expect("the supervisor starts");
     (tokio::spawn(supervisor.run()), handle)
 }
 

@@ -1,0 +1,120 @@
+//! A durable counter behind a TCP endpoint: each connection adds `step` to the count, fsyncs
+//! it to `path` (a file in the data dir) and answers the new count. The config is typed
+//! (`config set port many` is refused, naming the leaf); `step` applies in place, the rest
+//! needs a restart. `cargo run --example counter -- DATA_DIR [FILE]`.
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use steadfast::fs::{Access, open_in_data_dir};
+use steadfast::{ConfigChange, Made, Plan, Runtime, Service, Step, StepContext, StepError};
+use steadfast::{Supervisor, TomlFileSource};
+use tokio::{io::AsyncWriteExt, net::TcpListener};
+
+#[derive(serde::Deserialize)]
+struct Config {
+    port: u16,
+    path: String,
+    step: u64,
+}
+
+/// The count and its file, and the step (a config change moves it in place).
+struct Counter {
+    state: Mutex<(std::fs::File, u64)>,
+    step: AtomicU64,
+}
+
+impl Counter {
+    /// Add the step, write the count over the old one (fixed width, one
+    /// write: never a truncated file) and fsync it; only then is it answered.
+    fn bump(&self) -> std::io::Result<u64> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let (file, count) = &mut *state;
+        let next = *count + self.step.load(Ordering::SeqCst);
+        file.write_all_at(format!("{next:020}\n").as_bytes(), 0)?;
+        file.sync_data()?;
+        *count = next;
+        Ok(next)
+    }
+}
+
+/// Opens (or creates, 0600, without following a link) the counter file.
+struct OpenCounter;
+
+impl Step for OpenCounter {
+    const NAME: &'static str = "open_counter";
+    type Config = Config;
+    type Output = Arc<Counter>;
+    async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Made<Arc<Counter>>, StepError> {
+        let path = &cx.config.path;
+        let file = open_in_data_dir(cx.data_dir, path, Access::ReadWriteCreate)
+            .map_err(|e| StepError::hold(format!("{path}: {e}")))?;
+        let text = std::io::read_to_string(&file).map_err(StepError::backoff)?;
+        let digits = if text.is_empty() { "0" } else { text.trim() };
+        let bad = |_| StepError::hold(format!("{path}: {text:?} is not a count"));
+        let count = digits.parse().map_err(bad)?;
+        let (state, step) = (Mutex::new((file, count)), AtomicU64::new(cx.config.step));
+        let counter = Arc::new(Counter { state, step });
+        Ok(Made::new("file", path.clone(), counter))
+    }
+}
+
+/// Binds `127.0.0.1:port`; every connection bumps the counter.
+struct Serve;
+
+impl Step for Serve {
+    const NAME: &'static str = "serve";
+    type Config = Config;
+    type Output = ();
+    async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Made<()>, StepError> {
+        let counter = cx.runtime.get::<OpenCounter>().cloned();
+        let counter = counter.ok_or_else(|| StepError::backoff("no counter"))?;
+        let addr = format!("127.0.0.1:{}", cx.config.port);
+        let listener = TcpListener::bind(&addr).await.map_err(StepError::backoff)?;
+        cx.runtime.serve("accept", async move {
+            loop {
+                let (mut peer, _) = listener.accept().await.map_err(|e| e.to_string())?;
+                let answer = match counter.bump() {
+                    Ok(count) => format!("{count}\n"),
+                    Err(error) => format!("ERR {error}\n"),
+                };
+                let _ = peer.write_all(answer.as_bytes()).await;
+            }
+        });
+        Ok(Made::new("listener", addr, ()))
+    }
+}
+
+struct App;
+
+impl Service for App {
+    type Config = Config;
+    fn plan(&self, _config: &Config) -> Plan<Config> {
+        Plan::new().step(OpenCounter).step(Serve)
+    }
+
+    async fn apply_config(
+        &self,
+        change: ConfigChange<'_, Config>,
+        runtime: &mut Runtime,
+    ) -> Vec<String> {
+        if let Some(counter) = runtime.get::<OpenCounter>() {
+            counter.step.store(change.new.step, Ordering::SeqCst);
+        }
+        let mut restart = change.changed.to_vec();
+        restart.retain(|leaf| leaf != "step");
+        restart
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let data_dir = args.next().ok_or("usage: counter DATA_DIR [FILE]")?;
+    let mut config = TomlFileSource::new().defaults_toml("port = 7072\npath = \"count\"\nstep = 1");
+    if let Some(file) = args.next() {
+        config = config.declared_file(file);
+    }
+    let (supervisor, handle) = Supervisor::builder(data_dir, App).config(config).build()?;
+    std::process::exit(steadfast::daemon::run(supervisor, handle).await?.code())
+}

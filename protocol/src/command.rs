@@ -1,0 +1,79 @@
+//! Why an operator's command was not carried out: the one refusal type that
+//! travels unchanged from the lifecycle through the supervisor's handle, the
+//! control server, the client and `steadfastctl`. The client adds only the
+//! transport's own failures beside it (`ClientError::Command` wraps it).
+
+use serde::{Deserialize, Serialize};
+
+use crate::lifecycle::Refused;
+use crate::replacement::ReplaceRefusal;
+
+/// Whether a stop survives a relaunch of the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Hold {
+    /// An ordinary stop: the next process boots.
+    None,
+    /// The next process starts `stopped{held_at_startup}` until started.
+    AcrossRelaunch,
+}
+
+impl From<bool> for Hold {
+    /// `true` (a `--hold` flag) is [`Hold::AcrossRelaunch`].
+    fn from(across_relaunch: bool) -> Self {
+        if across_relaunch {
+            Self::AcrossRelaunch
+        } else {
+            Self::None
+        }
+    }
+}
+
+/// Why a command was not carried out (or not acknowledged).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, thiserror::Error)]
+pub enum CommandError {
+    /// The lifecycle refused it; the reason is the machine's, unchanged.
+    #[error("{0}")]
+    Refused(Refused),
+    /// It was accepted but could not be made durable (a journal or marker
+    /// write failed); it was not acknowledged.
+    #[error("not durable: {0}")]
+    Durability(String),
+    /// The supervisor is not running (it has exited, or is exiting).
+    #[error("the supervisor is not running")]
+    Unavailable,
+    /// The command's arguments are not acceptable (a malformed leaf, a
+    /// config change the service's config type refuses); nothing changed.
+    #[error("invalid: {0}")]
+    Invalid(String),
+    /// The command was carried out and failed (a wipe step's error, a
+    /// journal that cannot be read).
+    #[error("failed: {0}")]
+    Failed(String),
+    /// A replacement was not started.
+    #[error("replace refused: {0}")]
+    Replace(ReplaceRefusal),
+}
+
+impl CommandError {
+    /// The lifecycle's refusal, when this is one.
+    #[must_use]
+    pub const fn refused(&self) -> Option<&Refused> {
+        match self {
+            Self::Refused(refused) => Some(refused),
+            _ => None,
+        }
+    }
+}
+
+impl From<Refused> for CommandError {
+    fn from(refused: Refused) -> Self {
+        Self::Refused(refused)
+    }
+}
+
+impl From<ReplaceRefusal> for CommandError {
+    fn from(refusal: ReplaceRefusal) -> Self {
+        Self::Replace(refusal)
+    }
+}
