@@ -34,11 +34,17 @@
 //!   boot read it, the change is not lost (`config_changed` is stepped at
 //!   once).
 //! - The machine owns its timers: every step hands back the next wake it
-//!   wants ([`steadfast_protocol::lifecycle::Wake`]), and this actor arms
-//!   exactly that, once, one millisecond past it; it decides no period of
-//!   its own. Timers are never trusted: a `retry_due` or `stable` that is
-//!   stale or early is refused by the machine and ignored here (an early one
-//!   re-arms the wake). Checked by `tests/timing.rs`.
+//!   wants ([`steadfast_protocol::lifecycle::Wake`]: retry due, stable
+//!   period, step deadline), and this actor arms exactly that, once, one
+//!   millisecond past it, keeping one timer at a time (the one for a wake
+//!   the machine no longer wants is aborted); it decides no period of its
+//!   own. Timers are never trusted: a `retry_due`, `stable` or
+//!   `step_deadline_passed` that is stale or early is refused by the
+//!   machine and ignored here (an early one re-arms the wake). A step's
+//!   progress, forwarded coalesced by the boot, is the machine's `progress`
+//!   (moving the deadline it wants); a deadline that passes cancels the boot
+//!   with the machine's reason. Checked by `tests/timing.rs`
+//!   (`a_stalled_step_fails_at_its_deadline_and_a_reporting_one_boots_on_virtual_time`).
 //! - Every attempt ends exactly once: the `AttemptEnded` record (and the
 //!   snapshot's result) comes only from `end_attempt`, journaled with the
 //!   transition that ends the attempt — booted, booted while draining
