@@ -284,12 +284,35 @@ async fn a_restart_over_a_broken_config_is_refused_and_force_drains_on_virtual_t
 }
 
 /// One step, `work`, that reports progress `reports` times, a second apart
-/// (virtual time), then finishes, or, with `stall = true`, never reports
-/// again and never finishes.
+/// (virtual time), then finishes; with `stall = true` it never reports again
+/// and never finishes, with `fail = true` it fails (class backoff).
 struct Work;
 
-/// The service of one step, [`Work`].
+/// A step before [`Work`] that, with `stubborn = true`, spawns a task that
+/// ignores the shutdown token, so tearing it down waits out the whole drain
+/// grace.
+struct Stubborn;
+
+/// The service of [`Stubborn`], then [`Work`].
 struct WorkService;
+
+impl steadfast::Step for Stubborn {
+    const NAME: &'static str = "stubborn";
+    type Output = ();
+
+    async fn execute(
+        &self,
+        cx: steadfast::StepContext<'_>,
+    ) -> Result<steadfast::Made<()>, steadfast::StepError> {
+        if cx.config.get("stubborn").and_then(toml::Value::as_bool) == Some(true) {
+            cx.runtime.spawn("stubborn", async {
+                std::future::pending::<()>().await;
+                Ok(())
+            });
+        }
+        Ok(steadfast::Made::new("task", "stubborn", ()))
+    }
+}
 
 impl steadfast::Step for Work {
     const NAME: &'static str = "work";
@@ -310,13 +333,16 @@ impl steadfast::Step for Work {
         if leaf("stall").and_then(|v| v.as_bool()) == Some(true) {
             std::future::pending::<()>().await;
         }
+        if leaf("fail").and_then(|v| v.as_bool()) == Some(true) {
+            return Err(steadfast::StepError::backoff("work failed on its own"));
+        }
         Ok(steadfast::Made::new("work", "done", ()))
     }
 }
 
 impl steadfast::Service for WorkService {
     fn plan(&self, _config: &toml::Table) -> steadfast::Plan {
-        steadfast::Plan::new().step(Work)
+        steadfast::Plan::new().step(Stubborn).step(Work)
     }
 }
 
@@ -330,6 +356,8 @@ fn work(
     let source = Switch::new(Some(config(leaves))).source();
     let config = SupervisorConfig::new(data_dir, source, Arc::new(WorkService)).timings(Timings {
         step_deadline: Duration::from_secs(4),
+        // A stubborn task is aborted only after 10 s, past the deadline.
+        drain_grace: Duration::from_secs(10),
         ..test_timings()
     });
     let (supervisor, handle) = Supervisor::new(config).expect("the supervisor starts");
@@ -401,6 +429,34 @@ async fn a_stalled_step_fails_at_its_deadline_and_a_reporting_one_boots_on_virtu
     assert!(
         since.since(phase.started_at) >= Duration::from_secs(12),
         "the step ran three deadlines long: {phase:?}, running since {since:?}"
+    );
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// A failed boot's teardown is the supervisor's work, not the step's
+/// (`protocol/spec/lifecycle.md`, "Step deadline"): a step that fails on its
+/// own rests with its own error although tearing down the boot (a task that
+/// ignores the shutdown token, aborted after the 10 s drain grace) takes
+/// more than twice the 4 s deadline.
+#[tokio::test(start_paused = true)]
+async fn a_failed_boots_teardown_is_not_cut_short_by_the_deadline_on_virtual_time() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = work(tmp.path(), "stubborn = true\nreports = 1\nfail = true");
+    let failure = until(&handle, "the step failed", |s| failed_attempt(s, 1)).await;
+    let LifecycleState::Failed { report, .. } = &failure.lifecycle else {
+        unreachable!()
+    };
+    assert_eq!(report.phase.as_str(), "work");
+    assert_eq!(report.error, "work failed on its own");
+    let phase = failure.attempts[0]
+        .phases
+        .iter()
+        .find(|p| p.phase.as_str() == "work")
+        .expect("the work phase");
+    assert!(
+        report.at.since(phase.started_at) >= Duration::from_secs(11),
+        "the teardown waited out the drain grace: {:?} after the phase began",
+        report.at.since(phase.started_at)
     );
     exit(run, &handle, ExitIntent::Halt).await;
 }

@@ -23,7 +23,10 @@
 //!   latest report's moment, so a forwarded report always lands before the
 //!   deadline its predecessor set), which steps them as `progress`; a
 //!   deadline that passes cancels the boot ([`BootMsg::Cancel`] with the
-//!   machine's reason, which the cancelled step fails with). Checked by
+//!   machine's reason, which the cancelled step fails with). A failed
+//!   boot's teardown is the supervisor's work, not the step's: the boot
+//!   reports progress while it runs, so the deadline never replaces the
+//!   step's own failure. Checked by
 //!   `tests/timing.rs`
 //!   (`a_stalled_step_fails_at_its_deadline_and_a_reporting_one_boots_on_virtual_time`)
 //!   and `tests/durability.rs`
@@ -229,6 +232,27 @@ impl Reporter<'_> {
         }
     }
 
+    /// Run `work`, the supervisor's own bounded work inside a phase (a
+    /// failed boot's teardown), reporting progress for it every `interval`
+    /// so the step deadline never fires over it.
+    async fn keeping_alive<T>(&self, interval: Duration, work: impl Future<Output = T>) -> T {
+        tokio::select! {
+            biased;
+            out = work => out,
+            never = self.heartbeat(interval) => match never {},
+        }
+    }
+
+    async fn heartbeat(&self, interval: Duration) -> Infallible {
+        loop {
+            self.send(BootReport::Progress {
+                attempt: self.attempt,
+                at: self.shared.clock.now(),
+            });
+            tokio::time::sleep(interval).await;
+        }
+    }
+
     fn ended(&self, phase: &Phase, started: Instant, outcome: PhaseOutcome) {
         let at = self.shared.clock.now();
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -350,6 +374,9 @@ async fn run_attempt(
     reporter.ended(&phase, started, PhaseOutcome::Completed);
 
     // ── the service's plan ──────────────────────────────────────────────
+    // A forwarded progress report at least every quarter of the deadline
+    // (never more often than a millisecond, whatever the deadline).
+    let interval = (shared.timings.step_deadline / 4).max(Duration::from_millis(1));
     let total = u32::try_from(plan.len() + 1).unwrap_or(u32::MAX);
     let mut runtime = Runtime::new();
     let mut checkpoints: Vec<Completed> = Vec::with_capacity(plan.len());
@@ -391,7 +418,6 @@ async fn run_attempt(
         // future at once. Its progress goes to the machine, which owns the
         // deadline; a quarter of the deadline between forwarded reports
         // keeps each one ahead of the deadline the one before it set.
-        let interval = shared.timings.step_deadline / 4;
         let result = tokio::select! {
             biased;
             () = cancel.cancelled() => Err(StepError::backoff(cancellation.reason())),
@@ -440,9 +466,15 @@ async fn run_attempt(
                 },
             );
             // Journaled only: a failing boot's own phases stay what the
-            // snapshot shows (the state is still booting).
-            let (store, _) =
-                teardown(&shared, Some(&journal), None, attempt, runtime, checkpoints).await;
+            // snapshot shows (the state is still booting). The teardown is
+            // the supervisor's work, not the step's: the deadline must not
+            // fire over it and replace the step's own failure.
+            let (store, _) = reporter
+                .keeping_alive(
+                    interval,
+                    teardown(&shared, Some(&journal), None, attempt, runtime, checkpoints),
+                )
+                .await;
             let cancelled = cancel.is_cancelled();
             reporter.failed(
                 phase,
