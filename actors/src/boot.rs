@@ -374,8 +374,9 @@ async fn run_attempt(
     reporter.ended(&phase, started, PhaseOutcome::Completed);
 
     // ── the service's plan ──────────────────────────────────────────────
-    // A forwarded progress report at least every quarter of the deadline
-    // (never more often than a millisecond, whatever the deadline).
+    // At most one forwarded progress report per quarter of the deadline
+    // (and never more than one a millisecond, whatever the deadline); the
+    // teardown of a failed boot reports at that pace too.
     let interval = (shared.timings.step_deadline / 4).max(Duration::from_millis(1));
     let total = u32::try_from(plan.len() + 1).unwrap_or(u32::MAX);
     let mut runtime = Runtime::new();
