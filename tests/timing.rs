@@ -1,6 +1,7 @@
-//! Backoff, the stable period, the restart budget and the restart preflight
-//! under tokio's paused time: the whole tree runs on a virtual clock (`protocol/spec/lifecycle.md`,
-//! "Backoff", "Restart budget", "Timers"; invariant 8), so
+//! Backoff, the stable period, the restart budget, the step deadline and the
+//! restart preflight under tokio's paused time: the whole tree runs on a
+//! virtual clock (`protocol/spec/lifecycle.md`, "Backoff", "Restart budget",
+//! "Timers"; invariants 8, 10, 11, 13), so
 //! seconds of backoff and a 30-second stable period pass without sleeping
 //! real seconds, and every retry starts exactly when the machine said it
 //! would. File I/O runs on blocking threads, which hold the virtual clock
@@ -281,5 +282,193 @@ async fn a_restart_over_a_broken_config_is_refused_and_force_drains_on_virtual_t
     switch.set(Some(good()));
     handle.retry().await.expect("an operator's retry");
     until(&handle, "running again", running).await;
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// One step, `work`, that reports progress `reports` times, a second apart
+/// (virtual time), then finishes; with `stall = true` it never reports again
+/// and never finishes, with `fail = true` it fails (class backoff).
+struct Work;
+
+/// A step before [`Work`] that, with `stubborn = true`, spawns a task that
+/// ignores the shutdown token, so tearing it down waits out the whole drain
+/// grace.
+struct Stubborn;
+
+/// The service of [`Stubborn`], then [`Work`].
+struct WorkService;
+
+impl steadfast::Step for Stubborn {
+    const NAME: &'static str = "stubborn";
+    type Config = toml::Table;
+    type Output = ();
+
+    async fn execute(
+        &self,
+        cx: steadfast::StepContext<'_, toml::Table>,
+    ) -> Result<steadfast::Made<()>, steadfast::StepError> {
+        if cx.config.get("stubborn").and_then(toml::Value::as_bool) == Some(true) {
+            cx.runtime.spawn("stubborn", async {
+                std::future::pending::<()>().await;
+                Ok(())
+            });
+        }
+        Ok(steadfast::Made::new("task", "stubborn", ()))
+    }
+}
+
+impl steadfast::Step for Work {
+    const NAME: &'static str = "work";
+    type Config = toml::Table;
+    type Output = ();
+
+    async fn execute(
+        &self,
+        cx: steadfast::StepContext<'_, toml::Table>,
+    ) -> Result<steadfast::Made<()>, steadfast::StepError> {
+        let leaf = |name: &str| cx.config.get(name).cloned();
+        let reports = leaf("reports")
+            .and_then(|v| v.as_integer())
+            .unwrap_or_default();
+        for _ in 0..reports {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            cx.progress.report();
+        }
+        if leaf("stall").and_then(|v| v.as_bool()) == Some(true) {
+            std::future::pending::<()>().await;
+        }
+        if leaf("fail").and_then(|v| v.as_bool()) == Some(true) {
+            return Err(steadfast::StepError::backoff("work failed on its own"));
+        }
+        Ok(steadfast::Made::new("work", "done", ()))
+    }
+}
+
+impl steadfast::Service for WorkService {
+    type Config = toml::Table;
+
+    fn plan(&self, _config: &toml::Table) -> steadfast::Plan<toml::Table> {
+        steadfast::Plan::new().step(Stubborn).step(Work)
+    }
+}
+
+fn work(
+    data_dir: &std::path::Path,
+    leaves: &str,
+) -> (
+    tokio::task::JoinHandle<ExitIntent>,
+    steadfast::SupervisorHandle,
+) {
+    let source = Switch::new(Some(config(leaves))).source();
+    let (supervisor, handle) = Supervisor::builder(data_dir, WorkService)
+        .config(source)
+        .timings(Timings {
+            step_deadline: Duration::from_secs(4),
+            // A stubborn task is aborted only after 10 s, past the deadline.
+            drain_grace: Duration::from_secs(10),
+            ..test_timings()
+        })
+        .build()
+        .expect("the supervisor starts");
+    (tokio::spawn(supervisor.run()), handle)
+}
+
+/// The step deadline is the machine's (`protocol/spec/lifecycle.md`,
+/// "Timers"; issue 15, item 3), in the real tree on virtual time: a step
+/// that reports progress five times, a second apart, then stalls fails at
+/// exactly its deadline (4 s) after its last report (the timer one
+/// millisecond past), with class backoff, an error naming the step and the
+/// deadline in the lifecycle and in the phase, and the attempt `failed`
+/// (not `cancelled`); a step that reports every second for 12 s, three
+/// times its deadline, boots.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_step_fails_at_its_deadline_and_a_reporting_one_boots_on_virtual_time() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = work(tmp.path(), "reports = 5\nstall = true");
+    let failure = until(&handle, "the stalled step failed", |s| failed_attempt(s, 1)).await;
+    let LifecycleState::Failed { report, retry, .. } = &failure.lifecycle else {
+        unreachable!()
+    };
+    assert!(matches!(retry, RetryClass::Backoff { .. }), "{retry:?}");
+    assert_eq!(report.phase.as_str(), "work");
+    assert_eq!(
+        report.error,
+        "step `work` passed its deadline of 4s without reporting progress"
+    );
+    let attempt = &failure.attempts[0];
+    let phase = attempt
+        .phases
+        .iter()
+        .find(|p| p.phase.as_str() == "work")
+        .expect("the work phase");
+    // Its last report came 5 s into the phase: the deadline is 4 s after.
+    assert_eq!(
+        report.at.since(phase.started_at),
+        Duration::from_millis(9_001),
+        "failed exactly at the deadline after the last report"
+    );
+    assert_eq!(
+        phase.outcome,
+        steadfast::protocol::snapshot::PhaseOutcome::Failed {
+            error: report.error.clone()
+        },
+        "the phase fails with the machine's reason"
+    );
+    assert_eq!(
+        attempt.result,
+        steadfast::protocol::snapshot::AttemptResult::Failed
+    );
+    exit(run, &handle, ExitIntent::Halt).await;
+
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = work(tmp.path(), "reports = 12");
+    let up = until(&handle, "the reporting step booted", running).await;
+    assert_eq!(up.attempts.len(), 1, "the first boot booted");
+    let phase = up.attempts[0]
+        .phases
+        .iter()
+        .find(|p| p.phase.as_str() == "work")
+        .expect("the work phase");
+    assert_eq!(
+        phase.outcome,
+        steadfast::protocol::snapshot::PhaseOutcome::Completed
+    );
+    // (A phase's `duration_ms` is measured on the real clock; the virtual
+    // one says how long the step ran.)
+    let LifecycleState::Running { since, .. } = up.lifecycle else {
+        unreachable!()
+    };
+    assert!(
+        since.since(phase.started_at) >= Duration::from_secs(12),
+        "the step ran three deadlines long: {phase:?}, running since {since:?}"
+    );
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// A failed boot's teardown is the supervisor's work, not the step's
+/// (`protocol/spec/lifecycle.md`, "Step deadline"): a step that fails on its
+/// own rests with its own error although tearing down the boot (a task that
+/// ignores the shutdown token, aborted after the 10 s drain grace) takes
+/// more than twice the 4 s deadline.
+#[tokio::test(start_paused = true)]
+async fn a_failed_boots_teardown_is_not_cut_short_by_the_deadline_on_virtual_time() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = work(tmp.path(), "stubborn = true\nreports = 1\nfail = true");
+    let failure = until(&handle, "the step failed", |s| failed_attempt(s, 1)).await;
+    let LifecycleState::Failed { report, .. } = &failure.lifecycle else {
+        unreachable!()
+    };
+    assert_eq!(report.phase.as_str(), "work");
+    assert_eq!(report.error, "work failed on its own");
+    let phase = failure.attempts[0]
+        .phases
+        .iter()
+        .find(|p| p.phase.as_str() == "work")
+        .expect("the work phase");
+    assert!(
+        report.at.since(phase.started_at) >= Duration::from_secs(11),
+        "the teardown waited out the drain grace: {:?} after the phase began",
+        report.at.since(phase.started_at)
+    );
     exit(run, &handle, ExitIntent::Halt).await;
 }

@@ -16,10 +16,21 @@
 //!   (reported `skipped`, with the observation's duration); otherwise it
 //!   runs again. Checked by `tests/crash.rs`
 //!   (`a_checkpointed_step_is_skipped_after_a_crash_only_if_still_present`).
-//! - A step that runs past its deadline (`Timings::step_deadline`, pushed
-//!   back by every `StepContext::progress` report) fails with class backoff
-//!   and an error naming the step and the deadline. Checked by
-//!   `tests/durability.rs` (`a_step_past_its_deadline_fails_unless_it_reports_progress`).
+//! - The step deadline is not decided here: it is the lifecycle machine's
+//!   (`Timings::step_deadline`, in its policy). A step's
+//!   `StepContext::progress` reports are forwarded to the Lifecycle actor
+//!   (coalesced: at most one per quarter of the deadline, carrying the
+//!   latest report's moment, so a forwarded report always lands before the
+//!   deadline its predecessor set), which steps them as `progress`; a
+//!   deadline that passes cancels the boot ([`BootMsg::Cancel`] with the
+//!   machine's reason, which the cancelled step fails with). A failed
+//!   boot's teardown is the supervisor's work, not the step's: the boot
+//!   reports progress while it runs, so the deadline never replaces the
+//!   step's own failure. Checked by
+//!   `tests/timing.rs`
+//!   (`a_stalled_step_fails_at_its_deadline_and_a_reporting_one_boots_on_virtual_time`)
+//!   and `tests/durability.rs`
+//!   (`a_step_past_its_deadline_fails_unless_it_reports_progress`).
 //! - A boot that fails or is cancelled tears down what it built (reverse
 //!   order, confirmed by observation) and reports the *probed* store outcome.
 //! - The actor stays free while a step runs: `Cancel` trips the boot's
@@ -32,8 +43,9 @@
 //! `a_panicking_boot_step_is_a_failed_boot_not_a_crashed_process`,
 //! `a_change_that_lands_during_a_failing_boot_is_not_lost`).
 
-use std::sync::Arc;
-use std::time::Instant;
+use std::convert::Infallible;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use steadfast_protocol::journal::Record;
@@ -60,8 +72,25 @@ pub struct BootActor;
 #[derive(Debug)]
 pub struct BootState {
     shared: Arc<Shared>,
-    /// The running attempt's cancellation token.
-    current: Option<(u32, CancellationToken)>,
+    /// The running attempt's cancellation: its token, and why.
+    current: Option<(u32, Cancel)>,
+}
+
+/// How a boot is cancelled: the token its task watches, and the reason the
+/// cancelled step fails with (set before the token is cancelled).
+#[derive(Debug, Clone, Default)]
+struct Cancel {
+    token: CancellationToken,
+    reason: Arc<OnceLock<String>>,
+}
+
+impl Cancel {
+    fn reason(&self) -> String {
+        self.reason
+            .get()
+            .cloned()
+            .unwrap_or_else(|| "cancelled".to_owned())
+    }
 }
 
 /// What the Boot actor is asked.
@@ -75,8 +104,12 @@ pub enum BootMsg {
         /// Where checkpoints are made durable.
         journal: ActorRef<JournalMsg>,
     },
-    /// Cancel the running boot; it reports a failure with the probed store.
-    Cancel,
+    /// Cancel the running boot; it reports a failure with the probed store,
+    /// and the step it was in fails with `reason`.
+    Cancel {
+        /// Why (`cancelled`, or the machine's step-deadline error).
+        reason: String,
+    },
     /// The boot task ended; a panic fails the actor (a supervision event).
     TaskEnded {
         /// Which boot.
@@ -114,11 +147,11 @@ impl Actor for BootActor {
                 report_to,
                 journal,
             } => {
-                let cancel = CancellationToken::new();
+                let cancel = Cancel::default();
                 if let Some((_, old)) = state.current.replace((attempt, cancel.clone())) {
                     // The lifecycle starts a boot only after the previous one
                     // reported; a leftover token is stale.
-                    old.cancel();
+                    old.token.cancel();
                 }
                 let shared = Arc::clone(&state.shared);
                 spawn_watched(
@@ -128,9 +161,10 @@ impl Actor for BootActor {
                     },
                 );
             }
-            BootMsg::Cancel => {
+            BootMsg::Cancel { reason } => {
                 if let Some((_, cancel)) = &state.current {
-                    cancel.cancel();
+                    let _ = cancel.reason.set(reason);
+                    cancel.token.cancel();
                 }
             }
             BootMsg::TaskEnded { attempt, panic } => {
@@ -182,6 +216,41 @@ impl Reporter<'_> {
             at,
         });
         Instant::now()
+    }
+
+    /// Forward `progress`'s reports as they come, at most one per
+    /// `interval` (the ones in between coalesce into the latest, whose
+    /// moment the forwarded report carries). Runs until dropped.
+    async fn forward_progress(&self, progress: &StepProgress, interval: Duration) -> Infallible {
+        loop {
+            let reported = progress.next_report().await;
+            self.send(BootReport::Progress {
+                attempt: self.attempt,
+                at: self.shared.clock.at(reported),
+            });
+            tokio::time::sleep(interval).await;
+        }
+    }
+
+    /// Run `work`, the supervisor's own bounded work inside a phase (a
+    /// failed boot's teardown), reporting progress for it every `interval`
+    /// so the step deadline never fires over it.
+    async fn keeping_alive<T>(&self, interval: Duration, work: impl Future<Output = T>) -> T {
+        tokio::select! {
+            biased;
+            out = work => out,
+            never = self.heartbeat(interval) => match never {},
+        }
+    }
+
+    async fn heartbeat(&self, interval: Duration) -> Infallible {
+        loop {
+            self.send(BootReport::Progress {
+                attempt: self.attempt,
+                at: self.shared.clock.now(),
+            });
+            tokio::time::sleep(interval).await;
+        }
     }
 
     fn ended(&self, phase: &Phase, started: Instant, outcome: PhaseOutcome) {
@@ -248,10 +317,11 @@ impl Reporter<'_> {
 async fn run_attempt(
     shared: Arc<Shared>,
     attempt: u32,
-    cancel: CancellationToken,
+    cancellation: Cancel,
     report_to: ActorRef<LifecycleMsg>,
     journal: ActorRef<JournalMsg>,
 ) {
+    let cancel = &cancellation.token;
     let reporter = Reporter {
         shared: &shared,
         attempt,
@@ -300,6 +370,10 @@ async fn run_attempt(
     reporter.ended(&phase, started, PhaseOutcome::Completed);
 
     // ── the service's plan ──────────────────────────────────────────────
+    // At most one forwarded progress report per quarter of the deadline
+    // (and never more than one a millisecond, whatever the deadline); the
+    // teardown of a failed boot reports at that pace too.
+    let interval = (shared.timings.step_deadline / 4).max(Duration::from_millis(1));
     let total = u32::try_from(plan.len() + 1).unwrap_or(u32::MAX);
     let mut runtime = Runtime::new();
     let mut checkpoints: Vec<Completed> = Vec::with_capacity(plan.len());
@@ -326,7 +400,7 @@ async fn run_attempt(
                 continue;
             }
         }
-        let progress = StepProgress::new(shared.timings.step_deadline);
+        let progress = StepProgress::new();
         let prior: Vec<Checkpoint> = checkpoints.iter().map(|c| c.checkpoint.clone()).collect();
         let cx = StepEnv {
             attempt,
@@ -335,16 +409,16 @@ async fn run_attempt(
             prior: &prior,
             progress: &progress,
         };
-        // A cancel before or during the step drops the step's future at once;
-        // so does a deadline the step did not push back by reporting progress.
+        // A cancel before or during the step (an operator's, or the
+        // machine's when the step passed its deadline) drops the step's
+        // future at once. Its progress goes to the machine, which owns the
+        // deadline; a quarter of the deadline between forwarded reports
+        // keeps each one ahead of the deadline the one before it set.
         let result = tokio::select! {
             biased;
-            () = cancel.cancelled() => Err(StepError::backoff("cancelled")),
+            () = cancel.cancelled() => Err(StepError::backoff(cancellation.reason())),
             result = step_impl.execute(cx) => result,
-            () = progress.expired() => Err(StepError::backoff(format!(
-                "step `{step}` passed its deadline of {:?} without reporting progress",
-                progress.extends_by()
-            ))),
+            never = reporter.forward_progress(&progress, interval) => match never {},
         };
         let failure = match result {
             Err(error) => Some(error),
@@ -388,9 +462,15 @@ async fn run_attempt(
                 },
             );
             // Journaled only: a failing boot's own phases stay what the
-            // snapshot shows (the state is still booting).
-            let (store, _) =
-                teardown(&shared, Some(&journal), None, attempt, runtime, checkpoints).await;
+            // snapshot shows (the state is still booting). The teardown is
+            // the supervisor's work, not the step's: the deadline must not
+            // fire over it and replace the step's own failure.
+            let (store, _) = reporter
+                .keeping_alive(
+                    interval,
+                    teardown(&shared, Some(&journal), None, attempt, runtime, checkpoints),
+                )
+                .await;
             let cancelled = cancel.is_cancelled();
             reporter.failed(
                 phase,

@@ -39,6 +39,12 @@ impl Clock {
         Timestamp(self.origin_ms).after(self.origin.elapsed())
     }
 
+    /// The moment tokio's `instant` was (the clock's origin if earlier).
+    #[must_use]
+    pub fn at(&self, instant: Instant) -> Timestamp {
+        Timestamp(self.origin_ms).after(instant.saturating_duration_since(self.origin))
+    }
+
     /// How long until `at` (zero if it has passed).
     #[must_use]
     pub fn until(&self, at: Timestamp) -> Duration {
@@ -56,6 +62,7 @@ mod tests {
         let before = clock.now();
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert_eq!(clock.now().since(before), Duration::from_secs(3));
+        assert_eq!(clock.at(Instant::now()), clock.now());
         assert_eq!(
             clock.until(before.after(Duration::from_secs(5))),
             Duration::from_secs(2)

@@ -2,7 +2,7 @@
 //! daemon: the service, the config source, the data directory and the
 //! timings. Read-only once built, so it is shared by `Arc` without a lock.
 //! The timings that are lifecycle policy (backoff, stable period, restart
-//! budget) reach the pure machine through [`Timings::policy`]; the actors
+//! budget, step deadline) reach the pure machine through [`Timings::policy`]; the actors
 //! arm only the timers the machine asks for.
 
 use std::path::PathBuf;
@@ -37,9 +37,10 @@ pub struct Timings {
     pub debounce: Duration,
     /// How long an actor waits for the journal's acknowledgement (an fsync).
     pub journal_timeout: Duration,
-    /// How long a boot step may run without reporting progress
-    /// ([`crate::service::StepContext::progress`]); past it the step fails
-    /// with class backoff.
+    /// How long a phase of a boot may run without ending or its step
+    /// reporting progress ([`crate::service::StepContext::progress`]); past
+    /// it the boot is cancelled and fails with class backoff. The machine's
+    /// policy: it asks for the timer and refuses an early one.
     pub step_deadline: Duration,
 }
 
@@ -65,6 +66,7 @@ impl Timings {
             backoff: self.backoff,
             stable_period_ms: steadfast_protocol::time::duration_ms(self.stable_period),
             budget: self.budget,
+            step_deadline_ms: steadfast_protocol::time::duration_ms(self.step_deadline),
         }
     }
 }

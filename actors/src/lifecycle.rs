@@ -34,11 +34,17 @@
 //!   boot read it, the change is not lost (`config_changed` is stepped at
 //!   once).
 //! - The machine owns its timers: every step hands back the next wake it
-//!   wants ([`steadfast_protocol::lifecycle::Wake`]), and this actor arms
-//!   exactly that, once, one millisecond past it; it decides no period of
-//!   its own. Timers are never trusted: a `retry_due` or `stable` that is
-//!   stale or early is refused by the machine and ignored here (an early one
-//!   re-arms the wake). Checked by `tests/timing.rs`.
+//!   wants ([`steadfast_protocol::lifecycle::Wake`]: retry due, stable
+//!   period, step deadline), and this actor arms exactly that, once, one
+//!   millisecond past it, keeping one timer at a time (the one for a wake
+//!   the machine no longer wants is aborted); it decides no period of its
+//!   own. Timers are never trusted: a `retry_due`, `stable` or
+//!   `step_deadline_passed` that is stale or early is refused by the
+//!   machine and ignored here (an early one re-arms the wake). A step's
+//!   progress, forwarded coalesced by the boot, is the machine's `progress`
+//!   (moving the deadline it wants); a deadline that passes cancels the boot
+//!   with the machine's reason. Checked by `tests/timing.rs`
+//!   (`a_stalled_step_fails_at_its_deadline_and_a_reporting_one_boots_on_virtual_time`).
 //! - Every attempt ends exactly once: the `AttemptEnded` record (and the
 //!   snapshot's result) comes only from `end_attempt`, journaled with the
 //!   transition that ends the attempt — booted, booted while draining
@@ -71,8 +77,9 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use steadfast_protocol::Timestamp;
 use steadfast_protocol::journal::{AttemptResult as JournalResult, Record};
 use steadfast_protocol::lifecycle::{
-    Effect, ExitIntent, FailureClass, FailureReport, Lifecycle, LifecycleEvent, LifecycleState,
-    PendingApply, Phase, Preflight, Refused, RetryClass, StopReason, StoreOutcome, Timer, Wake,
+    AfterDrain, Effect, ExitIntent, FailureClass, FailureReport, Lifecycle, LifecycleEvent,
+    LifecycleState, PendingApply, Phase, Preflight, Refused, RetryClass, StopReason, StoreOutcome,
+    Timer, Wake,
 };
 use steadfast_protocol::snapshot::{
     AttemptRecord, AttemptResult, BudgetStatus, PhaseOutcome, PhaseRecord, Snapshot,
@@ -156,6 +163,14 @@ pub enum BootReport {
         /// When.
         at: Timestamp,
     },
+    /// The running step reported progress (coalesced by the boot: the
+    /// latest report's moment).
+    Progress {
+        /// Which boot.
+        attempt: u32,
+        /// When the step last reported.
+        at: Timestamp,
+    },
     /// A phase ended.
     PhaseEnded {
         /// Which boot.
@@ -236,6 +251,11 @@ pub enum LifecycleMsg {
     /// The stable-period timer of `attempt` fired.
     Stable {
         /// Which boot's runtime.
+        attempt: u32,
+    },
+    /// The step-deadline timer of boot `attempt` fired.
+    StepDeadline {
+        /// Which boot.
         attempt: u32,
     },
     /// The declared config file (or the override tier) changed.
@@ -347,8 +367,9 @@ pub struct LifecycleActorState {
     /// next append that succeeds (if it is still the snapshot's error).
     journal_error: Option<String>,
     exit: Arc<Mutex<Option<ExitIntent>>>,
-    /// The wake a timer is armed for: the last one the machine asked for.
-    armed: Option<Wake>,
+    /// The wake a timer is armed for (the last one the machine asked for),
+    /// and that timer, aborted when the machine asks for another.
+    armed: Option<(Wake, tokio::task::AbortHandle)>,
 }
 
 impl Actor for LifecycleActor {
@@ -473,6 +494,19 @@ impl Actor for LifecycleActor {
                     state.rearm(&myself, now, Timer::Stable { attempt });
                 }
             }
+            LifecycleMsg::StepDeadline { attempt } => {
+                if let Some(attempt) = NonZeroU32::new(attempt)
+                    && state
+                        .fire(
+                            &myself,
+                            LifecycleEvent::StepDeadlinePassed { attempt, at: now },
+                        )
+                        .await
+                        .is_err()
+                {
+                    state.rearm(&myself, now, Timer::StepDeadline { attempt });
+                }
+            }
             LifecycleMsg::ConfigChanged => {
                 state
                     .fire(&myself, LifecycleEvent::ConfigChanged { at: now })
@@ -585,7 +619,12 @@ impl LifecycleActorState {
         };
         let at = self.shared.clock.now();
         let mut records = extra;
-        if !matches!(event, LifecycleEvent::Phase { .. }) {
+        // A boot's phases and progress are journaled by the boot itself
+        // (its progress not at all): they move no state the journal keeps.
+        if !matches!(
+            event,
+            LifecycleEvent::Phase { .. } | LifecycleEvent::Progress { .. }
+        ) {
             records.push(Record::Transition {
                 at_ms: at.as_millis(),
                 from: label(&self.machine.state),
@@ -600,7 +639,7 @@ impl LifecycleActorState {
             // as it would have been had the cancel won the race.
             let result = match next.state {
                 LifecycleState::Running { .. } => AttemptResult::Succeeded,
-                _ => AttemptResult::Cancelled,
+                _ => cancelled_result(&next.state),
             };
             records.extend(self.end_attempt(result, at));
         }
@@ -656,7 +695,11 @@ impl LifecycleActorState {
         if entered {
             self.entering().await;
         }
-        self.publish();
+        // Progress moves only the machine's deadline, which no snapshot
+        // shows: watchers are not woken for it.
+        if !matches!(event, LifecycleEvent::Progress { .. }) {
+            self.publish();
+        }
         self.arm(myself, wake);
         self.perform(myself, effect).await;
         self.after(myself, entered).await;
@@ -682,7 +725,16 @@ impl LifecycleActorState {
                 }
             }
             Effect::CancelBoot => {
-                let _ = self.children.boot.cast(BootMsg::Cancel);
+                // The step the boot is in fails with the machine's reason: a
+                // step past its deadline says so in its phase record too.
+                let reason = match &self.machine.state {
+                    LifecycleState::Draining {
+                        then: AfterDrain::Fail { report },
+                        ..
+                    } => report.error.clone(),
+                    _ => "cancelled".to_owned(),
+                };
+                let _ = self.children.boot.cast(BootMsg::Cancel { reason });
             }
             Effect::ShutdownRuntime => {
                 let drain = self.runtime.take().map(|live| DrainMsg::Run {
@@ -807,23 +859,29 @@ impl LifecycleActorState {
     /// is wanted; one left over from a wake that changed is refused by the
     /// machine when it fires.
     fn arm(&mut self, myself: &ActorRef<LifecycleMsg>, wake: Option<Wake>) {
-        if wake == self.armed {
+        if wake == self.armed.as_ref().map(|(armed, _)| *armed) {
             return;
         }
-        self.armed = wake;
+        // One timer at a time: the one for a wake the machine no longer
+        // wants goes (had it fired already, the machine refuses its event).
+        if let Some((_, timer)) = self.armed.take() {
+            timer.abort();
+        }
         let Some(wake) = wake else { return };
         // One millisecond past it: the event is never early on a clock that
         // rounds.
         let wait = self.shared.clock.until(wake.at) + Duration::from_millis(1);
-        match wake.timer {
-            Timer::RetryDue => {
-                myself.send_after(wait, || LifecycleMsg::RetryDue);
-            }
-            Timer::Stable { attempt } => {
-                let attempt = attempt.get();
-                myself.send_after(wait, move || LifecycleMsg::Stable { attempt });
-            }
-        }
+        let message = move || match wake.timer {
+            Timer::RetryDue => LifecycleMsg::RetryDue,
+            Timer::Stable { attempt } => LifecycleMsg::Stable {
+                attempt: attempt.get(),
+            },
+            Timer::StepDeadline { attempt } => LifecycleMsg::StepDeadline {
+                attempt: attempt.get(),
+            },
+        };
+        let timer = myself.send_after(wait, message).abort_handle();
+        self.armed = Some((wake, timer));
     }
 
     /// `timer`'s event was refused: if the machine still wants that very
@@ -1029,6 +1087,15 @@ impl LifecycleActorState {
                     self.publish();
                 }
             }
+            BootReport::Progress { attempt, at } => {
+                // Refused when stale (another attempt, a boot that already
+                // ended): nothing to do.
+                if let Some(attempt) = NonZeroU32::new(attempt) {
+                    self.fire(myself, LifecycleEvent::Progress { attempt, at })
+                        .await
+                        .ok();
+                }
+            }
             BootReport::PhaseEnded {
                 attempt,
                 phase,
@@ -1068,7 +1135,7 @@ impl LifecycleActorState {
             } => {
                 self.boot_fingerprint = fingerprint;
                 let result = if cancelled {
-                    AttemptResult::Cancelled
+                    cancelled_result(&self.machine.state)
                 } else {
                     AttemptResult::Failed
                 };
@@ -1374,6 +1441,19 @@ async fn resolve_checked(
     shared: &Shared,
 ) -> Result<crate::config::ResolvedConfig, crate::config::ConfigError> {
     shared.resolve_config(&shared.overrides).await
+}
+
+/// How an attempt whose boot was cancelled (or finished while draining)
+/// ends: `failed` when the machine cancelled it because a step passed its
+/// deadline (a drain into `fail`), `cancelled` otherwise.
+fn cancelled_result(state: &LifecycleState) -> AttemptResult {
+    match state {
+        LifecycleState::Draining {
+            then: AfterDrain::Fail { .. },
+            ..
+        } => AttemptResult::Failed,
+        _ => AttemptResult::Cancelled,
+    }
 }
 
 /// A state's label for the journal: its name, with the drain's purpose.

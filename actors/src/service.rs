@@ -119,9 +119,9 @@ pub struct StepContext<'a, C> {
     pub runtime: &'a mut Runtime,
     /// The checkpoints of the earlier steps of this boot.
     pub prior: &'a [Checkpoint],
-    /// The step's deadline: [`StepProgress::report`] pushes it back by
-    /// `Timings::step_deadline`; a step that passes it fails with class
-    /// backoff.
+    /// Where the step reports progress: [`StepProgress::report`] pushes its
+    /// deadline back to `Timings::step_deadline` from now; a step that passes
+    /// it fails with class backoff.
     pub progress: &'a StepProgress,
 }
 
@@ -871,59 +871,52 @@ impl fmt::Debug for Completed {
     }
 }
 
-/// A running step's deadline, which the step extends by reporting
-/// progress: a slow boot is not a dead boot.
-#[derive(Debug)]
+/// A running step's progress reports: a slow boot is not a dead boot.
+/// The step's deadline is the lifecycle machine's
+/// (`Timings::step_deadline`, in its policy): every report moves it to the
+/// deadline after the report, and a phase that passes it fails the boot with
+/// class backoff. [`StepProgress::report`] only notes the moment; the boot
+/// forwards the reports to the Lifecycle actor coalesced (at most one per
+/// quarter of the deadline, each carrying the latest report's moment), so a
+/// step may report as often as it likes.
+#[derive(Debug, Default)]
 pub struct StepProgress {
-    /// When the step fails unless it reports progress first.
-    deadline: std::sync::Mutex<tokio::time::Instant>,
-    /// How far a report (and the start) puts the deadline.
-    extend_by: Duration,
+    /// The latest report not yet forwarded.
+    latest: std::sync::Mutex<Option<tokio::time::Instant>>,
+    /// Wakes the forwarder (one permit however many reports came).
+    reported: tokio::sync::Notify,
 }
 
 impl StepProgress {
-    /// A deadline `extend_by` from now.
+    /// No report yet.
     #[must_use]
-    pub fn new(extend_by: Duration) -> Self {
-        Self {
-            deadline: std::sync::Mutex::new(tokio::time::Instant::now() + extend_by),
-            extend_by,
-        }
+    pub fn new() -> Self {
+        Self::default()
     }
 
-    /// The step is making progress: its deadline moves to `extend_by` from
-    /// now.
+    /// The step is making progress: its deadline moves to the step deadline
+    /// from now. Cheap, never blocks, never fails.
     pub fn report(&self) {
-        let next = tokio::time::Instant::now() + self.extend_by;
         *self
-            .deadline
+            .latest
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = next;
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(tokio::time::Instant::now());
+        self.reported.notify_one();
     }
 
-    /// The current deadline.
-    #[must_use]
-    pub fn deadline(&self) -> tokio::time::Instant {
-        *self
-            .deadline
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// How far each report extends the deadline.
-    #[must_use]
-    pub const fn extends_by(&self) -> Duration {
-        self.extend_by
-    }
-
-    /// Resolves once the deadline has passed without a report moving it.
-    pub async fn expired(&self) {
+    /// Waits for a report not yet taken and takes it: the moment of the
+    /// latest one made since the last take (reports in between coalesce).
+    pub async fn next_report(&self) -> tokio::time::Instant {
         loop {
-            let deadline = self.deadline();
-            if tokio::time::Instant::now() >= deadline {
-                return;
+            self.reported.notified().await;
+            if let Some(at) = self
+                .latest
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take()
+            {
+                return at;
             }
-            tokio::time::sleep_until(deadline).await;
         }
     }
 }
@@ -973,7 +966,7 @@ mod tests {
     }
 
     async fn run(step: &dyn AnyStep, runtime: &mut Runtime) -> Result<ResourceRecord, StepError> {
-        let progress = StepProgress::new(Duration::from_secs(10));
+        let progress = StepProgress::new();
         step.execute(StepEnv {
             attempt: 1,
             data_dir: Path::new("/nonexistent"),
@@ -1062,18 +1055,20 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_step_deadline_moves_only_when_progress_is_reported() {
-        let progress = StepProgress::new(Duration::from_secs(10));
-        let first = progress.deadline();
-        tokio::time::advance(Duration::from_secs(6)).await;
+    async fn progress_reports_coalesce_into_the_latest() {
+        let progress = StepProgress::new();
+        let none = tokio::time::timeout(Duration::from_secs(1), progress.next_report()).await;
+        assert!(none.is_err(), "no report, nothing to take");
         progress.report();
-        assert_eq!(progress.deadline(), first + Duration::from_secs(6));
-        // Unreported, it expires 10 s after the last report, not before.
-        let expired = tokio::time::timeout(Duration::from_secs(9), progress.expired()).await;
-        assert!(expired.is_err(), "expired 9 s after a report");
-        tokio::time::timeout(Duration::from_secs(2), progress.expired())
-            .await
-            .expect("expired 10 s after the last report");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        progress.report();
+        tokio::time::advance(Duration::from_secs(3)).await;
+        progress.report();
+        let latest = tokio::time::Instant::now();
+        // Three reports, one take, carrying the moment of the last.
+        assert_eq!(progress.next_report().await, latest);
+        let again = tokio::time::timeout(Duration::from_secs(1), progress.next_report()).await;
+        assert!(again.is_err(), "the three reports were taken as one");
     }
 
     #[tokio::test]

@@ -38,8 +38,19 @@
 //! - The machine owns its timers: [`step`] returns, beside the effect, the
 //!   next [`Wake`] it wants ([`Lifecycle::wake`]: `retry_due` at
 //!   `next_retry_at`, `stable` at the end of the stable period), and the
-//!   actors arm only that. The step deadline stays with the Boot actor: a
-//!   step's progress reports, which move it, are not machine events.
+//!   actors arm only that.
+//! - The step deadline is the machine's too ([`LifecyclePolicy`]'s
+//!   `step_deadline_ms`): every phase of a boot must end, or its step report
+//!   progress ([`LifecycleEvent::Progress`]), within it. While booting the
+//!   wake is `step_deadline` at the current phase's deadline (the phase's
+//!   start, or the latest progress, plus the policy's deadline); the
+//!   [`LifecycleEvent::StepDeadlinePassed`] it asks for cancels the boot
+//!   (`draining(fail)`) and the boot rests `failed` with class backoff and an
+//!   error naming the step and the deadline. One for another attempt, or
+//!   before the deadline (progress moved it), is refused. Checked by
+//!   `lifecycle_props::no_step_deadline_fails_a_boot_that_reports_progress_in_time`,
+//!   `spec_table` (the `step_deadline_passed` and `progress` rows, the
+//!   "Timers" table) and end to end by `tests/timing.rs`.
 //! - The restart budget ([`RestartBudget`], in the [`LifecyclePolicy`]): the
 //!   N-th failed automatic boot within the window W is held
 //!   (`retry: hold`, `budget_spent` set) instead of backed off, so no window
@@ -196,9 +207,10 @@ pub enum AfterDrain {
         /// Halt or relaunch.
         intent: ExitIntent,
     },
-    /// The runtime ended on its own: rest as a failed boot (class backoff).
+    /// The runtime ended on its own, or a step of the boot passed its
+    /// deadline: rest as a failed boot (class backoff).
     Fail {
-        /// What ended it.
+        /// What ended it (or the step and the deadline it passed).
         report: FailureReport,
     },
 }
@@ -449,6 +461,22 @@ pub enum LifecycleEvent {
         /// When.
         at: Timestamp,
     },
+    /// The running step of boot `attempt` reported progress: the phase's
+    /// deadline moves to the policy's step deadline after `at`.
+    Progress {
+        /// Which boot (a report from another one is stale).
+        attempt: NonZeroU32,
+        /// When the step reported.
+        at: Timestamp,
+    },
+    /// The step deadline of boot `attempt` passed (the timer the machine
+    /// asked for): the boot is cancelled and fails with class backoff.
+    StepDeadlinePassed {
+        /// Which boot (a timer for another one is stale).
+        attempt: NonZeroU32,
+        /// When.
+        at: Timestamp,
+    },
     /// The boot finished and the runtime is serving.
     Booted {
         /// When.
@@ -540,6 +568,8 @@ impl LifecycleEvent {
             Self::ConfigChanged { .. } => "config_changed",
             Self::ConfigApplied { .. } => "config_applied",
             Self::Phase { .. } => "phase",
+            Self::Progress { .. } => "progress",
+            Self::StepDeadlinePassed { .. } => "step_deadline_passed",
             Self::Booted { .. } => "booted",
             Self::BootFailed { .. } => "boot_failed",
             Self::RuntimeEnded { .. } => "runtime_ended",
@@ -823,15 +853,27 @@ pub struct LifecyclePolicy {
     pub stable_period_ms: u64,
     /// The restart budget; `None` turns it off (retry on backoff forever).
     pub budget: Option<RestartBudget>,
+    /// How long a phase of a boot may run without ending or its step
+    /// reporting progress, in milliseconds; past it the boot is cancelled
+    /// and fails with class backoff. A `step_deadline_passed` earlier than
+    /// that is refused.
+    #[serde(default = "default_step_deadline_ms")]
+    pub step_deadline_ms: u64,
+}
+
+const fn default_step_deadline_ms() -> u64 {
+    300_000
 }
 
 impl Default for LifecyclePolicy {
-    /// The default backoff, a 30 s stable period, the default budget.
+    /// The default backoff, a 30 s stable period, the default budget, a
+    /// 5 min step deadline.
     fn default() -> Self {
         Self {
             backoff: BackoffPolicy::default(),
             stable_period_ms: 30_000,
             budget: Some(RestartBudget::default()),
+            step_deadline_ms: default_step_deadline_ms(),
         }
     }
 }
@@ -845,6 +887,11 @@ pub enum Timer {
     /// Send [`LifecycleEvent::Stable`] for `attempt`.
     Stable {
         /// The running attempt.
+        attempt: NonZeroU32,
+    },
+    /// Send [`LifecycleEvent::StepDeadlinePassed`] for `attempt`.
+    StepDeadline {
+        /// The booting attempt.
         attempt: NonZeroU32,
     },
 }
@@ -875,6 +922,10 @@ pub struct Lifecycle {
     /// When the automatic boots counted against the budget failed (those
     /// within the window of the latest failure; at most N).
     budget_failures: Vec<Timestamp>,
+    /// While booting: when the current phase passes its step deadline (its
+    /// start, or its step's latest progress, plus the policy's deadline).
+    #[serde(default)]
+    step_deadline_at: Option<Timestamp>,
 }
 
 impl Lifecycle {
@@ -908,6 +959,7 @@ impl Lifecycle {
             policy,
             automatic: false,
             budget_failures: Vec::new(),
+            step_deadline_at: None,
         }
     }
 
@@ -947,13 +999,17 @@ impl Lifecycle {
     }
 
     /// The next moment the machine wants to be woken, and for what: the
-    /// backoff's `next_retry_at` in `failed(backoff)`, and the end of the
-    /// stable period while running with a streak to reset. `None`: no
-    /// timer (a held failure, a runtime with nothing to reset, every other
-    /// state).
+    /// current phase's step deadline while booting, the backoff's
+    /// `next_retry_at` in `failed(backoff)`, and the end of the stable
+    /// period while running with a streak to reset. `None`: no timer (a
+    /// held failure, a runtime with nothing to reset, every other state).
     #[must_use]
     pub fn wake(&self) -> Option<Wake> {
         match &self.state {
+            LifecycleState::Booting { attempt, .. } => self.step_deadline_at.map(|at| Wake {
+                at,
+                timer: Timer::StepDeadline { attempt: *attempt },
+            }),
             LifecycleState::Failed {
                 retry: RetryClass::Backoff { next_retry_at, .. },
                 ..
@@ -971,6 +1027,17 @@ impl Lifecycle {
 
     fn stable_at(&self, since: Timestamp) -> Timestamp {
         since.after(Duration::from_millis(self.policy.stable_period_ms))
+    }
+
+    /// The policy's step deadline.
+    const fn step_deadline(&self) -> Duration {
+        Duration::from_millis(self.policy.step_deadline_ms)
+    }
+
+    /// The step deadline of a phase that starts, or whose step reports
+    /// progress, at `at`.
+    fn deadline_after(&self, at: Timestamp) -> Timestamp {
+        at.after(self.step_deadline())
     }
 
     /// Whether nothing more can happen.
@@ -1017,6 +1084,7 @@ impl Lifecycle {
             phase: Phase::RESOLVE_CONFIG,
             since: at,
         };
+        self.step_deadline_at = Some(self.deadline_after(at));
         Effect::StartBoot { attempt }
     }
 
@@ -1191,7 +1259,31 @@ fn transition(m: &Lifecycle, event: &LifecycleEvent) -> Result<(Lifecycle, Effec
                 phase: phase.clone(),
                 since: *at,
             };
+            // A phase starts with a full deadline of its own.
+            next.step_deadline_at = Some(m.deadline_after(*at));
             Effect::None
+        }
+        // Progress only ever pushes the deadline back: a report that arrives
+        // late (older than the phase's start) moves nothing.
+        (S::Booting { attempt, .. }, E::Progress { attempt: of, at }) if of == attempt => {
+            let moved = m.deadline_after(*at);
+            next.step_deadline_at = Some(m.step_deadline_at.map_or(moved, |d| d.max(moved)));
+            Effect::None
+        }
+        // Only once the deadline has passed: an early or stale timer (the
+        // step reported progress since it was armed) is refused.
+        (S::Booting { attempt, phase, .. }, E::StepDeadlinePassed { attempt: of, at })
+            if of == attempt && m.step_deadline_at.is_some_and(|d| *at >= d) =>
+        {
+            let report = FailureReport {
+                phase: phase.clone(),
+                error: format!(
+                    "step `{phase}` passed its deadline of {:?} without reporting progress",
+                    m.step_deadline()
+                ),
+                at: *at,
+            };
+            next.drain(*attempt, AfterDrain::Fail { report }, Effect::CancelBoot)
         }
         (S::Booting { attempt, .. }, E::Booted { at }) => {
             // The streak is not reset here: only `stable` does that.
@@ -1295,6 +1387,9 @@ fn transition(m: &Lifecycle, event: &LifecycleEvent) -> Result<(Lifecycle, Effec
         // Late progress from the boot being cancelled, or the runtime
         // ending while it is shut down: the drain's report settles it.
         (S::Draining { .. }, E::Phase { .. }) => Effect::None,
+        (S::Draining { attempt, .. }, E::Progress { attempt: of, .. }) if of == attempt => {
+            Effect::None
+        }
         (S::Draining { attempt, .. }, E::RuntimeEnded { attempt: of, .. }) if of == attempt => {
             Effect::None
         }

@@ -2,7 +2,7 @@
 //! arbitrary event sequences: at least 10,000 sequences of up to 64 events,
 //! stale and misplaced events included, checked after every step
 //! (`invariants_hold_after_every_step_of_arbitrary_sequences`: invariants
-//! 1–12, among them that the epoch grows by exactly one on every observed
+//! 1–13, among them that the epoch grows by exactly one on every observed
 //! release, that a restart whose preflight is invalid is never accepted,
 //! that every step hands back the wake of the state it enters and no timer's
 //! event is accepted early, that a spent budget holds, and that an
@@ -11,21 +11,25 @@
 //! from every `running` 2,000 sequences reach, `restart(invalid)` is refused
 //! as `config_invalid` and `restart(force)` drains;
 //! `no_window_holds_more_than_n_failed_automatic_boots`: the restart budget
-//! over a crash loop of arbitrary pace in monotonic time; and
+//! over a crash loop of arbitrary pace in monotonic time;
+//! `no_step_deadline_fails_a_boot_that_reports_progress_in_time`: the step
+//! deadline over a boot's reports in monotonic time, with early and stale
+//! deadline events; and
 //! `a_crash_loop_without_stable_backs_off_geometrically`.
 
 use std::collections::BTreeSet;
 use std::num::NonZeroU32;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use steadfast_protocol::Timestamp;
 use steadfast_protocol::lifecycle::{
-    BackoffPolicy, Effect, ExitIntent, FailureClass, FailureReport, Lifecycle, LifecycleEvent,
-    LifecyclePolicy, LifecycleState, PendingApply, Phase, Preflight, RefusedBecause, RestartBudget,
-    RetryClass, StoreOutcome, Timer, Wake,
+    AfterDrain, BackoffPolicy, Effect, ExitIntent, FailureClass, FailureReport, Lifecycle,
+    LifecycleEvent, LifecyclePolicy, LifecycleState, PendingApply, Phase, Preflight,
+    RefusedBecause, RestartBudget, RetryClass, StoreOutcome, Timer, Wake,
 };
 
 /// Sequences checked; `.ci/run` runs this count.
@@ -83,7 +87,9 @@ fn event() -> impl Strategy<Value = LifecycleEvent> {
             at,
             error: "serve task ended".into()
         }),
-        2 => (attempt, at.clone()).prop_map(|(attempt, at)| E::Stable { attempt, at }),
+        2 => (attempt.clone(), at.clone()).prop_map(|(attempt, at)| E::Stable { attempt, at }),
+        2 => (attempt.clone(), at.clone()).prop_map(|(attempt, at)| E::Progress { attempt, at }),
+        2 => (attempt, at.clone()).prop_map(|(attempt, at)| E::StepDeadlinePassed { attempt, at }),
         2 => at.clone().prop_map(|at| E::Stop { at }),
         3 => (at.clone(), preflight()).prop_map(|(at, preflight)| E::Restart { at, preflight }),
         1 => intent.prop_map(|intent| E::Exit { intent }),
@@ -97,16 +103,17 @@ fn event() -> impl Strategy<Value = LifecycleEvent> {
 /// The machine's policy: the default, the budget off, or a small budget and
 /// stable period the sequences can reach.
 fn policy() -> impl Strategy<Value = LifecyclePolicy> {
-    let small = (1u32..=4, 0u64..300_000, 0u64..60_000).prop_map(|(n, window_ms, stable)| {
-        LifecyclePolicy {
+    let small = (1u32..=4, 0u64..300_000, 0u64..60_000, 0u64..100_000).prop_map(
+        |(n, window_ms, stable, deadline)| LifecyclePolicy {
             backoff: BackoffPolicy::default(),
             stable_period_ms: stable,
             budget: Some(RestartBudget {
                 max_failures: NonZeroU32::new(n).expect("nonzero"),
                 window_ms,
             }),
-        }
-    });
+            step_deadline_ms: deadline,
+        },
+    );
     prop_oneof![
         1 => Just(LifecyclePolicy::default()),
         1 => Just(LifecyclePolicy { budget: None, ..LifecyclePolicy::default() }),
@@ -180,6 +187,60 @@ fn check_step(m: &Lifecycle, event: &LifecycleEvent) -> Result<Option<Lifecycle>
             {
                 let period = Duration::from_millis(m.policy().stable_period_ms);
                 prop_assert!(*at >= since.after(period), "early stable accepted");
+            }
+            // 13: the step deadline is the machine's. Booting, it wants to be
+            // woken at the phase's deadline: a phase starts a full one,
+            // progress only pushes it back; a `step_deadline_passed` is
+            // accepted only for the booting attempt at or after it, and
+            // cancels the boot into a failure naming the step and the
+            // deadline.
+            let deadline = Duration::from_millis(m.policy().step_deadline_ms);
+            let step_wake = |l: &Lifecycle| match l.wake() {
+                Some(Wake {
+                    at,
+                    timer: Timer::StepDeadline { attempt },
+                }) => Some((attempt, at)),
+                _ => None,
+            };
+            if let LifecycleState::Booting { attempt, phase, .. } = &m.state {
+                let (of, due) = step_wake(m).expect("booting wants its step deadline");
+                prop_assert_eq!(of, *attempt);
+                match event {
+                    LifecycleEvent::Phase { at, .. } => {
+                        prop_assert_eq!(step_wake(&next), Some((of, at.after(deadline))));
+                    }
+                    LifecycleEvent::Progress { at, .. } => {
+                        prop_assert_eq!(step_wake(&next), Some((of, due.max(at.after(deadline)))));
+                    }
+                    LifecycleEvent::StepDeadlinePassed { attempt: a, at } => {
+                        prop_assert!(a == attempt && *at >= due, "an early or stale deadline");
+                        prop_assert_eq!(effect, Effect::CancelBoot);
+                        let LifecycleState::Draining {
+                            then: AfterDrain::Fail { report },
+                            ..
+                        } = &next.state
+                        else {
+                            return Err(TestCaseError::fail("not draining(fail)"));
+                        };
+                        prop_assert_eq!(&report.phase, phase);
+                        prop_assert!(
+                            report.error.contains(&format!("`{phase}`"))
+                                && report.error.contains(&format!("{deadline:?}")),
+                            "{}",
+                            report.error
+                        );
+                    }
+                    _ => {}
+                }
+            } else {
+                prop_assert!(
+                    !matches!(event, LifecycleEvent::StepDeadlinePassed { .. }),
+                    "step_deadline_passed accepted in {}",
+                    m.state.name()
+                );
+            }
+            if matches!(next.state, LifecycleState::Booting { .. }) {
+                prop_assert!(step_wake(&next).is_some(), "booting without a deadline");
             }
             // 11: a spent budget holds, with N failures in its window.
             if let LifecycleState::Failed {
@@ -297,6 +358,9 @@ fn invariants_hold_after_every_step_of_arbitrary_sequences() {
                     if let Some(next) = check_step(&m, event)? {
                         let (_, effect, _) = m.step(event).expect("accepted above");
                         effects.insert(effect.name());
+                        if matches!(event, LifecycleEvent::StepDeadlinePassed { .. }) {
+                            states.insert("draining(a step past its deadline)");
+                        }
                         m = next;
                     }
                 }
@@ -324,6 +388,7 @@ fn invariants_hold_after_every_step_of_arbitrary_sequences() {
         "exiting",
         "reinitializing",
         "failed(budget spent)",
+        "draining(a step past its deadline)",
     ] {
         assert!(states.contains(name), "no sequence reached {name}");
     }
@@ -396,6 +461,7 @@ fn no_window_holds_more_than_n_failed_automatic_boots() {
             backoff: BackoffPolicy { base_ms, cap_ms, jitter: None },
             stable_period_ms: 30_000,
             budget: Some(RestartBudget { max_failures: NonZeroU32::new(n).expect("nonzero"), window_ms }),
+            ..LifecyclePolicy::default()
         };
         let mut m = Lifecycle::new(Timestamp(0), policy);
         let mut now = 0u64;
@@ -520,5 +586,119 @@ fn a_restart_whose_preflight_is_invalid_never_leaves_running() {
     assert!(
         reached > 100,
         "sequences reached running only {reached} times"
+    );
+}
+
+/// One report of a running boot, `after` thousandths of the step deadline
+/// after the previous one: its step's progress, or the next phase starting.
+#[derive(Debug, Clone)]
+enum Report {
+    Progress { after: u64 },
+    Phase { after: u64 },
+}
+
+/// Issue 15, item 3: the step deadline over a boot's reports in monotonic
+/// time, driven the way the Lifecycle actor drives it (the timer the machine
+/// asks for fires at its wake, before a report that comes later; an early
+/// or stale one is tried too). No boot fails while every report comes within
+/// the deadline of the one before; the first gap longer than the deadline
+/// fails it at exactly the deadline, naming the step and the deadline, and
+/// the failure rests `failed` with class backoff once the cancelled boot
+/// settles released.
+#[test]
+fn no_step_deadline_fails_a_boot_that_reports_progress_in_time() {
+    // How long after the previous report, in thousandths of the deadline:
+    // mostly within it, sometimes exactly at it, now and then past it.
+    let gap = prop_oneof![
+        30 => 0u64..1_000,
+        3 => Just(1_000u64),
+        1 => 1_001u64..3_000,
+    ];
+    let report = prop_oneof![
+        4 => gap.clone().prop_map(|after| Report::Progress { after }),
+        1 => gap.prop_map(|after| Report::Phase { after }),
+    ];
+    let (deadlines, booted) = (AtomicU64::new(0), AtomicU64::new(0));
+    proptest!(Config::with_cases(2_000), |(deadline_ms in 1u64..2_000, reports in proptest::collection::vec(report, 1..60))| {
+        let policy = LifecyclePolicy { step_deadline_ms: deadline_ms, ..LifecyclePolicy::default() };
+        let deadline = Duration::from_millis(deadline_ms);
+        let mut m = Lifecycle::new(Timestamp(0), policy);
+        (m, _, _) = m.step(&LifecycleEvent::Start { at: Timestamp(0) }).expect("start");
+        let attempt = NonZeroU32::new(1).expect("nonzero");
+        let (mut last, mut phase) = (0u64, Phase::RESOLVE_CONFIG);
+        let mut now = 0u64;
+        let mut phases = 0u32;
+        for report in reports {
+            let (after, event_phase) = match report {
+                Report::Progress { after } => (after, None),
+                Report::Phase { after } => {
+                    phases += 1;
+                    (after, Some(Phase::new(format!("step_{phases}"))))
+                }
+            };
+            now += deadline_ms * after / 1_000;
+            let Some(Wake { at: due, timer: Timer::StepDeadline { attempt: of } }) = m.wake() else {
+                return Err(TestCaseError::fail(format!("booting without a deadline: {:?}", m.wake())));
+            };
+            prop_assert_eq!(of, attempt);
+            prop_assert_eq!(due, Timestamp(last).after(deadline), "the deadline is the last report's");
+            // A timer for another attempt, and one before the deadline, are
+            // refused and change nothing.
+            let stale = m.step(&LifecycleEvent::StepDeadlinePassed { attempt: NonZeroU32::new(9).expect("nonzero"), at: due });
+            prop_assert!(stale.is_err(), "a stale deadline was accepted");
+            if due.as_millis() > 0 {
+                let early = m.step(&LifecycleEvent::StepDeadlinePassed { attempt, at: Timestamp(due.as_millis() - 1) });
+                prop_assert!(early.is_err(), "an early deadline was accepted");
+            }
+            if due < Timestamp(now) {
+                // The report comes too late: the timer fires first, at the
+                // deadline, and fails the boot.
+                prop_assert!(now - last > deadline_ms);
+                let (next, effect, wake) = m.step(&LifecycleEvent::StepDeadlinePassed { attempt, at: due }).expect("the deadline passed");
+                prop_assert_eq!(effect, Effect::CancelBoot);
+                prop_assert_eq!(wake, None, "draining wants no timer");
+                let LifecycleState::Draining { then: AfterDrain::Fail { report }, .. } = &next.state else {
+                    return Err(TestCaseError::fail(format!("not draining(fail): {:?}", next.state)));
+                };
+                prop_assert_eq!(&report.phase, &phase);
+                prop_assert_eq!(report.at, due);
+                prop_assert!(report.error.contains(&format!("`{phase}`")) && report.error.contains(&format!("{deadline:?}")), "{}", report.error);
+                // The cancelled boot settles released: failed, with backoff.
+                let (rest, _, _) = next.step(&LifecycleEvent::BootFailed {
+                    report: FailureReport { phase: phase.clone(), error: "cancelled".into(), at: Timestamp(now) },
+                    class: FailureClass::Backoff,
+                    store: StoreOutcome::Released,
+                }).expect("the cancelled boot settles");
+                let LifecycleState::Failed { report: failed, retry, .. } = &rest.state else {
+                    return Err(TestCaseError::fail(format!("not failed: {:?}", rest.state)));
+                };
+                prop_assert_eq!(failed, report, "the failure is the deadline's");
+                prop_assert!(matches!(retry, RetryClass::Backoff { .. }), "{retry:?}");
+                prop_assert_eq!(rest.streak(), 1);
+                deadlines.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            let event = match event_phase {
+                None => LifecycleEvent::Progress { attempt, at: Timestamp(now) },
+                Some(p) => {
+                    phase = p.clone();
+                    LifecycleEvent::Phase { phase: p, at: Timestamp(now) }
+                }
+            };
+            (m, _, _) = m.step(&event).expect("a report in time is accepted");
+            prop_assert!(matches!(m.state, LifecycleState::Booting { .. }), "{:?}", m.state);
+            last = now;
+        }
+        // Every report came in time: the boot is still booting, and it boots.
+        (m, _, _) = m.step(&LifecycleEvent::Booted { at: Timestamp(now) }).expect("booted");
+        prop_assert!(matches!(m.state, LifecycleState::Running { .. }), "{:?}", m.state);
+        booted.fetch_add(1, Ordering::Relaxed);
+    });
+    // Not vacuous: both ends are reached often.
+    let (failed, booted) = (deadlines.into_inner(), booted.into_inner());
+    eprintln!("{failed} boots failed at their deadline, {booted} booted");
+    assert!(
+        failed > 200 && booted > 200,
+        "{failed} failed, {booted} booted"
     );
 }

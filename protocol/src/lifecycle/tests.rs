@@ -1198,7 +1198,14 @@ fn the_budget_off_retries_on_backoff_forever() {
 #[test]
 fn step_hands_back_the_wake_and_refuses_an_early_stable() {
     let (m, _) = ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) });
-    assert_eq!(m.wake(), None, "a boot wants no timer of the machine's");
+    assert_eq!(
+        m.wake(),
+        Some(Wake {
+            at: t(300_001),
+            timer: Timer::StepDeadline { attempt: nz(1) }
+        }),
+        "a boot wants its step deadline"
+    );
     let (failed_m, _, wake) = m
         .step(&failed(FailureClass::Backoff, 10))
         .expect("accepted");
@@ -1277,5 +1284,185 @@ fn a_spent_budget_serializes_snake_case_beside_retry_hold() {
     assert_eq!(
         serde_json::to_value(wake).expect("json"),
         serde_json::json!({"at": 7, "timer": {"timer": "stable", "attempt": 2}})
+    );
+}
+
+#[test]
+fn a_step_past_its_deadline_cancels_the_boot_and_fails_with_backoff() {
+    let policy = LifecyclePolicy {
+        step_deadline_ms: 400,
+        ..LifecyclePolicy::default()
+    };
+    let (m, _) = ok(
+        &Lifecycle::new(t(0), policy),
+        LifecycleEvent::Start { at: t(1) },
+    );
+    let (m, _) = ok(
+        &m,
+        LifecycleEvent::Phase {
+            phase: Phase::new("work"),
+            at: t(10),
+        },
+    );
+    let deadline = Wake {
+        at: t(410),
+        timer: Timer::StepDeadline { attempt: nz(1) },
+    };
+    assert_eq!(m.wake(), Some(deadline), "a phase starts a full deadline");
+    assert_eq!(
+        no(
+            &m,
+            LifecycleEvent::StepDeadlinePassed {
+                attempt: nz(1),
+                at: t(409)
+            }
+        ),
+        RefusedBecause::Unexpected,
+        "a deadline one millisecond early is refused"
+    );
+    assert_eq!(
+        no(
+            &m,
+            LifecycleEvent::StepDeadlinePassed {
+                attempt: nz(2),
+                at: t(410)
+            }
+        ),
+        RefusedBecause::Unexpected,
+        "a deadline for another attempt is stale"
+    );
+    let (drain, effect) = ok(
+        &m,
+        LifecycleEvent::StepDeadlinePassed {
+            attempt: nz(1),
+            at: t(410),
+        },
+    );
+    assert_eq!(effect, Effect::CancelBoot);
+    assert_eq!(drain.wake(), None);
+    let LifecycleState::Draining {
+        then: AfterDrain::Fail { report },
+        ..
+    } = &drain.state
+    else {
+        panic!("{:?}", drain.state)
+    };
+    assert_eq!(report.phase, Phase::new("work"));
+    assert_eq!(
+        report.error,
+        "step `work` passed its deadline of 400ms without reporting progress"
+    );
+    // The cancelled boot settles released: failed with backoff, the
+    // deadline's report, counted like any failed automatic boot.
+    let (failed, _) = ok(
+        &drain,
+        LifecycleEvent::BootFailed {
+            report: FailureReport {
+                phase: Phase::new("work"),
+                error: "cancelled".into(),
+                at: t(420),
+            },
+            class: FailureClass::Backoff,
+            store: StoreOutcome::Released,
+        },
+    );
+    let LifecycleState::Failed {
+        report: failure,
+        retry: RetryClass::Backoff { next_retry_at, .. },
+        ..
+    } = &failed.state
+    else {
+        panic!("{:?}", failed.state)
+    };
+    assert_eq!(failure, report);
+    assert_eq!(
+        *next_retry_at,
+        t(1_420),
+        "backoff from when the boot settled"
+    );
+    assert_eq!(
+        (failed.streak(), failed.epoch(), failed.budget_used()),
+        (1, 1, 1)
+    );
+}
+
+#[test]
+fn progress_pushes_the_step_deadline_back_and_only_back() {
+    let policy = LifecyclePolicy {
+        step_deadline_ms: 400,
+        ..LifecyclePolicy::default()
+    };
+    let (m, _) = ok(
+        &Lifecycle::new(t(0), policy),
+        LifecycleEvent::Start { at: t(1) },
+    );
+    let due = |m: &Lifecycle| m.wake().map(|w| w.at);
+    assert_eq!(due(&m), Some(t(401)), "resolve_config has the deadline too");
+    let (m, effect) = ok(
+        &m,
+        LifecycleEvent::Progress {
+            attempt: nz(1),
+            at: t(300),
+        },
+    );
+    assert_eq!((effect, due(&m)), (Effect::None, Some(t(700))));
+    // A report that arrives late (older than the last) moves nothing.
+    let (m, _) = ok(
+        &m,
+        LifecycleEvent::Progress {
+            attempt: nz(1),
+            at: t(200),
+        },
+    );
+    assert_eq!(due(&m), Some(t(700)));
+    assert_eq!(
+        no(
+            &m,
+            LifecycleEvent::Progress {
+                attempt: nz(7),
+                at: t(600)
+            }
+        ),
+        RefusedBecause::Unexpected,
+        "progress of another attempt is stale"
+    );
+    // The timer armed for the old deadline fires: refused, the step is
+    // alive.
+    assert_eq!(
+        no(
+            &m,
+            LifecycleEvent::StepDeadlinePassed {
+                attempt: nz(1),
+                at: t(401)
+            }
+        ),
+        RefusedBecause::Unexpected
+    );
+    // Late progress of a boot being cancelled is taken and changes nothing;
+    // elsewhere it is refused.
+    let (draining, _) = ok(&m, LifecycleEvent::Stop { at: t(500) });
+    let (still, effect) = ok(
+        &draining,
+        LifecycleEvent::Progress {
+            attempt: nz(1),
+            at: t(510),
+        },
+    );
+    assert_eq!((effect, still), (Effect::None, draining));
+    let wake = Wake {
+        at: t(7),
+        timer: Timer::StepDeadline { attempt: nz(2) },
+    };
+    assert_eq!(
+        serde_json::to_value(wake).expect("json"),
+        serde_json::json!({"at": 7, "timer": {"timer": "step_deadline", "attempt": 2}})
+    );
+    let event = LifecycleEvent::StepDeadlinePassed {
+        attempt: nz(2),
+        at: t(7),
+    };
+    assert_eq!(
+        serde_json::to_value(&event).expect("json"),
+        serde_json::json!({"event": "step_deadline_passed", "attempt": 2, "at": 7})
     );
 }

@@ -35,7 +35,7 @@ pub const STATES: [&str; 18] = [
 ];
 
 /// The event labels of the spec's table, in its order.
-pub const EVENTS: [&str; 29] = [
+pub const EVENTS: [&str; 34] = [
     "held_at_startup",
     "start",
     "retry",
@@ -44,6 +44,11 @@ pub const EVENTS: [&str; 29] = [
     "config_changed",
     "config_applied",
     "phase",
+    "progress",
+    "progress(stale)",
+    "step_deadline_passed",
+    "step_deadline_passed(stale)",
+    "step_deadline_passed(early)",
     "booted",
     "boot_failed(backoff)",
     "boot_failed(hold)",
@@ -275,6 +280,29 @@ pub fn event(label: &str, m: &Lifecycle) -> LifecycleEvent {
             phase: Phase::new("open_store"),
             at,
         },
+        "progress" => E::Progress {
+            attempt: step_deadline(m).0,
+            at,
+        },
+        "progress(stale)" => E::Progress { attempt: nz(9), at },
+        // `progress` names the booting attempt it arrives in (attempt 2
+        // elsewhere); `step_deadline_passed` also arrives at that attempt's
+        // deadline (its wake), elsewhere at `booting`'s.
+        "step_deadline_passed" => {
+            let (attempt, at) = step_deadline(m);
+            E::StepDeadlinePassed { attempt, at }
+        }
+        "step_deadline_passed(stale)" => E::StepDeadlinePassed {
+            attempt: nz(9),
+            at: step_deadline(m).1,
+        },
+        "step_deadline_passed(early)" => {
+            let (attempt, at) = step_deadline(m);
+            E::StepDeadlinePassed {
+                attempt,
+                at: Timestamp(at.0 - 1),
+            }
+        }
         "booted" => E::Booted { at },
         "boot_failed(backoff)" => boot_failed(FailureClass::Backoff, StoreOutcome::Released),
         "boot_failed(hold)" => boot_failed(FailureClass::Hold, StoreOutcome::Released),
@@ -361,6 +389,22 @@ pub fn event(label: &str, m: &Lifecycle) -> LifecycleEvent {
     }
 }
 
+/// `booting` boots attempt 2 at t = 1 020 (its `retry_due`), so its step
+/// deadline, 300 s by default, is at t = 301 020.
+pub const BOOTING_DEADLINE: Timestamp = Timestamp(301_020);
+
+/// The attempt and the step deadline `m` wants to be woken for, if it is
+/// booting; otherwise attempt 2 at [`BOOTING_DEADLINE`].
+fn step_deadline(m: &Lifecycle) -> (NonZeroU32, Timestamp) {
+    match m.wake() {
+        Some(Wake {
+            at,
+            timer: Timer::StepDeadline { attempt },
+        }) => (attempt, at),
+        _ => (nz(ATTEMPT), BOOTING_DEADLINE),
+    }
+}
+
 /// The spec's label for a state.
 pub fn label(state: &LifecycleState) -> String {
     match state {
@@ -390,6 +434,10 @@ pub fn wake_label(m: &Lifecycle) -> String {
             at,
             timer: Timer::Stable { attempt },
         }) => format!("stable({attempt}) at {}", at.as_millis()),
+        Some(Wake {
+            at,
+            timer: Timer::StepDeadline { attempt },
+        }) => format!("step_deadline({attempt}) at {}", at.as_millis()),
     }
 }
 
