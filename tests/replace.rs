@@ -222,6 +222,7 @@ fn an_exclusive_upgrade_leaves_kvd_serving_the_new_binary() {
     let after = until(&kvd.data, "the candidate running", running);
     assert_ne!(pid_of(&after), old_pid);
     assert_eq!(after["identity"], before["identity"]);
+    assert_handed_over(&after, &before);
     let selection: serde_json::Value = serde_json::from_slice(
         &std::fs::read(kvd.data.join(".steadfast/selection")).expect("selection"),
     )
@@ -300,6 +301,14 @@ fn an_overlap_upgrade_under_load_loses_no_connection_and_no_write() {
     let after = until(&kvd.data, "the candidate running", running);
     assert_ne!(pid_of(&after), old_pid);
     assert_eq!(after["identity"], before["identity"]);
+    assert_handed_over(&after, &before);
+    // The retiring incumbent released a store it handed over: no wedge
+    // (it used to log `wedged: …store.lock is locked by another holder`).
+    assert!(
+        !kvd.log().contains("wedged"),
+        "the incumbent reported a wedge while retiring: {}",
+        kvd.log()
+    );
     let result = load.finish();
     assert_eq!(
         result.dropped,
@@ -571,6 +580,63 @@ fn a_failure_after_commit_says_committed_and_keeps_the_new_selection() {
 
 /// Each step of `order` was shown answered (`  STEP Done`) in `printed`,
 /// in that order.
+/// The successor reports its previous run as handed over by the
+/// incumbent, with the incumbent's pid and the attempt it was on (issue
+/// 13, item 4: it said `crashed`, attempt 0).
+fn assert_handed_over(after: &serde_json::Value, before: &serde_json::Value) {
+    let previous = &after["previous_run"];
+    assert_eq!(previous["kind"], "handed_over", "{previous}");
+    assert_eq!(previous["pid"], before["pid"], "{previous}");
+    let attempt = before["attempts"]
+        .as_array()
+        .and_then(|a| a.last())
+        .map(|a| a["attempt"].clone())
+        .expect("the incumbent's attempt");
+    assert_eq!(previous["attempt"], attempt, "{previous}");
+    assert_ne!(attempt, 0);
+}
+
+/// Under a service manager that tracks the daemon's pid (runit,
+/// supervisord, PID 1), `replace` is refused with a typed reason before
+/// anything is drained or started; a value of the variable that names no
+/// manager is a typed `invalid`, and systemd or none is let through.
+#[test]
+fn replace_is_refused_under_a_manager_that_tracks_the_pid() {
+    for manager in ["runit", "supervisord", "container", "bogus"] {
+        let mut kvd = start_kvd_with("kvd-1", "1.0.0-incumbent", |command, _| {
+            command.env("STEADFAST_SERVICE_MANAGER", manager);
+        });
+        let old_pid = pid_of(&status(&kvd.data).expect("status"));
+        let candidate = stamped_kvd(&kvd.dir, "kvd-2", "2.0.0-candidate");
+        let out = ctl(
+            &kvd.data,
+            &[
+                "replace",
+                "--binary",
+                candidate.to_str().expect("utf-8"),
+                "--mode",
+                "overlap",
+            ],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{manager}: {stderr}");
+        if manager == "bogus" {
+            assert!(
+                stderr.contains("STEADFAST_SERVICE_MANAGER=bogus"),
+                "{stderr}"
+            );
+        } else {
+            assert!(stderr.contains("replace is refused under"), "{stderr}");
+            assert!(stderr.contains("unmanaged"), "{stderr}");
+        }
+        let now = status(&kvd.data).expect("status");
+        assert!(running(&now));
+        assert_eq!(pid_of(&now), old_pid, "nothing was started");
+        assert!(!kvd.data.join(".steadfast/selection").exists());
+        kvd.stop_whoever_serves();
+    }
+}
+
 fn assert_shown_in_order(printed: &str, order: &[&str]) {
     let mut at = 0;
     for step in order {

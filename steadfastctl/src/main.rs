@@ -656,6 +656,10 @@ fn render_status(snapshot: &Snapshot, now: u64) -> String {
             pid.map_or("?".into(), |p| p.to_string()),
             attempt.map_or("?".into(), |a| a.to_string())
         ),
+        PreviousRun::HandedOver { pid, attempt } => format!(
+            "handed over (by pid {pid}, on attempt {})",
+            attempt.map_or("?".into(), |a| a.to_string())
+        ),
     };
     let _ = writeln!(out, "   Previous: {previous}");
     let pending = match &snapshot.pending {
