@@ -637,6 +637,65 @@ fn replace_is_refused_under_a_manager_that_tracks_the_pid() {
     }
 }
 
+/// As PID 1 of a container (a fresh pid namespace, `unshare --pid`), kvd
+/// refuses `replace` by itself, with no variable set: its exit would end
+/// the container. Skips with the reason only where pid namespaces cannot
+/// be made.
+#[test]
+fn replace_is_refused_as_pid_1_of_a_container() {
+    let can = Command::new("unshare")
+        .args(["--pid", "--fork", "true"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !can {
+        eprintln!("skipped: `unshare --pid --fork` cannot run here (no pid namespaces)");
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let data = dir.join("data");
+    let config = dir.join("kvd.toml");
+    let port = free_port();
+    std::fs::write(&config, format!("listen_addr = \"127.0.0.1:{port}\"\n")).expect("config");
+    let binary = stamped_kvd(dir, "kvd-1", "1.0.0-incumbent");
+    let mut child = Command::new("unshare")
+        .args(["--pid", "--fork", "--kill-child", "--"])
+        .arg(&binary)
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("--config")
+        .arg(&config)
+        .env_remove("STEADFAST_SERVICE_MANAGER")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("unshare starts");
+    let up = until(&data, "kvd running as PID 1", running);
+    assert_eq!(pid_of(&up), 1, "kvd is PID 1 of its namespace");
+    let candidate = stamped_kvd(dir, "kvd-2", "2.0.0-candidate");
+    let out = ctl(
+        &data,
+        &[
+            "replace",
+            "--binary",
+            candidate.to_str().expect("utf-8"),
+            "--mode",
+            "overlap",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("replace is refused under PID 1 of a container (detected)"),
+        "{stderr}"
+    );
+    assert!(running(&status(&data).expect("still serving")));
+    assert_eq!(ctl(&data, &["exit"]).status.code(), Some(0));
+    assert_eq!(wait_exit(&mut child), Some(0));
+}
+
 fn assert_shown_in_order(printed: &str, order: &[&str]) {
     let mut at = 0;
     for step in order {
