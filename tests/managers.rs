@@ -103,6 +103,10 @@ fn drive(manager: &dyn Manager, data: &Path, dir: &Path, name: &str) {
     });
     assert_eq!(after_crash["previous_run"]["kind"], "crashed");
     assert_eq!(after_crash["previous_run"]["pid"], pid);
+    assert_eq!(
+        after_crash["previous_run"]["attempt"], relaunched["attempts"][0]["attempt"],
+        "the attempt the killed process was on"
+    );
     let pid = pid_of(&after_crash);
 
     // Replacement is refused, typed: the manager tracks this pid.
