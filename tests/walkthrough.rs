@@ -1,4 +1,5 @@
-//! The README's walkthrough, run from the README itself: every fenced block
+//! The README's walkthrough (and its "Upgrading a running daemon" block),
+//! run from the README itself: every fenced block
 //! marked ` ```sh walkthrough ` is read from `README.md` and fed, in order,
 //! to one real `bash` (one terminal, as the README says), with `PATH`
 //! holding this test's `kvd` and `steadfastctl` (the README's second set-up
@@ -168,7 +169,7 @@ fn the_readme_walkthrough_runs_as_written() {
     let blocks = walkthrough_blocks();
     assert_eq!(
         blocks.len(),
-        6,
+        7,
         "the README's walkthrough blocks (each has its checks below)"
     );
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -238,6 +239,22 @@ fn the_readme_walkthrough_runs_as_written() {
             "reinit_complete",
             "NOT_FOUND",
             "kvd exited with 0",
+        ],
+    );
+    assert!(status(&data).is_none(), "no daemon after exit");
+
+    // 7. "Upgrading a running daemon": an overlap replace completes, the
+    //    old process exits 0, the new one reports it was handed over (pid,
+    //    attempt), and exits when told.
+    let out = run(6);
+    contains_all(
+        &out,
+        6,
+        &[
+            "outcome: Complete",
+            "the old kvd exited with 0",
+            "Previous: handed over (by pid ",
+            "on attempt 1)",
         ],
     );
     assert!(status(&data).is_none(), "no daemon after exit");
