@@ -75,6 +75,34 @@ impl Selection {
         serde_json::from_slice(&text).ok()
     }
 
+    /// The selection of `data_dir` when it names a binary other than the
+    /// one this process runs (or one that is gone), with what to say about
+    /// it: steadfast does not start the selected binary itself, so a
+    /// manager's later start of the old path runs the old binary. `None`
+    /// when there is no selection, it names this binary, this process's
+    /// binary cannot be read, or this process is a replacement's candidate
+    /// (its selection is not written yet).
+    #[must_use]
+    pub fn elsewhere(data_dir: &Path) -> Option<(Self, String)> {
+        if std::env::var_os(HANDOVER_ENV).is_some() {
+            return None;
+        }
+        let selection = Self::read(data_dir)?;
+        let running = std::env::current_exe().ok()?.canonicalize().ok()?;
+        if selection.binary.canonicalize().ok().as_ref() == Some(&running) {
+            return None;
+        }
+        let message = format!(
+            "the last replace selected {} (version {}), but this process runs {}: the service \
+             manager started the binary its own configuration names. To keep the selected \
+             binary, install it at that path (README, \"Upgrading a running daemon\")",
+            selection.binary.display(),
+            selection.version.as_deref().unwrap_or("?"),
+            running.display()
+        );
+        Some((selection, message))
+    }
+
     /// temp file (`O_EXCL`, 0600, a stale one or a planted link unlinked
     /// first) → fsync → `renameat` → directory fsync, all relative to the
     /// control dir's descriptor.

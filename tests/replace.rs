@@ -252,6 +252,29 @@ fn an_exclusive_upgrade_leaves_kvd_serving_the_new_binary() {
         result.longest_gap
     );
     kvd.stop_whoever_serves();
+
+    // A later start of the old path (what a manager does) runs the old
+    // binary, not the selection: kvd says so, naming both (issue 13,
+    // item 4: it ran the old binary silently).
+    let again_log = kvd.dir.join("kvd-again.log");
+    let mut again = Command::new(kvd.dir.join("kvd-1"))
+        .arg("--data-dir")
+        .arg(&kvd.data)
+        .arg("--config")
+        .arg(kvd.dir.join("kvd.toml"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&again_log).expect("log"))
+        .spawn()
+        .expect("kvd-1 starts");
+    until(&kvd.data, "kvd-1 running again", running);
+    let log = std::fs::read_to_string(&again_log).expect("log");
+    assert!(
+        log.contains("the last replace selected") && log.contains("kvd-2") && log.contains("kvd-1"),
+        "{log}"
+    );
+    assert_eq!(ctl(&kvd.data, &["exit"]).status.code(), Some(0));
+    assert_eq!(wait_exit(&mut again), Some(0));
 }
 
 #[test]
