@@ -7,7 +7,8 @@
 //! Under runit and supervisord each test drives the same contract: exit 75
 //! is relaunched, exit 0 stays down, `kill -9` is relaunched with the
 //! previous run `crashed`, SIGTERM drains (the next run reads `clean_stop`)
-//! and exits 0 (so the manager leaves it down), and `replace` is refused
+//! and exits 0 (so the manager leaves it down), exit 2 (its `--config` file
+//! is gone) stays down, and `replace` is refused
 //! with its typed reason (the manager tracks the pid). A test skips with a
 //! printed reason only when its tool is not installed, and never in CI
 //! (`CI` set), where a missing tool fails it.
@@ -82,7 +83,7 @@ trait Manager {
 }
 
 /// The contract every manager's snippet must give, over `data`.
-fn drive(manager: &dyn Manager, data: &Path, dir: &Path, name: &str) {
+fn drive(manager: &dyn Manager, data: &Path, config: &Path, dir: &Path, name: &str) {
     let first = until(data, "kvd running under the manager", running);
     assert_eq!(first["previous_run"]["kind"], "first_ever");
     let pid = pid_of(&first);
@@ -156,6 +157,16 @@ fn drive(manager: &dyn Manager, data: &Path, dir: &Path, name: &str) {
         manager,
         "the manager to report kvd down after exit 0",
         || manager.is_down() && status(data).is_none(),
+    );
+
+    // Exit 2 (a mistake on the command line: its --config file is gone):
+    // stays down too, since a restart would only repeat it.
+    std::fs::remove_file(config).expect("remove the config");
+    manager.start();
+    poll(
+        manager,
+        "kvd to exit 2 and the manager to leave it down",
+        || manager.log().contains("does not exist; create it") && manager.is_down(),
     );
 }
 
@@ -260,7 +271,7 @@ fn kvd_under_runit_runsv() {
         .expect("runsv starts");
     let _runsv = Reaped(child, s.data.clone());
     let runit = Runit { sv, service, log };
-    drive(&runit, &s.data, &s.dir, "runit");
+    drive(&runit, &s.data, &s.config, &s.dir, "runit");
     // `sv exit`: runsv ends (the service is down already).
     runit.sv("exit");
 }
@@ -290,8 +301,18 @@ impl Manager for Supervisord {
     fn start(&self) {
         self.ctl(&["start", "kvd"]);
     }
+    /// supervisord's own log, then kvd's output (its child log).
     fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        let mut log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let children = std::fs::read_dir(self.log.parent().expect("the test dir"))
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().starts_with("kvd-stdout"));
+        for child in children {
+            log.push_str(&std::fs::read_to_string(child.path()).unwrap_or_default());
+        }
+        log
     }
 }
 
@@ -345,11 +366,11 @@ fn kvd_under_supervisord() {
         conf,
         log: s.dir.join("supervisord.log"),
     };
-    drive(&manager, &s.data, &s.dir, "supervisord");
+    drive(&manager, &s.data, &s.config, &s.dir, "supervisord");
     let log = manager.log();
     assert!(
-        log.contains("exit status 0; expected"),
-        "SIGTERM and exit ended kvd with 0: {log}"
+        log.contains("exit status 0; expected") && log.contains("exit status 2; expected"),
+        "SIGTERM and exit ended kvd with 0, the missing config with 2: {log}"
     );
     manager.ctl(&["shutdown"]);
 }
