@@ -75,6 +75,34 @@ impl Selection {
         serde_json::from_slice(&text).ok()
     }
 
+    /// The selection of `data_dir` when it names a binary other than the
+    /// one this process runs (or one that is gone), with what to say about
+    /// it: steadfast does not start the selected binary itself, so a
+    /// manager's later start of the old path runs the old binary. `None`
+    /// when there is no selection, it names this binary, this process's
+    /// binary cannot be read, or this process is a replacement's candidate
+    /// (its selection is not written yet).
+    #[must_use]
+    pub fn elsewhere(data_dir: &Path) -> Option<(Self, String)> {
+        if std::env::var_os(HANDOVER_ENV).is_some() {
+            return None;
+        }
+        let selection = Self::read(data_dir)?;
+        let running = std::env::current_exe().ok()?.canonicalize().ok()?;
+        if selection.binary.canonicalize().ok().as_ref() == Some(&running) {
+            return None;
+        }
+        let message = format!(
+            "the last replace selected {} (version {}), but this process runs {}: the service \
+             manager started the binary its own configuration names. To keep the selected \
+             binary, install it at that path (README, \"Upgrading a running daemon\")",
+            selection.binary.display(),
+            selection.version.as_deref().unwrap_or("?"),
+            running.display()
+        );
+        Some((selection, message))
+    }
+
     /// temp file (`O_EXCL`, 0600, a stale one or a planted link unlinked
     /// first) → fsync → `renameat` → directory fsync, all relative to the
     /// control dir's descriptor.
@@ -91,6 +119,99 @@ impl Selection {
         dir.rename(TMP, SELECTION_FILE)
             .and_then(|()| dir.sync())
             .map_err(std::io::Error::other)
+    }
+}
+
+/// The environment variable that tells the daemon which service manager
+/// runs it: `systemd`, `runit`, `supervisord`, `container` or `none`. The
+/// runit and supervisord snippets under `examples/` set it; without it the
+/// daemon looks for itself (see [`ServiceManager::detect`]).
+pub const SERVICE_MANAGER_ENV: &str = "STEADFAST_SERVICE_MANAGER";
+
+/// The service manager a daemon runs under, as far as `replace` cares:
+/// whether the manager tracks the pid it started, so that a successor
+/// spawned beside the incumbent would run unmanaged (or, as PID 1 of a
+/// container, the incumbent's exit would end the container).
+///
+/// | manager | `replace` |
+/// |---|---|
+/// | systemd, `Type=notify` | allowed: the commit sends `MAINPID=` the candidate |
+/// | runit (`runsv`) | refused `manager_tracks_pid` |
+/// | supervisord | refused `manager_tracks_pid` |
+/// | PID 1 (a container) | refused `manager_tracks_pid` |
+/// | none (a shell, a test) | allowed |
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServiceManager {
+    /// systemd (`Type=notify`: it is told `MAINPID=`).
+    Systemd,
+    /// runit's `runsv`.
+    Runit,
+    /// supervisord.
+    Supervisord,
+    /// This process is PID 1 (a container's init).
+    Container,
+    /// No manager that tracks the pid.
+    None,
+}
+
+impl ServiceManager {
+    /// [`SERVICE_MANAGER_ENV`] when set; else PID 1 is `container`,
+    /// `SUPERVISOR_ENABLED` in the environment (supervisord sets it for its
+    /// children) is `supervisord`, a parent process named `runsv` is
+    /// `runit`, `NOTIFY_SOCKET` is `systemd`, and anything else `none`.
+    ///
+    /// # Errors
+    /// [`ReplaceRefusal::Invalid`] when [`SERVICE_MANAGER_ENV`] holds
+    /// anything but the five names.
+    pub fn detect() -> Result<Self, ReplaceRefusal> {
+        if let Some(value) = std::env::var_os(SERVICE_MANAGER_ENV) {
+            return match value.to_str() {
+                Some("systemd") => Ok(Self::Systemd),
+                Some("runit") => Ok(Self::Runit),
+                Some("supervisord") => Ok(Self::Supervisord),
+                Some("container") => Ok(Self::Container),
+                Some("none") => Ok(Self::None),
+                _ => Err(ReplaceRefusal::Invalid(format!(
+                    "{SERVICE_MANAGER_ENV}={} is not one of systemd, runit, supervisord, container, none",
+                    value.to_string_lossy()
+                ))),
+            };
+        }
+        if std::process::id() == 1 {
+            return Ok(Self::Container);
+        }
+        if std::env::var_os("SUPERVISOR_ENABLED").is_some() {
+            return Ok(Self::Supervisord);
+        }
+        let parent = std::fs::read_to_string(format!(
+            "/proc/{}/comm",
+            rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get())
+        ))
+        .unwrap_or_default();
+        if parent.trim_end() == "runsv" {
+            return Ok(Self::Runit);
+        }
+        if std::env::var_os("NOTIFY_SOCKET").is_some() {
+            return Ok(Self::Systemd);
+        }
+        Ok(Self::None)
+    }
+
+    /// The manager's name when it tracks this process's pid (so `replace`
+    /// is refused), with how it was found.
+    #[must_use]
+    pub fn tracks_pid(self) -> Option<String> {
+        let told = if std::env::var_os(SERVICE_MANAGER_ENV).is_some() {
+            format!("({SERVICE_MANAGER_ENV})")
+        } else {
+            "(detected)".to_owned()
+        };
+        match self {
+            Self::Runit => Some(format!("runit {told}")),
+            Self::Supervisord => Some(format!("supervisord {told}")),
+            Self::Container => Some(format!("PID 1 of a container {told}")),
+            Self::Systemd | Self::None => None,
+        }
     }
 }
 
@@ -204,6 +325,15 @@ impl ProcessDriver {
     pub fn args(mut self, args: Vec<OsString>) -> Self {
         self.args = args;
         self
+    }
+
+    /// The attempt this daemon is on (0 before its first boot).
+    fn current_attempt(&self) -> u32 {
+        self.handle
+            .snapshot()
+            .attempts
+            .last()
+            .map_or(0, |a| a.attempt)
     }
 
     fn recheck(&mut self) -> Progress {
@@ -327,6 +457,15 @@ impl ProcessDriver {
         };
         let offer = Offer::bind(control.path(), key, lock.into(), listeners)
             .map_err(|e| ProcessError::Start(e.to_string()))?;
+        // The run marker names the attempt this process hands over from, so
+        // the candidate reports its previous run as handed over by this pid
+        // on this attempt (not a crash on attempt 0).
+        control
+            .write_run(&RunMarker::Holding {
+                pid: std::process::id(),
+                attempt: self.current_attempt(),
+            })
+            .map_err(|e| ProcessError::Start(format!("the run marker: {e}")))?;
         // From here two processes may append to the journal: no compaction
         // (a rename would strand the other writer on the old file) until the
         // replacement settles.
@@ -446,6 +585,9 @@ impl ProcessDriver {
         selection
             .write(&self.data_dir)
             .map_err(|e| ProcessError::Commit(e.to_string()))?;
+        // The store is the candidate's from here: the retiring runtime's
+        // drain must not read the successor's lock as a wedge.
+        steadfast_actors::store::StoreLock::mark_handed_over(&self.data_dir);
         if std::env::var_os("NOTIFY_SOCKET").is_some()
             && let Err(error) = sd_notify::notify(&[sd_notify::NotifyState::MainPid(pid)])
         {
@@ -495,7 +637,7 @@ impl ProcessDriver {
             control.set_journal_shared(false);
             if let Err(error) = control.write_run(&RunMarker::Holding {
                 pid: std::process::id(),
-                attempt: 0,
+                attempt: self.current_attempt(),
             }) {
                 tracing::error!(%error, "the run marker could not be restored after a failed replacement");
             }
@@ -570,6 +712,9 @@ pub async fn replace_binary(
 ) -> Result<Report, ReplaceRefusal> {
     if binary.as_os_str().is_empty() {
         return Err(ReplaceRefusal::Invalid("no binary given".into()));
+    }
+    if let Some(manager) = ServiceManager::detect()?.tracks_pid() {
+        return Err(ReplaceRefusal::ManagerTracksPid(manager));
     }
     let target = binary.display().to_string();
     let driver = ProcessDriver::new(handle.clone(), binary, mode);

@@ -240,8 +240,13 @@ async fn journal_config_and_reinit_from_the_command_line() {
     let prepared: serde_json::Value = serde_json::from_slice(&prepared.stdout).expect("json");
     let token = prepared["token"].as_str().expect("a token").to_owned();
     let human = text(&ctl(tmp.path(), &["reinit"]).await.stdout);
+    // The printed line carries the flags that reached this daemon, so it
+    // runs as printed (it said `steadfastctl reinit --confirm …` alone).
     assert!(
-        human.contains(&format!("steadfastctl reinit --confirm {token}")),
+        human.contains(&format!(
+            "steadfastctl --data-dir {} reinit --confirm {token}",
+            tmp.path().display()
+        )),
         "{human}"
     );
     let bogus = ctl(tmp.path(), &["reinit", "--confirm", "reinit-1-00000000"]).await;

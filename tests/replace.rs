@@ -222,6 +222,7 @@ fn an_exclusive_upgrade_leaves_kvd_serving_the_new_binary() {
     let after = until(&kvd.data, "the candidate running", running);
     assert_ne!(pid_of(&after), old_pid);
     assert_eq!(after["identity"], before["identity"]);
+    assert_handed_over(&after, &before);
     let selection: serde_json::Value = serde_json::from_slice(
         &std::fs::read(kvd.data.join(".steadfast/selection")).expect("selection"),
     )
@@ -251,6 +252,29 @@ fn an_exclusive_upgrade_leaves_kvd_serving_the_new_binary() {
         result.longest_gap
     );
     kvd.stop_whoever_serves();
+
+    // A later start of the old path (what a manager does) runs the old
+    // binary, not the selection: kvd says so, naming both (issue 13,
+    // item 4: it ran the old binary silently).
+    let again_log = kvd.dir.join("kvd-again.log");
+    let mut again = Command::new(kvd.dir.join("kvd-1"))
+        .arg("--data-dir")
+        .arg(&kvd.data)
+        .arg("--config")
+        .arg(kvd.dir.join("kvd.toml"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&again_log).expect("log"))
+        .spawn()
+        .expect("kvd-1 starts");
+    until(&kvd.data, "kvd-1 running again", running);
+    let log = std::fs::read_to_string(&again_log).expect("log");
+    assert!(
+        log.contains("the last replace selected") && log.contains("kvd-2") && log.contains("kvd-1"),
+        "{log}"
+    );
+    assert_eq!(ctl(&kvd.data, &["exit"]).status.code(), Some(0));
+    assert_eq!(wait_exit(&mut again), Some(0));
 }
 
 #[test]
@@ -300,6 +324,14 @@ fn an_overlap_upgrade_under_load_loses_no_connection_and_no_write() {
     let after = until(&kvd.data, "the candidate running", running);
     assert_ne!(pid_of(&after), old_pid);
     assert_eq!(after["identity"], before["identity"]);
+    assert_handed_over(&after, &before);
+    // The retiring incumbent released a store it handed over: no wedge
+    // (it used to log `wedged: …store.lock is locked by another holder`).
+    assert!(
+        !kvd.log().contains("wedged"),
+        "the incumbent reported a wedge while retiring: {}",
+        kvd.log()
+    );
     let result = load.finish();
     assert_eq!(
         result.dropped,
@@ -571,6 +603,122 @@ fn a_failure_after_commit_says_committed_and_keeps_the_new_selection() {
 
 /// Each step of `order` was shown answered (`  STEP Done`) in `printed`,
 /// in that order.
+/// The successor reports its previous run as handed over by the
+/// incumbent, with the incumbent's pid and the attempt it was on (issue
+/// 13, item 4: it said `crashed`, attempt 0).
+fn assert_handed_over(after: &serde_json::Value, before: &serde_json::Value) {
+    let previous = &after["previous_run"];
+    assert_eq!(previous["kind"], "handed_over", "{previous}");
+    assert_eq!(previous["pid"], before["pid"], "{previous}");
+    let attempt = before["attempts"]
+        .as_array()
+        .and_then(|a| a.last())
+        .map(|a| a["attempt"].clone())
+        .expect("the incumbent's attempt");
+    assert_eq!(previous["attempt"], attempt, "{previous}");
+    assert_ne!(attempt, 0);
+}
+
+/// Under a service manager that tracks the daemon's pid (runit,
+/// supervisord, PID 1), `replace` is refused with a typed reason before
+/// anything is drained or started; a value of the variable that names no
+/// manager is a typed `invalid`, and systemd or none is let through.
+#[test]
+fn replace_is_refused_under_a_manager_that_tracks_the_pid() {
+    for manager in ["runit", "supervisord", "container", "bogus"] {
+        let mut kvd = start_kvd_with("kvd-1", "1.0.0-incumbent", |command, _| {
+            command.env("STEADFAST_SERVICE_MANAGER", manager);
+        });
+        let old_pid = pid_of(&status(&kvd.data).expect("status"));
+        let candidate = stamped_kvd(&kvd.dir, "kvd-2", "2.0.0-candidate");
+        let out = ctl(
+            &kvd.data,
+            &[
+                "replace",
+                "--binary",
+                candidate.to_str().expect("utf-8"),
+                "--mode",
+                "overlap",
+            ],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{manager}: {stderr}");
+        if manager == "bogus" {
+            assert!(
+                stderr.contains("STEADFAST_SERVICE_MANAGER=bogus"),
+                "{stderr}"
+            );
+        } else {
+            assert!(stderr.contains("replace is refused under"), "{stderr}");
+            assert!(stderr.contains("unmanaged"), "{stderr}");
+        }
+        let now = status(&kvd.data).expect("status");
+        assert!(running(&now));
+        assert_eq!(pid_of(&now), old_pid, "nothing was started");
+        assert!(!kvd.data.join(".steadfast/selection").exists());
+        kvd.stop_whoever_serves();
+    }
+}
+
+/// As PID 1 of a container (a fresh pid namespace, `unshare --pid`), kvd
+/// refuses `replace` by itself, with no variable set: its exit would end
+/// the container. Skips with the reason only where pid namespaces cannot
+/// be made.
+#[test]
+fn replace_is_refused_as_pid_1_of_a_container() {
+    let can = Command::new("unshare")
+        .args(["--pid", "--fork", "true"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !can {
+        eprintln!("skipped: `unshare --pid --fork` cannot run here (no pid namespaces)");
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let data = dir.join("data");
+    let config = dir.join("kvd.toml");
+    let port = free_port();
+    std::fs::write(&config, format!("listen_addr = \"127.0.0.1:{port}\"\n")).expect("config");
+    let binary = stamped_kvd(dir, "kvd-1", "1.0.0-incumbent");
+    let mut child = Command::new("unshare")
+        .args(["--pid", "--fork", "--kill-child", "--"])
+        .arg(&binary)
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("--config")
+        .arg(&config)
+        .env_remove("STEADFAST_SERVICE_MANAGER")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("unshare starts");
+    let up = until(&data, "kvd running as PID 1", running);
+    assert_eq!(pid_of(&up), 1, "kvd is PID 1 of its namespace");
+    let candidate = stamped_kvd(dir, "kvd-2", "2.0.0-candidate");
+    let out = ctl(
+        &data,
+        &[
+            "replace",
+            "--binary",
+            candidate.to_str().expect("utf-8"),
+            "--mode",
+            "overlap",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("replace is refused under PID 1 of a container (detected)"),
+        "{stderr}"
+    );
+    assert!(running(&status(&data).expect("still serving")));
+    assert_eq!(ctl(&data, &["exit"]).status.code(), Some(0));
+    assert_eq!(wait_exit(&mut child), Some(0));
+}
+
 fn assert_shown_in_order(printed: &str, order: &[&str]) {
     let mut at = 0;
     for step in order {

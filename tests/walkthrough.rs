@@ -1,168 +1,268 @@
-//! The README's walkthrough, end to end, against real processes: the `kvd`
-//! example runs as a child process and is driven only through the real
-//! `steadfastctl` binary (`--json`, exit codes) and kvd's TCP port. Each step
-//! asserts what the README says the user will see.
+//! The README's walkthrough (and its "Upgrading a running daemon" block),
+//! run from the README itself: every fenced block
+//! marked ` ```sh walkthrough ` is read from `README.md` and fed, in order,
+//! to one real `bash` (one terminal, as the README says), with `PATH`
+//! holding this test's `kvd` and `steadfastctl` (the README's second set-up
+//! command does the same for a release build) and the working directory a
+//! fresh temporary one. The only change made to a block is the port:
+//! `7070` becomes a free one. Between blocks the test checks what the
+//! README says the user sees, in the block's output and through
+//! `status --json`.
+//!
+//! There is no second copy of the steps here: a README edit that breaks a
+//! block (a command that fails under `set -euo pipefail`, a `watch` that
+//! never ends) fails this test.
 
 mod processes;
 
-use std::process::Stdio;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Instant;
 
-use processes::{ctl, kv, until, wait_exit};
+use processes::{PATIENCE, kv, status};
+
+const DONE: &str = "::walkthrough-block-done::";
+
+/// The README's walkthrough blocks, in order.
+fn walkthrough_blocks() -> Vec<String> {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("README.md");
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in readme.lines() {
+        match &mut current {
+            None if line.trim_end() == "```sh walkthrough" => current = Some(String::new()),
+            None => {}
+            Some(_) if line.trim_end() == "```" => blocks.extend(current.take()),
+            Some(block) => {
+                block.push_str(line);
+                block.push('\n');
+            }
+        }
+    }
+    assert!(current.is_none(), "an unclosed walkthrough block");
+    blocks
+}
+
+/// One bash, fed blocks on its stdin like a terminal, its stdout and
+/// stderr read line by line.
+struct Terminal {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+    dir: PathBuf,
+}
+
+impl Terminal {
+    fn new(dir: &Path) -> Self {
+        let kvd = processes::example("kvd");
+        let ctl = processes::steadfastctl();
+        let bins = kvd.parent().expect("the test's bins dir").to_path_buf();
+        assert_eq!(
+            ctl.parent(),
+            Some(bins.as_path()),
+            "kvd and steadfastctl side by side"
+        );
+        let path = std::env::join_paths(std::iter::once(bins).chain(std::env::split_paths(
+            &std::env::var_os("PATH").unwrap_or_default(),
+        )))
+        .expect("PATH");
+        let mut child = Command::new("bash")
+            .args(["--noprofile", "--norc"])
+            .current_dir(dir)
+            .env("PATH", path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("bash starts");
+        let mut stdin = child.stdin.take().expect("stdin");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        stdin
+            .write_all(b"set -euo pipefail\nexec 2>&1\n")
+            .expect("bash takes its options");
+        Self {
+            child,
+            stdin,
+            lines,
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// Run `block`; its output (stdout and stderr). Fails the test if bash
+    /// exits (a command failed) or the block does not finish.
+    fn run(&mut self, n: usize, block: &str) -> String {
+        self.stdin
+            .write_all(format!("{block}echo {DONE}\n").as_bytes())
+            .expect("bash reads the block");
+        let mut output = String::new();
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line == DONE => {
+                    eprintln!("block {n}:\n{output}");
+                    return output;
+                }
+                Ok(line) => {
+                    output.push_str(&line);
+                    output.push('\n');
+                }
+                Err(RecvTimeoutError::Disconnected) => panic!(
+                    "block {n} failed (bash exited {:?}):\n{block}\noutput:\n{output}\nkvd.log:\n{}",
+                    self.child.wait().ok().and_then(|s| s.code()),
+                    self.kvd_log()
+                ),
+                Err(RecvTimeoutError::Timeout) => panic!(
+                    "block {n} did not finish:\n{block}\noutput:\n{output}\nkvd.log:\n{}",
+                    self.kvd_log()
+                ),
+            }
+        }
+    }
+
+    fn kvd_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("kvd.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // A kvd a failed block left behind.
+        if let Some(s) = status(&self.dir.join("kvd-data")) {
+            let _ = Command::new("kill")
+                .args(["-KILL", &s["pid"].to_string()])
+                .status();
+        }
+    }
+}
+
+fn contains_all(output: &str, block: usize, wanted: &[&str]) {
+    for want in wanted {
+        assert!(
+            output.contains(want),
+            "block {block}: the README says the user sees {want:?}; the output was:\n{output}"
+        );
+    }
+}
 
 fn state(s: &serde_json::Value) -> &str {
     s["lifecycle"]["state"].as_str().unwrap_or("")
 }
 
 #[test]
-fn the_readme_walkthrough() {
+fn the_readme_walkthrough_runs_as_written() {
     let started = Instant::now();
+    let blocks = walkthrough_blocks();
+    assert_eq!(
+        blocks.len(),
+        7,
+        "the README's walkthrough blocks (each has its checks below)"
+    );
     let tmp = tempfile::tempdir().expect("tempdir");
-    let data = tmp.path().join("kvd-data");
-    let config = tmp.path().join("kvd.toml");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let good = format!("listen_addr = \"127.0.0.1:{port}\"\n");
-    std::fs::write(&config, &good).expect("config");
+    let dir = tmp.path();
+    let data = dir.join("kvd-data");
+    let port = processes::free_port();
+    let mut terminal = Terminal::new(dir);
+    let mut run = |n: usize| terminal.run(n, &blocks[n].replace("7070", &port.to_string()));
 
-    // 1. Run kvd; `status` shows it running, first ever; set a key.
-    let mut daemon = processes::kvd(&data, &config, Stdio::null());
-    let up = until(&data, "running", |s| state(s) == "running");
-    assert_eq!(up["previous_run"]["kind"], "first_ever");
-    let human = ctl(&data, &["status"]);
-    assert_eq!(human.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&human.stdout).contains("running"));
-    assert_eq!(kv(port, "SET greeting hello world"), "OK");
-    assert_eq!(kv(port, "GET greeting"), "hello world");
+    // 1. kvd runs, first ever; a SET is answered OK.
+    let out = run(0);
+    contains_all(&out, 0, &["running", "Previous: first ever", "OK"]);
+    assert_eq!(kv(port, "GET greeting"), "hello");
 
-    // 2. stop --hold, then exit --relaunch: the process ends with 75.
-    let stopped = ctl(&data, &["stop", "--hold", "--json"]);
-    assert_eq!(
-        stopped.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&stopped.stderr)
-    );
-    let stopped: serde_json::Value = serde_json::from_slice(&stopped.stdout).expect("json");
-    assert_eq!(state(&stopped), "stopped");
-    assert_eq!(stopped["hold"], true);
-    let refused = ctl(&data, &["stop"]);
-    assert_eq!(
-        refused.status.code(),
-        Some(3),
-        "stopping a stopped runtime is refused"
-    );
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("runtime_not_running"));
-    assert_eq!(ctl(&data, &["exit", "--relaunch"]).status.code(), Some(0));
-    assert_eq!(
-        wait_exit(&mut daemon),
-        Some(75),
-        "exit --relaunch ends the process with 75"
-    );
+    // 2. stop --hold, exit --relaunch: the process ends with 75.
+    let out = run(1);
+    contains_all(&out, 1, &["stopped", "kvd exited with 75"]);
+    assert!(status(&data).is_none(), "no daemon after the exit");
 
-    // 3. Start kvd again: stopped (held at startup), previous run clean_stop;
-    //    `start` brings it to running, and the data is there.
-    let mut daemon = processes::kvd(&data, &config, Stdio::null());
-    let held = until(&data, "held at startup", |s| state(s) == "stopped");
-    assert_eq!(held["lifecycle"]["reason"], "held_at_startup");
-    assert_eq!(held["previous_run"]["kind"], "clean_stop");
-    let probe = ctl(&data, &["probe", "ready"]);
-    assert_eq!(probe.status.code(), Some(1), "not ready while stopped");
-    assert!(
-        probe.stdout.is_empty() && probe.stderr.is_empty(),
-        "probes are silent"
-    );
-    assert_eq!(ctl(&data, &["probe", "live"]).status.code(), Some(0));
-    assert_eq!(ctl(&data, &["start"]).status.code(), Some(0));
-    until(&data, "running", |s| state(s) == "running");
-    assert_eq!(ctl(&data, &["probe", "ready"]).status.code(), Some(0));
-    assert_eq!(kv(port, "GET greeting"), "hello world");
+    // 3. Started again: held at startup, previous clean stop; start runs it.
+    let out = run(2);
+    contains_all(&out, 2, &["held_at_startup", "Previous: clean stop"]);
+    let s = status(&data).expect("running");
+    assert_eq!(state(&s), "running");
+    assert_eq!(s["previous_run"]["kind"], "clean_stop");
 
     // 4. kill -9 and start again: previous run crashed, data intact.
-    assert_eq!(kv(port, "SET after kill"), "OK");
-    daemon.kill().expect("kill -9");
-    daemon.wait().expect("reaped");
-    let mut daemon = processes::kvd(&data, &config, Stdio::null());
-    let again = until(&data, "running after the crash", |s| state(s) == "running");
-    assert_eq!(again["previous_run"]["kind"], "crashed");
-    assert_eq!(kv(port, "GET greeting"), "hello world");
-    assert_eq!(kv(port, "GET after"), "kill");
+    let out = run(3);
+    contains_all(
+        &out,
+        3,
+        &[
+            "kvd exited with 137",
+            "Previous: crashed (pid ",
+            ", attempt 1)",
+            "hello",
+        ],
+    );
 
-    // 5. Break the config file: a restart is refused (config_invalid) and
-    //    kvd keeps serving; a forced one gives a held failure with the
-    //    error shown; fix the file: it boots by itself.
-    std::fs::write(&config, "listen_addr = [\n").expect("break the config");
-    assert_eq!(ctl(&data, &["restart"]).status.code(), Some(3));
-    assert_eq!(kv(port, "GET greeting"), "hello world");
-    assert_eq!(ctl(&data, &["restart", "--force"]).status.code(), Some(0));
-    let held = until(&data, "a held failure", |s| state(s) == "failed");
-    assert_eq!(held["lifecycle"]["retry"]["class"], "hold");
-    assert_eq!(held["lifecycle"]["report"]["phase"], "resolve_config");
-    let error = held["lifecycle"]["report"]["error"].as_str().unwrap_or("");
-    assert!(
-        error.contains("kvd.toml"),
-        "the error names the file: {error}"
+    // 5. A broken config: the restart is refused (exit 3) and kvd keeps
+    //    serving; forced, it is a held failure naming the file; fixed, it
+    //    boots by itself.
+    let out = run(4);
+    contains_all(
+        &out,
+        4,
+        &[
+            "config_invalid",
+            "refused: exit 3",
+            "resolve_config",
+            "kvd.toml",
+        ],
     );
-    let human = String::from_utf8_lossy(&ctl(&data, &["status"]).stdout).into_owned();
-    assert!(
-        human.contains("kvd.toml"),
-        "status shows the error:\n{human}"
-    );
-    std::fs::write(&config, &good).expect("fix the config");
-    until(&data, "running on the fixed config", |s| {
-        state(s) == "running"
-    });
-    assert_eq!(kv(port, "GET greeting"), "hello world");
+    let s = status(&data).expect("running");
+    assert_eq!(state(&s), "running");
+    assert_eq!(kv(port, "GET greeting"), "hello");
 
-    // 6. A setting through the override tier (applied in place), the
-    //    journal across the relaunches above, and a confirmed wipe.
-    let set = ctl(&data, &["config", "set", "max_connections", "8"]);
-    assert_eq!(
-        set.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&set.stderr)
+    // 6. A setting applied in place, the journal, a confirmed wipe (the
+    //    printed confirmation line ran as printed), and exit 0.
+    let out = run(5);
+    contains_all(
+        &out,
+        5,
+        &[
+            "max_connections",
+            "steadfastctl --data-dir kvd-data reinit --confirm reinit-",
+            "reinit_complete",
+            "NOT_FOUND",
+            "kvd exited with 0",
+        ],
     );
-    let shown = ctl(&data, &["config", "show", "max_connections", "--json"]);
-    let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("a config view");
-    assert_eq!(shown["effective"], "8");
-    until(&data, "the setting applied in place", |s| {
-        state(s) == "running" && s["pending"]["kind"] == "in_sync"
-    });
-    let journal = ctl(&data, &["journal", "--json"]);
-    let journal: serde_json::Value = serde_json::from_slice(&journal.stdout).expect("attempts");
-    let runs: std::collections::BTreeSet<u64> = journal
-        .as_array()
-        .expect("an array")
-        .iter()
-        .filter_map(|a| a["run"].as_u64())
-        .collect();
-    assert!(runs.len() >= 3, "three processes ran: {journal}");
-    assert_eq!(ctl(&data, &["stop"]).status.code(), Some(0));
-    let prepared = ctl(&data, &["reinit", "--json"]);
-    let prepared: serde_json::Value = serde_json::from_slice(&prepared.stdout).expect("a token");
-    let token = prepared["token"].as_str().expect("token").to_owned();
-    assert_eq!(
-        ctl(&data, &["reinit", "--confirm", &token]).status.code(),
-        Some(0)
-    );
-    let wiped = until(&data, "re-initialized", |s| state(s) == "stopped");
-    assert_eq!(wiped["lifecycle"]["reason"], "reinit_complete");
-    assert_eq!(ctl(&data, &["start"]).status.code(), Some(0));
-    until(&data, "running over the wiped store", |s| {
-        state(s) == "running"
-    });
-    assert_eq!(kv(port, "GET greeting"), "NOT_FOUND");
+    assert!(status(&data).is_none(), "no daemon after exit");
 
-    // Done: exit (halt) ends the process with 0.
-    assert_eq!(ctl(&data, &["exit"]).status.code(), Some(0));
-    assert_eq!(wait_exit(&mut daemon), Some(0));
-    assert_eq!(
-        ctl(&data, &["status"]).status.code(),
-        Some(1),
-        "no daemon: cannot connect"
+    // 7. "Upgrading a running daemon": an overlap replace completes, the
+    //    old process exits 0, the new one reports it was handed over (pid,
+    //    attempt), and exits when told.
+    let out = run(6);
+    contains_all(
+        &out,
+        6,
+        &[
+            "outcome: Complete",
+            "the old kvd exited with 0",
+            "Previous: handed over (by pid ",
+            "on attempt 1)",
+        ],
     );
+    assert!(status(&data).is_none(), "no daemon after exit");
+    let log = terminal_log(dir);
+    assert!(log.contains("code 75") && log.contains("code 0"), "{log}");
     eprintln!("the walkthrough took {:?}", started.elapsed());
+}
+
+fn terminal_log(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("kvd.log")).unwrap_or_default()
 }

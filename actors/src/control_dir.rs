@@ -315,6 +315,31 @@ pub fn previous_run_from(marker: &MarkerRead<RunMarker>) -> PreviousRun {
     }
 }
 
+/// The previous run of a data dir whose lock was handed over by
+/// `incumbent`: [`PreviousRun::HandedOver`], with the attempt its run
+/// marker recorded (the incumbent writes its current attempt before it
+/// starts a candidate), never `Crashed`. The pid is the marker's, else the
+/// handover's. Without a pid from either it stays what the marker said.
+#[must_use]
+pub fn handed_over_run(marker: &PreviousRun, incumbent: Option<u32>) -> PreviousRun {
+    match (marker, incumbent) {
+        (
+            PreviousRun::Crashed {
+                pid: Some(pid),
+                attempt,
+            },
+            _,
+        ) => PreviousRun::HandedOver {
+            pid: *pid,
+            attempt: *attempt,
+        },
+        (PreviousRun::Crashed { pid: None, .. } | PreviousRun::FirstEver, Some(pid)) => {
+            PreviousRun::HandedOver { pid, attempt: None }
+        }
+        (other, _) => other.clone(),
+    }
+}
+
 /// The data dir's identity, created by the first successful boot; it outlives
 /// the process and proves liveness in replacement.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -905,6 +930,7 @@ impl ControlDir {
     ) -> Result<Self, ControlDirError> {
         let mut dir = Self::open_inner(data_dir, Some(lock))?;
         dir.handed_over_from = incumbent;
+        dir.previous_run = handed_over_run(&dir.previous_run, incumbent);
         Ok(dir)
     }
 
@@ -1812,5 +1838,36 @@ mod tests {
                 attempt: None
             }
         );
+    }
+
+    /// A data dir handed over by a replacement's incumbent reads as
+    /// `handed_over` with the incumbent's pid and attempt, never `crashed`
+    /// (issue 13, item 4); a clean stop stays a clean stop.
+    #[test]
+    fn a_handed_over_run_is_not_a_crash() {
+        let holding = previous_run_from(&MarkerRead::Valid(RunMarker::Holding {
+            pid: 41,
+            attempt: 3,
+        }));
+        assert_eq!(
+            handed_over_run(&holding, Some(41)),
+            PreviousRun::HandedOver {
+                pid: 41,
+                attempt: Some(3)
+            }
+        );
+        let unreadable = previous_run_from(&MarkerRead::Unreadable("x".into()));
+        assert_eq!(
+            handed_over_run(&unreadable, Some(41)),
+            PreviousRun::HandedOver {
+                pid: 41,
+                attempt: None
+            }
+        );
+        let clean = PreviousRun::CleanStop {
+            at: steadfast_protocol::Timestamp(5),
+            epoch: 1,
+        };
+        assert_eq!(handed_over_run(&clean, Some(41)), clean);
     }
 }

@@ -684,6 +684,23 @@ impl LifecycleActorState {
             std::mem::discriminant(&self.machine.state) != std::mem::discriminant(&next.state);
         self.machine = next;
         if let Effect::StartBoot { attempt } = effect {
+            // The run marker names the attempt this process is on, so a
+            // crash reads `crashed (pid, attempt N)` at the next start (it
+            // said attempt 0 whatever the attempt). Only that report
+            // depends on it: a failed write is logged, not a durability
+            // failure.
+            let marker = RunMarker::Holding {
+                pid: self.shared.pid,
+                attempt: attempt.get(),
+            };
+            let timeout = self.shared.timings.journal_timeout;
+            if let Err(error) = journal::ask(&self.children.journal, timeout, |reply| {
+                JournalMsg::WriteRun(marker, reply)
+            })
+            .await
+            {
+                tracing::warn!(%error, "the run marker could not name the attempt");
+            }
             self.snapshot
                 .attempts
                 .push(AttemptRecord::new(attempt.get(), at));

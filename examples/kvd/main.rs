@@ -755,6 +755,10 @@ async fn main() {
             std::process::exit(1);
         }
     };
+    // A later start does not run the binary a `replace` selected: say so.
+    if let Some((_, message)) = steadfast::replace::Selection::elsewhere(&data_dir) {
+        eprintln!("kvd: {message}");
+    }
     // One line on stderr per change of state, like a service's journal.
     let mut snapshots = handle.watch();
     tokio::spawn(async move {

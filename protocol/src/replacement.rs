@@ -561,6 +561,14 @@ pub enum ReplaceRefusal {
     /// The supervisor (or its Replacement actor) is not running.
     #[error("replacement is unavailable")]
     Unavailable,
+    /// The daemon runs under a service manager that tracks its pid
+    /// (runit, supervisord, PID 1 of a container): a successor would run
+    /// unmanaged, or the incumbent's exit would end the container. Names
+    /// the manager and how it was told.
+    #[error(
+        "replace is refused under {0}: the manager tracks this process's pid, so a successor would run unmanaged (relaunch into the new binary through the manager instead)"
+    )]
+    ManagerTracksPid(String),
 }
 
 impl ReplaceRefusal {
@@ -573,6 +581,7 @@ impl ReplaceRefusal {
             Self::Invalid(_) => "invalid",
             Self::Io(_) => "io",
             Self::Unavailable => "unavailable",
+            Self::ManagerTracksPid(_) => "manager_tracks_pid",
         }
     }
 }

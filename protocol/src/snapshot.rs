@@ -36,6 +36,16 @@ pub enum PreviousRun {
         /// The attempt it was on, if the marker was readable.
         attempt: Option<u32>,
     },
+    /// The previous daemon handed this data directory over to this one (a
+    /// committed or in-flight `replace`): it gave its lock to this process
+    /// on purpose, and did not crash.
+    HandedOver {
+        /// The incumbent's pid.
+        pid: u32,
+        /// The attempt it was on when it handed over, if its run marker
+        /// was readable.
+        attempt: Option<u32>,
+    },
 }
 
 /// How one phase of an attempt went.

@@ -308,7 +308,9 @@ async fn run(cli: Cli) -> ExitCode {
         }
         Cmd::Config(ConfigCmd::Set { leaf, value }) => client.config_set(leaf, value).await,
         Cmd::Config(ConfigCmd::Unset { leaf }) => client.config_unset(leaf).await,
-        Cmd::Reinit { confirm: None } => return reinit_prepare(&client, cli.json).await,
+        Cmd::Reinit { confirm: None } => {
+            return reinit_prepare(&client, &connection_flags(&cli), cli.json).await;
+        }
         Cmd::Reinit {
             confirm: Some(token),
         } => client.reinit(token).await,
@@ -440,7 +442,44 @@ async fn config_show(client: &ControlClient, leaf: Option<&str>, json: bool) -> 
     }
 }
 
-async fn reinit_prepare(client: &ControlClient, json: bool) -> ExitCode {
+/// The flags that reach the daemon this invocation reached, as a shell
+/// would take them back (`--data-dir DIR`, `--socket PATH`, or `--tcp ADDR
+/// --token-file PATH`), so a printed command runs as written.
+fn connection_flags(cli: &Cli) -> String {
+    let mut flags = Vec::new();
+    if let Some(dir) = &cli.data_dir {
+        flags.extend(["--data-dir".to_owned(), shell_word(&dir.to_string_lossy())]);
+    }
+    if let Some(socket) = &cli.socket {
+        flags.extend(["--socket".to_owned(), shell_word(&socket.to_string_lossy())]);
+    }
+    if let Some(tcp) = &cli.tcp {
+        flags.extend(["--tcp".to_owned(), tcp.to_string()]);
+    }
+    if let Some(token) = &cli.token_file {
+        flags.extend([
+            "--token-file".to_owned(),
+            shell_word(&token.to_string_lossy()),
+        ]);
+    }
+    flags.join(" ")
+}
+
+/// `word` as one shell word: as it is when it holds only characters no
+/// shell treats specially, else in single quotes.
+fn shell_word(word: &str) -> String {
+    if !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+:=@%,".contains(c))
+    {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
+async fn reinit_prepare(client: &ControlClient, flags: &str, json: bool) -> ExitCode {
     match client.reinit_prepare().await {
         Ok(prepared) if json => {
             print_json(&serde_json::json!({
@@ -453,8 +492,10 @@ async fn reinit_prepare(client: &ControlClient, json: bool) -> ExitCode {
             println!(
                 "This destroys the stopped runtime's data (the service's wipe step).\n\
                  To confirm, run within this epoch ({}; any boot makes the token stale):\n\n  \
-                 steadfastctl reinit --confirm {}",
-                prepared.epoch, prepared.token
+                 steadfastctl {flags}{}reinit --confirm {}",
+                prepared.epoch,
+                if flags.is_empty() { "" } else { " " },
+                prepared.token
             );
             ExitCode::SUCCESS
         }
@@ -649,6 +690,10 @@ fn render_status(snapshot: &Snapshot, now: u64) -> String {
         PreviousRun::Crashed { pid, attempt } => format!(
             "crashed (pid {}, attempt {})",
             pid.map_or("?".into(), |p| p.to_string()),
+            attempt.map_or("?".into(), |a| a.to_string())
+        ),
+        PreviousRun::HandedOver { pid, attempt } => format!(
+            "handed over (by pid {pid}, on attempt {})",
             attempt.map_or("?".into(), |a| a.to_string())
         ),
     };
