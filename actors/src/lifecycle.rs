@@ -142,6 +142,10 @@ pub enum Command {
         /// The confirmation `ReinitPrepare` led to.
         token: String,
     },
+    /// Answered with the snapshot by this actor's handler and nothing else:
+    /// the proof of a round trip through the Lifecycle actor that a
+    /// daemon's watchdog ping waits for (`daemon::run_with`).
+    Ping,
 }
 
 /// Why a command was not carried out.
@@ -894,6 +898,10 @@ impl LifecycleActorState {
             }
             Command::ConfigUnset { leaf } => {
                 return self.set_override(myself, &leaf, None, reply).await;
+            }
+            Command::Ping => {
+                let _ = reply.send(Ok(self.snapshot.clone()));
+                return;
             }
             Command::ReinitPrepare => {
                 let answer = self

@@ -680,6 +680,9 @@ pub struct StepProgress {
     deadline: std::sync::Mutex<tokio::time::Instant>,
     /// How far a report (and the start) puts the deadline.
     extend_by: Duration,
+    /// Told `extend_by` at the start and at each report (see
+    /// [`crate::context::Shared::step_deadlines`]).
+    announce: Option<tokio::sync::watch::Sender<Duration>>,
 }
 
 impl StepProgress {
@@ -689,6 +692,18 @@ impl StepProgress {
         Self {
             deadline: std::sync::Mutex::new(tokio::time::Instant::now() + extend_by),
             extend_by,
+            announce: None,
+        }
+    }
+
+    /// [`Self::new`], telling `announce` how far the deadline is now and
+    /// at each [`Self::report`].
+    #[must_use]
+    pub fn announced(extend_by: Duration, announce: tokio::sync::watch::Sender<Duration>) -> Self {
+        announce.send_replace(extend_by);
+        Self {
+            announce: Some(announce),
+            ..Self::new(extend_by)
         }
     }
 
@@ -700,6 +715,9 @@ impl StepProgress {
             .deadline
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = next;
+        if let Some(announce) = &self.announce {
+            announce.send_replace(self.extend_by);
+        }
     }
 
     /// The current deadline.
