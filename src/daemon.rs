@@ -6,9 +6,33 @@
 //!   config (a `config_changed`). With [`DaemonOptions::signals`] off, no
 //!   handler is installed and the process's dispositions are left alone
 //!   (`daemon::run_with_signals_off_leaves_the_dispositions_alone`).
-//! - When `NOTIFY_SOCKET` is set: `READY=1` when the runtime first runs,
-//!   `STATUS=<state>` on every transition, `STOPPING=1` when exiting, and
-//!   `WATCHDOG=1` at half of `WATCHDOG_USEC` while the supervisor lives.
+//! - When `NOTIFY_SOCKET` is set, systemd hears that *the daemon is up above
+//!   its runtime* (`tests/notify.rs`, one test per startup path):
+//!   - `READY=1` once, at the first *settled* state — `running`, `stopped`
+//!     (e.g. `held_at_startup` after `stop --hold`), `failed` (held on a bad
+//!     config, or on backoff) or `wedged` — with a `STATUS=` that names it.
+//!     The daemon answers from then on; whether its runtime serves is
+//!     `STATUS=`, `steadfastctl status` (exit 0 / 3) and `probe ready`'s
+//!     business. Before it, `READY=1` came only on `running`, so a
+//!     `Type=notify` unit held on a bad config hit its start timeout and
+//!     was killed and restarted in a loop.
+//!   - Before that, `EXTEND_TIMEOUT_USEC=` the step's deadline
+//!     (`Timings::step_deadline`) whenever a boot step starts or reports
+//!     progress (`StepProgress::report`): systemd's start timeout never
+//!     kills a boot steadfast itself still lets run.
+//!   - `STATUS=<state>` on every transition.
+//!   - SIGHUP and `steadfastctl reload` (once ready): `RELOADING=1` with
+//!     `MONOTONIC_USEC=`, then, once the reload was answered, `READY=1` —
+//!     what `Type=notify-reload` asks.
+//!   - `STOPPING=1` once, when the daemon begins to end (a drain towards
+//!     `exit`, or `exiting`).
+//!   - `WATCHDOG=1` at half of `WATCHDOG_USEC`, each only after a round
+//!     trip through the Lifecycle actor (`SupervisorHandle::ping`) answered
+//!     within that half: a wedged or deadlocked actor is not pinged
+//!     (`notify::a_wedged_lifecycle_actor_is_not_pinged`).
+//!
+//!   Datagrams are sent in order from a thread of their own: a blocking
+//!   `send` to a full socket waits there, never on a runtime worker.
 //! - [`run`] returns the [`ExitIntent`]; `std::process::exit(intent.code())`
 //!   gives 0 (halt: stay down) or 75 (relaunch: `Restart=on-failure` starts a
 //!   new process).

@@ -577,7 +577,11 @@ fn an_abandoned_exit_and_stop_from_steadfastctl_are_not_run() {
         .args(["--timeout", "1", "stop"])
         .output()
         .expect("steadfastctl stop");
-    assert_eq!(stop.status.code(), Some(5), "it gave up: timed out: {stop:?}");
+    assert_eq!(
+        stop.status.code(),
+        Some(5),
+        "it gave up: timed out: {stop:?}"
+    );
     signal(&child, rustix::process::Signal::CONT);
     // Through the lifecycle, after whatever the daemon read first.
     let retry = processes::ctl(&data, &["retry"]);

@@ -109,7 +109,7 @@ async fn a_refused_command_exits_3_with_the_reason_and_accepted_ones_0() {
 }
 
 #[tokio::test]
-async fn no_daemon_exits_1_and_probes_fail_silently() {
+async fn no_daemon_status_is_unknown_and_probes_fail_silently() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let status = ctl(tmp.path(), &["status"]).await;
     assert_eq!(status.status.code(), Some(4), "status: unknown (LSB)");

@@ -44,7 +44,10 @@ fn status_exits_0_running_3_not_running_4_unknown() {
     for args in [&["status"][..], &["status", "--json"]] {
         let out = ctl(&data, args);
         assert_eq!(out.status.code(), Some(3), "{args:?} stopped: {out:?}");
-        assert!(text(&out.stdout).contains("stopped"), "it still prints the state");
+        assert!(
+            text(&out.stdout).contains("stopped"),
+            "it still prints the state"
+        );
     }
 
     assert_eq!(ctl(&data, &["exit"]).status.code(), Some(0));

@@ -76,7 +76,8 @@ fn a_configmap_swap_boots_a_held_kvd_and_applies_in_place() {
     assert_eq!(kv(port, "SET k v"), "OK");
 
     // A later edit of a leaf that applies in place: no restart.
-    let attempt = until(&data, "running", |s| state(s) == "running")["lifecycle"]["attempt"].clone();
+    let attempt =
+        until(&data, "running", |s| state(s) == "running")["lifecycle"]["attempt"].clone();
     kubelet_update(
         &mount,
         "kvd.toml",

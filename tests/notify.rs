@@ -138,7 +138,11 @@ fn exit_once(data: &Path, child: &mut Child, notify: &mut Notify) {
     // Keep reading meanwhile, as systemd does.
     let deadline = Instant::now() + PATIENCE;
     while child.try_wait().expect("wait").is_none() {
-        assert!(Instant::now() < deadline, "kvd did not exit: {:#?}", notify.seen);
+        assert!(
+            Instant::now() < deadline,
+            "kvd did not exit: {:#?}",
+            notify.seen
+        );
         notify.pump();
     }
     assert_eq!(wait_exit(child), Some(0));
@@ -295,8 +299,7 @@ fn ready_when_boots_fail_on_backoff() {
         status_of(m).is_some_and(|s| s.starts_with("booting (attempt 2"))
     });
     notify.until("its failure", |m| {
-        status_of(m).is_some_and(|s| s.starts_with("failed in bind_listener"))
-            && !has(m, "READY=1")
+        status_of(m).is_some_and(|s| s.starts_with("failed in bind_listener")) && !has(m, "READY=1")
     });
     assert!(notify.seen.len() > first);
     assert_eq!(notify.count("READY=1"), 1, "{:#?}", notify.seen);

@@ -792,6 +792,21 @@ mod tests {
         .await
     }
 
+    /// An announced deadline tells its watcher at the start and at each
+    /// progress report (what `EXTEND_TIMEOUT_USEC` follows); a plain one
+    /// has nobody to tell.
+    #[tokio::test]
+    async fn an_announced_step_deadline_is_told_at_start_and_each_report() {
+        let (tx, mut rx) = tokio::sync::watch::channel(Duration::ZERO);
+        let progress = StepProgress::announced(Duration::from_secs(7), tx);
+        assert!(rx.has_changed().expect("open"), "told at the start");
+        assert_eq!(*rx.borrow_and_update(), Duration::from_secs(7));
+        progress.report();
+        assert!(rx.has_changed().expect("open"), "told at a report");
+        assert_eq!(*rx.borrow_and_update(), Duration::from_secs(7));
+        assert!(!rx.has_changed().expect("open"));
+    }
+
     #[tokio::test]
     async fn outputs_are_kept_per_step_not_per_type() {
         let mut runtime = Runtime::new();

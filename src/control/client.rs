@@ -692,7 +692,10 @@ impl ControlClient {
     /// As [`Self::start`].
     pub async fn reload(&self) -> Result<Snapshot, ClientError> {
         let cx = Self::context(self.timeout);
-        Self::unwrap(self.command(|raw| async move { raw.reload(cx).await }).await)
+        Self::unwrap(
+            self.command(|raw| async move { raw.reload(cx).await })
+                .await,
+        )
     }
 
     /// End the daemon's process after a drain.
