@@ -229,7 +229,7 @@ fn ready_when_held_at_startup() {
     exit_once(&data, &mut child, &mut notify);
 }
 
-/// Another process holds the store lock: the boot fails and the probe
+/// Another holder has the store lock: the boot fails and the probe
 /// finds the store held, so kvd comes up `wedged` — and says `READY=1`
 /// with it (the daemon answers; its runtime needs an operator).
 #[test]
@@ -247,31 +247,19 @@ fn ready_when_wedged() {
         lock.set_permissions(std::fs::Permissions::from_mode(0o600))
             .expect("chmod");
     }
-    let holder = std::process::Command::new("flock")
-        .arg(data.join("store.lock"))
-        .args(["sleep", "600"])
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("flock holds the store lock");
-    let mut holder = KillOnDrop(holder);
-    // Wait until the lock is really held.
-    let deadline = Instant::now() + PATIENCE;
-    while Command::new("flock")
-        .args(["-n"])
-        .arg(data.join("store.lock"))
-        .arg("true")
-        .status()
-        .expect("flock runs")
-        .success()
-    {
-        assert!(Instant::now() < deadline, "the lock was never held");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // This process holds it (an exclusive flock, O_CLOEXEC: no child of
+    // ours inherits it), as another daemon would.
+    let holder = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open(data.join("store.lock"))
+        .expect("open store.lock");
+    holder.lock().expect("hold the store lock");
     let mut notify = Notify::bind(tmp.path());
     let mut child = kvd(&data, &config, &notify, &[]);
     ready_with(&mut notify, "wedged", |s| s.starts_with("wedged"));
     exit_once(&data, &mut child, &mut notify);
-    let _ = holder.0.kill();
+    drop(holder);
 }
 
 /// The listen address is taken: every boot fails `bind_listener` and is
