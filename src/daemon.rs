@@ -6,9 +6,33 @@
 //!   config (a `config_changed`). With [`DaemonOptions::signals`] off, no
 //!   handler is installed and the process's dispositions are left alone
 //!   (`daemon::run_with_signals_off_leaves_the_dispositions_alone`).
-//! - When `NOTIFY_SOCKET` is set: `READY=1` when the runtime first runs,
-//!   `STATUS=<state>` on every transition, `STOPPING=1` when exiting, and
-//!   `WATCHDOG=1` at half of `WATCHDOG_USEC` while the supervisor lives.
+//! - When `NOTIFY_SOCKET` is set, systemd hears that *the daemon is up above
+//!   its runtime* (`tests/notify.rs`, one test per startup path):
+//!   - `READY=1` once, at the first *settled* state — `running`, `stopped`
+//!     (e.g. `held_at_startup` after `stop --hold`), `failed` (held on a bad
+//!     config, or on backoff) or `wedged` — with a `STATUS=` that names it.
+//!     The daemon answers from then on; whether its runtime serves is
+//!     `STATUS=`, `steadfastctl status` (exit 0 / 3) and `probe ready`'s
+//!     business. Before it, `READY=1` came only on `running`, so a
+//!     `Type=notify` unit held on a bad config hit its start timeout and
+//!     was killed and restarted in a loop.
+//!   - Before that, `EXTEND_TIMEOUT_USEC=` the step's deadline
+//!     (`Timings::step_deadline`) whenever a boot step starts or reports
+//!     progress (`StepProgress::report`): systemd's start timeout never
+//!     kills a boot steadfast itself still lets run.
+//!   - `STATUS=<state>` on every transition.
+//!   - SIGHUP and `steadfastctl reload` (once ready): `RELOADING=1` with
+//!     `MONOTONIC_USEC=`, then, once the reload was answered, `READY=1` —
+//!     what `Type=notify-reload` asks.
+//!   - `STOPPING=1` once, when the daemon begins to end (a drain towards
+//!     `exit`, or `exiting`).
+//!   - `WATCHDOG=1` at half of `WATCHDOG_USEC`, each only after a round
+//!     trip through the Lifecycle actor (`SupervisorHandle::ping`) answered
+//!     within that half: a wedged or deadlocked actor is not pinged
+//!     (`notify::a_wedged_lifecycle_actor_is_not_pinged`).
+//!
+//!   Datagrams are sent in order from a thread of their own: a blocking
+//!   `send` to a full socket waits there, never on a runtime worker.
 //! - [`run`] returns the [`ExitIntent`]; `std::process::exit(intent.code())`
 //!   gives 0 (halt: stay down) or 75 (relaunch: `Restart=on-failure` starts a
 //!   new process).
@@ -38,6 +62,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use sd_notify::NotifyState;
@@ -46,6 +71,7 @@ use steadfast_protocol::snapshot::Snapshot;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::supervisor::{Supervisor, SupervisorHandle};
+use steadfast_actors::lifecycle::CommandError;
 
 /// One line for `STATUS=`: the state and what matters about it.
 #[must_use]
@@ -295,7 +321,22 @@ async fn run_serving(
             }
         }
     });
-    let notifier = tokio::spawn(notify_systemd(handle.clone()));
+    let under_systemd = std::env::var_os("NOTIFY_SOCKET").is_some();
+    SYSTEMD.on.store(under_systemd, Ordering::SeqCst);
+    let notifier = tokio::spawn({
+        let handle = handle.clone();
+        async move {
+            if !under_systemd {
+                return;
+            }
+            let watchdog = sd_notify::watchdog_enabled()
+                .map(|usec| tokio::spawn(watchdog(handle.clone(), usec / 2)));
+            // Aborting this task aborts the watchdog with it.
+            let _watchdog = AbortOnDrop(watchdog);
+            notify_systemd(handle).await;
+            std::future::pending::<()>().await;
+        }
+    });
     let mut handed_over = handle.handed_over();
     let intent = tokio::select! {
         intent = supervisor.run() => intent,
@@ -307,6 +348,8 @@ async fn run_serving(
             signals.abort();
             notifier.abort();
             drop(control);
+            tell_stopping("handed over");
+            flush(FLUSH_PATIENCE).await;
             return ExitIntent::Halt;
         }
     };
@@ -317,8 +360,11 @@ async fn run_serving(
     if let Some(tcp) = control_tcp {
         tcp.shutdown().await;
     }
-    if std::env::var_os("NOTIFY_SOCKET").is_some() {
-        let _ = sd_notify::notify(&[NotifyState::Stopping, NotifyState::Status("exiting")]);
+    // Once: the notifier sent it already when the daemon began to end,
+    // unless the tree ended another way (the lifecycle died).
+    tell_stopping("exiting");
+    if SYSTEMD.on.load(Ordering::SeqCst) {
+        flush(FLUSH_PATIENCE).await;
     }
     intent
 }
@@ -337,6 +383,21 @@ async fn handed_over_then_reported(
     let ended = reports.wait_for(|r| r.as_ref().is_some_and(|r| r.ended.is_some()));
     let _ = tokio::time::timeout(HANDOVER_LINGER, ended).await;
     tokio::time::sleep(HANDOVER_LINGER).await;
+}
+
+/// How long [`run_with`] waits, at the end, for its last notifications to
+/// be sent.
+const FLUSH_PATIENCE: Duration = Duration::from_secs(1);
+
+/// Aborts its task when dropped.
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(task) = &self.0 {
+            task.abort();
+        }
+    }
 }
 
 /// How long a handed-over daemon lingers so a `steadfastctl replace`
@@ -358,7 +419,7 @@ async fn answer_signals(handle: SupervisorHandle) {
             _ = int.recv() => exit_on_signal(&handle, "SIGINT").await,
             _ = hup.recv() => {
                 tracing::info!("SIGHUP: re-reading the config");
-                if let Err(error) = handle.reload().await {
+                if let Err(error) = reload(&handle).await {
                     tracing::warn!(%error, "SIGHUP: the config was not re-read");
                 }
             }
@@ -373,39 +434,205 @@ async fn exit_on_signal(handle: &SupervisorHandle, name: &str) {
     }
 }
 
-async fn notify_systemd(handle: SupervisorHandle) {
-    if std::env::var_os("NOTIFY_SOCKET").is_none() {
-        return;
+/// Whether this process's daemon talks to systemd (`NOTIFY_SOCKET` was set
+/// when [`run_with`] began), and what it has told it so far. One a process:
+/// `NOTIFY_SOCKET` is the process's, as are the signals.
+struct Systemd {
+    /// A daemon of this process is running under `NOTIFY_SOCKET`.
+    on: AtomicBool,
+    /// `READY=1` was sent (the first settled state was reached).
+    ready: AtomicBool,
+    /// `STOPPING=1` was sent.
+    stopping: AtomicBool,
+}
+
+static SYSTEMD: Systemd = Systemd {
+    on: AtomicBool::new(false),
+    ready: AtomicBool::new(false),
+    stopping: AtomicBool::new(false),
+};
+
+/// What the notification thread is handed.
+enum Note {
+    /// One datagram: the states, one a line.
+    Send(String),
+    /// Answer once everything handed over before is sent.
+    Flush(tokio::sync::oneshot::Sender<()>),
+}
+
+/// The notification thread's queue. A datagram to `NOTIFY_SOCKET` is sent
+/// with a blocking `send`, which waits while the receiver's queue is full
+/// (a busy service manager): that wait happens on this thread of its own,
+/// in order, never on a runtime worker.
+fn notes() -> Option<&'static std::sync::mpsc::Sender<Note>> {
+    static NOTES: std::sync::OnceLock<Option<std::sync::mpsc::Sender<Note>>> =
+        std::sync::OnceLock::new();
+    NOTES
+        .get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel::<Note>();
+            let spawned = std::thread::Builder::new()
+                .name("steadfast-sd-notify".into())
+                .spawn(move || {
+                    for note in rx {
+                        match note {
+                            Note::Send(message) => {
+                                let states = [NotifyState::Custom(&message)];
+                                if let Err(error) = sd_notify::notify(&states) {
+                                    tracing::warn!(%error, "sd_notify failed");
+                                }
+                            }
+                            Note::Flush(done) => {
+                                let _ = done.send(());
+                            }
+                        }
+                    }
+                });
+            match spawned {
+                Ok(_) => Some(tx),
+                Err(error) => {
+                    tracing::warn!(%error, "no notification thread: systemd is not told");
+                    None
+                }
+            }
+        })
+        .as_ref()
+}
+
+/// Send `states` (in order with every earlier one, never blocking the
+/// caller); a failure is logged, never fatal.
+fn tell(states: &[NotifyState<'_>]) {
+    use std::fmt::Write as _;
+    let mut message = String::new();
+    for (i, state) in states.iter().enumerate() {
+        let _ = write!(message, "{}{state}", if i == 0 { "" } else { "\n" });
     }
-    let watchdog = sd_notify::watchdog_enabled().map(|usec| usec / 2);
+    if let Some(notes) = notes() {
+        let _ = notes.send(Note::Send(message));
+    }
+}
+
+/// Wait (at most `patience`) until every notification handed over so far
+/// is sent: the process is about to exit.
+async fn flush(patience: Duration) {
+    let (done, sent) = tokio::sync::oneshot::channel();
+    if let Some(notes) = notes()
+        && notes.send(Note::Flush(done)).is_ok()
+    {
+        let _ = tokio::time::timeout(patience, sent).await;
+    }
+}
+
+/// A state the daemon settles in at startup: `READY=1` follows the first
+/// one. The daemon is up above its runtime once its runtime is running,
+/// stopped, failed (held or on backoff) or wedged; `STATUS=` says which.
+const fn settled(lifecycle: &LifecycleState) -> bool {
+    matches!(
+        lifecycle,
+        LifecycleState::Running { .. }
+            | LifecycleState::Stopped { .. }
+            | LifecycleState::Failed { .. }
+            | LifecycleState::Wedged { .. }
+    )
+}
+
+/// The daemon begins to end: a drain towards `exit`, or `exiting`.
+const fn stopping(lifecycle: &LifecycleState) -> bool {
+    match lifecycle {
+        LifecycleState::Exiting { .. } => true,
+        LifecycleState::Draining { then, .. } => {
+            matches!(then, steadfast_protocol::lifecycle::AfterDrain::Exit { .. })
+        }
+        _ => false,
+    }
+}
+
+/// Send `STOPPING=1` unless it was sent already.
+fn tell_stopping(status: &str) {
+    if SYSTEMD.on.load(Ordering::SeqCst) && !SYSTEMD.stopping.swap(true, Ordering::SeqCst) {
+        tell(&[NotifyState::Stopping, NotifyState::Status(status)]);
+    }
+}
+
+/// Re-read the config (SIGHUP, `steadfastctl reload`). Under systemd, once
+/// `READY=1` was sent, it is framed for `Type=notify-reload`: `RELOADING=1`
+/// with `MONOTONIC_USEC=` before, `READY=1` (and the `STATUS=`) once the
+/// reload was answered.
+pub(crate) async fn reload(handle: &SupervisorHandle) -> Result<Snapshot, CommandError> {
+    let framed = SYSTEMD.on.load(Ordering::SeqCst) && SYSTEMD.ready.load(Ordering::SeqCst);
+    if framed {
+        match NotifyState::monotonic_usec_now() {
+            Ok(now) => tell(&[NotifyState::Reloading, now]),
+            Err(error) => tracing::warn!(%error, "no monotonic clock: RELOADING=1 not sent"),
+        }
+    }
+    let answer = handle.reload().await;
+    if framed {
+        let status = status_line(&handle.snapshot());
+        tell(&[NotifyState::Ready, NotifyState::Status(&status)]);
+    }
+    answer
+}
+
+/// Tell systemd the daemon's state: `STATUS=` on every change, `READY=1`
+/// at the first settled state, `EXTEND_TIMEOUT_USEC=` (the step's
+/// deadline) each time a boot step starts or reports progress before
+/// that, `STOPPING=1` (once) when it begins to end.
+async fn notify_systemd(handle: SupervisorHandle) {
     let mut snapshots = handle.watch();
-    let mut ready = false;
+    let mut deadlines = handle.step_deadlines();
+    deadlines.mark_unchanged();
     let mut last_status = String::new();
-    let mut tick = tokio::time::interval(watchdog.unwrap_or(Duration::from_secs(3600)));
     loop {
         {
             let snapshot = snapshots.borrow_and_update().clone();
             let status = status_line(&snapshot);
+            let mut states = Vec::new();
             if status != last_status {
-                let mut states = vec![NotifyState::Status(&status)];
-                if !ready && matches!(snapshot.lifecycle, LifecycleState::Running { .. }) {
-                    ready = true;
-                    states.push(NotifyState::Ready);
-                }
-                if matches!(snapshot.lifecycle, LifecycleState::Exiting { .. }) {
-                    states.push(NotifyState::Stopping);
-                }
-                if let Err(error) = sd_notify::notify(&states) {
-                    tracing::warn!(%error, "sd_notify failed");
-                }
-                last_status = status;
+                states.push(NotifyState::Status(&status));
             }
+            if settled(&snapshot.lifecycle) && !SYSTEMD.ready.swap(true, Ordering::SeqCst) {
+                states.push(NotifyState::Ready);
+            }
+            if stopping(&snapshot.lifecycle) && !SYSTEMD.stopping.swap(true, Ordering::SeqCst) {
+                states.push(NotifyState::Stopping);
+            }
+            if !states.is_empty() {
+                tell(&states);
+            }
+            last_status = status;
         }
         tokio::select! {
             changed = snapshots.changed() => if changed.is_err() { return },
-            _ = tick.tick(), if watchdog.is_some() => {
-                let _ = sd_notify::notify(&[NotifyState::Watchdog]);
+            changed = deadlines.changed() => {
+                if changed.is_err() { return }
+                let extend = *deadlines.borrow_and_update();
+                if !SYSTEMD.ready.load(Ordering::SeqCst) {
+                    let usec = u32::try_from(extend.as_micros()).unwrap_or(u32::MAX);
+                    tell(&[NotifyState::ExtendTimeoutUsec(usec)]);
+                }
             }
+        }
+    }
+}
+
+/// `WATCHDOG=1` at half of `WATCHDOG_USEC`, each only after a round trip
+/// through the Lifecycle actor ([`SupervisorHandle::ping`]) answered
+/// within that half: a wedged or deadlocked tree is not pinged, so systemd
+/// kills and restarts the process.
+async fn watchdog(handle: SupervisorHandle, period: Duration) {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match tokio::time::timeout(period, handle.ping()).await {
+            Ok(Ok(_)) => tell(&[NotifyState::Watchdog]),
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "watchdog: the lifecycle did not answer; not pinging");
+            }
+            Err(_) => tracing::warn!(
+                ?period,
+                "watchdog: the lifecycle did not answer in time; not pinging"
+            ),
         }
     }
 }

@@ -155,6 +155,9 @@ pub struct SupervisorHandle {
     journal_path: Arc<PathBuf>,
     reinit_salt: Arc<[u8]>,
     replace: ReplaceSide,
+    /// How far a boot step's deadline is, told at each step's start and
+    /// progress report (`Shared::step_deadlines`).
+    step_deadlines: watch::Receiver<std::time::Duration>,
 }
 
 /// What `reinit_prepare` answers: the confirmation to pass to
@@ -256,6 +259,7 @@ impl Supervisor {
         let (command_tx, command_rx) = mpsc::unbounded_channel();
         let journal_path = Arc::new(control.journal_path());
         let salt: Arc<[u8]> = reinit_salt(&data_dir, pid).into();
+        let (step_deadlines, step_deadlines_rx) = watch::channel(timings.step_deadline);
         let shared = Arc::new(Shared {
             service,
             source,
@@ -266,6 +270,7 @@ impl Supervisor {
             pid,
             ledger,
             overrides,
+            step_deadlines,
         });
         let control = Arc::new(control);
         let (request_tx, request_rx) = mpsc::unbounded_channel();
@@ -300,6 +305,7 @@ impl Supervisor {
             journal_path,
             reinit_salt: salt,
             replace,
+            step_deadlines: step_deadlines_rx,
         };
         Ok((supervisor, handle))
     }
@@ -405,6 +411,23 @@ impl SupervisorHandle {
     /// As [`Self::start`].
     pub async fn reload(&self) -> Result<Snapshot, CommandError> {
         self.send(Command::Reload).await
+    }
+
+    /// A round trip through the Lifecycle actor: answered with the snapshot
+    /// once the actor has taken this from its mailbox, so an answer proves
+    /// the actor handles messages (what a watchdog ping should prove).
+    ///
+    /// # Errors
+    /// [`CommandError::Unavailable`] when the supervisor is not running.
+    pub async fn ping(&self) -> Result<Snapshot, CommandError> {
+        self.send(Command::Ping).await
+    }
+
+    /// Told how far from now a boot step's deadline is, each time a step
+    /// starts or reports progress.
+    #[must_use]
+    pub fn step_deadlines(&self) -> watch::Receiver<std::time::Duration> {
+        self.step_deadlines.clone()
     }
 
     /// Run a replacement transaction over `job`'s driver, under the upgrade

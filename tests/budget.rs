@@ -39,7 +39,7 @@ fn a_crash_looping_kvd_is_held_after_five_failed_boots_and_retry_resumes() {
 
     let status = processes::ctl(&data, &["status"]);
     let text = String::from_utf8_lossy(&status.stdout);
-    assert_eq!(status.status.code(), Some(0), "{text}");
+    assert_eq!(status.status.code(), Some(3), "failed: not running: {text}");
     assert!(
         text.contains("Budget: 5 of 5 failed automatic boots within 600 s — spent"),
         "{text}"

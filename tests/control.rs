@@ -490,7 +490,11 @@ async fn another_uid_is_refused() {
     .await
     .expect("task");
     let stderr = String::from_utf8_lossy(&as_nobody.stderr);
-    assert_eq!(as_nobody.status.code(), Some(1), "stderr: {stderr}");
+    assert_eq!(
+        as_nobody.status.code(),
+        Some(4),
+        "status: unknown: {stderr}"
+    );
     assert!(as_nobody.stdout.is_empty());
     // The owner (root) is still answered.
     connect(tmp.path())

@@ -149,7 +149,7 @@ async fn a_token_file_with_a_loose_mode_is_refused() {
         "status",
     ])
     .await;
-    assert_eq!(ctl.status.code(), Some(1));
+    assert_eq!(ctl.status.code(), Some(4), "status: unknown");
     let stderr = String::from_utf8_lossy(&ctl.stderr);
     assert!(stderr.contains("mode 644"), "{stderr}");
     exit(run, &handle, ExitIntent::Halt).await;
@@ -488,7 +488,7 @@ async fn steadfastctl_over_tcp() {
         "status",
     ])
     .await;
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(4), "status: unknown");
     assert!(out.stdout.is_empty());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("refused the token"), "{stderr}");

@@ -1,6 +1,7 @@
 //! `steadfastctl`, the real binary, against a real in-process supervisor
 //! served on its control socket: output shapes, exit codes (0 accepted,
-//! 1 cannot connect, 3 refused) and the probes (`spec/control.md`,
+//! 1 cannot connect, 3 refused; `status`: 0 running, 3 not, 4 unknown) and
+//! the probes (`spec/control.md`,
 //! "steadfastctl").
 
 mod common;
@@ -110,10 +111,10 @@ async fn a_refused_command_exits_3_with_the_reason_and_accepted_ones_0() {
 }
 
 #[tokio::test]
-async fn no_daemon_exits_1_and_probes_fail_silently() {
+async fn no_daemon_status_is_unknown_and_probes_fail_silently() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let status = ctl(tmp.path(), &["status"]).await;
-    assert_eq!(status.status.code(), Some(1));
+    assert_eq!(status.status.code(), Some(4), "status: unknown (LSB)");
     assert!(text(&status.stderr).contains("cannot connect"));
     for probe in ["ready", "live"] {
         let out = ctl(tmp.path(), &["probe", probe]).await;

@@ -400,7 +400,8 @@ async fn run_attempt(
                 continue;
             }
         }
-        let progress = StepProgress::new();
+        let progress =
+            StepProgress::announced(shared.timings.step_deadline, shared.step_deadlines.clone());
         let prior: Vec<Checkpoint> = checkpoints.iter().map(|c| c.checkpoint.clone()).collect();
         let cx = StepEnv {
             attempt,

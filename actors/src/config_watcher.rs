@@ -5,7 +5,12 @@
 //! [`ConfigWatcherState`] / [`ConfigWatcherMsg`]. It watches the declared
 //! file's *parent* directory (non-recursively) with `notify`, because editors
 //! and `std::fs::write` replace or truncate the file and a watch on the file's
-//! inode would go stale; it keeps only the events that name the file. It
+//! inode would go stale; it keeps only the events that name the file or an
+//! entry of that directory the declared path resolves through (a symbolic
+//! link chain that stays in the directory, as a Kubernetes ConfigMap mount
+//! makes: `kvd.toml -> ..data/kvd.toml`, `..data -> ..2026_…`, updated by
+//! renaming a new `..data` link over the old one; [`entries_resolved_through`]
+//! is recomputed at every event, so it follows each swap). It
 //! decides nothing: it calls `on_change`, and the supervisor turns that into a
 //! `ConfigChanged` event (which the lifecycle machine may refuse — that case is
 //! covered by the fingerprint in `actors/src/config.rs`, not here). It never reads the
@@ -24,6 +29,10 @@
 //! - **A write to the declared file fires**, whether it truncates in place or
 //!   replaces the file by rename. Checked by `config::a_write_to_the_declared_file_fires`
 //!   and `config::a_rename_over_the_declared_file_fires`.
+//! - **A swap of a link the path resolves through fires**, again and again:
+//!   the kubelet's `..data` rename, with the file itself a link into it.
+//!   Checked by `config::a_configmap_style_data_swap_fires` and, over a real
+//!   kvd held on a bad config, `tests/kubernetes.rs`.
 //! - **Nothing else fires**: events for sibling files, and the reads
 //!   `on_change` itself makes (inotify reports opens), are ignored. Checked by
 //!   `config::writes_to_a_sibling_file_do_not_fire` and
@@ -111,10 +120,57 @@ impl ConfigWatcherState {
     }
 }
 
-/// Whether `event` says something about `file` (an absolute path) that may
-/// have changed its contents. Opens and reads are not changes; an overflow of
-/// the kernel's queue (a rescan) might hide one, so it counts.
-fn is_relevant(event: &Event, file: &Path) -> bool {
+/// How many symbolic links [`entries_resolved_through`] follows (the
+/// kernel's own limit).
+const MAX_LINKS: usize = 40;
+
+/// The entries of `parent` (the watched directory) that resolving `file`
+/// (an absolute path in it) passes through: `file` itself, then, while a
+/// path on the way is a symbolic link whose target lies in `parent`, the
+/// entry of `parent` that target starts with — followed in turn. For a
+/// ConfigMap mount, `[kvd.toml, ..data, ..2026_…]`. A link whose target
+/// leaves the directory ends the walk there (that directory is not
+/// watched: SIGHUP or `steadfastctl reload` re-reads it). Reads link
+/// targets only (`readlink`), never a file's contents.
+#[must_use]
+pub fn entries_resolved_through(file: &Path, parent: &Path) -> Vec<PathBuf> {
+    use std::path::Component;
+    let mut entries = vec![file.to_path_buf()];
+    let mut pending = vec![file.to_path_buf()];
+    let mut followed = 0;
+    while let Some(path) = pending.pop() {
+        let Ok(target) = std::fs::read_link(&path) else {
+            continue;
+        };
+        followed += 1;
+        if followed > MAX_LINKS {
+            break;
+        }
+        let resolved = path.parent().unwrap_or(parent).join(target);
+        let Ok(rest) = resolved.strip_prefix(parent) else {
+            continue;
+        };
+        let Some(Component::Normal(first)) = rest.components().next() else {
+            continue;
+        };
+        let entry = parent.join(first);
+        if !entries.contains(&entry) {
+            entries.push(entry.clone());
+            pending.push(entry);
+        }
+        if resolved != parent.join(first) {
+            // `..data/kvd.toml`: the file inside may be a link again.
+            pending.push(resolved);
+        }
+    }
+    entries
+}
+
+/// Whether `event` says something about `file` (an absolute path in
+/// `parent`) or an entry it resolves through that may have changed what it
+/// reads. Opens and reads are not changes; an overflow of the kernel's
+/// queue (a rescan) might hide one, so it counts.
+fn is_relevant(event: &Event, file: &Path, parent: &Path) -> bool {
     if event.need_rescan() {
         return true;
     }
@@ -128,7 +184,16 @@ fn is_relevant(event: &Event, file: &Path) -> bool {
         | EventKind::Any
         | EventKind::Other => true,
     };
-    kind_may_change_contents && event.paths.iter().any(|p| p == file)
+    if !kind_may_change_contents {
+        return false;
+    }
+    if event.paths.iter().any(|p| p == file) {
+        return true;
+    }
+    // Resolved now, after the event: a swapped link counts under the name
+    // the path resolves through once the swap is done.
+    let entries = entries_resolved_through(file, parent);
+    event.paths.iter().any(|p| entries.contains(p))
 }
 
 impl Actor for ConfigWatcherActor {
@@ -152,10 +217,11 @@ impl Actor for ConfigWatcherActor {
         };
         let parent = parent.to_path_buf();
         let target = file.clone();
+        let watched = parent.clone();
         let actor = myself.clone();
         let mut watcher = notify::recommended_watcher(move |event: notify::Result<Event>| {
             let relevant = match event {
-                Ok(event) => is_relevant(&event, &target),
+                Ok(event) => is_relevant(&event, &target, &watched),
                 Err(error) => {
                     // An error may hide a change; a spurious resolve is cheap.
                     tracing::warn!(%error, file = %target.display(), "config watch error");

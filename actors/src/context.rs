@@ -93,6 +93,11 @@ pub struct Shared {
     /// The override tier operators set through the control plane: the top
     /// tier of every resolve.
     pub overrides: Overrides,
+    /// Told how far from now a boot step's deadline is, each time one
+    /// starts or reports progress ([`crate::service::StepProgress`]), so a
+    /// daemon can extend its service manager's start timeout to match
+    /// (`EXTEND_TIMEOUT_USEC`).
+    pub step_deadlines: tokio::sync::watch::Sender<std::time::Duration>,
 }
 
 impl Shared {

@@ -141,6 +141,10 @@ pub enum Command {
         /// The confirmation `ReinitPrepare` led to.
         token: String,
     },
+    /// Answered with the snapshot by this actor's handler and nothing else:
+    /// the proof of a round trip through the Lifecycle actor that a
+    /// daemon's watchdog ping waits for (`daemon::run_with`).
+    Ping,
 }
 
 pub use steadfast_protocol::command::CommandError;
@@ -960,6 +964,10 @@ impl LifecycleActorState {
             }
             Command::ConfigUnset { leaf } => {
                 return self.set_override(myself, leaf, None, reply);
+            }
+            Command::Ping => {
+                let _ = reply.send(Ok(self.snapshot.clone()));
+                return;
             }
             Command::ReinitPrepare => {
                 let answer = self

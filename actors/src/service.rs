@@ -885,6 +885,9 @@ pub struct StepProgress {
     latest: std::sync::Mutex<Option<tokio::time::Instant>>,
     /// Wakes the forwarder (one permit however many reports came).
     reported: tokio::sync::Notify,
+    /// Told the step deadline at the start and at each report (see
+    /// [`crate::context::Shared::step_deadlines`]), with that deadline.
+    announce: Option<(Duration, tokio::sync::watch::Sender<Duration>)>,
 }
 
 impl StepProgress {
@@ -892,6 +895,18 @@ impl StepProgress {
     #[must_use]
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// [`Self::new`], telling `announce` how far the deadline (`extend_by`,
+    /// the machine's step deadline) is now and at each [`Self::report`], so
+    /// a daemon can extend its service manager's start timeout to match.
+    #[must_use]
+    pub fn announced(extend_by: Duration, announce: tokio::sync::watch::Sender<Duration>) -> Self {
+        announce.send_replace(extend_by);
+        Self {
+            announce: Some((extend_by, announce)),
+            ..Self::default()
+        }
     }
 
     /// The step is making progress: its deadline moves to the step deadline
@@ -902,6 +917,9 @@ impl StepProgress {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(tokio::time::Instant::now());
         self.reported.notify_one();
+        if let Some((extend_by, announce)) = &self.announce {
+            announce.send_replace(*extend_by);
+        }
     }
 
     /// Waits for a report not yet taken and takes it: the moment of the
@@ -975,6 +993,21 @@ mod tests {
             progress: &progress,
         })
         .await
+    }
+
+    /// An announced deadline tells its watcher at the start and at each
+    /// progress report (what `EXTEND_TIMEOUT_USEC` follows); a plain one
+    /// has nobody to tell.
+    #[tokio::test]
+    async fn an_announced_step_deadline_is_told_at_start_and_each_report() {
+        let (tx, mut rx) = tokio::sync::watch::channel(Duration::ZERO);
+        let progress = StepProgress::announced(Duration::from_secs(7), tx);
+        assert!(rx.has_changed().expect("open"), "told at the start");
+        assert_eq!(*rx.borrow_and_update(), Duration::from_secs(7));
+        progress.report();
+        assert!(rx.has_changed().expect("open"), "told at a report");
+        assert_eq!(*rx.borrow_and_update(), Duration::from_secs(7));
+        assert!(!rx.has_changed().expect("open"));
     }
 
     #[tokio::test]

@@ -395,3 +395,56 @@ async fn a_source_that_blocks_is_given_up_at_the_deadline() {
     assert!(!fingerprint.is_readable());
     assert_eq!(fingerprint, Fingerprint::of_file(&fifo));
 }
+
+/// A ConfigMap volume's update as the kubelet makes it: `name` is
+/// `..data/name`, `..data` links to a timestamped directory; an update
+/// writes a new timestamped directory, links `..data_tmp` to it, renames
+/// `..data_tmp` over `..data` (atomically) and removes the old directory.
+fn kubelet_update(dir: &Path, name: &str, content: &str, serial: u32) {
+    let stamp = format!("..2026_12_01_10_00_{serial:02}.{serial:09}");
+    let versioned = dir.join(&stamp);
+    std::fs::create_dir(&versioned).expect("mkdir the timestamped dir");
+    std::fs::write(versioned.join(name), content).expect("write the new version");
+    let old = std::fs::read_link(dir.join("..data")).ok();
+    let tmp = dir.join("..data_tmp");
+    std::os::unix::fs::symlink(&stamp, &tmp).expect("link ..data_tmp");
+    std::fs::rename(&tmp, dir.join("..data")).expect("swap ..data");
+    let user = dir.join(name);
+    if std::fs::symlink_metadata(&user).is_err() {
+        std::os::unix::fs::symlink(Path::new("..data").join(name), &user).expect("link the file");
+    }
+    if let Some(old) = old {
+        std::fs::remove_dir_all(dir.join(old)).expect("remove the old version");
+    }
+}
+
+/// The kubelet's `..data` swap fires (none of its events names the file
+/// itself: only `..data`, `..data_tmp` and the timestamped directories),
+/// every time, and the firing reads the new content through the links.
+/// Before, only events naming `service.toml` counted, so a ConfigMap
+/// update went unseen until SIGHUP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_configmap_style_data_swap_fires() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    kubelet_update(dir.path(), "service.toml", "a = 0\n", 0);
+    let file = dir.path().join("service.toml");
+    assert_eq!(
+        steadfast_actors::config_watcher::entries_resolved_through(&file, dir.path()),
+        vec![
+            file.clone(),
+            dir.path().join("..data"),
+            dir.path().join("..2026_12_01_10_00_00.000000000"),
+        ],
+        "the entries the path resolves through"
+    );
+    let watching = watch(&file, DEFAULT_DEBOUNCE).await;
+    for serial in 1..=3 {
+        let content = format!("a = {serial}\n");
+        kubelet_update(dir.path(), "service.toml", &content, serial);
+        until(&format!("a firing that reads {content:?}"), || {
+            watching.probe.last_read() == Some(Some(content.clone()))
+        })
+        .await;
+    }
+    watching.stop().await;
+}

@@ -171,6 +171,12 @@ pub trait Control {
     /// [`MAX_WATCH_TIMEOUT_MS`]). Also the live proof a replacement asks a
     /// candidate for: its pid, identity and version.
     async fn replace_status(after_seq: u64, timeout_ms: u64) -> ReplaceAnswer;
+
+    // -- Reload (issue 13) --
+    /// Re-read the config now, as SIGHUP does (a `config_changed`: a held
+    /// failure is retried, a running runtime applies the change). Under
+    /// systemd the daemon says `RELOADING=1` before and `READY=1` after.
+    async fn reload() -> ControlAnswer;
 }
 
 /// A `replace` request.

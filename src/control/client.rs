@@ -143,6 +143,31 @@ impl ClientError {
     pub const fn is_refusal(&self) -> bool {
         matches!(self, Self::Command(_))
     }
+
+    /// Whether the deadline passed before an answer came: the call's, or
+    /// the dial's (the daemon accepted no connection, or never said its
+    /// first byte, in time: nothing was sent).
+    #[must_use]
+    pub fn is_deadline(&self) -> bool {
+        match self {
+            Self::Rpc(RpcError::DeadlineExceeded) => true,
+            Self::Connect { source, .. } => source.kind() == io::ErrorKind::TimedOut,
+            _ => false,
+        }
+    }
+
+    /// Whether the daemon is gone: it cannot be dialled, or the connection
+    /// closed under the call (and, for a read, under its one retry).
+    #[must_use]
+    pub fn is_gone(&self) -> bool {
+        match self {
+            Self::Connect { .. } => !self.is_deadline(),
+            _ => matches!(
+                self,
+                Self::Rpc(RpcError::Shutdown | RpcError::Channel(_) | RpcError::Send(_))
+            ),
+        }
+    }
 }
 
 /// Where a daemon's control plane is.
@@ -645,6 +670,18 @@ impl ControlClient {
     pub async fn retry(&self) -> Result<Snapshot, ClientError> {
         let cx = Self::context(self.timeout);
         Self::unwrap(self.command(|raw| async move { raw.retry(cx).await }).await)
+    }
+
+    /// Re-read the config now, as SIGHUP does.
+    ///
+    /// # Errors
+    /// As [`Self::start`].
+    pub async fn reload(&self) -> Result<Snapshot, ClientError> {
+        let cx = Self::context(self.timeout);
+        Self::unwrap(
+            self.command(|raw| async move { raw.reload(cx).await })
+                .await,
+        )
     }
 
     /// End the daemon's process after a drain.

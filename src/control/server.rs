@@ -685,6 +685,12 @@ impl Control for ControlService {
         answer(self.handle.exit(intent).await)
     }
 
+    async fn reload(self, _: Context) -> ControlAnswer {
+        // Through the daemon's systemd side, so `steadfastctl reload` and
+        // SIGHUP say the same `RELOADING=1` … `READY=1`.
+        answer(crate::daemon::reload(&self.handle).await)
+    }
+
     async fn journal(self, _: Context, limit: u32) -> Result<WireJournal, CommandError> {
         let limit = limit.min(MAX_JOURNAL_ATTEMPTS) as usize;
         self.handle

@@ -5,8 +5,11 @@
 //! `--token-file`), how a snapshot reads to a human (like
 //! `systemctl status`) or a script (`--json`), and the exit codes:
 //! 0 accepted, 1 cannot connect (or the call failed on the way), 2 usage
-//! (clap's), 3 refused (the reason on stderr), 4 a replacement failed. `probe` is silent unless
-//! `--verbose` and exits 0 or 1 only.
+//! (clap's), 3 refused (the reason on stderr), 4 a replacement failed, 5
+//! `--timeout` passed while `watch --until` or `stop` waited. `status`
+//! answers like `systemctl status` and LSB: 0 running, 3 not running, 4
+//! unknown (no daemon answered). `probe` is silent unless `--verbose` and
+//! exits 0 or 1 only.
 //!
 //! Checked by `tests/ctl.rs`, which runs this binary against a real
 //! in-process supervisor.
@@ -28,12 +31,15 @@ use steadfast::{ExitIntent, Hold};
 /// control port).
 ///
 /// Exit codes: 0 accepted, 1 cannot connect (or the token was refused), 2
-/// usage, 3 refused, 4 a replacement failed.
+/// usage, 3 refused, 4 a replacement failed, 5 `--timeout` passed (`watch
+/// --until`, `stop`). `status`: 0 running, 3 not running (stopped, failed,
+/// wedged, or on its way), 4 unknown (no daemon answered).
 #[derive(Debug, Parser)]
 #[command(name = "steadfastctl", version)]
 struct Cli {
     /// The daemon's data directory; its socket is
-    /// `<DIR>/.steadfast/control.sock` (default: the current directory).
+    /// `<DIR>/.steadfast/control.sock` (default: `$STEADFAST_DATA_DIR`, else
+    /// the current directory).
     #[arg(long, value_name = "DIR", global = true, conflicts_with = "socket")]
     data_dir: Option<PathBuf>,
     /// The control socket's path (instead of --data-dir).
@@ -61,10 +67,12 @@ struct Cli {
     #[arg(long, short, global = true)]
     verbose: bool,
     /// Give up after this many seconds (connecting, waiting out a busy
-    /// daemon, and the call); a command whose deadline passed before the
-    /// daemon could run it is dropped there, never run later.
-    #[arg(long, value_name = "SECS", global = true, default_value_t = 120.0)]
-    timeout: f64,
+    /// daemon, and the call; default 120); a command whose deadline passed
+    /// before the daemon could run it is dropped there, never run later.
+    /// `watch` waits without end unless it is given; `watch --until` and
+    /// `stop` exit 5 when it passes.
+    #[arg(long, value_name = "SECS", global = true)]
+    timeout: Option<f64>,
     /// What to do.
     #[command(subcommand)]
     command: Cmd,
@@ -99,12 +107,18 @@ enum Cmd {
         #[arg(long)]
         relaunch: bool,
     },
-    /// Print each transition and each boot phase as they happen.
+    /// Print each transition and each boot phase as they happen; return
+    /// when the daemon exits.
     Watch {
-        /// Return (exit 0) once the daemon reaches this state.
+        /// Return (exit 0) once the daemon reaches this state; exit 3 if the
+        /// daemon exits first, 5 if `--timeout` passes first.
         #[arg(long, value_name = "STATE")]
         until: Option<StateName>,
     },
+    /// Re-read the config now, as SIGHUP does (a held failure is retried, a
+    /// running runtime applies the change); under systemd with
+    /// `Type=notify-reload`, the daemon says `RELOADING=1` then `READY=1`.
+    Reload,
     /// Exit 0 when the daemon is ready (running) or live (answering), 1
     /// otherwise; silent unless --verbose.
     Probe {
@@ -225,7 +239,20 @@ enum ProbeKind {
 }
 
 const EXIT_CANNOT_CONNECT: u8 = 1;
+const EXIT_USAGE: u8 = 2;
 const EXIT_REFUSED: u8 = 3;
+/// `status`: the daemon answered and its runtime is not running (LSB's
+/// and `systemctl status`'s "not running").
+const EXIT_NOT_RUNNING: u8 = 3;
+/// `status`: no daemon answered (LSB's "unknown").
+const EXIT_UNKNOWN: u8 = 4;
+/// `watch --until`, `stop`: `--timeout` passed first.
+const EXIT_TIMED_OUT: u8 = 5;
+/// What `--timeout` is when not given.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+/// The environment variable that names the data directory when neither
+/// `--data-dir` nor `--socket` (nor `--tcp`) is given.
+const DATA_DIR_ENV: &str = "STEADFAST_DATA_DIR";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -242,53 +269,93 @@ fn main() -> ExitCode {
     runtime.block_on(run(cli))
 }
 
-fn socket_path(cli: &Cli) -> PathBuf {
+/// The control socket: `--socket`, else under `--data-dir`, else under
+/// `$STEADFAST_DATA_DIR`, else under the current directory. A variable
+/// that is set but empty (or not Unicode-safe to print) is a usage error,
+/// not a silent fall back to the current directory.
+fn socket_path(cli: &Cli) -> Result<PathBuf, String> {
     match (&cli.socket, &cli.data_dir) {
-        (Some(socket), _) => socket.clone(),
-        (None, Some(dir)) => steadfast::control::socket_path(dir),
-        (None, None) => steadfast::control::socket_path(std::path::Path::new(".")),
+        (Some(socket), _) => Ok(socket.clone()),
+        (None, Some(dir)) => Ok(steadfast::control::socket_path(dir)),
+        (None, None) => match std::env::var_os(DATA_DIR_ENV) {
+            Some(dir) if dir.is_empty() => Err(format!(
+                "{DATA_DIR_ENV} is set but empty: unset it, or give it the daemon's data directory"
+            )),
+            Some(dir) => Ok(steadfast::control::socket_path(std::path::Path::new(&dir))),
+            None => Ok(steadfast::control::socket_path(std::path::Path::new("."))),
+        },
     }
 }
 
-/// Connect over TCP (`--tcp`, `--token-file`) or the Unix socket.
-async fn connect(cli: &Cli) -> Result<ControlClient, String> {
-    let timeout = Duration::try_from_secs_f64(cli.timeout)
+/// `--timeout` as a duration (`DEFAULT_TIMEOUT` when not given), or why it
+/// is not one.
+fn timeout_of(cli: &Cli) -> Result<Duration, String> {
+    let Some(secs) = cli.timeout else {
+        return Ok(DEFAULT_TIMEOUT);
+    };
+    Duration::try_from_secs_f64(secs)
         .ok()
         .filter(|t| !t.is_zero())
-        .ok_or_else(|| {
-            format!(
-                "--timeout {}: give a positive number of seconds",
-                cli.timeout
-            )
-        })?;
+        .ok_or_else(|| format!("--timeout {secs}: give a positive number of seconds"))
+}
+
+/// Why `steadfastctl` could not reach a daemon.
+enum Unreached {
+    /// The command line (or the environment) does not name one usably.
+    Usage(String),
+    /// None answered (`true`: within the deadline, so it may be there).
+    Connect(String, bool),
+}
+
+/// Connect over TCP (`--tcp`, `--token-file`) or the Unix socket.
+async fn connect(cli: &Cli) -> Result<ControlClient, Unreached> {
+    let timeout = timeout_of(cli).map_err(Unreached::Usage)?;
     let endpoint = match (cli.tcp, &cli.token_file) {
         (Some(addr), Some(token_file)) => {
-            let token = Token::read_file(token_file).map_err(|e| e.to_string())?;
+            let token = Token::read_file(token_file)
+                .map_err(|e| Unreached::Connect(e.to_string(), false))?;
             Endpoint::Tcp { addr, token }
         }
         // clap requires both together; this is only a guard.
-        (Some(_), None) => return Err("--tcp needs --token-file".to_owned()),
-        _ => Endpoint::Unix(socket_path(cli)),
+        (Some(_), None) => return Err(Unreached::Usage("--tcp needs --token-file".to_owned())),
+        _ => Endpoint::Unix(socket_path(cli).map_err(Unreached::Usage)?),
     };
     ControlClient::connect_within(endpoint, timeout)
         .await
-        .map_err(|e| e.to_string())
+        .map_err(|e| Unreached::Connect(e.to_string(), e.is_deadline()))
 }
 
 async fn run(cli: Cli) -> ExitCode {
     let client = match connect(&cli).await {
         Ok(client) => client,
-        Err(error) => {
+        Err(Unreached::Usage(error)) => {
+            eprintln!("steadfastctl: {error}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+        Err(Unreached::Connect(error, true))
+            if matches!(cli.command, Cmd::Stop { .. })
+                || matches!(cli.command, Cmd::Watch { .. }) && cli.timeout.is_some() =>
+        {
+            let secs = cli.timeout.unwrap_or(DEFAULT_TIMEOUT.as_secs_f64());
+            eprintln!("steadfastctl: timed out after {secs} s: nothing was sent ({error})");
+            return ExitCode::from(EXIT_TIMED_OUT);
+        }
+        Err(Unreached::Connect(error, _)) => {
             if !matches!(cli.command, Cmd::Probe { .. }) || cli.verbose {
                 eprintln!("steadfastctl: {error}");
             }
-            return ExitCode::from(EXIT_CANNOT_CONNECT);
+            return ExitCode::from(if matches!(cli.command, Cmd::Status) {
+                EXIT_UNKNOWN
+            } else {
+                EXIT_CANNOT_CONNECT
+            });
         }
     };
     let answer = match &cli.command {
-        Cmd::Status => client.snapshot().await,
+        Cmd::Status => return status(&client, cli.json).await,
         Cmd::Start => client.start().await,
-        Cmd::Stop { hold } => client.stop(Hold::from(*hold)).await,
+        Cmd::Stop { hold } => return stop(&client, *hold, cli.json, cli.timeout).await,
+        Cmd::Reload => client.reload().await,
         Cmd::Restart { force: false } => client.restart().await,
         Cmd::Restart { force: true } => client.restart_forced().await,
         Cmd::Retry => client.retry().await,
@@ -300,7 +367,19 @@ async fn run(cli: Cli) -> ExitCode {
             };
             client.exit(intent).await
         }
-        Cmd::Watch { until } => return watch(&client, *until, cli.json).await,
+        Cmd::Watch { until } => {
+            // Only a `--timeout` given bounds a watch; without one it
+            // follows the daemon until it exits.
+            let deadline = match cli.timeout.map(|_| timeout_of(&cli)) {
+                None => None,
+                Some(Ok(timeout)) => Some((tokio::time::Instant::now() + timeout, timeout)),
+                Some(Err(error)) => {
+                    eprintln!("steadfastctl: {error}");
+                    return ExitCode::from(EXIT_USAGE);
+                }
+            };
+            return watch(&client, *until, cli.json, deadline).await;
+        }
         Cmd::Probe { what } => return probe(&client, *what, cli.verbose).await,
         Cmd::Journal { limit } => return journal(&client, *limit, cli.json).await,
         Cmd::Config(ConfigCmd::Show { leaf }) => {
@@ -339,6 +418,61 @@ async fn run(cli: Cli) -> ExitCode {
                 print!("{}", render_status(&snapshot, now_ms()));
             }
             ExitCode::SUCCESS
+        }
+        Err(error) => fail(&error),
+    }
+}
+
+/// `status`: print the snapshot, and exit as `systemctl status` and LSB
+/// init scripts do: 0 running, 3 not running, 4 unknown.
+async fn status(client: &ControlClient, json: bool) -> ExitCode {
+    match client.snapshot().await {
+        Ok(snapshot) => {
+            if json {
+                print_json(&snapshot);
+            } else {
+                print!("{}", render_status(&snapshot, now_ms()));
+            }
+            ExitCode::from(status_code(&snapshot.lifecycle))
+        }
+        Err(error) => {
+            eprintln!("steadfastctl: {error}");
+            ExitCode::from(EXIT_UNKNOWN)
+        }
+    }
+}
+
+/// `status`'s exit code for a daemon that answered: 0 only while the
+/// runtime runs (as `systemctl is-active` says `active` only once started);
+/// every other state, including one on its way to running, is 3.
+const fn status_code(lifecycle: &LifecycleState) -> u8 {
+    if matches!(lifecycle, LifecycleState::Running { .. }) {
+        0
+    } else {
+        EXIT_NOT_RUNNING
+    }
+}
+
+/// `stop [--hold]`: answered once the drain settled; with `--timeout`, exit
+/// 5 when it has not settled by then.
+async fn stop(client: &ControlClient, hold: bool, json: bool, timeout: Option<f64>) -> ExitCode {
+    match client.stop(Hold::from(hold)).await {
+        Ok(snapshot) => {
+            if json {
+                print_json(&snapshot);
+            } else {
+                print!("{}", render_status(&snapshot, now_ms()));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(error) if error.is_deadline() => {
+            let secs = timeout.unwrap_or(DEFAULT_TIMEOUT.as_secs_f64());
+            eprintln!(
+                "steadfastctl: timed out after {secs} s: the stop was not answered in time \
+                 (a stop the daemon took goes on draining; one it could not take in time was \
+                 dropped unrun): `steadfastctl status` says which"
+            );
+            ExitCode::from(EXIT_TIMED_OUT)
         }
         Err(error) => fail(&error),
     }
@@ -503,18 +637,38 @@ async fn reinit_prepare(client: &ControlClient, flags: &str, json: bool) -> Exit
     }
 }
 
-/// Follow the daemon with the long-poll, printing what changed.
-async fn watch(client: &ControlClient, until: Option<StateName>, json: bool) -> ExitCode {
+/// Follow the daemon with the long-poll, printing what changed. Without
+/// `until`, it returns 0 when the daemon exits. With it, 0 at that state, 3
+/// (`the daemon exited`) when the daemon exits first, 5 when `deadline`
+/// passes first.
+async fn watch(
+    client: &ControlClient,
+    until: Option<StateName>,
+    json: bool,
+    deadline: Option<(tokio::time::Instant, Duration)>,
+) -> ExitCode {
     let mut last: Option<Snapshot> = None;
     loop {
         let after = last.as_ref().map_or(0, |s| s.version);
+        let wait = deadline.map_or(Duration::from_secs(30), |(at, _)| {
+            at.saturating_duration_since(tokio::time::Instant::now())
+                .min(Duration::from_secs(30))
+        });
         let next = if last.is_none() {
             client.snapshot().await
         } else {
-            client.watch(after, Duration::from_secs(30)).await
+            client.watch(after, wait).await
         };
         let snapshot = match next {
             Ok(snapshot) => snapshot,
+            // A daemon that answered once and then cannot be reached has
+            // exited (its control socket goes with it); say so in those words.
+            Err(error) if last.is_some() && error.is_gone() => {
+                return daemon_exited(until, last.as_ref(), &error.to_string());
+            }
+            Err(error) if error.is_deadline() && deadline.is_some() => {
+                return timed_out(until, last.as_ref(), deadline);
+            }
             Err(error) => return fail(&error),
         };
         if last.as_ref().map(|s| s.version) != Some(snapshot.version) {
@@ -532,11 +686,51 @@ async fn watch(client: &ControlClient, until: Option<StateName>, json: bool) -> 
         if until.is_some_and(|state| snapshot.lifecycle.name() == state.name()) {
             return ExitCode::SUCCESS;
         }
-        if matches!(snapshot.lifecycle, LifecycleState::Exiting { .. }) && until.is_none() {
-            return ExitCode::SUCCESS;
+        if matches!(snapshot.lifecycle, LifecycleState::Exiting { .. }) {
+            return daemon_exited(until, Some(&snapshot), "it said it is exiting");
+        }
+        if deadline.is_some_and(|(at, _)| tokio::time::Instant::now() >= at) {
+            return timed_out(until, Some(&snapshot), deadline);
         }
         last = Some(snapshot);
     }
+}
+
+/// The daemon `watch` followed exited (`how`): 0 for a plain watch, 3 when
+/// it was waited on for another state.
+fn daemon_exited(until: Option<StateName>, last: Option<&Snapshot>, how: &str) -> ExitCode {
+    let seen_exiting = last.is_some_and(|s| matches!(s.lifecycle, LifecycleState::Exiting { .. }));
+    let Some(state) = until else {
+        if !seen_exiting {
+            eprintln!("steadfastctl: the daemon exited ({how})");
+        }
+        return ExitCode::SUCCESS;
+    };
+    let last = last.map_or_else(|| "nothing".to_owned(), state_line);
+    eprintln!(
+        "steadfastctl: the daemon exited before it was {} ({how}; last seen: {last})",
+        state.name()
+    );
+    ExitCode::from(EXIT_NOT_RUNNING)
+}
+
+/// `--timeout` passed while `watch` waited: 5, naming what it waited for
+/// and what it saw last.
+fn timed_out(
+    until: Option<StateName>,
+    last: Option<&Snapshot>,
+    deadline: Option<(tokio::time::Instant, Duration)>,
+) -> ExitCode {
+    let secs = deadline.map_or(0.0, |(_, timeout)| timeout.as_secs_f64());
+    let last = last.map_or_else(|| "nothing".to_owned(), state_line);
+    match until {
+        Some(state) => eprintln!(
+            "steadfastctl: timed out after {secs} s waiting for {} (last seen: {last})",
+            state.name()
+        ),
+        None => eprintln!("steadfastctl: timed out after {secs} s (last seen: {last})"),
+    }
+    ExitCode::from(EXIT_TIMED_OUT)
 }
 
 /// The lines `watch` prints for the step from `before` to `now`: a

@@ -135,10 +135,12 @@ pub fn ctl(data_dir: &Path, args: &[&str]) -> Output {
         .expect("steadfastctl runs")
 }
 
-/// `status --json`, parsed; `None` while no daemon answers.
+/// `status --json`, parsed; `None` while no daemon answers. `status`
+/// exits 0 running, 3 answered but not running, 4 no daemon answered
+/// (`spec/control.md`).
 pub fn status(data_dir: &Path) -> Option<serde_json::Value> {
     let out = ctl(data_dir, &["status", "--json"]);
-    if out.status.code() != Some(0) {
+    if !matches!(out.status.code(), Some(0 | 3)) {
         return None;
     }
     serde_json::from_slice(&out.stdout).ok()
