@@ -1095,6 +1095,7 @@ impl LifecycleActorState {
                         duration_ms: None,
                         outcome: PhaseOutcome::Running,
                     });
+                    record.count_totals();
                 }
                 if self
                     .fire(myself, LifecycleEvent::Phase { phase, at })
