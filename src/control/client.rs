@@ -53,7 +53,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use steadfast_protocol::control::{
-    ChangesError,
+    ChangesError, WireChanges,
     CommandError, ControlAnswer, ControlClient as RawClient, MAX_WATCH_TIMEOUT_MS, ReinitPrepared,
 };
 use steadfast_protocol::history::JournalAttempt;
@@ -576,15 +576,7 @@ impl ControlClient {
     /// # Errors
     /// As [`Self::snapshot`].
     pub async fn watch(&self, have: &Snapshot, timeout: Duration) -> Result<Snapshot, ClientError> {
-        let ms = u64::try_from(timeout.as_millis())
-            .unwrap_or(u64::MAX)
-            .min(MAX_WATCH_TIMEOUT_MS);
-        let wait = Duration::from_millis(ms) + WATCH_MARGIN;
-        let after_version = have.version;
-        let changes = self
-            .read_only(|raw| async move { raw.watch(Self::context(wait), after_version, ms).await })
-            .await?
-            .map_err(ClientError::Command)?;
+        let changes = self.watch_changes(have.version, timeout).await?;
         match changes.apply(have) {
             Ok(snapshot) => Ok(snapshot),
             Err(ChangesError::Json(error)) => Err(ClientError::Malformed(error)),
@@ -592,6 +584,27 @@ impl ControlClient {
             // this snapshot; read the whole one.
             Err(ChangesError::OtherBase { .. }) => self.snapshot().await,
         }
+    }
+
+    /// The `watch` method's own answer: the fields that changed since
+    /// version `after_version` (if that is what this connection last
+    /// received), else the whole snapshot. [`Self::watch`] applies it.
+    ///
+    /// # Errors
+    /// As [`Self::snapshot`].
+    pub async fn watch_changes(
+        &self,
+        after_version: u64,
+        timeout: Duration,
+    ) -> Result<WireChanges, ClientError> {
+        let ms = u64::try_from(timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .min(MAX_WATCH_TIMEOUT_MS);
+        let wait = Duration::from_millis(ms) + WATCH_MARGIN;
+        Ok(self
+            .read_only(|raw| async move { raw.watch(Self::context(wait), after_version, ms).await })
+            .await?
+            .map_err(ClientError::Command)?)
     }
 
     /// Boot a stopped runtime (clears a hold).
