@@ -142,18 +142,30 @@ fn a_lean_status_with_32_attempts_and_the_journal_with_the_daemon_down() {
         &data,
         &["status", "--json", "--history", &attempts.to_string()],
     );
-    let history = json(&full)["history"].as_array().expect("history").len();
-    assert_eq!(history as u64, attempts, "the journal has them all");
+    let history = json(&full)["history"].as_array().expect("history").clone();
+    assert_eq!(history.len() as u64, attempts, "the journal has them all");
+    // What `status --json` printed before (schema 1): the same snapshot
+    // with every attempt in `attempts`.
+    let mut before = status.clone();
+    before["attempts"] = history
+        .iter()
+        .map(|a| {
+            let mut a = a.clone();
+            a.as_object_mut().expect("an attempt").remove("run");
+            a
+        })
+        .collect();
+    let before = serde_json::to_string_pretty(&before).expect("json").len() + 1;
     eprintln!(
-        "status --json: {} bytes with {attempts} attempts; status --json --history {attempts}: {} bytes",
+        "status --json with {attempts} attempts: {} bytes (the whole history in it: {before} bytes); \
+         status --json --history {attempts}: {} bytes",
         lean.stdout.len(),
         full.stdout.len()
     );
     assert!(
-        lean.stdout.len() * 4 < full.stdout.len(),
-        "lean {} vs with history {}",
-        lean.stdout.len(),
-        full.stdout.len()
+        lean.stdout.len() * 4 < before,
+        "lean {} vs the whole history {before}",
+        lean.stdout.len()
     );
     let human = text(&ctl_ok(&data, &["status"]).stdout);
     assert!(human.contains("Current attempt:"), "{human}");
@@ -266,7 +278,10 @@ fn watch_answers_only_what_changed() {
             assert!(fields.contains_key(changed), "{changed}: {fields:?}");
         }
         for same in ["previous_run", "pid", "identity", "schema", "attempts"] {
-            assert!(!fields.contains_key(same), "{same} did not change: {fields:?}");
+            assert!(
+                !fields.contains_key(same),
+                "{same} did not change: {fields:?}"
+            );
         }
         let next = changes.apply(&have).expect("applies");
         assert!(next.version > have.version);
@@ -298,6 +313,15 @@ fn watch_answers_only_what_changed() {
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     assert!(stdout.contains("→ running"), "{stdout}");
+    // resolve_config ends knowing the plan: counted in the total.
+    let resolved = stdout
+        .lines()
+        .find(|l| l.contains("resolve_config: completed"))
+        .expect("resolve_config completed");
+    assert!(
+        resolved.contains("phase 1/") && !resolved.contains("1/?"),
+        "{stdout}"
+    );
     ctl_ok(&data, &["exit"]);
     assert_eq!(processes::wait_exit(&mut child), Some(0));
 }
@@ -347,7 +371,9 @@ fn times_schema_and_the_phase_total() {
 
     // resolve_config is phase 1 of the plan's total, like the others.
     let phases = up["attempts"][0]["phases"].as_array().expect("phases");
-    let total = phases.last().expect("a phase")["total"].as_u64().expect("total");
+    let total = phases.last().expect("a phase")["total"]
+        .as_u64()
+        .expect("total");
     assert_eq!(phases[0]["phase"], "resolve_config");
     assert_eq!(phases[0]["total"], total, "{phases:?}");
     assert_eq!(total as usize, phases.len());
@@ -395,7 +421,10 @@ fn a_multi_line_error_is_indented() {
         .as_str()
         .expect("an error")
         .to_owned();
-    assert!(error.trim_end().contains('\n'), "a multi-line error: {error:?}");
+    assert!(
+        error.trim_end().contains('\n'),
+        "a multi-line error: {error:?}"
+    );
 
     let human = text(&ctl_ok(&data, &["status"]).stdout);
     let lines: Vec<&str> = human.lines().collect();

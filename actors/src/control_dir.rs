@@ -1442,7 +1442,8 @@ pub fn read_journal(path: &Path) -> Result<Vec<Record>, ControlDirError> {
 /// the file system's refusals.
 pub fn read_journal_of(data_dir: &Path) -> Result<Vec<Record>, ControlDirError> {
     let path = data_dir.join(CONTROL_DIR_NAME).join("journal");
-    let Some(bytes) = fsx::read_control_file(data_dir, CONTROL_DIR_NAME, "journal", u64::MAX)? else {
+    let Some(bytes) = fsx::read_control_file(data_dir, CONTROL_DIR_NAME, "journal", u64::MAX)?
+    else {
         return Ok(Vec::new());
     };
     match journal::decode(&bytes) {

@@ -149,8 +149,7 @@ impl WireChanges {
             });
         }
         let mut value = serde_json::to_value(have)?;
-        let changes: serde_json::Map<String, serde_json::Value> =
-            serde_json::from_str(&self.json)?;
+        let changes: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&self.json)?;
         if let serde_json::Value::Object(fields) = &mut value {
             fields.extend(changes);
         }

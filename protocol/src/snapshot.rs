@@ -339,7 +339,9 @@ mod tests {
             lifecycle: LifecycleState::Resolving {
                 since: Timestamp(1),
             },
-            attempts: (1..=32).map(|n| AttemptRecord::new(n, Timestamp(5))).collect(),
+            attempts: (1..=32)
+                .map(|n| AttemptRecord::new(n, Timestamp(5)))
+                .collect(),
             previous_run: PreviousRun::FirstEver,
             identity: None,
             epoch: 0,

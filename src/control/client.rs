@@ -53,8 +53,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use steadfast_protocol::control::{
-    ChangesError, WireChanges,
-    CommandError, ControlAnswer, ControlClient as RawClient, MAX_WATCH_TIMEOUT_MS, ReinitPrepared,
+    ChangesError, CommandError, ControlAnswer, ControlClient as RawClient, MAX_WATCH_TIMEOUT_MS,
+    ReinitPrepared, WireChanges,
 };
 use steadfast_protocol::history::JournalAttempt;
 use steadfast_protocol::lifecycle::{ExitIntent, Refused};
@@ -601,10 +601,9 @@ impl ControlClient {
             .unwrap_or(u64::MAX)
             .min(MAX_WATCH_TIMEOUT_MS);
         let wait = Duration::from_millis(ms) + WATCH_MARGIN;
-        Ok(self
-            .read_only(|raw| async move { raw.watch(Self::context(wait), after_version, ms).await })
+        self.read_only(|raw| async move { raw.watch(Self::context(wait), after_version, ms).await })
             .await?
-            .map_err(ClientError::Command)?)
+            .map_err(ClientError::Command)
     }
 
     /// Boot a stopped runtime (clears a hold).

@@ -60,6 +60,10 @@
 //!   `a_deadline_of_u64_max_seconds_is_still_answered`.
 //! - Every method answers what the handle answers; a refusal keeps its
 //!   typed reason. `every_method_end_to_end`, `a_refusal_arrives_typed`.
+//! - Each connection answers lean snapshots (the current attempt only),
+//!   stamped with the daemon's `now`, and remembers the last one it sent:
+//!   `watch` answers the fields that changed since it (`WireChanges`).
+//!   Checked by `tests/operator_view.rs::watch_answers_only_what_changed`.
 
 use std::fs;
 use std::io;
@@ -76,8 +80,8 @@ use steadfast_actors::config::parse_value;
 use steadfast_actors::lifecycle::Hold;
 use steadfast_protocol::control::ControlRequest;
 use steadfast_protocol::control::{
-    CommandError, Control, ControlAnswer, MAX_JOURNAL_ATTEMPTS, ReinitPrepared, WireJournal,
-    WireChanges, WireSnapshot, clamp_watch_timeout,
+    CommandError, Control, ControlAnswer, MAX_JOURNAL_ATTEMPTS, ReinitPrepared, WireChanges,
+    WireJournal, WireSnapshot, clamp_watch_timeout,
 };
 use steadfast_protocol::lifecycle::ExitIntent;
 use steadfast_protocol::snapshot::{ConfigView, Snapshot};

@@ -18,8 +18,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand, ValueEnum};
 use steadfast::control::{ClientError, ControlClient, Endpoint, Token};
-use steadfast::protocol::lifecycle::LifecycleState;
 use steadfast::protocol::history::JournalAttempt;
+use steadfast::protocol::lifecycle::LifecycleState;
 use steadfast::protocol::snapshot::{
     AttemptRecord, AttemptResult, PhaseOutcome, PhaseRecord, PreviousRun, SCHEMA, Snapshot,
 };
@@ -355,7 +355,10 @@ async fn run(cli: Cli) -> ExitCode {
             if cli.json {
                 print_json(&snapshot);
             } else {
-                print!("{}", render_status(&snapshot, Times::of(&snapshot, cli.utc)));
+                print!(
+                    "{}",
+                    render_status(&snapshot, Times::of(&snapshot, cli.utc))
+                );
             }
             ExitCode::SUCCESS
         }
@@ -495,7 +498,9 @@ fn journal_offline(
             ExitCode::SUCCESS
         }
         Err(error) => {
-            eprintln!("steadfastctl: no daemon answers ({why}), and the journal cannot be read: {error}");
+            eprintln!(
+                "steadfastctl: no daemon answers ({why}), and the journal cannot be read: {error}"
+            );
             ExitCode::from(EXIT_CANNOT_CONNECT)
         }
     }
@@ -513,16 +518,7 @@ fn print_journal(attempts: &[JournalAttempt], json: bool, offline: bool, utc: bo
     if attempts.is_empty() {
         println!("The journal records no attempt.");
     }
-    print!(
-        "{}",
-        render_journal(
-            attempts,
-            Times {
-                now: now_ms(),
-                utc
-            }
-        )
-    );
+    print!("{}", render_journal(attempts, Times { now: now_ms(), utc }));
 }
 
 /// The journal's attempts grouped by run.
@@ -770,16 +766,19 @@ impl Times {
 /// the local time zone (`TZ`, else `/etc/localtime`; UTC if neither is
 /// known).
 fn absolute(ms: u64, utc: bool) -> String {
-    let Ok(at) = i64::try_from(ms).map_err(|_| ()).and_then(|ms| {
-        jiff::Timestamp::from_millisecond(ms).map_err(|_| ())
-    }) else {
+    let Ok(at) = i64::try_from(ms)
+        .map_err(|_| ())
+        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).map_err(|_| ()))
+    else {
         return format!("{ms} ms after the epoch");
     };
     if utc {
         return format!("{at:.3}");
     }
     let zone = jiff::tz::TimeZone::try_system().unwrap_or(jiff::tz::TimeZone::UTC);
-    at.to_zoned(zone).strftime("%Y-%m-%dT%H:%M:%S%.3f%:z").to_string()
+    at.to_zoned(zone)
+        .strftime("%Y-%m-%dT%H:%M:%S%.3f%:z")
+        .to_string()
 }
 
 fn ago(now: u64, at: u64) -> String {
