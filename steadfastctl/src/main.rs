@@ -8,8 +8,12 @@
 //! (clap's), 3 refused (the reason on stderr), 4 a replacement failed. `probe` is silent unless
 //! `--verbose` and exits 0 or 1 only.
 //!
+//! Times are shown absolute (RFC 3339, local or `--utc`) beside relative
+//! ones; every `--json` answer carries `schema`; `journal` reads the journal
+//! file itself (read-only) when no daemon answers.
+//!
 //! Checked by `tests/ctl.rs`, which runs this binary against a real
-//! in-process supervisor.
+//! in-process supervisor, and `tests/operator_view.rs` against real kvd.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
