@@ -236,6 +236,8 @@ impl Supervisor {
 
         let clock = Clock::start();
         let snapshot = Snapshot {
+            schema: steadfast_protocol::snapshot::SCHEMA,
+            now: None,
             version: 0,
             lifecycle: LifecycleState::Resolving { since: clock.now() },
             attempts: Vec::new(),
@@ -338,6 +340,14 @@ impl Supervisor {
 }
 
 impl SupervisorHandle {
+    /// The supervisor's clock now: the one every timestamp of its
+    /// snapshots is read from (what the control server stamps as a
+    /// snapshot's `now`).
+    #[must_use]
+    pub fn now(&self) -> steadfast_protocol::Timestamp {
+        self.shared.clock.now()
+    }
+
     /// The latest snapshot.
     #[must_use]
     pub fn snapshot(&self) -> Snapshot {

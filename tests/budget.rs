@@ -34,7 +34,10 @@ fn a_crash_looping_kvd_is_held_after_five_failed_boots_and_retry_resumes() {
         held["budget"],
         serde_json::json!({"max_failures": 5, "window_ms": 600_000, "failures": 5})
     );
-    let attempts = held["attempts"].as_array().expect("attempts");
+    // The status carries the current attempt; the history is the journal's.
+    let history = processes::ctl(&data, &["status", "--json", "--history", "10"]);
+    let history: serde_json::Value = serde_json::from_slice(&history.stdout).expect("json");
+    let attempts = history["history"].as_array().expect("history");
     assert_eq!(attempts.len(), 5, "five boots, no sixth");
 
     let status = processes::ctl(&data, &["status"]);

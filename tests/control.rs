@@ -57,7 +57,7 @@ async fn every_method_end_to_end() {
     // watch: nothing newer arrives, so the current one comes back after the wait.
     let started = std::time::Instant::now();
     let same = client
-        .watch(seen.version, Duration::from_millis(300))
+        .watch(&seen, Duration::from_millis(300))
         .await
         .expect("watch");
     assert_eq!(same.version, seen.version);
@@ -66,8 +66,8 @@ async fn every_method_end_to_end() {
     // watch: a stop publishes newer snapshots; the long-poll returns the first.
     let watcher = {
         let client = client.clone();
-        let after = seen.version;
-        tokio::spawn(async move { client.watch(after, Duration::from_secs(20)).await })
+        let after = seen.clone();
+        tokio::spawn(async move { client.watch(&after, Duration::from_secs(20)).await })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
     let stopped = client.stop(Hold::None).await.expect("stop");
@@ -528,8 +528,8 @@ async fn in_flight_and_connection_bounds_hold() {
     // Two long-polls fill the connection's in-flight budget…
     let waits: Vec<_> = (0..2)
         .map(|_| {
-            let client = client.clone();
-            tokio::spawn(async move { client.watch(up.version, Duration::from_secs(2)).await })
+            let (client, up) = (client.clone(), up.clone());
+            tokio::spawn(async move { client.watch(&up, Duration::from_secs(2)).await })
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(300)).await;

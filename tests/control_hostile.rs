@@ -92,10 +92,11 @@ async fn watchers_do_not_make_probe_live_fail() {
     let mut watchers = Vec::new();
     for _ in 0..32 {
         let client = ControlClient::connect_unix(&path).await.expect("connects");
+        let up = up.clone();
         watchers.push(tokio::spawn(async move {
             loop {
                 // Errors too: an evicted watcher comes back.
-                let _ = client.watch(up.version, Duration::from_secs(60)).await;
+                let _ = client.watch(&up, Duration::from_secs(60)).await;
             }
         }));
     }

@@ -72,7 +72,7 @@ async fn status_json_parses_and_status_reads_like_systemctl() {
         "— running",
         "State: running (attempt 1)",
         "Previous: first ever",
-        "Recent attempts:",
+        "Current attempt:",
         "open_store",
         "bind_listener",
         "serve",
@@ -201,8 +201,11 @@ async fn journal_config_and_reinit_from_the_command_line() {
 
     let journal = ctl(tmp.path(), &["journal", "--json"]).await;
     assert_eq!(journal.status.code(), Some(0), "{}", text(&journal.stderr));
+    let answer: serde_json::Value = serde_json::from_slice(&journal.stdout).expect("json");
+    assert_eq!(answer["schema"], steadfast::protocol::snapshot::SCHEMA);
+    assert_eq!(answer["offline"], false);
     let attempts: Vec<steadfast::protocol::history::JournalAttempt> =
-        serde_json::from_slice(&journal.stdout).expect("the JSON is a list of attempts");
+        serde_json::from_value(answer["attempts"].clone()).expect("a list of attempts");
     assert_eq!(attempts.len(), 1);
     let human = text(&ctl(tmp.path(), &["journal"]).await.stdout);
     assert!(

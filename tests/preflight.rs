@@ -49,8 +49,14 @@ fn write_private(path: &Path, text: &str) {
     file.sync_all().expect("fsync the config");
 }
 
-fn attempts(s: &serde_json::Value) -> usize {
-    s["attempts"].as_array().map_or(0, Vec::len)
+/// How many boots this process made: the current attempt's number (the
+/// status carries the current attempt only).
+fn attempts(s: &serde_json::Value) -> u64 {
+    s["attempts"]
+        .as_array()
+        .and_then(|a| a.last())
+        .and_then(|a| a["attempt"].as_u64())
+        .unwrap_or(0)
 }
 
 #[test]

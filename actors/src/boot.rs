@@ -254,6 +254,12 @@ impl Reporter<'_> {
     }
 
     fn ended(&self, phase: &Phase, started: Instant, outcome: PhaseOutcome) {
+        self.ended_of(phase, started, outcome, 0);
+    }
+
+    /// [`Self::ended`] of a phase that learned the plan's `total` while it
+    /// ran (`resolve_config`, which makes the plan).
+    fn ended_of(&self, phase: &Phase, started: Instant, outcome: PhaseOutcome, total: u32) {
         let at = self.shared.clock.now();
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let (attempt, name, at_ms) = (self.attempt, phase.to_string(), at.as_millis());
@@ -285,6 +291,7 @@ impl Reporter<'_> {
             at,
             duration_ms,
             outcome,
+            total,
         });
     }
 
@@ -367,14 +374,15 @@ async fn run_attempt(
             return;
         }
     };
-    reporter.ended(&phase, started, PhaseOutcome::Completed);
+    // resolve_config counts in the plan's total, known now.
+    let total = u32::try_from(plan.len() + 1).unwrap_or(u32::MAX);
+    reporter.ended_of(&phase, started, PhaseOutcome::Completed, total);
 
     // ── the service's plan ──────────────────────────────────────────────
     // At most one forwarded progress report per quarter of the deadline
     // (and never more than one a millisecond, whatever the deadline); the
     // teardown of a failed boot reports at that pace too.
     let interval = (shared.timings.step_deadline / 4).max(Duration::from_millis(1));
-    let total = u32::try_from(plan.len() + 1).unwrap_or(u32::MAX);
     let mut runtime = Runtime::new();
     let mut checkpoints: Vec<Completed> = Vec::with_capacity(plan.len());
     for (offset, step_impl) in plan.iter().enumerate() {

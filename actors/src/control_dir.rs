@@ -1429,6 +1429,32 @@ pub fn read_journal(path: &Path) -> Result<Vec<Record>, ControlDirError> {
     }
 }
 
+/// The journal of the data dir `data_dir`, read by a process that is not
+/// its daemon (none may be running): read-only through
+/// [`fsx::read_control_file`] (no link followed, nothing created or
+/// written, no lock taken). A torn tail (an append in flight, or a crash's)
+/// is ignored: the records before it are answered. A missing journal is
+/// empty.
+///
+/// # Errors
+/// [`ControlDirError::CorruptJournal`] for mid-file corruption,
+/// [`ControlDirError::BadJournalHeader`] for a bad header, naming the file;
+/// the file system's refusals.
+pub fn read_journal_of(data_dir: &Path) -> Result<Vec<Record>, ControlDirError> {
+    let path = data_dir.join(CONTROL_DIR_NAME).join("journal");
+    let Some(bytes) = fsx::read_control_file(data_dir, CONTROL_DIR_NAME, "journal", u64::MAX)?
+    else {
+        return Ok(Vec::new());
+    };
+    match journal::decode(&bytes) {
+        Ok(decoded) => Ok(decoded.records),
+        Err(JournalError::Corrupt { offset }) => {
+            Err(ControlDirError::CorruptJournal { path, offset })
+        }
+        Err(source) => Err(ControlDirError::BadJournalHeader { path, source }),
+    }
+}
+
 /// Whether an override tier fits its marker ([`MAX_MARKER_PAYLOAD`]
 /// bytes encoded); if not, why.
 ///

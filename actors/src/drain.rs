@@ -143,6 +143,7 @@ pub async fn teardown(
             at,
             duration_ms,
             outcome,
+            total: 0,
         });
     }
     drop(runtime);

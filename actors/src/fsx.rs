@@ -510,6 +510,52 @@ pub fn open_control_dir(data_dir: &Path, name: &str) -> Result<Dir, FsError> {
         .0)
 }
 
+/// Read at most `cap` bytes of `<data_dir>/<control>/<name>` without
+/// changing anything: for a reader that is not the daemon (`steadfastctl
+/// journal --data-dir` with no daemon answering). The data dir and the
+/// control dir are checked as [`open_control_dir`] checks them, except that
+/// nothing is created and a loose mode is refused rather than tightened;
+/// the file is opened `O_NOFOLLOW | O_NONBLOCK` and must be a regular file
+/// of this euid with one link; it is never written, and no lock is taken.
+/// `None` when the file is missing.
+///
+/// # Errors
+/// As [`open_control_dir`] and [`Dir::open`]; `NotFound` (as
+/// [`FsError::Io`]) when the data dir or the control dir is missing.
+pub fn read_control_file(
+    data_dir: &Path,
+    control: &str,
+    name: &str,
+    cap: u64,
+) -> Result<Option<Vec<u8>>, FsError> {
+    let data = Dir::open_data_dir(data_dir, false)?;
+    let path = data.join(control);
+    let fd = rustix::fs::openat(
+        &data.fd,
+        control,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|errno| data.refusal(control, errno, true))?;
+    let dir = Dir { fd, path };
+    dir.check_trusted(false)?;
+    let path = dir.join(name);
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+    let fd = match rustix::fs::openat(&dir.fd, name, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(errno) => return Err(dir.refusal(name, errno, false)),
+    };
+    let stat = rustix::fs::fstat(&fd).map_err(os(&path))?;
+    check_file(&path, &stat)?;
+    let mut bytes = Vec::new();
+    File::from(fd)
+        .take(cap)
+        .read_to_end(&mut bytes)
+        .map_err(|source| FsError::Io { path, source })?;
+    Ok(Some(bytes))
+}
+
 /// Read at most `cap` bytes of the regular file at `path`, opened
 /// `O_NOFOLLOW` (a link there is refused, not followed); `None` when
 /// missing. For readers that have a path and no [`Dir`] (the `journal`

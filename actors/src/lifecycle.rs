@@ -187,6 +187,9 @@ pub enum BootReport {
         duration_ms: u64,
         /// How it went.
         outcome: PhaseOutcome,
+        /// The plan's phases, when the phase learned them (`resolve_config`
+        /// makes the plan); 0 otherwise.
+        total: u32,
     },
     /// The boot finished: the runtime is serving.
     Booted {
@@ -1103,6 +1106,7 @@ impl LifecycleActorState {
                         duration_ms: None,
                         outcome: PhaseOutcome::Running,
                     });
+                    record.count_totals();
                 }
                 if self
                     .fire(myself, LifecycleEvent::Phase { phase, at })
@@ -1127,14 +1131,17 @@ impl LifecycleActorState {
                 at: _,
                 duration_ms,
                 outcome,
+                total,
             } => {
-                if let Some(p) = self
-                    .snapshot
-                    .attempt_mut(attempt)
-                    .and_then(|a| a.phase_mut(&phase))
-                {
-                    p.duration_ms = Some(duration_ms);
-                    p.outcome = outcome;
+                if let Some(record) = self.snapshot.attempt_mut(attempt) {
+                    if let Some(p) = record.phase_mut(&phase) {
+                        p.duration_ms = Some(duration_ms);
+                        p.outcome = outcome;
+                        if p.total == 0 {
+                            p.total = total;
+                        }
+                    }
+                    record.count_totals();
                 }
                 self.publish();
             }

@@ -72,6 +72,91 @@ impl WireSnapshot {
     }
 }
 
+/// What `watch` answers: the top-level fields of the snapshot that changed
+/// since the one the client has (version `base`), not the whole snapshot.
+///
+/// The server diffs against the snapshot it last sent on that connection;
+/// when that is not the version the client asks after (a new connection, a
+/// concurrent call), `base` is `None` and `json` is the whole (lean)
+/// snapshot. Checked by `control::tests::changes_carry_only_what_changed`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireChanges {
+    /// The version the changes apply to; `None`: `json` is a whole snapshot.
+    pub base: Option<u64>,
+    /// A JSON object: the snapshot's fields that differ from `base`'s
+    /// (`version` and `now` among them), or the whole snapshot.
+    pub json: String,
+}
+
+/// Why a [`WireChanges`] could not be applied.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangesError {
+    /// The changes apply to another version than the snapshot given.
+    #[error("the changes apply to version {base}, not to version {have}")]
+    OtherBase {
+        /// The version the changes apply to.
+        base: u64,
+        /// The version of the snapshot given.
+        have: u64,
+    },
+    /// The text is not a snapshot or a set of its fields.
+    #[error("the changes do not decode: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+impl WireChanges {
+    /// What changed from `base` (the snapshot the peer has, if known) to
+    /// `now`.
+    ///
+    /// # Panics
+    /// Never in practice: see [`WireSnapshot::from_snapshot`].
+    #[must_use]
+    pub fn between(base: Option<&Snapshot>, now: &Snapshot) -> Self {
+        let to_object = |s: &Snapshot| match serde_json::to_value(s) {
+            Ok(serde_json::Value::Object(map)) => map,
+            _ => serde_json::Map::new(),
+        };
+        let Some(base) = base else {
+            return Self {
+                base: None,
+                json: WireSnapshot::from_snapshot(now).json,
+            };
+        };
+        let old = to_object(base);
+        let changed: serde_json::Map<String, serde_json::Value> = to_object(now)
+            .into_iter()
+            .filter(|(key, value)| old.get(key) != Some(value))
+            .collect();
+        Self {
+            base: Some(base.version),
+            json: serde_json::Value::Object(changed).to_string(),
+        }
+    }
+
+    /// The snapshot these changes make of `have`.
+    ///
+    /// # Errors
+    /// [`ChangesError::OtherBase`] when they apply to another version;
+    /// [`ChangesError::Json`] when the text does not decode.
+    pub fn apply(&self, have: &Snapshot) -> Result<Snapshot, ChangesError> {
+        let Some(base) = self.base else {
+            return Ok(serde_json::from_str(&self.json)?);
+        };
+        if base != have.version {
+            return Err(ChangesError::OtherBase {
+                base,
+                have: have.version,
+            });
+        }
+        let mut value = serde_json::to_value(have)?;
+        let changes: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&self.json)?;
+        if let serde_json::Value::Object(fields) = &mut value {
+            fields.extend(changes);
+        }
+        Ok(serde_json::from_value(value)?)
+    }
+}
+
 /// What every control method answers: the snapshot after the call, or why
 /// not.
 pub type ControlAnswer = Result<WireSnapshot, CommandError>;
@@ -124,10 +209,10 @@ pub const MAX_JOURNAL_ATTEMPTS: u32 = 1_000;
 pub trait Control {
     /// The latest snapshot.
     async fn snapshot() -> ControlAnswer;
-    /// Long-poll: the first snapshot whose version is greater than
-    /// `after_version`, or the current one once `timeout_ms` (capped at
-    /// [`MAX_WATCH_TIMEOUT_MS`]) has passed.
-    async fn watch(after_version: u64, timeout_ms: u64) -> ControlAnswer;
+    /// Long-poll: what changed up to the first snapshot whose version is
+    /// greater than `after_version`, or up to the current one once
+    /// `timeout_ms` (capped at [`MAX_WATCH_TIMEOUT_MS`]) has passed.
+    async fn watch(after_version: u64, timeout_ms: u64) -> Result<WireChanges, CommandError>;
     /// Boot a stopped runtime (clears a hold).
     async fn start() -> ControlAnswer;
     /// Stop the runtime; `hold` keeps it stopped across a relaunch.
@@ -223,7 +308,9 @@ mod tests {
 
     fn snapshot() -> Snapshot {
         Snapshot {
+            schema: crate::snapshot::SCHEMA,
             version: 3,
+            now: None,
             lifecycle: LifecycleState::Resolving {
                 since: Timestamp(9),
             },
@@ -247,6 +334,30 @@ mod tests {
         let options = bincode::DefaultOptions::new().with_limit(MAX_FRAME_LEN as u64);
         let bytes = options.serialize(value).expect("encodes");
         options.deserialize(&bytes).expect("decodes")
+    }
+
+    #[test]
+    fn changes_carry_only_what_changed() {
+        let before = snapshot();
+        let mut after = before.clone();
+        after.version = 4;
+        after.streak = 3;
+        let changes = WireChanges::between(Some(&before), &after);
+        assert_eq!(changes.base, Some(3));
+        let fields: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&changes.json).expect("object");
+        assert_eq!(
+            fields.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["streak", "version"]
+        );
+        assert_eq!(round_trip(&changes).apply(&before).expect("applies"), after);
+        assert!(matches!(
+            changes.apply(&after),
+            Err(ChangesError::OtherBase { base: 3, have: 4 })
+        ));
+        let whole = WireChanges::between(None, &after);
+        assert_eq!(whole.base, None);
+        assert_eq!(whole.apply(&before).expect("whole"), after);
     }
 
     #[test]

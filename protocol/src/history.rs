@@ -126,6 +126,9 @@ pub fn attempts(records: &[Record], limit: usize) -> Vec<JournalAttempt> {
     }
     let excess = out.len().saturating_sub(limit);
     out.drain(..excess);
+    for entry in &mut out {
+        entry.attempt.count_totals();
+    }
     out
 }
 

@@ -5,14 +5,30 @@
 //! phases, what the previous run of this data directory left behind, the
 //! identity, the counters and the hold marker. Each published snapshot has a
 //! `version` one higher than the one before, so a long-poll can ask for "the
-//! first snapshot newer than N". The shapes are snake_case and, where they are
-//! enums with data, internally tagged, for JSON (`spec/control.md` once
-//! written). Checked by `snapshot::tests::json_shape_is_snake_case_and_tagged`.
+//! first snapshot newer than N"; the shape itself is versioned by `schema`
+//! ([`SCHEMA`]). The shapes are snake_case and, where they are enums with
+//! data, internally tagged, for JSON (`spec/control.md`). Checked by
+//! `snapshot::tests::json_shape_is_snake_case_and_tagged`.
+//!
+//! Over the control plane a snapshot is [`Snapshot::lean`]: the current
+//! attempt only (history is the `journal` method's), so its size does not
+//! grow with the history. Checked by
+//! `snapshot::tests::lean_keeps_only_the_current_attempt`.
 
 use serde::{Deserialize, Serialize};
 
 use crate::Timestamp;
 use crate::lifecycle::{LifecycleState, PendingApply, Phase};
+
+/// The version of the JSON shapes the control plane answers (the snapshot,
+/// the journal, `steadfastctl`'s `--json`): raised when a field changes
+/// meaning or goes away. 1 was the unversioned shape that carried every
+/// recent attempt; 2 is the lean snapshot with `schema` and `now`.
+pub const SCHEMA: u32 = 2;
+
+const fn schema_before_it_was_versioned() -> u32 {
+    1
+}
 
 /// What the previous run of this data directory left behind, read from the
 /// run marker when the daemon opened it.
@@ -111,6 +127,23 @@ pub struct AttemptRecord {
 }
 
 impl AttemptRecord {
+    /// Give the phases that started before the plan was known
+    /// (`resolve_config`, whose `total` is 0 then) the plan's total, once
+    /// a later phase knows it, so `resolve_config` reads `1/N` like the
+    /// others. Checked by `snapshot::tests::resolve_config_counts_in_the_total`.
+    pub fn count_totals(&mut self) {
+        let total = self.phases.iter().map(|p| p.total).max().unwrap_or(0);
+        if total > 0 {
+            for phase in &mut self.phases {
+                if phase.total == 0 {
+                    phase.total = total;
+                }
+            }
+        }
+    }
+}
+
+impl AttemptRecord {
     /// A new attempt, with no phases yet.
     #[must_use]
     pub const fn new(attempt: u32, started_at: Timestamp) -> Self {
@@ -131,11 +164,25 @@ impl AttemptRecord {
 /// Everything a supervisor publishes about itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {
-    /// One higher for every published snapshot.
+    /// The version of this JSON shape ([`SCHEMA`]); 1 when absent (a daemon
+    /// from before it was versioned).
+    #[serde(default = "schema_before_it_was_versioned")]
+    pub schema: u32,
+    /// A counter, one higher for every published snapshot (what `watch`
+    /// long-polls on); not a version of the shape (that is `schema`).
     pub version: u64,
+    /// The daemon's clock when it answered: what the relative times ("3 s
+    /// ago") are measured from, so they do not depend on the reader's
+    /// clock. Every [`Timestamp`] here is wall-clock milliseconds since the
+    /// Unix epoch as the daemon reads it (anchored once at its start,
+    /// advanced by its monotonic clock). `None` in the handle's own
+    /// snapshots: the control server stamps it.
+    #[serde(default)]
+    pub now: Option<Timestamp>,
     /// Where the lifecycle is.
     pub lifecycle: LifecycleState,
-    /// The most recent attempts of this process, oldest first (bounded).
+    /// The most recent attempts of this process, oldest first (bounded); over
+    /// the control plane only the current one ([`Snapshot::lean`]).
     pub attempts: Vec<AttemptRecord>,
     /// What the previous run of this data directory left behind.
     pub previous_run: PreviousRun,
@@ -173,6 +220,16 @@ pub struct BudgetStatus {
 }
 
 impl Snapshot {
+    /// This snapshot as the control plane carries it: the current (latest)
+    /// attempt only, with its phases; earlier attempts are the journal's.
+    #[must_use]
+    pub fn lean(&self) -> Self {
+        let mut lean = self.clone();
+        let keep = lean.attempts.len().saturating_sub(1);
+        lean.attempts.drain(..keep);
+        lean
+    }
+
     /// The attempt record for `attempt`, if it is still kept.
     pub fn attempt_mut(&mut self, attempt: u32) -> Option<&mut AttemptRecord> {
         self.attempts
@@ -200,7 +257,9 @@ mod tests {
             },
         });
         let snapshot = Snapshot {
+            schema: SCHEMA,
             version: 7,
+            now: Some(Timestamp(9)),
             lifecycle: LifecycleState::Resolving {
                 since: Timestamp(1),
             },
@@ -233,8 +292,71 @@ mod tests {
         assert_eq!(json["attempts"][0]["phases"][0]["outcome"], "failed");
         assert_eq!(json["attempts"][0]["phases"][0]["error"], "bad");
         assert_eq!(json["pending"]["kind"], "in_sync");
-        let back: Snapshot = serde_json::from_value(json).expect("round trip");
+        assert_eq!(json["schema"], SCHEMA);
+        assert_eq!(json["now"], 9);
+        let back: Snapshot = serde_json::from_value(json.clone()).expect("round trip");
         assert_eq!(back, snapshot);
+        // A daemon from before the shape was versioned: schema 1, no `now`.
+        let mut old = json;
+        let object = old.as_object_mut().expect("object");
+        object.remove("schema");
+        object.remove("now");
+        let back: Snapshot = serde_json::from_value(old).expect("old shape");
+        assert_eq!((back.schema, back.now), (1, None));
+    }
+
+    fn phase(name: &str, index: u32, total: u32) -> PhaseRecord {
+        PhaseRecord {
+            phase: Phase::new(name.to_owned()),
+            index,
+            total,
+            started_at: Timestamp(5),
+            duration_ms: Some(1),
+            outcome: PhaseOutcome::Completed,
+        }
+    }
+
+    #[test]
+    fn resolve_config_counts_in_the_total() {
+        let mut attempt = AttemptRecord::new(1, Timestamp(5));
+        attempt.phases.push(phase("resolve_config", 1, 0));
+        attempt.count_totals();
+        assert_eq!(attempt.phases[0].total, 0, "unknown until a step knows it");
+        attempt.phases.push(phase("open_store", 2, 5));
+        attempt.count_totals();
+        assert_eq!(
+            attempt.phases.iter().map(|p| p.total).collect::<Vec<_>>(),
+            [5, 5]
+        );
+    }
+
+    #[test]
+    fn lean_keeps_only_the_current_attempt() {
+        let mut snapshot = Snapshot {
+            schema: SCHEMA,
+            version: 1,
+            now: None,
+            lifecycle: LifecycleState::Resolving {
+                since: Timestamp(1),
+            },
+            attempts: (1..=32)
+                .map(|n| AttemptRecord::new(n, Timestamp(5)))
+                .collect(),
+            previous_run: PreviousRun::FirstEver,
+            identity: None,
+            epoch: 0,
+            streak: 0,
+            hold: false,
+            pending: PendingApply::InSync,
+            pid: 42,
+            error: None,
+            budget: None,
+        };
+        let lean = snapshot.lean();
+        assert_eq!(lean.attempts.len(), 1);
+        assert_eq!(lean.attempts[0].attempt, 32);
+        snapshot.attempts.clear();
+        assert!(snapshot.lean().attempts.is_empty());
     }
 }
 

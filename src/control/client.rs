@@ -53,7 +53,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use steadfast_protocol::control::{
-    CommandError, ControlAnswer, ControlClient as RawClient, MAX_WATCH_TIMEOUT_MS, ReinitPrepared,
+    ChangesError, CommandError, ControlAnswer, ControlClient as RawClient, MAX_WATCH_TIMEOUT_MS,
+    ReinitPrepared, WireChanges,
 };
 use steadfast_protocol::history::JournalAttempt;
 use steadfast_protocol::lifecycle::{ExitIntent, Refused};
@@ -591,26 +592,43 @@ impl ControlClient {
         )
     }
 
-    /// The first snapshot whose version is greater than `after_version`, or
-    /// the current one after `timeout` (the server caps it at 60 s).
+    /// The first snapshot whose version is greater than `have`'s, or the
+    /// current one after `timeout` (the server caps it at 60 s). The daemon
+    /// sends only the fields that changed since `have` (when `have` is
+    /// what it last sent on this connection; otherwise the whole snapshot),
+    /// and they are applied to `have` here.
     ///
     /// # Errors
     /// As [`Self::snapshot`].
-    pub async fn watch(
+    pub async fn watch(&self, have: &Snapshot, timeout: Duration) -> Result<Snapshot, ClientError> {
+        let changes = self.watch_changes(have.version, timeout).await?;
+        match changes.apply(have) {
+            Ok(snapshot) => Ok(snapshot),
+            Err(ChangesError::Json(error)) => Err(ClientError::Malformed(error)),
+            // Changes for another base than the one asked after: not for
+            // this snapshot; read the whole one.
+            Err(ChangesError::OtherBase { .. }) => self.snapshot().await,
+        }
+    }
+
+    /// The `watch` method's own answer: the fields that changed since
+    /// version `after_version` (if that is what this connection last
+    /// received), else the whole snapshot. [`Self::watch`] applies it.
+    ///
+    /// # Errors
+    /// As [`Self::snapshot`].
+    pub async fn watch_changes(
         &self,
         after_version: u64,
         timeout: Duration,
-    ) -> Result<Snapshot, ClientError> {
+    ) -> Result<WireChanges, ClientError> {
         let ms = u64::try_from(timeout.as_millis())
             .unwrap_or(u64::MAX)
             .min(MAX_WATCH_TIMEOUT_MS);
         let wait = Duration::from_millis(ms) + WATCH_MARGIN;
-        Self::unwrap(
-            self.read_only(
-                |raw| async move { raw.watch(Self::context(wait), after_version, ms).await },
-            )
-            .await,
-        )
+        self.read_only(|raw| async move { raw.watch(Self::context(wait), after_version, ms).await })
+            .await?
+            .map_err(ClientError::Command)
     }
 
     /// Boot a stopped runtime (clears a hold).

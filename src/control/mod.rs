@@ -35,3 +35,25 @@ pub use tcp::{TcpServerGuard, serve_tcp, serve_tcp_with};
 pub fn socket_path(data_dir: &std::path::Path) -> std::path::PathBuf {
     steadfast_actors::control_dir::ControlDir::under(data_dir).join("control.sock")
 }
+
+/// Why [`read_journal`] could not read a journal: the control directory's
+/// error, naming the file (mid-file corruption, a bad header, a link or a
+/// file that is not ours).
+pub use steadfast_actors::control_dir::ControlDirError as JournalReadError;
+
+/// The last `limit` attempts the journal of `data_dir` records, read
+/// directly from the file — for when no daemon answers (`steadfastctl
+/// journal --data-dir DIR`). Read-only: no link is followed, nothing is
+/// created or written, the data dir's lock is neither taken nor needed, so
+/// it is safe beside a running daemon too. A torn tail (an append in
+/// flight) is ignored; mid-file corruption is an error.
+///
+/// # Errors
+/// [`JournalReadError`], naming the file.
+pub fn read_journal(
+    data_dir: &std::path::Path,
+    limit: usize,
+) -> Result<Vec<steadfast_protocol::history::JournalAttempt>, JournalReadError> {
+    let records = steadfast_actors::control_dir::read_journal_of(data_dir)?;
+    Ok(steadfast_protocol::history::attempts(&records, limit))
+}

@@ -60,6 +60,10 @@
 //!   `a_deadline_of_u64_max_seconds_is_still_answered`.
 //! - Every method answers what the handle answers; a refusal keeps its
 //!   typed reason. `every_method_end_to_end`, `a_refusal_arrives_typed`.
+//! - Each connection answers lean snapshots (the current attempt only),
+//!   stamped with the daemon's `now`, and remembers the last one it sent:
+//!   `watch` answers the fields that changed since it (`WireChanges`).
+//!   Checked by `tests/operator_view.rs::watch_answers_only_what_changed`.
 
 use std::fs;
 use std::io;
@@ -76,8 +80,8 @@ use steadfast_actors::config::parse_value;
 use steadfast_actors::lifecycle::Hold;
 use steadfast_protocol::control::ControlRequest;
 use steadfast_protocol::control::{
-    CommandError, Control, ControlAnswer, MAX_JOURNAL_ATTEMPTS, ReinitPrepared, WireJournal,
-    WireSnapshot, clamp_watch_timeout,
+    CommandError, Control, ControlAnswer, MAX_JOURNAL_ATTEMPTS, ReinitPrepared, WireChanges,
+    WireJournal, WireSnapshot, clamp_watch_timeout,
 };
 use steadfast_protocol::lifecycle::ExitIntent;
 use steadfast_protocol::snapshot::{ConfigView, Snapshot};
@@ -582,7 +586,11 @@ async fn serve_connection<S>(
 {
     let transport = tarpc::serde_transport::new(codec::framed(stream), Bincode1::server());
     let serve = Guarded {
-        inner: ControlService { handle }.serve(),
+        inner: ControlService {
+            handle,
+            sent: Arc::default(),
+        }
+        .serve(),
         activity,
     };
     BaseChannel::with_defaults(transport)
@@ -627,22 +635,43 @@ where
     }
 }
 
-/// The [`Control`] service over one supervisor.
+/// The [`Control`] service over one supervisor, for one connection.
 #[derive(Clone)]
 struct ControlService {
     handle: SupervisorHandle,
+    /// The snapshot last answered on this connection, as sent: what a
+    /// `watch` after its version is diffed against.
+    sent: Arc<std::sync::Mutex<Option<Snapshot>>>,
 }
 
-fn answer(result: Result<Snapshot, CommandError>) -> ControlAnswer {
-    result.map(|snapshot| WireSnapshot::from_snapshot(&snapshot))
+impl ControlService {
+    /// `snapshot` as this connection sends it: lean (the current attempt
+    /// only), stamped with the daemon's clock; remembered for `watch`.
+    fn lean(&self, snapshot: &Snapshot) -> Snapshot {
+        let mut lean = snapshot.lean();
+        lean.now = Some(self.handle.now());
+        if let Ok(mut sent) = self.sent.lock() {
+            *sent = Some(lean.clone());
+        }
+        lean
+    }
+
+    fn answer(&self, result: Result<Snapshot, CommandError>) -> ControlAnswer {
+        result.map(|snapshot| WireSnapshot::from_snapshot(&self.lean(&snapshot)))
+    }
 }
 
 impl Control for ControlService {
     async fn snapshot(self, _: Context) -> ControlAnswer {
-        Ok(WireSnapshot::from_snapshot(&self.handle.snapshot()))
+        self.answer(Ok(self.handle.snapshot()))
     }
 
-    async fn watch(self, _: Context, after_version: u64, timeout_ms: u64) -> ControlAnswer {
+    async fn watch(
+        self,
+        _: Context,
+        after_version: u64,
+        timeout_ms: u64,
+    ) -> Result<WireChanges, CommandError> {
         let mut snapshots = self.handle.watch();
         let newer = async {
             loop {
@@ -658,37 +687,44 @@ impl Control for ControlService {
         let wait = Duration::from_millis(clamp_watch_timeout(timeout_ms));
         let _ = tokio::time::timeout(wait, newer).await;
         let snapshot = snapshots.borrow().clone();
-        Ok(WireSnapshot::from_snapshot(&snapshot))
+        let base = self
+            .sent
+            .lock()
+            .ok()
+            .and_then(|sent| sent.clone())
+            .filter(|sent| sent.version == after_version);
+        let lean = self.lean(&snapshot);
+        Ok(WireChanges::between(base.as_ref(), &lean))
     }
 
     async fn start(self, _: Context) -> ControlAnswer {
-        answer(self.handle.start().await)
+        self.answer(self.handle.start().await)
     }
 
     async fn stop(self, _: Context, hold: Hold) -> ControlAnswer {
-        answer(self.handle.stop(hold).await)
+        self.answer(self.handle.stop(hold).await)
     }
 
     async fn restart(self, _: Context, force: bool) -> ControlAnswer {
         if force {
-            answer(self.handle.restart_forced().await)
+            self.answer(self.handle.restart_forced().await)
         } else {
-            answer(self.handle.restart().await)
+            self.answer(self.handle.restart().await)
         }
     }
 
     async fn retry(self, _: Context) -> ControlAnswer {
-        answer(self.handle.retry().await)
+        self.answer(self.handle.retry().await)
     }
 
     async fn exit(self, _: Context, intent: ExitIntent) -> ControlAnswer {
-        answer(self.handle.exit(intent).await)
+        self.answer(self.handle.exit(intent).await)
     }
 
     async fn reload(self, _: Context) -> ControlAnswer {
         // Through the daemon's systemd side, so `steadfastctl reload` and
         // SIGHUP say the same `RELOADING=1` … `READY=1`.
-        answer(crate::daemon::reload(&self.handle).await)
+        self.answer(crate::daemon::reload(&self.handle).await)
     }
 
     async fn journal(self, _: Context, limit: u32) -> Result<WireJournal, CommandError> {
@@ -700,11 +736,11 @@ impl Control for ControlService {
     }
 
     async fn config_set(self, _: Context, leaf: String, value: String) -> ControlAnswer {
-        answer(self.handle.config_set(&leaf, parse_value(&value)).await)
+        self.answer(self.handle.config_set(&leaf, parse_value(&value)).await)
     }
 
     async fn config_unset(self, _: Context, leaf: String) -> ControlAnswer {
-        answer(self.handle.config_unset(&leaf).await)
+        self.answer(self.handle.config_unset(&leaf).await)
     }
 
     async fn config_show(
@@ -723,7 +759,7 @@ impl Control for ControlService {
     }
 
     async fn reinit(self, _: Context, token: String) -> ControlAnswer {
-        answer(self.handle.reinit(&token).await)
+        self.answer(self.handle.reinit(&token).await)
     }
 
     // -- Replacement (issue 7) --

@@ -11,8 +11,12 @@
 //! unknown (no daemon answered). `probe` is silent unless `--verbose` and
 //! exits 0 or 1 only.
 //!
+//! Times are shown absolute (RFC 3339, local or `--utc`) beside relative
+//! ones; every `--json` answer carries `schema`; `journal` reads the journal
+//! file itself (read-only) when no daemon answers.
+//!
 //! Checked by `tests/ctl.rs`, which runs this binary against a real
-//! in-process supervisor.
+//! in-process supervisor, and `tests/operator_view.rs` against real kvd.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -21,9 +25,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand, ValueEnum};
 use steadfast::control::{ClientError, ControlClient, Endpoint, Token};
+use steadfast::protocol::history::JournalAttempt;
 use steadfast::protocol::lifecycle::LifecycleState;
 use steadfast::protocol::snapshot::{
-    AttemptRecord, AttemptResult, PhaseOutcome, PreviousRun, Snapshot,
+    AttemptRecord, AttemptResult, PhaseOutcome, PhaseRecord, PreviousRun, SCHEMA, Snapshot,
 };
 use steadfast::{ExitIntent, Hold};
 
@@ -63,6 +68,9 @@ struct Cli {
     /// or the value a command answers (journal, config show, reinit).
     #[arg(long, global = true)]
     json: bool,
+    /// Print absolute times in UTC (`…Z`) instead of the local time zone.
+    #[arg(long, global = true)]
+    utc: bool,
     /// Say more (for `probe`: say why it failed).
     #[arg(long, short, global = true)]
     verbose: bool,
@@ -80,8 +88,13 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Show the daemon's state, its previous run and its recent attempts.
-    Status,
+    /// Show the daemon's state, its counters, its previous run and the
+    /// current attempt (earlier attempts: `--history N`, or `journal`).
+    Status {
+        /// Also show the last N attempts the journal records.
+        #[arg(long, value_name = "N")]
+        history: Option<u32>,
+    },
     /// Boot a stopped runtime (clears a hold).
     Start,
     /// Stop the runtime; returns once the drain has settled.
@@ -126,7 +139,8 @@ enum Cmd {
         what: ProbeKind,
     },
     /// Show the attempts the journal records (across relaunches), with each
-    /// phase's outcome and duration.
+    /// phase's outcome and duration. When no daemon answers, the journal
+    /// file under --data-dir is read directly (read-only, no lock taken).
     Journal {
         /// How many of the most recent attempts.
         #[arg(long, short = 'n', default_value_t = 20, value_name = "N")]
@@ -274,16 +288,22 @@ fn main() -> ExitCode {
 /// that is set but empty (or not Unicode-safe to print) is a usage error,
 /// not a silent fall back to the current directory.
 fn socket_path(cli: &Cli) -> Result<PathBuf, String> {
-    match (&cli.socket, &cli.data_dir) {
-        (Some(socket), _) => Ok(socket.clone()),
-        (None, Some(dir)) => Ok(steadfast::control::socket_path(dir)),
-        (None, None) => match std::env::var_os(DATA_DIR_ENV) {
-            Some(dir) if dir.is_empty() => Err(format!(
-                "{DATA_DIR_ENV} is set but empty: unset it, or give it the daemon's data directory"
-            )),
-            Some(dir) => Ok(steadfast::control::socket_path(std::path::Path::new(&dir))),
-            None => Ok(steadfast::control::socket_path(std::path::Path::new("."))),
-        },
+    match &cli.socket {
+        Some(socket) => Ok(socket.clone()),
+        None => data_dir_of(cli).map(|dir| steadfast::control::socket_path(&dir)),
+    }
+}
+
+/// The data dir: `--data-dir`, else `STEADFAST_DATA_DIR` (set but empty is
+/// a usage error), else the working directory.
+fn data_dir_of(cli: &Cli) -> Result<PathBuf, String> {
+    match (&cli.data_dir, std::env::var_os(DATA_DIR_ENV)) {
+        (Some(dir), _) => Ok(dir.clone()),
+        (None, Some(dir)) if dir.is_empty() => Err(format!(
+            "{DATA_DIR_ENV} is set but empty: unset it, or give it the daemon's data directory"
+        )),
+        (None, Some(dir)) => Ok(PathBuf::from(dir)),
+        (None, None) => Ok(PathBuf::from(".")),
     }
 }
 
@@ -341,10 +361,17 @@ async fn run(cli: Cli) -> ExitCode {
             return ExitCode::from(EXIT_TIMED_OUT);
         }
         Err(Unreached::Connect(error, _)) => {
+            if let Cmd::Journal { limit } = cli.command
+                && cli.socket.is_none()
+                && cli.tcp.is_none()
+            {
+                let dir = data_dir_of(&cli).unwrap_or_else(|_| PathBuf::from("."));
+                return journal_offline(&dir, limit, &error, cli.json, cli.utc);
+            }
             if !matches!(cli.command, Cmd::Probe { .. }) || cli.verbose {
                 eprintln!("steadfastctl: {error}");
             }
-            return ExitCode::from(if matches!(cli.command, Cmd::Status) {
+            return ExitCode::from(if matches!(cli.command, Cmd::Status { .. }) {
                 EXIT_UNKNOWN
             } else {
                 EXIT_CANNOT_CONNECT
@@ -352,9 +379,11 @@ async fn run(cli: Cli) -> ExitCode {
         }
     };
     let answer = match &cli.command {
-        Cmd::Status => return status(&client, cli.json).await,
+        Cmd::Status { history } => {
+            return status(&client, *history, cli.json, cli.utc).await;
+        }
         Cmd::Start => client.start().await,
-        Cmd::Stop { hold } => return stop(&client, *hold, cli.json, cli.timeout).await,
+        Cmd::Stop { hold } => return stop(&client, *hold, &cli).await,
         Cmd::Reload => client.reload().await,
         Cmd::Restart { force: false } => client.restart().await,
         Cmd::Restart { force: true } => client.restart_forced().await,
@@ -378,10 +407,10 @@ async fn run(cli: Cli) -> ExitCode {
                     return ExitCode::from(EXIT_USAGE);
                 }
             };
-            return watch(&client, *until, cli.json, deadline).await;
+            return watch(&client, *until, cli.json, cli.utc, deadline).await;
         }
         Cmd::Probe { what } => return probe(&client, *what, cli.verbose).await,
-        Cmd::Journal { limit } => return journal(&client, *limit, cli.json).await,
+        Cmd::Journal { limit } => return journal(&client, *limit, cli.json, cli.utc).await,
         Cmd::Config(ConfigCmd::Show { leaf }) => {
             return config_show(&client, leaf.as_deref(), cli.json).await;
         }
@@ -415,7 +444,10 @@ async fn run(cli: Cli) -> ExitCode {
             if cli.json {
                 print_json(&snapshot);
             } else {
-                print!("{}", render_status(&snapshot, now_ms()));
+                print!(
+                    "{}",
+                    render_status(&snapshot, Times::of(&snapshot, cli.utc))
+                );
             }
             ExitCode::SUCCESS
         }
@@ -425,23 +457,6 @@ async fn run(cli: Cli) -> ExitCode {
 
 /// `status`: print the snapshot, and exit as `systemctl status` and LSB
 /// init scripts do: 0 running, 3 not running, 4 unknown.
-async fn status(client: &ControlClient, json: bool) -> ExitCode {
-    match client.snapshot().await {
-        Ok(snapshot) => {
-            if json {
-                print_json(&snapshot);
-            } else {
-                print!("{}", render_status(&snapshot, now_ms()));
-            }
-            ExitCode::from(status_code(&snapshot.lifecycle))
-        }
-        Err(error) => {
-            eprintln!("steadfastctl: {error}");
-            ExitCode::from(EXIT_UNKNOWN)
-        }
-    }
-}
-
 /// `status`'s exit code for a daemon that answered: 0 only while the
 /// runtime runs (as `systemctl is-active` says `active` only once started);
 /// every other state, including one on its way to running, is 3.
@@ -455,13 +470,17 @@ const fn status_code(lifecycle: &LifecycleState) -> u8 {
 
 /// `stop [--hold]`: answered once the drain settled; with `--timeout`, exit
 /// 5 when it has not settled by then.
-async fn stop(client: &ControlClient, hold: bool, json: bool, timeout: Option<f64>) -> ExitCode {
+async fn stop(client: &ControlClient, hold: bool, cli: &Cli) -> ExitCode {
+    let (json, timeout) = (cli.json, cli.timeout);
     match client.stop(Hold::from(hold)).await {
         Ok(snapshot) => {
             if json {
                 print_json(&snapshot);
             } else {
-                print!("{}", render_status(&snapshot, now_ms()));
+                print!(
+                    "{}",
+                    render_status(&snapshot, Times::of(&snapshot, cli.utc))
+                );
             }
             ExitCode::SUCCESS
         }
@@ -487,11 +506,72 @@ fn fail(error: &ClientError) -> ExitCode {
     }
 }
 
+/// `value` as the JSON steadfastctl prints: an object carries `schema`
+/// ([`SCHEMA`]), whatever it answers.
+fn with_schema(value: &impl serde::Serialize) -> Result<serde_json::Value, serde_json::Error> {
+    let mut value = serde_json::to_value(value)?;
+    if let serde_json::Value::Object(fields) = &mut value {
+        fields
+            .entry("schema")
+            .or_insert_with(|| serde_json::Value::from(SCHEMA));
+    }
+    Ok(value)
+}
+
 fn print_json(value: &impl serde::Serialize) {
-    match serde_json::to_string_pretty(value) {
+    match with_schema(value).and_then(|v| serde_json::to_string_pretty(&v)) {
         Ok(json) => println!("{json}"),
         Err(error) => eprintln!("steadfastctl: {error}"),
     }
+}
+
+/// One JSON value on one line (`watch --json`, `replace --json`).
+fn print_json_line(value: &impl serde::Serialize) {
+    match with_schema(value).and_then(|v| serde_json::to_string(&v)) {
+        Ok(line) => println!("{line}"),
+        Err(error) => eprintln!("steadfastctl: {error}"),
+    }
+}
+
+/// `status`: the lean snapshot, and with `--history N` the journal's last
+/// N attempts.
+async fn status(client: &ControlClient, history: Option<u32>, json: bool, utc: bool) -> ExitCode {
+    let snapshot = match client.snapshot().await {
+        Ok(snapshot) => snapshot,
+        Err(error) => {
+            eprintln!("steadfastctl: {error}");
+            return ExitCode::from(EXIT_UNKNOWN);
+        }
+    };
+    let attempts = match history {
+        None => None,
+        Some(limit) => match client.journal(limit).await {
+            Ok(attempts) => Some(attempts),
+            Err(error) => return fail(&error),
+        },
+    };
+    let times = Times::of(&snapshot, utc);
+    if json {
+        match (serde_json::to_value(&snapshot), &attempts) {
+            (Ok(mut value), Some(attempts)) => {
+                if let serde_json::Value::Object(fields) = &mut value {
+                    fields.insert(
+                        "history".to_owned(),
+                        serde_json::to_value(attempts).unwrap_or_default(),
+                    );
+                }
+                print_json(&value);
+            }
+            _ => print_json(&snapshot),
+        }
+    } else {
+        print!("{}", render_status(&snapshot, times));
+        if let Some(attempts) = attempts {
+            println!("\nHistory (the journal's last {}):", attempts.len());
+            print!("{}", render_journal(&attempts, times));
+        }
+    }
+    ExitCode::from(status_code(&snapshot.lifecycle))
 }
 
 async fn probe(client: &ControlClient, what: ProbeKind, verbose: bool) -> ExitCode {
@@ -523,29 +603,70 @@ async fn probe(client: &ControlClient, what: ProbeKind, verbose: bool) -> ExitCo
     }
 }
 
-async fn journal(client: &ControlClient, limit: u32, json: bool) -> ExitCode {
+async fn journal(client: &ControlClient, limit: u32, json: bool, utc: bool) -> ExitCode {
     match client.journal(limit).await {
-        Ok(attempts) if json => {
-            print_json(&attempts);
-            ExitCode::SUCCESS
-        }
         Ok(attempts) => {
-            if attempts.is_empty() {
-                println!("The journal records no attempt.");
-            }
-            let now = now_ms();
-            let mut run = None;
-            for entry in &attempts {
-                if run != Some(entry.run) {
-                    run = Some(entry.run);
-                    println!("Run {}:", entry.run);
-                }
-                print!("{}", render_attempt(&entry.attempt, now));
-            }
+            print_journal(&attempts, json, false, utc);
             ExitCode::SUCCESS
         }
         Err(error) => fail(&error),
     }
+}
+
+/// `journal` when no daemon answers: the file under `data_dir`, read-only.
+fn journal_offline(
+    data_dir: &std::path::Path,
+    limit: u32,
+    why: &str,
+    json: bool,
+    utc: bool,
+) -> ExitCode {
+    let limit = limit.min(steadfast::protocol::control::MAX_JOURNAL_ATTEMPTS) as usize;
+    match steadfast::control::read_journal(data_dir, limit) {
+        Ok(attempts) => {
+            eprintln!(
+                "steadfastctl: no daemon answers ({why}); reading {} directly",
+                data_dir.join(".steadfast/journal").display()
+            );
+            print_journal(&attempts, json, true, utc);
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!(
+                "steadfastctl: no daemon answers ({why}), and the journal cannot be read: {error}"
+            );
+            ExitCode::from(EXIT_CANNOT_CONNECT)
+        }
+    }
+}
+
+fn print_journal(attempts: &[JournalAttempt], json: bool, offline: bool, utc: bool) {
+    if json {
+        print_json(&serde_json::json!({
+            "schema": SCHEMA,
+            "offline": offline,
+            "attempts": attempts,
+        }));
+        return;
+    }
+    if attempts.is_empty() {
+        println!("The journal records no attempt.");
+    }
+    print!("{}", render_journal(attempts, Times { now: now_ms(), utc }));
+}
+
+/// The journal's attempts grouped by run.
+fn render_journal(attempts: &[JournalAttempt], times: Times) -> String {
+    let mut out = String::new();
+    let mut run = None;
+    for entry in attempts {
+        if run != Some(entry.run) {
+            run = Some(entry.run);
+            out.push_str(&format!("Run {}:\n", entry.run));
+        }
+        out.push_str(&render_attempt(&entry.attempt, times));
+    }
+    out
 }
 
 async fn config_show(client: &ControlClient, leaf: Option<&str>, json: bool) -> ExitCode {
@@ -617,6 +738,7 @@ async fn reinit_prepare(client: &ControlClient, flags: &str, json: bool) -> Exit
     match client.reinit_prepare().await {
         Ok(prepared) if json => {
             print_json(&serde_json::json!({
+                "schema": SCHEMA,
                 "token": prepared.token,
                 "epoch": prepared.epoch,
             }));
@@ -645,19 +767,18 @@ async fn watch(
     client: &ControlClient,
     until: Option<StateName>,
     json: bool,
+    utc: bool,
     deadline: Option<(tokio::time::Instant, Duration)>,
 ) -> ExitCode {
     let mut last: Option<Snapshot> = None;
     loop {
-        let after = last.as_ref().map_or(0, |s| s.version);
         let wait = deadline.map_or(Duration::from_secs(30), |(at, _)| {
             at.saturating_duration_since(tokio::time::Instant::now())
                 .min(Duration::from_secs(30))
         });
-        let next = if last.is_none() {
-            client.snapshot().await
-        } else {
-            client.watch(after, wait).await
+        let next = match &last {
+            None => client.snapshot().await,
+            Some(have) => client.watch(have, wait).await,
         };
         let snapshot = match next {
             Ok(snapshot) => snapshot,
@@ -673,12 +794,9 @@ async fn watch(
         };
         if last.as_ref().map(|s| s.version) != Some(snapshot.version) {
             if json {
-                match serde_json::to_string(&snapshot) {
-                    Ok(line) => println!("{line}"),
-                    Err(error) => eprintln!("steadfastctl: {error}"),
-                }
+                print_json_line(&snapshot);
             } else {
-                for line in changes(last.as_ref(), &snapshot) {
+                for line in changes(last.as_ref(), &snapshot, utc) {
                     println!("{line}");
                 }
             }
@@ -735,26 +853,30 @@ fn timed_out(
 
 /// The lines `watch` prints for the step from `before` to `now`: a
 /// transition, and each phase that started or ended.
-fn changes(before: Option<&Snapshot>, now: &Snapshot) -> Vec<String> {
+fn changes(before: Option<&Snapshot>, now: &Snapshot, utc: bool) -> Vec<String> {
     let mut lines = Vec::new();
     let state_changed = before.is_none_or(|b| b.lifecycle != now.lifecycle);
     for attempt in &now.attempts {
         let old = before.and_then(|b| b.attempts.iter().find(|a| a.attempt == attempt.attempt));
         for (i, phase) in attempt.phases.iter().enumerate() {
+            // A phase whose total became known later (resolve_config) is
+            // not a change to print again.
             let old_phase = old.and_then(|a| a.phases.get(i));
-            if old_phase == Some(phase) {
+            if old_phase.is_some_and(|old| {
+                old.phase == phase.phase
+                    && old.outcome == phase.outcome
+                    && old.duration_ms == phase.duration_ms
+            }) {
                 continue;
             }
-            let position = if phase.total > 0 {
-                format!("{}/{}", phase.index, phase.total)
-            } else {
-                format!("{}", phase.index)
-            };
+            let position = position(phase);
             let line = match (&phase.outcome, phase.duration_ms) {
                 (PhaseOutcome::Running, _) => {
                     format!(
-                        "attempt {} phase {position} {}: started",
-                        attempt.attempt, phase.phase
+                        "attempt {} phase {position} {}: started {}",
+                        attempt.attempt,
+                        phase.phase,
+                        absolute(phase.started_at.as_millis(), utc)
                     )
                 }
                 (outcome, duration) => format!(
@@ -767,13 +889,30 @@ fn changes(before: Option<&Snapshot>, now: &Snapshot) -> Vec<String> {
                         .unwrap_or_default()
                 ),
             };
-            lines.push(line);
+            lines.push(indent_rest(&line, 4));
         }
     }
     if state_changed {
         lines.push(format!("→ {}", state_line(now)));
     }
     lines
+}
+
+/// A phase's place in the plan: `2/5`, or `1/?` while the plan is not
+/// known (`resolve_config` before the config resolved).
+fn position(phase: &PhaseRecord) -> String {
+    if phase.total > 0 {
+        format!("{}/{}", phase.index, phase.total)
+    } else {
+        format!("{}/?", phase.index)
+    }
+}
+
+/// Continuation lines of a multi-line text indented by `width` spaces, so
+/// an error of several lines stays inside its column.
+fn indent_rest(text: &str, width: usize) -> String {
+    let pad = format!("\n{}", " ".repeat(width));
+    text.trim_end_matches('\n').replace('\n', &pad)
 }
 
 fn outcome_text(outcome: &PhaseOutcome) -> String {
@@ -789,6 +928,47 @@ fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// How times are shown: relative to `now` (the daemon's clock when it
+/// answered, else this machine's), and absolute in UTC or local time.
+#[derive(Debug, Clone, Copy)]
+struct Times {
+    now: u64,
+    utc: bool,
+}
+
+impl Times {
+    fn of(snapshot: &Snapshot, utc: bool) -> Self {
+        Self {
+            now: snapshot.now.map_or_else(now_ms, |t| t.as_millis()),
+            utc,
+        }
+    }
+
+    /// `at` as RFC 3339 and relative: `2026-12-01T11:28:56.123+01:00 (15.2 s ago)`.
+    fn at(self, at: u64) -> String {
+        format!("{} ({})", absolute(at, self.utc), ago(self.now, at))
+    }
+}
+
+/// `ms` since the epoch as RFC 3339 with milliseconds, in UTC (`Z`) or in
+/// the local time zone (`TZ`, else `/etc/localtime`; UTC if neither is
+/// known).
+fn absolute(ms: u64, utc: bool) -> String {
+    let Ok(at) = i64::try_from(ms)
+        .map_err(|_| ())
+        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).map_err(|_| ()))
+    else {
+        return format!("{ms} ms after the epoch");
+    };
+    if utc {
+        return format!("{at:.3}");
+    }
+    let zone = jiff::tz::TimeZone::try_system().unwrap_or(jiff::tz::TimeZone::UTC);
+    at.to_zoned(zone)
+        .strftime("%Y-%m-%dT%H:%M:%S%.3f%:z")
+        .to_string()
 }
 
 fn ago(now: u64, at: u64) -> String {
@@ -855,7 +1035,7 @@ fn budget_line(snapshot: &Snapshot) -> String {
 }
 
 /// The human status, like `systemctl status`.
-fn render_status(snapshot: &Snapshot, now: u64) -> String {
+fn render_status(snapshot: &Snapshot, times: Times) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let _ = writeln!(
@@ -866,7 +1046,7 @@ fn render_status(snapshot: &Snapshot, now: u64) -> String {
     );
     let _ = writeln!(out, "      State: {}", state_line(snapshot));
     if let Some(at) = since(&snapshot.lifecycle) {
-        let _ = writeln!(out, "      Since: {}", ago(now, at));
+        let _ = writeln!(out, "      Since: {}", times.at(at));
     }
     if let Some(attempt) = attempt_of(&snapshot.lifecycle) {
         let _ = writeln!(
@@ -879,7 +1059,7 @@ fn render_status(snapshot: &Snapshot, now: u64) -> String {
     let previous = match &snapshot.previous_run {
         PreviousRun::FirstEver => "first ever".to_owned(),
         PreviousRun::CleanStop { at, epoch } => {
-            format!("clean stop {} (epoch {epoch})", ago(now, at.as_millis()))
+            format!("clean stop {} (epoch {epoch})", times.at(at.as_millis()))
         }
         PreviousRun::Crashed { pid, attempt } => format!(
             "crashed (pid {}, attempt {})",
@@ -914,19 +1094,18 @@ fn render_status(snapshot: &Snapshot, now: u64) -> String {
     }
     .or_else(|| snapshot.error.clone());
     if let Some(error) = last_error {
-        let _ = writeln!(out, " Last error: {error}");
+        let _ = writeln!(out, " Last error: {}", indent_rest(&error, 13));
     }
-    if !snapshot.attempts.is_empty() {
-        let _ = writeln!(out, "\nRecent attempts:");
-        for attempt in &snapshot.attempts {
-            out.push_str(&render_attempt(attempt, now));
-        }
+    // The current attempt; earlier ones are the journal's (`--history N`).
+    if let Some(attempt) = snapshot.attempts.last() {
+        let _ = writeln!(out, "\nCurrent attempt:");
+        out.push_str(&render_attempt(attempt, times));
     }
     out
 }
 
 /// One attempt and its phases, as `status` and `journal` print it.
-fn render_attempt(attempt: &AttemptRecord, now: u64) -> String {
+fn render_attempt(attempt: &AttemptRecord, times: Times) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let result = match attempt.result {
@@ -940,7 +1119,7 @@ fn render_attempt(attempt: &AttemptRecord, now: u64) -> String {
         "  #{} {} (started {})",
         attempt.attempt,
         result,
-        ago(now, attempt.started_at.as_millis())
+        times.at(attempt.started_at.as_millis())
     );
     for phase in &attempt.phases {
         let duration = phase
@@ -948,10 +1127,12 @@ fn render_attempt(attempt: &AttemptRecord, now: u64) -> String {
             .map_or_else(|| "…".to_owned(), |ms| format!("{ms} ms"));
         let _ = writeln!(
             out,
-            "     {:<20} {:>10}  {}",
+            "     {:>5} {:<20} {:>10}  {}",
+            position(phase),
             phase.phase.to_string(),
             duration,
-            outcome_text(&phase.outcome)
+            // Under the outcome column: 5 + 6 + 21 + 10 + 2.
+            indent_rest(&outcome_text(&phase.outcome), 44)
         );
     }
     out
@@ -1020,10 +1201,7 @@ async fn replace(
     loop {
         for event in report.events.iter().skip(printed) {
             if json {
-                match serde_json::to_string(event) {
-                    Ok(line) => println!("{line}"),
-                    Err(error) => eprintln!("steadfastctl: {error}"),
-                }
+                print_json_line(event);
             } else {
                 match event.answer {
                     None => println!("  {} ...", event.step),
@@ -1034,10 +1212,7 @@ async fn replace(
         printed = report.events.len();
         if let Some(ended) = &report.ended {
             if json {
-                match serde_json::to_string(ended) {
-                    Ok(line) => println!("{line}"),
-                    Err(error) => eprintln!("steadfastctl: {error}"),
-                }
+                print_json_line(ended);
             }
             return match ended {
                 Ended::Outcome(outcome) => {
