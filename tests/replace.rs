@@ -34,6 +34,15 @@ fn stamped_kvd(dir: &Path, name: &str, version: &str) -> PathBuf {
     path
 }
 
+/// `steadfastctl replace --binary BINARY --mode MODE EXTRA…` against the
+/// daemon over `data`, run to completion.
+fn replace(data: &Path, binary: &Path, mode: &str, extra: &[&str]) -> std::process::Output {
+    let binary = binary.to_str().expect("utf-8");
+    let mut args = vec!["replace", "--binary", binary, "--mode", mode];
+    args.extend_from_slice(extra);
+    ctl(data, &args)
+}
+
 fn running(s: &serde_json::Value) -> bool {
     s["lifecycle"]["state"] == "running"
 }
@@ -190,17 +199,11 @@ fn an_exclusive_upgrade_leaves_kvd_serving_the_new_binary() {
     let candidate = stamped_kvd(&kvd.dir, "kvd-2", "2.0.0-candidate");
 
     let load = load(kvd.port);
-    let out = ctl(
+    let out = replace(
         &kvd.data,
-        &[
-            "replace",
-            "--binary",
-            candidate.to_str().expect("utf-8"),
-            "--mode",
-            "exclusive",
-            "--setup-budget",
-            "30",
-        ],
+        &candidate,
+        "exclusive",
+        &["--setup-budget", "30"],
     );
     let printed = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(
@@ -288,19 +291,11 @@ fn an_overlap_upgrade_under_load_loses_no_connection_and_no_write() {
     let load = load(kvd.port);
     // Some load on the incumbent alone first.
     std::thread::sleep(Duration::from_millis(200));
-    let out = ctl(
+    let out = replace(
         &kvd.data,
-        &[
-            "replace",
-            "--binary",
-            candidate.to_str().expect("utf-8"),
-            "--mode",
-            "overlap",
-            "--setup-budget",
-            "30",
-            "--drain-budget",
-            "30",
-        ],
+        &candidate,
+        "overlap",
+        &["--setup-budget", "30", "--drain-budget", "30"],
     );
     let printed = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(
@@ -379,18 +374,7 @@ fn a_candidate_that_fails_verification_is_stopped_and_the_incumbent_keeps_servin
         &format!("#!/bin/sh\necho $$ > {}\nexit 3\n", pid_file.display()),
     );
     for (mode, candidate) in [("exclusive", &candidate), ("overlap", &crashing)] {
-        let out = ctl(
-            &kvd.data,
-            &[
-                "replace",
-                "--binary",
-                candidate.to_str().expect("utf-8"),
-                "--mode",
-                mode,
-                "--setup-budget",
-                "2",
-            ],
-        );
+        let out = replace(&kvd.data, candidate, mode, &["--setup-budget", "2"]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(4), "{mode}: {stderr}");
         assert!(
@@ -423,16 +407,7 @@ fn a_candidate_that_fails_verification_is_stopped_and_the_incumbent_keeps_servin
 fn a_second_replacement_is_refused_and_bad_input_is_a_typed_error() {
     let mut kvd = start_kvd("kvd-1", "1.0.0-incumbent");
     let missing = kvd.dir.join("no-such-binary");
-    let out = ctl(
-        &kvd.data,
-        &[
-            "replace",
-            "--binary",
-            missing.to_str().expect("utf-8"),
-            "--mode",
-            "exclusive",
-        ],
-    );
+    let out = replace(&kvd.data, &missing, "exclusive", &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(4), "{stderr}");
     assert!(
@@ -531,16 +506,7 @@ fn under_systemd_mainpid_names_the_new_process_after_commit() {
         command.env("NOTIFY_SOCKET", &socket_path);
     });
     let candidate = stamped_kvd(&kvd.dir, "kvd-2", "2.0.0-candidate");
-    let out = ctl(
-        &kvd.data,
-        &[
-            "replace",
-            "--binary",
-            candidate.to_str().expect("utf-8"),
-            "--mode",
-            "exclusive",
-        ],
-    );
+    let out = replace(&kvd.data, &candidate, "exclusive", &[]);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -569,17 +535,11 @@ fn a_failure_after_commit_says_committed_and_keeps_the_new_selection() {
     assert_eq!(kv(kvd.port, "SET before 1").as_deref(), Some("OK"));
     let candidate = stamped_kvd(&kvd.dir, "kvd-2", "2.0.0-candidate");
     // A drain budget of a millisecond: retire, after commit, runs out of it.
-    let out = ctl(
+    let out = replace(
         &kvd.data,
-        &[
-            "replace",
-            "--binary",
-            candidate.to_str().expect("utf-8"),
-            "--mode",
-            "overlap",
-            "--drain-budget",
-            "0.001",
-        ],
+        &candidate,
+        "overlap",
+        &["--drain-budget", "0.001"],
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(4), "{stderr}");
@@ -631,16 +591,7 @@ fn replace_is_refused_under_a_manager_that_tracks_the_pid() {
         });
         let old_pid = pid_of(&status(&kvd.data).expect("status"));
         let candidate = stamped_kvd(&kvd.dir, "kvd-2", "2.0.0-candidate");
-        let out = ctl(
-            &kvd.data,
-            &[
-                "replace",
-                "--binary",
-                candidate.to_str().expect("utf-8"),
-                "--mode",
-                "overlap",
-            ],
-        );
+        let out = replace(&kvd.data, &candidate, "overlap", &[]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(3), "{manager}: {stderr}");
         if manager == "bogus" {
@@ -698,16 +649,7 @@ fn replace_is_refused_as_pid_1_of_a_container() {
     let up = until(&data, "kvd running as PID 1", running);
     assert_eq!(pid_of(&up), 1, "kvd is PID 1 of its namespace");
     let candidate = stamped_kvd(dir, "kvd-2", "2.0.0-candidate");
-    let out = ctl(
-        &data,
-        &[
-            "replace",
-            "--binary",
-            candidate.to_str().expect("utf-8"),
-            "--mode",
-            "overlap",
-        ],
-    );
+    let out = replace(&data, &candidate, "overlap", &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(

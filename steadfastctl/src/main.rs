@@ -441,17 +441,19 @@ async fn run(cli: Cli) -> ExitCode {
     };
     match answer {
         Ok(snapshot) => {
-            if cli.json {
-                print_json(&snapshot);
-            } else {
-                print!(
-                    "{}",
-                    render_status(&snapshot, Times::of(&snapshot, cli.utc))
-                );
-            }
+            print_answer(&snapshot, &cli);
             ExitCode::SUCCESS
         }
         Err(error) => fail(&error),
+    }
+}
+
+/// The snapshot a command answered, as `--json` or as `status` prints it.
+fn print_answer(snapshot: &Snapshot, cli: &Cli) {
+    if cli.json {
+        print_json(snapshot);
+    } else {
+        print!("{}", render_status(snapshot, Times::of(snapshot, cli.utc)));
     }
 }
 
@@ -471,21 +473,13 @@ const fn status_code(lifecycle: &LifecycleState) -> u8 {
 /// `stop [--hold]`: answered once the drain settled; with `--timeout`, exit
 /// 5 when it has not settled by then.
 async fn stop(client: &ControlClient, hold: bool, cli: &Cli) -> ExitCode {
-    let (json, timeout) = (cli.json, cli.timeout);
     match client.stop(Hold::from(hold)).await {
         Ok(snapshot) => {
-            if json {
-                print_json(&snapshot);
-            } else {
-                print!(
-                    "{}",
-                    render_status(&snapshot, Times::of(&snapshot, cli.utc))
-                );
-            }
+            print_answer(&snapshot, cli);
             ExitCode::SUCCESS
         }
         Err(error) if error.is_deadline() => {
-            let secs = timeout.unwrap_or(DEFAULT_TIMEOUT.as_secs_f64());
+            let secs = cli.timeout.unwrap_or(DEFAULT_TIMEOUT.as_secs_f64());
             eprintln!(
                 "steadfastctl: timed out after {secs} s: the stop was not answered in time \
                  (a stop the daemon took goes on draining; one it could not take in time was \
