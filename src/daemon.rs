@@ -47,6 +47,9 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::supervisor::{Supervisor, SupervisorHandle};
 
+mod logging;
+pub use logging::{LogFormat, LogLevel, LogLevelError, init_logging, set_log_level};
+
 /// One line for `STATUS=`: the state and what matters about it.
 #[must_use]
 pub fn status_line(snapshot: &Snapshot) -> String {
@@ -108,8 +111,10 @@ pub struct DaemonOptions {
     pub create_token: bool,
     /// Log to stderr through a `tracing-subscriber` filtered by `RUST_LOG`
     /// (default `info`) — on by default, and only if the application has
-    /// not installed a subscriber of its own.
+    /// not installed a subscriber of its own; see [`init_logging`].
     pub logging: bool,
+    /// How the log lines are written (plain by default).
+    pub log_format: LogFormat,
 }
 
 impl DaemonOptions {
@@ -122,7 +127,15 @@ impl DaemonOptions {
             control_tcp: None,
             create_token: false,
             logging: true,
+            log_format: LogFormat::Plain,
         }
+    }
+
+    /// Write the log as plain lines or JSON objects ([`LogFormat`]).
+    #[must_use]
+    pub const fn log_format(mut self, format: LogFormat) -> Self {
+        self.log_format = format;
+        self
     }
 
     /// Install (or not) the default log output.
@@ -181,22 +194,6 @@ pub enum DaemonError {
     /// The TCP control port cannot be served.
     #[error("the control port is not served, so the daemon does not start: {0}")]
     ControlPort(#[source] crate::control::ControlError),
-}
-
-/// Log to stderr, filtered by `RUST_LOG` (default `info`), unless the
-/// application installed a subscriber of its own (then this does nothing).
-fn install_logging() {
-    if tracing::dispatcher::has_been_set() {
-        return;
-    }
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Another thread may install one first: then that one stays.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .try_init();
 }
 
 /// Serve the TCP control port `options` ask for, if any.
@@ -260,12 +257,12 @@ pub async fn run_with(
     options: DaemonOptions,
 ) -> Result<ExitIntent, DaemonError> {
     if options.logging {
-        install_logging();
+        init_logging(options.log_format);
     }
     let control = if options.control_socket {
         let path = supervisor.control_socket_path();
         let guard = crate::control::serve_unix(handle.clone(), &path).map_err(|error| {
-            tracing::error!(%error, "the control socket is not served");
+            tracing::error!(path = %path.display(), %error, "the control socket is not served");
             DaemonError::ControlSocket(error)
         })?;
         Some(guard)
@@ -273,7 +270,8 @@ pub async fn run_with(
         None
     };
     let control_tcp = serve_tcp(&options, &handle).inspect_err(|error| {
-        tracing::error!(%error, "the control port is not served");
+        let addr = options.control_tcp.as_ref().map(|(addr, _)| *addr);
+        tracing::error!(?addr, %error, "the control port is not served");
     })?;
     Ok(run_serving(supervisor, handle, control, control_tcp, options.signals).await)
 }

@@ -345,11 +345,16 @@ impl SupervisorHandle {
     }
 
     async fn send(&self, command: Command) -> Result<Snapshot, CommandError> {
+        let name = command.name();
         let (tx, rx) = oneshot::channel();
         self.commands
             .send((command, tx.into()))
             .map_err(|_| CommandError::Unavailable)?;
-        rx.await.map_err(|_| CommandError::Unavailable)?
+        let answer = rx.await.map_err(|_| CommandError::Unavailable)?;
+        if let Err(error) = &answer {
+            log_refusal(name, error);
+        }
+        answer
     }
 
     /// Boot a stopped runtime (clears a hold).
@@ -573,4 +578,15 @@ fn lookup<'a>(config: &'a toml::Table, leaf: &str) -> Option<&'a toml::Value> {
         value = value.as_table()?.get(key)?;
     }
     Some(value)
+}
+
+/// Log a command's refusal once, with its reason (a durability error as an
+/// error, anything else as a notice the operator caused).
+fn log_refusal(command: &str, error: &CommandError) {
+    let state = error.refused().map(|r| r.state.as_ref()).unwrap_or("");
+    if matches!(error, CommandError::Durability(_)) {
+        tracing::error!(command, reason = error.reason(), %error, "command not durable");
+    } else {
+        tracing::info!(command, state, reason = error.reason(), %error, "command refused");
+    }
 }
