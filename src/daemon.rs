@@ -48,7 +48,9 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::supervisor::{Supervisor, SupervisorHandle};
 
 mod logging;
+mod metrics_http;
 pub use logging::{LogFormat, LogLevel, LogLevelError, init_logging, set_log_level};
+pub use metrics_http::CONTENT_TYPE as METRICS_CONTENT_TYPE;
 
 /// One line for `STATUS=`: the state and what matters about it.
 #[must_use]
@@ -115,6 +117,9 @@ pub struct DaemonOptions {
     pub logging: bool,
     /// How the log lines are written (plain by default).
     pub log_format: LogFormat,
+    /// Serve `GET /metrics` (OpenMetrics text) on this address (off by
+    /// default; use a loopback address).
+    pub metrics_http: Option<SocketAddr>,
 }
 
 impl DaemonOptions {
@@ -128,7 +133,18 @@ impl DaemonOptions {
             create_token: false,
             logging: true,
             log_format: LogFormat::Plain,
+            metrics_http: None,
         }
+    }
+
+    /// Serve the supervisor's metrics over HTTP at `addr` (`GET /metrics`,
+    /// OpenMetrics text): a loopback address such as `127.0.0.1:9464`, for
+    /// a Prometheus on the same machine (the endpoint does not
+    /// authenticate).
+    #[must_use]
+    pub const fn metrics_http(mut self, addr: SocketAddr) -> Self {
+        self.metrics_http = Some(addr);
+        self
     }
 
     /// Write the log as plain lines or JSON objects ([`LogFormat`]).
@@ -194,6 +210,15 @@ pub enum DaemonError {
     /// The TCP control port cannot be served.
     #[error("the control port is not served, so the daemon does not start: {0}")]
     ControlPort(#[source] crate::control::ControlError),
+    /// The metrics endpoint cannot be bound.
+    #[error("the metrics endpoint {addr} is not served, so the daemon does not start: {source}")]
+    MetricsHttp {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Serve the TCP control port `options` ask for, if any.
@@ -273,7 +298,19 @@ pub async fn run_with(
         let addr = options.control_tcp.as_ref().map(|(addr, _)| *addr);
         tracing::error!(?addr, %error, "the control port is not served");
     })?;
-    Ok(run_serving(supervisor, handle, control, control_tcp, options.signals).await)
+    let metrics =
+        match options.metrics_http {
+            None => None,
+            Some(addr) => Some(metrics_http::serve(addr, handle.clone()).await.map_err(
+                |source| {
+                    tracing::error!(%addr, error = %source, "the metrics endpoint is not served");
+                    DaemonError::MetricsHttp { addr, source }
+                },
+            )?),
+        };
+    let intent = run_serving(supervisor, handle, control, control_tcp, options.signals).await;
+    drop(metrics);
+    Ok(intent)
 }
 
 /// Run the daemon with the control planes already served (dropped when it

@@ -266,6 +266,7 @@ impl Supervisor {
             pid,
             ledger,
             overrides,
+            metrics: Arc::new(steadfast_actors::metrics::Metrics::new()),
         });
         let control = Arc::new(control);
         let (request_tx, request_rx) = mpsc::unbounded_channel();
@@ -332,6 +333,19 @@ impl Supervisor {
 }
 
 impl SupervisorHandle {
+    /// This supervisor's metrics as OpenMetrics text (ending `# EOF`): what
+    /// `steadfastctl metrics` and the daemon's HTTP endpoint serve
+    /// (`spec/control.md`, "Metrics").
+    #[must_use]
+    pub fn metrics(&self) -> String {
+        self.shared.metrics.render(self.shared.clock.now())
+    }
+
+    /// Count a control-plane connection accepted on `transport`.
+    pub(crate) fn count_connection(&self, transport: &str) {
+        self.shared.metrics.control_connection(transport);
+    }
+
     /// The latest snapshot.
     #[must_use]
     pub fn snapshot(&self) -> Snapshot {
@@ -353,6 +367,7 @@ impl SupervisorHandle {
         let answer = rx.await.map_err(|_| CommandError::Unavailable)?;
         if let Err(error) = &answer {
             log_refusal(name, error);
+            self.shared.metrics.refusal(name, error.reason());
         }
         answer
     }

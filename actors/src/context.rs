@@ -93,6 +93,8 @@ pub struct Shared {
     /// The override tier operators set through the control plane: the top
     /// tier of every resolve.
     pub overrides: Overrides,
+    /// This supervisor's metrics (`steadfastctl metrics`).
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Shared {

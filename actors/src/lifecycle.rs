@@ -704,6 +704,9 @@ impl LifecycleActorState {
         let entered =
             std::mem::discriminant(&self.machine.state) != std::mem::discriminant(&next.state);
         log_transition(&self.machine.state, &event, &next.state);
+        self.shared
+            .metrics
+            .transition(&self.machine.state, &next.state, at);
         self.machine = next;
         if let Effect::StartBoot { attempt } = effect {
             // The run marker names the attempt this process is on, so a
@@ -1468,6 +1471,9 @@ impl LifecycleActorState {
             LifecycleState::Running { pending, .. } => pending.clone(),
             _ => PendingApply::InSync,
         };
+        self.shared
+            .metrics
+            .publish(&self.snapshot, self.shared.clock.now());
         self.snapshots.send_replace(self.snapshot.clone());
     }
 }

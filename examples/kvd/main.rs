@@ -1,8 +1,10 @@
 //! kvd: a small durable key-value daemon that embeds steadfast, written the
 //! way a user would write one.
 //!
-//! `cargo run --release --example kvd -- [--data-dir DIR] [--config FILE]`
-//! (`--config` names a regular file that must exist: a missing one exits 2).
+//! `cargo run --release --example kvd -- [--data-dir DIR] [--config FILE]
+//! [--metrics-addr 127.0.0.1:9464]`
+//! (`--config` names a regular file that must exist: a missing one exits 2;
+//! `--metrics-addr` serves `GET /metrics` in OpenMetrics text there).
 //!
 //! It speaks a TCP line protocol on `listen_addr` (default `127.0.0.1:7070`):
 //! `SET key value` → `OK`, `GET key` → the value or `NOT_FOUND`, `DEL key` →
@@ -700,7 +702,7 @@ fn version() -> String {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: kvd [--data-dir DIR] [--config FILE]");
+    eprintln!("usage: kvd [--data-dir DIR] [--config FILE] [--metrics-addr ADDR]");
     std::process::exit(2)
 }
 
@@ -708,11 +710,19 @@ fn usage() -> ! {
 async fn main() {
     let mut data_dir: Option<PathBuf> = None;
     let mut config: Option<PathBuf> = None;
+    let mut metrics: Option<std::net::SocketAddr> = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--data-dir" => data_dir = Some(args.next().unwrap_or_else(|| usage()).into()),
             "--config" => config = Some(args.next().unwrap_or_else(|| usage()).into()),
+            "--metrics-addr" => {
+                let addr = args.next().unwrap_or_else(|| usage());
+                metrics = Some(addr.parse().unwrap_or_else(|error| {
+                    eprintln!("kvd: --metrics-addr {addr}: {error}");
+                    std::process::exit(2)
+                }));
+            }
             "-h" | "--help" => usage(),
             _ => usage(),
         }
@@ -795,7 +805,10 @@ async fn main() {
         }
     });
     // Serve the control socket too: `steadfastctl --data-dir <data_dir> status`.
-    let options = steadfast::daemon::DaemonOptions::new().control_socket(true);
+    let mut options = steadfast::daemon::DaemonOptions::new().control_socket(true);
+    if let Some(addr) = metrics {
+        options = options.metrics_http(addr);
+    }
     let intent = match steadfast::daemon::run_with(supervisor, handle, options).await {
         Ok(intent) => intent,
         // `run_with` logged why (as an error, naming the path or address

@@ -454,6 +454,7 @@ async fn accept_loop(
                 continue;
             }
         };
+        handle.count_connection("unix");
         let handle = handle.clone();
         let cancel = cancel.clone();
         tokio::spawn(async move {
@@ -683,6 +684,10 @@ impl Control for ControlService {
 
     async fn exit(self, _: Context, intent: ExitIntent) -> ControlAnswer {
         answer(self.handle.exit(intent).await)
+    }
+
+    async fn metrics(self, _: Context) -> Result<String, CommandError> {
+        Ok(self.handle.metrics())
     }
 
     async fn journal(self, _: Context, limit: u32) -> Result<WireJournal, CommandError> {

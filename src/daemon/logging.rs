@@ -85,7 +85,9 @@ impl fmt::Display for LogLevel {
 #[non_exhaustive]
 pub enum LogLevelError {
     /// The text is not a filter directive.
-    #[error("invalid log level {text:?}: {reason} (use error, warn, info, debug, trace or target=level,…)")]
+    #[error(
+        "invalid log level {text:?}: {reason} (use error, warn, info, debug, trace or target=level,…)"
+    )]
     Invalid {
         /// What was given.
         text: String,
@@ -94,7 +96,9 @@ pub enum LogLevelError {
     },
     /// The process's subscriber is not the daemon helper's (logging off, or
     /// the application installed its own), so there is no level to change.
-    #[error("the log level is not steadfast's to change: the application installed its own subscriber, or logging is off")]
+    #[error(
+        "the log level is not steadfast's to change: the application installed its own subscriber, or logging is off"
+    )]
     NotInstalled,
 }
 
@@ -206,7 +210,9 @@ pub fn init_logging(format: LogFormat) -> bool {
                 .with_ansi(false)
                 .without_time()
                 .event_format(Prioritized(
-                    tracing_subscriber::fmt::format().without_time().with_ansi(false),
+                    tracing_subscriber::fmt::format()
+                        .without_time()
+                        .with_ansi(false),
                 ))
                 .with_writer(std::io::stderr),
         ),

@@ -111,6 +111,9 @@ enum Cmd {
         /// Which probe.
         what: ProbeKind,
     },
+    /// Print the daemon's metrics in OpenMetrics text format (what a
+    /// Prometheus scrape reads; `--json` does not apply).
+    Metrics,
     /// Show the attempts the journal records (across relaunches), with each
     /// phase's outcome and duration.
     Journal {
@@ -303,6 +306,7 @@ async fn run(cli: Cli) -> ExitCode {
         Cmd::Watch { until } => return watch(&client, *until, cli.json).await,
         Cmd::Probe { what } => return probe(&client, *what, cli.verbose).await,
         Cmd::Journal { limit } => return journal(&client, *limit, cli.json).await,
+        Cmd::Metrics => return metrics(&client).await,
         Cmd::Config(ConfigCmd::Show { leaf }) => {
             return config_show(&client, leaf.as_deref(), cli.json).await;
         }
@@ -386,6 +390,16 @@ async fn probe(client: &ControlClient, what: ProbeKind, verbose: bool) -> ExitCo
             }
             ExitCode::FAILURE
         }
+    }
+}
+
+async fn metrics(client: &ControlClient) -> ExitCode {
+    match client.metrics().await {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => fail(&error),
     }
 }
 
