@@ -146,6 +146,8 @@ fn stderr_is_journal() -> bool {
     let (Ok(dev), Ok(ino)) = (dev.parse::<u64>(), ino.parse::<u64>()) else {
         return false;
     };
+    // `st_ino` and `st_dev` are u64 on Linux, narrower or signed elsewhere.
+    #[allow(clippy::useless_conversion)]
     rustix::fs::fstat(std::io::stderr()).is_ok_and(|stat| {
         u64::try_from(stat.st_ino).is_ok_and(|i| i == ino)
             && u64::try_from(stat.st_dev).is_ok_and(|d| d == dev)
