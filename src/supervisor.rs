@@ -440,7 +440,13 @@ impl SupervisorHandle {
             .requests
             .send((job, tx.into()))
             .map_err(|_| ReplaceRefusal::Unavailable)?;
-        rx.await.map_err(|_| ReplaceRefusal::Unavailable)?
+        let answer = rx.await.map_err(|_| ReplaceRefusal::Unavailable)?;
+        if let Err(refusal) = &answer {
+            let error = CommandError::Replace(refusal.clone());
+            log_refusal("replace", &error);
+            self.shared.metrics.refusal("replace", error.reason());
+        }
+        answer
     }
 
     /// A receiver of the latest replacement report (`None` before the first

@@ -27,12 +27,27 @@ impl Kvd {
         Self::spawn_with(dir, extra, env, |_| Vec::new())
     }
 
+    /// As [`Self::spawn`], with more arguments.
+    fn spawn_args(dir: &Path, extra: &str, env: &[(&str, String)], args: &[&str]) -> Self {
+        Self::build(dir, extra, env, |_| Vec::new(), args)
+    }
+
     /// As [`Self::spawn`], with more env computed from the log file.
     fn spawn_with(
         dir: &Path,
         extra: &str,
         env: &[(&str, String)],
         from_log: impl Fn(&Path) -> Vec<(&'static str, String)>,
+    ) -> Self {
+        Self::build(dir, extra, env, from_log, &[])
+    }
+
+    fn build(
+        dir: &Path,
+        extra: &str,
+        env: &[(&str, String)],
+        from_log: impl Fn(&Path) -> Vec<(&'static str, String)>,
+        args: &[&str],
     ) -> Self {
         let data = dir.join("data");
         let port = processes::free_port();
@@ -50,6 +65,7 @@ impl Kvd {
             .arg(&data)
             .arg("--config")
             .arg(&config)
+            .args(args)
             .env_remove("RUST_LOG")
             .env_remove("JOURNAL_STREAM")
             .stdin(Stdio::null())
@@ -236,6 +252,29 @@ fn a_failed_control_socket_bind_is_logged() {
         "{text}"
     );
     assert!(lines[0].contains("move it away"), "{text}");
+}
+
+/// `--log-format json`: every line is a JSON object with its level and
+/// fields; a transition carries `state` and `attempt` as fields.
+#[test]
+fn json_lines_on_request() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let kvd = Kvd::spawn_args(tmp.path(), "", &[], &["--log-format", "json"]);
+    kvd.running();
+    let text = kvd.wait_for("\"state\":\"running\"");
+    kvd.exit();
+    let text = std::fs::read_to_string(tmp.path().join("kvd.stderr")).unwrap_or(text);
+    let mut running = false;
+    for line in text.lines() {
+        let value: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line:?} in {text}"));
+        assert!(value["level"].is_string(), "{line}");
+        if value["fields"]["message"] == "transition" && value["fields"]["state"] == "running" {
+            assert_eq!(value["fields"]["attempt"], 1, "{line}");
+            running = true;
+        }
+    }
+    assert!(running, "{text}");
 }
 
 /// With `JOURNAL_STREAM` naming kvd's stderr (as systemd sets it), every

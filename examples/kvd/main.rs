@@ -2,7 +2,7 @@
 //! way a user would write one.
 //!
 //! `cargo run --release --example kvd -- [--data-dir DIR] [--config FILE]
-//! [--metrics-addr 127.0.0.1:9464]`
+//! [--metrics-addr 127.0.0.1:9464] [--log-format plain|json]`
 //! (`--config` names a regular file that must exist: a missing one exits 2;
 //! `--metrics-addr` serves `GET /metrics` in OpenMetrics text there).
 //!
@@ -702,7 +702,9 @@ fn version() -> String {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: kvd [--data-dir DIR] [--config FILE] [--metrics-addr ADDR]");
+    eprintln!(
+        "usage: kvd [--data-dir DIR] [--config FILE] [--metrics-addr ADDR] [--log-format plain|json]"
+    );
     std::process::exit(2)
 }
 
@@ -711,11 +713,17 @@ async fn main() {
     let mut data_dir: Option<PathBuf> = None;
     let mut config: Option<PathBuf> = None;
     let mut metrics: Option<std::net::SocketAddr> = None;
+    let mut log_format = steadfast::daemon::LogFormat::Plain;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--data-dir" => data_dir = Some(args.next().unwrap_or_else(|| usage()).into()),
             "--config" => config = Some(args.next().unwrap_or_else(|| usage()).into()),
+            "--log-format" => match args.next().as_deref() {
+                Some("plain") => log_format = steadfast::daemon::LogFormat::Plain,
+                Some("json") => log_format = steadfast::daemon::LogFormat::Json,
+                _ => usage(),
+            },
             "--metrics-addr" => {
                 let addr = args.next().unwrap_or_else(|| usage());
                 metrics = Some(addr.parse().unwrap_or_else(|error| {
@@ -755,7 +763,7 @@ async fn main() {
     };
     // The log is on before anything is said, so every line below carries
     // its priority under systemd.
-    steadfast::daemon::init_logging(steadfast::daemon::LogFormat::Plain);
+    steadfast::daemon::init_logging(log_format);
     let data_dir = data_dir
         .or(from_file)
         .unwrap_or_else(|| PathBuf::from("kvd-data"));
@@ -805,7 +813,9 @@ async fn main() {
         }
     });
     // Serve the control socket too: `steadfastctl --data-dir <data_dir> status`.
-    let mut options = steadfast::daemon::DaemonOptions::new().control_socket(true);
+    let mut options = steadfast::daemon::DaemonOptions::new()
+        .control_socket(true)
+        .log_format(log_format);
     if let Some(addr) = metrics {
         options = options.metrics_http(addr);
     }
