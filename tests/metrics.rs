@@ -208,7 +208,7 @@ fn the_metrics_follow_a_stop_start_fail_sequence() {
     assert_eq!(
         value(&m, "steadfast_epoch", &[]),
         Some(epoch + 1.0),
-        "a boot is an epoch"
+        "the stop released the store: one epoch more"
     );
 
     // fail: the new port is taken, so bind_listener fails with a backoff.

@@ -180,7 +180,7 @@ impl Metrics {
         registry.register("streak", "Consecutive failed boots", metrics.streak.clone());
         registry.register(
             "epoch",
-            "The lifecycle epoch: one more at every boot (confirmations are bound to it)",
+            "The epoch: times this daemon has released the store",
             metrics.epoch.clone(),
         );
         registry.register_with_unit(
@@ -208,7 +208,7 @@ impl Metrics {
         );
         registry.register_with_unit(
             "phase_duration",
-            "How long each boot phase took (ended by success or failure)",
+            "How long each boot phase took, observed when it ended (done, failed or cancelled)",
             Unit::Seconds,
             metrics.phase_seconds.clone(),
         );
