@@ -28,6 +28,13 @@
 //!   daemon nobody can stop or watch is worse than one that did not start.
 //!   `tests/control_hostile.rs::a_daemon_refuses_to_run_without_its_control_socket`.
 //!
+//! - With [`DaemonOptions::logging`] (on by default), [`init_logging`]
+//!   installs the process's subscriber unless there is one: `RUST_LOG`, a
+//!   service's configured level through [`set_log_level`] (in place),
+//!   journald priorities under `JOURNAL_STREAM` (`daemon/logging.rs`).
+//! - With [`DaemonOptions::metrics_http`], `GET /metrics` answers the
+//!   supervisor's metrics in OpenMetrics text (`daemon/metrics_http.rs`).
+//!
 //! - After a committed replacement (`crate::replace`) hands the daemon over,
 //!   [`run_with`] returns `halt` at once (after [`HANDOVER_LINGER`], so the
 //!   outcome can be read over the control socket): the successor owns the
