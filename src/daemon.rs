@@ -52,6 +52,13 @@
 //!   daemon nobody can stop or watch is worse than one that did not start.
 //!   `tests/control_hostile.rs::a_daemon_refuses_to_run_without_its_control_socket`.
 //!
+//! - With [`DaemonOptions::logging`] (on by default), [`init_logging`]
+//!   installs the process's subscriber unless there is one: `RUST_LOG`, a
+//!   service's configured level through [`set_log_level`] (in place),
+//!   journald priorities under `JOURNAL_STREAM` (`daemon/logging.rs`).
+//! - With [`DaemonOptions::metrics_http`], `GET /metrics` answers the
+//!   supervisor's metrics in OpenMetrics text (`daemon/metrics_http.rs`).
+//!
 //! - After a committed replacement (`crate::replace`) hands the daemon over,
 //!   [`run_with`] returns `halt` at once (after [`HANDOVER_LINGER`], so the
 //!   outcome can be read over the control socket): the successor owns the
@@ -72,6 +79,11 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::supervisor::{Supervisor, SupervisorHandle};
 use steadfast_actors::lifecycle::CommandError;
+
+mod logging;
+mod metrics_http;
+pub use logging::{LogFormat, LogLevel, LogLevelError, init_logging, set_log_level};
+pub use metrics_http::CONTENT_TYPE as METRICS_CONTENT_TYPE;
 
 /// One line for `STATUS=`: the state and what matters about it.
 #[must_use]
@@ -134,8 +146,13 @@ pub struct DaemonOptions {
     pub create_token: bool,
     /// Log to stderr through a `tracing-subscriber` filtered by `RUST_LOG`
     /// (default `info`) — on by default, and only if the application has
-    /// not installed a subscriber of its own.
+    /// not installed a subscriber of its own; see [`init_logging`].
     pub logging: bool,
+    /// How the log lines are written (plain by default).
+    pub log_format: LogFormat,
+    /// Serve `GET /metrics` (OpenMetrics text) on this address (off by
+    /// default; use a loopback address).
+    pub metrics_http: Option<SocketAddr>,
 }
 
 impl DaemonOptions {
@@ -148,7 +165,26 @@ impl DaemonOptions {
             control_tcp: None,
             create_token: false,
             logging: true,
+            log_format: LogFormat::Plain,
+            metrics_http: None,
         }
+    }
+
+    /// Serve the supervisor's metrics over HTTP at `addr` (`GET /metrics`,
+    /// OpenMetrics text): a loopback address such as `127.0.0.1:9464`, for
+    /// a Prometheus on the same machine (the endpoint does not
+    /// authenticate).
+    #[must_use]
+    pub const fn metrics_http(mut self, addr: SocketAddr) -> Self {
+        self.metrics_http = Some(addr);
+        self
+    }
+
+    /// Write the log as plain lines or JSON objects ([`LogFormat`]).
+    #[must_use]
+    pub const fn log_format(mut self, format: LogFormat) -> Self {
+        self.log_format = format;
+        self
     }
 
     /// Install (or not) the default log output.
@@ -207,22 +243,15 @@ pub enum DaemonError {
     /// The TCP control port cannot be served.
     #[error("the control port is not served, so the daemon does not start: {0}")]
     ControlPort(#[source] crate::control::ControlError),
-}
-
-/// Log to stderr, filtered by `RUST_LOG` (default `info`), unless the
-/// application installed a subscriber of its own (then this does nothing).
-fn install_logging() {
-    if tracing::dispatcher::has_been_set() {
-        return;
-    }
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Another thread may install one first: then that one stays.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .try_init();
+    /// The metrics endpoint cannot be bound.
+    #[error("the metrics endpoint {addr} is not served, so the daemon does not start: {source}")]
+    MetricsHttp {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Serve the TCP control port `options` ask for, if any.
@@ -286,12 +315,12 @@ pub async fn run_with(
     options: DaemonOptions,
 ) -> Result<ExitIntent, DaemonError> {
     if options.logging {
-        install_logging();
+        init_logging(options.log_format);
     }
     let control = if options.control_socket {
         let path = supervisor.control_socket_path();
         let guard = crate::control::serve_unix(handle.clone(), &path).map_err(|error| {
-            tracing::error!(%error, "the control socket is not served");
+            tracing::error!(path = %path.display(), %error, "the control socket is not served");
             DaemonError::ControlSocket(error)
         })?;
         Some(guard)
@@ -299,9 +328,22 @@ pub async fn run_with(
         None
     };
     let control_tcp = serve_tcp(&options, &handle).inspect_err(|error| {
-        tracing::error!(%error, "the control port is not served");
+        let addr = options.control_tcp.as_ref().map(|(addr, _)| *addr);
+        tracing::error!(?addr, %error, "the control port is not served");
     })?;
-    Ok(run_serving(supervisor, handle, control, control_tcp, options.signals).await)
+    let metrics =
+        match options.metrics_http {
+            None => None,
+            Some(addr) => Some(metrics_http::serve(addr, handle.clone()).await.map_err(
+                |source| {
+                    tracing::error!(%addr, error = %source, "the metrics endpoint is not served");
+                    DaemonError::MetricsHttp { addr, source }
+                },
+            )?),
+        };
+    let intent = run_serving(supervisor, handle, control, control_tcp, options.signals).await;
+    drop(metrics);
+    Ok(intent)
 }
 
 /// Run the daemon with the control planes already served (dropped when it

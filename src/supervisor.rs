@@ -273,6 +273,7 @@ impl Supervisor {
             ledger,
             overrides,
             step_deadlines,
+            metrics: Arc::new(steadfast_actors::metrics::Metrics::new()),
         });
         let control = Arc::new(control);
         let (request_tx, request_rx) = mpsc::unbounded_channel();
@@ -348,6 +349,19 @@ impl SupervisorHandle {
         self.shared.clock.now()
     }
 
+    /// This supervisor's metrics as OpenMetrics text (ending `# EOF`): what
+    /// `steadfastctl metrics` and the daemon's HTTP endpoint serve
+    /// (`spec/control.md`, "Metrics").
+    #[must_use]
+    pub fn metrics(&self) -> String {
+        self.shared.metrics.render(self.shared.clock.now())
+    }
+
+    /// Count a control-plane connection accepted on `transport`.
+    pub(crate) fn count_connection(&self, transport: &str) {
+        self.shared.metrics.control_connection(transport);
+    }
+
     /// The latest snapshot.
     #[must_use]
     pub fn snapshot(&self) -> Snapshot {
@@ -361,11 +375,17 @@ impl SupervisorHandle {
     }
 
     async fn send(&self, command: Command) -> Result<Snapshot, CommandError> {
+        let name = command.name();
         let (tx, rx) = oneshot::channel();
         self.commands
             .send((command, tx.into()))
             .map_err(|_| CommandError::Unavailable)?;
-        rx.await.map_err(|_| CommandError::Unavailable)?
+        let answer = rx.await.map_err(|_| CommandError::Unavailable)?;
+        if let Err(error) = &answer {
+            log_refusal(name, error);
+            self.shared.metrics.refusal(name, error.reason());
+        }
+        answer
     }
 
     /// Boot a stopped runtime (clears a hold).
@@ -453,7 +473,13 @@ impl SupervisorHandle {
             .requests
             .send((job, tx.into()))
             .map_err(|_| ReplaceRefusal::Unavailable)?;
-        rx.await.map_err(|_| ReplaceRefusal::Unavailable)?
+        let answer = rx.await.map_err(|_| ReplaceRefusal::Unavailable)?;
+        if let Err(refusal) = &answer {
+            let error = CommandError::Replace(refusal.clone());
+            log_refusal("replace", &error);
+            self.shared.metrics.refusal("replace", error.reason());
+        }
+        answer
     }
 
     /// A receiver of the latest replacement report (`None` before the first
@@ -606,4 +632,15 @@ fn lookup<'a>(config: &'a toml::Table, leaf: &str) -> Option<&'a toml::Value> {
         value = value.as_table()?.get(key)?;
     }
     Some(value)
+}
+
+/// Log a command's refusal once, with its reason (a durability error as an
+/// error, anything else as a notice the operator caused).
+fn log_refusal(command: &str, error: &CommandError) {
+    let state = error.refused().map(|r| r.state.as_ref()).unwrap_or("");
+    if matches!(error, CommandError::Durability(_)) {
+        tracing::error!(command, reason = error.reason(), %error, "command not durable");
+    } else {
+        tracing::info!(command, state, reason = error.reason(), %error, "command refused");
+    }
 }

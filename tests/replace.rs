@@ -400,7 +400,28 @@ fn a_candidate_that_fails_verification_is_stopped_and_the_incumbent_keeps_servin
         assert!(kvd.child.try_wait().expect("wait").is_none(), "{mode}");
         assert!(!kvd.data.join(".steadfast/selection").exists(), "{mode}");
     }
+    // The incumbent's metrics count both failed replacements, by outcome,
+    // and the generation (`spec/control.md`, "Metrics").
+    let text = metrics_text(&kvd.data);
+    let ended: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("steadfast_replacements_total{outcome=\"failed_"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!((ended - 2.0).abs() < f64::EPSILON, "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l == "steadfast_replacement_generation 2"),
+        "{text}"
+    );
     kvd.stop_whoever_serves();
+}
+
+/// `steadfastctl metrics`, as text.
+fn metrics_text(data: &Path) -> String {
+    let out = ctl(data, &["metrics"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    String::from_utf8(out.stdout).expect("utf-8")
 }
 
 #[test]
@@ -472,6 +493,12 @@ fn a_second_replacement_is_refused_and_bad_input_is_a_typed_error() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(stderr.contains("already in progress"), "{stderr}");
+    let text = metrics_text(&kvd.data);
+    assert!(
+        text.lines()
+            .any(|l| l == "steadfast_refusals_total{command=\"replace\",reason=\"in_progress\"} 1"),
+        "{text}"
+    );
     assert_eq!(wait_exit(&mut first), Some(4));
     assert!(running(&status(&kvd.data).expect("status")));
     kvd.stop_whoever_serves();

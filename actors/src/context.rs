@@ -98,6 +98,8 @@ pub struct Shared {
     /// daemon can extend its service manager's start timeout to match
     /// (`EXTEND_TIMEOUT_USEC`).
     pub step_deadlines: tokio::sync::watch::Sender<std::time::Duration>,
+    /// This supervisor's metrics (`steadfastctl metrics`).
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Shared {

@@ -713,6 +713,13 @@ pub struct Compacted {
 }
 
 impl JournalFile<File> {
+    /// The bytes known durable (the file's length after the last
+    /// acknowledged append).
+    #[must_use]
+    pub const fn durable_len(&self) -> u64 {
+        self.len
+    }
+
     /// Whether the journal holds more than twice the attempts compaction
     /// keeps (the slack keeps compaction rare: once per `keep` attempts).
     #[must_use]

@@ -123,6 +123,13 @@ pub async fn teardown(
                 PhaseOutcome::Completed
             }
             Some(error) => {
+                tracing::warn!(
+                    attempt,
+                    phase = %phase,
+                    resource = %checkpoint.resource.id,
+                    reason = %error,
+                    "a destroy step failed; the resource survives"
+                );
                 survivors.push(format!(
                     "{} ({}): {error}",
                     checkpoint.step, checkpoint.resource.id

@@ -36,11 +36,15 @@ pub struct JournalArgs {
     pub control: Arc<ControlDir>,
     /// The open journal, or `None` to reopen it (after a restart).
     pub file: Option<JournalFile>,
+    /// Where appends are counted and timed.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// The Journal actor's state.
 pub struct JournalState {
     control: Arc<ControlDir>,
+    /// Where appends are counted and timed.
+    metrics: Arc<crate::metrics::Metrics>,
     /// `None` only while a blocking write has it.
     file: Option<JournalFile>,
     /// Records staged for the next append.
@@ -108,6 +112,7 @@ impl Actor for JournalActor {
             }
         };
         Ok(JournalState {
+            metrics: args.metrics,
             control: args.control,
             file: Some(file),
             staged: Vec::new(),
@@ -131,8 +136,16 @@ impl Actor for JournalActor {
                 all.extend(records);
                 let records = all;
                 let mut file = state.file.take().ok_or("the journal file is in use")?;
+                let metrics = Arc::clone(&state.metrics);
                 let (file, result, mut records) = tokio::task::spawn_blocking(move || {
+                    let started = std::time::Instant::now();
                     let result = file.append(&records);
+                    metrics.journal_append(
+                        records.len(),
+                        file.durable_len(),
+                        started.elapsed(),
+                        result.is_ok(),
+                    );
                     // Keep the journal bounded. The append above is durable
                     // whatever compaction does; a compaction that fails
                     // before its rename leaves the old journal in use, one

@@ -42,6 +42,7 @@ pub mod fsx;
 pub mod journal;
 pub mod ledger;
 pub mod lifecycle;
+pub mod metrics;
 pub mod replace_runner;
 pub mod replacement;
 pub mod root;

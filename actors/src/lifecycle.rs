@@ -147,6 +147,26 @@ pub enum Command {
     Ping,
 }
 
+impl Command {
+    /// The command's name, for logs and metric labels.
+    #[must_use]
+    pub const fn name(&self) -> &'static str {
+        match self {
+            Self::Start => "start",
+            Self::Stop(_) => "stop",
+            Self::Restart { .. } => "restart",
+            Self::Retry => "retry",
+            Self::Exit(_) => "exit",
+            Self::Reload => "reload",
+            Self::ConfigSet { .. } => "config_set",
+            Self::ConfigUnset { .. } => "config_unset",
+            Self::ReinitPrepare => "reinit_prepare",
+            Self::Reinit { .. } => "reinit",
+            Self::Ping => "ping",
+        }
+    }
+}
+
 pub use steadfast_protocol::command::CommandError;
 
 /// A command and where its answer goes.
@@ -620,6 +640,8 @@ impl LifecycleActorState {
         let (next, effect, wake) = match self.machine.step(&event) {
             Ok(stepped) => stepped,
             Err(refused) => {
+                // Internal events (a stale timer) are refused routinely; an
+                // operator's refused command is logged by the handle.
                 tracing::debug!(%refused, "event refused");
                 return Err(refused);
             }
@@ -689,6 +711,10 @@ impl LifecycleActorState {
 
         let entered =
             std::mem::discriminant(&self.machine.state) != std::mem::discriminant(&next.state);
+        log_transition(&self.machine.state, &event, &next.state);
+        self.shared
+            .metrics
+            .transition(&self.machine.state, &next.state, at);
         self.machine = next;
         if let Effect::StartBoot { attempt } = effect {
             // The run marker names the attempt this process is on, so a
@@ -1461,6 +1487,9 @@ impl LifecycleActorState {
             LifecycleState::Running { pending, .. } => pending.clone(),
             _ => PendingApply::InSync,
         };
+        self.shared
+            .metrics
+            .publish(&self.snapshot, self.shared.clock.now());
         self.snapshots.send_replace(self.snapshot.clone());
     }
 }
@@ -1489,6 +1518,64 @@ fn cancelled_result(state: &LifecycleState) -> AttemptResult {
 }
 
 /// A state's label for the journal: its name, with the drain's purpose.
+/// Log one adopted transition, once, with its structured fields: `from`,
+/// `event`, `state`, `attempt`, `phase`, `reason`. A failed boot is a
+/// warning, a wedge an error, a move between phases of one boot (or any
+/// step that stays in its state) a debug line, anything else an info line.
+fn log_transition(from: &LifecycleState, event: &LifecycleEvent, to: &LifecycleState) {
+    let from_label = label(from);
+    let state = label(to);
+    let event = event.name();
+    match to {
+        LifecycleState::Booting { attempt, phase, .. }
+            if matches!(from, LifecycleState::Booting { .. }) =>
+        {
+            tracing::debug!(event, state, attempt, %phase, "boot phase");
+        }
+        LifecycleState::Booting { attempt, phase, .. } => {
+            tracing::info!(from = %from_label, event, state, attempt, %phase, "transition");
+        }
+        // A step inside one state (a drain's phases): no transition to
+        // speak of at info.
+        _ if from_label == state => tracing::debug!(event, state, "step"),
+        LifecycleState::Running { attempt, .. } | LifecycleState::Draining { attempt, .. } => {
+            tracing::info!(from = %from_label, event, state, attempt, "transition");
+        }
+        LifecycleState::Failed {
+            attempt,
+            report,
+            retry,
+            budget_spent,
+            ..
+        } => {
+            let retry = match (retry, budget_spent) {
+                (_, Some(spent)) => format!("held: {}", spent.reason),
+                (steadfast_protocol::lifecycle::RetryClass::Hold, None) => "hold".to_owned(),
+                (steadfast_protocol::lifecycle::RetryClass::Backoff { delay_ms, .. }, None) => {
+                    format!("backoff {delay_ms} ms")
+                }
+            };
+            tracing::warn!(
+                from = %from_label,
+                event,
+                state,
+                attempt,
+                phase = %report.phase,
+                reason = %report.error,
+                retry,
+                "transition: the boot failed"
+            );
+        }
+        LifecycleState::Stopped { reason, .. } => {
+            tracing::info!(from = %from_label, event, state, reason = reason.name(), "transition");
+        }
+        LifecycleState::Wedged { cause, .. } => {
+            tracing::error!(from = %from_label, event, state, reason = %cause, "transition: wedged");
+        }
+        _ => tracing::info!(from = %from_label, event, state, "transition"),
+    }
+}
+
 fn label(state: &LifecycleState) -> String {
     match state {
         LifecycleState::Draining { then, .. } => format!("draining({})", then.name()),

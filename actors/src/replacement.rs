@@ -141,6 +141,8 @@ pub struct ReplacementArgs {
     pub reports: Arc<watch::Sender<Option<Report>>>,
     /// Requests from handles, from before the tree existed.
     pub requests: mpsc::UnboundedReceiver<ReplaceRequest>,
+    /// Where the generation and outcomes are counted.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl std::fmt::Debug for ReplacementArgs {
@@ -156,6 +158,8 @@ pub struct ReplacementState {
     data_dir: PathBuf,
     clock: Clock,
     reports: Arc<watch::Sender<Option<Report>>>,
+    /// Where the generation and outcomes are counted.
+    metrics: Arc<crate::metrics::Metrics>,
     /// Transactions started so far; the next report's serial is one more.
     serial: u64,
     /// The running transaction's task, if one runs.
@@ -212,6 +216,7 @@ impl Actor for ReplacementActor {
             clock,
             reports,
             mut requests,
+            metrics,
         } = args;
         let forward = myself.clone();
         tokio::spawn(async move {
@@ -225,6 +230,7 @@ impl Actor for ReplacementActor {
             data_dir,
             clock,
             reports,
+            metrics,
             serial: 0,
             running: None,
         })
@@ -291,11 +297,13 @@ impl ReplacementState {
             ended: None,
         };
         self.reports.send_replace(Some(report.clone()));
+        self.metrics.replacement(&report);
         let mut publisher = Publisher {
             clock: self.clock,
             reports: Arc::clone(&self.reports),
         };
         let reports = Arc::clone(&self.reports);
+        let metrics = Arc::clone(&self.metrics);
         let done = myself.clone();
         self.running = Some(tokio::spawn(async move {
             let ReplaceJob {
@@ -316,6 +324,7 @@ impl ReplacementState {
                 if let Some(report) = report {
                     report.ended = Some(ended);
                     report.seq += 1;
+                    metrics.replacement(report);
                 }
             });
             drop(lock);

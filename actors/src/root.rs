@@ -153,6 +153,7 @@ impl Actor for RootActor {
             JournalArgs {
                 control: Arc::clone(&control),
                 file: Some(journal),
+                metrics: Arc::clone(&shared.metrics),
             },
             cell.clone(),
         )
@@ -207,6 +208,7 @@ impl Actor for RootActor {
                 clock: shared.clock,
                 reports: replacement.reports,
                 requests: replacement.requests,
+                metrics: Arc::clone(&shared.metrics),
             },
             cell.clone(),
         )
@@ -318,6 +320,7 @@ impl Actor for RootActor {
                 let args = JournalArgs {
                     control: Arc::clone(&state.control),
                     file: None,
+                    metrics: Arc::clone(&state.shared.metrics),
                 };
                 let name = child_name(&state.shared.data_dir, "journal", state.journal_restarts);
                 match Actor::spawn_linked(Some(name), JournalActor, args, cell.clone()).await {

@@ -73,6 +73,7 @@ async fn fixture() -> Fixture {
             clock: Clock::start(),
             reports: Arc::new(reports_tx),
             requests: requests_rx,
+            metrics: Arc::new(steadfast_actors::metrics::Metrics::new()),
         },
     )
     .await

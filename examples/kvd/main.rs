@@ -1,8 +1,10 @@
 //! kvd: a small durable key-value daemon that embeds steadfast, written the
 //! way a user would write one.
 //!
-//! `cargo run --release --example kvd -- [--data-dir DIR] [--config FILE]`
-//! (`--config` names a regular file that must exist: a missing one exits 2).
+//! `cargo run --release --example kvd -- [--data-dir DIR] [--config FILE]
+//! [--metrics-addr 127.0.0.1:9464] [--log-format plain|json]`
+//! (`--config` names a regular file that must exist: a missing one exits 2;
+//! `--metrics-addr` serves `GET /metrics` in OpenMetrics text there).
 //!
 //! It speaks a TCP line protocol on `listen_addr` (default `127.0.0.1:7070`):
 //! `SET key value` → `OK`, `GET key` → the value or `NOT_FOUND`, `DEL key` →
@@ -13,7 +15,14 @@
 //! as soon as space returns, without a restart (see [`Store`]). Its runtime boots in steadfast phases — `resolve_config`,
 //! `open_store` (takes the store lock), `replay_log`, `bind_listener`,
 //! `serve` — and `log_level` and `max_connections` apply in place while
-//! `listen_addr` needs a restart. The process exits with its exit intent's
+//! `listen_addr` needs a restart.
+//!
+//! It logs through `steadfast::daemon`'s subscriber on stderr: `RUST_LOG`
+//! (default `info`) until the config sets `log_level` (an `EnvFilter`
+//! directive such as `debug`), which then applies in place, at boot and on
+//! `steadfastctl config set log_level debug`; `config unset log_level`
+//! goes back to `RUST_LOG`. Each request is a debug line. Under systemd
+//! the lines carry syslog priorities (`tests/logs.rs`). The process exits with its exit intent's
 //! code: 0 for halt, 75 for relaunch.
 //!
 //! `store.log` and `store.lock` are private (0600) and opened without
@@ -28,6 +37,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use steadfast::protocol::lifecycle::LifecycleState;
 use steadfast::service::{CancellationToken, ResourceRecord, StoreLock};
 use steadfast::{
     ConfigChange, Made, Plan, Runtime, Service, Step, StepContext, StepError, Supervisor,
@@ -38,7 +48,6 @@ use tokio::net::{TcpListener, TcpStream};
 
 const DEFAULTS: &str = r#"
 listen_addr = "127.0.0.1:7070"
-log_level = "info"
 max_connections = 64
 "#;
 
@@ -317,7 +326,6 @@ fn replay(path: &Path) -> std::io::Result<Store> {
 /// The settings that apply in place.
 struct Live {
     max_connections: AtomicUsize,
-    log_level: Mutex<String>,
 }
 
 /// The names kvd's listener and store lock are handed over under, to the
@@ -356,8 +364,8 @@ struct Kvd;
 struct Config {
     /// Where the store listens.
     listen_addr: String,
-    /// kvd's log level (applied in place).
-    log_level: String,
+    /// kvd's log level (applied in place); unset: `RUST_LOG`, else `info`.
+    log_level: Option<steadfast::daemon::LogLevel>,
     /// Connections served at once (applied in place).
     max_connections: usize,
     /// The data dir, when the file names it (the supervisor's leaf).
@@ -506,9 +514,9 @@ impl Step for Serve {
             .get::<ReplayLog>()
             .cloned()
             .ok_or_else(|| StepError::backoff("no store"))?;
+        apply_log_level(cx.config.log_level.as_ref());
         let live = Arc::new(Live {
             max_connections: AtomicUsize::new(cx.config.max_connections),
-            log_level: Mutex::new(cx.config.log_level.clone()),
         });
         let stop = cx.runtime.shutdown_token();
         let open = Arc::new(AtomicUsize::new(0));
@@ -561,12 +569,7 @@ impl Service for Kvd {
                 ("max_connections", Some(live)) => live
                     .max_connections
                     .store(change.new.max_connections, Ordering::SeqCst),
-                ("log_level", Some(live)) => {
-                    *live
-                        .log_level
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner) = change.new.log_level.clone();
-                }
+                ("log_level", Some(_)) => apply_log_level(change.new.log_level.as_ref()),
                 _ => restart.push(leaf.clone()),
             }
         }
@@ -582,6 +585,15 @@ impl Service for Kvd {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(StepError::backoff(format!("store.log: {e}"))),
         }
+    }
+}
+
+/// Filter kvd's log by the configured level (unset: `RUST_LOG`), in place.
+/// The config type checked the level; the only failure is a subscriber
+/// that is not steadfast's, and then there is nothing to change.
+fn apply_log_level(level: Option<&steadfast::daemon::LogLevel>) {
+    if let Err(error) = steadfast::daemon::set_log_level(level) {
+        tracing::warn!(target: "kvd", %error, "log_level not applied");
     }
 }
 
@@ -611,6 +623,7 @@ async fn serve_connection(stream: TcpStream, store: Shared, stop: CancellationTo
         // newline waited behind Nagle for the client's delayed ACK (a 45 ms
         // round trip; `benches/kvd.rs`).
         let mut answer = answer(&line, &store).await;
+        tracing::debug!(target: "kvd", request = %line, %answer, "request");
         answer.push('\n');
         if write.write_all(answer.as_bytes()).await.is_err() {
             return;
@@ -693,7 +706,9 @@ fn version() -> String {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: kvd [--data-dir DIR] [--config FILE]");
+    eprintln!(
+        "usage: kvd [--data-dir DIR] [--config FILE] [--metrics-addr ADDR] [--log-format plain|json]"
+    );
     std::process::exit(2)
 }
 
@@ -701,11 +716,25 @@ fn usage() -> ! {
 async fn main() {
     let mut data_dir: Option<PathBuf> = None;
     let mut config: Option<PathBuf> = None;
+    let mut metrics: Option<std::net::SocketAddr> = None;
+    let mut log_format = steadfast::daemon::LogFormat::Plain;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--data-dir" => data_dir = Some(args.next().unwrap_or_else(|| usage()).into()),
             "--config" => config = Some(args.next().unwrap_or_else(|| usage()).into()),
+            "--log-format" => match args.next().as_deref() {
+                Some("plain") => log_format = steadfast::daemon::LogFormat::Plain,
+                Some("json") => log_format = steadfast::daemon::LogFormat::Json,
+                _ => usage(),
+            },
+            "--metrics-addr" => {
+                let addr = args.next().unwrap_or_else(|| usage());
+                metrics = Some(addr.parse().unwrap_or_else(|error| {
+                    eprintln!("kvd: --metrics-addr {addr}: {error}");
+                    std::process::exit(2)
+                }));
+            }
             "-h" | "--help" => usage(),
             _ => usage(),
         }
@@ -736,6 +765,9 @@ async fn main() {
             Err(_) => None,
         },
     };
+    // The log is on before anything is said, so every line below carries
+    // its priority under systemd.
+    steadfast::daemon::init_logging(log_format);
     let data_dir = data_dir
         .or(from_file)
         .unwrap_or_else(|| PathBuf::from("kvd-data"));
@@ -755,22 +787,28 @@ async fn main() {
     let (supervisor, handle) = match built {
         Ok(started) => started,
         Err(error) => {
-            eprintln!("kvd: {error}");
+            tracing::error!(target: "kvd", %error, "not started");
             std::process::exit(1);
         }
     };
     // A later start does not run the binary a `replace` selected: say so.
     if let Some((_, message)) = steadfast::replace::Selection::elsewhere(&data_dir) {
-        eprintln!("kvd: {message}");
+        tracing::warn!(target: "kvd", "{message}");
     }
-    // One line on stderr per change of state, like a service's journal.
+    // One line per change of state, like a service's journal: a failed
+    // boot is a warning, a wedge an error.
     let mut snapshots = handle.watch();
     tokio::spawn(async move {
         let mut last = String::new();
         loop {
-            let line = steadfast::daemon::status_line(&snapshots.borrow_and_update());
+            let snapshot = snapshots.borrow_and_update().clone();
+            let line = steadfast::daemon::status_line(&snapshot);
             if line != last {
-                eprintln!("kvd: {line}");
+                match snapshot.lifecycle {
+                    LifecycleState::Failed { .. } => tracing::warn!(target: "kvd", "{line}"),
+                    LifecycleState::Wedged { .. } => tracing::error!(target: "kvd", "{line}"),
+                    _ => tracing::info!(target: "kvd", "{line}"),
+                }
                 last = line;
             }
             if snapshots.changed().await.is_err() {
@@ -779,14 +817,18 @@ async fn main() {
         }
     });
     // Serve the control socket too: `steadfastctl --data-dir <data_dir> status`.
-    let options = steadfast::daemon::DaemonOptions::new().control_socket(true);
+    let mut options = steadfast::daemon::DaemonOptions::new()
+        .control_socket(true)
+        .log_format(log_format);
+    if let Some(addr) = metrics {
+        options = options.metrics_http(addr);
+    }
     let intent = match steadfast::daemon::run_with(supervisor, handle, options).await {
         Ok(intent) => intent,
-        Err(error) => {
-            eprintln!("kvd: {error}");
-            std::process::exit(1);
-        }
+        // `run_with` logged why (as an error, naming the path or address
+        // and the fix); it returns it for an application that logs nothing.
+        Err(_) => std::process::exit(1),
     };
-    eprintln!("kvd: exiting ({}, code {})", intent.name(), intent.code());
+    tracing::info!(target: "kvd", "exiting ({}, code {})", intent.name(), intent.code());
     std::process::exit(intent.code());
 }

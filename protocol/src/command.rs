@@ -66,6 +66,24 @@ impl CommandError {
     }
 }
 
+impl CommandError {
+    /// A stable one-word reason, for logs and metric labels: the
+    /// lifecycle's `RefusedBecause` spelling (`runtime_not_stopped`), the
+    /// replacement refusal's name (`in_progress`), else the variant
+    /// (`durability`, `unavailable`, `invalid`, `failed`).
+    #[must_use]
+    pub const fn reason(&self) -> &'static str {
+        match self {
+            Self::Refused(refused) => refused.reason.as_str(),
+            Self::Durability(_) => "durability",
+            Self::Unavailable => "unavailable",
+            Self::Invalid(_) => "invalid",
+            Self::Failed(_) => "failed",
+            Self::Replace(refusal) => refusal.name(),
+        }
+    }
+}
+
 impl From<Refused> for CommandError {
     fn from(refused: Refused) -> Self {
         Self::Refused(refused)

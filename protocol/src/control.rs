@@ -227,6 +227,9 @@ pub trait Control {
     async fn retry() -> ControlAnswer;
     /// End the process after a drain: `halt` (exit 0) or `relaunch` (75).
     async fn exit(intent: ExitIntent) -> ControlAnswer;
+    /// The supervisor's metrics, as OpenMetrics text ending `# EOF`
+    /// (`spec/control.md`, "Metrics").
+    async fn metrics() -> Result<String, CommandError>;
     /// The last `limit` attempts the journal records (capped at
     /// [`MAX_JOURNAL_ATTEMPTS`]), with their phases, oldest first.
     async fn journal(limit: u32) -> Result<WireJournal, CommandError>;

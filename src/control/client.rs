@@ -714,6 +714,18 @@ impl ControlClient {
         )
     }
 
+    /// The daemon's metrics, as OpenMetrics text (ending `# EOF`).
+    ///
+    /// # Errors
+    /// As [`Self::snapshot`].
+    pub async fn metrics(&self) -> Result<String, ClientError> {
+        let timeout = self.timeout;
+        let answer = self
+            .read_only(|raw| async move { raw.metrics(Self::context(timeout)).await })
+            .await?;
+        answer.map_err(ClientError::Command)
+    }
+
     /// The last `limit` attempts the journal records, with their phases,
     /// across the runs it still holds, oldest first.
     ///

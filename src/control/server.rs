@@ -458,6 +458,7 @@ async fn accept_loop(
                 continue;
             }
         };
+        handle.count_connection("unix");
         let handle = handle.clone();
         let cancel = cancel.clone();
         tokio::spawn(async move {
@@ -725,6 +726,10 @@ impl Control for ControlService {
         // Through the daemon's systemd side, so `steadfastctl reload` and
         // SIGHUP say the same `RELOADING=1` … `READY=1`.
         self.answer(crate::daemon::reload(&self.handle).await)
+    }
+
+    async fn metrics(self, _: Context) -> Result<String, CommandError> {
+        Ok(self.handle.metrics())
     }
 
     async fn journal(self, _: Context, limit: u32) -> Result<WireJournal, CommandError> {

@@ -184,6 +184,7 @@ async fn accept_loop(
         };
         // Small frames, one round trip each: do not wait to coalesce them.
         let _ = stream.set_nodelay(true);
+        handle.count_connection("tcp");
         let handle = handle.clone();
         let token = token.clone();
         let cancel = cancel.clone();

@@ -138,6 +138,9 @@ enum Cmd {
         /// Which probe.
         what: ProbeKind,
     },
+    /// Print the daemon's metrics in OpenMetrics text format (what a
+    /// Prometheus scrape reads; `--json` does not apply).
+    Metrics,
     /// Show the attempts the journal records (across relaunches), with each
     /// phase's outcome and duration. When no daemon answers, the journal
     /// file under --data-dir is read directly (read-only, no lock taken).
@@ -411,6 +414,7 @@ async fn run(cli: Cli) -> ExitCode {
         }
         Cmd::Probe { what } => return probe(&client, *what, cli.verbose).await,
         Cmd::Journal { limit } => return journal(&client, *limit, cli.json, cli.utc).await,
+        Cmd::Metrics => return metrics(&client).await,
         Cmd::Config(ConfigCmd::Show { leaf }) => {
             return config_show(&client, leaf.as_deref(), cli.json).await;
         }
@@ -594,6 +598,16 @@ async fn probe(client: &ControlClient, what: ProbeKind, verbose: bool) -> ExitCo
             }
             ExitCode::FAILURE
         }
+    }
+}
+
+async fn metrics(client: &ControlClient) -> ExitCode {
+    match client.metrics().await {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => fail(&error),
     }
 }
 

@@ -1,0 +1,455 @@
+//! One supervisor's metrics, in OpenMetrics text (`prometheus-client`):
+//! what `steadfastctl metrics` and the daemon helper's HTTP endpoint show.
+//!
+//! Each supervisor owns its [`Metrics`] (in `Shared`): no process-wide
+//! registry, so many supervisors in one process keep apart. They are fed
+//! where the thing happens, once:
+//! - the Lifecycle actor's adoption of a transition ([`Metrics::transition`]:
+//!   boots, failures by phase and class, drains by what follows, phase
+//!   durations) and its publication of a snapshot ([`Metrics::publish`]:
+//!   the state gauge, attempt, streak, epoch, next retry, time in state);
+//! - the Journal actor's appends ([`Metrics::journal_append`]: bytes,
+//!   records, the fsync latency);
+//! - the control plane's connections and every refused command (by
+//!   reason), and the replacement reports (outcomes, generation).
+//!
+//! Invariant: a counter moves only with a transition the machine adopted
+//! (a refused event or an unadopted command changes nothing).
+//! `tests/metrics.rs::the_metrics_follow_a_stop_start_fail_sequence`
+//! parses the text with Python's `prometheus_client` OpenMetrics parser.
+
+use std::sync::Mutex;
+use std::sync::PoisonError;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+use steadfast_protocol::Timestamp;
+use steadfast_protocol::lifecycle::{LifecycleState, RetryClass};
+use steadfast_protocol::replacement::{Ended, Outcome, Report};
+use steadfast_protocol::snapshot::Snapshot;
+
+/// Every state the machine has, so the state gauge shows each (0 or 1).
+const STATES: [&str; 9] = [
+    "resolving",
+    "booting",
+    "running",
+    "draining",
+    "stopped",
+    "failed",
+    "wedged",
+    "exiting",
+    "reinitializing",
+];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FailureLabels {
+    phase: String,
+    /// `backoff`, `hold`, or `budget` (held because the budget is spent).
+    class: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DrainLabels {
+    /// What follows the drain: `stop`, `restart`, `exit`, `fail`.
+    then: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabels {
+    phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TransportLabels {
+    /// `unix` or `tcp`.
+    transport: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefusalLabels {
+    command: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+fn phase_histogram() -> Histogram {
+    // 1 ms to about 65 s.
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+/// One supervisor's metrics (see the module doc).
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    state: Family<StateLabels, Gauge>,
+    attempt: Gauge,
+    streak: Gauge,
+    epoch: Gauge,
+    next_retry: FloatGauge,
+    in_state: FloatGauge,
+    boots: Counter,
+    failures: Family<FailureLabels, Counter>,
+    drains: Family<DrainLabels, Counter>,
+    phase_seconds: Family<PhaseLabels, Histogram, fn() -> Histogram>,
+    journal_bytes: Gauge,
+    journal_records: Counter,
+    journal_failed: Counter,
+    fsync_seconds: Histogram,
+    connections: Family<TransportLabels, Counter>,
+    refusals: Family<RefusalLabels, Counter>,
+    replacements: Family<OutcomeLabels, Counter>,
+    generation: Gauge,
+    /// The state published last and when it was entered (ms), for the time
+    /// in state; the replacement report counted last (its `seq`).
+    last: Mutex<Last>,
+}
+
+#[derive(Debug, Default)]
+struct Last {
+    state: &'static str,
+    since_ms: u64,
+    replacement_seq: Option<u64>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Empty metrics, registered under the `steadfast_` prefix.
+    #[must_use]
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("steadfast");
+        let state = Family::<StateLabels, Gauge>::default();
+        for name in STATES {
+            state
+                .get_or_create(&StateLabels { state: name.into() })
+                .set(0);
+        }
+        let metrics = Self {
+            registry: Registry::default(),
+            state,
+            attempt: Gauge::default(),
+            streak: Gauge::default(),
+            epoch: Gauge::default(),
+            next_retry: FloatGauge::default(),
+            in_state: FloatGauge::default(),
+            boots: Counter::default(),
+            failures: Family::default(),
+            drains: Family::default(),
+            phase_seconds: Family::new_with_constructor(phase_histogram),
+            journal_bytes: Gauge::default(),
+            journal_records: Counter::default(),
+            journal_failed: Counter::default(),
+            fsync_seconds: Histogram::new(exponential_buckets(0.000_1, 2.0, 16)),
+            connections: Family::default(),
+            refusals: Family::default(),
+            replacements: Family::default(),
+            generation: Gauge::default(),
+            last: Mutex::new(Last::default()),
+        };
+        registry.register(
+            "state",
+            "The lifecycle state: 1 for the current one, 0 for the others",
+            metrics.state.clone(),
+        );
+        registry.register(
+            "attempt",
+            "The boot attempt the runtime is on (0 before the first)",
+            metrics.attempt.clone(),
+        );
+        registry.register("streak", "Consecutive failed boots", metrics.streak.clone());
+        registry.register(
+            "epoch",
+            "The epoch: times this daemon has released the store",
+            metrics.epoch.clone(),
+        );
+        registry.register_with_unit(
+            "next_retry_timestamp",
+            "When a failed boot is retried (Unix time; 0: no retry scheduled)",
+            Unit::Seconds,
+            metrics.next_retry.clone(),
+        );
+        registry.register_with_unit(
+            "time_in_state",
+            "How long the supervisor has been in its current state",
+            Unit::Seconds,
+            metrics.in_state.clone(),
+        );
+        registry.register("boots", "Boots started", metrics.boots.clone());
+        registry.register(
+            "boot_failures",
+            "Failed boots, by the phase that failed and the retry class",
+            metrics.failures.clone(),
+        );
+        registry.register(
+            "drains",
+            "Drains started, by what follows them",
+            metrics.drains.clone(),
+        );
+        registry.register_with_unit(
+            "phase_duration",
+            "How long each boot phase took, observed when it ended (done, failed or cancelled)",
+            Unit::Seconds,
+            metrics.phase_seconds.clone(),
+        );
+        registry.register_with_unit(
+            "journal_size",
+            "The journal file's durable length",
+            Unit::Bytes,
+            metrics.journal_bytes.clone(),
+        );
+        registry.register(
+            "journal_records",
+            "Records appended to the journal (acknowledged after their fsync)",
+            metrics.journal_records.clone(),
+        );
+        registry.register(
+            "journal_append_failures",
+            "Journal appends that failed (not acknowledged)",
+            metrics.journal_failed.clone(),
+        );
+        registry.register_with_unit(
+            "journal_fsync_duration",
+            "How long a journal append took to write and fsync",
+            Unit::Seconds,
+            metrics.fsync_seconds.clone(),
+        );
+        registry.register(
+            "control_connections",
+            "Control-plane connections accepted, by transport",
+            metrics.connections.clone(),
+        );
+        registry.register(
+            "refusals",
+            "Commands refused, by command and reason",
+            metrics.refusals.clone(),
+        );
+        registry.register(
+            "replacements",
+            "Replacements ended, by outcome",
+            metrics.replacements.clone(),
+        );
+        registry.register(
+            "replacement_generation",
+            "The serial of the latest replacement (0: none yet)",
+            metrics.generation.clone(),
+        );
+        Self {
+            registry,
+            ..metrics
+        }
+    }
+
+    /// An adopted transition from `from` to `to` at `at`: the counters and
+    /// the phase histogram.
+    pub fn transition(&self, from: &LifecycleState, to: &LifecycleState, at: Timestamp) {
+        if let LifecycleState::Booting { phase, since, .. } = from {
+            let left = match to {
+                LifecycleState::Booting { phase: next, .. } => next != phase,
+                _ => true,
+            };
+            if left {
+                let ms = at.as_millis().saturating_sub(since.as_millis());
+                #[allow(clippy::cast_precision_loss)]
+                self.phase_seconds
+                    .get_or_create(&PhaseLabels {
+                        phase: phase.to_string(),
+                    })
+                    .observe(ms as f64 / 1000.0);
+            }
+        }
+        let entered = std::mem::discriminant(from) != std::mem::discriminant(to);
+        if !entered {
+            return;
+        }
+        match to {
+            LifecycleState::Booting { .. } => {
+                self.boots.inc();
+            }
+            LifecycleState::Failed {
+                report,
+                retry,
+                budget_spent,
+                ..
+            } => {
+                let class = match (retry, budget_spent) {
+                    (_, Some(_)) => "budget",
+                    (RetryClass::Hold, None) => "hold",
+                    (RetryClass::Backoff { .. }, None) => "backoff",
+                };
+                self.failures
+                    .get_or_create(&FailureLabels {
+                        phase: report.phase.to_string(),
+                        class: class.into(),
+                    })
+                    .inc();
+            }
+            LifecycleState::Draining { then, .. } => {
+                self.drains
+                    .get_or_create(&DrainLabels {
+                        then: then.name().into(),
+                    })
+                    .inc();
+            }
+            _ => {}
+        }
+    }
+
+    /// A published snapshot, at `now`: the gauges.
+    pub fn publish(&self, snapshot: &Snapshot, now: Timestamp) {
+        let state = snapshot.lifecycle.name();
+        {
+            let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+            if last.state != state {
+                if !last.state.is_empty() {
+                    self.state
+                        .get_or_create(&StateLabels {
+                            state: last.state.into(),
+                        })
+                        .set(0);
+                }
+                last.state = state;
+                last.since_ms = now.as_millis();
+            }
+        }
+        self.state
+            .get_or_create(&StateLabels {
+                state: state.into(),
+            })
+            .set(1);
+        let attempt = match &snapshot.lifecycle {
+            LifecycleState::Booting { attempt, .. }
+            | LifecycleState::Running { attempt, .. }
+            | LifecycleState::Draining { attempt, .. }
+            | LifecycleState::Failed { attempt, .. } => Some(attempt.get()),
+            _ => None,
+        };
+        if let Some(attempt) = attempt {
+            self.attempt.set(i64::from(attempt));
+        }
+        self.streak.set(i64::from(snapshot.streak));
+        self.epoch
+            .set(i64::try_from(snapshot.epoch).unwrap_or(i64::MAX));
+        #[allow(clippy::cast_precision_loss)]
+        let next = match &snapshot.lifecycle {
+            LifecycleState::Failed {
+                retry: RetryClass::Backoff { next_retry_at, .. },
+                budget_spent: None,
+                ..
+            } => next_retry_at.as_millis() as f64 / 1000.0,
+            _ => 0.0,
+        };
+        self.next_retry.set(next);
+    }
+
+    /// A journal append of `records` records: `len` is the file's durable
+    /// length after it, `took` the write and fsync; `ok: false` for one
+    /// that failed.
+    pub fn journal_append(&self, records: usize, len: u64, took: Duration, ok: bool) {
+        if ok {
+            self.journal_records
+                .inc_by(u64::try_from(records).unwrap_or(u64::MAX));
+            self.journal_bytes
+                .set(i64::try_from(len).unwrap_or(i64::MAX));
+        } else {
+            self.journal_failed.inc();
+        }
+        self.fsync_seconds.observe(took.as_secs_f64());
+    }
+
+    /// A control-plane connection accepted on `transport` (`unix`, `tcp`).
+    pub fn control_connection(&self, transport: &str) {
+        self.connections
+            .get_or_create(&TransportLabels {
+                transport: transport.into(),
+            })
+            .inc();
+    }
+
+    /// A command refused (`CommandError::reason`).
+    pub fn refusal(&self, command: &str, reason: &str) {
+        self.refusals
+            .get_or_create(&RefusalLabels {
+                command: command.into(),
+                reason: reason.into(),
+            })
+            .inc();
+    }
+
+    /// A replacement report: its serial is the generation; an ended one is
+    /// counted once (by its `seq`).
+    pub fn replacement(&self, report: &Report) {
+        self.generation
+            .set(i64::try_from(report.serial).unwrap_or(i64::MAX));
+        let Some(ended) = &report.ended else {
+            return;
+        };
+        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        if last.replacement_seq.is_some_and(|seq| seq >= report.seq) {
+            return;
+        }
+        last.replacement_seq = Some(report.seq);
+        let outcome = match ended {
+            Ended::Outcome(Outcome::Unchanged) => "unchanged".to_owned(),
+            Ended::Outcome(Outcome::Complete) => "complete".to_owned(),
+            Ended::Outcome(Outcome::RetirementPending) => "retirement_pending".to_owned(),
+            Ended::Failed { reason, .. } => format!("failed_{}", reason.name()),
+        };
+        self.replacements
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+    }
+
+    /// The metrics as OpenMetrics text (ending `# EOF`), at `now`.
+    #[must_use]
+    pub fn render(&self, now: Timestamp) -> String {
+        {
+            let last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+            #[allow(clippy::cast_precision_loss)]
+            self.in_state
+                .set(now.as_millis().saturating_sub(last.since_ms) as f64 / 1000.0);
+        }
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_supervisors_keep_their_metrics_apart() {
+        let (a, b) = (Metrics::new(), Metrics::new());
+        a.refusal("start", "runtime_running");
+        let (a, b) = (a.render(Timestamp(0)), b.render(Timestamp(0)));
+        assert!(
+            a.contains("steadfast_refusals_total{command=\"start\",reason=\"runtime_running\"} 1"),
+            "{a}"
+        );
+        assert!(!b.contains("runtime_running"), "{b}");
+        assert!(a.ends_with("# EOF\n"), "{a}");
+    }
+}

@@ -1,0 +1,330 @@
+//! What kvd prints, with real kvd children (issue 14, item 1): `RUST_LOG`
+//! and the configured `log_level` change it, the configured level in place
+//! (no restart), a control socket that cannot be served is logged as an
+//! error, and under journald (`JOURNAL_STREAM` naming stderr) every line
+//! carries its syslog priority. The environment is the child's only
+//! (`Command::env`), never this process's.
+
+mod processes;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A kvd child whose stderr goes to a file the test reads as it grows.
+struct Kvd {
+    child: Child,
+    log: PathBuf,
+    data: PathBuf,
+    port: u16,
+}
+
+impl Kvd {
+    /// kvd on a fresh port, `extra` appended to its config file, `env` set
+    /// for the child only (`RUST_LOG` and `JOURNAL_STREAM` removed first).
+    fn spawn(dir: &Path, extra: &str, env: &[(&str, String)]) -> Self {
+        Self::spawn_with(dir, extra, env, |_| Vec::new())
+    }
+
+    /// As [`Self::spawn`], with more arguments.
+    fn spawn_args(dir: &Path, extra: &str, env: &[(&str, String)], args: &[&str]) -> Self {
+        Self::build(dir, extra, env, |_| Vec::new(), args)
+    }
+
+    /// As [`Self::spawn`], with more env computed from the log file.
+    fn spawn_with(
+        dir: &Path,
+        extra: &str,
+        env: &[(&str, String)],
+        from_log: impl Fn(&Path) -> Vec<(&'static str, String)>,
+    ) -> Self {
+        Self::build(dir, extra, env, from_log, &[])
+    }
+
+    fn build(
+        dir: &Path,
+        extra: &str,
+        env: &[(&str, String)],
+        from_log: impl Fn(&Path) -> Vec<(&'static str, String)>,
+        args: &[&str],
+    ) -> Self {
+        let data = dir.join("data");
+        let port = processes::free_port();
+        let config = dir.join("kvd.toml");
+        std::fs::write(
+            &config,
+            format!("listen_addr = \"127.0.0.1:{port}\"\n{extra}"),
+        )
+        .expect("config");
+        let log = dir.join("kvd.stderr");
+        let file = std::fs::File::create(&log).expect("log file");
+        let mut command = Command::new(processes::example("kvd"));
+        command
+            .arg("--data-dir")
+            .arg(&data)
+            .arg("--config")
+            .arg(&config)
+            .args(args)
+            .env_remove("RUST_LOG")
+            .env_remove("JOURNAL_STREAM")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(file));
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        for (key, value) in from_log(&log) {
+            command.env(key, value);
+        }
+        let child = command.spawn().expect("kvd starts");
+        Self {
+            child,
+            log,
+            data,
+            port,
+        }
+    }
+
+    fn text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Wait until the log holds `needle`; the log.
+    fn wait_for(&self, needle: &str) -> String {
+        let deadline = Instant::now() + processes::PATIENCE;
+        while Instant::now() < deadline {
+            let text = self.text();
+            if text.contains(needle) {
+                return text;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("{needle:?} never logged: {}", self.text())
+    }
+
+    fn running(&self) -> serde_json::Value {
+        processes::until(&self.data, "running", |s| {
+            s["lifecycle"]["state"] == "running"
+        })
+    }
+
+    /// A request, and a marker request after it: once the marker's debug
+    /// line would be there, so would the first's.
+    fn request(&self, key: &str) {
+        assert_eq!(processes::kv(self.port, &format!("GET {key}")), "NOT_FOUND");
+    }
+
+    fn exit(mut self) {
+        let out = processes::ctl(&self.data, &["exit"]);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        assert_eq!(processes::wait_exit(&mut self.child), Some(0));
+    }
+}
+
+impl Drop for Kvd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The debug line kvd writes for a request of `key`.
+fn request_line(key: &str) -> String {
+    format!("request=GET {key}")
+}
+
+/// Without `RUST_LOG` kvd logs at info: no request lines. With
+/// `RUST_LOG=debug` the same request is a debug line, and so are the boot's
+/// phases.
+#[test]
+fn rust_log_changes_what_kvd_prints() {
+    let quiet = tempfile::tempdir().expect("tempdir");
+    let kvd = Kvd::spawn(quiet.path(), "", &[]);
+    kvd.running();
+    kvd.request("quiet");
+    let text = kvd.wait_for("running (attempt 1)");
+    assert!(text.contains(" INFO "), "info lines: {text}");
+    kvd.exit();
+    let text = std::fs::read_to_string(quiet.path().join("kvd.stderr")).expect("log");
+    assert!(!text.contains(" DEBUG "), "no debug line at info: {text}");
+    assert!(!text.contains(&request_line("quiet")), "{text}");
+
+    let loud = tempfile::tempdir().expect("tempdir");
+    let kvd = Kvd::spawn(loud.path(), "", &[("RUST_LOG", "debug".into())]);
+    kvd.running();
+    kvd.request("loud");
+    let text = kvd.wait_for(&request_line("loud"));
+    assert!(text.contains(" DEBUG "), "{text}");
+    assert!(text.contains("boot phase"), "the phases at debug: {text}");
+    kvd.exit();
+
+    // A level from RUST_LOG that is no filter is said, not dropped.
+    let bad = tempfile::tempdir().expect("tempdir");
+    let kvd = Kvd::spawn(bad.path(), "", &[("RUST_LOG", "kvd=loudest".into())]);
+    kvd.running();
+    let text = kvd.wait_for("RUST_LOG is not used");
+    assert!(text.contains("kvd=loudest"), "{text}");
+    kvd.exit();
+}
+
+/// `log_level` in the config file filters from the boot on, and `config set
+/// log_level …` changes the filter in place: the same process, the same
+/// attempt, and the next request's debug line appears (then disappears
+/// again at `warn`). `config unset` goes back to `RUST_LOG`. A level that
+/// is no filter is refused with the reason and changes nothing. Before the
+/// fix, `log_level` was stored and controlled nothing.
+#[test]
+fn the_configured_level_applies_in_place() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let kvd = Kvd::spawn(tmp.path(), "", &[]);
+    let before = kvd.running();
+    kvd.request("before");
+
+    let set = processes::ctl(&kvd.data, &["config", "set", "log_level", "debug"]);
+    assert_eq!(set.status.code(), Some(0), "{set:?}");
+    kvd.wait_for("log level set level=debug");
+    kvd.request("debugging");
+    let text = kvd.wait_for(&request_line("debugging"));
+    assert!(!text.contains(&request_line("before")), "{text}");
+    let after = kvd.running();
+    assert_eq!(after["pid"], before["pid"], "the same process");
+    assert_eq!(
+        after["lifecycle"]["attempt"], before["lifecycle"]["attempt"],
+        "no restart: {after:#}"
+    );
+
+    let refused = processes::ctl(&kvd.data, &["config", "set", "log_level", "kvd=loudest"]);
+    assert_eq!(refused.status.code(), Some(3), "{refused:?}");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("invalid log level"), "{stderr}");
+
+    let set = processes::ctl(&kvd.data, &["config", "set", "log_level", "warn"]);
+    assert_eq!(set.status.code(), Some(0), "{set:?}");
+    // The set itself is said at info before the filter drops info: poll
+    // with a request whose line must not come, after one that shows the
+    // change has landed (the snapshot's pending apply settled).
+    processes::until(&kvd.data, "in sync", |s| s["pending"]["kind"] == "in_sync");
+    kvd.request("warned");
+    kvd.request("warned-again");
+    let unset = processes::ctl(&kvd.data, &["config", "unset", "log_level"]);
+    assert_eq!(unset.status.code(), Some(0), "{unset:?}");
+    kvd.wait_for("log level set level=info");
+    let text = kvd.text();
+    assert!(!text.contains(&request_line("warned")), "{text}");
+    kvd.exit();
+
+    // From the file: debug from the first boot.
+    let file = tempfile::tempdir().expect("tempdir");
+    let kvd = Kvd::spawn(file.path(), "log_level = \"debug\"\n", &[]);
+    kvd.running();
+    kvd.request("from-file");
+    kvd.wait_for(&request_line("from-file"));
+    kvd.exit();
+}
+
+/// A control socket that cannot be served (a regular file where it goes)
+/// is logged once, as an error, with the path and the fix, before kvd exits
+/// 1. Before the fix it was silent unless the application printed it.
+#[test]
+fn a_failed_control_socket_bind_is_logged() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let control = data.join(".steadfast");
+    std::fs::create_dir_all(&control).expect("mkdir");
+    for dir in [&data, &control] {
+        std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .expect("chmod");
+    }
+    let path = control.join("control.sock");
+    std::fs::write(&path, b"not a socket").expect("plant");
+    let mut kvd = Kvd::spawn(tmp.path(), "", &[]);
+    assert_eq!(processes::wait_exit(&mut kvd.child), Some(1));
+    let text = kvd.text();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("the control socket is not served"))
+        .collect();
+    assert_eq!(lines.len(), 1, "logged once: {text}");
+    assert!(lines[0].contains("ERROR"), "{text}");
+    assert!(
+        lines[0].contains(&format!("path={}", path.display())),
+        "{text}"
+    );
+    assert!(lines[0].contains("move it away"), "{text}");
+}
+
+/// `--log-format json`: every line is a JSON object with its level and
+/// fields; a transition carries `state` and `attempt` as fields.
+#[test]
+fn json_lines_on_request() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let kvd = Kvd::spawn_args(tmp.path(), "", &[], &["--log-format", "json"]);
+    kvd.running();
+    let text = kvd.wait_for("\"state\":\"running\"");
+    kvd.exit();
+    let text = std::fs::read_to_string(tmp.path().join("kvd.stderr")).unwrap_or(text);
+    let mut running = false;
+    for line in text.lines() {
+        let value: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line:?} in {text}"));
+        assert!(value["level"].is_string(), "{line}");
+        if value["fields"]["message"] == "transition" && value["fields"]["state"] == "running" {
+            assert_eq!(value["fields"]["attempt"], 1, "{line}");
+            running = true;
+        }
+    }
+    assert!(running, "{text}");
+}
+
+/// With `JOURNAL_STREAM` naming kvd's stderr (as systemd sets it), every
+/// line starts with its syslog priority and carries no timestamp: `<6>` for
+/// the state lines, `<4>` for a failed boot (its listen port is taken).
+#[test]
+fn under_journald_lines_carry_their_priority() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("addr").port();
+    let kvd = Kvd::spawn_with(tmp.path(), "", &[], |log| {
+        let meta = std::fs::metadata(log).expect("log file");
+        vec![("JOURNAL_STREAM", format!("{}:{}", meta.dev(), meta.ino()))]
+    });
+    kvd.running();
+    let set = processes::ctl(
+        &kvd.data,
+        &["config", "set", "listen_addr", &format!("127.0.0.1:{port}")],
+    );
+    assert_eq!(set.status.code(), Some(0), "{set:?}");
+    let restart = processes::ctl(&kvd.data, &["restart", "--force"]);
+    assert_eq!(restart.status.code(), Some(0), "{restart:?}");
+    let text = kvd.wait_for("transition: the boot failed");
+    for line in text.lines() {
+        assert!(
+            line.starts_with("<3>")
+                || line.starts_with("<4>")
+                || line.starts_with("<6>")
+                || line.starts_with("<7>"),
+            "a line without its priority: {line:?} in {text}"
+        );
+    }
+    let failed = text
+        .lines()
+        .find(|l| l.contains("transition: the boot failed"))
+        .expect("failed");
+    assert!(failed.starts_with("<4>"), "{failed}");
+    assert!(failed.contains("phase=bind_listener"), "{failed}");
+    assert!(failed.contains("attempt=2"), "{failed}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("<6>") && l.contains("kvd: running (attempt 1)")),
+        "{text}"
+    );
+    // No timestamp: the journal stamps lines itself.
+    assert!(
+        text.lines()
+            .all(|l| !l.get(3..).unwrap_or("").starts_with("20")),
+        "{text}"
+    );
+    drop(taken);
+    kvd.exit();
+}
