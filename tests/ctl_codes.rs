@@ -200,3 +200,43 @@ fn the_data_dir_may_come_from_the_environment() {
     assert_eq!(ctl(&data, &["exit"]).status.code(), Some(0));
     assert_eq!(wait_exit(&mut daemon), Some(0));
 }
+
+/// `restart --wait` and `start --wait` return once the boot they started
+/// settled, in the one process (as `systemctl restart`): 0 with the running
+/// snapshot, or 3 naming the failure when the boot fails (here: its port
+/// is taken). Before, a restart was answered at `draining` and a script
+/// needed a second process (`watch --until running`) that could not tell a
+/// failed boot from a slow one.
+#[test]
+fn restart_and_start_wait_for_the_boot_they_started() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let port = free_port();
+    let mut daemon = processes::kvd(&data, &config(tmp.path(), port), Stdio::null());
+    until(&data, "running", |s| state(s) == "running");
+
+    let out = ctl(&data, &["restart", "--wait", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let settled: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(state(&settled), "running", "{settled:#}");
+    assert_eq!(settled["lifecycle"]["attempt"], 2, "the new boot: {settled:#}");
+    assert_eq!(processes::kv(port, "SET k v"), "OK", "serving when it returned");
+
+    // A boot that cannot bind: the wait ends failed, exit 3, naming why.
+    assert_eq!(ctl(&data, &["stop"]).status.code(), Some(0));
+    let squatter = std::net::TcpListener::bind(("127.0.0.1", port)).expect("take the port");
+    let out = ctl(&data, &["start", "--wait"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("did not reach running") && stderr.contains("bind_listener"),
+        "{stderr}"
+    );
+    assert!(text(&out.stdout).contains("failed"), "{out:?}");
+
+    drop(squatter);
+    let out = ctl(&data, &["retry", "--wait"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(ctl(&data, &["exit"]).status.code(), Some(0));
+    assert_eq!(wait_exit(&mut daemon), Some(0));
+}

@@ -96,7 +96,12 @@ enum Cmd {
         history: Option<u32>,
     },
     /// Boot a stopped runtime (clears a hold).
-    Start,
+    Start {
+        /// Return once the boot settled: 0 running, 3 failed, wedged or
+        /// stopped (the reason on stderr), 5 at `--timeout`.
+        #[arg(long)]
+        wait: bool,
+    },
     /// Stop the runtime; returns once the drain has settled.
     Stop {
         /// Keep it stopped across a relaunch of the daemon.
@@ -111,9 +116,17 @@ enum Cmd {
         /// then fails held in `resolve_config`).
         #[arg(long)]
         force: bool,
+        /// Return once the new boot settled, as `start --wait` (one process
+        /// for a restart, as `systemctl restart`).
+        #[arg(long)]
+        wait: bool,
     },
     /// Retry a failed boot now.
-    Retry,
+    Retry {
+        /// Return once the boot settled, as `start --wait`.
+        #[arg(long)]
+        wait: bool,
+    },
     /// End the daemon's process after a drain (exit 0: stays down).
     Exit {
         /// Exit 75 instead, so the service manager starts it again.
@@ -385,12 +398,12 @@ async fn run(cli: Cli) -> ExitCode {
         Cmd::Status { history } => {
             return status(&client, *history, cli.json, cli.utc).await;
         }
-        Cmd::Start => client.start().await,
+        Cmd::Start { .. } => client.start().await,
         Cmd::Stop { hold } => return stop(&client, *hold, &cli).await,
         Cmd::Reload => client.reload().await,
-        Cmd::Restart { force: false } => client.restart().await,
-        Cmd::Restart { force: true } => client.restart_forced().await,
-        Cmd::Retry => client.retry().await,
+        Cmd::Restart { force: false, .. } => client.restart().await,
+        Cmd::Restart { force: true, .. } => client.restart_forced().await,
+        Cmd::Retry { .. } => client.retry().await,
         Cmd::Exit { relaunch } => {
             let intent = if *relaunch {
                 ExitIntent::Relaunch
@@ -443,12 +456,77 @@ async fn run(cli: Cli) -> ExitCode {
             .await;
         }
     };
+    let wait = matches!(
+        cli.command,
+        Cmd::Start { wait: true } | Cmd::Restart { wait: true, .. } | Cmd::Retry { wait: true }
+    );
     match answer {
+        Ok(snapshot) if wait => wait_settled(&client, snapshot, &cli).await,
         Ok(snapshot) => {
             print_answer(&snapshot, &cli);
             ExitCode::SUCCESS
         }
         Err(error) => fail(&error),
+    }
+}
+
+/// `--wait`: follow the boot the command started (its answer is a booting
+/// or draining snapshot, never a settled one) to the first settled state,
+/// in this process. 0 running; 3 failed, wedged or stopped, or the daemon
+/// exited, the reason on stderr; 5 when `--timeout` passes first. Prints
+/// the settled snapshot as the command would have printed its answer.
+async fn wait_settled(client: &ControlClient, answered: Snapshot, cli: &Cli) -> ExitCode {
+    let deadline = match cli.timeout.map(|_| timeout_of(cli)) {
+        None => None,
+        Some(Ok(timeout)) => Some((tokio::time::Instant::now() + timeout, timeout)),
+        Some(Err(error)) => {
+            eprintln!("steadfastctl: {error}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let mut have = answered;
+    loop {
+        match &have.lifecycle {
+            LifecycleState::Running { .. } => {
+                print_answer(&have, cli);
+                return ExitCode::SUCCESS;
+            }
+            LifecycleState::Failed { .. }
+            | LifecycleState::Wedged { .. }
+            | LifecycleState::Stopped { .. } => {
+                print_answer(&have, cli);
+                eprintln!(
+                    "steadfastctl: the boot did not reach running: {}",
+                    state_line(&have)
+                );
+                return ExitCode::from(EXIT_NOT_RUNNING);
+            }
+            LifecycleState::Exiting { .. } => {
+                return daemon_exited(
+                    Some(StateName::Running),
+                    Some(&have),
+                    "it said it is exiting",
+                );
+            }
+            _ => {}
+        }
+        if deadline.is_some_and(|(at, _)| tokio::time::Instant::now() >= at) {
+            return timed_out(Some(StateName::Running), Some(&have), deadline);
+        }
+        let wait = deadline.map_or(Duration::from_secs(30), |(at, _)| {
+            at.saturating_duration_since(tokio::time::Instant::now())
+                .min(Duration::from_secs(30))
+        });
+        have = match client.watch(&have, wait).await {
+            Ok(next) => next,
+            Err(error) if error.is_gone() => {
+                return daemon_exited(Some(StateName::Running), Some(&have), &error.to_string());
+            }
+            Err(error) if error.is_deadline() && deadline.is_some() => {
+                return timed_out(Some(StateName::Running), Some(&have), deadline);
+            }
+            Err(error) => return fail(&error),
+        };
     }
 }
 
