@@ -219,8 +219,15 @@ fn restart_and_start_wait_for_the_boot_they_started() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let settled: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(state(&settled), "running", "{settled:#}");
-    assert_eq!(settled["lifecycle"]["attempt"], 2, "the new boot: {settled:#}");
-    assert_eq!(processes::kv(port, "SET k v"), "OK", "serving when it returned");
+    assert_eq!(
+        settled["lifecycle"]["attempt"], 2,
+        "the new boot: {settled:#}"
+    );
+    assert_eq!(
+        processes::kv(port, "SET k v"),
+        "OK",
+        "serving when it returned"
+    );
 
     // A boot that cannot bind: the wait ends failed, exit 3, naming why.
     assert_eq!(ctl(&data, &["stop"]).status.code(), Some(0));
