@@ -1051,10 +1051,28 @@ fn absolute(ms: u64, utc: bool) -> String {
     if utc {
         return format!("{at:.3}");
     }
-    let zone = jiff::tz::TimeZone::try_system().unwrap_or(jiff::tz::TimeZone::UTC);
-    at.to_zoned(zone)
+    at.to_zoned(local_zone().clone())
         .strftime("%Y-%m-%dT%H:%M:%S%.3f%:z")
         .to_string()
+}
+
+/// The local time zone, looked up once: `TZ` when set (through jiff),
+/// else `/etc/localtime` parsed directly. (`TimeZone::try_system` without
+/// `TZ` walks all of `/usr/share/zoneinfo` to name the zone: ~25 directory
+/// opens and several milliseconds per `status`, for a name we do not
+/// print.) UTC when neither can be read — the printed `+00:00` says so.
+fn local_zone() -> &'static jiff::tz::TimeZone {
+    static ZONE: std::sync::OnceLock<jiff::tz::TimeZone> = std::sync::OnceLock::new();
+    ZONE.get_or_init(|| {
+        let zone = if std::env::var_os("TZ").is_some() {
+            jiff::tz::TimeZone::try_system().ok()
+        } else {
+            std::fs::read("/etc/localtime")
+                .ok()
+                .and_then(|tzif| jiff::tz::TimeZone::tzif("localtime", &tzif).ok())
+        };
+        zone.unwrap_or(jiff::tz::TimeZone::UTC)
+    })
 }
 
 fn ago(now: u64, at: u64) -> String {
