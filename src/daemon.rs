@@ -397,7 +397,11 @@ async fn run_serving(
     };
     signals.abort();
     notifier.abort();
-    drop(control);
+    // An answer in flight (the `exit` that ended the daemon) is written
+    // before the socket goes.
+    if let Some(control) = control {
+        control.shutdown(ANSWER_GRACE).await;
+    }
     // The port is closed by the time `run_with` returns.
     if let Some(tcp) = control_tcp {
         tcp.shutdown().await;
@@ -410,6 +414,10 @@ async fn run_serving(
     }
     intent
 }
+
+/// How long a stopping daemon lets its control connections finish the
+/// calls already in flight before it closes them.
+const ANSWER_GRACE: Duration = Duration::from_millis(500);
 
 /// Resolves once a committed replacement handed the daemon over and the
 /// final report had a moment to be read by whoever follows it (at most

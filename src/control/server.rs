@@ -241,6 +241,20 @@ impl ServerGuard {
     pub fn open_connections(&self) -> usize {
         self.pool.len()
     }
+
+    /// Stop accepting, let the connections already served finish for up to
+    /// `grace` (a client whose command made the daemon end — `exit` — reads
+    /// its answer and closes), then close the rest and remove the socket.
+    /// Dropping the guard instead closes every connection at once: an
+    /// answer still being written is lost.
+    pub async fn shutdown(mut self, grace: Duration) {
+        self.task.abort();
+        let _ = (&mut self.task).await;
+        let deadline = tokio::time::Instant::now() + grace;
+        while self.pool.len() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
 }
 
 impl Drop for ServerGuard {
