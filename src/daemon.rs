@@ -404,7 +404,7 @@ async fn run_serving(
     }
     // The port is closed by the time `run_with` returns.
     if let Some(tcp) = control_tcp {
-        tcp.shutdown().await;
+        tcp.shutdown(ANSWER_GRACE).await;
     }
     // Once: the notifier sent it already when the daemon began to end,
     // unless the tree ended another way (the lifecycle died).

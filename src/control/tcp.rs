@@ -72,6 +72,8 @@ pub struct TcpServerGuard {
     cancel: CancellationToken,
     /// The accept loop.
     task: JoinHandle<()>,
+    /// The connections past the handshake (their slots).
+    served: Arc<Pool<IpAddr>>,
 }
 
 impl TcpServerGuard {
@@ -81,13 +83,20 @@ impl TcpServerGuard {
         self.local_addr
     }
 
-    /// Stop serving and wait until the accept loop is gone, so the port is
-    /// closed when this returns (dropping the guard only asks the loop to
-    /// end: the listener closes once the runtime gets to it).
-    pub async fn shutdown(mut self) {
-        self.cancel.cancel();
+    /// Stop accepting and wait until the accept loop is gone (the port is
+    /// closed), let the connections already served finish their calls for
+    /// up to `grace` (as [`ServerGuard::shutdown`](super::ServerGuard::shutdown):
+    /// the answer to the `exit` that ended the daemon is written), then
+    /// close the rest. Dropping the guard only asks the loop to end and
+    /// closes every connection at once.
+    pub async fn shutdown(mut self, grace: Duration) {
         self.task.abort();
         let _ = (&mut self.task).await;
+        let deadline = tokio::time::Instant::now() + grace;
+        while self.served.len() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        self.cancel.cancel();
     }
 }
 
@@ -138,12 +147,25 @@ pub fn serve_tcp_with(
         );
     }
     let cancel = CancellationToken::new();
-    let task = tokio::spawn(accept_loop(listener, handle, token, limits, cancel.clone()));
+    let served = Arc::new(Pool::new(
+        limits.max_connections,
+        limits.max_connections_per_peer,
+        Evict::Idle(limits.evict_grace),
+    ));
+    let task = tokio::spawn(accept_loop(
+        listener,
+        handle,
+        token,
+        limits,
+        cancel.clone(),
+        Arc::clone(&served),
+    ));
     tracing::info!(%local_addr, "the control port is listening");
     Ok(TcpServerGuard {
         local_addr,
         cancel,
         task,
+        served,
     })
 }
 
@@ -153,16 +175,12 @@ async fn accept_loop(
     token: Token,
     limits: ServerLimits,
     cancel: CancellationToken,
+    served: Arc<Pool<IpAddr>>,
 ) {
     let handshakes = Arc::new(Pool::new(
         limits.max_handshakes,
         limits.max_handshakes_per_peer,
         Evict::Oldest,
-    ));
-    let served = Arc::new(Pool::new(
-        limits.max_connections,
-        limits.max_connections_per_peer,
-        Evict::Idle(limits.evict_grace),
     ));
     loop {
         let accepted = tokio::select! {
