@@ -12,7 +12,6 @@ use std::process::Output;
 
 use common::*;
 use steadfast::control::serve_unix;
-use steadfast::protocol::lifecycle::LifecycleState;
 use steadfast::protocol::snapshot::Snapshot;
 use steadfast::{ExitIntent, Hold};
 
@@ -156,30 +155,58 @@ async fn watch_prints_transitions_and_phases_until_running() {
     let (run, handle, _server) = running_with_socket(tmp.path()).await;
     handle.stop(Hold::None).await.expect("stop");
 
-    let watcher = {
-        let dir = tmp.path().to_owned();
-        tokio::spawn(async move { ctl(&dir, &["watch", "--until", "running"]).await })
-    };
-    // Let the watcher see `stopped` first.
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let lifecycle = handle.snapshot().lifecycle;
+    // The watcher's lines as they come, so the start waits until it has
+    // printed `stopped` (before, a fixed 300 ms sleep that a loaded machine
+    // could outlast).
+    let mut watcher = std::process::Command::new(processes::steadfastctl())
+        .arg("--data-dir")
+        .arg(tmp.path())
+        .args(["watch", "--until", "running"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("watch runs");
+    let stdout = watcher.stdout.take().expect("stdout");
+    let (tx, lines) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    // What it prints of the snapshot it found: the last attempt's phases,
+    // then the state.
+    let (first, lines) = tokio::task::spawn_blocking(move || {
+        let mut seen = Vec::new();
+        while let Ok(line) = lines.recv_timeout(PATIENCE) {
+            let stopped = line.contains("→ stopped");
+            seen.push(line);
+            if stopped {
+                break;
+            }
+        }
+        (seen.join("\n"), lines)
+    })
+    .await
+    .expect("task");
     assert!(
-        matches!(lifecycle, LifecycleState::Stopped { .. }),
-        "stopped, then {lifecycle:?}"
+        first.contains("→ stopped"),
+        "the watcher saw stopped first: {first}"
     );
     handle.start().await.expect("start");
-    let out = tokio::time::timeout(PATIENCE, watcher)
-        .await
-        .expect("watch returns")
-        .expect("task");
-    let stdout = text(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        text(&out.stderr)
-    );
-    assert!(stdout.contains("→ stopped"), "{stdout}");
+    let (status, rest) = tokio::task::spawn_blocking(move || {
+        let rest: Vec<String> = std::iter::from_fn(|| lines.recv_timeout(PATIENCE).ok()).collect();
+        (watcher.wait().expect("watch exits"), rest)
+    })
+    .await
+    .expect("task");
+    let stdout = rest.join("\n");
+    assert_eq!(status.code(), Some(0), "{first}\n{stdout}");
     assert!(stdout.contains("→ running (attempt 2)"), "{stdout}");
     assert!(
         stdout.contains("attempt 2 phase") && stdout.contains("bind_listener: completed in"),
