@@ -344,10 +344,12 @@ async fn run_attempt(
         None => None,
     };
     let resolved = shared
-        .resolve_config(&shared.overrides)
+        .resolve_tiers(&shared.overrides)
         .await
         .map_err(|error| error.to_string())
-        // The plan is the config's: one that names a step twice is held here.
+        // The plan deserializes the config into the service's type (a value
+        // that does not fit is held here, naming the leaf), and one that
+        // names a step twice is held here too.
         .and_then(|resolved| {
             let plan = shared.service.plan(&resolved.config)?;
             Ok((resolved.config, plan))

@@ -108,8 +108,9 @@ impl Shared {
     /// top, checked against the data directory and deserialized into the
     /// service's config type. `overrides` is [`Shared::overrides`], or a
     /// staged copy `config set` checks before anything is persisted. Used by
-    /// the boot, the restart preflight, a change applied in place and the
-    /// control plane's `config set`/`config show`.
+    /// the restart preflight, a change applied in place and the control
+    /// plane's `config set`/`config show`; a boot gets the same outcome from
+    /// [`Shared::resolve_tiers`] and the service's plan.
     ///
     /// # Errors
     /// Whatever keeps the config from resolving or from fitting the
@@ -118,10 +119,24 @@ impl Shared {
         &self,
         overrides: &Overrides,
     ) -> Result<ResolvedConfig, ConfigError> {
+        let resolved = self.resolve_tiers(overrides).await?;
+        self.service.check_config(&resolved.config)?;
+        Ok(resolved)
+    }
+
+    /// [`Shared::resolve_config`] short of the config type: the tiers
+    /// merged and the data directory checked. The boot takes this and lets
+    /// the service's plan deserialize it (once), which fails the same way.
+    ///
+    /// # Errors
+    /// Whatever keeps the config from resolving.
+    pub async fn resolve_tiers(
+        &self,
+        overrides: &Overrides,
+    ) -> Result<ResolvedConfig, ConfigError> {
         let mut resolved = self.source.resolve_within(RESOLVE_DEADLINE).await?;
         overrides.merge_over(&mut resolved.config)?;
         check_data_dir(&resolved.config, &self.data_dir)?;
-        self.service.check_config(&resolved.config)?;
         Ok(resolved)
     }
 
