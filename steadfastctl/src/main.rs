@@ -32,6 +32,8 @@ use steadfast::protocol::snapshot::{
 };
 use steadfast::{ExitIntent, Hold};
 
+mod fleet;
+
 /// Drive and watch a steadfast daemon over its control socket (or its TCP
 /// control port).
 ///
@@ -81,6 +83,10 @@ struct Cli {
     /// `stop` exit 5 when it passes.
     #[arg(long, value_name = "SECS", global = true)]
     timeout: Option<f64>,
+    /// Many daemons at once (`--inventory FILE`, `--only`, `--all`,
+    /// `--parallel`): see `fleet.rs`.
+    #[command(flatten)]
+    fleet: fleet::FleetArgs,
     /// What to do.
     #[command(subcommand)]
     command: Cmd,
@@ -362,6 +368,9 @@ async fn connect(cli: &Cli) -> Result<ControlClient, Unreached> {
 }
 
 async fn run(cli: Cli) -> ExitCode {
+    if cli.fleet.given() {
+        return fleet::run(&cli).await;
+    }
     let client = match connect(&cli).await {
         Ok(client) => client,
         Err(Unreached::Usage(error)) => {
