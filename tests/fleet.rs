@@ -543,3 +543,56 @@ async fn journal_reads_the_file_of_a_daemon_that_is_down() {
     assert!(stdout.contains("read from the journal file"), "{stdout}");
     assert!(stdout.contains("#1 succeeded"), "{stdout}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tcp_entries_present_their_token_files() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let daemons = fleet(tmp.path(), 1).await;
+    let token = tmp.path().join("d00.token");
+    steadfast::control::Token::create_file(&token).expect("a token file");
+    let server = steadfast::control::serve_tcp(
+        daemons[0].handle.clone(),
+        "127.0.0.1:0".parse().expect("addr"),
+        &token,
+    )
+    .expect("serves tcp");
+    steadfast::control::Token::create_file(tmp.path().join("other.token")).expect("another");
+    let addr = server.local_addr();
+    let file = inventory(
+        &tmp.path().join("fleet.toml"),
+        &[
+            data_dir_entry("unix", &daemons[0].dir),
+            // Relative: the inventory file's directory.
+            (
+                "tcp".to_owned(),
+                format!("tcp = \"{addr}\"\ntoken_file = \"d00.token\""),
+            ),
+            (
+                "wrong".to_owned(),
+                format!("tcp = \"{addr}\"\ntoken_file = \"other.token\""),
+            ),
+        ],
+    );
+    let out = ctl(&file, &["status", "--json"]).await;
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    let doc = json(&out);
+    assert_eq!(doc["daemons"][0]["state"], "running");
+    assert_eq!(
+        doc["daemons"][1]["state"], "running",
+        "{}",
+        doc["daemons"][1]
+    );
+    assert_eq!(doc["daemons"][1]["endpoint"], format!("tcp:{addr}"));
+    assert_eq!(doc["unreachable"], serde_json::json!(["wrong"]));
+    assert!(
+        doc["daemons"][2]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("refused the token")),
+        "{}",
+        doc["daemons"][2]
+    );
+    let out = ctl(&file, &["status", "--only", "unix,tcp"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    drop(server);
+    exit_all(daemons).await;
+}
