@@ -26,6 +26,8 @@ struct Daemon {
     dir: PathBuf,
     run: JoinHandle<ExitIntent>,
     handle: SupervisorHandle,
+    /// Its config (`None`: does not resolve).
+    switch: Switch,
     _server: ServerGuard,
 }
 
@@ -36,13 +38,15 @@ async fn fleet(root: &Path, count: usize) -> Vec<Daemon> {
         let name = format!("d{i:02}");
         let dir = root.join(&name);
         std::fs::create_dir(&dir).expect("data dir");
-        let (run, handle) = supervise(&dir, Switch::new(Some(good())).source(), None);
+        let switch = Switch::new(Some(good()));
+        let (run, handle) = supervise(&dir, switch.source(), None);
         let server = serve_unix(handle.clone(), socket_path(&dir)).expect("serves");
         daemons.push(Daemon {
             name,
             dir,
             run,
             handle,
+            switch,
             _server: server,
         });
     }
@@ -438,6 +442,27 @@ async fn commands_go_only_to_the_daemons_named() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     until(d1, "d01 on attempt 3", running_at(3)).await;
 
+    // --wait: each boot followed to its end; one that fails is named (3).
+    let out = ctl(&file, &["restart", "--all", "--wait"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(line_of(&text(&out.stdout), "d01").contains("restart: running"));
+    // Answered running by the daemons themselves: no polling needed.
+    assert_eq!(
+        [attempt(d0), attempt(d1), attempt(d2)],
+        [Some(4), Some(4), Some(4)]
+    );
+    daemons[2].switch.set(None);
+    let out = ctl(&file, &["restart", "--force", "--wait", "--all"]).await;
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("1 did not reach running: d02"), "{stderr}");
+    assert!(line_of(&text(&out.stdout), "d02").contains("restart: failed"));
+    assert_eq!([attempt(d0), attempt(d1)], [Some(5), Some(5)]);
+    daemons[2].switch.set(Some(good()));
+    let out = ctl(&file, &["retry", "--only", "d02", "--wait"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let d2_attempt = attempt(d2).expect("d02 runs again");
+
     // One named daemon unreachable: 1, named; the reachable one still done.
     let ghost = tmp.path().join("ghost");
     std::fs::create_dir(&ghost).expect("ghost dir");
@@ -447,8 +472,8 @@ async fn commands_go_only_to_the_daemons_named() {
     let out = ctl(&with_ghost, &["restart", "--only", "ghost,d02"]).await;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("1 not reached or not answered: ghost"));
-    until(d2, "d02 on attempt 4", running_at(4)).await;
-    assert_eq!(attempt(d0), Some(3));
+    until(d2, "d02 restarted", running_at(d2_attempt + 1)).await;
+    assert_eq!(attempt(d0), Some(5));
 
     exit_all(daemons).await;
 }

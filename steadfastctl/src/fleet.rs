@@ -21,7 +21,8 @@
 //!   daemons named (`--only a,b`) or, with `--all`, to every one; without
 //!   either, nothing is sent (exit 2). At most `--parallel` (default
 //!   [`COMMAND_PARALLEL`]) calls are in flight at once, each with its own
-//!   `--timeout`, as that many single `steadfastctl` calls would.
+//!   `--timeout`, as that many single `steadfastctl` calls would (with
+//!   `--wait`: the boot it started followed to its end, within it).
 //!   `tests/fleet.rs::commands_go_only_to_the_daemons_named`.
 //! - [`endpoint_of`] is the one place an inventory transport becomes a
 //!   client [`Endpoint`]; a `tls` entry is parsed and checked, but this
@@ -32,8 +33,9 @@
 //! daemon running; 3 some answered and are not running; 4 some did not
 //! answer (unreachable, or not by the deadline) — 4 wins over 3. `probe`:
 //! 0 or 1. `metrics`, `journal`: 0 all answered, 1 some did not. Commands:
-//! 0 all accepted, 3 some refused (every daemon reached), 1 some not
-//! reached or the call failed on the way. Whenever it is not 0, stderr
+//! 0 all accepted, 3 some refused or (`--wait`) did not reach running
+//! (every daemon reached), 1 some not reached or the call failed on the
+//! way. Whenever it is not 0, stderr
 //! names the daemons.
 
 use std::collections::BTreeMap;
@@ -475,14 +477,14 @@ enum Ask {
     Metrics,
     /// `journal -n N`.
     Journal(u32),
-    /// `start`.
-    Start,
+    /// `start [--wait]`.
+    Start(bool),
     /// `stop [--hold]`.
     Stop(bool),
-    /// `restart [--force]`.
-    Restart(bool),
-    /// `retry`.
-    Retry,
+    /// `restart [--force] [--wait]`.
+    Restart(bool, bool),
+    /// `retry [--wait]`.
+    Retry(bool),
 }
 
 impl Ask {
@@ -492,17 +494,25 @@ impl Ask {
             Self::Probe(_) => "probe",
             Self::Metrics => "metrics",
             Self::Journal(_) => "journal",
-            Self::Start => "start",
+            Self::Start(_) => "start",
             Self::Stop(_) => "stop",
-            Self::Restart(_) => "restart",
-            Self::Retry => "retry",
+            Self::Restart(..) => "restart",
+            Self::Retry(_) => "retry",
         }
     }
 
     const fn is_command(self) -> bool {
         matches!(
             self,
-            Self::Start | Self::Stop(_) | Self::Restart(_) | Self::Retry
+            Self::Start(_) | Self::Stop(_) | Self::Restart(..) | Self::Retry(_)
+        )
+    }
+
+    /// `--wait`: the boot the command started is followed to its end.
+    const fn waits(self) -> bool {
+        matches!(
+            self,
+            Self::Start(true) | Self::Restart(_, true) | Self::Retry(true)
         )
     }
 }
@@ -592,16 +602,10 @@ pub async fn run(cli: &Cli) -> ExitCode {
         Cmd::Probe { what } => Ask::Probe(*what),
         Cmd::Metrics => Ask::Metrics,
         Cmd::Journal { limit } => Ask::Journal(*limit),
-        Cmd::Start { wait: false } => Ask::Start,
+        Cmd::Start { wait } => Ask::Start(*wait),
         Cmd::Stop { hold } => Ask::Stop(*hold),
-        Cmd::Restart { force, wait: false } => Ask::Restart(*force),
-        Cmd::Retry { wait: false } => Ask::Retry,
-        Cmd::Start { wait: true } | Cmd::Restart { wait: true, .. } | Cmd::Retry { wait: true } => {
-            return usage(
-                &"--wait does not go with --inventory: follow the boots with \
-                  `steadfastctl --inventory FILE status`",
-            );
-        }
+        Cmd::Restart { force, wait } => Ask::Restart(*force, *wait),
+        Cmd::Retry { wait } => Ask::Retry(*wait),
         other => {
             return usage(&format!(
                 "{} does not go with --inventory (it does: status, probe, metrics, journal, \
@@ -720,9 +724,14 @@ async fn call_all(
                         match tokio::time::timeout(timeout, call(&target, ask, timeout)).await {
                             Ok(reply) => reply,
                             Err(_) => Err(Failure::Deadline(format!(
-                                "no answer within {} s (a command the daemon took goes on; \
-                             `status` says where it is)",
-                                timeout.as_secs_f64()
+                                "no answer within {} s{} (a command the daemon took goes on; \
+                                 `status` says where it is)",
+                                timeout.as_secs_f64(),
+                                if ask.waits() {
+                                    ", or its boot did not settle"
+                                } else {
+                                    ""
+                                }
                             ))),
                         }
                     }
@@ -804,11 +813,40 @@ async fn call(target: &Target, ask: Ask, timeout: Duration) -> Result<Answer, Fa
                 offline: None,
             })
             .map_err(|e| Failure::of(&e)),
-        Ask::Start => snapshot(client.start().await),
         Ask::Stop(hold) => snapshot(client.stop(Hold::from(hold)).await),
-        Ask::Restart(false) => snapshot(client.restart().await),
-        Ask::Restart(true) => snapshot(client.restart_forced().await),
-        Ask::Retry => snapshot(client.retry().await),
+        Ask::Start(_) | Ask::Restart(..) | Ask::Retry(_) => {
+            let answer = match ask {
+                Ask::Restart(false, _) => client.restart().await,
+                Ask::Restart(true, _) => client.restart_forced().await,
+                Ask::Retry(_) => client.retry().await,
+                _ => client.start().await,
+            };
+            match answer {
+                Ok(answered) if ask.waits() => snapshot(settled(&client, answered).await),
+                answer => snapshot(answer),
+            }
+        }
+    }
+}
+
+/// `--wait`: follow the boot a command started (its answer is a booting or
+/// draining snapshot) to the first settled state — running, failed,
+/// wedged, stopped, or exiting — as the single `--wait` does; the call's
+/// timeout bounds it.
+async fn settled(client: &ControlClient, answered: Snapshot) -> Result<Snapshot, ClientError> {
+    let mut have = answered;
+    loop {
+        if matches!(
+            have.lifecycle,
+            LifecycleState::Running { .. }
+                | LifecycleState::Failed { .. }
+                | LifecycleState::Wedged { .. }
+                | LifecycleState::Stopped { .. }
+                | LifecycleState::Exiting { .. }
+        ) {
+            return Ok(have);
+        }
+        have = client.watch(&have, Duration::from_secs(30)).await?;
     }
 }
 
@@ -817,7 +855,8 @@ async fn call(target: &Target, ask: Ask, timeout: Duration) -> Result<Answer, Fa
 enum Verdict {
     /// Running (`status`), ready or live (`probe`), answered, accepted.
     Ok,
-    /// Answered and not running (`status`), not ready (`probe ready`).
+    /// Answered and not running (`status`), not ready (`probe ready`),
+    /// its boot did not reach running (a command's `--wait`).
     NotRunning,
     /// Reached and refused (a command).
     Refused,
@@ -828,7 +867,11 @@ enum Verdict {
 fn verdict(ask: Ask, reply: &Result<Answer, Failure>) -> Verdict {
     match reply {
         Ok(Answer::Snapshot(snapshot)) => match ask {
-            Ask::Status | Ask::Probe(ProbeKind::Ready)
+            Ask::Status
+            | Ask::Probe(ProbeKind::Ready)
+            | Ask::Start(true)
+            | Ask::Restart(_, true)
+            | Ask::Retry(true)
                 if !matches!(snapshot.lifecycle, LifecycleState::Running { .. }) =>
             {
                 Verdict::NotRunning
@@ -879,6 +922,7 @@ fn report(
         if !names.is_empty() {
             let words = match (which, ask) {
                 (Verdict::NotRunning, Ask::Probe(_)) => "not ready",
+                (Verdict::NotRunning, _) if ask.is_command() => "did not reach running",
                 (Verdict::Unreachable, a) if a.is_command() => "not reached or not answered",
                 (Verdict::Unreachable, _) => "unreachable or silent",
                 _ => words,
