@@ -9,7 +9,8 @@
 //! `--timeout` passed while `watch --until` or `stop` waited. `status`
 //! answers like `systemctl status` and LSB: 0 running, 3 not running, 4
 //! unknown (no daemon answered). `probe` is silent unless `--verbose` and
-//! exits 0 or 1 only.
+//! exits 0 or 1 only. `--inventory FILE` asks many daemons at once
+//! (`fleet.rs`, which states its own exit codes).
 //!
 //! Times are shown absolute (RFC 3339, local or `--utc`) beside relative
 //! ones; every `--json` answer carries `schema`; `journal` reads the journal
@@ -32,6 +33,8 @@ use steadfast::protocol::snapshot::{
 };
 use steadfast::{ExitIntent, Hold};
 
+mod fleet;
+
 /// Drive and watch a steadfast daemon over its control socket (or its TCP
 /// control port).
 ///
@@ -39,6 +42,10 @@ use steadfast::{ExitIntent, Hold};
 /// usage, 3 refused, 4 a replacement failed, 5 `--timeout` passed (`watch
 /// --until`, `stop`). `status`: 0 running, 3 not running (stopped, failed,
 /// wedged, or on its way), 4 unknown (no daemon answered).
+///
+/// With `--inventory FILE` (many daemons): `status` 0 all running, 3 some
+/// not running, 4 some unreachable; commands 0 all accepted, 3 some
+/// refused, 1 some not reached; stderr names which.
 #[derive(Debug, Parser)]
 #[command(name = "steadfastctl", version)]
 struct Cli {
@@ -78,9 +85,14 @@ struct Cli {
     /// daemon, and the call; default 120); a command whose deadline passed
     /// before the daemon could run it is dropped there, never run later.
     /// `watch` waits without end unless it is given; `watch --until` and
-    /// `stop` exit 5 when it passes.
+    /// `stop` exit 5 when it passes. With --inventory: one deadline for
+    /// all the daemons a query asks (default 10), and each command's call.
     #[arg(long, value_name = "SECS", global = true)]
     timeout: Option<f64>,
+    /// Many daemons at once (`--inventory FILE`, `--only`, `--all`,
+    /// `--parallel`): see `fleet.rs`.
+    #[command(flatten)]
+    fleet: fleet::FleetArgs,
     /// What to do.
     #[command(subcommand)]
     command: Cmd,
@@ -362,6 +374,9 @@ async fn connect(cli: &Cli) -> Result<ControlClient, Unreached> {
 }
 
 async fn run(cli: Cli) -> ExitCode {
+    if cli.fleet.given() {
+        return fleet::run(&cli).await;
+    }
     let client = match connect(&cli).await {
         Ok(client) => client,
         Err(Unreached::Usage(error)) => {

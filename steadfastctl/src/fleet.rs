@@ -1,0 +1,1292 @@
+//! `steadfastctl --inventory FILE …`: one view of many daemons (issue 17,
+//! item 4).
+//!
+//! The inventory is a TOML file of `[[daemon]]` entries, each a `name` and
+//! exactly one transport: `data_dir`, `socket`, `tcp` (with `token_file`)
+//! or `tls` (with `ca`, and `cert` + `key` or `token_file`). Relative paths
+//! are the inventory file's (resolved against its directory).
+//!
+//! Invariants:
+//! - A bad inventory is refused whole before anything is sent (exit 2):
+//!   an unknown key, a duplicate name, an entry with no transport or two,
+//!   a key of another transport, a malformed address; the error names the
+//!   entry (its number and name) and the problem.
+//!   `tests/fleet.rs::a_bad_inventory_is_refused_naming_the_entry`.
+//! - A query (`status`, `probe`, `metrics`, `journal`) asks every daemon
+//!   at once under ONE deadline (`--timeout`, default
+//!   [`QUERY_TIMEOUT`]): a daemon that has not answered by then is
+//!   reported as such, and the others as they answered; the lines come in
+//!   inventory order. `tests/fleet.rs::a_daemon_that_never_answers_is_reported_at_the_deadline`.
+//! - A command (`start`, `stop`, `restart`, `retry`) goes only to the
+//!   daemons named (`--only a,b`) or, with `--all`, to every one; without
+//!   either, nothing is sent (exit 2). At most `--parallel` (default
+//!   [`COMMAND_PARALLEL`]) calls are in flight at once, each with its own
+//!   `--timeout`, as that many single `steadfastctl` calls would (with
+//!   `--wait`: the boot it started followed to its end, within it).
+//!   `tests/fleet.rs::commands_go_only_to_the_daemons_named`.
+//! - [`endpoint_of`] is the one place an inventory transport becomes a
+//!   client [`Endpoint`]; a `tls` entry is parsed and checked, but this
+//!   build has no TLS transport, so that daemon alone is reported
+//!   unreachable ([`TLS_NOT_BUILT`]).
+//!
+//! Exit codes (`status` as the single-daemon `status`, LSB's): 0 every
+//! daemon running; 3 some answered and are not running; 4 some did not
+//! answer (unreachable, or not by the deadline) — 4 wins over 3. `probe`:
+//! 0 or 1. `metrics`, `journal`: 0 all answered, 1 some did not. Commands:
+//! 0 all accepted, 3 some refused or (`--wait`) did not reach running
+//! (every daemon reached), 1 some not reached or the call failed on the
+//! way. Whenever it is not 0, stderr
+//! names the daemons.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use steadfast::Hold;
+use steadfast::control::{ClientError, ControlClient, Endpoint, Token};
+use steadfast::protocol::history::JournalAttempt;
+use steadfast::protocol::lifecycle::LifecycleState;
+use steadfast::protocol::snapshot::{SCHEMA, Snapshot};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::{Cli, Cmd, ProbeKind};
+
+/// What the reason for a `tls` entry is, until the TLS transport is merged.
+pub const TLS_NOT_BUILT: &str = "TLS transport not built in this branch";
+
+/// The deadline of a query to many daemons when `--timeout` is not given:
+/// shorter than a single call's, since one silent daemon holds the whole
+/// answer until then.
+pub const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How many calls of a command are in flight at once by default.
+pub const COMMAND_PARALLEL: usize = 8;
+
+/// How many daemons a query asks at once by default (file descriptors stay
+/// well under the usual limit of 1024).
+pub const QUERY_PARALLEL: usize = 64;
+
+/// The keys an inventory entry may hold.
+const KEYS: [&str; 9] = [
+    "name",
+    "data_dir",
+    "socket",
+    "tcp",
+    "token_file",
+    "tls",
+    "ca",
+    "cert",
+    "key",
+];
+
+/// The flags of the fleet view (flattened into [`Cli`]).
+#[derive(Debug, clap::Args)]
+pub struct FleetArgs {
+    /// A TOML file listing daemons (`[[daemon]]` entries: `name` and one of
+    /// `data_dir`, `socket`, `tcp` + `token_file`, `tls` + `ca` + `cert` +
+    /// `key`): `status`, `probe`, `metrics`, `journal` ask them all at once
+    /// under one `--timeout` (default 10 s); `start`, `stop`, `restart`,
+    /// `retry` need `--only` or `--all`.
+    #[arg(
+        long,
+        value_name = "FILE",
+        global = true,
+        conflicts_with_all = ["data_dir", "socket", "tcp", "token_file"]
+    )]
+    pub inventory: Option<PathBuf>,
+    /// With --inventory: only these daemons (their names, comma-separated).
+    #[arg(long, value_name = "NAMES", global = true, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// With --inventory: every daemon listed (a command needs this or
+    /// --only).
+    #[arg(long, global = true, conflicts_with = "only")]
+    pub all: bool,
+    /// With --inventory: how many daemons are called at once (default 8
+    /// for a command, 64 for a query).
+    #[arg(long, value_name = "N", global = true)]
+    pub parallel: Option<NonZeroUsize>,
+}
+
+impl FleetArgs {
+    /// Whether any of the fleet's flags is given (clap cannot check
+    /// `requires` across a global flag given before the subcommand and one
+    /// after it: [`run`] does).
+    pub fn given(&self) -> bool {
+        self.inventory.is_some() || !self.only.is_empty() || self.all || self.parallel.is_some()
+    }
+}
+
+/// Where one daemon of the inventory is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Its data directory (the socket under it).
+    DataDir(PathBuf),
+    /// Its control socket.
+    Socket(PathBuf),
+    /// Its TCP control port and token file.
+    Tcp {
+        /// The address.
+        addr: SocketAddr,
+        /// The token file.
+        token_file: PathBuf,
+    },
+    /// Its TLS control port (issue 17, item 1), with the CA that signs the
+    /// daemon's certificate and this client's certificate and key (or a
+    /// token to present inside the session).
+    Tls {
+        /// `host:port` (the host is the name the certificate must carry).
+        addr: String,
+        /// The CA's certificate (PEM).
+        ca: PathBuf,
+        /// This client's certificate (PEM), with `key`.
+        cert: Option<PathBuf>,
+        /// This client's private key (PEM), with `cert`.
+        key: Option<PathBuf>,
+        /// A token to present inside the session instead of a certificate.
+        token_file: Option<PathBuf>,
+    },
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::DataDir(dir) => write!(f, "{}", dir.display()),
+            Self::Socket(path) => write!(f, "{}", path.display()),
+            Self::Tcp { addr, .. } => write!(f, "tcp:{addr}"),
+            Self::Tls { addr, .. } => write!(f, "tls:{addr}"),
+        }
+    }
+}
+
+impl Target {
+    const fn transport(&self) -> &'static str {
+        match self {
+            Self::DataDir(_) => "data_dir",
+            Self::Socket(_) => "socket",
+            Self::Tcp { .. } => "tcp",
+            Self::Tls { .. } => "tls",
+        }
+    }
+}
+
+/// One daemon of the inventory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Its name (unique in the inventory; no whitespace or comma).
+    pub name: String,
+    /// Where it is.
+    pub target: Target,
+}
+
+/// Why an inventory cannot be used. Nothing is sent to any daemon then.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InventoryError {
+    /// The file cannot be read.
+    #[error("cannot read the inventory {path}: {error}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: String,
+    },
+    /// The file is not TOML.
+    #[error("the inventory {path} is not TOML: {error}")]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (with the line).
+        error: String,
+    },
+    /// The file's top level is not only `[[daemon]]` entries.
+    #[error("the inventory {path}: {problem} (an inventory is `[[daemon]]` entries)")]
+    Shape {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
+    /// One entry is wrong.
+    #[error("the inventory {path}: daemon #{index} ({name}): {problem}")]
+    Entry {
+        /// The file.
+        path: PathBuf,
+        /// The entry's number, from 1.
+        index: usize,
+        /// Its name (quoted), or `no name`.
+        name: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// Two entries share a name.
+    #[error("the inventory {path}: daemons #{first} and #{index} are both named {name:?}")]
+    Duplicate {
+        /// The file.
+        path: PathBuf,
+        /// The first entry of that name.
+        first: usize,
+        /// The second.
+        index: usize,
+        /// The name.
+        name: String,
+    },
+    /// `--only` names a daemon the inventory does not list.
+    #[error("--only {name}: the inventory {path} lists no daemon of that name (it lists: {known})")]
+    UnknownName {
+        /// The file.
+        path: PathBuf,
+        /// The name given.
+        name: String,
+        /// The names it lists.
+        known: String,
+    },
+}
+
+/// Read and check the inventory at `path`.
+///
+/// # Errors
+/// [`InventoryError`], naming the entry and the problem.
+pub fn read_inventory(path: &Path) -> Result<Vec<Entry>, InventoryError> {
+    let text = std::fs::read_to_string(path).map_err(|e| InventoryError::Read {
+        path: path.to_owned(),
+        error: e.to_string(),
+    })?;
+    let base = path.parent().unwrap_or_else(|| Path::new(""));
+    parse_inventory(&text, path, base)
+}
+
+/// Parse inventory `text` (from `path`; relative paths are `base`'s).
+///
+/// # Errors
+/// As [`read_inventory`].
+pub fn parse_inventory(text: &str, path: &Path, base: &Path) -> Result<Vec<Entry>, InventoryError> {
+    let shape = |problem: String| InventoryError::Shape {
+        path: path.to_owned(),
+        problem,
+    };
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| InventoryError::Syntax {
+            path: path.to_owned(),
+            error: e.to_string().trim_end().to_owned(),
+        })?;
+    if let Some(key) = table.keys().find(|k| *k != "daemon") {
+        return Err(shape(format!("unknown top-level key `{key}`")));
+    }
+    let daemons = match table.get("daemon") {
+        None => return Err(shape("it lists no daemon".to_owned())),
+        Some(toml::Value::Array(daemons)) => daemons,
+        Some(_) => return Err(shape("`daemon` is not an array of tables".to_owned())),
+    };
+    if daemons.is_empty() {
+        return Err(shape("it lists no daemon".to_owned()));
+    }
+    let mut entries = Vec::with_capacity(daemons.len());
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, daemon) in daemons.iter().enumerate() {
+        let index = i + 1;
+        let entry = parse_entry(daemon, base).map_err(|(name, problem)| InventoryError::Entry {
+            path: path.to_owned(),
+            index,
+            name: name.map_or_else(|| "no name".to_owned(), |n| format!("{n:?}")),
+            problem,
+        })?;
+        if let Some(&first) = seen.get(&entry.name) {
+            return Err(InventoryError::Duplicate {
+                path: path.to_owned(),
+                first,
+                index,
+                name: entry.name,
+            });
+        }
+        seen.insert(entry.name.clone(), index);
+        entries.push(entry);
+    }
+    Ok(entries)
+}
+
+/// One `[[daemon]]` entry, or its name (if it has a usable one) and what is
+/// wrong with it.
+fn parse_entry(value: &toml::Value, base: &Path) -> Result<Entry, (Option<String>, String)> {
+    let Some(table) = value.as_table() else {
+        return Err((None, "not a table (write it as `[[daemon]]`)".to_owned()));
+    };
+    let name = match table.get("name") {
+        Some(toml::Value::String(name)) => Some(name.clone()),
+        _ => None,
+    };
+    let fail = |problem: String| (name.clone(), problem);
+    if let Some(key) = table.keys().find(|k| !KEYS.contains(&k.as_str())) {
+        return Err(fail(format!(
+            "unknown key `{key}` (an entry holds: {})",
+            KEYS.join(", ")
+        )));
+    }
+    let string = |key: &str| -> Result<Option<String>, (Option<String>, String)> {
+        match table.get(key) {
+            None => Ok(None),
+            Some(toml::Value::String(s)) if s.is_empty() => Err(fail(format!("`{key}` is empty"))),
+            Some(toml::Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => Err(fail(format!(
+                "`{key}` must be a string (found: {})",
+                other.type_str()
+            ))),
+        }
+    };
+    let file = |key: &str| -> Result<Option<PathBuf>, (Option<String>, String)> {
+        Ok(string(key)?.map(|s| base.join(s)))
+    };
+    let Some(name) = string("name")? else {
+        return Err(fail("no `name`".to_owned()));
+    };
+    if name
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || c == ',')
+    {
+        return Err(fail(
+            "`name` may not hold whitespace or a comma (`--only` takes names comma-separated)"
+                .to_owned(),
+        ));
+    }
+    let transports: Vec<&str> = ["data_dir", "socket", "tcp", "tls"]
+        .into_iter()
+        .filter(|k| table.contains_key(*k))
+        .collect();
+    let transport = match transports.as_slice() {
+        [] => {
+            return Err(fail(
+                "no transport: give one of `data_dir`, `socket`, `tcp` (with `token_file`), `tls`"
+                    .to_owned(),
+            ));
+        }
+        [one] => *one,
+        several => {
+            return Err(fail(format!(
+                "{} transports ({}): give exactly one",
+                several.len(),
+                several
+                    .iter()
+                    .map(|k| format!("`{k}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    };
+    let only_with = |keys: &[&str], with: &str| -> Result<(), (Option<String>, String)> {
+        match keys.iter().find(|k| table.contains_key(**k)) {
+            Some(key) => Err(fail(format!(
+                "`{key}` goes only with `{with}`, and this entry is `{transport}`"
+            ))),
+            None => Ok(()),
+        }
+    };
+    let target = match transport {
+        "data_dir" | "socket" => {
+            only_with(&["token_file"], "tcp` or `tls")?;
+            only_with(&["ca", "cert", "key"], "tls")?;
+            let path = file(transport)?.unwrap_or_default();
+            if transport == "data_dir" {
+                Target::DataDir(path)
+            } else {
+                Target::Socket(path)
+            }
+        }
+        "tcp" => {
+            only_with(&["ca", "cert", "key"], "tls")?;
+            let text = string("tcp")?.unwrap_or_default();
+            let addr = text
+                .parse::<SocketAddr>()
+                .map_err(|e| fail(format!("`tcp = {text:?}` is not an IP:PORT address: {e}")))?;
+            let Some(token_file) = file("token_file")? else {
+                return Err(fail(
+                    "`tcp` needs `token_file` (the daemon's token)".to_owned(),
+                ));
+            };
+            Target::Tcp { addr, token_file }
+        }
+        _ => {
+            let addr = string("tls")?.unwrap_or_default();
+            match addr.rsplit_once(':') {
+                Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {}
+                _ => {
+                    return Err(fail(format!("`tls = {addr:?}` is not a HOST:PORT address")));
+                }
+            }
+            let Some(ca) = file("ca")? else {
+                return Err(fail(
+                    "`tls` needs `ca` (the CA that signs the daemon's certificate)".to_owned(),
+                ));
+            };
+            let (cert, key, token_file) = (file("cert")?, file("key")?, file("token_file")?);
+            match (&cert, &key) {
+                (Some(_), None) => return Err(fail("`cert` needs `key`".to_owned())),
+                (None, Some(_)) => return Err(fail("`key` needs `cert`".to_owned())),
+                (None, None) if token_file.is_none() => {
+                    return Err(fail(
+                        "`tls` needs `cert` and `key` (or a `token_file`) to authenticate"
+                            .to_owned(),
+                    ));
+                }
+                _ => {}
+            }
+            Target::Tls {
+                addr,
+                ca,
+                cert,
+                key,
+                token_file,
+            }
+        }
+    };
+    Ok(Entry { name, target })
+}
+
+/// The one place an inventory transport becomes a client's [`Endpoint`]
+/// (reading a token file on the way). A `tls` entry is refused with
+/// [`TLS_NOT_BUILT`] until the TLS transport (issue 17, item 1) is merged:
+/// the merge completes this arm.
+///
+/// # Errors
+/// Why this daemon cannot be called (a token file that cannot be read or is
+/// too open; no TLS transport).
+pub fn endpoint_of(target: &Target) -> Result<Endpoint, String> {
+    match target {
+        Target::DataDir(dir) => Ok(Endpoint::Unix(steadfast::control::socket_path(dir))),
+        Target::Socket(path) => Ok(Endpoint::Unix(path.clone())),
+        Target::Tcp { addr, token_file } => Token::read_file(token_file)
+            .map(|token| Endpoint::Tcp { addr: *addr, token })
+            .map_err(|e| e.to_string()),
+        Target::Tls { .. } => Err(TLS_NOT_BUILT.to_owned()),
+    }
+}
+
+/// What is asked of many daemons.
+#[derive(Debug, Clone, Copy)]
+enum Ask {
+    /// `status`.
+    Status,
+    /// `probe ready|live`.
+    Probe(ProbeKind),
+    /// `metrics`.
+    Metrics,
+    /// `journal -n N`.
+    Journal(u32),
+    /// `start [--wait]`.
+    Start(bool),
+    /// `stop [--hold]`.
+    Stop(bool),
+    /// `restart [--force] [--wait]`.
+    Restart(bool, bool),
+    /// `retry [--wait]`.
+    Retry(bool),
+}
+
+impl Ask {
+    const fn name(self) -> &'static str {
+        match self {
+            Self::Status => "status",
+            Self::Probe(_) => "probe",
+            Self::Metrics => "metrics",
+            Self::Journal(_) => "journal",
+            Self::Start(_) => "start",
+            Self::Stop(_) => "stop",
+            Self::Restart(..) => "restart",
+            Self::Retry(_) => "retry",
+        }
+    }
+
+    const fn is_command(self) -> bool {
+        matches!(
+            self,
+            Self::Start(_) | Self::Stop(_) | Self::Restart(..) | Self::Retry(_)
+        )
+    }
+
+    /// `--wait`: the boot the command started is followed to its end.
+    const fn waits(self) -> bool {
+        matches!(
+            self,
+            Self::Start(true) | Self::Restart(_, true) | Self::Retry(true)
+        )
+    }
+}
+
+/// What one daemon answered.
+#[derive(Debug)]
+enum Answer {
+    /// A snapshot (`status`, `probe`, and every command's answer).
+    Snapshot(Box<Snapshot>),
+    /// OpenMetrics text.
+    Metrics(String),
+    /// The journal's attempts; `offline` when read from the file because
+    /// no daemon answered (why).
+    Journal {
+        attempts: Vec<JournalAttempt>,
+        offline: Option<String>,
+    },
+}
+
+/// Why one daemon gave no answer.
+#[derive(Debug)]
+enum Failure {
+    /// It was not reached, or the call failed on the way.
+    Unreachable(String),
+    /// It did not answer by the deadline.
+    Deadline(String),
+    /// It was reached and refused (a command's typed refusal).
+    Refused(String),
+}
+
+impl Failure {
+    fn of(error: &ClientError) -> Self {
+        let text = one_line(&error.to_string());
+        if error.is_refusal() {
+            Self::Refused(text)
+        } else if error.is_deadline() {
+            Self::Deadline(text)
+        } else {
+            Self::Unreachable(text)
+        }
+    }
+
+    fn text(&self) -> &str {
+        match self {
+            Self::Unreachable(t) | Self::Deadline(t) | Self::Refused(t) => t,
+        }
+    }
+
+    const fn kind(&self) -> &'static str {
+        match self {
+            Self::Unreachable(_) => "unreachable",
+            Self::Deadline(_) => "no_answer",
+            Self::Refused(_) => "refused",
+        }
+    }
+}
+
+/// A multi-line message on one line (one line per daemon).
+fn one_line(text: &str) -> String {
+    text.trim_end()
+        .lines()
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(" / ")
+}
+
+/// `steadfastctl --inventory FILE COMMAND` (or one of the fleet's flags
+/// without `--inventory`: a usage error).
+pub async fn run(cli: &Cli) -> ExitCode {
+    let usage = |error: &dyn fmt::Display| {
+        eprintln!("steadfastctl: {error}");
+        ExitCode::from(super::EXIT_USAGE)
+    };
+    let Some(inventory) = &cli.fleet.inventory else {
+        return usage(&"--only, --all and --parallel go with --inventory FILE");
+    };
+    if cli.data_dir.is_some() || cli.socket.is_some() || cli.tcp.is_some() {
+        return usage(
+            &"--inventory names the daemons: it does not go with --data-dir, --socket or --tcp",
+        );
+    }
+    let ask = match &cli.command {
+        Cmd::Status { history: None } => Ask::Status,
+        Cmd::Status { history: Some(_) } => {
+            return usage(&"--history does not go with --inventory (use `journal -n N`)");
+        }
+        Cmd::Probe { what } => Ask::Probe(*what),
+        Cmd::Metrics => Ask::Metrics,
+        Cmd::Journal { limit } => Ask::Journal(*limit),
+        Cmd::Start { wait } => Ask::Start(*wait),
+        Cmd::Stop { hold } => Ask::Stop(*hold),
+        Cmd::Restart { force, wait } => Ask::Restart(*force, *wait),
+        Cmd::Retry { wait } => Ask::Retry(*wait),
+        other => {
+            return usage(&format!(
+                "{} does not go with --inventory (it does: status, probe, metrics, journal, \
+                 start, stop, restart, retry)",
+                command_name(other)
+            ));
+        }
+    };
+    let entries = match read_inventory(inventory) {
+        Ok(entries) => entries,
+        Err(error) => return usage(&error),
+    };
+    let chosen = match choose(&entries, &cli.fleet, inventory, ask) {
+        Ok(chosen) => chosen,
+        Err(error) => return usage(&error),
+    };
+    let timeout = match cli.timeout {
+        None if ask.is_command() => super::DEFAULT_TIMEOUT,
+        None => QUERY_TIMEOUT,
+        Some(_) => match super::timeout_of(cli) {
+            Ok(timeout) => timeout,
+            Err(error) => return usage(&error),
+        },
+    };
+    let parallel = cli.fleet.parallel.map_or(
+        if ask.is_command() {
+            COMMAND_PARALLEL
+        } else {
+            QUERY_PARALLEL
+        },
+        NonZeroUsize::get,
+    );
+    let replies = call_all(&chosen, ask, timeout, parallel).await;
+    report(&chosen, &replies, ask, cli, timeout)
+}
+
+/// The subcommand's name, for a refusal.
+const fn command_name(cmd: &Cmd) -> &'static str {
+    match cmd {
+        Cmd::Status { .. } => "status",
+        Cmd::Start { .. } => "start",
+        Cmd::Stop { .. } => "stop",
+        Cmd::Restart { .. } => "restart",
+        Cmd::Retry { .. } => "retry",
+        Cmd::Exit { .. } => "exit",
+        Cmd::Watch { .. } => "watch",
+        Cmd::Reload => "reload",
+        Cmd::Probe { .. } => "probe",
+        Cmd::Metrics => "metrics",
+        Cmd::Journal { .. } => "journal",
+        Cmd::Config(_) => "config",
+        Cmd::Reinit { .. } => "reinit",
+        Cmd::Replace { .. } => "replace",
+    }
+}
+
+/// The daemons `--only` / `--all` choose, in inventory order. A command
+/// with neither is refused; a query asks every daemon.
+fn choose(
+    entries: &[Entry],
+    args: &FleetArgs,
+    inventory: &Path,
+    ask: Ask,
+) -> Result<Vec<Entry>, String> {
+    if args.only.is_empty() {
+        if ask.is_command() && !args.all {
+            return Err(format!(
+                "{} goes to many daemons only when they are named: give --only NAME[,NAME…] or \
+                 --all; nothing was sent",
+                ask.name()
+            ));
+        }
+        return Ok(entries.to_vec());
+    }
+    for name in &args.only {
+        if !entries.iter().any(|e| &e.name == name) {
+            return Err(InventoryError::UnknownName {
+                path: inventory.to_owned(),
+                name: name.clone(),
+                known: entries
+                    .iter()
+                    .map(|e| e.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            }
+            .to_string());
+        }
+    }
+    Ok(entries
+        .iter()
+        .filter(|e| args.only.contains(&e.name))
+        .cloned()
+        .collect())
+}
+
+/// Call every chosen daemon, at most `parallel` at once: a query under one
+/// deadline `timeout` from now, a command with `timeout` for each call.
+/// The replies in the entries' order.
+async fn call_all(
+    entries: &[Entry],
+    ask: Ask,
+    timeout: Duration,
+    parallel: usize,
+) -> Vec<Result<Answer, Failure>> {
+    let deadline = Instant::now() + timeout;
+    let permits = Arc::new(Semaphore::new(parallel));
+    let mut calls = JoinSet::new();
+    for (i, entry) in entries.iter().enumerate() {
+        let target = entry.target.clone();
+        let permits = Arc::clone(&permits);
+        calls.spawn(async move {
+            let reply = if ask.is_command() {
+                // A command waits its turn, then has its own `timeout`.
+                match permits.acquire_owned().await {
+                    Ok(_permit) => {
+                        match tokio::time::timeout(timeout, call(&target, ask, timeout)).await {
+                            Ok(reply) => reply,
+                            Err(_) => Err(Failure::Deadline(format!(
+                                "no answer within {} s{} (a command the daemon took goes on; \
+                                 `status` says where it is)",
+                                timeout.as_secs_f64(),
+                                if ask.waits() {
+                                    ", or its boot did not settle"
+                                } else {
+                                    ""
+                                }
+                            ))),
+                        }
+                    }
+                    Err(_) => Err(Failure::Unreachable("not sent".to_owned())),
+                }
+            } else {
+                let within = async {
+                    let _permit = permits.acquire_owned().await.ok();
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    call(&target, ask, left).await
+                };
+                match tokio::time::timeout_at(deadline, within).await {
+                    Ok(reply) => reply,
+                    Err(_) => Err(Failure::Deadline(format!(
+                        "no answer within the deadline ({} s)",
+                        timeout.as_secs_f64()
+                    ))),
+                }
+            };
+            (i, reply)
+        });
+    }
+    let mut replies: Vec<Option<Result<Answer, Failure>>> = std::iter::repeat_with(|| None)
+        .take(entries.len())
+        .collect();
+    while let Some(joined) = calls.join_next().await {
+        match joined {
+            Ok((i, reply)) => replies[i] = Some(reply),
+            Err(error) => eprintln!("steadfastctl: a call's task ended: {error}"),
+        }
+    }
+    replies
+        .into_iter()
+        .map(|reply| reply.unwrap_or_else(|| Err(Failure::Unreachable("no reply".to_owned()))))
+        .collect()
+}
+
+/// Call one daemon.
+async fn call(target: &Target, ask: Ask, timeout: Duration) -> Result<Answer, Failure> {
+    let endpoint = endpoint_of(target).map_err(Failure::Unreachable)?;
+    let client = match ControlClient::connect_within(endpoint, timeout).await {
+        Ok(client) => client,
+        Err(error) => {
+            // As the single `journal`: no daemon answers, read the file.
+            if let (Ask::Journal(limit), Target::DataDir(dir)) = (ask, target) {
+                let limit = limit.min(steadfast::protocol::control::MAX_JOURNAL_ATTEMPTS) as usize;
+                return match steadfast::control::read_journal(dir, limit) {
+                    Ok(attempts) => Ok(Answer::Journal {
+                        attempts,
+                        offline: Some(one_line(&error.to_string())),
+                    }),
+                    Err(read) => Err(Failure::Unreachable(format!(
+                        "{}; and the journal cannot be read: {}",
+                        one_line(&error.to_string()),
+                        one_line(&read.to_string())
+                    ))),
+                };
+            }
+            return Err(Failure::of(&error));
+        }
+    };
+    let snapshot = |answer: Result<Snapshot, ClientError>| {
+        answer
+            .map(|s| Answer::Snapshot(Box::new(s)))
+            .map_err(|e| Failure::of(&e))
+    };
+    match ask {
+        Ask::Status | Ask::Probe(_) => snapshot(client.snapshot().await),
+        Ask::Metrics => client
+            .metrics()
+            .await
+            .map(Answer::Metrics)
+            .map_err(|e| Failure::of(&e)),
+        Ask::Journal(limit) => client
+            .journal(limit)
+            .await
+            .map(|attempts| Answer::Journal {
+                attempts,
+                offline: None,
+            })
+            .map_err(|e| Failure::of(&e)),
+        Ask::Stop(hold) => snapshot(client.stop(Hold::from(hold)).await),
+        Ask::Start(_) | Ask::Restart(..) | Ask::Retry(_) => {
+            let answer = match ask {
+                Ask::Restart(false, _) => client.restart().await,
+                Ask::Restart(true, _) => client.restart_forced().await,
+                Ask::Retry(_) => client.retry().await,
+                _ => client.start().await,
+            };
+            match answer {
+                Ok(answered) if ask.waits() => snapshot(settled(&client, answered).await),
+                answer => snapshot(answer),
+            }
+        }
+    }
+}
+
+/// `--wait`: follow the boot a command started (its answer is a booting or
+/// draining snapshot) to the first settled state — running, failed,
+/// wedged, stopped, or exiting — as the single `--wait` does; the call's
+/// timeout bounds it.
+async fn settled(client: &ControlClient, answered: Snapshot) -> Result<Snapshot, ClientError> {
+    let mut have = answered;
+    loop {
+        if matches!(
+            have.lifecycle,
+            LifecycleState::Running { .. }
+                | LifecycleState::Failed { .. }
+                | LifecycleState::Wedged { .. }
+                | LifecycleState::Stopped { .. }
+                | LifecycleState::Exiting { .. }
+        ) {
+            return Ok(have);
+        }
+        have = client.watch(&have, Duration::from_secs(30)).await?;
+    }
+}
+
+/// How one daemon fared, for the exit code and the summary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Verdict {
+    /// Running (`status`), ready or live (`probe`), answered, accepted.
+    Ok,
+    /// Answered and not running (`status`), not ready (`probe ready`),
+    /// its boot did not reach running (a command's `--wait`).
+    NotRunning,
+    /// Reached and refused (a command).
+    Refused,
+    /// Not reached, no answer by the deadline, or the call failed.
+    Unreachable,
+}
+
+fn verdict(ask: Ask, reply: &Result<Answer, Failure>) -> Verdict {
+    match reply {
+        Ok(Answer::Snapshot(snapshot)) => match ask {
+            Ask::Status
+            | Ask::Probe(ProbeKind::Ready)
+            | Ask::Start(true)
+            | Ask::Restart(_, true)
+            | Ask::Retry(true)
+                if !matches!(snapshot.lifecycle, LifecycleState::Running { .. }) =>
+            {
+                Verdict::NotRunning
+            }
+            _ => Verdict::Ok,
+        },
+        Ok(_) => Verdict::Ok,
+        Err(Failure::Refused(_)) if ask.is_command() => Verdict::Refused,
+        Err(_) => Verdict::Unreachable,
+    }
+}
+
+/// Print the replies (lines, or one JSON document) and exit as the module
+/// says.
+fn report(
+    entries: &[Entry],
+    replies: &[Result<Answer, Failure>],
+    ask: Ask,
+    cli: &Cli,
+    timeout: Duration,
+) -> ExitCode {
+    let verdicts: Vec<Verdict> = replies.iter().map(|r| verdict(ask, r)).collect();
+    if cli.json {
+        super::print_json(&document(entries, replies, &verdicts, ask, timeout));
+    } else {
+        match ask {
+            Ask::Probe(_) if !cli.verbose => {}
+            Ask::Metrics => print_metrics(entries, replies),
+            Ask::Journal(_) => print_journals(entries, replies, cli.utc),
+            _ => print!("{}", table(entries, replies, ask)),
+        }
+    }
+    let named = |which: Verdict| -> Vec<&str> {
+        entries
+            .iter()
+            .zip(&verdicts)
+            .filter(|(_, v)| **v == which)
+            .map(|(e, _)| e.name.as_str())
+            .collect()
+    };
+    let mut said = Vec::new();
+    for (which, words) in [
+        (Verdict::NotRunning, "not running"),
+        (Verdict::Refused, "refused"),
+        (Verdict::Unreachable, "unreachable"),
+    ] {
+        let names = named(which);
+        if !names.is_empty() {
+            let words = match (which, ask) {
+                (Verdict::NotRunning, Ask::Probe(_)) => "not ready",
+                (Verdict::NotRunning, _) if ask.is_command() => "did not reach running",
+                (Verdict::Unreachable, a) if a.is_command() => "not reached or not answered",
+                (Verdict::Unreachable, _) => "unreachable or silent",
+                _ => words,
+            };
+            said.push(format!("{} {words}: {}", names.len(), names.join(", ")));
+        }
+    }
+    if !said.is_empty() {
+        eprintln!(
+            "steadfastctl: {} of {}: {}",
+            ask.name(),
+            entries.len(),
+            said.join("; ")
+        );
+    }
+    let worst = verdicts.iter().copied().max().unwrap_or(Verdict::Ok);
+    ExitCode::from(match (ask, worst) {
+        (_, Verdict::Ok) => 0,
+        (Ask::Probe(_), _) => 1,
+        (Ask::Status, Verdict::NotRunning) => super::EXIT_NOT_RUNNING,
+        (Ask::Status, _) => super::EXIT_UNKNOWN,
+        (_, Verdict::Refused | Verdict::NotRunning) => super::EXIT_REFUSED,
+        (_, Verdict::Unreachable) => super::EXIT_CANNOT_CONNECT,
+    })
+}
+
+/// One line per daemon: name, endpoint, state, attempt, pid, and since
+/// when (or what went wrong).
+fn table(entries: &[Entry], replies: &[Result<Answer, Failure>], ask: Ask) -> String {
+    use std::fmt::Write as _;
+    let rows: Vec<[String; 6]> = entries
+        .iter()
+        .zip(replies)
+        .map(|(entry, reply)| {
+            let (state, attempt, pid, detail) = match reply {
+                Ok(Answer::Snapshot(snapshot)) => {
+                    let now = snapshot.now.map_or_else(super::now_ms, |t| t.as_millis());
+                    let since = super::since(&snapshot.lifecycle)
+                        .map(|at| format!("since {}", super::ago(now, at)))
+                        .unwrap_or_default();
+                    let line = super::state_line(snapshot);
+                    let detail = if matches!(snapshot.lifecycle, LifecycleState::Running { .. }) {
+                        since
+                    } else {
+                        format!("{since}: {}", one_line(&line))
+                    };
+                    (
+                        snapshot.lifecycle.name().to_owned(),
+                        attempt_of(snapshot).map_or_else(|| "-".to_owned(), |a| a.to_string()),
+                        snapshot.pid.to_string(),
+                        detail,
+                    )
+                }
+                Ok(_) => (
+                    "answered".to_owned(),
+                    "-".to_owned(),
+                    "-".to_owned(),
+                    String::new(),
+                ),
+                Err(failure) => (
+                    failure.kind().to_owned(),
+                    "-".to_owned(),
+                    "-".to_owned(),
+                    failure.text().to_owned(),
+                ),
+            };
+            let state = if ask.is_command() && reply.is_ok() {
+                format!("{}: {state}", ask.name())
+            } else {
+                state
+            };
+            [
+                entry.name.clone(),
+                entry.target.to_string(),
+                state,
+                attempt,
+                pid,
+                detail,
+            ]
+        })
+        .collect();
+    let header = [
+        "NAME",
+        "ENDPOINT",
+        if ask.is_command() { "ANSWER" } else { "STATE" },
+        "ATTEMPT",
+        "PID",
+        if ask.is_command() {
+            "DETAIL"
+        } else {
+            "SINCE / ERROR"
+        },
+    ]
+    .map(str::to_owned);
+    let mut widths = [0usize; 5];
+    for row in std::iter::once(&header).chain(&rows) {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in std::iter::once(&header).chain(&rows) {
+        let mut line = String::new();
+        for (w, cell) in widths.iter().zip(row) {
+            let _ = write!(line, "{cell:<w$}  ");
+        }
+        line.push_str(&row[5]);
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+    out
+}
+
+/// The attempt a snapshot is on, or its last one (a stopped runtime keeps
+/// the number of the attempt it stopped).
+fn attempt_of(snapshot: &Snapshot) -> Option<u32> {
+    super::attempt_of(&snapshot.lifecycle).or_else(|| snapshot.attempts.last().map(|a| a.attempt))
+}
+
+/// `metrics`: each daemon's text under a `# daemon NAME (ENDPOINT)` comment
+/// line (Prometheus's text format allows comments; a scraper wants one
+/// daemon at a time).
+fn print_metrics(entries: &[Entry], replies: &[Result<Answer, Failure>]) {
+    for (entry, reply) in entries.iter().zip(replies) {
+        println!("# daemon {} ({})", entry.name, entry.target);
+        match reply {
+            Ok(Answer::Metrics(text)) => {
+                print!("{}", text.trim_end_matches('\n').to_owned() + "\n")
+            }
+            Ok(_) => {}
+            Err(failure) => println!("# {}: {}", failure.kind(), failure.text()),
+        }
+    }
+}
+
+/// `journal`: each daemon's attempts under its name.
+fn print_journals(entries: &[Entry], replies: &[Result<Answer, Failure>], utc: bool) {
+    for (i, (entry, reply)) in entries.iter().zip(replies).enumerate() {
+        if i > 0 {
+            println!();
+        }
+        println!("== {} ({})", entry.name, entry.target);
+        match reply {
+            Ok(Answer::Journal { attempts, offline }) => {
+                if let Some(why) = offline {
+                    println!("(no daemon answers ({why}); read from the journal file)");
+                }
+                if attempts.is_empty() {
+                    println!("The journal records no attempt.");
+                }
+                print!(
+                    "{}",
+                    super::render_journal(
+                        attempts,
+                        super::Times {
+                            now: super::now_ms(),
+                            utc
+                        }
+                    )
+                );
+            }
+            Ok(_) => {}
+            Err(failure) => println!("{}: {}", failure.kind(), failure.text()),
+        }
+    }
+}
+
+/// The `--json` document: `schema`, what was asked, the deadline, one
+/// object per daemon in inventory order (`name`, `endpoint`, `transport`,
+/// `ok`, and the answer or `error` + `failure`), and the names of those
+/// that were not ok.
+fn document(
+    entries: &[Entry],
+    replies: &[Result<Answer, Failure>],
+    verdicts: &[Verdict],
+    ask: Ask,
+    timeout: Duration,
+) -> serde_json::Value {
+    use serde_json::{Value, json};
+    let daemons: Vec<Value> = entries
+        .iter()
+        .zip(replies)
+        .zip(verdicts)
+        .map(|((entry, reply), verdict)| {
+            let mut object = json!({
+                "name": entry.name,
+                "endpoint": entry.target.to_string(),
+                "transport": entry.target.transport(),
+                "ok": *verdict == Verdict::Ok,
+            });
+            let fields = object.as_object_mut().expect("an object");
+            match reply {
+                Ok(Answer::Snapshot(snapshot)) => {
+                    fields.insert("state".into(), json!(snapshot.lifecycle.name()));
+                    fields.insert("attempt".into(), json!(attempt_of(snapshot)));
+                    fields.insert("pid".into(), json!(snapshot.pid));
+                    fields.insert("since_ms".into(), json!(super::since(&snapshot.lifecycle)));
+                    fields.insert(
+                        "snapshot".into(),
+                        serde_json::to_value(snapshot).unwrap_or(Value::Null),
+                    );
+                }
+                Ok(Answer::Metrics(text)) => {
+                    fields.insert("metrics".into(), json!(text));
+                }
+                Ok(Answer::Journal { attempts, offline }) => {
+                    fields.insert("offline".into(), json!(offline.is_some()));
+                    fields.insert(
+                        "attempts".into(),
+                        serde_json::to_value(attempts).unwrap_or(Value::Null),
+                    );
+                }
+                Err(failure) => {
+                    fields.insert("failure".into(), json!(failure.kind()));
+                    fields.insert("error".into(), json!(failure.text()));
+                }
+            }
+            object
+        })
+        .collect();
+    let names = |which: Verdict| -> Vec<&str> {
+        entries
+            .iter()
+            .zip(verdicts)
+            .filter(|(_, v)| **v == which)
+            .map(|(e, _)| e.name.as_str())
+            .collect()
+    };
+    let mut document = json!({
+        "schema": SCHEMA,
+        "command": ask.name(),
+        "timeout_ms": u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+        "daemons": daemons,
+        "not_running": names(Verdict::NotRunning),
+        "refused": names(Verdict::Refused),
+        "unreachable": names(Verdict::Unreachable),
+    });
+    if let (Ask::Probe(what), Some(fields)) = (ask, document.as_object_mut()) {
+        let what = match what {
+            ProbeKind::Ready => "ready",
+            ProbeKind::Live => "live",
+        };
+        fields.insert("probe".into(), json!(what));
+    }
+    document
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Vec<Entry>, InventoryError> {
+        parse_inventory(text, Path::new("inv.toml"), Path::new("/base"))
+    }
+
+    fn problem(text: &str) -> String {
+        parse(text).expect_err("refused").to_string()
+    }
+
+    #[test]
+    fn every_transport_parses_and_relative_paths_are_the_files() {
+        let entries = parse(
+            r#"
+            [[daemon]]
+            name = "a"
+            data_dir = "a-data"
+            [[daemon]]
+            name = "b"
+            socket = "/run/b.sock"
+            [[daemon]]
+            name = "c"
+            tcp = "127.0.0.1:7000"
+            token_file = "c.token"
+            [[daemon]]
+            name = "d"
+            tls = "d.example:7443"
+            ca = "ca.pem"
+            cert = "me.pem"
+            key = "me.key"
+            "#,
+        )
+        .expect("parses");
+        assert_eq!(entries.len(), 4);
+        assert_eq!(entries[0].target, Target::DataDir("/base/a-data".into()));
+        assert_eq!(entries[1].target, Target::Socket("/run/b.sock".into()));
+        assert_eq!(
+            entries[2].target,
+            Target::Tcp {
+                addr: "127.0.0.1:7000".parse().expect("addr"),
+                token_file: "/base/c.token".into()
+            }
+        );
+        assert!(matches!(&entries[3].target, Target::Tls { addr, .. } if addr == "d.example:7443"));
+        assert_eq!(
+            endpoint_of(&entries[3].target),
+            Err(TLS_NOT_BUILT.to_owned())
+        );
+    }
+
+    #[test]
+    fn a_bad_entry_is_named_with_its_problem() {
+        for (text, needles) in [
+            (
+                "[[daemon]]\nname = \"a\"\ndata_dir = \"/a\"\nsockt = \"/x\"\n",
+                &["daemon #1 (\"a\")", "unknown key `sockt`"][..],
+            ),
+            (
+                "[[daemon]]\nname = \"a\"\n",
+                &["daemon #1 (\"a\")", "no transport"][..],
+            ),
+            (
+                "[[daemon]]\nname = \"a\"\ndata_dir = \"/a\"\ntcp = \"127.0.0.1:1\"\n",
+                &["2 transports", "`data_dir`, `tcp`"][..],
+            ),
+            (
+                "[[daemon]]\nname = \"a\"\ndata_dir = \"/a\"\n[[daemon]]\nname = \"a\"\nsocket = \"/s\"\n",
+                &["daemons #1 and #2 are both named \"a\""][..],
+            ),
+            (
+                "[[daemon]]\nname = \"x\"\ntcp = \"localhost:1\"\ntoken_file = \"t\"\n",
+                &["daemon #1 (\"x\")", "not an IP:PORT"][..],
+            ),
+            (
+                "[[daemon]]\nname = \"x\"\ntcp = \"127.0.0.1:1\"\n",
+                &["needs `token_file`"][..],
+            ),
+            (
+                "[[daemon]]\nname = \"x\"\ndata_dir = \"/a\"\nca = \"ca.pem\"\n",
+                &["`ca` goes only with `tls`"][..],
+            ),
+            (
+                "[[daemon]]\nname = \"x\"\ntls = \"h:1\"\ncert = \"c\"\nkey = \"k\"\n",
+                &["needs `ca`"][..],
+            ),
+            (
+                "[[daemon]]\nname = \"x\"\ntls = \"h:1\"\nca = \"c\"\ncert = \"c\"\n",
+                &["`cert` needs `key`"][..],
+            ),
+            (
+                "[[daemon]]\nname = \"x\"\ntls = \"h\"\nca = \"c\"\ncert = \"c\"\nkey = \"k\"\n",
+                &["not a HOST:PORT"][..],
+            ),
+            (
+                "[[daemon]]\ndata_dir = \"/a\"\n",
+                &["daemon #1 (no name)", "no `name`"][..],
+            ),
+            (
+                "[[daemon]]\nname = \"a b\"\ndata_dir = \"/a\"\n",
+                &["whitespace or a comma"][..],
+            ),
+            (
+                "[[daemon]]\nname = \"a\"\ndata_dir = 3\n",
+                &["`data_dir` must be a string (found: integer)"][..],
+            ),
+            ("", &["lists no daemon"][..]),
+            ("daemons = []\n", &["unknown top-level key `daemons`"][..]),
+            ("[[daemon]\n", &["is not TOML"][..]),
+        ] {
+            let problem = problem(text);
+            for needle in needles {
+                assert!(
+                    problem.contains(needle),
+                    "{needle:?} not in {problem:?} for {text:?}"
+                );
+            }
+        }
+    }
+}
