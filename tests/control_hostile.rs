@@ -470,42 +470,6 @@ fn a_socket_path_over_108_bytes_is_served() {
     assert_eq!(processes::wait_exit(&mut child), Some(0));
 }
 
-fn signal(child: &Child, signal: rustix::process::Signal) {
-    let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).expect("pid")).expect("pid");
-    rustix::process::kill_process(pid, signal).expect("signal");
-    if signal == rustix::process::Signal::STOP {
-        wait_stopped(child.id());
-    }
-}
-
-/// Wait until every thread of `pid` is stopped (`T` in its
-/// `/proc/<pid>/task/<tid>/stat`). `kill(SIGSTOP)` returns before the
-/// target has stopped: on a loaded machine a thread of it can still read
-/// and run a request sent just after (seen: an `exit` decoded 1 ms after
-/// the signal, with 999 ms of its deadline left), which is not what these
-/// tests are about.
-fn wait_stopped(pid: u32) {
-    let tasks = PathBuf::from(format!("/proc/{pid}/task"));
-    let deadline = Instant::now() + processes::PATIENCE;
-    loop {
-        let all_stopped = std::fs::read_dir(&tasks)
-            .expect("the process's tasks")
-            .filter_map(Result::ok)
-            .all(|task| {
-                std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
-                    // The state follows the parenthesised command name.
-                    stat.rsplit_once(") ")
-                        .is_some_and(|(_, rest)| rest.starts_with('T') || rest.starts_with('t'))
-                })
-            });
-        if all_stopped {
-            return;
-        }
-        assert!(Instant::now() < deadline, "pid {pid} did not stop");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
 /// A kvd running, reachable over its socket.
 fn running_kvd(tmp: &Path) -> (Child, PathBuf) {
     let data = tmp.join("data");
@@ -534,12 +498,12 @@ async fn an_abandoned_exit_of_a_connected_client_is_dropped() {
         .expect("connects")
         .with_timeout(Duration::from_secs(1));
     client.snapshot().await.expect("answered");
-    signal(&child, rustix::process::Signal::STOP);
+    processes::signal(&child, rustix::process::Signal::STOP);
     let gave_up = client.exit(ExitIntent::Halt).await;
     assert!(gave_up.is_err(), "{gave_up:?}");
     let gave_up = client.stop(Hold::None).await;
     assert!(gave_up.is_err(), "{gave_up:?}");
-    signal(&child, rustix::process::Signal::CONT);
+    processes::signal(&child, rustix::process::Signal::CONT);
     let patient = client.clone().with_timeout(processes::PATIENCE);
     let after = patient.retry().await;
     eprintln!("after SIGCONT, retry answered: {after:?}");
@@ -564,7 +528,7 @@ async fn an_abandoned_exit_of_a_connected_client_is_dropped() {
 fn an_abandoned_exit_and_stop_from_steadfastctl_are_not_run() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (mut child, data) = running_kvd(tmp.path());
-    signal(&child, rustix::process::Signal::STOP);
+    processes::signal(&child, rustix::process::Signal::STOP);
     let mut exit = Command::new(processes::steadfastctl())
         .arg("--data-dir")
         .arg(&data)
@@ -573,7 +537,7 @@ fn an_abandoned_exit_and_stop_from_steadfastctl_are_not_run() {
         .spawn()
         .expect("steadfastctl exit");
     std::thread::sleep(Duration::from_secs(1));
-    signal(&exit, rustix::process::Signal::INT);
+    processes::signal(&exit, rustix::process::Signal::INT);
     let _ = exit.wait();
     let stop = Command::new(processes::steadfastctl())
         .arg("--data-dir")
@@ -586,7 +550,7 @@ fn an_abandoned_exit_and_stop_from_steadfastctl_are_not_run() {
         Some(5),
         "it gave up: timed out: {stop:?}"
     );
-    signal(&child, rustix::process::Signal::CONT);
+    processes::signal(&child, rustix::process::Signal::CONT);
     // Through the lifecycle, after whatever the daemon read first.
     let retry = processes::ctl(&data, &["retry"]);
     let stderr = String::from_utf8_lossy(&retry.stderr);

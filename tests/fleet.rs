@@ -675,9 +675,9 @@ fn a_sigstopped_kvd_is_reported_at_the_deadline() {
             .expect("steadfastctl runs")
     };
     let stopped = &kvds[1].0;
-    signal(stopped, rustix::process::Signal::STOP);
+    processes::signal(stopped, rustix::process::Signal::STOP);
     let out = fleet_ctl(&["status", "--timeout", "2", "--json"]);
-    signal(stopped, rustix::process::Signal::CONT);
+    processes::signal(stopped, rustix::process::Signal::CONT);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
     assert!(
         text(&out.stderr).contains("1 unreachable or silent: kvd1"),
@@ -701,37 +701,5 @@ fn a_sigstopped_kvd_is_reported_at_the_deadline() {
     for (mut child, data) in kvds {
         assert_eq!(processes::ctl(&data, &["exit"]).status.code(), Some(0));
         assert_eq!(processes::wait_exit(&mut child), Some(0));
-    }
-}
-
-fn signal(child: &std::process::Child, signal: rustix::process::Signal) {
-    let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).expect("pid")).expect("pid");
-    rustix::process::kill_process(pid, signal).expect("signal");
-    if signal == rustix::process::Signal::STOP {
-        wait_stopped(child.id());
-    }
-}
-
-/// Wait until every thread of `pid` is stopped (`T` in its
-/// `/proc/<pid>/task/<tid>/stat`): `kill(SIGSTOP)` returns before the
-/// target has stopped (as `tests/control_hostile.rs` found).
-fn wait_stopped(pid: u32) {
-    let tasks = PathBuf::from(format!("/proc/{pid}/task"));
-    let deadline = Instant::now() + processes::PATIENCE;
-    loop {
-        let all_stopped = std::fs::read_dir(&tasks)
-            .expect("the process's tasks")
-            .filter_map(Result::ok)
-            .all(|task| {
-                std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
-                    stat.rsplit_once(") ")
-                        .is_some_and(|(_, rest)| rest.starts_with('T') || rest.starts_with('t'))
-                })
-            });
-        if all_stopped {
-            return;
-        }
-        assert!(Instant::now() < deadline, "pid {pid} did not stop");
-        std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }

@@ -218,3 +218,40 @@ pub fn kvd(data_dir: &Path, config: &Path, stderr: std::process::Stdio) -> Child
         .spawn()
         .expect("kvd starts")
 }
+
+/// Send `signal` to `child`; for SIGSTOP, return once it has stopped.
+pub fn signal(child: &Child, signal: rustix::process::Signal) {
+    let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).expect("pid")).expect("pid");
+    rustix::process::kill_process(pid, signal).expect("signal");
+    if signal == rustix::process::Signal::STOP {
+        wait_stopped(child.id());
+    }
+}
+
+/// Wait until every thread of `pid` is stopped (`T` in its
+/// `/proc/<pid>/task/<tid>/stat`). `kill(SIGSTOP)` returns before the
+/// target has stopped: on a loaded machine a thread of it can still read
+/// and run a request sent just after (seen: an `exit` decoded 1 ms after
+/// the signal, with 999 ms of its deadline left), which is not what these
+/// tests are about.
+pub fn wait_stopped(pid: u32) {
+    let tasks = PathBuf::from(format!("/proc/{pid}/task"));
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let all_stopped = std::fs::read_dir(&tasks)
+            .expect("the process's tasks")
+            .filter_map(Result::ok)
+            .all(|task| {
+                std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+                    // The state follows the parenthesised command name.
+                    stat.rsplit_once(") ")
+                        .is_some_and(|(_, rest)| rest.starts_with('T') || rest.starts_with('t'))
+                })
+            });
+        if all_stopped {
+            return;
+        }
+        assert!(Instant::now() < deadline, "pid {pid} did not stop");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
