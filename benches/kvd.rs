@@ -24,7 +24,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, Throughput, criterion_group};
+
+mod support;
 
 /// This profile's kvd, built now (`cargo build [--release] --example kvd`).
 fn kvd_binary() -> PathBuf {
@@ -192,4 +194,16 @@ criterion_group! {
     config = Criterion::default().sample_size(30).measurement_time(Duration::from_secs(3));
     targets = kvd
 }
-criterion_main!(benches);
+
+fn main() {
+    support::mark_start();
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    support::print_ratios(
+        "kvd",
+        &[
+            ("get_roundtrip", "raw_tcp_pingpong"),
+            ("set_roundtrip", "raw_fsync"),
+        ],
+    );
+}

@@ -308,7 +308,13 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CANNOT_CONNECT);
         }
     };
-    runtime.block_on(run(cli))
+    let code = runtime.block_on(run(cli));
+    // The process ends here, and its exit closes the connection and frees
+    // everything: shutting the runtime down first (its drivers, the
+    // connection's dispatch task) is work the exit does anyway, ~40–80 µs
+    // of a ~2 ms command (issue 16).
+    std::mem::forget(runtime);
+    code
 }
 
 /// The control socket: `--socket`, else under `--data-dir`, else under

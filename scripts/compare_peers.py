@@ -1,0 +1,522 @@
+#!/usr/bin/env python3
+"""Whole-process figures of steadfast next to runit and supervisord, from one run.
+
+What it measures (each figure the median of N rounds; in every round each case
+runs once, and the order of the cases shifts by one from round to round, so a
+noisy neighbour on the machine slows every side alike):
+
+  status           `steadfastctl status` (human and --json) against a running kvd,
+                   `sv status`, `supervisorctl status`, and `/bin/true` as the
+                   floor of any command that is a process of its own.
+  restart          until the service runs again: `steadfastctl restart --wait`
+                   (one process; kvd restarts its runtime inside the daemon),
+                   `sv term` + watching supervise/ for the new pid (runsv
+                   re-execs `/bin/sleep infinity`), supervisord's XML-RPC
+                   stopProcess + startProcess.
+  launch           a fresh daemon until its service runs: kvd on an empty data
+                   dir until `steadfastctl probe ready` says so, runsv until
+                   `sv status` says `run:`, supervisord until XML-RPC says RUNNING.
+  idle RSS         VmRSS of each daemon (and of the peers' `sleep` child) after
+                   the run.
+
+The peers supervise `/bin/sleep infinity`, the cheapest child there is.
+
+  python3 scripts/compare_peers.py [--bin target/release] [--rounds 30] [--json FILE]
+  python3 scripts/compare_peers.py --smoke --bin target/debug     (what .ci/run runs)
+
+--bin is a cargo profile dir holding `steadfastctl` and `examples/kvd`
+(`cargo build --release -p steadfastctl && cargo build --release --example kvd`;
+`cargo build-ctl` links steadfastctl statically, see README "Performance").
+--smoke: 3 rounds; a peer that is not installed is skipped with a line saying
+so; the exit code is non-zero only when a steadfast case fails. Outside
+--smoke a missing peer is an error. Every process started here is stopped by
+its pid when the script ends, also on an error.
+"""
+
+import argparse
+import http.client
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import xmlrpc.client
+import json
+
+CHILDREN = []  # Popen objects started here, stopped by pid at the end
+STRAYS = []  # pids of the peers' `sleep` children, killed if still alive
+
+
+def note(text):
+    print(f"# {text}", file=sys.stderr, flush=True)
+
+
+def start(argv, **kw):
+    kw.setdefault("stdout", subprocess.DEVNULL)
+    kw.setdefault("stderr", subprocess.DEVNULL)
+    child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, **kw)
+    CHILDREN.append(child)
+    return child
+
+
+def stop(child, sig=signal.SIGTERM):
+    if child.poll() is None:
+        try:
+            child.send_signal(sig)
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait(timeout=10)
+    if child in CHILDREN:
+        CHILDREN.remove(child)
+    return child.returncode
+
+
+def stop_everything():
+    for child in reversed(list(CHILDREN)):
+        try:
+            stop(child)
+        except OSError as error:
+            note(f"stopping pid {child.pid}: {error}")
+    for pid in STRAYS:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def run(argv, ok=(0,)):
+    """Run argv to its end; its wall time in seconds."""
+    began = time.perf_counter()
+    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True)
+    took = time.perf_counter() - began
+    if done.returncode not in ok:
+        raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.decode()[:200]}")
+    return took
+
+
+def poll_until(check, patience=20.0, pause=0.0):
+    """Call check() until it is truthy; its value. Raises after `patience` s."""
+    give_up = time.perf_counter() + patience
+    while time.perf_counter() < give_up:
+        value = check()
+        if value:
+            return value
+        if pause:
+            time.sleep(pause)
+    raise RuntimeError(f"gave up after {patience} s")
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return None
+
+
+def loopback_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ------------------------------------------------------------------ the sides
+
+class Steadfast:
+    name = "steadfast"
+
+    def __init__(self, bin_dir, work):
+        self.ctl = os.path.join(bin_dir, "steadfastctl")
+        self.kvd = os.path.join(bin_dir, "examples", "kvd")
+        for path in (self.ctl, self.kvd):
+            if not os.access(path, os.X_OK):
+                raise SystemExit(f"{path}: not built (see --help)")
+        self.work = work
+        self.count = 0
+
+    def launch(self):
+        """A kvd on a fresh data dir with a config naming a free port: (child, data dir)."""
+        self.count += 1
+        data = os.path.join(self.work, f"kvd-{self.count}")
+        conf = data + ".toml"
+        with open(conf, "w") as f:
+            f.write(f'listen_addr = "127.0.0.1:{loopback_port()}"\n')
+        log = open(data + ".log", "ab")
+        child = start([self.kvd, "--data-dir", data, "--config", conf], stdout=log, stderr=log)
+        return child, data
+
+    def ready(self, data):
+        probe = subprocess.run([self.ctl, "--data-dir", data, "probe", "ready"],
+                               stdin=subprocess.DEVNULL, capture_output=True)
+        return probe.returncode == 0
+
+
+class Runit:
+    name = "runit"
+
+    def __init__(self, work):
+        self.work = work
+        self.count = 0
+
+    def make_dir(self):
+        self.count += 1
+        service = os.path.join(self.work, f"runit-{self.count}")
+        os.makedirs(service)
+        run_script = os.path.join(service, "run")
+        with open(run_script, "w") as f:
+            f.write("#!/bin/sh\nexec /bin/sleep infinity\n")
+        os.chmod(run_script, 0o755)
+        return service
+
+    def launch(self):
+        service = self.make_dir()
+        return start(["runsv", service], start_new_session=True), service
+
+    @staticmethod
+    def pid(service):
+        try:
+            with open(os.path.join(service, "supervise", "pid")) as f:
+                text = f.read().strip()
+        except FileNotFoundError:
+            return None
+        if not text:
+            return None
+        pid = int(text)
+        if pid not in STRAYS:
+            STRAYS.append(pid)
+        return pid
+
+    @staticmethod
+    def running(service):
+        try:
+            with open(os.path.join(service, "supervise", "stat")) as f:
+                return f.read().strip() == "run"
+        except FileNotFoundError:
+            return False
+
+    def unthrottled(self, service):
+        """runsv holds back a restart of a child that ran under a second: let the
+        current child reach 1.1 s (untimed), so a restart is measured unthrottled."""
+        pid = self.pid(service)
+        if pid is None:
+            return
+        with open(f"/proc/{pid}/stat") as f:
+            started_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        age = uptime - started_ticks / os.sysconf("SC_CLK_TCK")
+        if age < 1.1:
+            time.sleep(1.1 - age)
+
+    @staticmethod
+    def say_up(service):
+        status = subprocess.run(["sv", "status", service], stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        return status.stdout.startswith("run:")
+
+    @staticmethod
+    def finish(child, service):
+        subprocess.run(["sv", "exit", service], stdin=subprocess.DEVNULL, capture_output=True)
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        stop(child)
+
+
+class UnixHTTP(http.client.HTTPConnection):
+    """HTTP over supervisord's Unix socket."""
+
+    def __init__(self, path):
+        super().__init__("localhost")
+        self.path_ = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(self.path_)
+
+
+class UnixTransport(xmlrpc.client.Transport):
+    def __init__(self, path):
+        super().__init__()
+        self.path_ = path
+
+    def make_connection(self, host):
+        return UnixHTTP(self.path_)
+
+
+def console_script(name):
+    """The console script beside this interpreter (not a pyenv shim, which adds a bash)."""
+    here = os.path.join(os.path.dirname(os.path.realpath(sys.executable)), name)
+    return here if os.access(here, os.X_OK) else shutil.which(name)
+
+
+class Supervisord:
+    name = "supervisord"
+
+    def __init__(self, work):
+        self.work = work
+        self.count = 0
+        self.daemon = console_script("supervisord")
+        self.ctl = console_script("supervisorctl")
+
+    def launch(self):
+        self.count += 1
+        d = os.path.join(self.work, f"supervisord-{self.count}")
+        os.makedirs(d)
+        conf = os.path.join(d, "supervisord.conf")
+        sock = os.path.join(d, "supervisor.sock")
+        with open(conf, "w") as f:
+            f.write(
+                f"[unix_http_server]\nfile={sock}\nchmod=0700\n"
+                f"[supervisord]\nlogfile={d}/supervisord.log\npidfile={d}/supervisord.pid\nchildlogdir={d}\n"
+                "[rpcinterface:supervisor]\n"
+                "supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface\n"
+                f"[supervisorctl]\nserverurl=unix://{sock}\n"
+                "[program:sleeper]\ncommand=/bin/sleep infinity\nstartsecs=0\nautorestart=true\n"
+            )
+        child = start([self.daemon, "-n", "-c", conf])
+        rpc = xmlrpc.client.ServerProxy("http://localhost", transport=UnixTransport(sock))
+        return child, (conf, rpc)
+
+    @staticmethod
+    def running_pid(rpc):
+        try:
+            info = rpc.supervisor.getProcessInfo("sleeper")
+        except (OSError, xmlrpc.client.Fault, http.client.HTTPException):
+            return None
+        if info["statename"] != "RUNNING":
+            return None
+        if info["pid"] not in STRAYS:
+            STRAYS.append(info["pid"])
+        return info["pid"]
+
+    @staticmethod
+    def finish(child, rpc):
+        try:
+            rpc.supervisor.shutdown()
+            child.wait(timeout=15)
+        except Exception:  # the daemon may be gone already; stop() makes sure
+            pass
+        stop(child)
+
+
+# ------------------------------------------------------------------ rounds and tables
+
+def rounds(cases, n):
+    """cases: [(name, side, fn)], fn() -> seconds (None: time the call itself).
+    Returns ({name: [seconds]}, {name: failures})."""
+    samples = {name: [] for name, _, _ in cases}
+    failures = {name: 0 for name, _, _ in cases}
+    for i in range(n):
+        shift = i % len(cases)
+        for name, _, fn in cases[shift:] + cases[:shift]:
+            began = time.perf_counter()
+            try:
+                took = fn()
+            except Exception as error:  # recorded, reported, and fatal only for steadfast
+                failures[name] += 1
+                note(f"{name}: {error}")
+                continue
+            samples[name].append(took if took is not None else time.perf_counter() - began)
+    return samples, failures
+
+
+RESULTS = []
+
+
+def table(title, cases, samples, failures, reference):
+    medians = {name: statistics.median(xs) for name, xs in samples.items() if xs}
+    ref = medians.get(reference)
+    print(f"\n== {title}" + (f" (ratio: ÷ {reference})" if ref else ""))
+    print(f"{'case':52s} {'n':>3s} {'median ms':>10s} {'min ms':>9s} {'ratio':>9s}")
+    for name, side, _ in cases:
+        xs = samples[name]
+        if not xs:
+            print(f"{name:52s}   -  no samples ({failures[name]} failed)")
+            continue
+        ratio = f"{medians[name] / ref:8.2f}x" if ref else f"{'-':>9s}"
+        print(f"{name:52s} {len(xs):3d} {medians[name] * 1e3:10.3f} {min(xs) * 1e3:9.3f} {ratio}"
+              + (f"  ({failures[name]} failed)" if failures[name] else ""))
+        RESULTS.append({"section": title, "case": name, "side": side, "n": len(xs),
+                        "median_ms": medians[name] * 1e3, "min_ms": min(xs) * 1e3,
+                        "ratio": medians[name] / ref if ref else None, "reference": reference})
+    sys.stdout.flush()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bin", default="target/release", help="cargo profile dir with steadfastctl and examples/kvd")
+    parser.add_argument("--rounds", type=int, default=30, help="rounds of each figure (launch: a third of it)")
+    parser.add_argument("--smoke", action="store_true", help="3 rounds; skip peers that are not installed")
+    parser.add_argument("--json", help="write every median here")
+    args = parser.parse_args()
+    n = 3 if args.smoke else max(3, args.rounds)
+
+    work = tempfile.mkdtemp(prefix="compare-peers-")
+    sides_missing = []
+    try:
+        sf = Steadfast(args.bin, work)
+        rit = Runit(work) if shutil.which("runsv") and shutil.which("sv") else None
+        sup = Supervisord(work)
+        if not (sup.daemon and sup.ctl):
+            sup = None
+        for side, fix in ((rit, "runit: runsv/sv not found (apt-get install -y runit)"),
+                          (sup, "supervisord: not found (pip install supervisor)")):
+            if side is None:
+                if not args.smoke:
+                    raise SystemExit(f"{fix}; --smoke skips a missing peer")
+                print(f"skipped {fix}")
+                sides_missing.append(fix)
+        failed = steadfast_failed = figures(sf, rit, sup, n, args.smoke)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"rounds": n, "results": RESULTS, "skipped": sides_missing}, f, indent=1)
+        if steadfast_failed:
+            print(f"\nsteadfast failed in {failed} case run(s)", file=sys.stderr)
+            return 1
+        return 0
+    finally:
+        stop_everything()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def figures(sf, rit, sup, n, smoke):
+    """Run every section; the number of failed steadfast case runs."""
+    kvd, data = sf.launch()
+    poll_until(lambda: sf.ready(data))
+    daemons = {"kvd (steadfast)": kvd.pid}
+    if rit:
+        runsv, service = rit.launch()
+        try:
+            poll_until(lambda: rit.pid(service) and rit.running(service))
+            daemons["runsv"] = runsv.pid
+        except RuntimeError as error:
+            if not smoke:
+                raise
+            print(f"skipped runit: runsv did not start its service ({error})")
+            rit = None
+    if sup:
+        supd, (conf, rpc) = sup.launch()
+        try:
+            poll_until(lambda: sup.running_pid(rpc), pause=0.005)
+            daemons["supervisord"] = supd.pid
+        except RuntimeError as error:
+            if not smoke:
+                raise
+            print(f"skipped supervisord: it did not start its program ({error})")
+            sup = None
+    time.sleep(0.2 if smoke else 2.0)  # let every daemon settle before it is measured
+
+    bad = 0
+
+    def steadfast_failures(failures, cases):
+        return sum(failures[name] for name, side, _ in cases if side == "steadfast")
+
+    # -- status as a whole process
+    cases = [
+        ("steadfastctl status (kvd)", "steadfast", lambda: run([sf.ctl, "--data-dir", data, "status"])),
+        ("steadfastctl --json status (kvd)", "steadfast", lambda: run([sf.ctl, "--data-dir", data, "--json", "status"])),
+        ("/bin/true (the floor of any process)", "floor", lambda: run(["/bin/true"])),
+    ]
+    if rit:
+        cases.append(("sv status", "runit", lambda: run(["sv", "status", service])))
+    if sup:
+        cases.append(("supervisorctl status", "supervisord", lambda: run([sup.ctl, "-c", conf, "status"])))
+    samples, failures = rounds(cases, n)
+    table("status, whole process", cases, samples, failures, "sv status" if rit else "/bin/true (the floor of any process)")
+    bad += steadfast_failures(failures, cases)
+
+    # -- restart until running again
+    def sf_restart():
+        return run([sf.ctl, "--data-dir", data, "restart", "--wait"])
+
+    def sv_restart():
+        rit.unthrottled(service)
+        before = rit.pid(service)
+        began = time.perf_counter()
+        run(["sv", "term", service])
+        poll_until(lambda: rit.pid(service) not in (None, before) and rit.running(service), patience=10)
+        return time.perf_counter() - began
+
+    def sup_restart():
+        began = time.perf_counter()
+        rpc.supervisor.stopProcess("sleeper")
+        rpc.supervisor.startProcess("sleeper")  # answers once RUNNING
+        return time.perf_counter() - began
+
+    cases = [("steadfastctl restart --wait (kvd)", "steadfast", sf_restart)]
+    if rit:
+        cases.append(("sv term + supervise/ shows the new pid running", "runit", sv_restart))
+    if sup:
+        cases.append(("supervisord XML-RPC stopProcess + startProcess", "supervisord", sup_restart))
+    samples, failures = rounds(cases, n)
+    ref = "sv term + supervise/ shows the new pid running" if rit else "steadfastctl restart --wait (kvd)"
+    table("restart until running again", cases, samples, failures, ref)
+    bad += steadfast_failures(failures, cases)
+
+    # -- launch until running
+    def sf_launch():
+        began = time.perf_counter()
+        child, fresh = sf.launch()
+        try:
+            poll_until(lambda: sf.ready(fresh))
+            return time.perf_counter() - began
+        finally:
+            stop(child)
+
+    def runsv_launch():
+        began = time.perf_counter()
+        child, fresh = rit.launch()
+        try:
+            poll_until(lambda: rit.say_up(fresh))
+            return time.perf_counter() - began
+        finally:
+            rit.finish(child, fresh)
+
+    def sup_launch():
+        began = time.perf_counter()
+        child, (_, fresh_rpc) = sup.launch()
+        try:
+            poll_until(lambda: sup.running_pid(fresh_rpc), pause=0.001)
+            return time.perf_counter() - began
+        finally:
+            sup.finish(child, fresh_rpc)
+
+    cases = [("kvd on a fresh dir until probe ready", "steadfast", sf_launch)]
+    if rit:
+        cases.append(("runsv until sv status says run:", "runit", runsv_launch))
+    if sup:
+        cases.append(("supervisord until XML-RPC says RUNNING", "supervisord", sup_launch))
+    samples, failures = rounds(cases, n if smoke else max(3, n // 3))
+    table("launch until running", cases, samples, failures,
+          "runsv until sv status says run:" if rit else "kvd on a fresh dir until probe ready")
+    bad += steadfast_failures(failures, cases)
+
+    # -- idle RSS, after all of the above
+    print("\n== RSS after the run (VmRSS)")
+    if rit:
+        child = rit.pid(service)
+        if child:
+            daemons["sleep under runsv"] = child
+    if sup:
+        child = sup.running_pid(rpc)
+        if child:
+            daemons["sleep under supervisord"] = child
+    for name, pid in daemons.items():
+        kib = rss_kib(pid)
+        print(f"{name:52s} {kib:8d} KiB")
+        RESULTS.append({"section": "rss", "case": name, "rss_kib": kib})
+    if kvd.poll() is not None:
+        note(f"kvd exited early: {kvd.returncode}")
+        bad += 1
+    return bad
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    sys.exit(main())
