@@ -43,6 +43,10 @@ pub const HELLO_MAGIC: [u8; 4] = *b"SFCT";
 /// The handshake's version.
 pub const HELLO_VERSION: u8 = 1;
 
+/// The hello's version when the client presents no token, only its TLS
+/// client certificate (the TLS transport only; the token bytes are zero).
+pub const CERT_HELLO_VERSION: u8 = 2;
+
 /// The client's hello: magic (4), version (1), three zero bytes, token (32).
 pub const HELLO_LEN: usize = 8 + TOKEN_LEN;
 
@@ -56,6 +60,22 @@ pub const ANSWER_BUSY: u8 = 2;
 
 /// The longest a token file may be (64 hex digits and some whitespace).
 const MAX_FILE_LEN: u64 = 256;
+
+/// The hello of a TLS client that presents no token, only its certificate:
+/// magic, [`CERT_HELLO_VERSION`], then 35 zero bytes.
+#[must_use]
+pub fn certificate_hello() -> [u8; HELLO_LEN] {
+    let mut hello = [0u8; HELLO_LEN];
+    hello[..4].copy_from_slice(&HELLO_MAGIC);
+    hello[4] = CERT_HELLO_VERSION;
+    hello
+}
+
+/// Whether `hello` is [`certificate_hello`] exactly.
+#[must_use]
+pub fn is_certificate_hello(hello: &[u8; HELLO_LEN]) -> bool {
+    *hello == certificate_hello()
+}
 
 /// Why a token could not be read or written.
 #[derive(Debug, thiserror::Error)]
