@@ -632,7 +632,9 @@ async fn accept_loop(
                     tracing::debug!(%peer, %role, "TLS control peer authorized");
                     serve_admitted(stream, handle, limits, cancel, slot, role).await;
                 }
-                Err(why) => tracing::warn!(%peer, why, "TLS control handshake failed; closed"),
+                // Debug, not warn: a flood of them is what the pool is for,
+                // and a line each would flood the log too.
+                Err(why) => tracing::debug!(%peer, why, "TLS control handshake failed; closed"),
             }
         });
     }
