@@ -1,8 +1,10 @@
 //! The TCP transport's credential: a 32-byte token kept in a 0600 file, and
 //! the fixed-size handshake that presents it before tarpc sees a byte
-//! (`spec/control.md`, "TCP handshake").
+//! (`spec/control.md`, "TCP handshake"). The TLS transport
+//! ([`super::tls`]) sends the same hello inside its session (or the
+//! [`certificate_hello`] when the client certificate alone authorizes).
 //!
-//! Why a token handshake and not TLS: the control plane is meant for the
+//! Why plain TCP carries only a token and no TLS: it is meant for the
 //! machine it runs on (the Unix socket) or a loopback port (a container
 //! host, a local agent). A shared secret in a private file proves the
 //! caller may read that file, which is the same trust the Unix socket's
@@ -10,7 +12,7 @@
 //! that follows: on a non-loopback address anyone on the path can read the
 //! token and the snapshots and replay the token. So TCP binds loopback
 //! unless told otherwise, and [`super::tcp::serve_tcp`] logs a warning when
-//! told otherwise; put a tunnel (SSH, WireGuard) in front of a remote one.
+//! told otherwise; reach a remote daemon over [`super::tls`] (or a tunnel).
 //!
 //! Invariants, and the tests that check them:
 //! - A token file readable or writable by group or others, or owned by

@@ -10,7 +10,7 @@
 //!   or a token inside the session, each peer with a role (`read`,
 //!   `operate`); certificates reloaded with the daemon.
 //! - [`auth`]: the token ([`Token`]: its 0600 file, the handshake bytes,
-//!   the constant-time comparison) and why it is not TLS.
+//!   the constant-time comparison) and why plain TCP is loopback only.
 //! - [`client`]: [`ControlClient`] calls either, and reconnects.
 //! - [`codec`]: the frames both sides use (bincode 1.3.3, 1 MiB limit,
 //!   deadlines clamped on the server).
