@@ -384,7 +384,7 @@ async fn a_read_only_peer_reads_but_is_refused_a_command() {
             client.exit(ExitIntent::Halt).await.err(),
             client.restart().await.err(),
             client.config_set("x", "1").await.err(),
-            client.reinit_prepare().await.err().map(|e| e),
+            client.reinit_prepare().await.err(),
             client.reload().await.err(),
         ] {
             let refused = refused.expect("refused");
@@ -662,6 +662,59 @@ async fn steadfastctl_over_tls() {
 
     let usage = steadfastctl(vec!["--tls".to_owned(), addr.clone(), "status".to_owned()]).await;
     assert_eq!(usage.status.code(), Some(2), "--tls needs --ca");
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// A `steadfastctl watch` over TLS, killed (so its connection ends without
+/// TLS's `close_notify`) while its long-poll is in flight, gives its slot
+/// back at once: with one slot in all and no eviction, the next client is
+/// served well within the watch's 60 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_tls_watcher_gives_its_slot_back_at_once() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let pki = Pki::new(tmp.path());
+    let limits = ServerLimits {
+        max_connections: 1,
+        max_connections_per_peer: 1,
+        evict_grace: Duration::from_secs(3600),
+        ..ServerLimits::default()
+    };
+    let (run, handle, server) = running_on_tls(tmp.path(), pki.mutual(), limits).await;
+    let s = |p: &Path| p.to_str().expect("utf-8").to_owned();
+    let mut watcher = std::process::Command::new(processes::steadfastctl())
+        .args([
+            "--tls",
+            &server.local_addr().to_string(),
+            "--ca",
+            &s(&pki.server_ca.pem),
+            "--cert",
+            &s(&pki.operator.0),
+            "--key",
+            &s(&pki.operator.1),
+            "watch",
+        ])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("steadfastctl watch");
+    tokio::time::timeout(PATIENCE, async {
+        while server.open_connections() == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the watcher is served");
+    // Its first answer is the whole snapshot; then it long-polls.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    watcher.kill().expect("kill");
+    let _ = watcher.wait();
+    let client = ControlClient::connect_within(
+        Endpoint::tls(server.local_addr(), pki.client(Some(&pki.operator)), None),
+        Duration::from_secs(20),
+    )
+    .await
+    .expect("the killed watcher's slot came back");
+    client.snapshot().await.expect("answered");
+    drop(client);
     exit(run, &handle, ExitIntent::Halt).await;
 }
 

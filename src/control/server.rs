@@ -563,6 +563,14 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
             self.activity.touch();
         } else if room && matches!(polled, Poll::Ready(Ok(()))) {
             self.peer_closed.cancel();
+        } else if let Poll::Ready(Err(error)) = &polled
+            && error.kind() == io::ErrorKind::UnexpectedEof
+        {
+            // A TLS peer that closed without `close_notify` (a killed
+            // `steadfastctl`): an end like any other. Frames are
+            // length-delimited, so a cut one is still seen as cut.
+            self.peer_closed.cancel();
+            return Poll::Ready(Ok(()));
         }
         polled
     }

@@ -27,6 +27,9 @@
 //!   authorized client's: `a_pre_handshake_flood_does_not_lock_the_operator_out`.
 //! - A `read` peer's command is refused, typed, and not run; its reads are
 //!   answered: `a_read_only_peer_reads_but_is_refused_a_command`.
+//! - A peer that closes without TLS's `close_notify` (a killed
+//!   `steadfastctl watch`) is closed at once with its calls in flight, as
+//!   on the other transports: `a_killed_tls_watcher_gives_its_slot_back_at_once`.
 //! - The private key is refused when group or others may read it, or
 //!   another user owns it, before its content is read:
 //!   `a_loose_private_key_is_refused`.
@@ -468,6 +471,12 @@ impl TlsServerGuard {
     #[must_use]
     pub const fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// How many authorized connections are being served now.
+    #[must_use]
+    pub fn open_connections(&self) -> usize {
+        self.served.len()
     }
 
     /// Read the certificate, key, client CA and token files again; new

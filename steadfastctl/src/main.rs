@@ -433,7 +433,7 @@ fn tls_endpoint(cli: &Cli) -> Result<Option<Endpoint>, Unreached> {
         ));
     }
     let token = token_file
-        .map(|path| Token::read_file(path))
+        .map(Token::read_file)
         .transpose()
         .map_err(|e| Unreached::Connect(e.to_string(), false))?;
     let tls = TlsClient::from_files(
