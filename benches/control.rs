@@ -161,7 +161,10 @@ fn pki(dir: &std::path::Path) -> (TlsServerConfig, TlsClient) {
     };
     let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
     let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().expect("key")).expect("ca");
     std::fs::write(dir.join("ca.pem"), ca.pem()).expect("write");
     for (name, server) in [("server", true), ("client", false)] {
@@ -249,8 +252,12 @@ fn bench(c: &mut Criterion) {
     let pki_dir = tempfile::tempdir().expect("tempdir");
     let (tls_config, tls_client_config) = pki(pki_dir.path());
     let tls_server = rt.block_on(async {
-        serve_tls(handle.clone(), "127.0.0.1:0".parse().expect("addr"), tls_config)
-            .expect("serves tls")
+        serve_tls(
+            handle.clone(),
+            "127.0.0.1:0".parse().expect("addr"),
+            tls_config,
+        )
+        .expect("serves tls")
     });
     let tls_endpoint = Endpoint::tls(tls_server.local_addr(), tls_client_config, None);
     let tls_client = client_rt
@@ -327,7 +334,9 @@ fn bench(c: &mut Criterion) {
     group.bench_function("connect_unix", |b| {
         b.iter(|| {
             client_rt.block_on(async {
-                let client = ControlClient::connect_unix(&socket).await.expect("connects");
+                let client = ControlClient::connect_unix(&socket)
+                    .await
+                    .expect("connects");
                 client.snapshot().await.expect("answered")
             })
         });

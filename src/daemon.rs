@@ -230,7 +230,11 @@ impl DaemonOptions {
     /// each with a role): see [`crate::control::tls`]. Any address may be
     /// used. SIGHUP and the `reload` method re-read its files.
     #[must_use]
-    pub fn control_tls(mut self, addr: SocketAddr, config: crate::control::TlsServerConfig) -> Self {
+    pub fn control_tls(
+        mut self,
+        addr: SocketAddr,
+        config: crate::control::TlsServerConfig,
+    ) -> Self {
         self.control_tls = Some((addr, config));
         self
     }

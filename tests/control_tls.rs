@@ -18,11 +18,11 @@ use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose, SanType,
 };
-use steadfast::control::{
-    ClientError, ControlClient, ControlError, Endpoint, Fingerprint, Role, ServerLimits,
-    TlsClient, TlsError, TlsServerConfig, TlsServerGuard, Token, serve_tls, serve_tls_with,
-};
 use steadfast::Hold;
+use steadfast::control::{
+    ClientError, ControlClient, ControlError, Endpoint, Fingerprint, Role, ServerLimits, TlsClient,
+    TlsError, TlsServerConfig, TlsServerGuard, Token, serve_tls, serve_tls_with,
+};
 use steadfast::{CommandError, ExitIntent, SupervisorHandle};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
@@ -90,7 +90,10 @@ impl Ca {
         }
         let key = KeyPair::generate().expect("a key");
         let cert = params.signed_by(&key, &self.issuer).expect("signed");
-        let (cert_path, key_path) = (dir.join(format!("{name}.pem")), dir.join(format!("{name}.key")));
+        let (cert_path, key_path) = (
+            dir.join(format!("{name}.pem")),
+            dir.join(format!("{name}.key")),
+        );
         std::fs::write(&cert_path, cert.pem()).expect("write the certificate");
         write_private(&key_path, &key.serialize_pem());
         (cert_path, key_path)
@@ -180,7 +183,13 @@ async fn a_good_client_certificate_operates() {
     assert_eq!(stopped.lifecycle.name(), "stopped");
     client.start().await.expect("operate: start");
     until(&handle, "running again", running).await;
-    assert!(client.metrics().await.expect("metrics").contains("transport=\"tls\""));
+    assert!(
+        client
+            .metrics()
+            .await
+            .expect("metrics")
+            .contains("transport=\"tls\"")
+    );
     exit(run, &handle, ExitIntent::Halt).await;
 }
 
@@ -201,7 +210,9 @@ async fn a_certificate_from_another_ca_is_refused() {
         "{refused:?}"
     );
     assert!(
-        refused.to_string().contains("not signed by a CA the daemon trusts"),
+        refused
+            .to_string()
+            .contains("not signed by a CA the daemon trusts"),
         "{refused}"
     );
     exit(run, &handle, ExitIntent::Halt).await;
@@ -364,7 +375,10 @@ async fn a_read_only_peer_reads_but_is_refused_a_command() {
             .expect("watch is a read");
         client.journal(5).await.expect("journal is a read");
         client.metrics().await.expect("metrics is a read");
-        client.config_show(None).await.expect("config show is a read");
+        client
+            .config_show(None)
+            .await
+            .expect("config show is a read");
         let refused = client.stop(Hold::None).await.expect_err("a command");
         assert!(refused.is_forbidden(), "{refused:?}");
         assert!(refused.is_refusal());
@@ -423,7 +437,7 @@ async fn a_pre_handshake_flood_does_not_lock_the_operator_out() {
             while !stop.is_cancelled() {
                 if let Ok(mut stream) = TcpStream::connect(addr).await {
                     // Every other one says half a ClientHello's header.
-                    if opened % 2 == 0 {
+                    if opened.is_multiple_of(2) {
                         let _ = tokio::io::AsyncWriteExt::write_all(
                             &mut stream,
                             &[0x16, 0x03, 0x01, 0x40],
@@ -507,11 +521,16 @@ async fn a_reload_serves_the_new_certificate_and_keeps_sessions() {
     let old = connect(addr, pki.client(Some(&pki.operator)), None)
         .await
         .expect_err("the old certificate is no longer served");
-    assert!(matches!(old, ClientError::ServerUntrusted { .. }), "{old:?}");
+    assert!(
+        matches!(old, ClientError::ServerUntrusted { .. }),
+        "{old:?}"
+    );
     // The session made before the reload is the same connection: had it
     // been dropped, this client (trusting only the old CA) could not dial
     // again.
-    assert!(running(&established.snapshot().await.expect("still served")));
+    assert!(running(
+        &established.snapshot().await.expect("still served")
+    ));
 
     // A bad key: the reload fails, naming it, and the new certificate
     // stays served.
@@ -536,8 +555,7 @@ async fn a_loose_private_key_is_refused() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let pki = Pki::new(tmp.path());
     let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
-    std::fs::set_permissions(&pki.server.1, std::fs::Permissions::from_mode(0o640))
-        .expect("chmod");
+    std::fs::set_permissions(&pki.server.1, std::fs::Permissions::from_mode(0o640)).expect("chmod");
     let refused = serve_tls(handle.clone(), loopback(), pki.mutual()).expect_err("a loose key");
     assert!(
         matches!(
@@ -556,8 +574,7 @@ async fn a_loose_private_key_is_refused() {
     )
     .expect_err("a loose client key");
     assert!(matches!(client, TlsError::KeyTooOpen { .. }), "{client:?}");
-    std::fs::set_permissions(&pki.server.1, std::fs::Permissions::from_mode(0o600))
-        .expect("chmod");
+    std::fs::set_permissions(&pki.server.1, std::fs::Permissions::from_mode(0o600)).expect("chmod");
     let nobody = serve_tls(
         handle.clone(),
         loopback(),
@@ -621,7 +638,12 @@ async fn steadfastctl_over_tls() {
         &["status", "--json"],
     ))
     .await;
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let snapshot: steadfast::protocol::snapshot::Snapshot =
         serde_json::from_slice(&out.stdout).expect("the JSON is a snapshot");
     assert!(running(&snapshot));
@@ -631,10 +653,17 @@ async fn steadfastctl_over_tls() {
     let out = steadfastctl(with(tls_args(&viewer, &pki.server_ca.pem), &["stop"])).await;
     assert_eq!(out.status.code(), Some(3), "a refusal");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("forbidden") && stderr.contains("read"), "{stderr}");
+    assert!(
+        stderr.contains("forbidden") && stderr.contains("read"),
+        "{stderr}"
+    );
     assert!(running(&handle.snapshot()), "nothing was run");
 
-    let out = steadfastctl(with(tls_args(&pki.operator, &pki.client_ca.pem), &["status"])).await;
+    let out = steadfastctl(with(
+        tls_args(&pki.operator, &pki.client_ca.pem),
+        &["status"],
+    ))
+    .await;
     assert_eq!(out.status.code(), Some(4), "status: unknown");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("certificate is not trusted"), "{stderr}");
@@ -657,7 +686,12 @@ async fn steadfastctl_over_tls() {
         "stop".to_owned(),
     ])
     .await;
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(handle.snapshot().lifecycle.name(), "stopped");
 
     let usage = steadfastctl(vec!["--tls".to_owned(), addr.clone(), "status".to_owned()]).await;

@@ -31,8 +31,8 @@ pub mod tls;
 pub use auth::{Token, TokenError};
 pub use client::{ClientError, ControlClient, Endpoint};
 pub use server::{ControlError, ServerGuard, ServerLimits, serve_unix, serve_unix_with};
-pub use steadfast_protocol::control::WireSnapshot;
 pub use steadfast_protocol::control::Role;
+pub use steadfast_protocol::control::WireSnapshot;
 pub use tcp::{TcpServerGuard, serve_tcp, serve_tcp_with};
 pub use tls::{
     Fingerprint, TlsClient, TlsError, TlsServerConfig, TlsServerGuard, serve_tls, serve_tls_with,

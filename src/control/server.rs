@@ -78,11 +78,11 @@ use std::time::Duration;
 use futures::StreamExt;
 use steadfast_actors::config::parse_value;
 use steadfast_actors::lifecycle::Hold;
-use steadfast_protocol::control::{ControlRequest, ControlResponse, Role, forbidden};
 use steadfast_protocol::control::{
     CommandError, Control, ControlAnswer, MAX_JOURNAL_ATTEMPTS, ReinitPrepared, WireChanges,
     WireJournal, WireSnapshot, clamp_watch_timeout,
 };
+use steadfast_protocol::control::{ControlRequest, ControlResponse, Role, forbidden};
 use steadfast_protocol::lifecycle::ExitIntent;
 use steadfast_protocol::snapshot::{ConfigView, Snapshot};
 use tarpc::ServerError;

@@ -401,7 +401,11 @@ fn load(config: &TlsServerConfig) -> Result<Loaded, TlsError> {
 impl Loaded {
     /// The role `hello` (with the session's verified client certificate,
     /// if any) authorizes; `None`: refused.
-    fn authorize(&self, hello: &[u8; HELLO_LEN], peer: Option<&CertificateDer<'_>>) -> Option<Role> {
+    fn authorize(
+        &self,
+        hello: &[u8; HELLO_LEN],
+        peer: Option<&CertificateDer<'_>>,
+    ) -> Option<Role> {
         if auth::is_certificate_hello(hello) {
             let cert = peer?;
             let fingerprint = Fingerprint::of_der(cert.as_ref());

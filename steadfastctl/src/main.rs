@@ -398,9 +398,8 @@ fn tls_endpoint(cli: &Cli) -> Result<Option<Endpoint>, Unreached> {
             let text = std::fs::read_to_string(path).map_err(|e| {
                 Unreached::Usage(format!("--client-config {}: {e}", path.display()))
             })?;
-            toml::from_str(&text).map_err(|e| {
-                Unreached::Usage(format!("--client-config {}: {e}", path.display()))
-            })?
+            toml::from_str(&text)
+                .map_err(|e| Unreached::Usage(format!("--client-config {}: {e}", path.display())))?
         }
     };
     let Some(addr) = cli.tls.or(file.tls) else {
@@ -421,9 +420,7 @@ fn tls_endpoint(cli: &Cli) -> Result<Option<Endpoint>, Unreached> {
         (Some(cert), Some(key)) => Some((cert, key)),
         (None, None) => None,
         _ => {
-            return Err(Unreached::Usage(
-                "--cert and --key go together".to_owned(),
-            ));
+            return Err(Unreached::Usage("--cert and --key go together".to_owned()));
         }
     };
     let token_file = pick(&cli.token_file, file.token_file);
