@@ -370,6 +370,13 @@ fn load(config: &TlsServerConfig) -> Result<Loaded, TlsError> {
     if config.client_ca.is_none() && tokens.is_empty() {
         return Err(TlsError::NoClientAuth);
     }
+    if config.client_ca.is_none() && !config.cert_roles.is_empty() {
+        return Err(TlsError::Config(
+            "client certificate roles are given but no client CA: no client certificate \
+             is asked for without one (add TlsServerConfig::client_ca)"
+                .to_owned(),
+        ));
+    }
     let provider = provider();
     let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(&[&rustls::version::TLS13])
@@ -900,5 +907,15 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tempdir");
         let config = TlsServerConfig::new(tmp.path().join("cert"), tmp.path().join("key"));
         assert!(matches!(load(&config), Err(TlsError::NoClientAuth)));
+        let token = tmp.path().join("token");
+        Token::create_file(&token).expect("a token");
+        let roles_without_ca = config
+            .token_file(&token, Role::Read)
+            .cert_role(Fingerprint::of_der(b"x"), Role::Operate);
+        let refused = load(&roles_without_ca).err().expect("refused");
+        assert!(
+            matches!(&refused, TlsError::Config(why) if why.contains("no client CA")),
+            "{refused:?}"
+        );
     }
 }
