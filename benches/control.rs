@@ -23,6 +23,12 @@
 //! - `control/snapshot_tcp` and `control/raw_pingpong_tcp_same_size`: the
 //!   same pair over loopback TCP (after the token handshake, which is paid
 //!   once per connection and not measured).
+//! - `control/snapshot_tls`: the same call over loopback TLS 1.3 (mutual
+//!   TLS, a client certificate; the handshake is paid once per connection
+//!   and not measured here), beside `snapshot_unix` and `snapshot_tcp`.
+//! - `control/connect_tls` and `control/connect_unix`: a new connection and
+//!   one `snapshot` on it (what one `steadfastctl` invocation pays): the TLS
+//!   handshake with both certificates verified, the hello, the call.
 //! - `control/16_clients`: 16 clients on their own connections, 100
 //!   `snapshot` calls each, concurrently; throughput in calls/s.
 //!   `control/16_clients_tcp`: the same over loopback TCP.
@@ -54,6 +60,12 @@
 //! caller's task), not a faster codec. Run-to-run noise on that machine is
 //! as large as some of these differences: compare within one run.
 //!
+//! Issue 17's run (the shared 2-core machine, loaded by other builds; one
+//! run, criterion medians): `snapshot_unix` 136 µs, `snapshot_tcp` 137 µs
+//! (1.01×), `snapshot_tls` 178 µs (1.31× the Unix socket); `connect_unix`
+//! 269 µs, `connect_tls` 963 µs (3.6×: the handshake, both certificates
+//! verified, the hello).
+//!
 //! Run: `cargo bench --bench control`.
 
 use std::time::Duration;
@@ -67,6 +79,7 @@ use criterion::{Criterion, Throughput, criterion_group};
 use steadfast::Supervisor;
 use steadfast::control::codec::options;
 use steadfast::control::{ControlClient, serve_unix};
+use steadfast::control::{Endpoint, Role, TlsClient, TlsServerConfig, serve_tls};
 use steadfast::control::{Token, serve_tcp_with};
 use steadfast::protocol::control::{CommandError, WireSnapshot};
 use steadfast::protocol::lifecycle::LifecycleState;
@@ -197,6 +210,58 @@ async fn many_calls(clients: &[ControlClient]) {
     }
 }
 
+/// A CA, a server certificate for 127.0.0.1 and a client certificate in
+/// `dir`: the server's configuration and a client's.
+fn pki(dir: &std::path::Path) -> (TlsServerConfig, TlsClient) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa,
+        KeyPair, KeyUsagePurpose, SanType,
+    };
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt;
+    let private = |path: &std::path::Path, text: &str| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .expect("create");
+        file.write_all(text.as_bytes()).expect("write");
+    };
+    let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().expect("key")).expect("ca");
+    std::fs::write(dir.join("ca.pem"), ca.pem()).expect("write");
+    for (name, server) in [("server", true), ("client", false)] {
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+        if server {
+            params.subject_alt_names = vec![SanType::IpAddress(std::net::IpAddr::V4(
+                std::net::Ipv4Addr::LOCALHOST,
+            ))];
+            params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        } else {
+            params.subject_alt_names = vec![SanType::DnsName("bench".try_into().expect("name"))];
+            params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        }
+        let key = KeyPair::generate().expect("key");
+        let cert = params.signed_by(&key, &ca).expect("signed");
+        std::fs::write(dir.join(format!("{name}.pem")), cert.pem()).expect("write");
+        private(&dir.join(format!("{name}.key")), &key.serialize_pem());
+    }
+    let server = TlsServerConfig::new(dir.join("server.pem"), dir.join("server.key"))
+        .client_ca(dir.join("ca.pem"), Role::Operate);
+    let client = TlsClient::from_files(
+        &dir.join("ca.pem"),
+        Some((&dir.join("client.pem"), &dir.join("client.key"))),
+    )
+    .expect("a client");
+    (server, client)
+}
+
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
@@ -258,6 +323,20 @@ fn bench(c: &mut Criterion) {
         .expect("serves tcp");
         (tcp_server, raw_tcp_addr)
     });
+    let pki_dir = tempfile::tempdir().expect("tempdir");
+    let (tls_config, tls_client_config) = pki(pki_dir.path());
+    let tls_server = rt.block_on(async {
+        serve_tls(
+            handle.clone(),
+            "127.0.0.1:0".parse().expect("addr"),
+            tls_config,
+        )
+        .expect("serves tls")
+    });
+    let tls_endpoint = Endpoint::tls(tls_server.local_addr(), tls_client_config, None);
+    let tls_client = client_rt
+        .block_on(ControlClient::connect(tls_endpoint.clone()))
+        .expect("connects over tls");
     let (client, wire_client, tcp_client, blob_client, mut raw, mut raw_tcp) =
         client_rt.block_on(async {
             let client = ControlClient::connect_unix(&socket)
@@ -340,6 +419,29 @@ fn bench(c: &mut Criterion) {
     });
     group.bench_function("raw_pingpong_tcp_same_size", |b| {
         b.iter(|| client_rt.block_on(ping(&mut raw_tcp, &request, &mut buf)));
+    });
+    group.bench_function("snapshot_tls", |b| {
+        b.iter(|| client_rt.block_on(tls_client.snapshot()).expect("answered"));
+    });
+    group.bench_function("connect_unix", |b| {
+        b.iter(|| {
+            client_rt.block_on(async {
+                let client = ControlClient::connect_unix(&socket)
+                    .await
+                    .expect("connects");
+                client.snapshot().await.expect("answered")
+            })
+        });
+    });
+    group.bench_function("connect_tls", |b| {
+        b.iter(|| {
+            client_rt.block_on(async {
+                let client = ControlClient::connect(tls_endpoint.clone())
+                    .await
+                    .expect("connects");
+                client.snapshot().await.expect("answered")
+            })
+        });
     });
 
     let tcp_addr = tcp_server.local_addr();

@@ -44,6 +44,9 @@
 //!   on a TCP address behind the token handshake (`crate::control::auth`);
 //!   with [`DaemonOptions::create_token`], a missing token file is created
 //!   (0600) first.
+//! - With [`DaemonOptions::control_tls`], the control plane is also served
+//!   over TLS 1.3 (`crate::control::tls`: mutual TLS or a token inside the
+//!   session, roles); SIGHUP and `reload` re-read its certificate files.
 //! - A control plane that was asked for and cannot be served is never
 //!   dropped silently: [`run_with`] returns [`DaemonError`] (naming the path
 //!   or address, what is wrong and the fix) before the supervisor runs, so
@@ -144,6 +147,9 @@ pub struct DaemonOptions {
     /// Create the token file (mode 0600, a fresh random token) when it
     /// does not exist.
     pub create_token: bool,
+    /// Serve the control plane over TLS 1.3 on this address too (off by
+    /// default); its files are re-read at each reload.
+    pub control_tls: Option<(SocketAddr, crate::control::TlsServerConfig)>,
     /// Log to stderr through a `tracing-subscriber` filtered by `RUST_LOG`
     /// (default `info`) — on by default, and only if the application has
     /// not installed a subscriber of its own; see [`init_logging`].
@@ -164,6 +170,7 @@ impl DaemonOptions {
             control_socket: false,
             control_tcp: None,
             create_token: false,
+            control_tls: None,
             logging: true,
             log_format: LogFormat::Plain,
             metrics_http: None,
@@ -215,6 +222,20 @@ impl DaemonOptions {
     #[must_use]
     pub fn control_tcp(mut self, addr: SocketAddr, token_file: impl Into<PathBuf>) -> Self {
         self.control_tcp = Some((addr, token_file.into()));
+        self
+    }
+
+    /// Serve the control plane over TLS 1.3 at `addr` with `config`'s
+    /// certificate, key and client authorization (mutual TLS, tokens;
+    /// each with a role): see [`crate::control::tls`]. Any address may be
+    /// used. SIGHUP and the `reload` method re-read its files.
+    #[must_use]
+    pub fn control_tls(
+        mut self,
+        addr: SocketAddr,
+        config: crate::control::TlsServerConfig,
+    ) -> Self {
+        self.control_tls = Some((addr, config));
         self
     }
 
@@ -331,6 +352,15 @@ pub async fn run_with(
         let addr = options.control_tcp.as_ref().map(|(addr, _)| *addr);
         tracing::error!(?addr, %error, "the control port is not served");
     })?;
+    let control_tls = match options.control_tls.clone() {
+        None => None,
+        Some((addr, config)) => Some(
+            crate::control::serve_tls(handle.clone(), addr, config).map_err(|error| {
+                tracing::error!(%addr, %error, "the TLS control port is not served");
+                DaemonError::ControlPort(error)
+            })?,
+        ),
+    };
     let metrics =
         match options.metrics_http {
             None => None,
@@ -342,6 +372,9 @@ pub async fn run_with(
             )?),
         };
     let intent = run_serving(supervisor, handle, control, control_tcp, options.signals).await;
+    if let Some(tls) = control_tls {
+        tls.shutdown(ANSWER_GRACE).await;
+    }
     drop(metrics);
     Ok(intent)
 }
@@ -615,6 +648,10 @@ pub(crate) async fn reload(handle: &SupervisorHandle) -> Result<Snapshot, Comman
             Err(error) => tracing::warn!(%error, "no monotonic clock: RELOADING=1 not sent"),
         }
     }
+    // The TLS transport's certificates and tokens: small files, read on a
+    // blocking thread all the same.
+    let hooks = handle.clone();
+    let _ = tokio::task::spawn_blocking(move || hooks.run_reload_hooks()).await;
     let answer = handle.reload().await;
     if framed {
         let status = status_line(&handle.snapshot());

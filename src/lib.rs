@@ -61,8 +61,9 @@
 //! - [`service`]: the rest of what steps use (checkpoints, progress, the
 //!   store lock); [`config`]: config sources and their errors;
 //!   [`supervisor`]: timings and the builder.
-//! - [`control`]: the control plane's server (Unix socket, or TCP behind a
-//!   token) and its reconnecting client; `steadfastctl` (its own package)
+//! - [`control`]: the control plane's server (Unix socket, TCP behind a
+//!   token on loopback, or TLS 1.3 with client certificates or tokens and
+//!   roles) and its reconnecting client; `steadfastctl` (its own package)
 //!   is its command line.
 //! - [`daemon`]: the process-wide helper (signals, systemd, exit code,
 //!   optionally the control socket).

@@ -158,6 +158,23 @@ pub struct SupervisorHandle {
     /// How far a boot step's deadline is, told at each step's start and
     /// progress report (`Shared::step_deadlines`).
     step_deadlines: watch::Receiver<std::time::Duration>,
+    /// What else a reload re-reads besides the config (the TLS transport's
+    /// certificates and tokens): run by `daemon::reload`, so SIGHUP and the
+    /// `reload` method, before the config's `config_changed`.
+    reload_hooks: ReloadHooks,
+}
+
+/// A hook run at each reload; weak, so a server that is gone drops out.
+type ReloadHook = std::sync::Weak<dyn Fn() + Send + Sync>;
+
+/// The handle's reload hooks (see `SupervisorHandle::reload_hooks`).
+#[derive(Clone, Default)]
+struct ReloadHooks(Arc<std::sync::Mutex<Vec<ReloadHook>>>);
+
+impl std::fmt::Debug for ReloadHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReloadHooks(…)")
+    }
 }
 
 /// What `reinit_prepare` answers: the confirmation to pass to
@@ -309,6 +326,7 @@ impl Supervisor {
             reinit_salt: salt,
             replace,
             step_deadlines: step_deadlines_rx,
+            reload_hooks: ReloadHooks::default(),
         };
         Ok((supervisor, handle))
     }
@@ -358,6 +376,33 @@ impl SupervisorHandle {
     }
 
     /// Count a control-plane connection accepted on `transport`.
+    /// Run `hook` at each reload (SIGHUP, the `reload` method) for as long
+    /// as it lives.
+    pub(crate) fn on_reload(&self, hook: ReloadHook) {
+        let mut hooks = self
+            .reload_hooks
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        hooks.retain(|hook| hook.strong_count() > 0);
+        hooks.push(hook);
+    }
+
+    /// Run the live reload hooks (each logs its own failure).
+    pub(crate) fn run_reload_hooks(&self) {
+        let hooks: Vec<_> = self
+            .reload_hooks
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .collect();
+        for hook in hooks {
+            hook();
+        }
+    }
+
     pub(crate) fn count_connection(&self, transport: &str) {
         self.shared.metrics.control_connection(transport);
     }

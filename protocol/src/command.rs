@@ -29,6 +29,53 @@ impl From<bool> for Hold {
     }
 }
 
+/// What a control-plane peer may do (`spec/control.md`, "Roles"). The Unix
+/// socket and the plain TCP token are [`Role::Operate`]; over TLS each
+/// client certificate or token is given one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// The reads only: `snapshot`, `watch`, `metrics`, `journal`,
+    /// `config_show`, `replace_status` (so `status`, `probe`, `watch`,
+    /// `metrics`, `journal`, `config show`).
+    Read,
+    /// Every method.
+    Operate,
+}
+
+impl Role {
+    /// The role's wire spelling: `read`, `operate`.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Read => "read",
+            Self::Operate => "operate",
+        }
+    }
+
+    /// Whether a peer of this role may call a method that needs `needed`.
+    #[must_use]
+    pub fn permits(self, needed: Self) -> bool {
+        self >= needed
+    }
+
+    /// Parse a wire spelling (`read`, `operate`).
+    #[must_use]
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "read" => Some(Self::Read),
+            "operate" => Some(Self::Operate),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Why a command was not carried out (or not acknowledged).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, thiserror::Error)]
 pub enum CommandError {
@@ -53,6 +100,18 @@ pub enum CommandError {
     /// A replacement was not started.
     #[error("replace refused: {0}")]
     Replace(ReplaceRefusal),
+    /// The peer's role does not allow the method: a `read` peer asked for
+    /// a command. Nothing was run. (Added at the end: older variants keep
+    /// their bincode tags.)
+    #[error("forbidden: `{method}` needs the {needed} role; this peer's role is {role}")]
+    Forbidden {
+        /// The method asked for (its wire name, e.g. `stop`).
+        method: String,
+        /// The peer's role.
+        role: Role,
+        /// The role the method needs.
+        needed: Role,
+    },
 }
 
 impl CommandError {
@@ -70,7 +129,7 @@ impl CommandError {
     /// A stable one-word reason, for logs and metric labels: the
     /// lifecycle's `RefusedBecause` spelling (`runtime_not_stopped`), the
     /// replacement refusal's name (`in_progress`), else the variant
-    /// (`durability`, `unavailable`, `invalid`, `failed`).
+    /// (`durability`, `unavailable`, `invalid`, `failed`, `forbidden`).
     #[must_use]
     pub const fn reason(&self) -> &'static str {
         match self {
@@ -80,6 +139,7 @@ impl CommandError {
             Self::Invalid(_) => "invalid",
             Self::Failed(_) => "failed",
             Self::Replace(refusal) => refusal.name(),
+            Self::Forbidden { .. } => "forbidden",
         }
     }
 }

@@ -21,7 +21,7 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::command::CommandError;
+pub use crate::command::{CommandError, Role};
 use crate::lifecycle::ExitIntent;
 use crate::replacement::{Mode, Report};
 use crate::snapshot::Snapshot;
@@ -267,6 +267,70 @@ pub trait Control {
     async fn reload() -> ControlAnswer;
 }
 
+/// The role a request needs, and its method's wire name: the reads
+/// (`snapshot`, `watch`, `metrics`, `journal`, `config_show`,
+/// `replace_status`) need [`Role::Read`], everything else (every command,
+/// and `reinit_prepare`, the first half of one) [`Role::Operate`]. The
+/// match is exhaustive, so a new method cannot be added without being
+/// classified here. Checked by `control::tests::reads_and_commands_are_classified`.
+#[must_use]
+pub const fn required_role(request: &ControlRequest) -> (Role, &'static str) {
+    match request {
+        ControlRequest::Snapshot {} => (Role::Read, "snapshot"),
+        ControlRequest::Watch { .. } => (Role::Read, "watch"),
+        ControlRequest::Metrics {} => (Role::Read, "metrics"),
+        ControlRequest::Journal { .. } => (Role::Read, "journal"),
+        ControlRequest::ConfigShow { .. } => (Role::Read, "config_show"),
+        ControlRequest::ReplaceStatus { .. } => (Role::Read, "replace_status"),
+        ControlRequest::Start {} => (Role::Operate, "start"),
+        ControlRequest::Stop { .. } => (Role::Operate, "stop"),
+        ControlRequest::Restart { .. } => (Role::Operate, "restart"),
+        ControlRequest::Retry {} => (Role::Operate, "retry"),
+        ControlRequest::Exit { .. } => (Role::Operate, "exit"),
+        ControlRequest::ConfigSet { .. } => (Role::Operate, "config_set"),
+        ControlRequest::ConfigUnset { .. } => (Role::Operate, "config_unset"),
+        ControlRequest::ReinitPrepare {} => (Role::Operate, "reinit_prepare"),
+        ControlRequest::Reinit { .. } => (Role::Operate, "reinit"),
+        ControlRequest::Replace { .. } => (Role::Operate, "replace"),
+        ControlRequest::Reload {} => (Role::Operate, "reload"),
+    }
+}
+
+/// The answer to `request` when its peer's role does not permit it: the
+/// method's own response carrying [`CommandError::Forbidden`]; `None` when
+/// `role` permits it.
+#[must_use]
+pub fn forbidden(request: &ControlRequest, role: Role) -> Option<ControlResponse> {
+    let (needed, method) = required_role(request);
+    if role.permits(needed) {
+        return None;
+    }
+    let error = CommandError::Forbidden {
+        method: method.to_owned(),
+        role,
+        needed,
+    };
+    Some(match request {
+        ControlRequest::Snapshot {} => ControlResponse::Snapshot(Err(error)),
+        ControlRequest::Watch { .. } => ControlResponse::Watch(Err(error)),
+        ControlRequest::Metrics {} => ControlResponse::Metrics(Err(error)),
+        ControlRequest::Journal { .. } => ControlResponse::Journal(Err(error)),
+        ControlRequest::ConfigShow { .. } => ControlResponse::ConfigShow(Err(error)),
+        ControlRequest::ReplaceStatus { .. } => ControlResponse::ReplaceStatus(Err(error)),
+        ControlRequest::Start {} => ControlResponse::Start(Err(error)),
+        ControlRequest::Stop { .. } => ControlResponse::Stop(Err(error)),
+        ControlRequest::Restart { .. } => ControlResponse::Restart(Err(error)),
+        ControlRequest::Retry {} => ControlResponse::Retry(Err(error)),
+        ControlRequest::Exit { .. } => ControlResponse::Exit(Err(error)),
+        ControlRequest::ConfigSet { .. } => ControlResponse::ConfigSet(Err(error)),
+        ControlRequest::ConfigUnset { .. } => ControlResponse::ConfigUnset(Err(error)),
+        ControlRequest::ReinitPrepare {} => ControlResponse::ReinitPrepare(Err(error)),
+        ControlRequest::Reinit { .. } => ControlResponse::Reinit(Err(error)),
+        ControlRequest::Replace { .. } => ControlResponse::Replace(Err(error)),
+        ControlRequest::Reload {} => ControlResponse::Reload(Err(error)),
+    })
+}
+
 /// A `replace` request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplaceRequest {
@@ -425,6 +489,29 @@ mod tests {
             "restart refused while running: config_invalid: /etc/kvd.toml: expected a value"
         );
         assert_eq!(CommandError::Unavailable.refused(), None);
+    }
+
+    #[test]
+    fn reads_and_commands_are_classified() {
+        let read = ControlRequest::Journal { limit: 3 };
+        assert_eq!(required_role(&read), (Role::Read, "journal"));
+        assert!(forbidden(&read, Role::Read).is_none());
+        let stop = ControlRequest::Stop {
+            hold: crate::command::Hold::None,
+        };
+        assert!(forbidden(&stop, Role::Operate).is_none());
+        let Some(ControlResponse::Stop(Err(error))) = forbidden(&stop, Role::Read) else {
+            panic!("a read peer's stop is forbidden, in stop's own response");
+        };
+        assert_eq!(error.reason(), "forbidden");
+        assert_eq!(
+            error.to_string(),
+            "forbidden: `stop` needs the operate role; this peer's role is read"
+        );
+        assert_eq!(round_trip(&error), error);
+        assert!(Role::Operate.permits(Role::Read) && !Role::Read.permits(Role::Operate));
+        assert_eq!(Role::parse("read"), Some(Role::Read));
+        assert_eq!(Role::parse("admin"), None);
     }
 
     #[test]

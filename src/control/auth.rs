@@ -1,8 +1,10 @@
 //! The TCP transport's credential: a 32-byte token kept in a 0600 file, and
 //! the fixed-size handshake that presents it before tarpc sees a byte
-//! (`spec/control.md`, "TCP handshake").
+//! (`spec/control.md`, "TCP handshake"). The TLS transport
+//! ([`super::tls`]) sends the same hello inside its session (or the
+//! [`certificate_hello`] when the client certificate alone authorizes).
 //!
-//! Why a token handshake and not TLS: the control plane is meant for the
+//! Why plain TCP carries only a token and no TLS: it is meant for the
 //! machine it runs on (the Unix socket) or a loopback port (a container
 //! host, a local agent). A shared secret in a private file proves the
 //! caller may read that file, which is the same trust the Unix socket's
@@ -10,7 +12,7 @@
 //! that follows: on a non-loopback address anyone on the path can read the
 //! token and the snapshots and replay the token. So TCP binds loopback
 //! unless told otherwise, and [`super::tcp::serve_tcp`] logs a warning when
-//! told otherwise; put a tunnel (SSH, WireGuard) in front of a remote one.
+//! told otherwise; reach a remote daemon over [`super::tls`] (or a tunnel).
 //!
 //! Invariants, and the tests that check them:
 //! - A token file readable or writable by group or others, or owned by
@@ -43,6 +45,10 @@ pub const HELLO_MAGIC: [u8; 4] = *b"SFCT";
 /// The handshake's version.
 pub const HELLO_VERSION: u8 = 1;
 
+/// The hello's version when the client presents no token, only its TLS
+/// client certificate (the TLS transport only; the token bytes are zero).
+pub const CERT_HELLO_VERSION: u8 = 2;
+
 /// The client's hello: magic (4), version (1), three zero bytes, token (32).
 pub const HELLO_LEN: usize = 8 + TOKEN_LEN;
 
@@ -56,6 +62,22 @@ pub const ANSWER_BUSY: u8 = 2;
 
 /// The longest a token file may be (64 hex digits and some whitespace).
 const MAX_FILE_LEN: u64 = 256;
+
+/// The hello of a TLS client that presents no token, only its certificate:
+/// magic, [`CERT_HELLO_VERSION`], then 35 zero bytes.
+#[must_use]
+pub fn certificate_hello() -> [u8; HELLO_LEN] {
+    let mut hello = [0u8; HELLO_LEN];
+    hello[..4].copy_from_slice(&HELLO_MAGIC);
+    hello[4] = CERT_HELLO_VERSION;
+    hello
+}
+
+/// Whether `hello` is [`certificate_hello`] exactly.
+#[must_use]
+pub fn is_certificate_hello(hello: &[u8; HELLO_LEN]) -> bool {
+    *hello == certificate_hello()
+}
 
 /// Why a token could not be read or written.
 #[derive(Debug, thiserror::Error)]

@@ -89,7 +89,7 @@ pub enum ClientError {
         #[source]
         source: io::Error,
     },
-    /// TCP: the daemon refused the token (missing, wrong, or not a
+    /// TCP or TLS: the daemon refused the token (missing, wrong, or not a
     /// steadfast hello).
     #[error("{endpoint} refused the token (is --token-file the daemon's token file?)")]
     Auth {
@@ -115,6 +115,24 @@ pub enum ClientError {
         /// Why, and the fix.
         why: String,
     },
+    /// TLS: the daemon's certificate is not trusted (not signed by the CA
+    /// given, expired, or not for the name dialled); nothing was sent.
+    #[error("{endpoint}: the daemon's certificate is not trusted, nothing was sent: {why}")]
+    ServerUntrusted {
+        /// The address.
+        endpoint: String,
+        /// Why, in words.
+        why: String,
+    },
+    /// TLS: the daemon refused this client's certificate (expired, from a
+    /// CA it does not trust, missing, or given no role).
+    #[error("{endpoint} refused this client's certificate: {why}")]
+    CertificateRefused {
+        /// The address.
+        endpoint: String,
+        /// Why, in words.
+        why: String,
+    },
     /// The daemon was reached and refused the command (or could not
     /// acknowledge it): the daemon's own [`CommandError`], unchanged.
     #[error("{0}")]
@@ -129,6 +147,13 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// Whether the daemon refused the call for this peer's role (a `read`
+    /// peer asked for a command): [`CommandError::Forbidden`].
+    #[must_use]
+    pub const fn is_forbidden(&self) -> bool {
+        matches!(self, Self::Command(CommandError::Forbidden { .. }))
+    }
+
     /// The lifecycle's refusal, when the daemon answered one.
     #[must_use]
     pub const fn refused(&self) -> Option<&Refused> {
@@ -183,6 +208,32 @@ pub enum Endpoint {
         /// The token.
         token: Token,
     },
+    /// Its TLS control port.
+    Tls {
+        /// The address.
+        addr: SocketAddr,
+        /// The name the daemon's certificate must be for: a DNS name, or
+        /// the address's IP (what `Endpoint::tls` gives).
+        server_name: String,
+        /// The CA to trust the daemon by, and this client's certificate.
+        tls: super::tls::TlsClient,
+        /// A token to present inside the session; `None`: the client
+        /// certificate alone.
+        token: Option<Token>,
+    },
+}
+
+impl Endpoint {
+    /// A TLS endpoint whose certificate must be for `addr`'s IP address.
+    #[must_use]
+    pub fn tls(addr: SocketAddr, tls: super::tls::TlsClient, token: Option<Token>) -> Self {
+        Self::Tls {
+            addr,
+            server_name: addr.ip().to_string(),
+            tls,
+            token,
+        }
+    }
 }
 
 impl fmt::Display for Endpoint {
@@ -190,6 +241,7 @@ impl fmt::Display for Endpoint {
         match self {
             Self::Unix(path) => write!(f, "{}", path.display()),
             Self::Tcp { addr, .. } => write!(f, "{addr}"),
+            Self::Tls { addr, .. } => write!(f, "tls://{addr}"),
         }
     }
 }
@@ -355,6 +407,15 @@ async fn dial_once(endpoint: &Endpoint, generation: u64) -> Result<Connection, C
         }
         Endpoint::Tcp { addr, token } => {
             let stream = super::tcp::dial(*addr, token).await?;
+            Ok(start(stream, generation))
+        }
+        Endpoint::Tls {
+            addr,
+            server_name,
+            tls,
+            token,
+        } => {
+            let stream = super::tls::dial(*addr, server_name, tls, token.as_ref()).await?;
             Ok(start(stream, generation))
         }
     }

@@ -6,15 +6,19 @@
 //!   socket (mode 0600, peer uid checked before any frame is read).
 //! - [`tcp`]: [`serve_tcp`] serves it on a TCP port (loopback by default);
 //!   a client presents a token before any frame is decoded.
+//! - [`tls`]: [`serve_tls`] serves it over TLS 1.3 (rustls): mutual TLS
+//!   or a token inside the session, each peer with a role (`read`,
+//!   `operate`); certificates reloaded with the daemon.
 //! - [`auth`]: the token ([`Token`]: its 0600 file, the handshake bytes,
-//!   the constant-time comparison) and why it is not TLS.
+//!   the constant-time comparison) and why plain TCP is loopback only.
 //! - [`client`]: [`ControlClient`] calls either, and reconnects.
 //! - [`codec`]: the frames both sides use (bincode 1.3.3, 1 MiB limit,
 //!   deadlines clamped on the server).
 //!
 //! The service trait and its wire values live in the pure core,
 //! [`steadfast_protocol::control`]. Checked end to end by
-//! `tests/control.rs`, `tests/control_tcp.rs` and `tests/ctl.rs`.
+//! `tests/control.rs`, `tests/control_tcp.rs`, `tests/control_tls.rs` and
+//! `tests/ctl.rs`.
 
 pub mod auth;
 mod bounds;
@@ -22,12 +26,17 @@ pub mod client;
 pub mod codec;
 pub mod server;
 pub mod tcp;
+pub mod tls;
 
 pub use auth::{Token, TokenError};
 pub use client::{ClientError, ControlClient, Endpoint};
 pub use server::{ControlError, ServerGuard, ServerLimits, serve_unix, serve_unix_with};
+pub use steadfast_protocol::control::Role;
 pub use steadfast_protocol::control::WireSnapshot;
 pub use tcp::{TcpServerGuard, serve_tcp, serve_tcp_with};
+pub use tls::{
+    Fingerprint, TlsClient, TlsError, TlsServerConfig, TlsServerGuard, serve_tls, serve_tls_with,
+};
 
 /// Where the control socket of the daemon over `data_dir` is:
 /// `<data_dir>/.steadfast/control.sock`.

@@ -78,11 +78,11 @@ use std::time::Duration;
 use futures::StreamExt;
 use steadfast_actors::config::parse_value;
 use steadfast_actors::lifecycle::Hold;
-use steadfast_protocol::control::ControlRequest;
 use steadfast_protocol::control::{
     CommandError, Control, ControlAnswer, MAX_JOURNAL_ATTEMPTS, ReinitPrepared, WireChanges,
     WireJournal, WireSnapshot, clamp_watch_timeout,
 };
+use steadfast_protocol::control::{ControlRequest, ControlResponse, Role, forbidden};
 use steadfast_protocol::lifecycle::ExitIntent;
 use steadfast_protocol::snapshot::{ConfigView, Snapshot};
 use tarpc::ServerError;
@@ -156,6 +156,10 @@ pub enum ControlError {
     /// The TCP transport's token could not be read (or created).
     #[error(transparent)]
     Token(#[from] super::auth::TokenError),
+    /// The TLS transport's certificate, key, client CA or tokens could not
+    /// be used.
+    #[error("the TLS control port: {0}")]
+    Tls(#[from] super::tls::TlsError),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ControlError + '_ {
@@ -482,7 +486,7 @@ async fn accept_loop(
             )
             .await;
             if matches!(greeted, Ok(Ok(()))) {
-                serve_admitted(stream, handle, limits, cancel, slot).await;
+                serve_admitted(stream, handle, limits, cancel, slot, Role::Operate).await;
             }
         });
     }
@@ -499,6 +503,7 @@ pub(crate) async fn serve_admitted<S, K>(
     limits: ServerLimits,
     cancel: CancellationToken,
     slot: Slot<K>,
+    role: Role,
 ) where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     K: std::hash::Hash + Eq,
@@ -511,7 +516,7 @@ pub(crate) async fn serve_admitted<S, K>(
         peer_closed: peer_closed.clone(),
     };
     let evicted = slot.evicted();
-    let connection = serve_connection(stream, handle, limits, Arc::clone(&activity));
+    let connection = serve_connection(stream, handle, limits, Arc::clone(&activity), role);
     let idle = idle_watch(limits.idle_timeout, activity);
     tokio::select! {
         () = cancel.cancelled() => {}
@@ -558,6 +563,14 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
             self.activity.touch();
         } else if room && matches!(polled, Poll::Ready(Ok(()))) {
             self.peer_closed.cancel();
+        } else if let Poll::Ready(Err(error)) = &polled
+            && error.kind() == io::ErrorKind::UnexpectedEof
+        {
+            // A TLS peer that closed without `close_notify` (a killed
+            // `steadfastctl`): an end like any other. Frames are
+            // length-delimited, so a cut one is still seen as cut.
+            self.peer_closed.cancel();
+            return Poll::Ready(Ok(()));
         }
         polled
     }
@@ -596,6 +609,7 @@ async fn serve_connection<S>(
     handle: SupervisorHandle,
     limits: ServerLimits,
     activity: Arc<Activity>,
+    role: Role,
 ) where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
@@ -607,6 +621,7 @@ async fn serve_connection<S>(
         }
         .serve(),
         activity,
+        role,
     };
     BaseChannel::with_defaults(transport)
         .max_concurrent_requests(limits.max_in_flight_per_connection)
@@ -616,19 +631,23 @@ async fn serve_connection<S>(
 }
 
 /// The service as one connection serves it: counts its requests in flight
-/// for the pool (long-polls apart), and drops a request whose deadline has
-/// passed — the last check before the service method runs it.
+/// for the pool (long-polls apart), answers a method its peer's role does
+/// not permit with `CommandError::Forbidden` (never running it), and drops
+/// a request whose deadline has passed — the last check before the service
+/// method runs it.
 #[derive(Clone)]
 struct Guarded<S> {
     /// The generated service.
     inner: S,
     /// The connection's activity in the pool.
     activity: Arc<Activity>,
+    /// What the peer may do (`Operate` on the Unix socket and plain TCP).
+    role: Role,
 }
 
 impl<S> Serve for Guarded<S>
 where
-    S: Serve<Req = ControlRequest>,
+    S: Serve<Req = ControlRequest, Resp = ControlResponse>,
 {
     type Req = ControlRequest;
     type Resp = S::Resp;
@@ -639,6 +658,10 @@ where
             ControlRequest::Watch { .. } | ControlRequest::ReplaceStatus { .. }
         );
         let _in_flight = self.activity.request(long_poll);
+        if let Some(refusal) = forbidden(&request, self.role) {
+            tracing::warn!(role = %self.role, "a control request its peer's role does not permit; refused");
+            return Ok(refusal);
+        }
         if std::time::Instant::now() >= cx.deadline {
             tracing::warn!("a control request arrived after its deadline; not executed");
             return Err(ServerError::new(

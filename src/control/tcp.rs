@@ -54,6 +54,7 @@ use super::bounds::{Evict, Pool};
 use super::client::ClientError;
 use super::server::{ControlError, ServerLimits, serve_admitted};
 use crate::supervisor::SupervisorHandle;
+use steadfast_protocol::control::Role;
 
 /// The loopback address a daemon's control port is usually bound to (the
 /// port is the caller's choice).
@@ -216,7 +217,9 @@ async fn accept_loop(
             };
             drop(greeting);
             match greeted {
-                Ok((stream, slot)) => serve_admitted(stream, handle, limits, cancel, slot).await,
+                Ok((stream, slot)) => {
+                    serve_admitted(stream, handle, limits, cancel, slot, Role::Operate).await;
+                }
                 Err(why) => tracing::warn!(%peer, why, "control handshake failed; closed"),
             }
         });

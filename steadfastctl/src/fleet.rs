@@ -25,9 +25,8 @@
 //!   `--wait`: the boot it started followed to its end, within it).
 //!   `tests/fleet.rs::commands_go_only_to_the_daemons_named`.
 //! - [`endpoint_of`] is the one place an inventory transport becomes a
-//!   client [`Endpoint`]; a `tls` entry is parsed and checked, but this
-//!   build has no TLS transport, so that daemon alone is reported
-//!   unreachable ([`TLS_NOT_BUILT`]).
+//!   client [`Endpoint`]; a `tls` entry whose files cannot be read, or
+//!   whose host does not resolve, makes that daemon alone unreachable.
 //!
 //! Exit codes (`status` as the single-daemon `status`, LSB's): 0 every
 //! daemon running; 3 some answered and are not running; 4 some did not
@@ -48,7 +47,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use steadfast::Hold;
-use steadfast::control::{ClientError, ControlClient, Endpoint, Token};
+use steadfast::control::{ClientError, ControlClient, Endpoint, TlsClient, Token};
 use steadfast::protocol::history::JournalAttempt;
 use steadfast::protocol::lifecycle::LifecycleState;
 use steadfast::protocol::snapshot::{SCHEMA, Snapshot};
@@ -57,9 +56,6 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::{Cli, Cmd, ProbeKind};
-
-/// What the reason for a `tls` entry is, until the TLS transport is merged.
-pub const TLS_NOT_BUILT: &str = "TLS transport not built in this branch";
 
 /// The deadline of a query to many daemons when `--timeout` is not given:
 /// shorter than a single call's, since one silent daemon holds the whole
@@ -98,7 +94,7 @@ pub struct FleetArgs {
         long,
         value_name = "FILE",
         global = true,
-        conflicts_with_all = ["data_dir", "socket", "tcp", "token_file"]
+        conflicts_with_all = ["data_dir", "socket", "tcp", "token_file", "tls", "client_config"]
     )]
     pub inventory: Option<PathBuf>,
     /// With --inventory: only these daemons (their names, comma-separated).
@@ -448,22 +444,58 @@ fn parse_entry(value: &toml::Value, base: &Path) -> Result<Entry, (Option<String
 }
 
 /// The one place an inventory transport becomes a client's [`Endpoint`]
-/// (reading a token file on the way). A `tls` entry is refused with
-/// [`TLS_NOT_BUILT`] until the TLS transport (issue 17, item 1) is merged:
-/// the merge completes this arm.
+/// (reading a token file, a TLS entry's CA, certificate and key on the
+/// way). A `tls` entry's host is the name the daemon's certificate must
+/// carry (an IP address, or a DNS name looked up here).
 ///
 /// # Errors
-/// Why this daemon cannot be called (a token file that cannot be read or is
-/// too open; no TLS transport).
-pub fn endpoint_of(target: &Target) -> Result<Endpoint, String> {
+/// Why this daemon cannot be called (a token or key file that cannot be
+/// read or is too open, a certificate that does not parse, a host that
+/// does not resolve).
+pub async fn endpoint_of(target: &Target) -> Result<Endpoint, String> {
     match target {
         Target::DataDir(dir) => Ok(Endpoint::Unix(steadfast::control::socket_path(dir))),
         Target::Socket(path) => Ok(Endpoint::Unix(path.clone())),
         Target::Tcp { addr, token_file } => Token::read_file(token_file)
             .map(|token| Endpoint::Tcp { addr: *addr, token })
             .map_err(|e| e.to_string()),
-        Target::Tls { .. } => Err(TLS_NOT_BUILT.to_owned()),
+        Target::Tls {
+            addr,
+            ca,
+            cert,
+            key,
+            token_file,
+        } => {
+            let token = token_file
+                .as_ref()
+                .map(Token::read_file)
+                .transpose()
+                .map_err(|e| e.to_string())?;
+            let cert_and_key = cert.as_deref().zip(key.as_deref());
+            let tls = TlsClient::from_files(ca, cert_and_key).map_err(|e| e.to_string())?;
+            let host = tls_host(addr);
+            let resolved = tokio::net::lookup_host(addr.as_str())
+                .await
+                .map_err(|e| format!("cannot resolve {addr}: {e}"))?
+                .next()
+                .ok_or_else(|| format!("{addr} resolves to no address"))?;
+            Ok(Endpoint::Tls {
+                addr: resolved,
+                server_name: host.to_owned(),
+                tls,
+                token,
+            })
+        }
     }
+}
+
+/// The host of a `host:port` (an IPv6 address without its brackets): the
+/// name a daemon's certificate must carry.
+fn tls_host(addr: &str) -> &str {
+    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+    host.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
 }
 
 /// What is asked of many daemons.
@@ -589,9 +621,14 @@ pub async fn run(cli: &Cli) -> ExitCode {
     let Some(inventory) = &cli.fleet.inventory else {
         return usage(&"--only, --all and --parallel go with --inventory FILE");
     };
-    if cli.data_dir.is_some() || cli.socket.is_some() || cli.tcp.is_some() {
+    if cli.data_dir.is_some()
+        || cli.socket.is_some()
+        || cli.tcp.is_some()
+        || cli.tls.is_some()
+        || cli.client_config.is_some()
+    {
         return usage(
-            &"--inventory names the daemons: it does not go with --data-dir, --socket or --tcp",
+            &"--inventory names the daemons: it does not go with --data-dir, --socket, --tcp, --tls or --client-config",
         );
     }
     let ask = match &cli.command {
@@ -771,7 +808,7 @@ async fn call_all(
 
 /// Call one daemon.
 async fn call(target: &Target, ask: Ask, timeout: Duration) -> Result<Answer, Failure> {
-    let endpoint = endpoint_of(target).map_err(Failure::Unreachable)?;
+    let endpoint = endpoint_of(target).await.map_err(Failure::Unreachable)?;
     let client = match ControlClient::connect_within(endpoint, timeout).await {
         Ok(client) => client,
         Err(error) => {
@@ -1215,10 +1252,9 @@ mod tests {
             }
         );
         assert!(matches!(&entries[3].target, Target::Tls { addr, .. } if addr == "d.example:7443"));
-        assert_eq!(
-            endpoint_of(&entries[3].target),
-            Err(TLS_NOT_BUILT.to_owned())
-        );
+        assert_eq!(tls_host("d.example:7443"), "d.example");
+        assert_eq!(tls_host("[::1]:7443"), "::1");
+        assert_eq!(tls_host("127.0.0.1:7443"), "127.0.0.1");
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! `steadfastctl`: the control plane's command line (`spec/control.md`).
 //!
 //! It owns the operator's view: which daemon to call (`--socket`, or the
-//! socket under `--data-dir`, or a TCP port with `--tcp` and its
-//! `--token-file`), how a snapshot reads to a human (like
+//! socket under `--data-dir`, a TCP port with `--tcp` and its
+//! `--token-file`, or a TLS port with `--tls`, `--ca` and `--cert`/`--key`
+//! or `--token-file`, also from `--client-config FILE`), how a snapshot reads to a human (like
 //! `systemctl status`) or a script (`--json`), and the exit codes:
 //! 0 accepted, 1 cannot connect (or the call failed on the way), 2 usage
 //! (clap's), 3 refused (the reason on stderr), 4 a replacement failed, 5
@@ -25,7 +26,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand, ValueEnum};
-use steadfast::control::{ClientError, ControlClient, Endpoint, Token};
+use steadfast::control::{ClientError, ControlClient, Endpoint, TlsClient, Token};
 use steadfast::protocol::history::JournalAttempt;
 use steadfast::protocol::lifecycle::LifecycleState;
 use steadfast::protocol::snapshot::{
@@ -67,10 +68,43 @@ struct Cli {
         requires = "token_file"
     )]
     tcp: Option<SocketAddr>,
-    /// The token file for --tcp: the daemon's token (64 hex digits), in a
-    /// file only its owner may read (mode 0600; a looser file is refused).
-    #[arg(long, value_name = "PATH", global = true, requires = "tcp")]
+    /// The token file for --tcp (or, optionally, --tls): the daemon's
+    /// token (64 hex digits), in a file only its owner may read (mode 0600;
+    /// a looser file is refused).
+    #[arg(long, value_name = "PATH", global = true)]
     token_file: Option<PathBuf>,
+    /// The daemon's TLS control address, IP:PORT, instead of the socket;
+    /// needs --ca, and --cert with --key (mutual TLS) or --token-file.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        global = true,
+        conflicts_with_all = ["data_dir", "socket", "tcp"]
+    )]
+    tls: Option<SocketAddr>,
+    /// --tls: the CA (PEM) the daemon's certificate must be signed by.
+    #[arg(long, value_name = "FILE", global = true)]
+    ca: Option<PathBuf>,
+    /// --tls: this client's certificate (PEM), for mutual TLS.
+    #[arg(long, value_name = "FILE", global = true)]
+    cert: Option<PathBuf>,
+    /// --tls: this client's private key (PEM; mode 0600, a looser file is
+    /// refused).
+    #[arg(long, value_name = "FILE", global = true)]
+    key: Option<PathBuf>,
+    /// --tls: the name the daemon's certificate must be for (default: the
+    /// IP address of --tls).
+    #[arg(long, value_name = "NAME", global = true)]
+    server_name: Option<String>,
+    /// A TOML file with any of `tls`, `ca`, `cert`, `key`, `token_file`,
+    /// `server_name` (the flags of the same names win over it).
+    #[arg(
+        long,
+        value_name = "FILE",
+        global = true,
+        conflicts_with_all = ["data_dir", "socket", "tcp"]
+    )]
+    client_config: Option<PathBuf>,
     /// Print JSON for scripts: the snapshot (the shape of `spec/control.md`),
     /// or the value a command answers (journal, config show, reinit).
     #[arg(long, global = true)]
@@ -361,17 +395,106 @@ enum Unreached {
     Connect(String, bool),
 }
 
-/// Connect over TCP (`--tcp`, `--token-file`) or the Unix socket.
+/// `--client-config FILE`: the TLS flags, from a file.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClientConfig {
+    tls: Option<SocketAddr>,
+    ca: Option<PathBuf>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    token_file: Option<PathBuf>,
+    server_name: Option<String>,
+}
+
+/// The TLS endpoint `--tls` (or `--client-config`) names, flags winning
+/// over the file; `None` when neither asks for TLS.
+fn tls_endpoint(cli: &Cli) -> Result<Option<Endpoint>, Unreached> {
+    let file = match &cli.client_config {
+        None => ClientConfig::default(),
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                Unreached::Usage(format!("--client-config {}: {e}", path.display()))
+            })?;
+            toml::from_str(&text)
+                .map_err(|e| Unreached::Usage(format!("--client-config {}: {e}", path.display())))?
+        }
+    };
+    let Some(addr) = cli.tls.or(file.tls) else {
+        if cli.client_config.is_some() {
+            return Err(Unreached::Usage(
+                "--client-config names no `tls` address".to_owned(),
+            ));
+        }
+        return Ok(None);
+    };
+    let pick = |flag: &Option<PathBuf>, from_file: Option<PathBuf>| flag.clone().or(from_file);
+    let Some(ca) = pick(&cli.ca, file.ca) else {
+        return Err(Unreached::Usage(
+            "--tls needs --ca (the CA the daemon's certificate is signed by)".to_owned(),
+        ));
+    };
+    let cert_and_key = match (pick(&cli.cert, file.cert), pick(&cli.key, file.key)) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (None, None) => None,
+        _ => {
+            return Err(Unreached::Usage("--cert and --key go together".to_owned()));
+        }
+    };
+    let token_file = pick(&cli.token_file, file.token_file);
+    if cert_and_key.is_none() && token_file.is_none() {
+        return Err(Unreached::Usage(
+            "--tls needs --cert and --key (mutual TLS) or --token-file".to_owned(),
+        ));
+    }
+    let token = token_file
+        .map(Token::read_file)
+        .transpose()
+        .map_err(|e| Unreached::Connect(e.to_string(), false))?;
+    let tls = TlsClient::from_files(
+        &ca,
+        cert_and_key
+            .as_ref()
+            .map(|(cert, key)| (cert.as_path(), key.as_path())),
+    )
+    .map_err(|e| Unreached::Connect(e.to_string(), false))?;
+    let server_name = cli
+        .server_name
+        .clone()
+        .or(file.server_name)
+        .unwrap_or_else(|| addr.ip().to_string());
+    Ok(Some(Endpoint::Tls {
+        addr,
+        server_name,
+        tls,
+        token,
+    }))
+}
+
+/// Connect over TLS (`--tls` …), TCP (`--tcp`, `--token-file`) or the Unix
+/// socket.
 async fn connect(cli: &Cli) -> Result<ControlClient, Unreached> {
     let timeout = timeout_of(cli).map_err(Unreached::Usage)?;
-    let endpoint = match (cli.tcp, &cli.token_file) {
-        (Some(addr), Some(token_file)) => {
+    let tls = tls_endpoint(cli)?;
+    if tls.is_none()
+        && cli.tcp.is_none()
+        && (cli.token_file.is_some() || cli.ca.is_some() || cli.cert.is_some() || cli.key.is_some())
+    {
+        return Err(Unreached::Usage(
+            "--token-file goes with --tcp or --tls; --ca, --cert and --key with --tls".to_owned(),
+        ));
+    }
+    let endpoint = match (tls, cli.tcp, &cli.token_file) {
+        (Some(tls), _, _) => tls,
+        (None, Some(addr), Some(token_file)) => {
             let token = Token::read_file(token_file)
                 .map_err(|e| Unreached::Connect(e.to_string(), false))?;
             Endpoint::Tcp { addr, token }
         }
         // clap requires both together; this is only a guard.
-        (Some(_), None) => return Err(Unreached::Usage("--tcp needs --token-file".to_owned())),
+        (None, Some(_), None) => {
+            return Err(Unreached::Usage("--tcp needs --token-file".to_owned()));
+        }
         _ => Endpoint::Unix(socket_path(cli).map_err(Unreached::Usage)?),
     };
     ControlClient::connect_within(endpoint, timeout)
@@ -401,6 +524,8 @@ async fn run(cli: Cli) -> ExitCode {
             if let Cmd::Journal { limit } = cli.command
                 && cli.socket.is_none()
                 && cli.tcp.is_none()
+                && cli.tls.is_none()
+                && cli.client_config.is_none()
             {
                 let dir = data_dir_of(&cli).unwrap_or_else(|_| PathBuf::from("."));
                 return journal_offline(&dir, limit, &error, cli.json, cli.utc);
@@ -823,6 +948,22 @@ fn connection_flags(cli: &Cli) -> String {
             "--token-file".to_owned(),
             shell_word(&token.to_string_lossy()),
         ]);
+    }
+    if let Some(tls) = &cli.tls {
+        flags.extend(["--tls".to_owned(), tls.to_string()]);
+    }
+    for (flag, path) in [
+        ("--client-config", &cli.client_config),
+        ("--ca", &cli.ca),
+        ("--cert", &cli.cert),
+        ("--key", &cli.key),
+    ] {
+        if let Some(path) = path {
+            flags.extend([flag.to_owned(), shell_word(&path.to_string_lossy())]);
+        }
+    }
+    if let Some(name) = &cli.server_name {
+        flags.extend(["--server-name".to_owned(), shell_word(name)]);
     }
     flags.join(" ")
 }

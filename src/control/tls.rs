@@ -1,0 +1,921 @@
+//! The control plane over TLS 1.3 (opt-in; `spec/control.md`, "TLS"): the
+//! same tarpc service and frames as the Unix socket, inside a TLS session
+//! (rustls through tokio-rustls, the `ring` provider passed explicitly to
+//! every builder: no process-wide default provider is installed or read).
+//!
+//! The daemon proves itself with its certificate. A client is authorized
+//! inside the session, before any frame is decoded, by one of:
+//! - a client certificate from the configured CA (mutual TLS), then the
+//!   40-byte certificate hello ([`auth::certificate_hello`]); its role is
+//!   the one given to its SHA-256 [`Fingerprint`], else the CA's role;
+//! - a token ([`Token`]'s 40-byte hello, as over plain TCP), whose role is
+//!   the token file's.
+//!
+//! The server answers the hello with one byte, as over TCP (`0` accepted,
+//! `1` refused, `2` busy). A peer's [`Role`] decides what it may call: a
+//! `read` peer's command is answered [`CommandError::Forbidden`]
+//! (`steadfast_protocol::control::forbidden`), never run.
+//!
+//! Invariants, and the tests that check them (`tests/control_tls.rs`):
+//! - Nothing is decoded before the TLS handshake completed, the client
+//!   certificate (if any) verified, and the hello authorized the peer:
+//!   `a_certificate_from_another_ca_is_refused`, `an_expired_client_certificate_is_refused`,
+//!   `no_client_certificate_is_refused`, `a_token_inside_tls_is_accepted_and_a_wrong_one_refused`.
+//! - The TLS handshake and the hello together run under
+//!   [`ServerLimits::handshake_timeout`] and hold a slot of the handshake
+//!   pool only (as TCP's: the oldest is closed to make room), never an
+//!   authorized client's: `a_pre_handshake_flood_does_not_lock_the_operator_out`.
+//! - A `read` peer's command is refused, typed, and not run; its reads are
+//!   answered: `a_read_only_peer_reads_but_is_refused_a_command`.
+//! - A peer that closes without TLS's `close_notify` (a killed
+//!   `steadfastctl watch`) is closed at once with its calls in flight, as
+//!   on the other transports: `a_killed_tls_watcher_gives_its_slot_back_at_once`.
+//! - The private key is refused when group or others may read it, or
+//!   another user owns it, before its content is read:
+//!   `a_loose_private_key_is_refused`.
+//! - [`TlsServerGuard::reload`] (and SIGHUP, the `reload` method, through
+//!   the handle's reload hooks) re-reads every file; new connections get the
+//!   new certificate, established sessions go on; a reload that fails keeps
+//!   the old configuration: `a_reload_serves_the_new_certificate_and_keeps_sessions`.
+
+use std::fmt;
+use std::io::{self, Read};
+use std::net::{IpAddr, SocketAddr};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use steadfast_protocol::control::Role;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+use tokio_util::sync::CancellationToken;
+
+#[cfg(doc)]
+use steadfast_protocol::control::CommandError;
+
+use super::auth::{self, HELLO_LEN, Token, TokenError};
+use super::bounds::{Evict, Over, Pool};
+use super::client::ClientError;
+use super::server::{ControlError, ServerLimits, serve_admitted};
+use crate::supervisor::SupervisorHandle;
+
+/// How long a client waits for the TLS handshake and the hello's answer.
+const CLIENT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The largest certificate, CA or key file read.
+const MAX_PEM_LEN: u64 = 1 << 20;
+
+/// The crypto provider every builder is given: rustls's `ring`.
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Why a TLS file or configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A file could not be opened or read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        #[source]
+        source: io::Error,
+    },
+    /// The private key can be read or written by group or others.
+    #[error("the private key {path} has mode {mode:o}; it must be 0600 (chmod 600 it)")]
+    KeyTooOpen {
+        /// The file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// The private key belongs to another user.
+    #[error("the private key {path} is owned by uid {owner}, not by this user ({me})")]
+    KeyNotOwner {
+        /// The file.
+        path: PathBuf,
+        /// Its owner.
+        owner: u32,
+        /// This process's effective uid.
+        me: u32,
+    },
+    /// Not a regular file, or over 1 MiB.
+    #[error("{0} is not a regular file of at most 1 MiB")]
+    NotAFile(PathBuf),
+    /// The file holds no PEM item of the kind wanted, or a malformed one.
+    #[error("{path} holds no usable {what} (PEM): {why}")]
+    Pem {
+        /// The file.
+        path: PathBuf,
+        /// What was looked for: "certificate", "private key".
+        what: &'static str,
+        /// Why.
+        why: String,
+    },
+    /// rustls refused the configuration (a key that does not match the
+    /// certificate, a CA it cannot use).
+    #[error("the TLS configuration is refused: {0}")]
+    Config(String),
+    /// A token file of the configuration.
+    #[error(transparent)]
+    Token(#[from] TokenError),
+    /// Neither a client CA nor a token: no client could ever be authorized.
+    #[error("a TLS control port needs a client CA or a token file to authorize its clients")]
+    NoClientAuth,
+}
+
+/// A certificate's SHA-256 over its DER bytes: how a client certificate is
+/// given a role of its own (`openssl x509 -noout -fingerprint -sha256`
+/// prints the same bytes, colon-separated).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Fingerprint([u8; 32]);
+
+impl fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Fingerprint({})", self.to_hex())
+    }
+}
+
+impl fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+impl Fingerprint {
+    /// The fingerprint of a certificate's DER bytes.
+    #[must_use]
+    pub fn of_der(der: &[u8]) -> Self {
+        let digest = ring::digest::digest(&ring::digest::SHA256, der);
+        let mut bytes = [0u8; 32];
+        bytes.copy_from_slice(digest.as_ref());
+        Self(bytes)
+    }
+
+    /// The fingerprint of the first certificate in a PEM file.
+    ///
+    /// # Errors
+    /// [`TlsError`] when the file cannot be read or holds no certificate.
+    pub fn of_pem_file(path: impl AsRef<Path>) -> Result<Self, TlsError> {
+        let path = path.as_ref();
+        let chain = certificates(path)?;
+        Ok(Self::of_der(chain[0].as_ref()))
+    }
+
+    /// 64 lowercase hex digits.
+    #[must_use]
+    pub fn to_hex(&self) -> String {
+        use fmt::Write as _;
+        self.0.iter().fold(String::with_capacity(64), |mut out, b| {
+            let _ = write!(out, "{b:02x}");
+            out
+        })
+    }
+
+    /// Parse 64 hex digits, colons allowed between bytes (as `openssl`
+    /// prints them), case ignored.
+    #[must_use]
+    pub fn from_hex(text: &str) -> Option<Self> {
+        let digits: Vec<u8> = text.trim().bytes().filter(|b| *b != b':').collect();
+        if digits.len() != 64 {
+            return None;
+        }
+        let mut bytes = [0u8; 32];
+        for (byte, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
+            let hex = std::str::from_utf8(pair).ok()?;
+            *byte = u8::from_str_radix(hex, 16).ok()?;
+        }
+        Some(Self(bytes))
+    }
+}
+
+/// What a TLS control port serves and whom it lets in. Paths are read at
+/// [`serve_tls`] and again at each reload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsServerConfig {
+    /// The daemon's certificate chain (PEM, leaf first).
+    pub cert: PathBuf,
+    /// Its private key (PEM; mode 0600, owned by the daemon's user).
+    pub key: PathBuf,
+    /// The CA (PEM, one or more certificates) whose client certificates
+    /// are accepted (mutual TLS); `None`: no client certificate is asked
+    /// for, clients present a token.
+    pub client_ca: Option<PathBuf>,
+    /// The role of a client certificate from `client_ca` that
+    /// `cert_roles` does not name.
+    pub cert_role: Role,
+    /// Roles of particular client certificates, by fingerprint.
+    pub cert_roles: Vec<(Fingerprint, Role)>,
+    /// Token files (each 0600, as [`Token::read_file`]) accepted inside
+    /// the session, each with its role.
+    pub tokens: Vec<(PathBuf, Role)>,
+}
+
+impl TlsServerConfig {
+    /// Serve with `cert` and `key`; add a client CA or a token file.
+    #[must_use]
+    pub fn new(cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        Self {
+            cert: cert.into(),
+            key: key.into(),
+            client_ca: None,
+            cert_role: Role::Operate,
+            cert_roles: Vec::new(),
+            tokens: Vec::new(),
+        }
+    }
+
+    /// Accept client certificates from the CA in `ca` (PEM), with `role`
+    /// unless [`Self::cert_role`] names the certificate.
+    #[must_use]
+    pub fn client_ca(mut self, ca: impl Into<PathBuf>, role: Role) -> Self {
+        self.client_ca = Some(ca.into());
+        self.cert_role = role;
+        self
+    }
+
+    /// Give the client certificate with `fingerprint` the role `role`.
+    #[must_use]
+    pub fn cert_role(mut self, fingerprint: Fingerprint, role: Role) -> Self {
+        self.cert_roles.push((fingerprint, role));
+        self
+    }
+
+    /// Accept the token in `path` inside the session, with `role`.
+    #[must_use]
+    pub fn token_file(mut self, path: impl Into<PathBuf>, role: Role) -> Self {
+        self.tokens.push((path.into(), role));
+        self
+    }
+}
+
+/// A file's bytes, opened by its path (a link is followed: a Kubernetes
+/// secret's `tls.key -> ..data/tls.key`), checked on the opened descriptor:
+/// a regular file of at most [`MAX_PEM_LEN`] bytes; with `private`, also
+/// owned by this user and no permission for group or others (refused
+/// before a byte is read).
+fn read_pem_file(path: &Path, private: bool) -> Result<Vec<u8>, TlsError> {
+    let io_err = |source: io::Error| TlsError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    // O_NONBLOCK: a FIFO planted at the path is not waited on (it is then
+    // refused as not a regular file).
+    let fd = rustix::fs::open(
+        path,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC | rustix::fs::OFlags::NONBLOCK,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| io_err(e.into()))?;
+    let file = std::fs::File::from(fd);
+    let meta = file.metadata().map_err(io_err)?;
+    if !meta.is_file() || meta.len() > MAX_PEM_LEN {
+        return Err(TlsError::NotAFile(path.to_owned()));
+    }
+    if private {
+        let mode = meta.mode() & 0o7777;
+        if mode & 0o077 != 0 {
+            return Err(TlsError::KeyTooOpen {
+                path: path.to_owned(),
+                mode,
+            });
+        }
+        let me = rustix::process::geteuid().as_raw();
+        if meta.uid() != me {
+            return Err(TlsError::KeyNotOwner {
+                path: path.to_owned(),
+                owner: meta.uid(),
+                me,
+            });
+        }
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_PEM_LEN + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io_err)?;
+    Ok(bytes)
+}
+
+/// The certificates in a PEM file (at least one).
+fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let bytes = read_pem_file(path, false)?;
+    let pem = |why: String| TlsError::Pem {
+        path: path.to_owned(),
+        what: "certificate",
+        why,
+    };
+    let chain = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| pem(e.to_string()))?;
+    if chain.is_empty() {
+        return Err(pem("no CERTIFICATE block".to_owned()));
+    }
+    Ok(chain)
+}
+
+/// The private key in a PEM file (0600, ours).
+fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    let bytes = read_pem_file(path, true)?;
+    PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| TlsError::Pem {
+        path: path.to_owned(),
+        what: "private key",
+        why: e.to_string(),
+    })
+}
+
+/// The roots in a CA file.
+fn roots(path: &Path) -> Result<RootCertStore, TlsError> {
+    let mut store = RootCertStore::empty();
+    for cert in certificates(path)? {
+        store.add(cert).map_err(|e| TlsError::Pem {
+            path: path.to_owned(),
+            what: "CA certificate",
+            why: e.to_string(),
+        })?;
+    }
+    Ok(store)
+}
+
+fn config_err(error: impl fmt::Display) -> TlsError {
+    TlsError::Config(error.to_string())
+}
+
+/// One reading of a [`TlsServerConfig`]'s files.
+struct Loaded {
+    /// rustls's server configuration (certificate, key, client verifier).
+    server: Arc<ServerConfig>,
+    /// The tokens accepted inside the session, with their roles.
+    tokens: Vec<(Token, Role)>,
+    /// Client certificate roles (copied from the configuration).
+    cert_roles: Vec<(Fingerprint, Role)>,
+    /// The role of a client certificate `cert_roles` does not name; `None`
+    /// when no client CA is configured (no certificate can authorize).
+    cert_role: Option<Role>,
+}
+
+fn load(config: &TlsServerConfig) -> Result<Loaded, TlsError> {
+    let tokens = config
+        .tokens
+        .iter()
+        .map(|(path, role)| Ok((Token::read_file(path)?, *role)))
+        .collect::<Result<Vec<_>, TlsError>>()?;
+    if config.client_ca.is_none() && tokens.is_empty() {
+        return Err(TlsError::NoClientAuth);
+    }
+    if config.client_ca.is_none() && !config.cert_roles.is_empty() {
+        return Err(TlsError::Config(
+            "client certificate roles are given but no client CA: no client certificate \
+             is asked for without one (add TlsServerConfig::client_ca)"
+                .to_owned(),
+        ));
+    }
+    let provider = provider();
+    let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(config_err)?;
+    let builder = match &config.client_ca {
+        Some(ca) => {
+            let mut verifier =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots(ca)?), provider);
+            if !tokens.is_empty() {
+                // A token client need not have a certificate; one that
+                // presents a certificate must still present a valid one.
+                verifier = verifier.allow_unauthenticated();
+            }
+            builder.with_client_cert_verifier(verifier.build().map_err(config_err)?)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let server = builder
+        .with_single_cert(certificates(&config.cert)?, private_key(&config.key)?)
+        .map_err(config_err)?;
+    Ok(Loaded {
+        server: Arc::new(server),
+        tokens,
+        cert_roles: config.cert_roles.clone(),
+        cert_role: config.client_ca.as_ref().map(|_| config.cert_role),
+    })
+}
+
+impl Loaded {
+    /// The role `hello` (with the session's verified client certificate,
+    /// if any) authorizes; `None`: refused.
+    fn authorize(
+        &self,
+        hello: &[u8; HELLO_LEN],
+        peer: Option<&CertificateDer<'_>>,
+    ) -> Option<Role> {
+        if auth::is_certificate_hello(hello) {
+            let cert = peer?;
+            let fingerprint = Fingerprint::of_der(cert.as_ref());
+            return self
+                .cert_roles
+                .iter()
+                .find(|(listed, _)| *listed == fingerprint)
+                .map(|(_, role)| *role)
+                .or(self.cert_role);
+        }
+        // Every token is compared (no early exit); the highest role of a
+        // token that matches wins.
+        self.tokens
+            .iter()
+            .filter(|(token, _)| token.accepts(hello))
+            .map(|(_, role)| *role)
+            .max()
+    }
+}
+
+/// The configuration as served now, and how to read it again.
+struct Reloadable {
+    config: TlsServerConfig,
+    current: RwLock<Arc<Loaded>>,
+}
+
+impl Reloadable {
+    fn current(&self) -> Arc<Loaded> {
+        Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn reload(&self) -> Result<(), TlsError> {
+        let loaded = load(&self.config)?;
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(loaded);
+        Ok(())
+    }
+}
+
+/// A running TLS control server. Dropping it stops accepting and closes
+/// every connection.
+pub struct TlsServerGuard {
+    /// The bound address (with the real port when asked for port 0).
+    local_addr: SocketAddr,
+    /// Cancels the accept loop and every connection.
+    cancel: CancellationToken,
+    /// The accept loop.
+    task: JoinHandle<()>,
+    /// The connections past the handshake (their slots).
+    served: Arc<Pool<IpAddr>>,
+    /// The configuration, reloadable.
+    reloadable: Arc<Reloadable>,
+    /// The handle's reload hook (held weakly there: it lives as long as
+    /// this guard).
+    _hook: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl fmt::Debug for TlsServerGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsServerGuard")
+            .field("local_addr", &self.local_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TlsServerGuard {
+    /// The address the server listens on.
+    #[must_use]
+    pub const fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// How many authorized connections are being served now.
+    #[must_use]
+    pub fn open_connections(&self) -> usize {
+        self.served.len()
+    }
+
+    /// Read the certificate, key, client CA and token files again; new
+    /// connections get them, established sessions go on as they are. On
+    /// an error the configuration served stays the old one.
+    ///
+    /// # Errors
+    /// [`TlsError`] naming the file that is wrong.
+    pub fn reload(&self) -> Result<(), TlsError> {
+        self.reloadable.reload()
+    }
+
+    /// Stop accepting, let served connections finish their calls for up
+    /// to `grace`, then close the rest (as
+    /// [`TcpServerGuard::shutdown`](super::TcpServerGuard::shutdown)).
+    pub async fn shutdown(mut self, grace: Duration) {
+        self.task.abort();
+        let _ = (&mut self.task).await;
+        let deadline = tokio::time::Instant::now() + grace;
+        while self.served.len() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        self.cancel.cancel();
+    }
+}
+
+impl Drop for TlsServerGuard {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+        self.task.abort();
+    }
+}
+
+/// Serve `handle` over TLS 1.3 at `addr` with `config`'s certificate and
+/// client authorization, and the default [`ServerLimits`]. Call inside a
+/// tokio runtime. A reload of the daemon (SIGHUP, the `reload` method)
+/// also reloads `config`'s files (see [`TlsServerGuard::reload`]).
+///
+/// # Errors
+/// [`ControlError::Tls`] when a file is missing, too open or malformed;
+/// [`ControlError::Bind`] when `addr` cannot be bound.
+pub fn serve_tls(
+    handle: SupervisorHandle,
+    addr: SocketAddr,
+    config: TlsServerConfig,
+) -> Result<TlsServerGuard, ControlError> {
+    serve_tls_with(handle, addr, config, ServerLimits::default())
+}
+
+/// [`serve_tls`] with explicit limits.
+///
+/// # Errors
+/// As [`serve_tls`].
+pub fn serve_tls_with(
+    handle: SupervisorHandle,
+    addr: SocketAddr,
+    config: TlsServerConfig,
+    limits: ServerLimits,
+) -> Result<TlsServerGuard, ControlError> {
+    let loaded = load(&config)?;
+    let bind_err = |source| ControlError::Bind { addr, source };
+    let listener = std::net::TcpListener::bind(addr).map_err(bind_err)?;
+    listener.set_nonblocking(true).map_err(bind_err)?;
+    let local_addr = listener.local_addr().map_err(bind_err)?;
+    let listener = TcpListener::from_std(listener).map_err(bind_err)?;
+    let reloadable = Arc::new(Reloadable {
+        config,
+        current: RwLock::new(Arc::new(loaded)),
+    });
+    let hook: Arc<dyn Fn() + Send + Sync> = Arc::new({
+        let reloadable = Arc::downgrade(&reloadable);
+        move || {
+            let Some(reloadable) = reloadable.upgrade() else {
+                return;
+            };
+            match reloadable.reload() {
+                Ok(()) => tracing::info!(%local_addr, "the TLS control port's files were re-read"),
+                Err(error) => tracing::error!(
+                    %local_addr,
+                    %error,
+                    "the TLS control port's files were not re-read; the old ones stay in use"
+                ),
+            }
+        }
+    });
+    handle.on_reload(Arc::downgrade(&hook));
+    let cancel = CancellationToken::new();
+    let served = Arc::new(Pool::new(
+        limits.max_connections,
+        limits.max_connections_per_peer,
+        Evict::Idle(limits.evict_grace),
+    ));
+    let task = tokio::spawn(accept_loop(
+        listener,
+        handle,
+        Arc::clone(&reloadable),
+        limits,
+        cancel.clone(),
+        Arc::clone(&served),
+    ));
+    tracing::info!(%local_addr, "the TLS control port is listening");
+    Ok(TlsServerGuard {
+        local_addr,
+        cancel,
+        task,
+        served,
+        reloadable,
+        _hook: hook,
+    })
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    handle: SupervisorHandle,
+    reloadable: Arc<Reloadable>,
+    limits: ServerLimits,
+    cancel: CancellationToken,
+    served: Arc<Pool<IpAddr>>,
+) {
+    let handshakes = Arc::new(Pool::new(
+        limits.max_handshakes,
+        limits.max_handshakes_per_peer,
+        Evict::Oldest,
+    ));
+    loop {
+        let accepted = tokio::select! {
+            () = cancel.cancelled() => return,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                tracing::warn!(%error, "TLS control port accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        // Evict::Oldest always makes room; a zero-sized pool does not (and
+        // before TLS there is no way to say busy: just close).
+        let Ok(greeting) = handshakes.admit(peer.ip()) else {
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        handle.count_connection("tls");
+        let handle = handle.clone();
+        let loaded = reloadable.current();
+        let cancel = cancel.clone();
+        let served = Arc::clone(&served);
+        tokio::spawn(async move {
+            let evicted = greeting.evicted();
+            let greeted = tokio::select! {
+                () = cancel.cancelled() => return,
+                () = evicted.cancelled() => Err("evicted from the handshake pool by newer connections"),
+                greeted = tokio::time::timeout(
+                    limits.handshake_timeout,
+                    handshake(stream, &loaded, || served.admit(peer.ip())),
+                ) => greeted.unwrap_or(Err("no TLS handshake and hello within the handshake timeout")),
+            };
+            drop(greeting);
+            match greeted {
+                Ok((stream, slot, role)) => {
+                    tracing::debug!(%peer, %role, "TLS control peer authorized");
+                    serve_admitted(stream, handle, limits, cancel, slot, role).await;
+                }
+                // Debug, not warn: a flood of them is what the pool is for,
+                // and a line each would flood the log too.
+                Err(why) => tracing::debug!(%peer, why, "TLS control handshake failed; closed"),
+            }
+        });
+    }
+}
+
+/// The TLS handshake (the client's certificate verified by rustls, if it
+/// sent one), then the hello read inside the session and answered: with
+/// the peer's role and a slot of the served pool; else why not.
+async fn handshake<T>(
+    stream: TcpStream,
+    loaded: &Loaded,
+    admit: impl FnOnce() -> Result<T, Over>,
+) -> Result<(tokio_rustls::server::TlsStream<TcpStream>, T, Role), &'static str> {
+    let acceptor = TlsAcceptor::from(Arc::clone(&loaded.server));
+    let mut tls = acceptor
+        .accept(stream)
+        .await
+        .map_err(|_| "the TLS handshake failed (or the client's certificate was refused)")?;
+    let mut hello = [0u8; HELLO_LEN];
+    tls.read_exact(&mut hello)
+        .await
+        .map_err(|_| "the connection ended inside the hello")?;
+    let peer = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first());
+    let Some(role) = loaded.authorize(&hello, peer) else {
+        let _ = answer(&mut tls, auth::ANSWER_REFUSED).await;
+        return Err("the hello authorized nothing (no accepted token or certificate)");
+    };
+    let Ok(slot) = admit() else {
+        let _ = answer(&mut tls, auth::ANSWER_BUSY).await;
+        return Err("too many control connections busy; answered busy");
+    };
+    answer(&mut tls, auth::ANSWER_ACCEPTED)
+        .await
+        .map_err(|_| "could not answer the hello")?;
+    Ok((tls, slot, role))
+}
+
+async fn answer<S: tokio::io::AsyncWrite + Unpin>(stream: &mut S, byte: u8) -> io::Result<()> {
+    stream.write_all(&[byte]).await?;
+    stream.flush().await
+}
+
+/// A client's TLS configuration: the CA it trusts the daemon's certificate
+/// from, and its own certificate and key (for mutual TLS), read from files.
+/// Cheap to clone; two are equal when they are the same reading.
+#[derive(Clone)]
+pub struct TlsClient {
+    /// rustls's client configuration.
+    config: Arc<ClientConfig>,
+    /// Whether a client certificate is presented.
+    has_cert: bool,
+}
+
+impl fmt::Debug for TlsClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsClient")
+            .field("client_certificate", &self.has_cert)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for TlsClient {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.config, &other.config)
+    }
+}
+
+impl Eq for TlsClient {}
+
+impl TlsClient {
+    /// Trust daemon certificates from the CA in `ca` (PEM); present the
+    /// certificate and key in `cert_and_key` (PEM; the key 0600, ours), if
+    /// given.
+    ///
+    /// # Errors
+    /// [`TlsError`] naming the file that is missing, too open or malformed.
+    pub fn from_files(ca: &Path, cert_and_key: Option<(&Path, &Path)>) -> Result<Self, TlsError> {
+        let builder = ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(config_err)?
+            .with_root_certificates(roots(ca)?);
+        let config = match cert_and_key {
+            Some((cert, key)) => builder
+                .with_client_auth_cert(certificates(cert)?, private_key(key)?)
+                .map_err(config_err)?,
+            None => builder.with_no_client_auth(),
+        };
+        Ok(Self {
+            config: Arc::new(config),
+            has_cert: cert_and_key.is_some(),
+        })
+    }
+}
+
+/// What a TLS failure the client saw means, in words, and whose side it is.
+fn classify(endpoint: &str, server_name: &str, error: io::Error) -> ClientError {
+    use rustls::{AlertDescription, CertificateError};
+    let rustls_error = error
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .cloned();
+    let endpoint = endpoint.to_owned();
+    match rustls_error {
+        Some(rustls::Error::InvalidCertificate(why)) => {
+            let why = match why {
+                CertificateError::UnknownIssuer | CertificateError::BadSignature => {
+                    "it is not signed by the CA given (--ca)".to_owned()
+                }
+                CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
+                    "it has expired".to_owned()
+                }
+                CertificateError::NotValidForName
+                | CertificateError::NotValidForNameContext { .. } => {
+                    format!("it is not for {server_name} (--server-name names the one it is for)")
+                }
+                other => format!("{other:?}"),
+            };
+            ClientError::ServerUntrusted { endpoint, why }
+        }
+        Some(rustls::Error::AlertReceived(alert)) => {
+            let why = match alert {
+                AlertDescription::CertificateExpired => "it has expired".to_owned(),
+                AlertDescription::UnknownCA | AlertDescription::BadCertificate => {
+                    "it is not signed by a CA the daemon trusts".to_owned()
+                }
+                AlertDescription::CertificateRequired => {
+                    "the daemon requires a client certificate (--cert and --key)".to_owned()
+                }
+                AlertDescription::CertificateRevoked => "it is revoked".to_owned(),
+                other => format!("the daemon's TLS alert {other:?}"),
+            };
+            ClientError::CertificateRefused { endpoint, why }
+        }
+        Some(other) => ClientError::Connect {
+            endpoint,
+            source: io::Error::new(io::ErrorKind::InvalidData, other.to_string()),
+        },
+        // Closed or reset inside the handshake: the handshake pool made
+        // room for newer connections. Nothing was sent past the hello: say
+        // so, so the caller may dial again.
+        None if matches!(
+            error.kind(),
+            io::ErrorKind::ConnectionReset | io::ErrorKind::UnexpectedEof
+        ) =>
+        {
+            ClientError::Connect {
+                endpoint,
+                source: io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    "the server closed the connection during the handshake",
+                ),
+            }
+        }
+        None => ClientError::Connect {
+            endpoint,
+            source: error,
+        },
+    }
+}
+
+/// The client's side: connect to `addr`, verify the daemon's certificate
+/// for `server_name`, present the token (or, without one, the certificate
+/// hello) and hand back the session once the server accepted it.
+pub(crate) async fn dial(
+    addr: SocketAddr,
+    server_name: &str,
+    client: &TlsClient,
+    token: Option<&Token>,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, ClientError> {
+    let endpoint = addr.to_string();
+    let connect_err = |source| ClientError::Connect {
+        endpoint: endpoint.clone(),
+        source,
+    };
+    let timed_out = || connect_err(io::Error::from(io::ErrorKind::TimedOut));
+    let name = ServerName::try_from(server_name.to_owned()).map_err(|_| {
+        connect_err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{server_name} is not a server name or an IP address"),
+        ))
+    })?;
+    let stream = tokio::time::timeout(CLIENT_HANDSHAKE_TIMEOUT, TcpStream::connect(addr))
+        .await
+        .map_err(|_| timed_out())?
+        .map_err(connect_err)?;
+    let _ = stream.set_nodelay(true);
+    let connector = TlsConnector::from(Arc::clone(&client.config));
+    let session = async {
+        let mut tls = connector.connect(name, stream).await?;
+        let hello = token.map_or_else(auth::certificate_hello, Token::hello);
+        tls.write_all(&hello).await?;
+        tls.flush().await?;
+        let mut answer = [0u8; 1];
+        let n = tls.read(&mut answer).await?;
+        Ok::<_, io::Error>((tls, n, answer[0]))
+    };
+    let (tls, n, answer) = tokio::time::timeout(CLIENT_HANDSHAKE_TIMEOUT, session)
+        .await
+        .map_err(|_| timed_out())?
+        .map_err(|error| classify(&endpoint, server_name, error))?;
+    match (n, answer) {
+        (1, auth::ANSWER_ACCEPTED) => Ok(tls),
+        (1, auth::ANSWER_REFUSED) if token.is_some() => Err(ClientError::Auth { endpoint }),
+        (1, auth::ANSWER_REFUSED) => Err(ClientError::CertificateRefused {
+            endpoint,
+            why: if client.has_cert {
+                "the daemon gives it no role".to_owned()
+            } else {
+                "none was presented, and no token (--cert and --key, or --token-file)".to_owned()
+            },
+        }),
+        (1, auth::ANSWER_BUSY) => Err(ClientError::Busy { endpoint }),
+        (0, _) => Err(connect_err(io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            "the server closed the connection during the handshake",
+        ))),
+        (_, other) => Err(connect_err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("not a steadfast control port (it answered {other:#04x})"),
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprints_round_trip_as_hex_with_or_without_colons() {
+        let fingerprint = Fingerprint::of_der(b"not really a certificate");
+        let hex = fingerprint.to_hex();
+        assert_eq!(Fingerprint::from_hex(&hex), Some(fingerprint));
+        let colons = hex
+            .as_bytes()
+            .chunks(2)
+            .map(|pair| std::str::from_utf8(pair).expect("ascii").to_uppercase())
+            .collect::<Vec<_>>()
+            .join(":");
+        assert_eq!(Fingerprint::from_hex(&colons), Some(fingerprint));
+        assert_eq!(Fingerprint::from_hex(&hex[..62]), None);
+        assert_eq!(Fingerprint::from_hex(&format!("{}zz", &hex[..62])), None);
+    }
+
+    #[test]
+    fn a_configuration_that_authorizes_no_one_is_refused() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let config = TlsServerConfig::new(tmp.path().join("cert"), tmp.path().join("key"));
+        assert!(matches!(load(&config), Err(TlsError::NoClientAuth)));
+        let token = tmp.path().join("token");
+        Token::create_file(&token).expect("a token");
+        let roles_without_ca = config
+            .token_file(&token, Role::Read)
+            .cert_role(Fingerprint::of_der(b"x"), Role::Operate);
+        let refused = load(&roles_without_ca).err().expect("refused");
+        assert!(
+            matches!(&refused, TlsError::Config(why) if why.contains("no client CA")),
+            "{refused:?}"
+        );
+    }
+}
