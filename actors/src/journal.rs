@@ -84,6 +84,11 @@ pub enum JournalMsg {
     Stage(Vec<Record>),
     /// Replace the run marker.
     WriteRun(RunMarker, RpcReplyPort<Durable>),
+    /// Replace the run marker, in this mailbox's order, with no one
+    /// waiting: the attempt a boot is on, which only the report of a crash
+    /// depends on (a failed write is logged). Nothing a client sees waits
+    /// for its two fsyncs.
+    NoteRun(RunMarker),
     /// Set (`true`) or clear the hold marker.
     SetHold(bool, RpcReplyPort<Durable>),
     /// The identity, created now (at this many ms) if it does not exist.
@@ -177,6 +182,14 @@ impl Actor for JournalActor {
                 let result =
                     tokio::task::spawn_blocking(move || control.write_run(&marker)).await?;
                 let _ = reply.send(result.map_err(|e| e.to_string()));
+            }
+            JournalMsg::NoteRun(marker) => {
+                let control = Arc::clone(&state.control);
+                let result =
+                    tokio::task::spawn_blocking(move || control.write_run(&marker)).await?;
+                if let Err(error) = result {
+                    tracing::warn!(%error, "the run marker could not name the attempt");
+                }
             }
             JournalMsg::SetHold(hold, reply) => {
                 let control = Arc::clone(&state.control);
