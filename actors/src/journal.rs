@@ -85,9 +85,9 @@ pub enum JournalMsg {
     /// Replace the run marker.
     WriteRun(RunMarker, RpcReplyPort<Durable>),
     /// Replace the run marker, in this mailbox's order, with no one
-    /// waiting: the attempt a boot is on, which only the report of a crash
-    /// depends on (a failed write is logged). Nothing a client sees waits
-    /// for its two fsyncs.
+    /// waiting and without fsyncs ([`ControlDir::note_run`]): the attempt
+    /// a boot is on, which only the report of a crash depends on (a failed
+    /// write is logged).
     NoteRun(RunMarker),
     /// Set (`true`) or clear the hold marker.
     SetHold(bool, RpcReplyPort<Durable>),
@@ -185,8 +185,7 @@ impl Actor for JournalActor {
             }
             JournalMsg::NoteRun(marker) => {
                 let control = Arc::clone(&state.control);
-                let result =
-                    tokio::task::spawn_blocking(move || control.write_run(&marker)).await?;
+                let result = tokio::task::spawn_blocking(move || control.note_run(&marker)).await?;
                 if let Err(error) = result {
                     tracing::warn!(%error, "the run marker could not name the attempt");
                 }
