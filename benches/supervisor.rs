@@ -44,12 +44,65 @@ fn running(s: &Snapshot) -> bool {
     matches!(s.lifecycle, LifecycleState::Running { .. })
 }
 
+/// The process's allocator, counting the bytes it has handed out and not
+/// yet been given back: what the 1,000-supervisor rounds leave on the heap
+/// (RSS alone cannot tell a leak from memory the allocator keeps).
+struct Counting;
+
+static LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+// A global allocator cannot be written without `unsafe`: measurement only.
+// SAFETY: every call is forwarded to the system allocator unchanged; only
+// a counter is updated beside it.
+#[allow(unsafe_code)]
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: the caller's contract is the system allocator's.
+        let ptr = unsafe { std::alloc::System.alloc(layout) };
+        if !ptr.is_null() {
+            LIVE.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        }
+        ptr
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: as above.
+        unsafe { std::alloc::System.dealloc(ptr, layout) };
+        LIVE.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
+        // SAFETY: as above.
+        let out = unsafe { std::alloc::System.realloc(ptr, layout, new) };
+        if !out.is_null() {
+            LIVE.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
+            LIVE.fetch_add(new, std::sync::atomic::Ordering::Relaxed);
+        }
+        out
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Live heap bytes, in KiB.
+fn heap_kib() -> u64 {
+    (LIVE.load(std::sync::atomic::Ordering::Relaxed) / 1024) as u64
+}
+
+/// The process's threads.
+fn threads() -> u64 {
+    status_field("Threads:")
+}
+
 fn rss_kib() -> u64 {
+    status_field("VmRSS:")
+}
+
+fn status_field(name: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
+                .find(|l| l.starts_with(name))
                 .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
         })
         .unwrap_or(0)
@@ -148,7 +201,7 @@ fn bench(c: &mut Criterion) {
     // at least 11 times (a warm-up, then 10 samples), one round each, every
     // round on fresh data dirs (`round` counts across its calls). Goal
     // (issue 16): ≤ 64 KiB per supervisor, flat across rounds.
-    let baseline = rss_kib();
+    let baseline = (rss_kib(), heap_kib());
     let mut round = 0_usize;
     let mut group = c.benchmark_group("many");
     group.sample_size(10);
@@ -172,7 +225,7 @@ fn thousand_supervisors(
     rt: &tokio::runtime::Runtime,
     tmp: &std::path::Path,
     round: usize,
-    baseline: u64,
+    baseline: (u64, u64),
 ) -> Duration {
     let start = Instant::now();
     let handles = rt.block_on(async {
@@ -191,21 +244,27 @@ fn thousand_supervisors(
         all
     });
     let took = start.elapsed();
-    let added = rss_kib().saturating_sub(baseline);
+    let added = rss_kib().saturating_sub(baseline.0);
+    let heap = heap_kib().saturating_sub(baseline.1);
+    let running_threads = threads();
     rt.block_on(async {
         for (run, handle) in handles {
             handle.exit(ExitIntent::Halt).await.expect("exit");
             run.await.expect("run");
         }
     });
-    let left = rss_kib().saturating_sub(baseline);
+    let left = rss_kib().saturating_sub(baseline.0);
+    let heap_left = heap_kib().saturating_sub(baseline.1);
     #[allow(clippy::cast_precision_loss)]
     let per = |kib: u64| kib as f64 / 1000.0;
     eprintln!(
-        "thousand_supervisors round {round}: running after {took:?}; {:.1} KiB per supervisor \
-         while running, {:.1} KiB per supervisor left after exit",
+        "thousand_supervisors round {round}: running after {took:?}; RSS {:.1} KiB per \
+         supervisor while running ({:.1} KiB heap, {running_threads} threads), {:.1} KiB left \
+         after exit ({:.1} KiB heap)",
         per(added),
+        per(heap),
         per(left),
+        per(heap_left),
     );
     took
 }
