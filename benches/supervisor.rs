@@ -7,6 +7,9 @@
 //!   transition costs at least once): the baseline.
 //! - `stop_then_start_to_running`: `stop`, then `start`, until the snapshot
 //!   says running again. Target (issue 16): ≤ 4× `journal_fsync`.
+//! - Then 200 alternated pairs (one fsync, one stop+start) and their
+//!   medians and ratio, printed: the ratio on a disk whose fsync latency
+//!   drifts during the run.
 //! - `stop_to_stopped` / `start_to_running`: a command through the handle, the
 //!   Lifecycle actor, the journal and the Boot or Drain actor, for a no-op
 //!   service, until the snapshot says it arrived.
@@ -108,6 +111,14 @@ fn status_field(name: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// How many fsync / stop+start pairs the paired ratio alternates.
+const PAIRS: usize = 200;
+
+fn median(samples: &mut [Duration]) -> Duration {
+    samples.sort_unstable();
+    samples[samples.len() / 2]
+}
+
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -190,6 +201,31 @@ fn bench(c: &mut Criterion) {
         });
     });
     group.finish();
+
+    // The ratio on a shared disk whose fsync latency drifts during a run:
+    // one fsync and one stop+start, alternated, 200 pairs, medians
+    // printed (criterion's groups above measure each in its own stretch).
+    let mut fsyncs = Vec::with_capacity(PAIRS);
+    let mut trips = Vec::with_capacity(PAIRS);
+    for _ in 0..PAIRS {
+        let start = Instant::now();
+        file.write_all(&frame).expect("write");
+        file.sync_data().expect("fsync");
+        fsyncs.push(start.elapsed());
+        trips.push(rt.block_on(async {
+            let start = Instant::now();
+            handle.stop(Hold::None).await.expect("stop");
+            handle.start().await.expect("start");
+            until(&handle, running).await;
+            start.elapsed()
+        }));
+    }
+    let (fsync, trip) = (median(&mut fsyncs), median(&mut trips));
+    eprintln!(
+        "round_trip paired ({PAIRS} alternated pairs, medians): journal_fsync {fsync:?}, \
+         stop_then_start_to_running {trip:?}, ratio {:.1}x",
+        trip.as_secs_f64() / fsync.as_secs_f64()
+    );
     rt.block_on(async {
         handle.exit(ExitIntent::Halt).await.expect("exit");
         run.await.expect("run");
