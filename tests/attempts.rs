@@ -3,10 +3,12 @@
 //! moved the lifecycle to draining.
 //!
 //! `a_boot_that_completes_as_a_stop_lands_still_ends`: the service's last
-//! step sends a stop through the handle and returns at once, so the step's
-//! result is in before the cancel can reach it and the stop is in the
-//! Lifecycle actor's mailbox before the boot's `booted` report (which waits
-//! for the step's checkpoint fsync). The machine takes `booted` in
+//! step sends a stop through the handle and, blocking inside its own poll
+//! (`block_in_place`), waits until the lifecycle is in `draining(stop)`,
+//! then returns: the step's result is in within the poll
+//! the cancel could only have interrupted at its next one, and the stop
+//! was taken before the boot's `booted` report (which, since group
+//! commit, follows the last step at once: its checkpoint rides with it). The machine takes `booted` in
 //! `draining(stop)` (`protocol/spec/lifecycle.md`: shut the runtime down). Before the
 //! fix that path journaled no `attempt_ended`: the attempt stayed "in
 //! progress" in the journal and the snapshot for good. The test repeats the
@@ -67,8 +69,20 @@ impl Step for Serve {
     async fn execute(&self, _cx: StepContext<'_, toml::Table>) -> Result<Made<()>, StepError> {
         if self.0.stop_in_last_step.swap(false, Ordering::SeqCst) {
             let handle = self.0.handle.get().expect("the handle is set").clone();
+            let stopper = handle.clone();
             tokio::spawn(async move {
-                let _ = handle.stop(Hold::None).await;
+                let _ = stopper.stop(Hold::None).await;
+            });
+            // Blocks inside this poll on purpose (`block_in_place` hands
+            // this worker's queued tasks to another thread, so the stop and
+            // the Lifecycle actor run meanwhile).
+            tokio::task::block_in_place(|| {
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+                while !matches!(handle.snapshot().lifecycle, LifecycleState::Draining { .. })
+                    && std::time::Instant::now() < deadline
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
             });
         }
         Ok(Made::new(Self::NAME, Self::NAME, ()))
@@ -123,10 +137,9 @@ fn assert_each_attempt_ends_once(records: &[Record]) {
 }
 
 /// `protocol/spec/lifecycle.md`, `draining(stop)` × `booted`: the attempt ends.
-/// Current-thread runtime: the step's spawned stop runs only once the boot
-/// task yields (after it sent the checkpoint to the journal), so the race
-/// is lost the same way each time, not by luck.
-#[tokio::test(flavor = "current_thread")]
+/// The step blocks inside its poll until the stop has moved the lifecycle
+/// to draining, so the race is lost the same way each time, not by luck.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_boot_that_completes_as_a_stop_lands_still_ends() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let service = Arc::new(StopsAsItBoots::default());

@@ -10,7 +10,9 @@
 //! - A plan that names one step twice fails `resolve_config` with class
 //!   hold, naming the step (`service::tests::a_plan_that_names_a_step_twice_is_refused`).
 //! - Each completed step's checkpoint is acknowledged by the journal (an
-//!   fsync) before the next step starts.
+//!   fsync) before the next step starts. The last step's, which no step
+//!   waits on, is staged and made durable by the `booted` transition's
+//!   append, before `running` is published (group commit).
 //! - Resume: a step with an outstanding checkpoint (`crate::ledger`) is
 //!   skipped only if its step's `Step::observe` says its resource is still present
 //!   (reported `skipped`, with the observation's duration); otherwise it
@@ -451,16 +453,30 @@ async fn run_attempt(
                     step: Arc::clone(step_impl),
                     checkpoint: checkpoint.clone(),
                 });
-                let timeout = shared.timings.journal_timeout;
-                match crate::journal::append(&journal, vec![record], timeout).await {
-                    Ok(()) => {
-                        shared.ledger.recorded(&checkpoint);
-                        crate::failpoint::hit("boot.after_checkpoint");
-                        None
+                if offset + 1 == plan.len() {
+                    // The last step: no next step waits on its checkpoint,
+                    // so it is staged and rides with the `booted`
+                    // transition's append (one fsync fewer per boot: group
+                    // commit, issue 16). `running` is published only once
+                    // that append's fsync returned, and a crash before it
+                    // leaves no checkpoint: the next boot runs the step
+                    // again, as after a crash between a step and its fsync.
+                    let _ = journal.cast(JournalMsg::Stage(vec![record]));
+                    shared.ledger.recorded(&checkpoint);
+                    crate::failpoint::hit("boot.after_checkpoint");
+                    None
+                } else {
+                    let timeout = shared.timings.journal_timeout;
+                    match crate::journal::append(&journal, vec![record], timeout).await {
+                        Ok(()) => {
+                            shared.ledger.recorded(&checkpoint);
+                            crate::failpoint::hit("boot.after_checkpoint");
+                            None
+                        }
+                        Err(error) => Some(StepError::backoff(format!(
+                            "checkpoint not durable: {error}"
+                        ))),
                     }
-                    Err(error) => Some(StepError::backoff(format!(
-                        "checkpoint not durable: {error}"
-                    ))),
                 }
             }
         };

@@ -1236,6 +1236,22 @@ impl ControlDir {
         self.write_marker("run", RUN_MAGIC, marker)
     }
 
+    /// Replace a durable `holding` run marker with `marker` (the attempt a
+    /// boot is on), atomically but without its fsyncs: temp file → write
+    /// → rename. A killed process leaves it in the page cache, so the next
+    /// daemon reads it; only a power loss can undo it, leaving the durable
+    /// `holding` it replaced (or an unreadable marker): the previous run
+    /// still reads `crashed`, with an earlier attempt (or none). So the
+    /// classification a run marker decides never depends on this write,
+    /// only the attempt a crash report names (`spec/control-dir.md`,
+    /// "The run marker and the previous run").
+    ///
+    /// # Errors
+    /// [`ControlDirError::Io`] if any step of the atomic write fails.
+    pub fn note_run(&self, marker: &RunMarker) -> Result<(), ControlDirError> {
+        self.write_marker_with("run", RUN_MAGIC, marker, false)
+    }
+
     /// Read the run marker as it is now.
     ///
     /// # Errors
@@ -1378,6 +1394,17 @@ impl ControlDir {
         magic: [u8; 8],
         value: &T,
     ) -> Result<(), ControlDirError> {
+        self.write_marker_with(name, magic, value, true)
+    }
+
+    /// [`Self::write_marker`], with the two fsyncs only if `durable`.
+    fn write_marker_with<T: Serialize>(
+        &self,
+        name: &str,
+        magic: [u8; 8],
+        value: &T,
+        durable: bool,
+    ) -> Result<(), ControlDirError> {
         let target = self.dir.join(name);
         let bytes = encode_marker(magic, value).map_err(|reason| ControlDirError::BadMarker {
             path: target.clone(),
@@ -1393,7 +1420,7 @@ impl ControlDir {
             .map_err(ControlDirError::from)
             .and_then(|mut file| {
                 file.write_all(&bytes)
-                    .and_then(|()| file.sync_all())
+                    .and_then(|()| if durable { file.sync_all() } else { Ok(()) })
                     .map_err(io_err(&tmp))
             });
         if let Err(e) = written {
@@ -1404,6 +1431,9 @@ impl ControlDir {
         if let Err(e) = self.dir.rename(&tmp_name, name) {
             let _ = self.dir.unlink(&tmp_name);
             return Err(e.into());
+        }
+        if !durable {
+            return Ok(());
         }
         crate::failpoint::hit("marker.before_dir_fsync");
         Ok(self.dir.sync()?)

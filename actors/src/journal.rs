@@ -49,6 +49,10 @@ pub struct JournalState {
     file: Option<JournalFile>,
     /// Records staged for the next append.
     staged: Vec<Record>,
+    /// The run-marker note being written ([`JournalMsg::NoteRun`]), which
+    /// appends do not wait for; the next marker write of the run marker
+    /// waits for it, so run markers land in the order they were asked.
+    note: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// How many staged records are kept while appends fail (a full disk for a
@@ -84,6 +88,12 @@ pub enum JournalMsg {
     Stage(Vec<Record>),
     /// Replace the run marker.
     WriteRun(RunMarker, RpcReplyPort<Durable>),
+    /// Replace the run marker with no one waiting and without fsyncs
+    /// ([`ControlDir::note_run`]): the attempt a boot is on, which only the
+    /// report of a crash depends on (a failed write is logged). Written in
+    /// a task of its own, which appends do not wait for; a later run
+    /// marker write (`WriteRun`) waits for it.
+    NoteRun(RunMarker),
     /// Set (`true`) or clear the hold marker.
     SetHold(bool, RpcReplyPort<Durable>),
     /// The identity, created now (at this many ms) if it does not exist.
@@ -116,6 +126,7 @@ impl Actor for JournalActor {
             control: args.control,
             file: Some(file),
             staged: Vec::new(),
+            note: None,
         })
     }
 
@@ -173,10 +184,32 @@ impl Actor for JournalActor {
                 let _ = reply.send(result.map_err(|e| e.to_string()));
             }
             JournalMsg::WriteRun(marker, reply) => {
+                if let Some(note) = state.note.take() {
+                    let _ = note.await;
+                }
                 let control = Arc::clone(&state.control);
                 let result =
                     tokio::task::spawn_blocking(move || control.write_run(&marker)).await?;
                 let _ = reply.send(result.map_err(|e| e.to_string()));
+            }
+            JournalMsg::NoteRun(marker) => {
+                // Off the mailbox: the appends behind it (the boot's
+                // checkpoints, the `booted` transition) touch another file
+                // and do not wait for it.
+                let previous = state.note.take();
+                let control = Arc::clone(&state.control);
+                state.note = Some(tokio::spawn(async move {
+                    if let Some(previous) = previous {
+                        let _ = previous.await;
+                    }
+                    let written = tokio::task::spawn_blocking(move || control.note_run(&marker))
+                        .await
+                        .map_err(|e| e.to_string())
+                        .and_then(|r| r.map_err(|e| e.to_string()));
+                    if let Err(error) = written {
+                        tracing::warn!(%error, "the run marker could not name the attempt");
+                    }
+                }));
             }
             JournalMsg::SetHold(hold, reply) => {
                 let control = Arc::clone(&state.control);

@@ -12,7 +12,11 @@
 //! - A transition is acknowledged (published, answered) only after its
 //!   journal record's fsync returned; a journal that fails is reported in the
 //!   snapshot's `error` rather than hidden, and that error clears at the
-//!   next append that succeeds.
+//!   next append that succeeds. A fact that changes nothing (machine,
+//!   effect and wake unchanged: the runtime's task ending while it is
+//!   shut down) is neither published nor awaited: its record is staged and
+//!   rides the next append (group commit,
+//!   `tests/group_commit.rs::fsyncs_per_stop_start_and_restart`).
 //! - An operator's command whose record could not be made durable is not
 //!   adopted: the machine stays where it was, no effect is performed, the
 //!   command is answered `Durability`, and sending it again once the disk
@@ -460,159 +464,166 @@ impl Actor for LifecycleActor {
         msg: LifecycleMsg,
         state: &mut LifecycleActorState,
     ) -> Result<(), ActorProcessingErr> {
-        let now = state.shared.clock.now();
-        match msg {
-            LifecycleMsg::Begin => {
-                let event = if state.snapshot.hold {
-                    LifecycleEvent::HeldAtStartup { at: now }
-                } else {
-                    LifecycleEvent::Start { at: now }
-                };
-                state.fire(&myself, event).await.ok();
-            }
-            LifecycleMsg::Command(command, reply) => state.command(&myself, command, reply).await,
-            LifecycleMsg::Boot(report) => state.boot_report(&myself, report).await,
-            LifecycleMsg::Drained {
-                store, survivors, ..
-            } => {
-                if !survivors.is_empty() {
-                    tracing::warn!(
-                        ?survivors,
-                        "the drain could not confirm every resource gone"
-                    );
+        // Boxed: the handling of one message is a deep future (a
+        // transition's journal write, publish and effect); inline, its
+        // largest state would sit in this actor's task for its whole
+        // life, idle or not (issue 16: memory per supervisor).
+        Box::pin(async move {
+            let now = state.shared.clock.now();
+            match msg {
+                LifecycleMsg::Begin => {
+                    let event = if state.snapshot.hold {
+                        LifecycleEvent::HeldAtStartup { at: now }
+                    } else {
+                        LifecycleEvent::Start { at: now }
+                    };
+                    state.fire(&myself, event).await.ok();
                 }
-                state
-                    .fire(&myself, LifecycleEvent::Drained { at: now, store })
-                    .await
-                    .ok();
-            }
-            LifecycleMsg::RuntimeEnded { attempt, ended } => {
-                if let Some(attempt) = NonZeroU32::new(attempt) {
-                    let error = format!("runtime task {} ended: {}", ended.task, ended.error);
+                LifecycleMsg::Command(command, reply) => state.command(&myself, command, reply).await,
+                LifecycleMsg::Boot(report) => state.boot_report(&myself, report).await,
+                LifecycleMsg::Drained {
+                    store, survivors, ..
+                } => {
+                    if !survivors.is_empty() {
+                        tracing::warn!(
+                            ?survivors,
+                            "the drain could not confirm every resource gone"
+                        );
+                    }
+                    state
+                        .fire(&myself, LifecycleEvent::Drained { at: now, store })
+                        .await
+                        .ok();
+                }
+                LifecycleMsg::RuntimeEnded { attempt, ended } => {
+                    if let Some(attempt) = NonZeroU32::new(attempt) {
+                        let error = format!("runtime task {} ended: {}", ended.task, ended.error);
+                        state
+                            .fire(
+                                &myself,
+                                LifecycleEvent::RuntimeEnded {
+                                    attempt,
+                                    at: now,
+                                    error,
+                                },
+                            )
+                            .await
+                            .ok();
+                    }
+                }
+                LifecycleMsg::RetryDue => {
+                    if state
+                        .fire(&myself, LifecycleEvent::RetryDue { at: now })
+                        .await
+                        .is_err()
+                    {
+                        state.rearm(&myself, now, Timer::RetryDue);
+                    }
+                }
+                LifecycleMsg::Stable { attempt } => {
+                    if let Some(attempt) = NonZeroU32::new(attempt)
+                        && state
+                            .fire(&myself, LifecycleEvent::Stable { attempt, at: now })
+                            .await
+                            .is_err()
+                    {
+                        state.rearm(&myself, now, Timer::Stable { attempt });
+                    }
+                }
+                LifecycleMsg::StepDeadline { attempt } => {
+                    if let Some(attempt) = NonZeroU32::new(attempt)
+                        && state
+                            .fire(
+                                &myself,
+                                LifecycleEvent::StepDeadlinePassed { attempt, at: now },
+                            )
+                            .await
+                            .is_err()
+                    {
+                        state.rearm(&myself, now, Timer::StepDeadline { attempt });
+                    }
+                }
+                LifecycleMsg::ConfigChanged => {
+                    state
+                        .fire(&myself, LifecycleEvent::ConfigChanged { at: now })
+                        .await
+                        .ok();
+                }
+                LifecycleMsg::ConfigApplied { attempt, pending } => {
+                    if matches!(state.machine.state, LifecycleState::Running { attempt: a, .. } if a.get() == attempt)
+                    {
+                        state
+                            .fire(&myself, LifecycleEvent::ConfigApplied { pending })
+                            .await
+                            .ok();
+                    }
+                }
+                LifecycleMsg::BootCrashed { reason } => {
+                    let phase = match &state.machine.state {
+                        LifecycleState::Booting { phase, .. } => phase.clone(),
+                        _ => state
+                            .current_attempt()
+                            .and_then(|a| a.phases.last())
+                            .map_or(Phase::RESOLVE_CONFIG, |p| p.phase.clone()),
+                    };
+                    let store = StoreLock::observe(&state.shared.data_dir).await;
+                    let event = LifecycleEvent::BootFailed {
+                        report: FailureReport {
+                            phase,
+                            error: format!("the boot panicked: {reason}"),
+                            at: now,
+                        },
+                        class: FailureClass::Backoff,
+                        store,
+                    };
+                    let ended = state.end_attempt(AttemptResult::Failed, now);
+                    state
+                        .fire_with(&myself, event, None, ended.into_iter().collect())
+                        .await
+                        .ok();
+                }
+                LifecycleMsg::DrainCrashed { reason } => {
+                    tracing::error!(%reason, "the drain panicked; probing the store");
+                    let store = StoreLock::observe(&state.shared.data_dir).await;
+                    let event = if matches!(state.machine.state, LifecycleState::Reinitializing { .. })
+                    {
+                        LifecycleEvent::Wiped {
+                            at: now,
+                            store,
+                            error: Some(format!("the wipe panicked: {reason}")),
+                        }
+                    } else {
+                        LifecycleEvent::Drained { at: now, store }
+                    };
+                    state.fire(&myself, event).await.ok();
+                }
+                LifecycleMsg::Wiped { store, error } => {
+                    if let Some(error) = &error {
+                        state.snapshot.error = Some(format!("the re-initialization failed: {error}"));
+                    }
                     state
                         .fire(
                             &myself,
-                            LifecycleEvent::RuntimeEnded {
-                                attempt,
+                            LifecycleEvent::Wiped {
                                 at: now,
+                                store,
                                 error,
                             },
                         )
                         .await
                         .ok();
                 }
-            }
-            LifecycleMsg::RetryDue => {
-                if state
-                    .fire(&myself, LifecycleEvent::RetryDue { at: now })
-                    .await
-                    .is_err()
-                {
-                    state.rearm(&myself, now, Timer::RetryDue);
+                LifecycleMsg::RestartPreflighted { preflight, reply } => {
+                    let event = LifecycleEvent::Restart { at: now, preflight };
+                    state.run_command(&myself, event, None, false, reply).await;
                 }
-            }
-            LifecycleMsg::Stable { attempt } => {
-                if let Some(attempt) = NonZeroU32::new(attempt)
-                    && state
-                        .fire(&myself, LifecycleEvent::Stable { attempt, at: now })
-                        .await
-                        .is_err()
-                {
-                    state.rearm(&myself, now, Timer::Stable { attempt });
+                LifecycleMsg::OverrideChecked(checked) => {
+                    state.override_checked(&myself, checked).await;
                 }
+                LifecycleMsg::SetChildren(children) => state.children = children,
             }
-            LifecycleMsg::StepDeadline { attempt } => {
-                if let Some(attempt) = NonZeroU32::new(attempt)
-                    && state
-                        .fire(
-                            &myself,
-                            LifecycleEvent::StepDeadlinePassed { attempt, at: now },
-                        )
-                        .await
-                        .is_err()
-                {
-                    state.rearm(&myself, now, Timer::StepDeadline { attempt });
-                }
-            }
-            LifecycleMsg::ConfigChanged => {
-                state
-                    .fire(&myself, LifecycleEvent::ConfigChanged { at: now })
-                    .await
-                    .ok();
-            }
-            LifecycleMsg::ConfigApplied { attempt, pending } => {
-                if matches!(state.machine.state, LifecycleState::Running { attempt: a, .. } if a.get() == attempt)
-                {
-                    state
-                        .fire(&myself, LifecycleEvent::ConfigApplied { pending })
-                        .await
-                        .ok();
-                }
-            }
-            LifecycleMsg::BootCrashed { reason } => {
-                let phase = match &state.machine.state {
-                    LifecycleState::Booting { phase, .. } => phase.clone(),
-                    _ => state
-                        .current_attempt()
-                        .and_then(|a| a.phases.last())
-                        .map_or(Phase::RESOLVE_CONFIG, |p| p.phase.clone()),
-                };
-                let store = StoreLock::observe(&state.shared.data_dir).await;
-                let event = LifecycleEvent::BootFailed {
-                    report: FailureReport {
-                        phase,
-                        error: format!("the boot panicked: {reason}"),
-                        at: now,
-                    },
-                    class: FailureClass::Backoff,
-                    store,
-                };
-                let ended = state.end_attempt(AttemptResult::Failed, now);
-                state
-                    .fire_with(&myself, event, None, ended.into_iter().collect())
-                    .await
-                    .ok();
-            }
-            LifecycleMsg::DrainCrashed { reason } => {
-                tracing::error!(%reason, "the drain panicked; probing the store");
-                let store = StoreLock::observe(&state.shared.data_dir).await;
-                let event = if matches!(state.machine.state, LifecycleState::Reinitializing { .. })
-                {
-                    LifecycleEvent::Wiped {
-                        at: now,
-                        store,
-                        error: Some(format!("the wipe panicked: {reason}")),
-                    }
-                } else {
-                    LifecycleEvent::Drained { at: now, store }
-                };
-                state.fire(&myself, event).await.ok();
-            }
-            LifecycleMsg::Wiped { store, error } => {
-                if let Some(error) = &error {
-                    state.snapshot.error = Some(format!("the re-initialization failed: {error}"));
-                }
-                state
-                    .fire(
-                        &myself,
-                        LifecycleEvent::Wiped {
-                            at: now,
-                            store,
-                            error,
-                        },
-                    )
-                    .await
-                    .ok();
-            }
-            LifecycleMsg::RestartPreflighted { preflight, reply } => {
-                let event = LifecycleEvent::Restart { at: now, preflight };
-                state.run_command(&myself, event, None, false, reply).await;
-            }
-            LifecycleMsg::OverrideChecked(checked) => {
-                state.override_checked(&myself, checked).await;
-            }
-            LifecycleMsg::SetChildren(children) => state.children = children,
-        }
+        })
+        .await;
         Ok(())
     }
 }
@@ -679,6 +690,23 @@ impl LifecycleActorState {
             });
             self.open_attempt = Some(attempt.get());
         }
+        // A fact that changes nothing (the machine, its effect and its wake
+        // stay as they were: the runtime's task ending while it is shut
+        // down) moves nothing a snapshot or an answer shows: its record is
+        // staged, written in order with the next acknowledged append (the
+        // drain's own), and nothing is published for it. Group commit
+        // (issue 16): one fsync fewer per stop and per restart.
+        if !self.durable_or_nothing
+            && !records.is_empty()
+            && effect == Effect::None
+            && hold.is_none()
+            && next == self.machine
+            && wake == self.machine.wake()
+        {
+            let _ = self.children.journal.cast(JournalMsg::Stage(records));
+            log_transition(&self.machine.state, &event, &next.state);
+            return Ok(effect);
+        }
         let durable = self.record(records).await;
         if !durable && self.durable_or_nothing {
             // An operator's command whose record is not on disk is not
@@ -720,20 +748,16 @@ impl LifecycleActorState {
             // The run marker names the attempt this process is on, so a
             // crash reads `crashed (pid, attempt N)` at the next start (it
             // said attempt 0 whatever the attempt). Only that report
-            // depends on it: a failed write is logged, not a durability
-            // failure.
+            // depends on it: a failed write is logged (by the Journal
+            // actor), not a durability failure, and nothing published or
+            // answered waits for it. Sent after the transition's append (a
+            // record before any marker that refers to it), and in the
+            // Journal actor's order, before the boot's first checkpoint.
             let marker = RunMarker::Holding {
                 pid: self.shared.pid,
                 attempt: attempt.get(),
             };
-            let timeout = self.shared.timings.journal_timeout;
-            if let Err(error) = journal::ask(&self.children.journal, timeout, |reply| {
-                JournalMsg::WriteRun(marker, reply)
-            })
-            .await
-            {
-                tracing::warn!(%error, "the run marker could not name the attempt");
-            }
+            let _ = self.children.journal.cast(JournalMsg::NoteRun(marker));
             self.snapshot
                 .attempts
                 .push(AttemptRecord::new(attempt.get(), at));
