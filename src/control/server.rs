@@ -252,12 +252,7 @@ impl ServerGuard {
     /// Dropping the guard instead closes every connection at once: an
     /// answer still being written is lost.
     pub async fn shutdown(mut self, grace: Duration) {
-        self.task.abort();
-        let _ = (&mut self.task).await;
-        let deadline = tokio::time::Instant::now() + grace;
-        while self.pool.len() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        super::bounds::stop_serving(&mut self.task, &self.pool, &self.cancel, grace).await;
     }
 }
 

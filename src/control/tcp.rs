@@ -91,13 +91,7 @@ impl TcpServerGuard {
     /// close the rest. Dropping the guard only asks the loop to end and
     /// closes every connection at once.
     pub async fn shutdown(mut self, grace: Duration) {
-        self.task.abort();
-        let _ = (&mut self.task).await;
-        let deadline = tokio::time::Instant::now() + grace;
-        while self.served.len() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        self.cancel.cancel();
+        super::bounds::stop_serving(&mut self.task, &self.served, &self.cancel, grace).await;
     }
 }
 

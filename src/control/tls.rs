@@ -504,13 +504,7 @@ impl TlsServerGuard {
     /// to `grace`, then close the rest (as
     /// [`TcpServerGuard::shutdown`](super::TcpServerGuard::shutdown)).
     pub async fn shutdown(mut self, grace: Duration) {
-        self.task.abort();
-        let _ = (&mut self.task).await;
-        let deadline = tokio::time::Instant::now() + grace;
-        while self.served.len() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        self.cancel.cancel();
+        super::bounds::stop_serving(&mut self.task, &self.served, &self.cancel, grace).await;
     }
 }
 
