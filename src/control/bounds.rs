@@ -254,6 +254,26 @@ impl<K: Hash + Eq> Drop for Slot<K> {
     }
 }
 
+/// How every transport's guard shuts down: stop accepting and wait until the
+/// accept loop `task` is gone (the socket or port is closed), let the
+/// connections `served` holds finish their calls for up to `grace` (the
+/// answer to the `exit` that ended the daemon is written), then `cancel`
+/// the rest.
+pub(crate) async fn stop_serving<K: Hash + Eq + Clone>(
+    task: &mut tokio::task::JoinHandle<()>,
+    served: &Pool<K>,
+    cancel: &CancellationToken,
+    grace: std::time::Duration,
+) {
+    task.abort();
+    let _ = task.await;
+    let deadline = Instant::now() + grace;
+    while served.len() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    cancel.cancel();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -322,24 +342,4 @@ mod tests {
         drop(first);
         assert_eq!(pool.len(), 2);
     }
-}
-
-/// How every transport's guard shuts down: stop accepting and wait until the
-/// accept loop `task` is gone (the socket or port is closed), let the
-/// connections `served` holds finish their calls for up to `grace` (the
-/// answer to the `exit` that ended the daemon is written), then `cancel`
-/// the rest.
-pub(crate) async fn stop_serving<K: Hash + Eq + Clone>(
-    task: &mut tokio::task::JoinHandle<()>,
-    served: &Pool<K>,
-    cancel: &CancellationToken,
-    grace: std::time::Duration,
-) {
-    task.abort();
-    let _ = task.await;
-    let deadline = Instant::now() + grace;
-    while served.len() > 0 && Instant::now() < deadline {
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
-    cancel.cancel();
 }
