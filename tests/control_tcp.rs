@@ -439,15 +439,7 @@ async fn the_tcp_client_reconnects_to_a_new_server_on_the_same_port() {
 
 /// Run the real `steadfastctl` with `args`, off the runtime's threads.
 async fn steadfastctl(args: &[&str]) -> std::process::Output {
-    let args: Vec<String> = args.iter().map(|&a| a.to_owned()).collect();
-    tokio::task::spawn_blocking(move || {
-        std::process::Command::new(processes::steadfastctl())
-            .args(&args)
-            .output()
-            .expect("steadfastctl runs")
-    })
-    .await
-    .expect("task")
+    processes::ctl_async(args).await
 }
 
 /// `steadfastctl --tcp ADDR --token-file PATH status --json` end to end;

@@ -589,15 +589,7 @@ async fn a_loose_private_key_is_refused() {
 }
 
 async fn steadfastctl(args: Vec<String>) -> std::process::Output {
-    tokio::task::spawn_blocking(move || {
-        std::process::Command::new(processes::steadfastctl())
-            .args(&args)
-            .env_remove("STEADFAST_DATA_DIR")
-            .output()
-            .expect("steadfastctl runs")
-    })
-    .await
-    .expect("task")
+    processes::ctl_async(args).await
 }
 
 /// The real `steadfastctl` over TLS: `--tls --ca --cert --key` status and

@@ -17,18 +17,12 @@ use steadfast::{ExitIntent, Hold};
 
 /// Run `steadfastctl --data-dir DIR ARGS…` off the runtime's threads.
 async fn ctl(data_dir: &Path, args: &[&str]) -> Output {
-    let data_dir = data_dir.to_owned();
-    let args: Vec<String> = args.iter().map(|&a| a.to_owned()).collect();
-    tokio::task::spawn_blocking(move || {
-        std::process::Command::new(processes::steadfastctl())
-            .arg("--data-dir")
-            .arg(&data_dir)
-            .args(&args)
-            .output()
-            .expect("steadfastctl runs")
-    })
+    let flag: [&std::ffi::OsStr; 2] = ["--data-dir".as_ref(), data_dir.as_os_str()];
+    processes::ctl_async(
+        flag.into_iter()
+            .chain(args.iter().map(std::ffi::OsStr::new)),
+    )
     .await
-    .expect("task")
 }
 
 fn text(bytes: &[u8]) -> String {

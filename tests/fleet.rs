@@ -88,18 +88,12 @@ fn entries_of(daemons: &[Daemon]) -> Vec<(String, String)> {
 
 /// `steadfastctl --inventory FILE ARGS…`, off the runtime's threads.
 async fn ctl(inventory: &Path, args: &[&str]) -> Output {
-    let inventory = inventory.to_owned();
-    let args: Vec<String> = args.iter().map(|&a| a.to_owned()).collect();
-    tokio::task::spawn_blocking(move || {
-        std::process::Command::new(processes::steadfastctl())
-            .arg("--inventory")
-            .arg(&inventory)
-            .args(&args)
-            .output()
-            .expect("steadfastctl runs")
-    })
+    let flag: [&std::ffi::OsStr; 2] = ["--inventory".as_ref(), inventory.as_os_str()];
+    processes::ctl_async(
+        flag.into_iter()
+            .chain(args.iter().map(std::ffi::OsStr::new)),
+    )
     .await
-    .expect("task")
 }
 
 fn text(bytes: &[u8]) -> String {

@@ -50,7 +50,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::auth::{self, HELLO_LEN, Token};
-use super::bounds::{Evict, Pool};
+use super::bounds::{Evict, Pool, Slot};
 use super::client::ClientError;
 use super::server::{ControlError, ServerLimits, serve_admitted};
 use crate::supervisor::SupervisorHandle;
@@ -172,32 +172,8 @@ async fn accept_loop(
     cancel: CancellationToken,
     served: Arc<Pool<IpAddr>>,
 ) {
-    let handshakes = Arc::new(Pool::new(
-        limits.max_handshakes,
-        limits.max_handshakes_per_peer,
-        Evict::Oldest,
-    ));
-    loop {
-        let accepted = tokio::select! {
-            () = cancel.cancelled() => return,
-            accepted = listener.accept() => accepted,
-        };
-        let (stream, peer) = match accepted {
-            Ok(accepted) => accepted,
-            Err(error) => {
-                tracing::warn!(%error, "control port accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Ok(greeting) = handshakes.admit(peer.ip()) else {
-            // Evict::Oldest always makes room; a zero-sized pool does not.
-            let _ = stream.try_write(&[auth::ANSWER_BUSY]);
-            continue;
-        };
-        // Small frames, one round trip each: do not wait to coalesce them.
-        let _ = stream.set_nodelay(true);
-        handle.count_connection("tcp");
+    let busy = Some(auth::ANSWER_BUSY);
+    accept_handshakes(listener, &handle, &limits, &cancel, "tcp", busy, |stream, peer, greeting| {
         let handle = handle.clone();
         let token = token.clone();
         let cancel = cancel.clone();
@@ -217,6 +193,54 @@ async fn accept_loop(
                 Err(why) => tracing::warn!(%peer, why, "control handshake failed; closed"),
             }
         });
+    })
+    .await;
+}
+
+/// The accept loop both TCP-based transports share: accept until `cancel`,
+/// give each connection a slot of its own handshake pool (the oldest
+/// handshake is closed to make room, so a flood of silent connections never
+/// takes a served slot), set `TCP_NODELAY` (small frames, one round trip
+/// each), count it under `transport` and hand it to `handshake`. With a
+/// zero-sized pool there is no room: the connection is sent `busy` (plain
+/// TCP's busy answer) and closed; TLS cannot say anything before its
+/// handshake, passes `None` and just closes.
+pub(super) async fn accept_handshakes(
+    listener: TcpListener,
+    handle: &SupervisorHandle,
+    limits: &ServerLimits,
+    cancel: &CancellationToken,
+    transport: &'static str,
+    busy: Option<u8>,
+    mut handshake: impl FnMut(TcpStream, SocketAddr, Slot<IpAddr>),
+) {
+    let handshakes = Pool::new(
+        limits.max_handshakes,
+        limits.max_handshakes_per_peer,
+        Evict::Oldest,
+    );
+    loop {
+        let accepted = tokio::select! {
+            () = cancel.cancelled() => return,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                tracing::warn!(%error, transport, "control port accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(greeting) = handshakes.admit(peer.ip()) else {
+            if let Some(busy) = busy {
+                let _ = stream.try_write(&[busy]);
+            }
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        handle.count_connection(transport);
+        handshake(stream, peer, greeting);
     }
 }
 

@@ -64,6 +64,7 @@ use super::auth::{self, HELLO_LEN, Token, TokenError};
 use super::bounds::{Evict, Over, Pool};
 use super::client::ClientError;
 use super::server::{ControlError, ServerLimits, serve_admitted};
+use super::tcp::accept_handshakes;
 use crate::supervisor::SupervisorHandle;
 
 /// How long a client waits for the TLS handshake and the hello's answer.
@@ -601,31 +602,7 @@ async fn accept_loop(
     cancel: CancellationToken,
     served: Arc<Pool<IpAddr>>,
 ) {
-    let handshakes = Arc::new(Pool::new(
-        limits.max_handshakes,
-        limits.max_handshakes_per_peer,
-        Evict::Oldest,
-    ));
-    loop {
-        let accepted = tokio::select! {
-            () = cancel.cancelled() => return,
-            accepted = listener.accept() => accepted,
-        };
-        let (stream, peer) = match accepted {
-            Ok(accepted) => accepted,
-            Err(error) => {
-                tracing::warn!(%error, "TLS control port accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        // Evict::Oldest always makes room; a zero-sized pool does not (and
-        // before TLS there is no way to say busy: just close).
-        let Ok(greeting) = handshakes.admit(peer.ip()) else {
-            continue;
-        };
-        let _ = stream.set_nodelay(true);
-        handle.count_connection("tls");
+    accept_handshakes(listener, &handle, &limits, &cancel, "tls", None, |stream, peer, greeting| {
         let handle = handle.clone();
         let loaded = reloadable.current();
         let cancel = cancel.clone();
@@ -651,7 +628,8 @@ async fn accept_loop(
                 Err(why) => tracing::debug!(%peer, why, "TLS control handshake failed; closed"),
             }
         });
-    }
+    })
+    .await;
 }
 
 /// The TLS handshake (the client's certificate verified by rustls, if it

@@ -135,6 +135,22 @@ pub fn ctl(data_dir: &Path, args: &[&str]) -> Output {
         .expect("steadfastctl runs")
 }
 
+/// Run the real `steadfastctl` with `args` off the async runtime's threads
+/// (for a test on a tokio runtime). `STEADFAST_DATA_DIR` is removed from
+/// its environment: only `args` say which daemon.
+pub async fn ctl_async<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> Output {
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+    tokio::task::spawn_blocking(move || {
+        Command::new(steadfastctl())
+            .args(&args)
+            .env_remove("STEADFAST_DATA_DIR")
+            .output()
+            .expect("steadfastctl runs")
+    })
+    .await
+    .expect("task")
+}
+
 /// `status --json`, parsed; `None` while no daemon answers. `status`
 /// exits 0 running, 3 answered but not running, 4 no daemon answered
 /// (`spec/control.md`).
