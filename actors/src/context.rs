@@ -42,6 +42,13 @@ pub struct Timings {
     /// it the boot is cancelled and fails with class backoff. The machine's
     /// policy: it asks for the timer and refuses an early one.
     pub step_deadline: Duration,
+    /// Group commit: how long a transition into a boot or a drain waits,
+    /// written but not yet fsynced, for its effect's outcome to share its
+    /// fsync. Its effect starts at once; the transition is published (and
+    /// the command answered) when the next fsync lands, or when this
+    /// window passes, whichever is first. `Duration::ZERO`: fsync each
+    /// transition before its effect (as before group commit).
+    pub commit_window: Duration,
 }
 
 impl Default for Timings {
@@ -54,6 +61,7 @@ impl Default for Timings {
             debounce: Duration::from_millis(20),
             journal_timeout: Duration::from_secs(30),
             step_deadline: Duration::from_secs(300),
+            commit_window: Duration::from_millis(2),
         }
     }
 }

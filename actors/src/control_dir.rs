@@ -463,6 +463,14 @@ pub struct JournalFile<S: JournalSink = File> {
     /// after each acknowledged append (which includes another writer's
     /// records during a replacement).
     len: u64,
+    /// The file's length after the last write ([`Self::write`]): past
+    /// [`Self::len`] while written records wait for their fsync.
+    end: u64,
+    /// Where the first write not yet fsynced began ([`Self::write`] without
+    /// [`Self::sync`]): every byte from here is in the page cache only, so
+    /// a failed fsync cuts the file back to here. `None` when every written
+    /// byte is durable.
+    unsynced: Option<u64>,
     /// Set by a failed write or fsync (or a compaction that failed after its
     /// rename); cleared once the failed append's bytes are cut back.
     poison: Option<Poison>,
@@ -516,6 +524,8 @@ impl<S: JournalSink> JournalFile<S> {
             sink,
             path,
             len,
+            end: len,
+            unsynced: None,
             poison: None,
             lock: None,
             _slot: None,
@@ -528,13 +538,15 @@ impl<S: JournalSink> JournalFile<S> {
 
     /// Append `records` durably: every frame is encoded into one buffer,
     /// written with one `write_all`, then `sync_data`. `Ok` means the fsync
-    /// returned; only then may the records be acknowledged.
+    /// returned; only then may the records be acknowledged. The fsync also
+    /// makes durable every record [`Self::write`] wrote before.
     ///
     /// After a failed write or fsync, the next append first cuts the file
     /// back to where the failed append began ([`JournalSink::cut_back`]:
     /// `ftruncate` + `fsync`), so that every append starts on a record
     /// boundary; if the cut fails, this append is refused and the next one
-    /// tries again. An empty append is a repair attempt and nothing else.
+    /// tries again. An empty append is a repair attempt and an fsync of
+    /// what was written before it, and nothing else.
     ///
     /// # Errors
     /// [`ControlDirError::RecordNotEncoded`] if a record cannot be framed
@@ -543,6 +555,20 @@ impl<S: JournalSink> JournalFile<S> {
     /// the failed append's bytes cannot be cut back (the cut failed, another
     /// process may be appending, or a compaction failed after its rename).
     pub fn append(&mut self, records: &[Record]) -> Result<(), ControlDirError> {
+        self.write(records)?;
+        self.sync()
+    }
+
+    /// Write `records` (one buffer, one `write_all`) without an fsync: they
+    /// are in the file (a `kill -9` keeps them) but not yet durable, and
+    /// may not be acknowledged until a [`Self::sync`] (or an
+    /// [`Self::append`]) returns. A failed write poisons as an append does
+    /// (its own bytes are cut back before the next write; earlier written
+    /// records stay, to be made durable by the next fsync).
+    ///
+    /// # Errors
+    /// As [`Self::append`].
+    pub fn write(&mut self, records: &[Record]) -> Result<(), ControlDirError> {
         self.check_lock()?;
         self.repair()?;
         let mut buf = Vec::new();
@@ -558,25 +584,63 @@ impl<S: JournalSink> JournalFile<S> {
         if buf.is_empty() {
             return Ok(());
         }
-        // Where this append lands (`O_APPEND`): the cut-back point if it
+        // Where this write lands (`O_APPEND`): the cut-back point if it
         // fails. Nothing is written yet, so a failed fstat poisons nothing.
         let start = self.sink.current_len().map_err(io_err(&self.path))?;
-        let written = self.write_then_sync(&buf);
-        if let Err(source) = written {
+        if let Err(source) = self.write_frames(&buf) {
             self.poison = Some(Poison::FailedAppend {
                 cause: source.to_string(),
                 cut_to: start,
             });
             tracing::error!(path = %self.path.display(), error = %source,
-                "journal write or fsync failed; nothing acknowledged, cut back before the next append");
+                "journal write failed; nothing acknowledged, cut back before the next append");
             return Err(ControlDirError::Io {
                 path: self.path.clone(),
                 source,
             });
         }
-        self.len = start + buf.len() as u64;
+        self.unsynced.get_or_insert(start);
+        self.end = start + buf.len() as u64;
         self.attempts += journal::attempts_in(records);
         Ok(())
+    }
+
+    /// Make every record written so far durable (`sync_data`); nothing to do
+    /// (no fsync) when every written record is durable already.
+    ///
+    /// # Errors
+    /// As [`Self::append`]. A failed fsync is never retried: the unsynced
+    /// records are cut back before the next write (after a failed fsync
+    /// the kernel may have dropped their pages: they are not known to be
+    /// on disk), and the caller must not acknowledge them.
+    pub fn sync(&mut self) -> Result<(), ControlDirError> {
+        self.check_lock()?;
+        self.repair()?;
+        let Some(from) = self.unsynced else {
+            return Ok(());
+        };
+        if let Err(source) = self.sync_frames() {
+            self.unsynced = None;
+            self.poison = Some(Poison::FailedAppend {
+                cause: source.to_string(),
+                cut_to: from,
+            });
+            tracing::error!(path = %self.path.display(), error = %source,
+                "journal fsync failed; nothing acknowledged, cut back before the next append");
+            return Err(ControlDirError::Io {
+                path: self.path.clone(),
+                source,
+            });
+        }
+        self.unsynced = None;
+        self.len = self.end;
+        Ok(())
+    }
+
+    /// Whether records were written that no fsync has made durable yet.
+    #[must_use]
+    pub const fn has_unsynced(&self) -> bool {
+        self.unsynced.is_some()
     }
 
     /// If a failed append poisoned this writer, cut its bytes off and clear
@@ -616,7 +680,11 @@ impl<S: JournalSink> JournalFile<S> {
                 tracing::warn!(path = %self.path.display(), len = cut_to, %cause,
                     "journal cut back to its last acknowledged length after a failed append; appending again");
                 self.poison = None;
+                // The cut's own fsync (`sync_all`) made every byte before
+                // `cut_to` durable, a write waiting for its fsync included.
                 self.len = cut_to;
+                self.end = cut_to;
+                self.unsynced = None;
                 Ok(())
             }
             Err(error) => {
@@ -636,15 +704,19 @@ impl<S: JournalSink> JournalFile<S> {
         self.lock.as_ref().map_or(Ok(()), |lock| lock.check())
     }
 
-    /// One `write_all` of `buf`, then `sync_data`, with the crash harness's
-    /// failpoints between them (`crate::failpoint`; nothing when unarmed).
-    fn write_then_sync(&mut self, buf: &[u8]) -> io::Result<()> {
+    /// One `write_all` of `buf`, with the crash harness's failpoint in it
+    /// (`crate::failpoint`; nothing when unarmed).
+    fn write_frames(&mut self, buf: &[u8]) -> io::Result<()> {
         if crate::failpoint::reached("journal.mid_write") {
             let half = buf.len() / 2;
             self.sink.write_all(buf.get(..half).unwrap_or(buf))?;
             crate::failpoint::kill();
         }
-        self.sink.write_all(buf)?;
+        self.sink.write_all(buf)
+    }
+
+    /// `sync_data`, with the crash harness's failpoints around it.
+    fn sync_frames(&mut self) -> io::Result<()> {
         crate::failpoint::hit("journal.before_fsync");
         self.sink.sync_data()?;
         crate::failpoint::hit("journal.after_fsync");
@@ -726,6 +798,7 @@ impl JournalFile<File> {
     pub fn wants_compaction(&self) -> bool {
         self.keep_attempts
             .is_some_and(|keep| self.attempts > keep.max(1).saturating_mul(2))
+            && self.unsynced.is_none()
             && !self.is_shared()
     }
 
@@ -808,6 +881,7 @@ impl JournalFile<File> {
             Ok(file) => {
                 self.sink = file;
                 self.len = out.len() as u64;
+                self.end = self.len;
                 self.attempts = journal::attempts_in(&kept);
                 Ok(Some(Compacted {
                     records_before,

@@ -5,7 +5,11 @@
 //! need no acknowledgement (a boot's progress) are staged and ride along with
 //! the next acknowledged append, so one fsync covers them (the file
 //! work runs on a blocking thread, so the tokio workers never wait on a
-//! disk). A failed write or fsync is never acknowledged: the append is
+//! disk). A transition whose effect may run before it is durable (entering
+//! a boot or a drain) is written without an fsync (`Write`): a full disk
+//! refuses it before the effect starts, and the next fsync (`Append`, or
+//! `Sync` when its commit window passes) makes it durable together with
+//! what the effect brought; until then nobody is told of it. A failed write or fsync is never acknowledged: the append is
 //! answered with the error, and the journal file cuts the failed append's
 //! bytes back before its next append (`JournalFile::append`), so the next
 //! append starts on a record boundary and recovers the journal as soon as
@@ -60,7 +64,78 @@ pub struct JournalState {
 /// was durable.
 const STAGED_KEPT: usize = 4096;
 
+/// Whether a write is made durable before it is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Commit {
+    /// Write, then fsync (everything written so far).
+    Sync,
+    /// Write only; a later `Sync` or `Append` makes it durable.
+    Later,
+}
+
 impl JournalState {
+    /// Write the staged records and `records`, then (for [`Commit::Sync`])
+    /// fsync, on a blocking thread. A [`Commit::Sync`] with nothing to
+    /// write and nothing written since the last fsync does no I/O.
+    async fn write(
+        &mut self,
+        records: Vec<Record>,
+        commit: Commit,
+    ) -> Result<Durable, ActorProcessingErr> {
+        let mut all = std::mem::take(&mut self.staged);
+        let staged = all.len();
+        all.extend(records);
+        let records = all;
+        let mut file = self.file.take().ok_or("the journal file is in use")?;
+        if records.is_empty() && !file.has_unsynced() && commit == Commit::Sync {
+            self.file = Some(file);
+            return Ok(Ok(()));
+        }
+        let metrics = Arc::clone(&self.metrics);
+        let (file, result, mut records) = tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
+            let result = match commit {
+                Commit::Sync => file.append(&records),
+                Commit::Later => file.write(&records),
+            };
+            match commit {
+                Commit::Sync => metrics.journal_append(
+                    records.len(),
+                    file.durable_len(),
+                    started.elapsed(),
+                    result.is_ok(),
+                ),
+                Commit::Later => metrics.journal_written(records.len(), result.is_ok()),
+            }
+            // Keep the journal bounded. The append above is durable
+            // whatever compaction does; a compaction that fails before its
+            // rename leaves the old journal in use, one that fails after it
+            // poisons the writer. Never while written records wait for
+            // their fsync (`wants_compaction`).
+            if result.is_ok() && file.wants_compaction() {
+                match file.compact() {
+                    Ok(compacted) => tracing::debug!(?compacted, "compacted the journal"),
+                    Err(error) => tracing::error!(%error, "journal compaction failed"),
+                }
+            }
+            (file, result, records)
+        })
+        .await?;
+        self.file = Some(file);
+        if result.is_err() {
+            // The staged records were never acknowledged; they go again,
+            // first, with the next append (the failed bytes are cut back
+            // before it, so nothing is written twice). The caller's own
+            // records are the caller's to resend.
+            records.truncate(staged);
+            records.append(&mut self.staged);
+            self.staged = records;
+            self.bound_staged();
+        }
+        Ok(result.map_err(|e| e.to_string()))
+    }
+
+
     /// Keep at most [`STAGED_KEPT`] staged records, dropping the oldest.
     fn bound_staged(&mut self) {
         if self.staged.len() > STAGED_KEPT {
@@ -81,6 +156,16 @@ pub type Durable<T = ()> = Result<T, String>;
 pub enum JournalMsg {
     /// Append records; answered after the fsync. Staged records go first.
     Append(Vec<Record>, RpcReplyPort<Durable>),
+    /// Write records (staged records first) without an fsync: in the file,
+    /// not yet durable. Answered after the write; nothing may acknowledge
+    /// them until a later `Append` or `Sync` returns (group commit: a
+    /// transition whose effect runs while its record waits, the effect's
+    /// outcome then made durable with it in one fsync).
+    Write(Vec<Record>, RpcReplyPort<Durable>),
+    /// Make every record written so far durable (staged records are
+    /// written first); answered at once, without an fsync, when they are
+    /// durable already (another append's fsync covered them).
+    Sync(RpcReplyPort<Durable>),
     /// Stage records that need no acknowledgement of their own (a boot's
     /// progress): they are written, in order, with the next `Append` and
     /// made durable by its fsync. A crash before then loses only records
@@ -142,46 +227,16 @@ impl Actor for JournalActor {
                 state.bound_staged();
             }
             JournalMsg::Append(records, reply) => {
-                let mut all = std::mem::take(&mut state.staged);
-                let staged = all.len();
-                all.extend(records);
-                let records = all;
-                let mut file = state.file.take().ok_or("the journal file is in use")?;
-                let metrics = Arc::clone(&state.metrics);
-                let (file, result, mut records) = tokio::task::spawn_blocking(move || {
-                    let started = std::time::Instant::now();
-                    let result = file.append(&records);
-                    metrics.journal_append(
-                        records.len(),
-                        file.durable_len(),
-                        started.elapsed(),
-                        result.is_ok(),
-                    );
-                    // Keep the journal bounded. The append above is durable
-                    // whatever compaction does; a compaction that fails
-                    // before its rename leaves the old journal in use, one
-                    // that fails after it poisons the writer.
-                    if result.is_ok() && file.wants_compaction() {
-                        match file.compact() {
-                            Ok(compacted) => tracing::debug!(?compacted, "compacted the journal"),
-                            Err(error) => tracing::error!(%error, "journal compaction failed"),
-                        }
-                    }
-                    (file, result, records)
-                })
-                .await?;
-                state.file = Some(file);
-                if result.is_err() {
-                    // The staged records were never acknowledged; they go
-                    // again, first, with the next append (the failed bytes
-                    // are cut back before it, so nothing is written twice).
-                    // The caller's own records are the caller's to resend.
-                    records.truncate(staged);
-                    records.append(&mut state.staged);
-                    state.staged = records;
-                    state.bound_staged();
-                }
-                let _ = reply.send(result.map_err(|e| e.to_string()));
+                let result = state.write(records, Commit::Sync).await?;
+                let _ = reply.send(result);
+            }
+            JournalMsg::Write(records, reply) => {
+                let result = state.write(records, Commit::Later).await?;
+                let _ = reply.send(result);
+            }
+            JournalMsg::Sync(reply) => {
+                let result = state.write(Vec::new(), Commit::Sync).await?;
+                let _ = reply.send(result);
             }
             JournalMsg::WriteRun(marker, reply) => {
                 if let Some(note) = state.note.take() {
@@ -259,6 +314,20 @@ pub async fn ask<T: Send + 'static>(
             Err("the journal is not running".to_owned())
         }
     }
+}
+
+/// Write `records` without waiting for an fsync ([`JournalMsg::Write`]).
+pub async fn write(
+    journal: &ActorRef<JournalMsg>,
+    records: Vec<Record>,
+    timeout: Duration,
+) -> Durable {
+    ask(journal, timeout, |reply| JournalMsg::Write(records, reply)).await
+}
+
+/// Make everything written so far durable ([`JournalMsg::Sync`]).
+pub async fn sync(journal: &ActorRef<JournalMsg>, timeout: Duration) -> Durable {
+    ask(journal, timeout, JournalMsg::Sync).await
 }
 
 /// Append `records` and wait until they are durable.

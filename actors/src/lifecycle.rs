@@ -17,6 +17,16 @@
 //!   shut down) is neither published nor awaited: its record is staged and
 //!   rides the next append (group commit,
 //!   `tests/group_commit.rs::fsyncs_per_stop_start_and_restart`).
+//! - A transition into a boot or a drain is *written ahead*: its record is
+//!   written (a full disk refuses it here, before anything is done) and its
+//!   effect starts at once, but it is published, its command answered and
+//!   its run marker written only once an fsync covers it: the one that
+//!   makes the effect's outcome durable (`drained`, the boot's first
+//!   checkpoint, `booted`), or the commit window's
+//!   (`Timings::commit_window`), whichever comes first. Until then nothing
+//!   is published at all, so a watcher never sees what a crash could take
+//!   back; a stop+start of a one-step service costs two fsyncs, not four
+//!   (`group_commit::a_stop_and_a_start_cost_one_fsync_each`).
 //! - An operator's command whose record could not be made durable is not
 //!   adopted: the machine stays where it was, no effect is performed, the
 //!   command is answered `Durability`, and sending it again once the disk
@@ -329,6 +339,25 @@ pub enum LifecycleMsg {
     OverrideChecked(OverrideCheck),
     /// Root restarted a child.
     SetChildren(Children),
+    /// The commit window of a written, not yet durable transition passed:
+    /// make it durable now ([`crate::context::Timings::commit_window`]).
+    Flush,
+}
+
+/// A transition written ahead of its fsync (group commit): its effect
+/// runs; its publish, the answer to the command that caused it and the
+/// run marker naming its attempt wait until it is durable.
+struct Deferred {
+    /// Commands answered once it is durable (with the snapshot published
+    /// then) or not (with the durability error).
+    replies: Vec<RpcReplyPort<Result<Snapshot, CommandError>>>,
+    /// The run marker naming the attempt it started (a marker never refers
+    /// to a record that is not durable).
+    note: Option<RunMarker>,
+    /// The commit window's timer.
+    flush: tokio::task::AbortHandle,
+    /// Why it is not durable, once known.
+    error: Option<String>,
 }
 
 /// A staged override change and what checking the config it makes found.
@@ -401,6 +430,12 @@ pub struct LifecycleActorState {
     /// The wake a timer is armed for (the last one the machine asked for),
     /// and that timer, aborted when the machine asks for another.
     armed: Option<(Wake, tokio::task::AbortHandle)>,
+    /// Transitions adopted and written but not yet durable: nothing is
+    /// published while this is set.
+    deferred: Option<Deferred>,
+    /// Deferred transitions an fsync settled (or failed), answered by the
+    /// next publish.
+    settled: Option<Deferred>,
 }
 
 impl Actor for LifecycleActor {
@@ -455,6 +490,8 @@ impl Actor for LifecycleActor {
             journal_error: None,
             exit,
             armed: None,
+            deferred: None,
+            settled: None,
         })
     }
 
@@ -621,6 +658,7 @@ impl Actor for LifecycleActor {
                     state.override_checked(&myself, checked).await;
                 }
                 LifecycleMsg::SetChildren(children) => state.children = children,
+                LifecycleMsg::Flush => state.flush().await,
             }
         })
         .await;
@@ -707,7 +745,18 @@ impl LifecycleActorState {
             log_transition(&self.machine.state, &event, &next.state);
             return Ok(effect);
         }
-        let durable = self.record(records).await;
+        // Group commit: a transition into a boot or a drain is written
+        // and its effect started at once; its fsync comes with the
+        // effect's outcome (the drain's `drained`, the boot's first
+        // checkpoint or `booted`) or when the commit window passes, and
+        // nothing is published or answered before it. A full disk still
+        // refuses it here, before the effect: the write fails.
+        let ahead = self.writes_ahead(&records, effect, hold);
+        let durable = if ahead {
+            self.write_ahead(myself, records).await
+        } else {
+            self.record(records).await
+        };
         if !durable && self.durable_or_nothing {
             // An operator's command whose record is not on disk is not
             // adopted: nothing changes, the command is answered with the
@@ -757,7 +806,12 @@ impl LifecycleActorState {
                 pid: self.shared.pid,
                 attempt: attempt.get(),
             };
-            let _ = self.children.journal.cast(JournalMsg::NoteRun(marker));
+            match self.deferred.as_mut() {
+                Some(deferred) => deferred.note = Some(marker),
+                None => {
+                    let _ = self.children.journal.cast(JournalMsg::NoteRun(marker));
+                }
+            }
             self.snapshot
                 .attempts
                 .push(AttemptRecord::new(attempt.get(), at));
@@ -1126,6 +1180,11 @@ impl LifecycleActorState {
             Ok(_) if is_stop && matches!(self.machine.state, LifecycleState::Draining { .. }) => {
                 self.stop_waiters.push(reply);
             }
+            Ok(_) if self.deferred.is_some() => {
+                if let Some(deferred) = self.deferred.as_mut() {
+                    deferred.replies.push(reply);
+                }
+            }
             Ok(_) if matches!(self.machine.state, LifecycleState::Reinitializing { .. }) => {
                 self.reinit_waiter = Some(reply);
             }
@@ -1431,23 +1490,132 @@ impl LifecycleActorState {
         let timeout = self.shared.timings.journal_timeout;
         match journal::append(&self.children.journal, records.clone(), timeout).await {
             Ok(()) => {
-                if let Some(error) = self.journal_error.take()
-                    && self.snapshot.error.as_ref() == Some(&error)
-                {
-                    tracing::info!("the journal is written again; clearing the error");
-                    self.snapshot.error = None;
+                self.journal_written();
+                self.settle(None);
+                true
+            }
+            Err(error) => {
+                self.journal_failed(error, records);
+                self.sync_deferred().await;
+                false
+            }
+        }
+    }
+
+    /// Whether a transition's `records` are written ahead of their fsync
+    /// (see [`Deferred`]): a transition into a boot or a drain, with no
+    /// hold marker to follow it, while the journal writes and the commit
+    /// window is not zero.
+    fn writes_ahead(&self, records: &[Record], effect: Effect, hold: Option<bool>) -> bool {
+        !records.is_empty()
+            && hold.is_none()
+            && self.journal_error.is_none()
+            && !self.shared.timings.commit_window.is_zero()
+            && matches!(effect, Effect::StartBoot { .. } | Effect::ShutdownRuntime)
+    }
+
+    /// Write `records` without waiting for their fsync, and open (or
+    /// extend) the deferral that waits for it; whether they were written.
+    async fn write_ahead(&mut self, myself: &ActorRef<LifecycleMsg>, records: Vec<Record>) -> bool {
+        let timeout = self.shared.timings.journal_timeout;
+        match journal::write(&self.children.journal, records.clone(), timeout).await {
+            Ok(()) => {
+                if self.deferred.is_none() {
+                    let flush = myself
+                        .send_after(self.shared.timings.commit_window, || LifecycleMsg::Flush)
+                        .abort_handle();
+                    self.deferred = Some(Deferred {
+                        replies: Vec::new(),
+                        note: None,
+                        flush,
+                        error: None,
+                    });
                 }
                 true
             }
             Err(error) => {
-                let error = format!("the journal could not be written: {error}");
-                self.fail_durability(error.clone());
-                self.journal_error = Some(error);
-                if !self.durable_or_nothing {
-                    let _ = self.children.journal.cast(JournalMsg::Stage(records));
-                }
+                self.journal_failed(error, records);
+                self.sync_deferred().await;
                 false
             }
+        }
+    }
+
+    /// The commit window passed: make the deferred transitions durable and
+    /// publish them (at once, with no fsync, when an append since, such as
+    /// a boot's checkpoint, made them durable already).
+    async fn flush(&mut self) {
+        if self.deferred.is_some() {
+            self.sync_deferred().await;
+            self.publish();
+        }
+    }
+
+    /// Make the deferred transitions durable (an fsync of what was written;
+    /// after a failed write, its bytes are cut back first, which makes the
+    /// records written before it durable) and settle them.
+    async fn sync_deferred(&mut self) {
+        if self.deferred.is_none() {
+            return;
+        }
+        let timeout = self.shared.timings.journal_timeout;
+        match journal::sync(&self.children.journal, timeout).await {
+            Ok(()) => {
+                self.journal_written();
+                self.settle(None);
+            }
+            Err(error) => {
+                let error = format!("the journal could not be written: {error}");
+                self.fail_durability(error.clone());
+                self.journal_error = Some(error.clone());
+                self.settle(Some(error));
+            }
+        }
+    }
+
+    /// An append or fsync succeeded: a journal error it left is cleared.
+    fn journal_written(&mut self) {
+        if let Some(error) = self.journal_error.take()
+            && self.snapshot.error.as_ref() == Some(&error)
+        {
+            tracing::info!("the journal is written again; clearing the error");
+            self.snapshot.error = None;
+        }
+    }
+
+    /// An append or a write failed: reported, and `records` (a fact's)
+    /// staged again unless a command's (not adopted).
+    fn journal_failed(&mut self, error: String, records: Vec<Record>) {
+        let error = format!("the journal could not be written: {error}");
+        self.fail_durability(error.clone());
+        self.journal_error = Some(error);
+        if !self.durable_or_nothing && !records.is_empty() {
+            let _ = self.children.journal.cast(JournalMsg::Stage(records));
+        }
+    }
+
+    /// The deferred transitions are durable (`None`) or not: the run marker
+    /// naming their attempt is written (only if durable), and their
+    /// commands wait for the next publish to be answered.
+    fn settle(&mut self, error: Option<String>) {
+        let Some(mut deferred) = self.deferred.take() else {
+            return;
+        };
+        deferred.flush.abort();
+        if let Some(marker) = deferred.note.take()
+            && error.is_none()
+        {
+            let _ = self.children.journal.cast(JournalMsg::NoteRun(marker));
+        }
+        deferred.error = error;
+        match self.settled.as_mut() {
+            Some(settled) => {
+                settled.replies.append(&mut deferred.replies);
+                if settled.error.is_none() {
+                    settled.error = deferred.error;
+                }
+            }
+            None => self.settled = Some(deferred),
         }
     }
 
@@ -1491,13 +1659,23 @@ impl LifecycleActorState {
     }
 
     fn answer_stop_waiters(&mut self) {
+        if self.deferred.is_some() {
+            // Answered by the publish that follows the fsync.
+            return;
+        }
         for waiter in self.stop_waiters.drain(..) {
             let _ = waiter.send(Ok(self.snapshot.clone()));
         }
     }
 
-    /// Publish the current state as a new snapshot version.
+    /// Publish the current state as a new snapshot version, then answer
+    /// the commands whose deferred transitions an fsync settled. Nothing is
+    /// published while a transition waits for its fsync: watchers and
+    /// readers see only what is durable.
     fn publish(&mut self) {
+        if self.deferred.is_some() {
+            return;
+        }
         self.snapshot.version += 1;
         self.snapshot.lifecycle = self.machine.state.clone();
         self.snapshot.epoch = self.machine.epoch();
@@ -1515,6 +1693,24 @@ impl LifecycleActorState {
             .metrics
             .publish(&self.snapshot, self.shared.clock.now());
         self.snapshots.send_replace(self.snapshot.clone());
+        if let Some(settled) = self.settled.take() {
+            for reply in settled.replies {
+                let answer = match &settled.error {
+                    None => Ok(self.snapshot.clone()),
+                    Some(error) => Err(CommandError::Durability(error.clone())),
+                };
+                let _ = reply.send(answer);
+            }
+            // A stop whose drain settled but whose record did not become
+            // durable is not acknowledged.
+            if let Some(error) = &settled.error
+                && !matches!(self.machine.state, LifecycleState::Draining { .. })
+            {
+                for waiter in self.stop_waiters.drain(..) {
+                    let _ = waiter.send(Err(CommandError::Durability(error.clone())));
+                }
+            }
+        }
     }
 }
 

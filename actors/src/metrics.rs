@@ -377,6 +377,17 @@ impl Metrics {
         self.fsync_seconds.observe(took.as_secs_f64());
     }
 
+    /// A journal write of `records` records that waits for a later fsync
+    /// (counted as records; its fsync is observed when it comes).
+    pub fn journal_written(&self, records: usize, ok: bool) {
+        if ok {
+            self.journal_records
+                .inc_by(u64::try_from(records).unwrap_or(u64::MAX));
+        } else {
+            self.journal_failed.inc();
+        }
+    }
+
     /// A control-plane connection accepted on `transport` (`unix`, `tcp`).
     pub fn control_connection(&self, transport: &str) {
         self.connections

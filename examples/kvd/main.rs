@@ -707,7 +707,7 @@ fn version() -> String {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: kvd [--data-dir DIR] [--config FILE] [--metrics-addr ADDR] [--log-format plain|json]"
+        "usage: kvd [--data-dir DIR] [--config FILE] [--metrics-addr ADDR] [--log-format plain|json] [--commit-window-ms MS]"
     );
     std::process::exit(2)
 }
@@ -718,6 +718,7 @@ async fn main() {
     let mut config: Option<PathBuf> = None;
     let mut metrics: Option<std::net::SocketAddr> = None;
     let mut log_format = steadfast::daemon::LogFormat::Plain;
+    let mut timings = steadfast::supervisor::Timings::default();
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -734,6 +735,16 @@ async fn main() {
                     eprintln!("kvd: --metrics-addr {addr}: {error}");
                     std::process::exit(2)
                 }));
+            }
+            "--commit-window-ms" => {
+                // Group commit: how long a transition into a boot or a
+                // drain waits for its outcome to share its fsync.
+                let ms = args.next().unwrap_or_else(|| usage());
+                timings.commit_window =
+                    std::time::Duration::from_millis(ms.parse().unwrap_or_else(|error| {
+                        eprintln!("kvd: --commit-window-ms {ms}: {error}");
+                        std::process::exit(2)
+                    }));
             }
             "-h" | "--help" => usage(),
             _ => usage(),
@@ -783,6 +794,7 @@ async fn main() {
     let built = Supervisor::builder(&data_dir, Kvd)
         .config(source)
         .version(version())
+        .timings(timings)
         .build();
     let (supervisor, handle) = match built {
         Ok(started) => started,
