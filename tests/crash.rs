@@ -369,7 +369,13 @@ fn a_checkpointed_step_is_skipped_after_a_crash_only_if_still_present() {
     second.drain();
     assert_eq!(second.values("previous "), ["crashed"]);
     assert_eq!(second.values("expect_skip prepare "), ["yes"]);
-    assert_eq!(second.values("phase 1 prepare "), ["skipped"]);
+    // What a watcher saw of the skip, if anything: the boot's progress is
+    // published once the `start` written ahead of it is known durable
+    // (its commit window, or the boot's next Lifecycle-visible fsync), and
+    // this process was killed right after `open_store`'s checkpoint, so it
+    // may have published none. Never a `prepare` that ran.
+    let seen = second.values("phase 1 prepare ");
+    assert!(seen.iter().all(|outcome| outcome == "skipped"), "{seen:?}");
     // The skip is in the journal (staged, then made durable by the fsync of
     // `open_store`'s checkpoint, after which the process was killed).
     let records = journal_records(&data_dir);

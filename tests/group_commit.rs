@@ -268,7 +268,10 @@ mod in_process {
                 matches!(r, steadfast::protocol::journal::Record::Transition { event, .. } if event == "start")
             })
             .count();
-        assert!(starts >= 2, "the answered start is in the journal: {journal:?}");
+        assert!(
+            starts >= 2,
+            "the answered start is in the journal: {journal:?}"
+        );
         drop(held);
         until(&handle, "running after the step", running).await;
         handle.exit(ExitIntent::Halt).await.expect("exit");

@@ -135,7 +135,6 @@ impl JournalState {
         Ok(result.map_err(|e| e.to_string()))
     }
 
-
     /// Keep at most [`STAGED_KEPT`] staged records, dropping the oldest.
     fn bound_staged(&mut self) {
         if self.staged.len() > STAGED_KEPT {
@@ -162,9 +161,10 @@ pub enum JournalMsg {
     /// transition whose effect runs while its record waits, the effect's
     /// outcome then made durable with it in one fsync).
     Write(Vec<Record>, RpcReplyPort<Durable>),
-    /// Make every record written so far durable (staged records are
-    /// written first); answered at once, without an fsync, when they are
-    /// durable already (another append's fsync covered them).
+    /// Make every record written so far durable (staged records are not
+    /// written: they ride the next `Append`); answered at once, without an
+    /// fsync, when they are durable already (another append's fsync
+    /// covered them).
     Sync(RpcReplyPort<Durable>),
     /// Stage records that need no acknowledgement of their own (a boot's
     /// progress): they are written, in order, with the next `Append` and
@@ -235,8 +235,14 @@ impl Actor for JournalActor {
                 let _ = reply.send(result);
             }
             JournalMsg::Sync(reply) => {
-                let result = state.write(Vec::new(), Commit::Sync).await?;
-                let _ = reply.send(result);
+                // Staged records stay staged: they ride the next append (a
+                // fact staged after a failed write would fail this fsync
+                // again on a full disk, and no one waits on them).
+                let staged = std::mem::take(&mut state.staged);
+                let result = state.write(Vec::new(), Commit::Sync).await;
+                let mut later = std::mem::replace(&mut state.staged, staged);
+                state.staged.append(&mut later);
+                let _ = reply.send(result?);
             }
             JournalMsg::WriteRun(marker, reply) => {
                 if let Some(note) = state.note.take() {
