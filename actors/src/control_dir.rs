@@ -965,6 +965,11 @@ pub struct ControlDir {
     journal_shared: Arc<AtomicBool>,
     /// The incumbent this directory was handed over from, if any.
     handed_over_from: Option<u32>,
+    /// Held while a marker is written: every marker of a name goes through
+    /// one temp file (`.<name>.tmp`, unlinked if found), so two writers in
+    /// this process (the Journal actor's run-marker task and a
+    /// replacement's) must not interleave.
+    markers: std::sync::Mutex<()>,
 }
 
 impl ControlDir {
@@ -1091,6 +1096,7 @@ impl ControlDir {
             journal_keep: None,
             journal_shared: Arc::new(AtomicBool::new(false)),
             handed_over_from: None,
+            markers: std::sync::Mutex::new(()),
         };
         // A compaction that died before its rename left its temp file.
         dir.dir.unlink(COMPACT_TMP_NAME)?;
@@ -1479,6 +1485,12 @@ impl ControlDir {
         value: &T,
         durable: bool,
     ) -> Result<(), ControlDirError> {
+        // A writer that panicked mid-write left nothing this one relies on:
+        // the temp file is unlinked and made again below.
+        let _one_at_a_time = self
+            .markers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let target = self.dir.join(name);
         let bytes = encode_marker(magic, value).map_err(|reason| ControlDirError::BadMarker {
             path: target.clone(),

@@ -1179,3 +1179,51 @@ fn a_moved_data_dir_loses_the_lock() {
         .expect_err("no append after the lock is lost");
     assert!(error.to_string().contains("was lost"), "{error}");
 }
+
+/// Two writers of the run marker in one process (the Journal actor's
+/// attempt note and a replacement's hand-over marker) share its one temp
+/// file name: neither may unlink or rename the other's half-written temp
+/// file. Before marker writes were serialized, writers racing like this
+/// failed (`rename`: no such file) or left a marker of the other's bytes.
+#[test]
+fn concurrent_run_marker_writes_never_fail_or_tear() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cd = std::sync::Arc::new(ControlDir::open(tmp.path()).unwrap());
+    let writers: Vec<_> = (0..4u32)
+        .map(|w| {
+            let cd = std::sync::Arc::clone(&cd);
+            std::thread::spawn(move || {
+                let mut failures = Vec::new();
+                for attempt in 0..300 {
+                    let marker = RunMarker::Holding {
+                        pid: 1000 + w,
+                        attempt,
+                    };
+                    let written = if w % 2 == 0 {
+                        cd.write_run(&marker)
+                    } else {
+                        cd.note_run(&marker)
+                    };
+                    if let Err(error) = written {
+                        failures.push(error.to_string());
+                    }
+                    match cd.read_run() {
+                        Ok(MarkerRead::Valid(_)) => {}
+                        other => failures.push(format!("read back {other:?}")),
+                    }
+                }
+                failures
+            })
+        })
+        .collect();
+    let failures: Vec<String> = writers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of 1,200 marker writes failed or read back torn, e.g. {:?}",
+        failures.len(),
+        failures.first()
+    );
+}
