@@ -555,8 +555,9 @@ impl<S: JournalSink> JournalFile<S> {
     /// the failed append's bytes cannot be cut back (the cut failed, another
     /// process may be appending, or a compaction failed after its rename).
     pub fn append(&mut self, records: &[Record]) -> Result<(), ControlDirError> {
+        // `write` checked the lock and repaired a poisoned writer.
         self.write(records)?;
-        self.sync()
+        self.sync_written()
     }
 
     /// Write `records` (one buffer, one `write_all`) without an fsync: they
@@ -616,6 +617,11 @@ impl<S: JournalSink> JournalFile<S> {
     pub fn sync(&mut self) -> Result<(), ControlDirError> {
         self.check_lock()?;
         self.repair()?;
+        self.sync_written()
+    }
+
+    /// [`Self::sync`] once the lock is checked and the writer repaired.
+    fn sync_written(&mut self) -> Result<(), ControlDirError> {
         let Some(from) = self.unsynced else {
             return Ok(());
         };
