@@ -1323,8 +1323,9 @@ impl ControlDir {
     }
 
     /// Replace a durable `holding` run marker with `marker` (the attempt a
-    /// boot is on), atomically but without its fsyncs: temp file → write
-    /// → rename. A killed process leaves it in the page cache, so the next
+    /// boot is on), without fsyncs: in place when it is as long as the
+    /// marker there ([`Self::rewrite_in_place`]), else temp file → write →
+    /// rename. A killed process leaves it in the page cache, so the next
     /// daemon reads it; only a power loss can undo it, leaving the durable
     /// `holding` it replaced (or an unreadable marker): the previous run
     /// still reads `crashed`, with an earlier attempt (or none). So the
@@ -1335,7 +1336,50 @@ impl ControlDir {
     /// # Errors
     /// [`ControlDirError::Io`] if any step of the atomic write fails.
     pub fn note_run(&self, marker: &RunMarker) -> Result<(), ControlDirError> {
+        {
+            let _one_at_a_time = self
+                .markers
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if self.rewrite_in_place("run", RUN_MAGIC, marker)? {
+                return Ok(());
+            }
+        }
         self.write_marker_with("run", RUN_MAGIC, marker, false)
+    }
+
+    /// Overwrite marker `name` in place with `value` when its encoding is
+    /// as long as the marker there now (a `holding` run marker over
+    /// another: the same pid, an attempt of the same width): one `pwrite`
+    /// into the file's one page, no temp file, no rename (a rename frees
+    /// the old file's blocks, which on this kind of disk costs a discard
+    /// per boot). A tear (only a power loss can make one) reads as an
+    /// unreadable marker: `crashed`, as the marker it replaced did.
+    /// `false`, writing nothing, when the lengths differ or there is no
+    /// marker: the caller writes a new one.
+    fn rewrite_in_place<T: Serialize>(
+        &self,
+        name: &str,
+        magic: [u8; 8],
+        value: &T,
+    ) -> Result<bool, ControlDirError> {
+        use std::os::unix::fs::FileExt;
+        let target = self.dir.join(name);
+        let bytes = encode_marker(magic, value).map_err(|reason| ControlDirError::BadMarker {
+            path: target.clone(),
+            reason,
+        })?;
+        let file = match self.dir.open(name, Access::Write) {
+            Ok(file) => file,
+            Err(e) if e.io_kind() == Some(io::ErrorKind::NotFound) => return Ok(false),
+            Err(e) => return Err(e.into()),
+        };
+        let len = file.metadata().map_err(io_err(&target))?.len();
+        if len != bytes.len() as u64 {
+            return Ok(false);
+        }
+        file.write_all_at(&bytes, 0).map_err(io_err(&target))?;
+        Ok(true)
     }
 
     /// Read the run marker as it is now.

@@ -179,6 +179,8 @@ pub enum Access {
     Append,
     /// Write only; the file must not exist (created 0600, `O_EXCL`).
     WriteCreateNew,
+    /// Write only; the file must exist (never created or truncated).
+    Write,
 }
 
 impl Access {
@@ -190,6 +192,7 @@ impl Access {
             Self::AppendCreateNew => OFlags::RDWR | OFlags::APPEND | OFlags::CREATE | OFlags::EXCL,
             Self::Append => OFlags::RDWR | OFlags::APPEND,
             Self::WriteCreateNew => OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL,
+            Self::Write => OFlags::WRONLY,
         }
     }
 }

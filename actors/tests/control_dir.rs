@@ -1227,3 +1227,42 @@ fn concurrent_run_marker_writes_never_fail_or_tear() {
         failures.first()
     );
 }
+
+/// The per-attempt run marker is rewritten in place (one `pwrite`, the same
+/// file: no rename, which frees blocks and costs a discard per boot), and
+/// through a new file when its encoding grows.
+#[test]
+fn the_attempt_note_rewrites_the_run_marker_in_place() {
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let cd = ControlDir::open(tmp.path()).unwrap();
+    let run = tmp.path().join(".steadfast").join("run");
+    cd.write_run(&RunMarker::Holding { pid: 7, attempt: 0 })
+        .unwrap();
+    let inode = fs::metadata(&run).unwrap().ino();
+    cd.note_run(&RunMarker::Holding { pid: 7, attempt: 1 })
+        .unwrap();
+    assert_eq!(
+        fs::metadata(&run).unwrap().ino(),
+        inode,
+        "rewritten in place"
+    );
+    assert!(matches!(
+        cd.read_run().unwrap(),
+        MarkerRead::Valid(RunMarker::Holding { pid: 7, attempt: 1 })
+    ));
+    // A longer encoding (a wider attempt) cannot overwrite in place.
+    cd.note_run(&RunMarker::Holding {
+        pid: 7,
+        attempt: 70_000,
+    })
+    .unwrap();
+    assert!(matches!(
+        cd.read_run().unwrap(),
+        MarkerRead::Valid(RunMarker::Holding {
+            pid: 7,
+            attempt: 70_000
+        })
+    ));
+    assert_eq!(mode(&run) & 0o777, 0o600);
+}
