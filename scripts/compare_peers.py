@@ -13,9 +13,17 @@ noisy neighbour on the machine slows every side alike):
                    `sv term` + watching supervise/ for the new pid (runsv
                    re-execs `/bin/sleep infinity`), supervisord's XML-RPC
                    stopProcess + startProcess.
-  launch           a fresh daemon until its service runs: kvd on an empty data
+  launch           a fresh daemon until its service runs: kvd (five steps, a
+                   store) and the `minimal` example (one step) on an empty data
                    dir until `steadfastctl probe ready` says so, runsv until
-                   `sv status` says `run:`, supervisord until XML-RPC says RUNNING.
+                   `sv status` says `run:`, supervisord until XML-RPC says
+                   RUNNING. Every side polls the same way: one check after
+                   another with LAUNCH_POLL_PAUSE (1 ms) between them, the
+                   check a process of each side's own tool (steadfastctl,
+                   sv) or one XML-RPC call (supervisord); the median cost of
+                   one check that found the daemon not yet running is printed
+                   beside the table, since a launch is seen up to one check
+                   (plus the pause) late.
   idle RSS         VmRSS of each daemon (and of the peers' `sleep` child) after
                    the run.
 
@@ -24,8 +32,10 @@ The peers supervise `/bin/sleep infinity`, the cheapest child there is.
   python3 scripts/compare_peers.py [--bin target/release] [--rounds 30] [--json FILE]
   python3 scripts/compare_peers.py --smoke --bin target/debug     (what .ci/run runs)
 
---bin is a cargo profile dir holding `steadfastctl` and `examples/kvd`
-(`cargo build --release -p steadfastctl && cargo build --release --example kvd`;
+--bin is a cargo profile dir holding `steadfastctl`, `examples/kvd` and
+`examples/minimal` (`cargo build --release -p steadfastctl && cargo build
+--release --example kvd --example minimal`; without `minimal` its launch case
+is skipped with a line;
 `cargo build-ctl` links steadfastctl statically, see README "Performance").
 --smoke: 3 rounds; a peer that is not installed is skipped with a line saying
 so; the exit code is non-zero only when a steadfast case fails. Outside
@@ -48,6 +58,7 @@ import xmlrpc.client
 import json
 
 CHILDREN = []  # Popen objects started here, stopped by pid at the end
+LAUNCH_POLL_PAUSE = 0.001  # s between two checks of a launch, the same for every side
 STRAYS = []  # pids of the peers' `sleep` children, killed if still alive
 
 
@@ -136,6 +147,8 @@ class Steadfast:
         for path in (self.ctl, self.kvd):
             if not os.access(path, os.X_OK):
                 raise SystemExit(f"{path}: not built (see --help)")
+        minimal = os.path.join(bin_dir, "examples", "minimal")
+        self.minimal = minimal if os.access(minimal, os.X_OK) else None
         self.work = work
         self.count = 0
 
@@ -148,6 +161,17 @@ class Steadfast:
             f.write(f'listen_addr = "127.0.0.1:{loopback_port()}"\n')
         log = open(data + ".log", "ab")
         child = start([self.kvd, "--data-dir", data, "--config", conf], stdout=log, stderr=log)
+        return child, data
+
+    def launch_minimal(self):
+        """The `minimal` example (one step) on a fresh data dir: (child, data dir)."""
+        self.count += 1
+        data = os.path.join(self.work, f"minimal-{self.count}")
+        conf = data + ".toml"
+        with open(conf, "w") as f:
+            f.write(f'listen_addr = "127.0.0.1:{loopback_port()}"\n')
+        log = open(data + ".log", "ab")
+        child = start([self.minimal, data, conf], stdout=log, stderr=log)
         return child, data
 
     def ready(self, data):
@@ -459,21 +483,36 @@ def figures(sf, rit, sup, n, smoke):
     table("restart until running again", cases, samples, failures, ref)
     bad += steadfast_failures(failures, cases)
 
-    # -- launch until running
-    def sf_launch():
-        began = time.perf_counter()
-        child, fresh = sf.launch()
-        try:
-            poll_until(lambda: sf.ready(fresh))
-            return time.perf_counter() - began
-        finally:
-            stop(child)
+    # -- launch until running. Every side: a check, LAUNCH_POLL_PAUSE, a
+    # check, ... (the same loop); the cost of one check that said "not yet"
+    # is kept per side, since a launch is seen up to a check + a pause late.
+    check_costs = {}
+
+    def polled(name, check):
+        def timed_check():
+            began = time.perf_counter()
+            ok = check()
+            if not ok:
+                check_costs.setdefault(name, []).append(time.perf_counter() - began)
+            return ok
+        poll_until(timed_check, pause=LAUNCH_POLL_PAUSE)
+
+    def sf_launch(launch, name):
+        def case():
+            began = time.perf_counter()
+            child, fresh = launch()
+            try:
+                polled(name, lambda: sf.ready(fresh))
+                return time.perf_counter() - began
+            finally:
+                stop(child)
+        return case
 
     def runsv_launch():
         began = time.perf_counter()
         child, fresh = rit.launch()
         try:
-            poll_until(lambda: rit.say_up(fresh))
+            polled("runsv until sv status says run:", lambda: rit.say_up(fresh))
             return time.perf_counter() - began
         finally:
             rit.finish(child, fresh)
@@ -482,12 +521,18 @@ def figures(sf, rit, sup, n, smoke):
         began = time.perf_counter()
         child, (_, fresh_rpc) = sup.launch()
         try:
-            poll_until(lambda: sup.running_pid(fresh_rpc), pause=0.001)
+            polled("supervisord until XML-RPC says RUNNING", lambda: sup.running_pid(fresh_rpc))
             return time.perf_counter() - began
         finally:
             sup.finish(child, fresh_rpc)
 
-    cases = [("kvd on a fresh dir until probe ready", "steadfast", sf_launch)]
+    cases = [("kvd on a fresh dir until probe ready", "steadfast",
+              sf_launch(sf.launch, "kvd on a fresh dir until probe ready"))]
+    if sf.minimal:
+        cases.append(("minimal on a fresh dir until probe ready", "steadfast",
+                      sf_launch(sf.launch_minimal, "minimal on a fresh dir until probe ready")))
+    else:
+        print("skipped minimal: examples/minimal not built (cargo build --release --example minimal)")
     if rit:
         cases.append(("runsv until sv status says run:", "runit", runsv_launch))
     if sup:
@@ -495,6 +540,14 @@ def figures(sf, rit, sup, n, smoke):
     samples, failures = rounds(cases, n if smoke else max(3, n // 3))
     table("launch until running", cases, samples, failures,
           "runsv until sv status says run:" if rit else "kvd on a fresh dir until probe ready")
+    print(f"(polled: a check, {LAUNCH_POLL_PAUSE * 1e3:g} ms pause, a check, ...; "
+          "median cost of one check that said not yet:)")
+    for name, _, _ in cases:
+        xs = check_costs.get(name)
+        if xs:
+            print(f"  {name:50s} {statistics.median(xs) * 1e3:8.3f} ms ({len(xs)} checks)")
+            RESULTS.append({"section": "launch poll", "case": name, "n": len(xs),
+                            "median_check_ms": statistics.median(xs) * 1e3})
     bad += steadfast_failures(failures, cases)
 
     # -- idle RSS, after all of the above

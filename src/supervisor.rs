@@ -292,6 +292,7 @@ impl Supervisor {
             step_deadlines,
             metrics: Arc::new(steadfast_actors::metrics::Metrics::new()),
         });
+        shared.metrics.count_control_dir_fsyncs(control.fsyncs());
         let control = Arc::new(control);
         let (request_tx, request_rx) = mpsc::unbounded_channel();
         let (report_tx, report_rx) = watch::channel(None);

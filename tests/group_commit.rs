@@ -39,13 +39,12 @@ fn kvd(dir: &Path, port: u16) -> Kvd {
         .expect("kvd starts"))
 }
 
-/// `(fsyncs, records)` so far: the journal's fsync count and records
-/// written, from the daemon's OpenMetrics text.
-fn counts(data: &Path) -> (u64, u64) {
+/// The daemon's samples named in `names`, from its OpenMetrics text.
+fn samples<const N: usize>(data: &Path, names: [&str; N]) -> [u64; N] {
     let out = processes::ctl(data, &["metrics"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let text = String::from_utf8(out.stdout).expect("utf-8");
-    let sample = |name: &str| {
+    names.map(|name| {
         text.lines()
             .find_map(|l| {
                 l.strip_prefix(name)?
@@ -55,11 +54,20 @@ fn counts(data: &Path) -> (u64, u64) {
                     .ok()
             })
             .unwrap_or_else(|| panic!("no {name} in {text}")) as u64
-    };
-    (
-        sample("steadfast_journal_fsync_duration_seconds_count"),
-        sample("steadfast_journal_records_total"),
-    )
+    })
+}
+
+/// `(fsyncs, records)` so far: the journal's fsync count and records
+/// written, from the daemon's OpenMetrics text.
+fn counts(data: &Path) -> (u64, u64) {
+    let [fsyncs, records] = samples(
+        data,
+        [
+            "steadfast_journal_fsync_duration_seconds_count",
+            "steadfast_journal_records_total",
+        ],
+    );
+    (fsyncs, records)
 }
 
 fn state_is(data: &Path, state: &str, attempt: u64) {
@@ -117,6 +125,37 @@ fn fsyncs_per_stop_start_and_restart() {
         (stop, start, stop_start, restart),
         (1, 4, 5, 4),
         "fsyncs per stop, start, stop+start, restart"
+    );
+}
+
+/// Launch (issue 16, item 3): the fsyncs a fresh kvd makes before it is
+/// running, counted from its metrics. `spec/control-dir.md`, "Opening":
+/// the control dir's name (in the data dir) 1, the `holding` marker 2 (its
+/// temp file, then the control dir, which also makes the `lock` and
+/// `journal` names durable), the identity 2 (written beside the `booted`
+/// append); the journal's header is made durable by its first append.
+/// Before: 8 (the control dir and the journal header and its directory
+/// entry each had an fsync of their own). Journal appends (4; 5 before
+/// writing ahead): `resolving → booting` with `AttemptStarted`, written
+/// ahead and made durable with `open_store`'s checkpoint, then those of
+/// `replay_log` and `bind_listener`, the last with `booted`.
+#[test]
+fn fsyncs_at_launch() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let _kvd = kvd(tmp.path(), processes::free_port());
+    state_is(&data, "running", 1);
+    let [dir, journal] = samples(
+        &data,
+        [
+            "steadfast_control_dir_fsyncs_total",
+            "steadfast_journal_fsync_duration_seconds_count",
+        ],
+    );
+    assert_eq!(
+        (dir, journal),
+        (5, 4),
+        "control-dir fsyncs and journal appends of a fresh launch"
     );
 }
 

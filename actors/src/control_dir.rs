@@ -129,7 +129,7 @@ use std::fs::{self, File};
 use std::io::{self, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bincode::Options;
 use serde::de::DeserializeOwned;
@@ -450,6 +450,51 @@ enum Poison {
         /// The failure, rendered.
         cause: String,
     },
+    /// The control directory's fsync that was to make the journal's own
+    /// name durable (with its first append) failed: whether the name is
+    /// on disk is unknown, and a later fsync that succeeds would not say,
+    /// so this writer is never written again in this process.
+    DirEntry {
+        /// The failure, rendered.
+        cause: String,
+    },
+}
+
+/// Names created in the control directory (`lock`, `journal`) that no
+/// fsync of the directory has made durable yet, and the directory to fsync.
+/// The next fsync of the control directory covers them: at open that is the
+/// `holding` run marker's; [`JournalFile::append`] fsyncs the directory
+/// itself before it acknowledges anything if none has happened by then.
+/// Names are only created at open, before anything runs concurrently, and
+/// `pending` is cleared only once an fsync that began after them returned
+/// (an fsync in flight elsewhere does not clear it early).
+#[derive(Debug, Clone)]
+struct UnsyncedNames {
+    dir: Arc<Dir>,
+    pending: Arc<AtomicBool>,
+    /// Every fsync the control directory makes outside journal appends.
+    fsyncs: Arc<AtomicU64>,
+}
+
+impl UnsyncedNames {
+    /// fsync the directory if a name is pending.
+    fn sync_if_pending(&self) -> Result<(), FsError> {
+        if self.pending.load(Ordering::SeqCst) {
+            self.sync()?;
+        }
+        Ok(())
+    }
+
+    /// fsync the directory; once it returned, nothing is pending.
+    fn sync(&self) -> Result<(), FsError> {
+        let was_pending = self.pending.load(Ordering::SeqCst);
+        self.fsyncs.fetch_add(1, Ordering::Relaxed);
+        self.dir.sync()?;
+        if was_pending {
+            self.pending.store(false, Ordering::SeqCst);
+        }
+        Ok(())
+    }
 }
 
 /// The journal's one writer: appends records and acknowledges them only
@@ -493,6 +538,10 @@ pub struct JournalFile<S: JournalSink = File> {
     /// The incumbent this process took the data dir over from; while it
     /// lives it may still append, so compaction waits for it to be gone.
     shared_with: Option<u32>,
+    /// A journal created at open has its name made durable by the control
+    /// directory's next fsync; if none came before the first append, the
+    /// append makes it (`None` for a sink built in tests).
+    names: Option<UnsyncedNames>,
 }
 
 /// Clears the control directory's one-writer flag on drop.
@@ -533,6 +582,7 @@ impl<S: JournalSink> JournalFile<S> {
             attempts: 0,
             shared: None,
             shared_with: None,
+            names: None,
         }
     }
 
@@ -638,6 +688,18 @@ impl<S: JournalSink> JournalFile<S> {
                 source,
             });
         }
+        // A journal created at open whose name no fsync of the control
+        // directory has made durable yet (none has run since): made durable
+        // now, before anything is acknowledged. A failure poisons for good.
+        if let Some(names) = &self.names
+            && let Err(error) = names.sync_if_pending()
+        {
+            let cause = error.to_string();
+            tracing::error!(path = %self.path.display(), %cause,
+                "the control directory could not be fsynced after the journal's first append; nothing acknowledged");
+            self.poison = Some(Poison::DirEntry { cause });
+            return Err(error.into());
+        }
         self.unsynced = None;
         self.len = self.end;
         Ok(())
@@ -664,6 +726,14 @@ impl<S: JournalSink> JournalFile<S> {
                     cause,
                     "a compaction failed after renaming the new journal into place, so this \
                      writer may hold the old file; relaunch the daemon to reopen the journal"
+                        .to_owned(),
+                ));
+            }
+            Some(Poison::DirEntry { cause }) => {
+                return Err(refused(
+                    cause,
+                    "the control directory could not be fsynced to make the journal's name \
+                     durable; relaunch the daemon to reopen the journal"
                         .to_owned(),
                 ));
             }
@@ -863,6 +933,10 @@ impl JournalFile<File> {
             out.extend_from_slice(&frame);
         }
         let tmp = dir.join(COMPACT_TMP_NAME);
+        if let Some(names) = &self.names {
+            // The new file's fsync and the directory's.
+            names.fsyncs.fetch_add(2, Ordering::Relaxed);
+        }
         let written = dir
             .create_temp(COMPACT_TMP_NAME)
             .map_err(ControlDirError::from)
@@ -976,6 +1050,9 @@ pub struct ControlDir {
     /// this process (the Journal actor's run-marker task and a
     /// replacement's) must not interleave.
     markers: std::sync::Mutex<()>,
+    /// Names created here that the next fsync of this directory makes
+    /// durable, and the count of this directory's fsyncs.
+    names: UnsyncedNames,
 }
 
 impl ControlDir {
@@ -1085,11 +1162,22 @@ impl ControlDir {
             Err(fs::TryLockError::WouldBlock) => return Err(ControlDirError::Locked(lock_path)),
             Err(fs::TryLockError::Error(e)) => return Err(io_err(&lock_path)(e)),
         }
+        // A created control dir: its own name (in the data dir) is made
+        // durable now; the names made in it (`lock`, then `journal`) by its
+        // next fsync, the `holding` marker's at open, which a daemon writes
+        // before its first journal append (else that append makes them:
+        // `UnsyncedNames`). Nothing in it was acknowledged before then.
+        let fsyncs = Arc::new(AtomicU64::new(0));
         if created {
-            dir.sync()?;
+            fsyncs.fetch_add(1, Ordering::Relaxed);
             data.sync()?;
         }
         let dir = Arc::new(dir);
+        let names = UnsyncedNames {
+            dir: Arc::clone(&dir),
+            pending: Arc::new(AtomicBool::new(created)),
+            fsyncs,
+        };
         let mut dir = Self {
             path,
             lock: Arc::new(HeldLock {
@@ -1103,6 +1191,7 @@ impl ControlDir {
             journal_shared: Arc::new(AtomicBool::new(false)),
             handed_over_from: None,
             markers: std::sync::Mutex::new(()),
+            names,
         };
         // A compaction that died before its rename left its temp file.
         dir.dir.unlink(COMPACT_TMP_NAME)?;
@@ -1243,11 +1332,16 @@ impl ControlDir {
         let recovery = match decoded.tail {
             Tail::Clean => Recovery::Clean,
             Tail::Empty => {
+                // Not fsynced here: the first append's `sync_data` makes the
+                // header durable with the first records (no record exists
+                // before it), and the journal's name is made durable by the
+                // control dir's next fsync (`UnsyncedNames`). A crash before
+                // then leaves no journal, an empty one or a torn header,
+                // each opened as fresh.
                 file.write_all(&journal::encode_header())
-                    .and_then(|()| file.sync_all())
                     .map_err(io_err(path))?;
                 if created {
-                    self.dir.sync()?;
+                    self.names.pending.store(true, Ordering::SeqCst);
                 }
                 Recovery::Fresh
             }
@@ -1262,6 +1356,7 @@ impl ControlDir {
                     file.write_all(&journal::encode_header())
                         .map_err(io_err(path))?;
                 }
+                self.count_fsync();
                 file.sync_all().map_err(io_err(path))?;
                 Recovery::RepairedTornTail {
                     offset,
@@ -1276,6 +1371,7 @@ impl ControlDir {
         writer.keep_attempts = self.journal_keep;
         writer.shared = Some(Arc::clone(&self.journal_shared));
         writer.shared_with = self.handed_over_from;
+        writer.names = Some(self.names.clone());
         writer.attempts = journal::attempts_in(&decoded.records);
         let mut records = decoded.records;
         if writer.wants_compaction()
@@ -1302,10 +1398,11 @@ impl ControlDir {
             // `O_EXCL`: a name already taken (even by a link) is skipped.
             match self.dir.open(&name, Access::WriteCreateNew) {
                 Ok(mut file) => {
+                    self.count_fsync();
                     file.write_all(bytes)
                         .and_then(|()| file.sync_all())
                         .map_err(io_err(&target))?;
-                    self.dir.sync()?;
+                    self.sync_dir()?;
                     return Ok(target);
                 }
                 Err(e) if e.io_kind() == Some(io::ErrorKind::AlreadyExists) => n += 1,
@@ -1405,7 +1502,7 @@ impl ControlDir {
     /// cannot be fsynced.
     pub fn clear_hold(&self) -> Result<(), ControlDirError> {
         if self.dir.unlink("hold")? {
-            self.dir.sync()?;
+            self.sync_dir()?;
         }
         Ok(())
     }
@@ -1505,7 +1602,7 @@ impl ControlDir {
     pub fn write_overrides(&self, leaves: &[(String, String)]) -> Result<(), ControlDirError> {
         if leaves.is_empty() {
             if self.dir.unlink("overrides")? {
-                self.dir.sync()?;
+                self.sync_dir()?;
             }
             return Ok(());
         }
@@ -1555,6 +1652,9 @@ impl ControlDir {
             .create_temp(&tmp_name)
             .map_err(ControlDirError::from)
             .and_then(|mut file| {
+                if durable {
+                    self.count_fsync();
+                }
                 file.write_all(&bytes)
                     .and_then(|()| if durable { file.sync_all() } else { Ok(()) })
                     .map_err(io_err(&tmp))
@@ -1572,7 +1672,27 @@ impl ControlDir {
             return Ok(());
         }
         crate::failpoint::hit("marker.before_dir_fsync");
-        Ok(self.dir.sync()?)
+        self.sync_dir()
+    }
+
+    /// fsync the control directory: also makes durable the names
+    /// [`UnsyncedNames`] holds (a created `lock` and `journal`).
+    fn sync_dir(&self) -> Result<(), ControlDirError> {
+        Ok(self.names.sync()?)
+    }
+
+    fn count_fsync(&self) {
+        self.names.fsyncs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many fsyncs this control directory made outside journal appends
+    /// (the `steadfast_control_dir_fsyncs_total` metric): its directories,
+    /// its markers, a journal repair's or compaction's. A fresh launch costs three before
+    /// the first append (the data dir, the `holding` marker and the
+    /// control dir), and two when the identity is created.
+    #[must_use]
+    pub fn fsyncs(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.names.fsyncs)
     }
 }
 

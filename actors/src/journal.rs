@@ -57,6 +57,9 @@ pub struct JournalState {
     /// appends do not wait for; the next marker write of the run marker
     /// waits for it, so run markers land in the order they were asked.
     note: Option<tokio::task::JoinHandle<()>>,
+    /// The identity being written ([`JournalMsg::EnsureIdentity`]), off
+    /// the mailbox; the next one waits for it.
+    identity: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// How many staged records are kept while appends fail (a full disk for a
@@ -182,6 +185,10 @@ pub enum JournalMsg {
     /// Set (`true`) or clear the hold marker.
     SetHold(bool, RpcReplyPort<Durable>),
     /// The identity, created now (at this many ms) if it does not exist.
+    /// Written in a task of its own (another file than the journal: no
+    /// record refers to it), so the append sent after it, the `booted`
+    /// transition, does not wait for it and their fsyncs overlap; a later
+    /// `EnsureIdentity` waits for it.
     EnsureIdentity(u64, RpcReplyPort<Durable<String>>),
     /// Make the override tier durable (`(leaf, TOML value)`).
     WriteOverrides(Vec<(String, String)>, RpcReplyPort<Durable>),
@@ -212,6 +219,7 @@ impl Actor for JournalActor {
             file: Some(file),
             staged: Vec::new(),
             note: None,
+            identity: None,
         })
     }
 
@@ -285,14 +293,19 @@ impl Actor for JournalActor {
                 let _ = reply.send(result.map_err(|e| e.to_string()));
             }
             JournalMsg::EnsureIdentity(now_ms, reply) => {
+                let previous = state.identity.take();
                 let control = Arc::clone(&state.control);
-                let result =
-                    tokio::task::spawn_blocking(move || control.ensure_identity(now_ms)).await?;
-                let _ = reply.send(
-                    result
-                        .map(|identity| identity.id)
-                        .map_err(|e| e.to_string()),
-                );
+                state.identity = Some(tokio::spawn(async move {
+                    if let Some(previous) = previous {
+                        let _ = previous.await;
+                    }
+                    let result =
+                        tokio::task::spawn_blocking(move || control.ensure_identity(now_ms))
+                            .await
+                            .map_err(|e| e.to_string())
+                            .and_then(|r| r.map(|identity| identity.id).map_err(|e| e.to_string()));
+                    let _ = reply.send(result);
+                }));
             }
             JournalMsg::WriteOverrides(leaves, reply) => {
                 let control = Arc::clone(&state.control);

@@ -408,6 +408,9 @@ pub struct LifecycleActorState {
     /// The attempt whose `AttemptStarted` is journaled and whose
     /// `AttemptEnded` is not yet (see [`Self::end_attempt`]).
     open_attempt: Option<u32>,
+    /// The identity asked for beside the `booted` append that reaches
+    /// running (see [`Self::entering`]), not yet answered.
+    identity: Option<ractor::concurrency::OneshotReceiver<journal::Durable<String>>>,
     /// Stop commands waiting for the drain to settle.
     stop_waiters: Vec<RpcReplyPort<Result<Snapshot, CommandError>>>,
     /// A re-initialization waiting for its wipe to settle.
@@ -481,6 +484,7 @@ impl Actor for LifecycleActor {
             config: None,
             boot_fingerprint: None,
             open_attempt: None,
+            identity: None,
             stop_waiters: Vec::new(),
             reinit_waiter: None,
             overrides_generation: 0,
@@ -744,6 +748,17 @@ impl LifecycleActorState {
             let _ = self.children.journal.cast(JournalMsg::Stage(records));
             log_transition(&self.machine.state, &event, &next.state);
             return Ok(effect);
+        }
+        // The first boot that reaches running creates the identity: asked
+        // for before its `booted` append (another file, which no record
+        // refers to), so the two writes and their fsyncs overlap; `entering`
+        // waits for it before `running` is published (issue 16).
+        if matches!(event, LifecycleEvent::Booted { .. })
+            && matches!(next.state, LifecycleState::Running { .. })
+            && self.snapshot.identity.is_none()
+            && self.identity.is_none()
+        {
+            self.identity = Some(self.ask_identity(at.as_millis()));
         }
         // Group commit: a transition into a boot or a drain is written
         // and its effect started at once; its fsync comes with the
@@ -1027,17 +1042,36 @@ impl LifecycleActorState {
         self.overrides_generation != self.boot_overrides_generation
     }
 
+    /// Ask the Journal actor for the identity, created at `now_ms` if there
+    /// is none; the answer comes on the receiver.
+    fn ask_identity(
+        &self,
+        now_ms: u64,
+    ) -> ractor::concurrency::OneshotReceiver<journal::Durable<String>> {
+        let (reply, answer) = ractor::concurrency::oneshot();
+        let _ = self
+            .children
+            .journal
+            .cast(JournalMsg::EnsureIdentity(now_ms, reply.into()));
+        answer
+    }
+
     /// What entering the current state records before it is published.
     async fn entering(&mut self) {
         if let LifecycleState::Running { .. } = self.machine.state {
             let now = self.shared.clock.now().as_millis();
             if self.snapshot.identity.is_none() {
                 let timeout = self.shared.timings.journal_timeout;
-                match journal::ask(&self.children.journal, timeout, |r| {
-                    JournalMsg::EnsureIdentity(now, r)
-                })
-                .await
-                {
+                let asked = match self.identity.take() {
+                    Some(asked) => asked,
+                    None => self.ask_identity(now),
+                };
+                let answer = match tokio::time::timeout(timeout, asked).await {
+                    Ok(Ok(answer)) => answer,
+                    Ok(Err(_)) => Err("the journal is not running".to_owned()),
+                    Err(_) => Err(format!("the journal did not answer within {timeout:?}")),
+                };
+                match answer {
                     Ok(identity) => self.snapshot.identity = Some(identity),
                     Err(error) => {
                         self.fail_durability(format!("the identity could not be written: {error}"))

@@ -13,14 +13,17 @@
 //! - the control plane's connections and every refused command (by
 //!   reason), and the replacement reports (outcomes, generation).
 //!
+//! - the control directory's own fsync count (`ControlDir::fsyncs`), read
+//!   at each render.
+//!
 //! Invariant: a counter moves only with a transition the machine adopted
-//! (a refused event or an unadopted command changes nothing).
+//! (a refused event or an unadopted command changes nothing), except the
+//! control directory's fsync count, a count of the disk work.
 //! `tests/metrics.rs::the_metrics_follow_a_stop_start_fail_sequence`
 //! parses the text with Python's `prometheus_client` OpenMetrics parser.
 
-use std::sync::Mutex;
-use std::sync::PoisonError;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -112,6 +115,10 @@ pub struct Metrics {
     journal_records: Counter,
     journal_failed: Counter,
     fsync_seconds: Histogram,
+    /// The control directory's fsyncs outside journal appends, read from
+    /// its own count ([`Metrics::count_control_dir_fsyncs`]) at render.
+    control_dir_fsyncs: Counter,
+    control_dir_fsync_source: OnceLock<Arc<AtomicU64>>,
     connections: Family<TransportLabels, Counter>,
     refusals: Family<RefusalLabels, Counter>,
     replacements: Family<OutcomeLabels, Counter>,
@@ -161,6 +168,8 @@ impl Metrics {
             journal_records: Counter::default(),
             journal_failed: Counter::default(),
             fsync_seconds: Histogram::new(exponential_buckets(0.000_1, 2.0, 16)),
+            control_dir_fsyncs: Counter::default(),
+            control_dir_fsync_source: OnceLock::new(),
             connections: Family::default(),
             refusals: Family::default(),
             replacements: Family::default(),
@@ -233,6 +242,12 @@ impl Metrics {
             "How long a journal append took to write and fsync",
             Unit::Seconds,
             metrics.fsync_seconds.clone(),
+        );
+        registry.register(
+            "control_dir_fsyncs",
+            "fsyncs of the control directory, its markers and a journal repair or compaction \
+             (journal appends are counted by journal_fsync_duration)",
+            metrics.control_dir_fsyncs.clone(),
         );
         registry.register(
             "control_connections",
@@ -388,6 +403,13 @@ impl Metrics {
         }
     }
 
+    /// Count the control directory's fsyncs from `source`
+    /// (`ControlDir::fsyncs`), read at each render; only the first source
+    /// given is kept.
+    pub fn count_control_dir_fsyncs(&self, source: Arc<AtomicU64>) {
+        let _ = self.control_dir_fsync_source.set(source);
+    }
+
     /// A control-plane connection accepted on `transport` (`unix`, `tcp`).
     pub fn control_connection(&self, transport: &str) {
         self.connections
@@ -439,6 +461,11 @@ impl Metrics {
             #[allow(clippy::cast_precision_loss)]
             self.in_state
                 .set(now.as_millis().saturating_sub(last.since_ms) as f64 / 1000.0);
+        }
+        if let Some(source) = self.control_dir_fsync_source.get() {
+            let seen = source.load(Ordering::Relaxed);
+            self.control_dir_fsyncs
+                .inc_by(seen.saturating_sub(self.control_dir_fsyncs.get()));
         }
         let mut text = String::new();
         // Writing to a String cannot fail.

@@ -1266,3 +1266,57 @@ fn the_attempt_note_rewrites_the_run_marker_in_place() {
     ));
     assert_eq!(mode(&run) & 0o777, 0o600);
 }
+
+/// DESIGN.md "Durability rules" and `spec/control-dir.md` "The fsyncs of a
+/// launch": a fresh control dir fsyncs the data dir (for `.steadfast`) at
+/// open and nothing else; the journal's header is not fsynced on its own.
+/// The `holding` marker's directory fsync makes the new names (`lock`,
+/// `journal`) durable, so the first append after it fsyncs nothing more
+/// than itself; a journal appended to before any fsync of the directory
+/// fsyncs the directory once, with its first append. Counted by
+/// `ControlDir::fsyncs` (outside the appends' own `sync_data`).
+#[test]
+fn a_fresh_launch_defers_the_journal_and_directory_fsyncs() {
+    use std::sync::atomic::Ordering;
+    // A daemon's order: open, journal, `holding` marker, appends.
+    let tmp = tempfile::tempdir().unwrap();
+    let cd = ControlDir::open(&tmp.path().join("data")).unwrap();
+    let fsyncs = cd.fsyncs();
+    assert_eq!(fsyncs.load(Ordering::Relaxed), 1, "the data dir only");
+    let (mut journal, records, recovery) = cd.open_journal().unwrap();
+    assert!(records.is_empty());
+    assert_eq!(recovery, Recovery::Fresh);
+    assert_eq!(fsyncs.load(Ordering::Relaxed), 1, "no fsync of the header");
+    cd.write_run(&RunMarker::Holding { pid: 1, attempt: 0 })
+        .unwrap();
+    assert_eq!(fsyncs.load(Ordering::Relaxed), 3, "the marker and the dir");
+    journal.append(&[record(1)]).unwrap();
+    journal.append(&[record(2)]).unwrap();
+    assert_eq!(
+        fsyncs.load(Ordering::Relaxed),
+        3,
+        "the marker's dir fsync covered the journal's name"
+    );
+    drop(journal);
+    drop(cd);
+    // The header and both records are there for the next open.
+    let cd = ControlDir::open(&tmp.path().join("data")).unwrap();
+    assert_eq!(cd.fsyncs().load(Ordering::Relaxed), 0, "an existing dir");
+    let (_journal, records, recovery) = cd.open_journal().unwrap();
+    assert_eq!(recovery, Recovery::Clean);
+    assert_eq!(records, vec![record(1), record(2)]);
+
+    // No marker before the first append: that append fsyncs the directory.
+    let tmp = tempfile::tempdir().unwrap();
+    let cd = ControlDir::open(&tmp.path().join("data")).unwrap();
+    let fsyncs = cd.fsyncs();
+    let (mut journal, _, _) = cd.open_journal().unwrap();
+    journal.append(&[record(1)]).unwrap();
+    assert_eq!(
+        fsyncs.load(Ordering::Relaxed),
+        2,
+        "the data dir, then the control dir"
+    );
+    journal.append(&[record(2)]).unwrap();
+    assert_eq!(fsyncs.load(Ordering::Relaxed), 2, "once");
+}
