@@ -173,8 +173,11 @@ impl Command {
 
 pub use steadfast_protocol::command::CommandError;
 
-/// A command and where its answer goes.
-pub type CommandRequest = (Command, RpcReplyPort<Result<Snapshot, CommandError>>);
+/// A command and where its answer goes, boxed: an unbounded channel
+/// allocates its first block of 32 slots when it is made, so a slot the
+/// size of a pointer keeps an idle supervisor's command queue small (issue
+/// 16: memory per supervisor).
+pub type CommandRequest = Box<(Command, RpcReplyPort<Result<Snapshot, CommandError>>)>;
 
 /// Progress and outcome of a boot, from the Boot actor's task.
 pub enum BootReport {
@@ -430,7 +433,8 @@ impl Actor for LifecycleActor {
         // existed; forward them into the mailbox.
         let forward = myself.clone();
         tokio::spawn(async move {
-            while let Some((command, reply)) = commands.recv().await {
+            while let Some(request) = commands.recv().await {
+                let (command, reply) = *request;
                 if forward.cast(LifecycleMsg::Command(command, reply)).is_err() {
                     break;
                 }
