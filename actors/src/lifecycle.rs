@@ -77,7 +77,7 @@ use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort};
 use steadfast_protocol::Timestamp;
 use steadfast_protocol::journal::{AttemptResult as JournalResult, Record};
 use steadfast_protocol::lifecycle::{
@@ -90,11 +90,11 @@ use steadfast_protocol::snapshot::{
 };
 use tokio::sync::{mpsc, watch};
 
-use crate::boot::BootMsg;
+use crate::boot::{BootActor, BootMsg};
 use crate::config::{Fingerprint, Overrides, RESOLVE_DEADLINE};
 use crate::context::Shared;
 use crate::control_dir::RunMarker;
-use crate::drain::DrainMsg;
+use crate::drain::{DrainActor, DrainMsg};
 use crate::journal::{self, JournalMsg};
 use crate::service::{LiveRuntime, TaskEnded};
 use crate::store::StoreLock;
@@ -245,15 +245,14 @@ pub enum BootReport {
 }
 
 /// The children the Lifecycle actor hands work to (replaced when Root
-/// restarts one).
+/// restarts one), and Root, under which it spawns the temporary ones (a
+/// Boot actor for each attempt, a Drain actor for each drain or wipe).
 #[derive(Clone)]
 pub struct Children {
-    /// Runs boots.
-    pub boot: ActorRef<BootMsg>,
-    /// Runs drains.
-    pub drain: ActorRef<DrainMsg>,
     /// Makes things durable.
     pub journal: ActorRef<JournalMsg>,
+    /// Root: the supervisor of every Boot and Drain actor.
+    pub root: ActorCell,
 }
 
 /// What the Lifecycle actor is told.
@@ -404,6 +403,13 @@ pub struct LifecycleActorState {
     /// The wake a timer is armed for (the last one the machine asked for),
     /// and that timer, aborted when the machine asks for another.
     armed: Option<(Wake, tokio::task::AbortHandle)>,
+    /// The Boot actor of the current attempt (a temporary child of Root,
+    /// gone once its boot ended): where a cancel goes.
+    boot: Option<ActorRef<BootMsg>>,
+    /// Boot and Drain actors spawned so far: the generation in the next
+    /// one's name ([`crate::root::child_name`]).
+    boots_spawned: u32,
+    drains_spawned: u32,
 }
 
 impl Actor for LifecycleActor {
@@ -459,6 +465,9 @@ impl Actor for LifecycleActor {
             journal_error: None,
             exit,
             armed: None,
+            boot: None,
+            boots_spawned: 0,
+            drains_spawned: 0,
         })
     }
 
@@ -784,6 +793,29 @@ impl LifecycleActorState {
         Ok(effect)
     }
 
+    /// A Drain actor for one drain or wipe, under Root; it ends when its job
+    /// does. `None` (logged) if it could not be started.
+    async fn spawn_drain(&mut self) -> Option<ActorRef<DrainMsg>> {
+        let generation = self.drains_spawned;
+        self.drains_spawned += 1;
+        match crate::root::spawn_temporary(
+            &self.children.root,
+            &self.shared.data_dir,
+            "drain",
+            generation,
+            DrainActor,
+            Arc::clone(&self.shared),
+        )
+        .await
+        {
+            Ok(drain) => Some(drain),
+            Err(error) => {
+                tracing::error!(%error, "the drain actor could not be started");
+                None
+            }
+        }
+    }
+
     /// Perform what the machine handed back.
     async fn perform(&mut self, myself: &ActorRef<LifecycleMsg>, effect: Effect) {
         let timeout = self.shared.timings.journal_timeout;
@@ -796,10 +828,35 @@ impl LifecycleActorState {
                     report_to: myself.clone(),
                     journal: self.children.journal.clone(),
                 };
-                if self.children.boot.cast(run).is_err() {
-                    // The Boot actor is being restarted; Root reports its
-                    // death, which fails this attempt with a probed store.
-                    tracing::error!("the boot actor is not running");
+                // A Boot actor for this attempt alone, under Root; it ends
+                // when the boot does.
+                let generation = self.boots_spawned;
+                self.boots_spawned += 1;
+                let started = crate::root::spawn_temporary(
+                    &self.children.root,
+                    &self.shared.data_dir,
+                    "boot",
+                    generation,
+                    BootActor,
+                    Arc::clone(&self.shared),
+                )
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|boot| {
+                    boot.cast(run).map_err(|e| e.to_string())?;
+                    Ok(boot)
+                });
+                match started {
+                    Ok(boot) => self.boot = Some(boot),
+                    Err(error) => {
+                        // No boot runs: fail this attempt as a crashed boot
+                        // (class backoff, probed store), as Root would.
+                        tracing::error!(%error, "the boot actor could not be started");
+                        self.boot = None;
+                        let _ = myself.cast(LifecycleMsg::BootCrashed {
+                            reason: format!("the boot actor could not be started: {error}"),
+                        });
+                    }
                 }
             }
             Effect::CancelBoot => {
@@ -812,7 +869,11 @@ impl LifecycleActorState {
                     } => report.error.clone(),
                     _ => "cancelled".to_owned(),
                 };
-                let _ = self.children.boot.cast(BootMsg::Cancel { reason });
+                if let Some(boot) = &self.boot {
+                    // A boot that already ended has its report in this
+                    // actor's mailbox: nothing to cancel.
+                    let _ = boot.cast(BootMsg::Cancel { reason });
+                }
             }
             Effect::ShutdownRuntime => {
                 let drain = self.runtime.take().map(|live| DrainMsg::Run {
@@ -823,7 +884,11 @@ impl LifecycleActorState {
                 // No runtime to hand over (or no Drain actor to take it: the
                 // runtime comes back in the error and is dropped here, which
                 // aborts its tasks): the probe alone settles the drain.
-                if drain.is_none_or(|run| self.children.drain.cast(run).is_err()) {
+                let handed = match drain {
+                    Some(run) => self.spawn_drain().await.is_some_and(|d| d.cast(run).is_ok()),
+                    None => false,
+                };
+                if !handed {
                     let store = StoreLock::observe(&self.shared.data_dir).await;
                     let _ = myself.cast(LifecycleMsg::Drained {
                         attempt: 0,
@@ -837,11 +902,15 @@ impl LifecycleActorState {
                 let wipe = DrainMsg::Wipe {
                     report_to: myself.clone(),
                 };
-                if self.children.drain.cast(wipe).is_err() {
+                if !self
+                    .spawn_drain()
+                    .await
+                    .is_some_and(|d| d.cast(wipe).is_ok())
+                {
                     let store = StoreLock::observe(&self.shared.data_dir).await;
                     let _ = myself.cast(LifecycleMsg::Wiped {
                         store,
-                        error: Some("the drain actor is not running".into()),
+                        error: Some("the drain actor could not be started".into()),
                     });
                 }
             }
