@@ -885,7 +885,10 @@ impl LifecycleActorState {
                 // runtime comes back in the error and is dropped here, which
                 // aborts its tasks): the probe alone settles the drain.
                 let handed = match drain {
-                    Some(run) => self.spawn_drain().await.is_some_and(|d| d.cast(run).is_ok()),
+                    Some(run) => self
+                        .spawn_drain()
+                        .await
+                        .is_some_and(|d| d.cast(run).is_ok()),
                     None => false,
                 };
                 if !handed {
