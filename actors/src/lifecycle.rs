@@ -905,11 +905,11 @@ impl LifecycleActorState {
                 let wipe = DrainMsg::Wipe {
                     report_to: myself.clone(),
                 };
-                if !self
+                let handed = self
                     .spawn_drain()
                     .await
-                    .is_some_and(|d| d.cast(wipe).is_ok())
-                {
+                    .is_some_and(|d| d.cast(wipe).is_ok());
+                if !handed {
                     let store = StoreLock::observe(&self.shared.data_dir).await;
                     let _ = myself.cast(LifecycleMsg::Wiped {
                         store,
