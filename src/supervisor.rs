@@ -424,7 +424,7 @@ impl SupervisorHandle {
         let name = command.name();
         let (tx, rx) = oneshot::channel();
         self.commands
-            .send((command, tx.into()))
+            .send(Box::new((command, tx.into())))
             .map_err(|_| CommandError::Unavailable)?;
         let answer = rx.await.map_err(|_| CommandError::Unavailable)?;
         if let Err(error) = &answer {
@@ -517,7 +517,7 @@ impl SupervisorHandle {
         let (tx, rx) = oneshot::channel();
         self.replace
             .requests
-            .send((job, tx.into()))
+            .send(Box::new((job, tx.into())))
             .map_err(|_| ReplaceRefusal::Unavailable)?;
         let answer = rx.await.map_err(|_| ReplaceRefusal::Unavailable)?;
         if let Err(refusal) = &answer {

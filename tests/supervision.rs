@@ -2,7 +2,8 @@
 //! ARCHITECTURE.md): a child killed from outside is restarted, the daemon
 //! keeps working through the new child, and a journal that keeps dying ends
 //! the process with intent relaunch instead of running on without
-//! durability.
+//! durability. And the temporary children: a running supervisor keeps no
+//! idle Boot, Drain or Replacement actor.
 
 mod common;
 
@@ -89,5 +90,69 @@ async fn a_killed_config_watcher_is_restarted_and_still_watches() {
     kill_and_await_successor(tmp.path(), "config_watcher", 0).await;
     std::fs::write(&declared, "fixed\n").expect("fix the file");
     until(&handle, "running after the fix", running).await;
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// Root's children, by name, sorted.
+fn children_of(root: &ractor::ActorCell) -> Vec<String> {
+    let mut names: Vec<String> = root
+        .get_children()
+        .iter()
+        .map(|child| child.get_name().unwrap_or_else(|| "(unnamed)".into()))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Wait until Root's children are exactly `expected` (roles at generations).
+async fn await_children(root: &ractor::ActorCell, data_dir: &Path, expected: &[(&str, u32)]) {
+    let mut want: Vec<String> = expected
+        .iter()
+        .map(|(role, generation)| child_name(data_dir, role, *generation))
+        .collect();
+    want.sort();
+    let waited = tokio::time::timeout(PATIENCE, async {
+        while children_of(root) != want {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(
+        waited.is_ok(),
+        "Root's children: {:?}, expected {want:?}",
+        children_of(root)
+    );
+}
+
+/// A running supervisor holds no idle child (issue 16: memory per
+/// supervisor): the Boot actor of an attempt ends with its boot, a Drain
+/// actor lives only while its drain runs, and the Replacement actor is not
+/// started before a replacement is asked for. Root's children while running
+/// are the Journal and the Lifecycle actors; a stop and a start spawn a
+/// Drain and a Boot actor of their own (generation 0 of drain, 1 of boot),
+/// which end with their work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_running_supervisor_keeps_no_idle_boot_drain_or_replacement_actor() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+    until(&handle, "running", running).await;
+    let root = await_running(tmp.path(), "journal", 0)
+        .await
+        .try_get_supervisor()
+        .expect("the journal's supervisor is Root");
+    let settled = [("journal", 0), ("lifecycle", 0)];
+    await_children(&root, tmp.path(), &settled).await;
+
+    handle.stop(Hold::None).await.expect("stop");
+    handle.start().await.expect("start");
+    until(&handle, "running again", running).await;
+    await_children(&root, tmp.path(), &settled).await;
+    // Each was spawned once and is gone: the next ones get new names.
+    for (role, generation) in [("boot", 0), ("boot", 1), ("drain", 0)] {
+        assert!(
+            ractor::registry::where_is(child_name(tmp.path(), role, generation)).is_none(),
+            "{role} {generation} is still registered"
+        );
+    }
     exit(run, &handle, ExitIntent::Halt).await;
 }

@@ -490,9 +490,10 @@ async fn rapid_writes_to_the_declared_file_end_on_the_last_content() {
     exit(run, &handle, ExitIntent::Halt).await;
 }
 
-/// A drain that panics is a supervision event, not a crash: Root starts a new
-/// Drain actor and the lifecycle settles the drain on a probed store (the
-/// runtime was dropped while the drain unwound, which released the store).
+/// A drain that panics is a supervision event, not a crash: Root reports the
+/// Drain actor's death and the lifecycle settles the drain on a probed store
+/// (the runtime was dropped while the drain unwound, which released the
+/// store); the next drain gets a Drain actor of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_panicking_drain_settles_on_a_probed_store() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -515,7 +516,7 @@ async fn a_panicking_drain_settles_on_a_probed_store() {
         stopped.lifecycle
     );
     assert_eq!(StoreLock::probe(tmp.path()), StoreOutcome::Released);
-    // The new Drain actor works: another round trip.
+    // The next Drain actor works: another round trip.
     handle.start().await.expect("start");
     until(&handle, "running again", running).await;
     exit(run, &handle, ExitIntent::Halt).await;

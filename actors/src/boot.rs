@@ -40,6 +40,12 @@
 //! - A boot task that panics fails this actor: Root turns that into a failed
 //!   boot of class backoff with a probed store outcome (the runtime the task
 //!   held was dropped while unwinding).
+//! - The actor is a *temporary* child of Root (OTP's sense): the Lifecycle
+//!   actor spawns one for each attempt ([`crate::root::spawn_temporary`]),
+//!   and it stops itself with [`WORK_DONE`] once its boot task ended without
+//!   a panic, so a running supervisor holds no idle Boot actor (issue 16:
+//!   memory per supervisor). Any other end (a panic, a kill) is a crashed
+//!   boot, as before.
 //!
 //! Checked by `tests/supervisor.rs` (`a_boot_that_cannot_bind_is_retried_until_the_port_frees`,
 //! `a_panicking_boot_step_is_a_failed_boot_not_a_crashed_process`,
@@ -60,6 +66,7 @@ use crate::context::Shared;
 use crate::drain::teardown;
 use crate::journal::JournalMsg;
 use crate::lifecycle::{BootReport, LifecycleMsg};
+use crate::root::WORK_DONE;
 use crate::service::{
     Checkpoint, Completed, LiveRuntime, Observation, Runtime, StepEnv, StepError, StepProgress,
     spawn_watched,
@@ -176,6 +183,8 @@ impl Actor for BootActor {
                 if let Some(panic) = panic {
                     return Err(format!("boot attempt {attempt} panicked: {panic}").into());
                 }
+                // A temporary child of Root: its one boot is over.
+                myself.stop(Some(WORK_DONE.to_owned()));
             }
         }
         Ok(())

@@ -11,7 +11,10 @@
 //! which Root turns into a probed `drained` (the runtime was dropped while
 //! unwinding, which aborts its tasks). The Drain actor also runs the
 //! service's wipe step for a confirmed re-initialization ([`wipe`]): the
-//! other destructive job, with the same probed outcome. Checked by `tests/supervisor.rs`
+//! other destructive job, with the same probed outcome. Like the Boot
+//! actor it is a temporary child of Root: the Lifecycle actor spawns one
+//! for each drain or wipe, and it stops itself with
+//! [`WORK_DONE`] once that job's task ended without a panic. Checked by `tests/supervisor.rs`
 //! (`a_drain_that_cannot_release_wedges_and_only_exit_is_accepted`).
 //!
 //! Each destruction is reported as progress (`destroy:<step>` started,
@@ -31,6 +34,7 @@ use steadfast_protocol::snapshot::PhaseOutcome;
 use crate::context::Shared;
 use crate::journal::JournalMsg;
 use crate::lifecycle::{BootReport, LifecycleMsg};
+use crate::root::WORK_DONE;
 use crate::service::{Completed, LiveRuntime, Observation, Runtime, spawn_watched};
 use crate::store::StoreLock;
 
@@ -286,7 +290,11 @@ impl Actor for DrainActor {
             DrainMsg::TaskEnded { panic: Some(panic) } => {
                 Err(format!("drain panicked: {panic}").into())
             }
-            DrainMsg::TaskEnded { panic: None } => Ok(()),
+            DrainMsg::TaskEnded { panic: None } => {
+                // A temporary child of Root: its one job is over.
+                myself.stop(Some(WORK_DONE.to_owned()));
+                Ok(())
+            }
         }
     }
 }

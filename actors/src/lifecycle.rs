@@ -87,7 +87,7 @@ use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort};
 use steadfast_protocol::Timestamp;
 use steadfast_protocol::journal::{AttemptResult as JournalResult, Record};
 use steadfast_protocol::lifecycle::{
@@ -100,11 +100,11 @@ use steadfast_protocol::snapshot::{
 };
 use tokio::sync::{mpsc, watch};
 
-use crate::boot::BootMsg;
+use crate::boot::{BootActor, BootMsg};
 use crate::config::{Fingerprint, Overrides, RESOLVE_DEADLINE};
 use crate::context::Shared;
 use crate::control_dir::RunMarker;
-use crate::drain::DrainMsg;
+use crate::drain::{DrainActor, DrainMsg};
 use crate::journal::{self, JournalMsg};
 use crate::service::{LiveRuntime, TaskEnded};
 use crate::store::StoreLock;
@@ -183,8 +183,11 @@ impl Command {
 
 pub use steadfast_protocol::command::CommandError;
 
-/// A command and where its answer goes.
-pub type CommandRequest = (Command, RpcReplyPort<Result<Snapshot, CommandError>>);
+/// A command and where its answer goes, boxed: an unbounded channel
+/// allocates its first block of 32 slots when it is made, so a slot the
+/// size of a pointer keeps an idle supervisor's command queue small (issue
+/// 16: memory per supervisor).
+pub type CommandRequest = Box<(Command, RpcReplyPort<Result<Snapshot, CommandError>>)>;
 
 /// Progress and outcome of a boot, from the Boot actor's task.
 pub enum BootReport {
@@ -252,15 +255,14 @@ pub enum BootReport {
 }
 
 /// The children the Lifecycle actor hands work to (replaced when Root
-/// restarts one).
+/// restarts one), and Root, under which it spawns the temporary ones (a
+/// Boot actor for each attempt, a Drain actor for each drain or wipe).
 #[derive(Clone)]
 pub struct Children {
-    /// Runs boots.
-    pub boot: ActorRef<BootMsg>,
-    /// Runs drains.
-    pub drain: ActorRef<DrainMsg>,
     /// Makes things durable.
     pub journal: ActorRef<JournalMsg>,
+    /// Root: the supervisor of every Boot and Drain actor.
+    pub root: ActorCell,
 }
 
 /// What the Lifecycle actor is told.
@@ -439,6 +441,13 @@ pub struct LifecycleActorState {
     /// Deferred transitions an fsync settled (or failed), answered by the
     /// next publish.
     settled: Option<Deferred>,
+    /// The Boot actor of the current attempt (a temporary child of Root,
+    /// gone once its boot ended): where a cancel goes.
+    boot: Option<ActorRef<BootMsg>>,
+    /// Boot and Drain actors spawned so far: the generation in the next
+    /// one's name ([`crate::root::child_name`]).
+    boots_spawned: u32,
+    drains_spawned: u32,
 }
 
 impl Actor for LifecycleActor {
@@ -468,7 +477,8 @@ impl Actor for LifecycleActor {
         // existed; forward them into the mailbox.
         let forward = myself.clone();
         tokio::spawn(async move {
-            while let Some((command, reply)) = commands.recv().await {
+            while let Some(request) = commands.recv().await {
+                let (command, reply) = *request;
                 if forward.cast(LifecycleMsg::Command(command, reply)).is_err() {
                     break;
                 }
@@ -496,6 +506,9 @@ impl Actor for LifecycleActor {
             armed: None,
             deferred: None,
             settled: None,
+            boot: None,
+            boots_spawned: 0,
+            drains_spawned: 0,
         })
     }
 
@@ -849,6 +862,29 @@ impl LifecycleActorState {
         Ok(effect)
     }
 
+    /// A Drain actor for one drain or wipe, under Root; it ends when its job
+    /// does. `None` (logged) if it could not be started.
+    async fn spawn_drain(&mut self) -> Option<ActorRef<DrainMsg>> {
+        let generation = self.drains_spawned;
+        self.drains_spawned += 1;
+        match crate::root::spawn_temporary(
+            &self.children.root,
+            &self.shared.data_dir,
+            "drain",
+            generation,
+            DrainActor,
+            Arc::clone(&self.shared),
+        )
+        .await
+        {
+            Ok(drain) => Some(drain),
+            Err(error) => {
+                tracing::error!(%error, "the drain actor could not be started");
+                None
+            }
+        }
+    }
+
     /// Perform what the machine handed back.
     async fn perform(&mut self, myself: &ActorRef<LifecycleMsg>, effect: Effect) {
         let timeout = self.shared.timings.journal_timeout;
@@ -861,10 +897,35 @@ impl LifecycleActorState {
                     report_to: myself.clone(),
                     journal: self.children.journal.clone(),
                 };
-                if self.children.boot.cast(run).is_err() {
-                    // The Boot actor is being restarted; Root reports its
-                    // death, which fails this attempt with a probed store.
-                    tracing::error!("the boot actor is not running");
+                // A Boot actor for this attempt alone, under Root; it ends
+                // when the boot does.
+                let generation = self.boots_spawned;
+                self.boots_spawned += 1;
+                let started = crate::root::spawn_temporary(
+                    &self.children.root,
+                    &self.shared.data_dir,
+                    "boot",
+                    generation,
+                    BootActor,
+                    Arc::clone(&self.shared),
+                )
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|boot| {
+                    boot.cast(run).map_err(|e| e.to_string())?;
+                    Ok(boot)
+                });
+                match started {
+                    Ok(boot) => self.boot = Some(boot),
+                    Err(error) => {
+                        // No boot runs: fail this attempt as a crashed boot
+                        // (class backoff, probed store), as Root would.
+                        tracing::error!(%error, "the boot actor could not be started");
+                        self.boot = None;
+                        let _ = myself.cast(LifecycleMsg::BootCrashed {
+                            reason: format!("the boot actor could not be started: {error}"),
+                        });
+                    }
                 }
             }
             Effect::CancelBoot => {
@@ -877,7 +938,11 @@ impl LifecycleActorState {
                     } => report.error.clone(),
                     _ => "cancelled".to_owned(),
                 };
-                let _ = self.children.boot.cast(BootMsg::Cancel { reason });
+                if let Some(boot) = &self.boot {
+                    // A boot that already ended has its report in this
+                    // actor's mailbox: nothing to cancel.
+                    let _ = boot.cast(BootMsg::Cancel { reason });
+                }
             }
             Effect::ShutdownRuntime => {
                 let drain = self.runtime.take().map(|live| DrainMsg::Run {
@@ -888,7 +953,14 @@ impl LifecycleActorState {
                 // No runtime to hand over (or no Drain actor to take it: the
                 // runtime comes back in the error and is dropped here, which
                 // aborts its tasks): the probe alone settles the drain.
-                if drain.is_none_or(|run| self.children.drain.cast(run).is_err()) {
+                let handed = match drain {
+                    Some(run) => self
+                        .spawn_drain()
+                        .await
+                        .is_some_and(|d| d.cast(run).is_ok()),
+                    None => false,
+                };
+                if !handed {
                     let store = StoreLock::observe(&self.shared.data_dir).await;
                     let _ = myself.cast(LifecycleMsg::Drained {
                         attempt: 0,
@@ -902,11 +974,15 @@ impl LifecycleActorState {
                 let wipe = DrainMsg::Wipe {
                     report_to: myself.clone(),
                 };
-                if self.children.drain.cast(wipe).is_err() {
+                let handed = self
+                    .spawn_drain()
+                    .await
+                    .is_some_and(|d| d.cast(wipe).is_ok());
+                if !handed {
                     let store = StoreLock::observe(&self.shared.data_dir).await;
                     let _ = myself.cast(LifecycleMsg::Wiped {
                         store,
-                        error: Some("the drain actor is not running".into()),
+                        error: Some("the drain actor could not be started".into()),
                     });
                 }
             }

@@ -98,9 +98,13 @@ fn phase_histogram() -> Histogram {
 }
 
 /// One supervisor's metrics (see the module doc).
+///
+/// The metrics are kept, not their registry: the registry (each family's
+/// name, help and unit, and a handle on it) is made when the text is
+/// rendered ([`Metrics::registry`]), so an idle supervisor does not hold
+/// one (issue 16: memory per supervisor).
 #[derive(Debug)]
 pub struct Metrics {
-    registry: Registry,
     state: Family<StateLabels, Gauge>,
     attempt: Gauge,
     streak: Gauge,
@@ -145,15 +149,13 @@ impl Metrics {
     /// Empty metrics, registered under the `steadfast_` prefix.
     #[must_use]
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("steadfast");
         let state = Family::<StateLabels, Gauge>::default();
         for name in STATES {
             state
                 .get_or_create(&StateLabels { state: name.into() })
                 .set(0);
         }
-        let metrics = Self {
-            registry: Registry::default(),
+        Self {
             state,
             attempt: Gauge::default(),
             streak: Gauge::default(),
@@ -175,7 +177,14 @@ impl Metrics {
             replacements: Family::default(),
             generation: Gauge::default(),
             last: Mutex::new(Last::default()),
-        };
+        }
+    }
+
+    /// The registry over these metrics (handles on the same counters), under
+    /// the `steadfast_` prefix: made for each rendering.
+    fn registry(&self) -> Registry {
+        let metrics = self;
+        let mut registry = Registry::with_prefix("steadfast");
         registry.register(
             "state",
             "The lifecycle state: 1 for the current one, 0 for the others",
@@ -269,10 +278,7 @@ impl Metrics {
             "The serial of the latest replacement (0: none yet)",
             metrics.generation.clone(),
         );
-        Self {
-            registry,
-            ..metrics
-        }
+        registry
     }
 
     /// An adopted transition from `from` to `to` at `at`: the counters and
@@ -469,7 +475,7 @@ impl Metrics {
         }
         let mut text = String::new();
         // Writing to a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry());
         text
     }
 }

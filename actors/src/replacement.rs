@@ -80,8 +80,10 @@ impl std::fmt::Debug for ReplaceJob {
 }
 
 /// A request as it arrives from a handle: the job, and where the answer
-/// (the report as it stands once started, or the refusal) goes.
-pub type ReplaceRequest = (ReplaceJob, RpcReplyPort<Result<Report, ReplaceRefusal>>);
+/// (the report as it stands once started, or the refusal) goes. Boxed, so
+/// the first block of 32 slots an unbounded channel allocates when it is
+/// made stays small on a supervisor never asked to replace (issue 16).
+pub type ReplaceRequest = Box<(ReplaceJob, RpcReplyPort<Result<Report, ReplaceRefusal>>)>;
 
 /// The path of the upgrade lock under `data_dir`.
 #[must_use]
@@ -220,7 +222,8 @@ impl Actor for ReplacementActor {
         } = args;
         let forward = myself.clone();
         tokio::spawn(async move {
-            while let Some((job, reply)) = requests.recv().await {
+            while let Some(request) = requests.recv().await {
+                let (job, reply) = *request;
                 if forward.cast(ReplacementMsg::Replace(job, reply)).is_err() {
                     break;
                 }

@@ -4,19 +4,28 @@
 //! Root (holds the ControlDir, so the data-dir lock, for the process's life)
 //! ├── Journal        sole writer of the control dir
 //! ├── Lifecycle      the machine; publishes snapshots; performs effects
-//! ├── Boot           runs one attempt in a task it owns
-//! ├── Drain          tears a runtime down in a task it owns
+//! ├── Boot           temporary: one attempt, in a task it owns
+//! ├── Drain          temporary: one teardown (or wipe), in a task it owns
 //! ├── ConfigWatcher  notify on the declared file (when there is one)
 //! └── Replacement    one replacement transaction at a time, under the upgrade lock
 //! ```
 //!
+//! **Boot and Drain are temporary children** (OTP's `temporary`): Root does
+//! not start them. The Lifecycle actor spawns a Boot actor under Root for
+//! each attempt and a Drain actor for each drain or wipe
+//! ([`spawn_temporary`]); each stops itself with [`WORK_DONE`] once its job's
+//! task ended without a panic, so a running supervisor holds neither (issue
+//! 16: memory per supervisor). Root never restarts them; a death other
+//! than that normal end is reported:
+//!
 //! What each child's death brings down:
-//! - **Boot** (a boot step panicked): nothing. Root tells Lifecycle, which
-//!   fails the attempt with class backoff and a *probed* store outcome (the
-//!   runtime the task held was dropped while unwinding), and Root starts a new
-//!   Boot actor.
-//! - **Drain** (a destroy panicked): nothing. Lifecycle settles the drain with
-//!   a probed store outcome (wedged if it is still held); a new Drain actor.
+//! - **Boot** (a boot step panicked, or the actor was killed): nothing. Root
+//!   tells Lifecycle, which fails the attempt with class backoff and a
+//!   *probed* store outcome (the runtime the task held was dropped while
+//!   unwinding); the next attempt gets a Boot actor of its own.
+//! - **Drain** (a destroy or a wipe panicked): nothing. Lifecycle settles the
+//!   drain (or the re-initialization, as a failed wipe) with a probed store
+//!   outcome (wedged if it is still held).
 //! - **Journal**: restarted over the reopened journal, at most
 //!   [`RESTARTS`] times; past that, the process exits with intent
 //!   `relaunch` (a fresh process reopens the control directory).
@@ -55,14 +64,18 @@ use steadfast_protocol::snapshot::Snapshot;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::boot::{BootActor, BootMsg};
+use crate::boot::BootMsg;
 use crate::config_watcher::{ConfigWatcherActor, ConfigWatcherArgs, ConfigWatcherMsg};
 use crate::context::Shared;
 use crate::control_dir::{ControlDir, JournalFile};
-use crate::drain::{DrainActor, DrainMsg};
+use crate::drain::DrainMsg;
 use crate::journal::{JournalActor, JournalArgs, JournalMsg};
 use crate::lifecycle::{Children, CommandRequest, LifecycleActor, LifecycleArgs, LifecycleMsg};
 use crate::replacement::{ReplacementActor, ReplacementArgs, ReplacementChannels, ReplacementMsg};
+
+/// The stop reason a temporary child (a Boot or Drain actor) ends with when
+/// its job is over: an end Root does not report.
+pub const WORK_DONE: &str = "work done";
 
 /// How many times Root restarts the journal or the watcher before it gives up.
 pub const RESTARTS: u32 = 3;
@@ -99,15 +112,12 @@ pub struct RootState {
     exit: Arc<Mutex<Option<ExitIntent>>>,
     lifecycle: ActorRef<LifecycleMsg>,
     journal: ActorRef<JournalMsg>,
-    boot: ActorRef<BootMsg>,
-    drain: ActorRef<DrainMsg>,
     watcher: Option<ActorRef<ConfigWatcherMsg>>,
-    /// Not restarted when it dies (see the module doc).
-    replacement: Option<ActorRef<ReplacementMsg>>,
+    /// The task that starts the Replacement actor at the first request
+    /// (aborted when the tree comes down before one came).
+    replacement: JoinHandle<()>,
     journal_restarts: u32,
     watcher_restarts: u32,
-    boot_restarts: u32,
-    drain_restarts: u32,
     /// Set once the tree is coming down: children's deaths are expected.
     stopping: bool,
     /// Every child's join handle: Root's own stop waits for them, so
@@ -158,24 +168,9 @@ impl Actor for RootActor {
             cell.clone(),
         )
         .await?;
-        let (boot, boot_join) = Actor::spawn_linked(
-            Some(child_name(&shared.data_dir, "boot", 0)),
-            BootActor,
-            Arc::clone(&shared),
-            cell.clone(),
-        )
-        .await?;
-        let (drain, drain_join) = Actor::spawn_linked(
-            Some(child_name(&shared.data_dir, "drain", 0)),
-            DrainActor,
-            Arc::clone(&shared),
-            cell.clone(),
-        )
-        .await?;
         let children = Children {
-            boot: boot.clone(),
-            drain: drain.clone(),
             journal: journal.clone(),
+            root: cell.clone(),
         };
         let (lifecycle, lifecycle_join) = Actor::spawn_linked(
             Some(child_name(&shared.data_dir, "lifecycle", 0)),
@@ -190,7 +185,7 @@ impl Actor for RootActor {
             cell.clone(),
         )
         .await?;
-        let mut joins = vec![boot_join, drain_join, lifecycle_join];
+        let mut joins = vec![lifecycle_join];
         let watcher = match &shared.declared {
             Some(path) => {
                 let (watcher, join) =
@@ -200,9 +195,7 @@ impl Actor for RootActor {
             }
             None => None,
         };
-        let (replacement, replacement_join) = Actor::spawn_linked(
-            Some(child_name(&shared.data_dir, "replacement", 0)),
-            ReplacementActor,
+        let replacement = tokio::spawn(replacement_on_demand(
             ReplacementArgs {
                 data_dir: shared.data_dir.clone(),
                 clock: shared.clock,
@@ -211,9 +204,7 @@ impl Actor for RootActor {
                 metrics: Arc::clone(&shared.metrics),
             },
             cell.clone(),
-        )
-        .await?;
-        joins.push(replacement_join);
+        ));
         lifecycle.cast(LifecycleMsg::Begin)?;
         let lock_watch = tokio::spawn(watch_lock(Arc::clone(&control), myself.clone()));
         Ok(RootState {
@@ -222,14 +213,10 @@ impl Actor for RootActor {
             exit,
             lifecycle,
             journal,
-            boot,
-            drain,
             watcher,
-            replacement: Some(replacement),
+            replacement,
             journal_restarts: 0,
             watcher_restarts: 0,
-            boot_restarts: 0,
-            drain_restarts: 0,
             stopping: false,
             joins,
             journal_join: Some(journal_join),
@@ -260,14 +247,16 @@ impl Actor for RootActor {
         event: SupervisionEvent,
         state: &mut RootState,
     ) -> Result<(), ActorProcessingErr> {
-        let (who, failure) = match event {
-            SupervisionEvent::ActorFailed(who, error) => (who, Some(error.to_string())),
-            SupervisionEvent::ActorTerminated(who, last_state, _) => {
+        let (who, failure, done) = match event {
+            SupervisionEvent::ActorFailed(who, error) => (who, Some(error.to_string()), false),
+            SupervisionEvent::ActorTerminated(who, last_state, reason) => {
                 // A stopped actor hands back its last state; drop it now, so
                 // whatever it held (the journal's writer) is gone before a
                 // successor reopens it.
                 drop(last_state);
-                (who, None)
+                let done = reason.as_deref() == Some(WORK_DONE);
+                let failure = reason.filter(|_| !done);
+                (who, failure, done)
             }
             _ => return Ok(()),
         };
@@ -284,27 +273,17 @@ impl Actor for RootActor {
             state.stop_children();
             state.stopping = true;
             myself.stop(None);
-        } else if id == state.boot.get_id() {
-            let reason = failure.unwrap_or_else(|| "the boot actor stopped".into());
-            state.boot_restarts += 1;
-            let name = child_name(&state.shared.data_dir, "boot", state.boot_restarts);
-            let (boot, join) =
-                Actor::spawn_linked(Some(name), BootActor, Arc::clone(&state.shared), cell).await?;
-            state.joins.push(join);
-            state.boot = boot;
-            state.tell_children();
-            let _ = state.lifecycle.cast(LifecycleMsg::BootCrashed { reason });
-        } else if id == state.drain.get_id() {
-            let reason = failure.unwrap_or_else(|| "the drain actor stopped".into());
-            state.drain_restarts += 1;
-            let name = child_name(&state.shared.data_dir, "drain", state.drain_restarts);
-            let (drain, join) =
-                Actor::spawn_linked(Some(name), DrainActor, Arc::clone(&state.shared), cell)
-                    .await?;
-            state.joins.push(join);
-            state.drain = drain;
-            state.tell_children();
-            let _ = state.lifecycle.cast(LifecycleMsg::DrainCrashed { reason });
+        } else if who.is_message_type_of::<BootMsg>() == Some(true) {
+            // A temporary child: its normal end is not a death.
+            if !done {
+                let reason = failure.unwrap_or_else(|| "the boot actor stopped".into());
+                let _ = state.lifecycle.cast(LifecycleMsg::BootCrashed { reason });
+            }
+        } else if who.is_message_type_of::<DrainMsg>() == Some(true) {
+            if !done {
+                let reason = failure.unwrap_or_else(|| "the drain actor stopped".into());
+                let _ = state.lifecycle.cast(LifecycleMsg::DrainCrashed { reason });
+            }
         } else if id == state.journal.get_id() {
             tracing::error!(error = ?failure, restarts = state.journal_restarts, "the journal actor died");
             if let Some(dead) = state.journal_join.take() {
@@ -327,15 +306,15 @@ impl Actor for RootActor {
                     Ok((journal, join)) => {
                         state.journal_join = Some(join);
                         state.journal = journal;
-                        state.tell_children();
+                        state.tell_children(cell.clone());
                         break;
                     }
                     Err(error) => tracing::error!(%error, "the journal could not be reopened"),
                 }
             }
-        } else if state.replacement.as_ref().is_some_and(|r| r.get_id() == id) {
+        } else if who.is_message_type_of::<ReplacementMsg>() == Some(true) {
+            // Not restarted: the request channel went with it.
             tracing::error!(error = ?failure, "the replacement actor died; replacements are unavailable");
-            state.replacement = None;
         } else if state.watcher.as_ref().is_some_and(|w| w.get_id() == id) {
             state.watcher_restarts += 1;
             tracing::error!(error = ?failure, restarts = state.watcher_restarts, "the config watcher died");
@@ -367,15 +346,35 @@ impl Actor for RootActor {
 
     async fn post_stop(
         &self,
-        _myself: ActorRef<RootMsg>,
+        myself: ActorRef<RootMsg>,
         state: &mut RootState,
     ) -> Result<(), ActorProcessingErr> {
         state.lock_watch.abort();
         state.stop_children();
+        // The children started on demand (a Boot or Drain actor still at
+        // work, the Replacement actor once a replacement was asked for) have
+        // no join handle here: stop them and wait for them the same way.
+        let temporary: Vec<ActorCell> = myself
+            .get_children()
+            .into_iter()
+            .filter(|child| {
+                child.is_message_type_of::<BootMsg>() == Some(true)
+                    || child.is_message_type_of::<DrainMsg>() == Some(true)
+                    || child.is_message_type_of::<ReplacementMsg>() == Some(true)
+            })
+            .collect();
+        for child in &temporary {
+            child.stop(None);
+        }
         let grace = state.shared.timings.drain_grace + Duration::from_secs(5);
         let journal = state.journal_join.take();
         for join in state.joins.drain(..).chain(journal) {
             if tokio::time::timeout(grace, join).await.is_err() {
+                tracing::error!("a child actor did not stop within {grace:?}");
+            }
+        }
+        for child in temporary {
+            if child.wait(Some(grace)).await.is_err() {
                 tracing::error!("a child actor did not stop within {grace:?}");
             }
         }
@@ -384,11 +383,10 @@ impl Actor for RootActor {
 }
 
 impl RootState {
-    fn tell_children(&self) {
+    fn tell_children(&self, root: ActorCell) {
         let _ = self.lifecycle.cast(LifecycleMsg::SetChildren(Children {
-            boot: self.boot.clone(),
-            drain: self.drain.clone(),
             journal: self.journal.clone(),
+            root,
         }));
     }
 
@@ -411,26 +409,68 @@ impl RootState {
     fn stop_children(&self) {
         self.lifecycle.stop(None);
         self.journal.stop(None);
-        self.boot.stop(None);
-        self.drain.stop(None);
         if let Some(watcher) = &self.watcher {
             watcher.stop(None);
         }
-        if let Some(replacement) = &self.replacement {
-            replacement.stop(None);
-        }
+        self.replacement.abort();
     }
 }
 
 /// The registered name of one of a supervisor's children: `role` is
 /// `journal`, `lifecycle`, `boot`, `drain`, `config_watcher` or
 /// `replacement`, and
-/// `generation` counts Root's restarts of that child (0 for the first). One
+/// `generation` counts Root's restarts of that child (0 for the first; for
+/// the temporary `boot` and `drain`, the ones spawned before it). One
 /// daemon per data dir makes the names unique in a process; operators and
 /// tests find a child with `ractor::registry::where_is`.
 #[must_use]
 pub fn child_name(data_dir: &std::path::Path, role: &str, generation: u32) -> String {
     format!("steadfast:{}:{role}:{generation}", data_dir.display())
+}
+
+/// Spawn a temporary child under Root (`root`): a Boot actor for one
+/// attempt or a Drain actor for one drain or wipe, named
+/// [`child_name`]`(data_dir, role, generation)`. It stops itself with
+/// [`WORK_DONE`] when its job is over; Root reports any other end and waits
+/// for it when the tree comes down, so its join handle is not kept.
+///
+/// # Errors
+/// The actor could not be started (its name is taken, or its `pre_start`
+/// failed).
+pub async fn spawn_temporary<A: Actor>(
+    root: &ActorCell,
+    data_dir: &std::path::Path,
+    role: &str,
+    generation: u32,
+    actor: A,
+    args: A::Arguments,
+) -> Result<ActorRef<A::Msg>, ractor::SpawnErr> {
+    let name = child_name(data_dir, role, generation);
+    let (child, _join) = Actor::spawn_linked(Some(name), actor, args, root.clone()).await?;
+    Ok(child)
+}
+
+/// Start the Replacement actor under Root (`root`) when the first
+/// replacement is asked for, and hand it that request; it takes the request
+/// channel over from there (and lives on: its serial counts every
+/// transaction). A supervisor that is never asked holds no Replacement
+/// actor, only this waiting task (issue 16: memory per supervisor). An
+/// actor that cannot be started drops the request (answered `unavailable`)
+/// and the channel with it, as a dead one does.
+async fn replacement_on_demand(mut args: ReplacementArgs, root: ActorCell) {
+    let Some(request) = args.requests.recv().await else {
+        return;
+    };
+    let (job, reply) = *request;
+    let name = child_name(&args.data_dir, "replacement", 0);
+    match Actor::spawn_linked(Some(name), ReplacementActor, args, root).await {
+        Ok((replacement, _join)) => {
+            let _ = replacement.cast(ReplacementMsg::Replace(job, reply));
+        }
+        Err(error) => {
+            tracing::error!(%error, "the replacement actor could not be started; replacements are unavailable");
+        }
+    }
 }
 
 /// Check the data-dir lock every [`LOCK_CHECK_PERIOD`] on a blocking

@@ -100,7 +100,9 @@ fn job(driver: Gated) -> ReplaceJob {
 
 async fn request(fx: &Fixture, driver: Gated) -> Result<Report, ReplaceRefusal> {
     let (tx, rx) = oneshot::channel();
-    fx.requests.send((job(driver), tx.into())).expect("send");
+    fx.requests
+        .send(Box::new((job(driver), tx.into())))
+        .expect("send");
     rx.await.expect("answer")
 }
 
@@ -294,7 +296,7 @@ async fn a_zero_setup_budget_is_invalid() {
     let (tx, rx) = oneshot::channel();
     let mut job = job(gated(&gate, None, false));
     job.budgets.setup = Duration::ZERO;
-    fx.requests.send((job, tx.into())).expect("send");
+    fx.requests.send(Box::new((job, tx.into()))).expect("send");
     assert!(matches!(
         rx.await.expect("answer"),
         Err(ReplaceRefusal::Invalid(_))
