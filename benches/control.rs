@@ -41,24 +41,30 @@
 //! Where the time goes (issue 16's goal: `snapshot_unix` ≤ 1.5× the raw
 //! ping-pong; not met). At the end of a run the bench prints the ratios of
 //! its pairs from that run's medians (`ratio control/… ÷ control/… =`).
-//! Two runs on the shared 2-core machine (load 5–7), medians:
-//! `snapshot_unix` 94–103 µs, `raw_pingpong_same_size` 40–44 µs (2.2–2.6×;
-//! the raw side writes each frame with one write since issue 16, as tarpc
-//! does — with two writes it woke the reader twice and looked slower),
-//! `tarpc_blob_unix` 61–76 µs (1.4–1.9× raw), `snapshot_wire_unix` 69–72
-//! µs (0.96–1.13× the blob), JSON parse 4.4–7 µs and encode 1.9–2.7 µs.
-//! So the gap is mostly tarpc's per-call machinery (a channel to the
-//! dispatch task and a oneshot back, a deadline timer and a cancellation
-//! slot on each side, the request envelope), which the blob pays without
-//! any of steadfast; steadfast's server (bounds, the deadline guard, the
-//! lean snapshot and its JSON) adds little over it, and the client's JSON
-//! parse and `ControlClient`'s connection slot the rest (1.4×
-//! `snapshot_wire_unix`: more than the parse measures alone, probably as
-//! it runs with cold caches after a wake-up; a third run that parsed the
-//! wire answer could not tell it from noise). Below 1.5× would need
-//! a transport without tarpc's dispatch task (one frame out, one in, on the
-//! caller's task), not a faster codec. Run-to-run noise on that machine is
-//! as large as some of these differences: compare within one run.
+//! The raw side writes each frame with one write and reads it with one
+//! read into a buffer with room to spare, as tarpc's framing does (with
+//! `read_exact` for the prefix and then the body it took two or three
+//! reads a frame, one answered "would block", and looked slower than the
+//! framing it is the baseline of). Counted with `perf stat` (syscalls and
+//! context switches per call): the raw ping-pong costs one send, one
+//! receive and one `epoll_wait` a side; before the connection was wrapped
+//! in `control/rewake.rs`, every snapshot call also woke a parked worker of
+//! the daemon's runtime through a futex (tarpc's channel wakes its own task
+//! as it answers, and tokio reschedules a self-woken task as a yield that
+//! notifies another worker) — gone now (~2 futex calls a call → none). What
+//! is left is tarpc's own machinery: on the client, the call and its
+//! dispatch task are two tasks with a channel and a oneshot between them,
+//! and the dispatch task's deadline queue registers a timer per call,
+//! which writes the runtime's eventfd (one `write` and one more
+//! `epoll_wait` a call, on the calling thread; seen with `perf record -e
+//! syscalls:sys_enter_write --call-graph dwarf`); on both sides the
+//! deadline queues, the cancellation slots, the envelope. Below
+//! 1.5× would need the client to drive its connection on the caller's task
+//! (no dispatch task), not a faster codec or server: `snapshot_wire_unix`
+//! (steadfast's server) is 0.9–1.0× `tarpc_blob_unix` (tarpc alone), and
+//! `snapshot_unix` 1.2× `snapshot_wire_unix` (`ControlClient` and the JSON
+//! parse, 5–7 µs of it). Run-to-run noise on that machine is as large as
+//! some of these differences: compare within one run.
 //!
 //! Issue 17's run (the shared 2-core machine, loaded by other builds; one
 //! run, criterion medians): `snapshot_unix` 136 µs, `snapshot_tcp` 137 µs
@@ -151,18 +157,37 @@ async fn echo_stream<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, answer_le
     // The answer as one frame, written with one write (as tarpc's framing
     // writes a frame): two writes would wake the reader twice.
     let answer = frame(&vec![7u8; answer_len]);
-    let mut prefix = [0u8; 4];
     let mut buf = Vec::new();
     loop {
-        if stream.read_exact(&mut prefix).await.is_err() {
-            return;
-        }
-        buf.resize(u32::from_be_bytes(prefix) as usize, 0);
-        if stream.read_exact(&mut buf).await.is_err() {
+        if read_frame(&mut stream, &mut buf).await.is_err() {
             return;
         }
         if stream.write_all(&answer).await.is_err() {
             return;
+        }
+    }
+}
+
+/// Read one length-prefixed frame into `buf` as tarpc's framing does: into
+/// a buffer with room to spare, one read for a frame that has arrived
+/// whole. (Reading the prefix and then the body with `read_exact` took
+/// two or three reads a frame, one of them answered "would block": a raw
+/// side slower than the framing it is the baseline of.)
+async fn read_frame<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    buf.clear();
+    buf.reserve(8 * 1024);
+    loop {
+        if let Some(prefix) = buf.first_chunk::<4>() {
+            let len = u32::from_be_bytes(*prefix) as usize;
+            if buf.len() >= 4 + len {
+                return Ok(());
+            }
+        }
+        if stream.read_buf(buf).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
     }
 }
@@ -183,10 +208,7 @@ async fn ping<S: AsyncRead + AsyncWrite + Unpin>(
     answer: &mut Vec<u8>,
 ) {
     stream.write_all(request).await.expect("write");
-    let mut prefix = [0u8; 4];
-    stream.read_exact(&mut prefix).await.expect("read");
-    answer.resize(u32::from_be_bytes(prefix) as usize, 0);
-    stream.read_exact(answer).await.expect("read");
+    read_frame(stream, answer).await.expect("read");
 }
 
 const CLIENTS: usize = 16;

@@ -224,10 +224,24 @@ impl Snapshot {
     /// attempt only, with its phases; earlier attempts are the journal's.
     #[must_use]
     pub fn lean(&self) -> Self {
-        let mut lean = self.clone();
-        let keep = lean.attempts.len().saturating_sub(1);
-        lean.attempts.drain(..keep);
-        lean
+        // Field by field, so the attempts left out are never cloned (a
+        // control call builds one of these per answer).
+        Self {
+            schema: self.schema,
+            version: self.version,
+            now: self.now,
+            lifecycle: self.lifecycle.clone(),
+            attempts: self.attempts.last().cloned().into_iter().collect(),
+            previous_run: self.previous_run.clone(),
+            identity: self.identity.clone(),
+            epoch: self.epoch,
+            streak: self.streak,
+            hold: self.hold,
+            pending: self.pending.clone(),
+            pid: self.pid,
+            error: self.error.clone(),
+            budget: self.budget,
+        }
     }
 
     /// The attempt record for `attempt`, if it is still kept.

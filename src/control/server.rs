@@ -64,6 +64,12 @@
 //!   stamped with the daemon's `now`, and remembers the last one it sent:
 //!   `watch` answers the fields that changed since it (`WireChanges`).
 //!   Checked by `tests/operator_view.rs::watch_answers_only_what_changed`.
+//!   `snapshot` reads the latest published snapshot (the handle's watch
+//!   channel, no round trip to the Lifecycle actor) and clones only what
+//!   the lean form keeps.
+//! - Every served connection runs inside `Rewake` (`rewake`): tarpc's channel wakes
+//!   its own task as it answers, and is polled again in place rather than
+//!   rescheduled as a yield (which woke another worker thread per call).
 
 use std::fs;
 use std::io;
@@ -97,6 +103,7 @@ use tokio_util::sync::CancellationToken;
 use super::auth;
 use super::bounds::{Activity, Evict, Pool, Slot};
 use super::codec::{self, Bincode1};
+use super::rewake::Rewake;
 use crate::supervisor::SupervisorHandle;
 
 /// The mode of the control socket.
@@ -513,13 +520,18 @@ pub(crate) async fn serve_admitted<S, K>(
     let evicted = slot.evicted();
     let connection = serve_connection(stream, handle, limits, Arc::clone(&activity), role);
     let idle = idle_watch(limits.idle_timeout, activity);
-    tokio::select! {
-        () = cancel.cancelled() => {}
-        () = connection => {}
-        () = peer_closed.cancelled() => tracing::debug!("control peer closed; its calls dropped"),
-        () = evicted.cancelled() => tracing::debug!("control connection evicted to make room"),
-        () = idle => tracing::debug!("idle control connection closed"),
-    }
+    // tarpc's channel wakes itself as it answers: polled again in place
+    // rather than rescheduled as a yield that wakes another worker.
+    Rewake::new(async {
+        tokio::select! {
+            () = cancel.cancelled() => {}
+            () = connection => {}
+            () = peer_closed.cancelled() => tracing::debug!("control peer closed; its calls dropped"),
+            () = evicted.cancelled() => tracing::debug!("control connection evicted to make room"),
+            () = idle => tracing::debug!("idle control connection closed"),
+        }
+    })
+    .await;
     drop(slot);
 }
 
@@ -679,24 +691,42 @@ struct ControlService {
 
 impl ControlService {
     /// `snapshot` as this connection sends it: lean (the current attempt
-    /// only), stamped with the daemon's clock; remembered for `watch`.
+    /// only), stamped with the daemon's clock.
     fn lean(&self, snapshot: &Snapshot) -> Snapshot {
         let mut lean = snapshot.lean();
         lean.now = Some(self.handle.now());
-        if let Ok(mut sent) = self.sent.lock() {
-            *sent = Some(lean.clone());
-        }
         lean
     }
 
+    /// Remember `lean` as the snapshot last sent, for `watch`.
+    fn remember(&self, lean: Snapshot) {
+        if let Ok(mut sent) = self.sent.lock() {
+            *sent = Some(lean);
+        }
+    }
+
+    /// `snapshot` on the wire (see [`Self::lean`]), remembered for `watch`.
+    fn send(&self, snapshot: &Snapshot) -> WireSnapshot {
+        let lean = self.lean(snapshot);
+        let wire = WireSnapshot::from_snapshot(&lean);
+        self.remember(lean);
+        wire
+    }
+
     fn answer(&self, result: Result<Snapshot, CommandError>) -> ControlAnswer {
-        result.map(|snapshot| WireSnapshot::from_snapshot(&self.lean(&snapshot)))
+        result.map(|snapshot| self.send(&snapshot))
     }
 }
 
 impl Control for ControlService {
     async fn snapshot(self, _: Context) -> ControlAnswer {
-        self.answer(Ok(self.handle.snapshot()))
+        // Straight from the latest published snapshot (the handle's watch
+        // channel; no round trip to the Lifecycle actor), cloning only what
+        // the lean form keeps.
+        let lean = self.lean(&self.handle.watch().borrow());
+        let wire = WireSnapshot::from_snapshot(&lean);
+        self.remember(lean);
+        Ok(wire)
     }
 
     async fn watch(
@@ -719,15 +749,16 @@ impl Control for ControlService {
         };
         let wait = Duration::from_millis(clamp_watch_timeout(timeout_ms));
         let _ = tokio::time::timeout(wait, newer).await;
-        let snapshot = snapshots.borrow().clone();
+        let lean = self.lean(&snapshots.borrow());
         let base = self
             .sent
             .lock()
             .ok()
-            .and_then(|sent| sent.clone())
+            .and_then(|mut sent| sent.take())
             .filter(|sent| sent.version == after_version);
-        let lean = self.lean(&snapshot);
-        Ok(WireChanges::between(base.as_ref(), &lean))
+        let changes = WireChanges::between(base.as_ref(), &lean);
+        self.remember(lean);
+        Ok(changes)
     }
 
     async fn start(self, _: Context) -> ControlAnswer {
