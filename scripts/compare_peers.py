@@ -9,10 +9,14 @@ noisy neighbour on the machine slows every side alike):
                    `sv status`, `supervisorctl status`, and `/bin/true` as the
                    floor of any command that is a process of its own.
   restart          until the service runs again: `steadfastctl restart --wait`
-                   (one process; kvd restarts its runtime inside the daemon),
-                   `sv term` + watching supervise/ for the new pid (runsv
-                   re-execs `/bin/sleep infinity`), supervisord's XML-RPC
-                   stopProcess + startProcess.
+                   (one process; the daemon restarts its runtime inside
+                   itself) against the `minimal` example — the like-for-like
+                   of runit restarting `/bin/sleep`: steadfast's trivial
+                   runtime, one step binding a port — and against kvd (a
+                   figure of its own: kvd's runtime opens and replays its
+                   store); `sv term` + watching supervise/ for the new pid
+                   (runsv re-execs `/bin/sleep infinity`), supervisord's
+                   XML-RPC stopProcess + startProcess. The ratio is ÷ runit.
   launch           a fresh daemon until its service runs: kvd (five steps, a
                    store) and the `minimal` example (one step) on an empty data
                    dir until `steadfastctl probe ready` says so, runsv until
@@ -33,10 +37,9 @@ The peers supervise `/bin/sleep infinity`, the cheapest child there is.
   python3 scripts/compare_peers.py --smoke --bin target/debug     (what .ci/run runs)
 
 --bin is a cargo profile dir holding `steadfastctl`, `examples/kvd` and
-`examples/minimal` (`cargo build --release -p steadfastctl && cargo build
---release --example kvd --example minimal`; without `minimal` its launch case
-is skipped with a line;
-`cargo build-ctl` links steadfastctl statically, see README "Performance").
+`examples/minimal` (`cargo build --release --example kvd --example minimal`,
+then `cargo build-ctl`: steadfastctl linked statically, see README
+"Performance").
 --smoke: 3 rounds; a peer that is not installed is skipped with a line saying
 so; the exit code is non-zero only when a steadfast case fails. Outside
 --smoke a missing peer is an error. Every process started here is stopped by
@@ -144,11 +147,10 @@ class Steadfast:
     def __init__(self, bin_dir, work):
         self.ctl = os.path.join(bin_dir, "steadfastctl")
         self.kvd = os.path.join(bin_dir, "examples", "kvd")
-        for path in (self.ctl, self.kvd):
+        self.minimal = os.path.join(bin_dir, "examples", "minimal")
+        for path in (self.ctl, self.kvd, self.minimal):
             if not os.access(path, os.X_OK):
                 raise SystemExit(f"{path}: not built (see --help)")
-        minimal = os.path.join(bin_dir, "examples", "minimal")
-        self.minimal = minimal if os.access(minimal, os.X_OK) else None
         self.work = work
         self.count = 0
 
@@ -164,7 +166,7 @@ class Steadfast:
         return child, data
 
     def launch_minimal(self):
-        """The `minimal` example (one step) on a fresh data dir: (child, data dir)."""
+        """The `minimal` example (one step: bind a port) on a fresh data dir: (child, data dir)."""
         self.count += 1
         data = os.path.join(self.work, f"minimal-{self.count}")
         conf = data + ".toml"
@@ -374,7 +376,7 @@ def table(title, cases, samples, failures, reference):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bin", default="target/release", help="cargo profile dir with steadfastctl and examples/kvd")
+    parser.add_argument("--bin", default="target/release", help="cargo profile dir with steadfastctl, examples/kvd and examples/minimal")
     parser.add_argument("--rounds", type=int, default=30, help="rounds of each figure (launch: a third of it)")
     parser.add_argument("--smoke", action="store_true", help="3 rounds; skip peers that are not installed")
     parser.add_argument("--json", help="write every median here")
@@ -412,8 +414,10 @@ def main():
 def figures(sf, rit, sup, n, smoke):
     """Run every section; the number of failed steadfast case runs."""
     kvd, data = sf.launch()
+    minimal, minimal_data = sf.launch_minimal()
     poll_until(lambda: sf.ready(data))
-    daemons = {"kvd (steadfast)": kvd.pid}
+    poll_until(lambda: sf.ready(minimal_data))
+    daemons = {"kvd (steadfast)": kvd.pid, "minimal (steadfast)": minimal.pid}
     if rit:
         runsv, service = rit.launch()
         try:
@@ -459,6 +463,9 @@ def figures(sf, rit, sup, n, smoke):
     def sf_restart():
         return run([sf.ctl, "--data-dir", data, "restart", "--wait"])
 
+    def sf_restart_minimal():
+        return run([sf.ctl, "--data-dir", minimal_data, "restart", "--wait"])
+
     def sv_restart():
         rit.unthrottled(service)
         before = rit.pid(service)
@@ -473,13 +480,14 @@ def figures(sf, rit, sup, n, smoke):
         rpc.supervisor.startProcess("sleeper")  # answers once RUNNING
         return time.perf_counter() - began
 
-    cases = [("steadfastctl restart --wait (kvd)", "steadfast", sf_restart)]
+    cases = [("steadfastctl restart --wait (minimal)", "steadfast", sf_restart_minimal),
+             ("steadfastctl restart --wait (kvd)", "steadfast", sf_restart)]
     if rit:
         cases.append(("sv term + supervise/ shows the new pid running", "runit", sv_restart))
     if sup:
         cases.append(("supervisord XML-RPC stopProcess + startProcess", "supervisord", sup_restart))
     samples, failures = rounds(cases, n)
-    ref = "sv term + supervise/ shows the new pid running" if rit else "steadfastctl restart --wait (kvd)"
+    ref = "sv term + supervise/ shows the new pid running" if rit else "steadfastctl restart --wait (minimal)"
     table("restart until running again", cases, samples, failures, ref)
     bad += steadfast_failures(failures, cases)
 
@@ -564,9 +572,10 @@ def figures(sf, rit, sup, n, smoke):
         kib = rss_kib(pid)
         print(f"{name:52s} {kib:8d} KiB")
         RESULTS.append({"section": "rss", "case": name, "rss_kib": kib})
-    if kvd.poll() is not None:
-        note(f"kvd exited early: {kvd.returncode}")
-        bad += 1
+    for name, child in (("kvd", kvd), ("minimal", minimal)):
+        if child.poll() is not None:
+            note(f"{name} exited early: {child.returncode}")
+            bad += 1
     return bad
 
 

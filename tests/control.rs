@@ -578,6 +578,110 @@ async fn in_flight_and_connection_bounds_hold() {
     exit(run, &handle, ExitIntent::Halt).await;
 }
 
+/// `ControlClient::connect_pipelined`: the first call goes without waiting
+/// for the server's first byte, and a busy answer read after it is still
+/// typed and waited out. A server holding its only slot for a busy client:
+/// a pipelined snapshot and a pipelined command both end as
+/// `ClientError::Busy` (never `Rpc`, never a refusal); a pipelined
+/// snapshot with more patience is answered once the slot frees (it dialled
+/// again); a pipelined call on a served connection is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pipelined_call_waits_out_busy_and_is_answered() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+    let limits = ServerLimits {
+        max_connections: 1,
+        // Nothing is idle long enough to be evicted: the bound must say busy.
+        evict_grace: Duration::from_secs(3600),
+        ..ServerLimits::default()
+    };
+    let _server = serve_unix_with(handle.clone(), socket(tmp.path()), limits).expect("serves");
+    until(&handle, "running", running).await;
+    let endpoint = steadfast::control::Endpoint::Unix(socket(tmp.path()));
+    let holder = ControlClient::connect_pipelined(endpoint.clone(), PATIENCE)
+        .await
+        .expect("connects");
+    assert!(running(
+        &holder.snapshot().await.expect("the first is served")
+    ));
+
+    let short = Duration::from_millis(300);
+    let busy = ControlClient::connect_pipelined(endpoint.clone(), short)
+        .await
+        .expect("connecting does not wait for the first byte");
+    let read = busy
+        .snapshot()
+        .await
+        .expect_err("over the connection limit");
+    assert!(matches!(read, ClientError::Busy { .. }), "{read:?}");
+    let command = busy.retry().await.expect_err("over the connection limit");
+    assert!(matches!(command, ClientError::Busy { .. }), "{command:?}");
+    assert!(!command.is_refusal());
+
+    let patient = ControlClient::connect_pipelined(endpoint, PATIENCE)
+        .await
+        .expect("connects");
+    let waiting = tokio::spawn(async move { patient.snapshot().await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(holder);
+    let answered = waiting
+        .await
+        .expect("task")
+        .expect("answered once the slot freed");
+    assert!(running(&answered));
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// Over a listener that reads before it answers: a pipelined call's request
+/// arrives before the server has said anything (the client did not wait for
+/// the first byte), and the busy byte the listener then answers is typed
+/// (`ClientError::Busy`), dialled again until the deadline. A connection
+/// closed before its first byte is a connect error, not a transport one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pipelined_request_goes_before_the_first_byte() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("fake.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).expect("binds");
+    let answer = Arc::new(std::sync::Mutex::new(steadfast::control::auth::ANSWER_BUSY));
+    let early = Arc::new(AtomicUsize::new(0));
+    std::thread::spawn({
+        let (answer, early) = (Arc::clone(&answer), Arc::clone(&early));
+        move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
+                let mut first = [0u8; 64];
+                if stream.read(&mut first).is_ok_and(|n| n > 0) {
+                    early.fetch_add(1, Ordering::SeqCst);
+                }
+                let byte = *answer.lock().expect("lock");
+                if byte != u8::MAX {
+                    let _ = stream.write_all(&[byte]);
+                }
+            }
+        }
+    });
+    let endpoint = steadfast::control::Endpoint::Unix(path);
+    let client = ControlClient::connect_pipelined(endpoint.clone(), Duration::from_millis(500))
+        .await
+        .expect("connects");
+    let busy = client.snapshot().await.expect_err("the listener says busy");
+    assert!(matches!(busy, ClientError::Busy { .. }), "{busy:?}");
+    assert!(
+        early.load(Ordering::SeqCst) >= 2,
+        "the request came before the first byte, and was dialled again"
+    );
+    *answer.lock().expect("lock") = u8::MAX;
+    let client = ControlClient::connect_pipelined(endpoint, Duration::from_secs(2))
+        .await
+        .expect("connects");
+    let closed = client.stop(Hold::None).await.expect_err("closed unserved");
+    assert!(
+        matches!(&closed, ClientError::Connect { source, .. } if source.kind() == std::io::ErrorKind::ConnectionReset),
+        "{closed:?}"
+    );
+}
+
 /// A connection on which nothing moves for the idle timeout is closed; one
 /// that keeps calling is not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

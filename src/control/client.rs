@@ -24,13 +24,23 @@
 //!   `tests/control.rs::the_client_reconnects_after_a_server_restart` and
 //!   `tests/control.rs::reads_are_retried_once_and_commands_never`.
 //! - A busy daemon is waited out: a dial answered busy (the server's first
-//!   byte is `2`: nothing was sent, so nothing ran), a Unix socket whose
+//!   byte is `2`: the server read nothing, so nothing ran), a Unix socket whose
 //!   accept queue is full, or a TCP handshake closed unanswered (evicted
 //!   from the handshake pool) is dialled again with a growing, jittered
 //!   pause, until the call's deadline; commands too, since the answer
 //!   proves they were not executed. Only then does the caller get
 //!   [`ClientError::Busy`].
 //!   `tests/control_hostile.rs::a_burst_of_1000_calls_is_all_answered`.
+//! - Over the Unix socket the first request does not wait for the server's
+//!   first byte: it is sent once the socket and its listener are checked,
+//!   and [`Admitting`] reads the byte in front of the answer (one round trip
+//!   for a command line's one call). A busy byte read after a request was
+//!   sent still proves nothing ran (the server reads no frame of a
+//!   connection it answered busy, and one whose client went away is never
+//!   greeted: its greeting fails), so it is waited out as above;
+//!   [`ControlClient::connect_within`] still waits for the byte before it
+//!   returns. `tests/control.rs::a_pipelined_request_goes_before_the_first_byte`,
+//!   `tests/control.rs::a_pipelined_call_waits_out_busy_and_is_answered`.
 //! - Nothing is sent to a socket the client does not trust: before it
 //!   connects, the socket's directory must be owned by this user or root
 //!   and writable by no one else, and the socket (not a link) owned by this
@@ -61,9 +71,8 @@ use steadfast_protocol::lifecycle::{ExitIntent, Refused};
 use steadfast_protocol::snapshot::{ConfigView, Snapshot};
 use tarpc::client::{self, NewClient, RpcError};
 use tarpc::context;
-use tokio::io::AsyncReadExt;
 use tokio::net::UnixStream;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, watch};
 use tokio::task::JoinHandle;
 
 use super::auth::Token;
@@ -257,6 +266,180 @@ struct Connection {
     /// Which dial this is, so a failure seen on an old connection does not
     /// drop a newer one.
     generation: u64,
+    /// The server's first byte (Unix socket), as the connection's reads
+    /// found it; [`Admission::Accepted`] from the start over TCP and TLS,
+    /// whose dial waited for it.
+    admission: watch::Receiver<Admission>,
+}
+
+/// What the server's first byte on a Unix connection said (`spec/control.md`,
+/// "The server's first byte"). The client sends its first request without
+/// waiting for it; [`Admitting`] reads it in front of the first answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Admission {
+    /// Not read yet.
+    Pending,
+    /// `0`: served, frames follow.
+    Accepted,
+    /// `2`: no slot; the server closed without reading anything.
+    Busy,
+    /// The connection ended before its first byte.
+    Closed,
+    /// A first byte that is not a steadfast answer.
+    Other(u8),
+}
+
+impl Connection {
+    /// Why this connection was never served: see [`Self::unserved_by`].
+    fn unserved(&self, endpoint: &Endpoint) -> Option<ClientError> {
+        Self::unserved_by(&self.admission, endpoint)
+    }
+
+    /// Why a connection with `admission` was never served, once a call on
+    /// it broke: the error the caller gets instead of the transport's
+    /// (`Busy`: dial again). `None` when it was admitted (the call's own
+    /// error stands).
+    fn unserved_by(
+        admission: &watch::Receiver<Admission>,
+        endpoint: &Endpoint,
+    ) -> Option<ClientError> {
+        let connect_err = |kind, why: String| ClientError::Connect {
+            endpoint: endpoint.to_string(),
+            source: io::Error::new(kind, why),
+        };
+        match *admission.borrow() {
+            Admission::Accepted => None,
+            Admission::Busy => Some(ClientError::Busy {
+                endpoint: endpoint.to_string(),
+            }),
+            Admission::Pending | Admission::Closed => Some(connect_err(
+                io::ErrorKind::ConnectionReset,
+                "the daemon closed the connection before serving it (is this user allowed?)"
+                    .to_owned(),
+            )),
+            Admission::Other(byte) => Some(connect_err(
+                io::ErrorKind::InvalidData,
+                format!("not a steadfast control socket (it first sent {byte:#04x})"),
+            )),
+        }
+    }
+}
+
+/// A Unix connection whose first byte is the server's admission
+/// ([`Admission`]): it is taken out of the stream before tarpc's frames, and
+/// a busy or foreign first byte ends the stream with an error (the calls in
+/// flight fail, and [`Connection::unserved`] says why).
+struct Admitting {
+    inner: UnixStream,
+    admission: watch::Sender<Admission>,
+}
+
+impl Admitting {
+    fn settle(&self, admission: Admission) {
+        self.admission.send_replace(admission);
+    }
+
+    fn pending(&self) -> bool {
+        *self.admission.borrow() == Admission::Pending
+    }
+
+    /// The server's first byte, seen: an error unless it is `0`.
+    fn admit(&self, byte: u8) -> io::Result<()> {
+        let (admission, kind) = match byte {
+            super::auth::ANSWER_ACCEPTED => (Admission::Accepted, None),
+            super::auth::ANSWER_BUSY => (Admission::Busy, Some(io::ErrorKind::ConnectionRefused)),
+            other => (Admission::Other(other), Some(io::ErrorKind::InvalidData)),
+        };
+        self.settle(admission);
+        match kind {
+            None => Ok(()),
+            Some(kind) => Err(io::Error::new(
+                kind,
+                "the daemon did not serve this connection",
+            )),
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for Admitting {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        use std::task::Poll;
+        let this = self.get_mut();
+        while this.pending() {
+            let before = buf.filled().len();
+            match std::pin::Pin::new(&mut this.inner).poll_read(cx, buf) {
+                Poll::Ready(Ok(())) => {}
+                other => return other,
+            }
+            let got = buf.filled().len() - before;
+            if got == 0 {
+                this.settle(Admission::Closed);
+                return Poll::Ready(Ok(()));
+            }
+            let first = buf.filled()[before];
+            // The frames that came with it stay; the byte goes.
+            buf.filled_mut()[before..].copy_within(1.., 0);
+            buf.set_filled(before + got - 1);
+            this.admit(first)?;
+            if got > 1 {
+                return Poll::Ready(Ok(()));
+            }
+        }
+        std::pin::Pin::new(&mut this.inner).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Admitting {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        data: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = std::pin::Pin::new(&mut this.inner).poll_write(cx, data);
+        if let std::task::Poll::Ready(Err(_)) = &polled {
+            this.written_off();
+        }
+        polled
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+impl Admitting {
+    /// A write failed before the first byte was read: a server that
+    /// answered busy and closed before the request was written (the write
+    /// then fails with `EPIPE`) left its byte in this socket; read it
+    /// without waiting, so the call says busy rather than broken.
+    fn written_off(&self) {
+        if !self.pending() {
+            return;
+        }
+        let mut byte = [0u8; 1];
+        match rustix::net::recv(&self.inner, &mut byte, rustix::net::RecvFlags::DONTWAIT) {
+            Ok((1, _)) => {
+                let _ = self.admit(byte[0]);
+            }
+            Ok(_) => self.settle(Admission::Closed),
+            Err(_) => {}
+        }
+    }
 }
 
 /// Whether a user id may serve this client: this user, root, or — for a
@@ -367,7 +550,10 @@ fn dial_again(error: &ClientError) -> bool {
     }
 }
 
-/// Dial `endpoint` once: connect, then the server's first answer.
+/// Dial `endpoint` once. Unix socket: every check, connect, and the
+/// listener's credentials; the server's first byte is not waited for (the
+/// first request goes at once, [`Admitting`] reads the byte before its
+/// answer). TCP and TLS: the handshake, through the server's answer.
 async fn dial_once(endpoint: &Endpoint, generation: u64) -> Result<Connection, ClientError> {
     match endpoint {
         Endpoint::Unix(path) => {
@@ -376,7 +562,7 @@ async fn dial_once(endpoint: &Endpoint, generation: u64) -> Result<Connection, C
                 source,
             };
             let (dir_fd, through, service) = checked_socket(path)?;
-            let mut stream = UnixStream::connect(&through).await.map_err(connect_err)?;
+            let stream = UnixStream::connect(&through).await.map_err(connect_err)?;
             drop(dir_fd);
             let peer = stream.peer_cred().map_err(connect_err)?;
             if !trusted_uid(peer.uid(), service) {
@@ -388,26 +574,16 @@ async fn dial_once(endpoint: &Endpoint, generation: u64) -> Result<Connection, C
                     ),
                 });
             }
-            let mut answer = [0u8; 1];
-            let n = stream.read(&mut answer).await.map_err(connect_err)?;
-            match (n, answer[0]) {
-                (1, super::auth::ANSWER_ACCEPTED) => Ok(start(stream, generation)),
-                (1, super::auth::ANSWER_BUSY) => Err(ClientError::Busy {
-                    endpoint: path.display().to_string(),
-                }),
-                (0, _) => Err(connect_err(io::Error::new(
-                    io::ErrorKind::ConnectionReset,
-                    "the daemon closed the connection before serving it (is this user allowed?)",
-                ))),
-                (_, other) => Err(connect_err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("not a steadfast control socket (it first sent {other:#04x})"),
-                ))),
-            }
+            let (admission, admitted) = watch::channel(Admission::Pending);
+            let stream = Admitting {
+                inner: stream,
+                admission,
+            };
+            Ok(start(stream, generation, admitted))
         }
         Endpoint::Tcp { addr, token } => {
             let stream = super::tcp::dial(*addr, token).await?;
-            Ok(start(stream, generation))
+            Ok(start(stream, generation, accepted()))
         }
         Endpoint::Tls {
             addr,
@@ -416,57 +592,90 @@ async fn dial_once(endpoint: &Endpoint, generation: u64) -> Result<Connection, C
             token,
         } => {
             let stream = super::tls::dial(*addr, server_name, tls, token.as_ref()).await?;
-            Ok(start(stream, generation))
+            Ok(start(stream, generation, accepted()))
         }
     }
 }
 
-/// Dial `endpoint`, waiting out a busy daemon (see [`dial_again`]) with a
-/// growing, jittered pause until `deadline`.
+/// The admission of a connection whose dial already read it.
+fn accepted() -> watch::Receiver<Admission> {
+    watch::channel(Admission::Accepted).1
+}
+
+/// The pause before dialling a busy daemon again: growing (2 ms doubling
+/// to 250 ms) and jittered, so a burst spreads out instead of coming back
+/// together.
+struct Backoff {
+    pause: Duration,
+    jitter: u64,
+}
+
+impl Backoff {
+    fn new() -> Self {
+        Self {
+            pause: Duration::from_millis(2),
+            jitter: u64::from(std::process::id())
+                ^ u64::try_from(
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_nanos()),
+                )
+                .unwrap_or(0),
+        }
+    }
+
+    /// Sleep the next pause; `false` (without sleeping) when it would end
+    /// at or after `deadline`.
+    async fn wait(&mut self, deadline: Instant, why: &ClientError) -> bool {
+        // splitmix64 step: each client pauses differently.
+        self.jitter = self.jitter.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let spread = (self.jitter >> 33) % (u64::try_from(self.pause.as_millis()).unwrap_or(1) + 1);
+        let wait = self.pause + Duration::from_millis(spread);
+        if Instant::now() + wait >= deadline {
+            return false;
+        }
+        tracing::debug!(error = %why, ?wait, "the control plane is busy; dialling again");
+        tokio::time::sleep(wait).await;
+        self.pause = (self.pause * 2).min(Duration::from_millis(250));
+        true
+    }
+}
+
+/// Dial `endpoint`, waiting out a full way in (see [`dial_again`]) with a
+/// [`Backoff`] until `deadline`.
 async fn dial(
     endpoint: &Endpoint,
     generation: u64,
     deadline: Instant,
 ) -> Result<Connection, ClientError> {
-    let mut pause = Duration::from_millis(2);
-    let mut jitter = u64::from(std::process::id())
-        ^ u64::try_from(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos()),
-        )
-        .unwrap_or(0);
+    let mut backoff = Backoff::new();
     loop {
-        let timed_out = || ClientError::Connect {
-            endpoint: endpoint.to_string(),
-            source: io::Error::new(
-                io::ErrorKind::TimedOut,
-                "no answer from the daemon within the call's deadline",
-            ),
-        };
         let attempt =
             tokio::time::timeout_at(deadline.into(), dial_once(endpoint, generation)).await;
         let error = match attempt {
             Ok(Ok(connection)) => return Ok(connection),
             Ok(Err(error)) => error,
-            Err(_) => return Err(timed_out()),
+            Err(_) => return Err(timed_out(endpoint)),
         };
-        // splitmix64 step: each client pauses differently, so a burst
-        // spreads out instead of coming back together.
-        jitter = jitter.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let spread = (jitter >> 33) % (u64::try_from(pause.as_millis()).unwrap_or(1) + 1);
-        let wait = pause + Duration::from_millis(spread);
-        if !dial_again(&error) || Instant::now() + wait >= deadline {
+        if !dial_again(&error) || !backoff.wait(deadline, &error).await {
             return Err(error);
         }
-        tracing::debug!(%error, ?wait, "the control plane is busy; dialling again");
-        tokio::time::sleep(wait).await;
-        pause = (pause * 2).min(Duration::from_millis(250));
+    }
+}
+
+/// No answer within the deadline, before a call was served.
+fn timed_out(endpoint: &Endpoint) -> ClientError {
+    ClientError::Connect {
+        endpoint: endpoint.to_string(),
+        source: io::Error::new(
+            io::ErrorKind::TimedOut,
+            "no answer from the daemon within the call's deadline",
+        ),
     }
 }
 
 /// Put tarpc over a connected stream and spawn its dispatch.
-fn start<S>(stream: S, generation: u64) -> Connection
+fn start<S>(stream: S, generation: u64, admission: watch::Receiver<Admission>) -> Connection
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
 {
@@ -481,6 +690,7 @@ where
         raw: client,
         dispatch,
         generation,
+        admission,
     }
 }
 
@@ -538,12 +748,69 @@ impl ControlClient {
 
     /// Connect to `endpoint` now, waiting out a busy daemon for at most
     /// `timeout`, and give each call `timeout` (as [`Self::with_timeout`]).
+    /// Over the Unix socket this waits for the server's first byte (so a
+    /// busy daemon is [`ClientError::Busy`] here); [`Self::connect_pipelined`]
+    /// does not.
     ///
     /// # Errors
     /// As [`Self::connect_unix`] and [`Self::connect_tcp`];
     /// [`ClientError::Busy`] when the daemon stayed busy for `timeout`;
     /// [`ClientError::Untrusted`] when another user owns the socket.
     pub async fn connect_within(
+        endpoint: Endpoint,
+        timeout: Duration,
+    ) -> Result<Self, ClientError> {
+        let deadline = Instant::now() + timeout;
+        let mut backoff = Backoff::new();
+        loop {
+            let mut connection = dial(&endpoint, 0, deadline).await?;
+            let settled = tokio::time::timeout_at(deadline.into(), async {
+                // A sender gone while pending (the connection ended unread)
+                // reads as closed below.
+                let _ = connection
+                    .admission
+                    .wait_for(|admission| *admission != Admission::Pending)
+                    .await;
+            })
+            .await;
+            if settled.is_err() {
+                return Err(timed_out(&endpoint));
+            }
+            match connection.unserved(&endpoint) {
+                None => {
+                    return Ok(Self {
+                        endpoint: Arc::new(endpoint),
+                        connection: Arc::new(Mutex::new(Some(connection))),
+                        timeout,
+                    });
+                }
+                Some(busy @ ClientError::Busy { .. }) => {
+                    if !backoff.wait(deadline, &busy).await {
+                        return Err(busy);
+                    }
+                }
+                Some(error) => return Err(error),
+            }
+        }
+    }
+
+    /// [`Self::connect_within`] without waiting for the Unix server's first
+    /// byte: the socket and its listener are checked (nothing goes to one
+    /// this user may not trust) and connected, and the first call is sent
+    /// at once; its answer comes after the byte on the same connection — one
+    /// round trip for a command line's one call instead of two. A busy
+    /// answer still proves nothing was read (the server reads no frame of a
+    /// connection it answered busy), so the call dials again, a command too,
+    /// until its deadline, then [`ClientError::Busy`]; a connection closed
+    /// before its first byte fails the call with [`ClientError::Connect`].
+    /// TCP and TLS dial as [`Self::connect_within`] (the token or the
+    /// certificate is answered before any frame is sent).
+    /// `tests/control.rs::a_pipelined_call_waits_out_busy_and_is_answered`.
+    ///
+    /// # Errors
+    /// As [`Self::connect_within`], but a busy daemon is only known at the
+    /// first call.
+    pub async fn connect_pipelined(
         endpoint: Endpoint,
         timeout: Duration,
     ) -> Result<Self, ClientError> {
@@ -561,21 +828,33 @@ impl ControlClient {
         &self.endpoint
     }
 
-    /// A live connection's client and generation: the current one, or a
-    /// new one when there is none or its dispatch has ended.
-    async fn raw(&self) -> Result<(RawClient, u64), ClientError> {
+    /// A live connection's client, generation and admission: the current
+    /// one, or a new one (dialled until `deadline`) when there is none or
+    /// its dispatch has ended.
+    async fn raw(
+        &self,
+        deadline: Instant,
+    ) -> Result<(RawClient, u64, watch::Receiver<Admission>), ClientError> {
         let mut slot = self.connection.lock().await;
         if let Some(connection) = slot.as_ref()
             && !connection.dispatch.is_finished()
         {
-            return Ok((connection.raw.clone(), connection.generation));
+            return Ok((
+                connection.raw.clone(),
+                connection.generation,
+                connection.admission.clone(),
+            ));
         }
         let generation = slot.as_ref().map_or(0, |c| c.generation + 1);
         *slot = None;
-        let connection = dial(&self.endpoint, generation, Instant::now() + self.timeout).await?;
-        let raw = connection.raw.clone();
+        let connection = dial(&self.endpoint, generation, deadline).await?;
+        let raw = (
+            connection.raw.clone(),
+            generation,
+            connection.admission.clone(),
+        );
         *slot = Some(connection);
-        Ok((raw, generation))
+        Ok(raw)
     }
 
     /// Forget connection `generation` after it broke (the next call dials).
@@ -586,6 +865,45 @@ impl ControlClient {
         }
     }
 
+    /// Send `call` on a live connection. When the connection breaks under
+    /// it: a connection the server never served (busy: dial again with a
+    /// [`Backoff`] until the deadline, whatever the call; closed before its
+    /// first byte: [`ClientError::Connect`]) says so; else a read
+    /// (`replay`) is sent once more on a new connection, and a command's
+    /// error is the caller's (it may have been applied). The next call
+    /// dials either way.
+    async fn call<T, F, Fut>(&self, replay: bool, call: F) -> Result<T, ClientError>
+    where
+        F: Fn(RawClient) -> Fut,
+        Fut: Future<Output = Result<T, RpcError>>,
+    {
+        let deadline = Instant::now() + self.timeout;
+        let mut backoff = Backoff::new();
+        let mut replayed = false;
+        loop {
+            let (raw, generation, admission) = self.raw(deadline).await?;
+            let error = match call(raw).await {
+                Err(error) if is_broken(&error) => error,
+                answer => return Ok(answer?),
+            };
+            self.broke(generation).await;
+            let unserved = Connection::unserved_by(&admission, &self.endpoint);
+            match unserved {
+                Some(busy @ ClientError::Busy { .. }) => {
+                    if !backoff.wait(deadline, &busy).await {
+                        return Err(busy);
+                    }
+                }
+                Some(error) => return Err(error),
+                None if replay && !replayed => {
+                    replayed = true;
+                    tracing::debug!(%error, "the control connection broke; retrying a read once");
+                }
+                None => return Err(error.into()),
+            }
+        }
+    }
+
     /// A call that changes nothing: retried once on a new connection if the
     /// connection breaks under it.
     async fn read_only<T, F, Fut>(&self, call: F) -> Result<T, ClientError>
@@ -593,35 +911,18 @@ impl ControlClient {
         F: Fn(RawClient) -> Fut,
         Fut: Future<Output = Result<T, RpcError>>,
     {
-        let (raw, generation) = self.raw().await?;
-        match call(raw).await {
-            Err(error) if is_broken(&error) => {
-                self.broke(generation).await;
-                tracing::debug!(%error, "the control connection broke; retrying a read once");
-                let (raw, generation) = self.raw().await?;
-                let answer = call(raw).await;
-                if matches!(&answer, Err(error) if is_broken(error)) {
-                    self.broke(generation).await;
-                }
-                Ok(answer?)
-            }
-            answer => Ok(answer?),
-        }
+        self.call(true, call).await
     }
 
-    /// A command: sent once. If the connection breaks under it, the error
-    /// is the caller's (it may have been applied) and the next call dials.
+    /// A command: sent once on a served connection. If the connection
+    /// breaks under it, the error is the caller's (it may have been
+    /// applied) and the next call dials.
     async fn command<T, F, Fut>(&self, call: F) -> Result<T, ClientError>
     where
-        F: FnOnce(RawClient) -> Fut,
+        F: Fn(RawClient) -> Fut,
         Fut: Future<Output = Result<T, RpcError>>,
     {
-        let (raw, generation) = self.raw().await?;
-        let answer = call(raw).await;
-        if matches!(&answer, Err(error) if is_broken(error)) {
-            self.broke(generation).await;
-        }
-        Ok(answer?)
+        self.call(false, call).await
     }
 
     /// Give each command this long (default [`DEFAULT_CALL_TIMEOUT`]).
@@ -811,8 +1112,11 @@ impl ControlClient {
         let cx = Self::context(self.timeout);
         let (leaf, value) = (leaf.to_owned(), value.to_owned());
         Self::unwrap(
-            self.command(|raw| async move { raw.config_set(cx, leaf, value).await })
-                .await,
+            self.command(|raw| {
+                let (leaf, value) = (leaf.clone(), value.clone());
+                async move { raw.config_set(cx, leaf, value).await }
+            })
+            .await,
         )
     }
 
@@ -824,8 +1128,11 @@ impl ControlClient {
         let cx = Self::context(self.timeout);
         let leaf = leaf.to_owned();
         Self::unwrap(
-            self.command(|raw| async move { raw.config_unset(cx, leaf).await })
-                .await,
+            self.command(|raw| {
+                let leaf = leaf.clone();
+                async move { raw.config_unset(cx, leaf).await }
+            })
+            .await,
         )
     }
 
@@ -869,8 +1176,11 @@ impl ControlClient {
         let cx = Self::context(self.timeout);
         let token = token.to_owned();
         Self::unwrap(
-            self.command(|raw| async move { raw.reinit(cx, token).await })
-                .await,
+            self.command(|raw| {
+                let token = token.clone();
+                async move { raw.reinit(cx, token).await }
+            })
+            .await,
         )
     }
 
@@ -889,9 +1199,12 @@ impl ControlClient {
         // A command: never replayed after a broken connection (the
         // transaction may have started).
         let cx = Self::context(self.timeout);
-        self.command(|raw| async move { raw.replace(cx, request).await })
-            .await?
-            .map_err(ClientError::Command)
+        self.command(|raw| {
+            let request = request.clone();
+            async move { raw.replace(cx, request).await }
+        })
+        .await?
+        .map_err(ClientError::Command)
     }
 
     /// The replacement status once its report's `seq` passes `after_seq`, or

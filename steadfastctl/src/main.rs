@@ -132,7 +132,10 @@ struct Cli {
     command: Cmd,
 }
 
+// `defer`: a subcommand's own flags are built only when it is the one
+// given (issue 16: the command line's cost is mostly clap's).
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 enum Cmd {
     /// Show the daemon's state, its counters, its previous run and the
     /// current attempt (earlier attempts: `--history N`, or `journal`).
@@ -331,7 +334,7 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 const DATA_DIR_ENV: &str = "STEADFAST_DATA_DIR";
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -349,6 +352,36 @@ fn main() -> ExitCode {
     // of a ~2 ms command (issue 16).
     std::mem::forget(runtime);
     code
+}
+
+/// The command line, as clap parses it. Before it parses, clap copies each
+/// global flag (17, with their help text) into every subcommand (16): most
+/// of a `status`'s time went there (issue 16). So the first parse is with a
+/// command whose flags carry no help text; when it does not give a [`Cli`]
+/// (a usage error, `--help`, `--version`), the whole command parses again
+/// and answers as clap always did. The two commands differ in help text
+/// only, which no parse reads: what is accepted, and what it means, is the
+/// same (`tests::the_lean_parse_is_clap_s`). The parsed command is not
+/// dropped: the exit frees it.
+fn parse() -> Cli {
+    if let Ok(cli) = lean_parse(std::env::args_os()) {
+        return cli;
+    }
+    Cli::parse()
+}
+
+/// [`parse`]'s first try: the command without its flags' help text.
+fn lean_parse<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::{CommandFactory, FromArgMatches};
+    let mut lean = Cli::command().mut_args(|arg| arg.help(None).long_help(None));
+    let mut matches = lean.try_get_matches_from_mut(args)?;
+    let cli = Cli::from_arg_matches_mut(&mut matches)?;
+    std::mem::forget((lean, matches));
+    Ok(cli)
 }
 
 /// The control socket: `--socket`, else under `--data-dir`, else under
@@ -497,9 +530,16 @@ async fn connect(cli: &Cli) -> Result<ControlClient, Unreached> {
         }
         _ => Endpoint::Unix(socket_path(cli).map_err(Unreached::Usage)?),
     };
-    ControlClient::connect_within(endpoint, timeout)
-        .await
-        .map_err(|e| Unreached::Connect(e.to_string(), e.is_deadline()))
+    // One call, one round trip: the request goes without waiting for the
+    // Unix server's first byte (`ControlClient::connect_pipelined`; every
+    // check of the socket and its listener is made before it). `journal`
+    // dials as before: when no daemon serves it, it reads the file itself.
+    let connected = if matches!(cli.command, Cmd::Journal { .. }) {
+        ControlClient::connect_within(endpoint, timeout).await
+    } else {
+        ControlClient::connect_pipelined(endpoint, timeout).await
+    };
+    connected.map_err(|e| Unreached::Connect(e.to_string(), e.is_deadline()))
 }
 
 async fn run(cli: Cli) -> ExitCode {
@@ -1529,5 +1569,82 @@ const fn mode_name(mode: steadfast::protocol::replacement::Mode) -> &'static str
     match mode {
         steadfast::protocol::replacement::Mode::Overlap => "overlap",
         steadfast::protocol::replacement::Mode::Exclusive => "exclusive",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`lean_parse`] accepts exactly what clap's whole command accepts,
+    /// and means the same by it: the common forms, flags before and after
+    /// the subcommand, and the malformed ones (which both refuse, with the
+    /// same kind of error, so the whole command's message is what prints).
+    #[test]
+    fn the_lean_parse_is_clap_s() {
+        let forms: &[&[&str]] = &[
+            &["status"],
+            &["--data-dir", "/d", "status"],
+            &["status", "--data-dir", "/d", "--json"],
+            &["--json", "--utc", "status", "--history", "3"],
+            &["--socket", "/s", "restart", "--wait"],
+            &[
+                "--data-dir",
+                "/d",
+                "restart",
+                "--force",
+                "--wait",
+                "--timeout",
+                "2.5",
+            ],
+            &["restart", "--wait", "--json", "--data-dir", "/d"],
+            &["--tcp", "127.0.0.1:7433", "--token-file", "/t", "status"],
+            &[
+                "--tls",
+                "127.0.0.1:7433",
+                "--ca",
+                "/ca",
+                "--token-file",
+                "/t",
+                "probe",
+                "ready",
+            ],
+            &["-v", "probe", "live"],
+            &["start", "--wait"],
+            &["stop", "--hold"],
+            &["watch", "--until", "running", "--timeout", "3"],
+            &["journal", "-n", "5"],
+            &["config", "set", "log.level", "-1"],
+            &["config", "show"],
+            &["--inventory", "/i", "status", "--only", "a,b"],
+            &["--inventory", "/i", "restart", "--all", "--parallel", "2"],
+            &["replace", "--binary", "/b", "--mode", "overlap"],
+            // Refused by both.
+            &[],
+            &["--help"],
+            &["status", "--help"],
+            &["--version"],
+            &["status", "--nosuch"],
+            &["nosuch"],
+            &["--data-dir", "/d", "--socket", "/s", "status"],
+            &["--tcp", "127.0.0.1:7433", "status"],
+            &["--tcp", "not-an-address", "--token-file", "/t", "status"],
+            &["--timeout", "soon", "status"],
+            &["watch", "--until", "sleeping"],
+            &["--only", "a", "--all", "status"],
+            &["status", "--data-dir"],
+        ];
+        for form in forms {
+            let argv = std::iter::once("steadfastctl").chain(form.iter().copied());
+            let lean = lean_parse(argv.clone());
+            let whole = Cli::try_parse_from(argv);
+            match (&lean, &whole) {
+                (Ok(lean), Ok(whole)) => {
+                    assert_eq!(format!("{lean:?}"), format!("{whole:?}"), "{form:?}");
+                }
+                (Err(lean), Err(whole)) => assert_eq!(lean.kind(), whole.kind(), "{form:?}"),
+                _ => panic!("{form:?}: lean {lean:?}, whole {whole:?}"),
+            }
+        }
     }
 }
