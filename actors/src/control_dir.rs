@@ -639,16 +639,7 @@ impl<S: JournalSink> JournalFile<S> {
         // fails. Nothing is written yet, so a failed fstat poisons nothing.
         let start = self.sink.current_len().map_err(io_err(&self.path))?;
         if let Err(source) = self.write_frames(&buf) {
-            self.poison = Some(Poison::FailedAppend {
-                cause: source.to_string(),
-                cut_to: start,
-            });
-            tracing::error!(path = %self.path.display(), error = %source,
-                "journal write failed; nothing acknowledged, cut back before the next append");
-            return Err(ControlDirError::Io {
-                path: self.path.clone(),
-                source,
-            });
+            return Err(self.failed("write", source, start));
         }
         self.unsynced.get_or_insert(start);
         self.end = start + buf.len() as u64;
@@ -677,16 +668,7 @@ impl<S: JournalSink> JournalFile<S> {
         };
         if let Err(source) = self.sync_frames() {
             self.unsynced = None;
-            self.poison = Some(Poison::FailedAppend {
-                cause: source.to_string(),
-                cut_to: from,
-            });
-            tracing::error!(path = %self.path.display(), error = %source,
-                "journal fsync failed; nothing acknowledged, cut back before the next append");
-            return Err(ControlDirError::Io {
-                path: self.path.clone(),
-                source,
-            });
+            return Err(self.failed("fsync", source, from));
         }
         // A journal created at open whose name no fsync of the control
         // directory has made durable yet (none has run since): made durable
@@ -703,6 +685,21 @@ impl<S: JournalSink> JournalFile<S> {
         self.unsynced = None;
         self.len = self.end;
         Ok(())
+    }
+
+    /// A `what` (write or fsync) failed: poison this writer so that the
+    /// next append first cuts the file back to `cut_to`, and say so.
+    fn failed(&mut self, what: &str, source: io::Error, cut_to: u64) -> ControlDirError {
+        self.poison = Some(Poison::FailedAppend {
+            cause: source.to_string(),
+            cut_to,
+        });
+        tracing::error!(path = %self.path.display(), error = %source,
+            "journal {what} failed; nothing acknowledged, cut back before the next append");
+        ControlDirError::Io {
+            path: self.path.clone(),
+            source,
+        }
     }
 
     /// Whether records were written that no fsync has made durable yet.
