@@ -1418,7 +1418,7 @@ impl ControlDir {
 
     /// Replace a durable `holding` run marker with `marker` (the attempt a
     /// boot is on), without fsyncs: in place when it is as long as the
-    /// marker there ([`Self::rewrite_in_place`]), else temp file → write →
+    /// marker there (`rewrite_in_place`), else temp file → write →
     /// rename. A killed process leaves it in the page cache, so the next
     /// daemon reads it; only a power loss can undo it, leaving the durable
     /// `holding` it replaced (or an unreadable marker): the previous run

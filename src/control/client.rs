@@ -33,7 +33,7 @@
 //!   `tests/control_hostile.rs::a_burst_of_1000_calls_is_all_answered`.
 //! - Over the Unix socket the first request does not wait for the server's
 //!   first byte: it is sent once the socket and its listener are checked,
-//!   and [`Admitting`] reads the byte in front of the answer (one round trip
+//!   and `Admitting` reads the byte in front of the answer (one round trip
 //!   for a command line's one call). A busy byte read after a request was
 //!   sent still proves nothing ran (the server reads no frame of a
 //!   connection it answered busy, and one whose client went away is never
