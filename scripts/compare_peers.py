@@ -156,24 +156,21 @@ class Steadfast:
 
     def launch(self):
         """A kvd on a fresh data dir with a config naming a free port: (child, data dir)."""
-        self.count += 1
-        data = os.path.join(self.work, f"kvd-{self.count}")
-        conf = data + ".toml"
-        with open(conf, "w") as f:
-            f.write(f'listen_addr = "127.0.0.1:{loopback_port()}"\n')
-        log = open(data + ".log", "ab")
-        child = start([self.kvd, "--data-dir", data, "--config", conf], stdout=log, stderr=log)
-        return child, data
+        return self._fresh("kvd", lambda data, conf: [self.kvd, "--data-dir", data, "--config", conf])
 
     def launch_minimal(self):
         """The `minimal` example (one step: bind a port) on a fresh data dir: (child, data dir)."""
+        return self._fresh("minimal", lambda data, conf: [self.minimal, data, conf])
+
+    def _fresh(self, name, argv):
+        """`argv(data dir, config)` started on a fresh data dir whose config names a free port."""
         self.count += 1
-        data = os.path.join(self.work, f"minimal-{self.count}")
+        data = os.path.join(self.work, f"{name}-{self.count}")
         conf = data + ".toml"
         with open(conf, "w") as f:
             f.write(f'listen_addr = "127.0.0.1:{loopback_port()}"\n')
         log = open(data + ".log", "ab")
-        child = start([self.minimal, data, conf], stdout=log, stderr=log)
+        child = start(argv(data, conf), stdout=log, stderr=log)
         return child, data
 
     def ready(self, data):
