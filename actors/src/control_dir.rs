@@ -1451,6 +1451,24 @@ impl ControlDir {
     /// unreadable marker: `crashed`, as the marker it replaced did.
     /// `false`, writing nothing, when the lengths differ or there is no
     /// marker: the caller writes a new one.
+    /// [`Self::note_run`] when it is one `pwrite` and no other marker write
+    /// is under way: `Some` with what the write did, `None` (nothing done)
+    /// when the marker must be written anew or another marker write holds
+    /// the turn. For a caller that must not block (an actor's handler): the
+    /// `None` case goes to [`Self::note_run`] on a blocking thread.
+    pub fn note_run_in_place(&self, marker: &RunMarker) -> Option<Result<(), ControlDirError>> {
+        let _one_at_a_time = match self.markers.try_lock() {
+            Ok(turn) => turn,
+            Err(std::sync::TryLockError::Poisoned(turn)) => turn.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        match self.rewrite_in_place("run", RUN_MAGIC, marker) {
+            Ok(true) => Some(Ok(())),
+            Ok(false) => None,
+            Err(error) => Some(Err(error)),
+        }
+    }
+
     fn rewrite_in_place<T: Serialize>(
         &self,
         name: &str,

@@ -1,19 +1,23 @@
 //! The Journal actor: the sole writer of the control directory.
 //!
 //! Every record and marker a supervisor writes goes through this actor, one
-//! at a time, and is acknowledged only after its fsync returned. Records that
-//! need no acknowledgement (a boot's progress) are staged and ride along with
-//! the next acknowledged append, so one fsync covers them (the file
-//! work runs on a blocking thread, so the tokio workers never wait on a
-//! disk). A transition whose effect may run before it is durable (entering
-//! a boot or a drain) is written without an fsync (`Write`): a full disk
-//! refuses it before the effect starts, and the next fsync (`Append`, or
-//! `Sync` when its commit window passes) makes it durable together with
-//! what the effect brought; until then nobody is told of it. A failed write or fsync is never acknowledged: the append is
-//! answered with the error, and the journal file cuts the failed append's
-//! bytes back before its next append (`JournalFile::append`), so the next
-//! append starts on a record boundary and recovers the journal as soon as
-//! the disk lets it (`control_dir` tests,
+//! at a time, and is acknowledged only after its fsync returned. Records
+//! that need no acknowledgement (a boot's progress) are staged and ride
+//! along with the next acknowledged append, so one fsync covers them. An
+//! fsync runs on a blocking thread, so the tokio workers never wait on the
+//! disk; a write without one is a copy into the page cache, made in place.
+//!
+//! A transition whose effect may run before it is durable (entering a boot
+//! or a drain) is written without an fsync (`Write`): a full disk refuses
+//! it before the effect starts, and the next fsync (`Append`, or `Sync`
+//! when its commit window passes) makes it durable together with what the
+//! effect brought; until then nobody is told of it.
+//!
+//! A failed write or fsync is never acknowledged: the append is answered
+//! with the error, and the journal file cuts the failed append's bytes back
+//! before its next append (`JournalFile::append`), so the next append
+//! starts on a record boundary and recovers the journal as soon as the disk
+//! lets it (`control_dir` tests,
 //! `enospc::a_journal_append_that_hit_enospc_recovers_without_a_relaunch`).
 //! Staged records an append failed to write stay staged, in front, for the
 //! next one (at most 4,096 are kept); the caller's own records are not
@@ -78,8 +82,14 @@ enum Commit {
 
 impl JournalState {
     /// Write the staged records and `records`, then (for [`Commit::Sync`])
-    /// fsync, on a blocking thread. A [`Commit::Sync`] with nothing to
-    /// write and nothing written since the last fsync does no I/O.
+    /// fsync. A [`Commit::Sync`] with nothing to write and nothing written
+    /// since the last fsync does no I/O.
+    ///
+    /// A [`Commit::Later`] write is one `write` into the page cache, made
+    /// here on the actor's own thread: a thread hop would cost more than
+    /// the copy, twice per stop+start (issue 16). Whatever waits on the
+    /// disk, the fsync and a compaction, runs on a blocking thread, so a
+    /// runtime worker never waits for the device.
     async fn write(
         &mut self,
         records: Vec<Record>,
@@ -94,42 +104,47 @@ impl JournalState {
             self.file = Some(file);
             return Ok(Ok(()));
         }
-        let metrics = Arc::clone(&self.metrics);
-        let (file, result, mut records) = tokio::task::spawn_blocking(move || {
-            let started = std::time::Instant::now();
-            let result = match commit {
-                Commit::Sync => file.append(&records),
-                Commit::Later => file.write(&records),
-            };
-            match commit {
-                Commit::Sync => metrics.journal_append(
-                    records.len(),
-                    file.durable_len(),
-                    started.elapsed(),
-                    result.is_ok(),
-                ),
-                Commit::Later => metrics.journal_written(records.len(), result.is_ok()),
+        let (file, result, records) = match commit {
+            Commit::Later => {
+                let result = file.write(&records);
+                self.metrics.journal_written(records.len(), result.is_ok());
+                (file, result, records)
             }
-            // Keep the journal bounded. The append above is durable
-            // whatever compaction does; a compaction that fails before its
-            // rename leaves the old journal in use, one that fails after it
-            // poisons the writer. Never while written records wait for
-            // their fsync (`wants_compaction`).
-            if result.is_ok() && file.wants_compaction() {
-                match file.compact() {
-                    Ok(compacted) => tracing::debug!(?compacted, "compacted the journal"),
-                    Err(error) => tracing::error!(%error, "journal compaction failed"),
-                }
+            Commit::Sync => {
+                let metrics = Arc::clone(&self.metrics);
+                tokio::task::spawn_blocking(move || {
+                    let started = std::time::Instant::now();
+                    let result = file.append(&records);
+                    metrics.journal_append(
+                        records.len(),
+                        file.durable_len(),
+                        started.elapsed(),
+                        result.is_ok(),
+                    );
+                    // Keep the journal bounded. The append above is durable
+                    // whatever compaction does; a compaction that fails
+                    // before its rename leaves the old journal in use, one
+                    // that fails after it poisons the writer. Never while
+                    // written records wait for their fsync
+                    // (`wants_compaction`).
+                    if result.is_ok() && file.wants_compaction() {
+                        match file.compact() {
+                            Ok(compacted) => tracing::debug!(?compacted, "compacted the journal"),
+                            Err(error) => tracing::error!(%error, "journal compaction failed"),
+                        }
+                    }
+                    (file, result, records)
+                })
+                .await?
             }
-            (file, result, records)
-        })
-        .await?;
+        };
         self.file = Some(file);
         if result.is_err() {
             // The staged records were never acknowledged; they go again,
             // first, with the next append (the failed bytes are cut back
             // before it, so nothing is written twice). The caller's own
             // records are the caller's to resend.
+            let mut records = records;
             records.truncate(staged);
             records.append(&mut self.staged);
             self.staged = records;
@@ -178,9 +193,11 @@ pub enum JournalMsg {
     WriteRun(RunMarker, RpcReplyPort<Durable>),
     /// Replace the run marker with no one waiting and without fsyncs
     /// ([`ControlDir::note_run`]): the attempt a boot is on, which only the
-    /// report of a crash depends on (a failed write is logged). Written in
-    /// a task of its own, which appends do not wait for; a later run
-    /// marker write (`WriteRun`) waits for it.
+    /// report of a crash depends on (a failed write is logged). Usually
+    /// one `pwrite` over the marker, made at once
+    /// ([`ControlDir::note_run_in_place`]); otherwise written in a task of
+    /// its own, which appends do not wait for, and a later run marker
+    /// write (`WriteRun`) waits for it.
     NoteRun(RunMarker),
     /// Set (`true`) or clear the hold marker.
     SetHold(bool, RpcReplyPort<Durable>),
@@ -265,7 +282,18 @@ impl Actor for JournalActor {
                 // Off the mailbox: the appends behind it (the boot's
                 // checkpoints, the `booted` transition) touch another file
                 // and do not wait for it.
-                let previous = state.note.take();
+                let previous = state.note.take().filter(|note| !note.is_finished());
+                // The usual note is one `pwrite` over the marker in place:
+                // made here, without a thread hop, unless an earlier note
+                // is still being written (order) or cannot be made so.
+                if previous.is_none()
+                    && let Some(written) = state.control.note_run_in_place(&marker)
+                {
+                    if let Err(error) = written {
+                        tracing::warn!(%error, "the run marker could not name the attempt");
+                    }
+                    return Ok(());
+                }
                 let control = Arc::clone(&state.control);
                 state.note = Some(tokio::spawn(async move {
                     if let Some(previous) = previous {

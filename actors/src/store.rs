@@ -191,6 +191,15 @@ impl StoreLock {
     /// retiring incumbent over a store it gave away on purpose.
     #[must_use]
     pub fn probe(data_dir: &Path) -> StoreOutcome {
+        match Self::probe_once(data_dir) {
+            Probed::Settled(outcome) => outcome,
+            Probed::Taken(file, path) => Self::wait_out(&file, &path),
+        }
+    }
+
+    /// [`Self::probe`]'s first try, which never waits: settled, or the lock
+    /// taken by someone (its file kept open for the patient tries).
+    fn probe_once(data_dir: &Path) -> Probed {
         let path = Self::path_under(data_dir);
         if handed_over()
             .lock()
@@ -198,22 +207,35 @@ impl StoreLock {
             .contains(data_dir)
         {
             tracing::info!(path = %path.display(), "the store was handed over to the successor: released by this process");
-            return StoreOutcome::Released;
+            return Probed::Settled(StoreOutcome::Released);
         }
         let opened = Dir::open_data_dir(data_dir, false)
             .and_then(|dir| dir.open(STORE_LOCK_NAME, Access::Read));
         let file = match opened {
             Ok(file) => file,
             Err(e) if e.io_kind() == Some(io::ErrorKind::NotFound) => {
-                return StoreOutcome::Released;
+                return Probed::Settled(StoreOutcome::Released);
             }
             Err(e) => {
-                return StoreOutcome::Held {
+                return Probed::Settled(StoreOutcome::Held {
                     cause: format!("{} could not be opened to probe it: {e}", path.display()),
-                };
+                });
             }
         };
-        match try_lock_patiently(&file) {
+        match file.try_lock() {
+            Err(fs::TryLockError::WouldBlock) => Probed::Taken(file, path),
+            other => Probed::Settled(Self::probed(&file, &path, other)),
+        }
+    }
+
+    /// The patient tries of a lock someone held at the first try.
+    fn wait_out(file: &File, path: &Path) -> StoreOutcome {
+        Self::probed(file, path, try_lock_patiently(file))
+    }
+
+    /// What trying the lock found.
+    fn probed(file: &File, path: &Path, tried: Result<(), fs::TryLockError>) -> StoreOutcome {
+        match tried {
             Ok(()) => match file.unlock() {
                 Ok(()) => StoreOutcome::Released,
                 // Closing the file below releases it regardless.
@@ -240,14 +262,30 @@ impl StoreLock {
     /// for up to [`PROBE_PATIENCE`], which must not stall a runtime worker.
     /// A probe that could not run (the blocking pool is shut down, or it
     /// panicked) reads as `Held`: doubt never reads as released.
+    ///
+    /// The first try never waits and is made in place (an open and a
+    /// `flock` with `LOCK_NB`: no thread hop for the usual outcome, a
+    /// released store); only a lock someone holds goes to a blocking thread
+    /// to be waited out.
     pub async fn observe(data_dir: &Path) -> StoreOutcome {
-        let dir = data_dir.to_path_buf();
-        tokio::task::spawn_blocking(move || Self::probe(&dir))
+        let (file, path) = match Self::probe_once(data_dir) {
+            Probed::Settled(outcome) => return outcome,
+            Probed::Taken(file, path) => (file, path),
+        };
+        tokio::task::spawn_blocking(move || Self::wait_out(&file, &path))
             .await
             .unwrap_or_else(|e| StoreOutcome::Held {
                 cause: format!("the store probe did not run: {e}"),
             })
     }
+}
+
+/// [`StoreLock::probe_once`]'s answer.
+enum Probed {
+    /// Released, or held for a reason waiting cannot change.
+    Settled(StoreOutcome),
+    /// Someone holds the lock now: the open lock file, and its path.
+    Taken(File, PathBuf),
 }
 
 /// The data dirs whose store this process handed over

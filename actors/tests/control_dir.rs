@@ -1267,6 +1267,71 @@ fn the_attempt_note_rewrites_the_run_marker_in_place() {
     assert_eq!(mode(&run) & 0o777, 0o600);
 }
 
+/// The Journal actor notes an attempt on its own thread only when that is
+/// one `pwrite` and no other marker write is under way: with no marker, or
+/// one the note cannot overwrite in place, `note_run_in_place` does nothing
+/// and says so (`None`: the caller goes to `note_run` on a blocking
+/// thread); while another writer holds the marker turn it does not wait for
+/// it (`None` again, nothing written).
+#[test]
+fn the_in_place_note_never_waits_and_never_writes_a_new_file() {
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let cd = std::sync::Arc::new(ControlDir::open(tmp.path()).unwrap());
+    let run = tmp.path().join(".steadfast").join("run");
+    let note = |attempt| RunMarker::Holding { pid: 7, attempt };
+    assert!(cd.note_run_in_place(&note(1)).is_none(), "no marker yet");
+    assert!(!run.exists(), "nothing written");
+    cd.write_run(&note(0)).unwrap();
+    let inode = fs::metadata(&run).unwrap().ino();
+    assert!(matches!(cd.note_run_in_place(&note(1)), Some(Ok(()))));
+    assert_eq!(fs::metadata(&run).unwrap().ino(), inode, "in place");
+    assert!(matches!(
+        cd.read_run().unwrap(),
+        MarkerRead::Valid(RunMarker::Holding { pid: 7, attempt: 1 })
+    ));
+    assert!(
+        cd.note_run_in_place(&note(70_000)).is_none(),
+        "a longer encoding is not written in place"
+    );
+    assert!(matches!(
+        cd.read_run().unwrap(),
+        MarkerRead::Valid(RunMarker::Holding { pid: 7, attempt: 1 })
+    ));
+    // Another writer's turn: a thread writing markers as fast as it can
+    // while this one tries in place. Every try either wrote in place or
+    // declined; none failed, none waited for the other (a decline is
+    // seen at least once over the run, or the writers never overlapped).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (cd, stop) = (std::sync::Arc::clone(&cd), std::sync::Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut n = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                cd.write_run(&RunMarker::Holding {
+                    pid: 7,
+                    attempt: 2 + n % 5,
+                })
+                .unwrap();
+                n += 1;
+            }
+        })
+    };
+    let (mut declined, mut tries) = (0, 0u32);
+    let started = std::time::Instant::now();
+    while (declined == 0 || tries < 200) && started.elapsed() < std::time::Duration::from_secs(60) {
+        match cd.note_run_in_place(&note(tries % 9)) {
+            None => declined += 1,
+            Some(written) => written.unwrap(),
+        }
+        tries += 1;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    assert!(declined > 0, "never saw the other writer's turn");
+    assert!(matches!(cd.read_run().unwrap(), MarkerRead::Valid(_)));
+}
+
 /// DESIGN.md "Durability rules" and `spec/control-dir.md` "The fsyncs of a
 /// launch": a fresh control dir fsyncs the data dir (for `.steadfast`) at
 /// open and nothing else; the journal's header is not fsynced on its own.
