@@ -88,8 +88,9 @@ impl JournalState {
     /// A [`Commit::Later`] write is one `write` into the page cache, made
     /// here on the actor's own thread: a thread hop would cost more than
     /// the copy, twice per stop+start (issue 16). Whatever waits on the
-    /// disk, the fsync and a compaction, runs on a blocking thread, so a
-    /// runtime worker never waits for the device.
+    /// disk (an fsync, a compaction, the cut and fsync that repair a writer
+    /// a failure poisoned) runs on a blocking thread, so a runtime worker
+    /// never waits for the device.
     async fn write(
         &mut self,
         records: Vec<Record>,
@@ -105,10 +106,19 @@ impl JournalState {
             return Ok(Ok(()));
         }
         let (file, result, records) = match commit {
-            Commit::Later => {
+            Commit::Later if !file.is_poisoned() => {
                 let result = file.write(&records);
                 self.metrics.journal_written(records.len(), result.is_ok());
                 (file, result, records)
+            }
+            Commit::Later => {
+                let metrics = Arc::clone(&self.metrics);
+                tokio::task::spawn_blocking(move || {
+                    let result = file.write(&records);
+                    metrics.journal_written(records.len(), result.is_ok());
+                    (file, result, records)
+                })
+                .await?
             }
             Commit::Sync => {
                 let metrics = Arc::clone(&self.metrics);
