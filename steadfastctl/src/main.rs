@@ -1618,6 +1618,9 @@ mod tests {
             &["--timeout", "2.5"],
             &["--timeout=7"],
             &["--timeout", "1e3"],
+            &["--timeout", "+3"],
+            &["--timeout=inf"],
+            &["--timeout", "NaN"],
         ];
         // One of each kind, in each order of the four kinds.
         let sets: &[&[usize]] = &[
