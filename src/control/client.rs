@@ -445,8 +445,21 @@ impl Admitting {
 /// Whether a user id may serve this client: this user, root, or — for a
 /// root client — the service user that owns the data dir the socket's
 /// directory sits in (see [`service_user`]).
-fn trusted_uid(uid: u32, service: Option<u32>) -> bool {
-    uid == 0 || uid == rustix::process::geteuid().as_raw() || Some(uid) == service
+fn trusted_uid(uid: u32, dir_fd: &OwnedFd, service: &ServiceUser) -> bool {
+    uid == 0 || uid == rustix::process::geteuid().as_raw() || Some(uid) == service.uid(dir_fd)
+}
+
+/// [`service_user`] of an opened socket directory, looked up when first
+/// asked: only an owner or a peer that is neither root nor this user needs
+/// it, so the usual call (everything this user's or root's) opens no `..`.
+#[derive(Default)]
+struct ServiceUser(std::cell::OnceCell<Option<u32>>);
+
+impl ServiceUser {
+    /// The service user of `dir_fd` (always the same directory).
+    fn uid(&self, dir_fd: &OwnedFd) -> Option<u32> {
+        *self.0.get_or_init(|| service_user(dir_fd))
+    }
 }
 
 /// The user a root client may also trust: the owner of the directory above
@@ -477,7 +490,7 @@ fn service_user(dir_fd: &OwnedFd) -> Option<u32> {
 /// Check the socket at `path` and its directory before anything is sent
 /// (see the module's invariants): the opened directory, and the path to
 /// connect to through it.
-fn checked_socket(path: &Path) -> Result<(OwnedFd, PathBuf, Option<u32>), ClientError> {
+fn checked_socket(path: &Path) -> Result<(OwnedFd, PathBuf, ServiceUser), ClientError> {
     let untrusted = |why: String| ClientError::Untrusted {
         path: path.to_owned(),
         why,
@@ -501,8 +514,8 @@ fn checked_socket(path: &Path) -> Result<(OwnedFd, PathBuf, Option<u32>), Client
     )
     .map_err(|e| connect_err(e.into()))?;
     let dir_stat = rustix::fs::fstat(&dir_fd).map_err(|e| connect_err(e.into()))?;
-    let service = service_user(&dir_fd);
-    if !trusted_uid(dir_stat.st_uid, service) {
+    let service = ServiceUser::default();
+    if !trusted_uid(dir_stat.st_uid, &dir_fd, &service) {
         return Err(untrusted(format!(
             "its directory {} is owned by uid {}, not by this user or root (another user may \
              have replaced it: check who did, then restart the daemon)",
@@ -526,15 +539,39 @@ fn checked_socket(path: &Path) -> Result<(OwnedFd, PathBuf, Option<u32>), Client
                 .to_owned(),
         ));
     }
-    if !trusted_uid(stat.st_uid, service) {
+    if !trusted_uid(stat.st_uid, &dir_fd, &service) {
         return Err(untrusted(format!(
             "the socket is owned by uid {}, not by this user or root",
             stat.st_uid
         )));
     }
-    let through = super::server::through_dir(&dir_fd, name, path)
-        .map_err(|e| connect_err(io::Error::new(io::ErrorKind::InvalidInput, e.to_string())))?;
+    let through = through_proc(&dir_fd, name).map_or_else(|| through_dir(&dir_fd, path), Ok)?;
     Ok((dir_fd, through, service))
+}
+
+/// `/proc/self/fd/<fd>/<name>` when it fits a socket address, without
+/// asking whether `/proc` is mounted: [`dial_once`] asks only when a
+/// connect through it finds nothing (then [`through_dir`] decides, as it
+/// would have). One stat of `/proc` less per dial.
+fn through_proc(dir_fd: &OwnedFd, name: &std::ffi::OsStr) -> Option<PathBuf> {
+    use std::os::fd::AsRawFd as _;
+    use std::os::unix::ffi::OsStrExt as _;
+    let mut through = format!("/proc/self/fd/{}/", dir_fd.as_raw_fd()).into_bytes();
+    through.extend_from_slice(name.as_bytes());
+    (through.len() <= super::server::MAX_SOCKET_PATH).then(|| {
+        PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(through))
+    })
+}
+
+/// [`super::server::through_dir`] for the socket at `path`, opened as
+/// `dir_fd`: through `/proc` when it is mounted and the path fits, else
+/// `path` itself when it fits.
+fn through_dir(dir_fd: &OwnedFd, path: &Path) -> Result<PathBuf, ClientError> {
+    let name = path.file_name().unwrap_or_default();
+    super::server::through_dir(dir_fd, name, path).map_err(|e| ClientError::Connect {
+        endpoint: path.display().to_string(),
+        source: io::Error::new(io::ErrorKind::InvalidInput, e.to_string()),
+    })
 }
 
 /// Whether a failed dial may be tried again: the daemon said busy before
@@ -562,10 +599,20 @@ async fn dial_once(endpoint: &Endpoint, generation: u64) -> Result<Connection, C
                 source,
             };
             let (dir_fd, through, service) = checked_socket(path)?;
-            let stream = UnixStream::connect(&through).await.map_err(connect_err)?;
-            drop(dir_fd);
+            let stream = match UnixStream::connect(&through).await {
+                // Not there through `/proc`: is `/proc` mounted at all?
+                // (The socket itself was there a moment ago.)
+                Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                    match through_dir(&dir_fd, path)? {
+                        plain if plain != through => UnixStream::connect(&plain).await,
+                        _ => Err(error),
+                    }
+                }
+                connected => connected,
+            }
+            .map_err(connect_err)?;
             let peer = stream.peer_cred().map_err(connect_err)?;
-            if !trusted_uid(peer.uid(), service) {
+            if !trusted_uid(peer.uid(), &dir_fd, &service) {
                 return Err(ClientError::Untrusted {
                     path: path.clone(),
                     why: format!(

@@ -35,6 +35,7 @@ use steadfast::protocol::snapshot::{
 use steadfast::{ExitIntent, Hold};
 
 mod fleet;
+mod quick;
 
 /// Drive and watch a steadfast daemon over its control socket (or its TCP
 /// control port).
@@ -354,7 +355,9 @@ fn main() -> ExitCode {
     code
 }
 
-/// The command line, as clap parses it. Before it parses, clap copies each
+/// The command line. The common forms (`status`, `probe`, `restart --wait`
+/// …) are read by hand ([`quick::parse`]), giving the [`Cli`] clap would
+/// give without building clap's command. Everything else is clap's. Before it parses, clap copies each
 /// global flag (17, with their help text) into every subcommand (16): most
 /// of a `status`'s time went there (issue 16). So the first parse is with a
 /// command whose flags carry no help text; when it does not give a [`Cli`]
@@ -364,6 +367,9 @@ fn main() -> ExitCode {
 /// same (`tests::the_lean_parse_is_clap_s`). The parsed command is not
 /// dropped: the exit frees it.
 fn parse() -> Cli {
+    if let Some(cli) = quick::parse(std::env::args_os()) {
+        return cli;
+    }
     if let Ok(cli) = lean_parse(std::env::args_os()) {
         return cli;
     }
@@ -1575,6 +1581,186 @@ const fn mode_name(mode: steadfast::protocol::replacement::Mode) -> &'static str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`quick::parse`] gives what clap gives on every form it reads:
+    /// each subcommand it knows, each of its global flags in each spelling
+    /// before the subcommand, between it and its own flags, and last, and
+    /// all of them at once in several orders; and it leaves every other
+    /// line to clap.
+    #[test]
+    fn the_quick_parse_is_clap_s() {
+        let commands: &[&[&str]] = &[
+            &["status"],
+            &["probe", "ready"],
+            &["probe", "live"],
+            &["start"],
+            &["start", "--wait"],
+            &["restart"],
+            &["restart", "--wait"],
+            &["restart", "--force"],
+            &["restart", "--force", "--wait"],
+            &["restart", "--wait", "--force"],
+            &["retry"],
+            &["retry", "--wait"],
+            &["stop"],
+            &["stop", "--hold"],
+        ];
+        let globals: &[&[&str]] = &[
+            &["--data-dir", "/d"],
+            &["--data-dir=/d =d"],
+            &["--data-dir", "status"],
+            &["--socket", "/s"],
+            &["--socket=s"],
+            &["--json"],
+            &["--utc"],
+            &["-v"],
+            &["--verbose"],
+            &["--timeout", "2.5"],
+            &["--timeout=7"],
+            &["--timeout", "1e3"],
+            &["--timeout", "+3"],
+            &["--timeout=inf"],
+            &["--timeout", "NaN"],
+        ];
+        // One of each kind, in each order of the four kinds.
+        let sets: &[&[usize]] = &[
+            &[0, 5, 6, 7, 9],
+            &[3, 6, 8, 10, 5],
+            &[11, 8, 1, 5, 6],
+            &[6, 4, 5, 7, 11],
+            &[2, 9, 7, 5],
+        ];
+        // A global flag goes before the subcommand (0), between its name
+        // and its own flags or argument (1), or last (2).
+        fn place<'a>(command: &[&'a str], at: usize, flags: &[&[&'a str]]) -> Vec<&'a str> {
+            let flags = flags.iter().flat_map(|f| f.iter().copied());
+            let (name, own) = command.split_at(1);
+            match at {
+                0 => flags.chain(command.iter().copied()).collect(),
+                1 => name
+                    .iter()
+                    .copied()
+                    .chain(flags)
+                    .chain(own.iter().copied())
+                    .collect(),
+                _ => command.iter().copied().chain(flags).collect(),
+            }
+        }
+        let mut accepted = Vec::<Vec<&str>>::new();
+        for command in commands {
+            accepted.push(command.to_vec());
+            for flag in globals {
+                for at in 0..3 {
+                    accepted.push(place(command, at, &[flag]));
+                }
+            }
+            for set in sets {
+                let flags: Vec<&[&str]> = set.iter().map(|&i| globals[i]).collect();
+                for at in 0..3 {
+                    accepted.push(place(command, at, &flags));
+                }
+                // Split: half before the name, half last.
+                let (first, last) = flags.split_at(flags.len() / 2);
+                let mut line: Vec<&str> = first.iter().flat_map(|f| f.iter().copied()).collect();
+                line.extend_from_slice(command);
+                line.extend(last.iter().flat_map(|f| f.iter().copied()));
+                accepted.push(line);
+            }
+        }
+        for form in &accepted {
+            let argv: Vec<std::ffi::OsString> = std::iter::once("steadfastctl")
+                .chain(form.iter().copied())
+                .map(Into::into)
+                .collect();
+            let quick = quick::parse(argv.clone());
+            let whole = Cli::try_parse_from(argv);
+            match (&quick, &whole) {
+                (Some(quick), Ok(whole)) => {
+                    assert_eq!(format!("{quick:?}"), format!("{whole:?}"), "{form:?}");
+                }
+                _ => panic!("{form:?}: quick {quick:?}, clap {whole:?}"),
+            }
+        }
+        // A path that is not UTF-8 is a path all the same.
+        let odd =
+            <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(b"/d\xff".to_vec());
+        let argv: Vec<std::ffi::OsString> = vec![
+            "steadfastctl".into(),
+            "--data-dir".into(),
+            odd,
+            "status".into(),
+        ];
+        let quick = quick::parse(argv.clone()).expect("a non-UTF-8 path");
+        let whole = Cli::try_parse_from(argv).expect("a non-UTF-8 path");
+        assert_eq!(format!("{quick:?}"), format!("{whole:?}"));
+
+        // Everything else is clap's: its errors, its help, the other
+        // commands and flags, and anything read two ways.
+        let declined: &[&[&str]] = &[
+            &[],
+            &["--help"],
+            &["-h"],
+            &["--version"],
+            &["-V"],
+            &["help"],
+            &["help", "status"],
+            &["status", "--help"],
+            &["probe"],
+            &["probe", "sleepy"],
+            &["probe", "ready", "live"],
+            &["probe", "Ready"],
+            &["status", "extra"],
+            &["Status"],
+            &["stat"],
+            &["status", "--history", "3"],
+            &["--json", "--json", "status"],
+            &["--json", "status", "--json"],
+            &["-v", "--verbose", "status"],
+            &["-vv", "status"],
+            &["-vj", "status"],
+            &["--json=true", "status"],
+            &["--data-dir", "/d", "--socket", "/s", "status"],
+            &["--data-dir", "/d", "status", "--socket", "/s"],
+            &["--data-dir", "/d", "--data-dir", "/e", "status"],
+            &["--data-dir=", "status"],
+            &["--data-dir", "", "status"],
+            &["--data-dir", "-d", "status"],
+            &["--data-dir=-d", "status"],
+            &["status", "--data-dir"],
+            &["--timeout", "soon", "status"],
+            &["--timeout=-1", "status"],
+            &["--timeout", "-1", "status"],
+            &["--timeout", "", "status"],
+            &["--wait", "restart"],
+            &["restart", "--wait", "--wait"],
+            &["restart", "--wait=true"],
+            &["status", "--wait"],
+            &["start", "--force"],
+            &["stop", "--wait"],
+            &["--", "status"],
+            &["status", "--"],
+            &["-", "status"],
+            &["--data", "/d", "status"],
+            &["--tcp", "127.0.0.1:7433", "--token-file", "/t", "status"],
+            &["--tls", "127.0.0.1:7433", "--ca", "/ca", "status"],
+            &["--client-config", "/c", "status"],
+            &["--inventory", "/i", "status"],
+            &["--only", "a", "status"],
+            &["watch"],
+            &["journal"],
+            &["reload"],
+            &["metrics"],
+            &["config", "show"],
+            &["exit"],
+            &["reinit"],
+        ];
+        for form in declined {
+            let argv = std::iter::once("steadfastctl")
+                .chain(form.iter().copied())
+                .map(std::ffi::OsString::from);
+            assert!(quick::parse(argv).is_none(), "{form:?} is clap's");
+        }
+    }
 
     /// [`lean_parse`] accepts exactly what clap's whole command accepts,
     /// and means the same by it: the common forms, flags before and after
