@@ -1506,9 +1506,12 @@ impl ControlDir {
     /// writer is poisoned for good, as for a failed directory fsync). So
     /// nothing is acknowledged or published before the marker and the
     /// names are durable (`spec/control-dir.md`, "The fsyncs of a launch").
+    /// Meant for a launch, before anything else of this process writes a
+    /// marker (the supervisor calls it while it is built).
     ///
     /// # Errors
-    /// [`ControlDirError::Io`] if the temp file cannot be made or written.
+    /// [`ControlDirError::Io`] if the temp file cannot be made or written,
+    /// or the thread cannot be started.
     pub fn write_run_settling(&self, marker: &RunMarker) -> Result<(), ControlDirError> {
         self.names.settling.wait(&self.dir)?;
         let bytes =
