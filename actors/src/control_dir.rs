@@ -1492,9 +1492,10 @@ impl ControlDir {
 
     /// Write the launch's run marker (`holding {pid, 0}`) as
     /// [`Self::write_run`] does, but leave its fsyncs to a thread of its
-    /// own: the temp file is created and written here (so a full disk
-    /// refuses the launch at once), then that thread fsyncs it, renames it
-    /// over `run` and fsyncs the control directory, and the data dir when
+    /// own: the temp file is created, written and renamed over `run` here
+    /// (so a full disk refuses the launch at once, and the marker names
+    /// this process before anything is written to the journal), then that
+    /// thread fsyncs it and the control directory, and the data dir when
     /// `.steadfast` was created (`UnsyncedNames`). A launch's first fsyncs
     /// (on ext4, the commit of every name and file it made) thus overlap
     /// the rest of its start: the control socket, the actors, the first
@@ -1526,21 +1527,29 @@ impl ControlDir {
             let _ = self.dir.unlink(tmp_name);
             return Err(io_err(&tmp)(source));
         }
+        // Renamed into place now, before its fsync: the marker must name
+        // this process before the journal's first write (a process killed
+        // with that write in the page cache is `crashed`, never
+        // `first_ever`, at the next open). What a power loss can leave
+        // instead — the marker this one replaced, or this one torn — reads
+        // as a run that did not end cleanly or as `crashed`, as the
+        // per-attempt note's rewrite may (`note_run`).
+        crate::failpoint::hit("marker.before_rename");
+        if let Err(e) = self.dir.rename(tmp_name, "run") {
+            let _ = self.dir.unlink(tmp_name);
+            return Err(e.into());
+        }
         let names = self.names.clone();
         // Kept until the thread is done: no other daemon takes the data dir
         // while this one's marker is still on its way.
         let lock = Arc::clone(&self.lock);
+        let path = self.run_path();
         let settle = move || -> Result<(), String> {
             let _lock = lock;
             names.fsyncs.fetch_add(1, Ordering::Relaxed);
             file.sync_all()
-                .map_err(|e| format!("{}: {e}", tmp.display()))?;
+                .map_err(|e| format!("{}: {e}", path.display()))?;
             drop(file);
-            crate::failpoint::hit("marker.before_rename");
-            names
-                .dir
-                .rename(tmp_name, "run")
-                .map_err(|e| e.to_string())?;
             crate::failpoint::hit("marker.before_dir_fsync");
             names.sync_settled().map_err(|e| e.to_string())
         };

@@ -1326,12 +1326,12 @@ fn a_fresh_launch_defers_the_journal_and_directory_fsyncs() {
     assert_eq!(fsyncs.load(Ordering::Relaxed), 2, "once");
 }
 
-/// `ControlDir::write_run_settling` (a daemon's launch): the temp file is
-/// written at once, its fsync, rename and the directories' fsyncs are left
-/// to a thread, and the first acknowledged append waits for that thread:
-/// once `append` returned, `run` holds the marker and the three fsyncs
-/// were made. A marker written next goes after it (never through the same
-/// temp file at once), and a relaunch reads the marker as `crashed`.
+/// `ControlDir::write_run_settling` (a daemon's launch): the marker is
+/// written and renamed into place at once (a relaunch after a kill reads
+/// `crashed` from then on), its fsync and the directories' are left to a
+/// thread, and the first acknowledged append waits for that thread: once
+/// `append` returned, the three fsyncs were made. A marker written next
+/// goes after it (never through the same temp file at once).
 #[test]
 fn the_launch_marker_settles_before_the_first_acknowledgement() {
     use std::sync::atomic::Ordering;
@@ -1342,6 +1342,10 @@ fn the_launch_marker_settles_before_the_first_acknowledgement() {
     let (mut journal, _, _) = cd.open_journal().unwrap();
     cd.write_run_settling(&RunMarker::Holding { pid: 7, attempt: 0 })
         .unwrap();
+    assert!(matches!(
+        cd.read_run().unwrap(),
+        MarkerRead::Valid(RunMarker::Holding { pid: 7, attempt: 0 })
+    ));
     journal.append(&[record(1)]).unwrap();
     assert_eq!(
         fsyncs.load(Ordering::Relaxed),
