@@ -249,7 +249,7 @@ impl Supervisor {
             .flatten()
             .map(|identity| identity.id);
         let pid = std::process::id();
-        control.write_run(&RunMarker::Holding { pid, attempt: 0 })?;
+        control.write_run_settling(&RunMarker::Holding { pid, attempt: 0 })?;
 
         let clock = Clock::start();
         let snapshot = Snapshot {

@@ -162,6 +162,7 @@ fn check_relaunch(
     next: &mut Daemon,
     died_ms: u128,
     killed: bool,
+    before_prev: &mut &'static str,
 ) -> Option<u128> {
     let what = prev.crash_at.clone().unwrap_or_default();
     let locked: u128 = next
@@ -197,6 +198,21 @@ fn check_relaunch(
         is_subsequence(&acked, &segment),
         "[{what}] published states {acked:?} are not all in the journal {segment:?}"
     );
+    // Killed after its `released` run marker was renamed into place (only
+    // the directory's fsync was left): the release is what the disk says.
+    let released =
+        what.starts_with("marker.before_dir_fsync") && acked.last().is_some_and(|s| s == "exiting");
+    // Killed before its launch marker (its first) was renamed into place,
+    // before it wrote anything to the journal: the marker is still the one
+    // the process before it left, and says what that one's relaunch read.
+    let unmarked = what == "marker.before_rename:1";
+    let expected = if unmarked {
+        *before_prev
+    } else if killed && !released {
+        "crashed"
+    } else {
+        "clean_stop"
+    };
     // The relaunch may itself be killed while it opens the data dir (its
     // own run marker's write is a failpoint), before it says this.
     let Some(previous) = next.wait_for("previous ") else {
@@ -205,18 +221,11 @@ fn check_relaunch(
             "the last daemon did not open: {:?}",
             next.seen
         );
+        *before_prev = expected;
         return waited.then_some(latency);
     };
-    // Killed after its `released` run marker was renamed into place (only
-    // the directory's fsync was left): the release is what the disk says.
-    let released =
-        what.starts_with("marker.before_dir_fsync") && acked.last().is_some_and(|s| s == "exiting");
-    let expected = if killed && !released {
-        "crashed"
-    } else {
-        "clean_stop"
-    };
     assert_eq!(previous, expected, "[{what}] previous run");
+    *before_prev = expected;
     waited.then_some(latency)
 }
 
@@ -249,6 +258,8 @@ fn chain(points: usize) {
     let mut killed_at: BTreeMap<&str, usize> = BTreeMap::new();
     let mut skips = 0;
     let mut latencies = Vec::new();
+    // What the relaunch of the current process read as the run before it.
+    let mut previous_run = "first_ever";
     let mut current = Daemon::spawn(&data_dir, Some(kill_point(0)));
     current.wait_for("locked ").expect("the first daemon locks");
     for i in 1..=points {
@@ -279,7 +290,13 @@ fn chain(points: usize) {
         for pid in current.values("child ") {
             leftovers.extend(pid.parse::<i32>());
         }
-        latencies.extend(check_relaunch(&mut current, &mut next, died_ms, killed));
+        latencies.extend(check_relaunch(
+            &mut current,
+            &mut next,
+            died_ms,
+            killed,
+            &mut previous_run,
+        ));
         skips += usize::from(check_resume(&current));
         current = next;
     }

@@ -129,11 +129,13 @@ fn fsyncs_per_stop_start_and_restart() {
 }
 
 /// Launch (issue 16, item 3): the fsyncs a fresh kvd makes before it is
-/// running, counted from its metrics. `spec/control-dir.md`, "Opening":
-/// the control dir's name (in the data dir) 1, the `holding` marker 2 (its
-/// temp file, then the control dir, which also makes the `lock` and
-/// `journal` names durable), the identity 2 (written beside the `booted`
-/// append); the journal's header is made durable by its first append.
+/// running, counted from its metrics. `spec/control-dir.md`, "The fsyncs
+/// of a launch": the `holding` marker 3 (its temp file, the control dir,
+/// which also makes the `lock` and `journal` names durable, and the data
+/// dir for the name `.steadfast`; on a thread of their own, joined before
+/// the first append is acknowledged), the identity 2 (written beside the
+/// `booted` append); the journal's header is made durable by its first
+/// append.
 /// Before: 8 (the control dir and the journal header and its directory
 /// entry each had an fsync of their own). Journal appends (4; 5 before
 /// writing ahead): `resolving → booting` with `AttemptStarted`, written

@@ -468,10 +468,21 @@ enum Poison {
 /// Names are only created at open, before anything runs concurrently, and
 /// `pending` is cleared only once an fsync that began after them returned
 /// (an fsync in flight elsewhere does not clear it early).
+///
+/// A created control directory's own name, in the data dir, is pending the
+/// same way (`parent`): made durable by the same fsyncs, after the control
+/// directory's. And the launch's `holding` marker may still be settling on
+/// a thread of its own ([`ControlDir::write_run_settling`]): every fsync
+/// here, every marker write and every journal acknowledgement waits for it
+/// first ([`Settling`]).
 #[derive(Debug, Clone)]
 struct UnsyncedNames {
     dir: Arc<Dir>,
     pending: Arc<AtomicBool>,
+    /// The data dir, while the name `.steadfast` in it is not durable.
+    parent: Arc<std::sync::Mutex<Option<Dir>>>,
+    /// The launch's durability work running on a thread of its own.
+    settling: Arc<Settling>,
     /// Every fsync the control directory makes outside journal appends.
     fsyncs: Arc<AtomicU64>,
 }
@@ -479,7 +490,8 @@ struct UnsyncedNames {
 impl UnsyncedNames {
     /// fsync the directory if a name is pending.
     fn sync_if_pending(&self) -> Result<(), FsError> {
-        if self.pending.load(Ordering::SeqCst) {
+        self.settling.wait(&self.dir)?;
+        if self.pending.load(Ordering::SeqCst) || self.parent_pending() {
             self.sync()?;
         }
         Ok(())
@@ -487,13 +499,78 @@ impl UnsyncedNames {
 
     /// fsync the directory; once it returned, nothing is pending.
     fn sync(&self) -> Result<(), FsError> {
+        self.settling.wait(&self.dir)?;
+        self.sync_settled()
+    }
+
+    /// [`Self::sync`], for the settling thread itself (it must not wait
+    /// for itself).
+    fn sync_settled(&self) -> Result<(), FsError> {
         let was_pending = self.pending.load(Ordering::SeqCst);
         self.fsyncs.fetch_add(1, Ordering::Relaxed);
         self.dir.sync()?;
         if was_pending {
             self.pending.store(false, Ordering::SeqCst);
         }
+        let mut parent = self
+            .parent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(data) = parent.as_ref() {
+            self.fsyncs.fetch_add(1, Ordering::Relaxed);
+            data.sync()?;
+            *parent = None;
+        }
         Ok(())
+    }
+
+    fn parent_pending(&self) -> bool {
+        self.parent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some()
+    }
+}
+
+/// The durability work a launch leaves to a thread of its own
+/// ([`ControlDir::write_run_settling`]): its outcome, once joined, is kept,
+/// and a failure is returned to every later waiter (whether the names and
+/// the marker are on disk is then unknown, so nothing may be acknowledged
+/// over this control directory again).
+#[derive(Debug, Default)]
+struct Settling {
+    /// The thread, until it is joined.
+    job: std::sync::Mutex<Option<std::thread::JoinHandle<Result<(), String>>>>,
+    /// Why it failed, once it did.
+    failed: std::sync::OnceLock<String>,
+}
+
+impl Settling {
+    /// Wait for the settling thread, if one is out; its failure (now or
+    /// earlier) is an error naming `dir`.
+    fn wait(&self, dir: &Dir) -> Result<(), FsError> {
+        let mut job = self
+            .job
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(thread) = job.take() {
+            let outcome = thread
+                .join()
+                .unwrap_or_else(|_| Err("the thread settling the launch panicked".to_owned()));
+            if let Err(cause) = outcome {
+                let _ = self.failed.set(cause);
+            }
+        }
+        drop(job);
+        match self.failed.get() {
+            None => Ok(()),
+            Some(cause) => Err(FsError::Io {
+                path: dir.path().to_path_buf(),
+                source: io::Error::other(format!(
+                    "the launch's holding marker or directory fsyncs failed: {cause}"
+                )),
+            }),
+        }
     }
 }
 
@@ -1159,21 +1236,18 @@ impl ControlDir {
             Err(fs::TryLockError::WouldBlock) => return Err(ControlDirError::Locked(lock_path)),
             Err(fs::TryLockError::Error(e)) => return Err(io_err(&lock_path)(e)),
         }
-        // A created control dir: its own name (in the data dir) is made
-        // durable now; the names made in it (`lock`, then `journal`) by its
+        // A created control dir: its own name (in the data dir) and the
+        // names made in it (`lock`, then `journal`) are made durable by its
         // next fsync, the `holding` marker's at open, which a daemon writes
         // before its first journal append (else that append makes them:
-        // `UnsyncedNames`). Nothing in it was acknowledged before then.
-        let fsyncs = Arc::new(AtomicU64::new(0));
-        if created {
-            fsyncs.fetch_add(1, Ordering::Relaxed);
-            data.sync()?;
-        }
+        // `UnsyncedNames`). Nothing in it is acknowledged before then.
         let dir = Arc::new(dir);
         let names = UnsyncedNames {
             dir: Arc::clone(&dir),
             pending: Arc::new(AtomicBool::new(created)),
-            fsyncs,
+            parent: Arc::new(std::sync::Mutex::new(created.then_some(data))),
+            settling: Arc::new(Settling::default()),
+            fsyncs: Arc::new(AtomicU64::new(0)),
         };
         let mut dir = Self {
             path,
@@ -1416,6 +1490,83 @@ impl ControlDir {
         self.write_marker("run", RUN_MAGIC, marker)
     }
 
+    /// Write the launch's run marker (`holding {pid, 0}`) as
+    /// [`Self::write_run`] does, but leave its fsyncs to a thread of its
+    /// own: the temp file is created, written and renamed over `run` here
+    /// (so a full disk refuses the launch at once, and the marker names
+    /// this process before anything is written to the journal), then that
+    /// thread fsyncs it and the control directory, and the data dir when
+    /// `.steadfast` was created (`UnsyncedNames`). A launch's first fsyncs
+    /// (on ext4, the commit of every name and file it made) thus overlap
+    /// the rest of its start: the control socket, the actors, the first
+    /// boot's resolve.
+    ///
+    /// Nothing waits for less: every later fsync of this directory, marker
+    /// write and journal acknowledgement ([`JournalFile::sync`]) first
+    /// joins that thread, and its failure fails each of them (the journal
+    /// writer is poisoned for good, as for a failed directory fsync). So
+    /// nothing is acknowledged or published before the marker and the
+    /// names are durable (`spec/control-dir.md`, "The fsyncs of a launch").
+    /// Meant for a launch, before anything else of this process writes a
+    /// marker (the supervisor calls it while it is built).
+    ///
+    /// # Errors
+    /// [`ControlDirError::Io`] if the temp file cannot be made or written,
+    /// or the thread cannot be started.
+    pub fn write_run_settling(&self, marker: &RunMarker) -> Result<(), ControlDirError> {
+        self.names.settling.wait(&self.dir)?;
+        let bytes =
+            encode_marker(RUN_MAGIC, marker).map_err(|reason| ControlDirError::BadMarker {
+                path: self.run_path(),
+                reason,
+            })?;
+        let tmp_name = ".run.tmp";
+        let tmp = self.dir.join(tmp_name);
+        let mut file = self.dir.create_temp(tmp_name)?;
+        if let Err(source) = file.write_all(&bytes) {
+            let _ = self.dir.unlink(tmp_name);
+            return Err(io_err(&tmp)(source));
+        }
+        // Renamed into place now, before its fsync: the marker must name
+        // this process before the journal's first write (a process killed
+        // with that write in the page cache is `crashed`, never
+        // `first_ever`, at the next open). What a power loss can leave
+        // instead — the marker this one replaced, or this one torn — reads
+        // as a run that did not end cleanly or as `crashed`, as the
+        // per-attempt note's rewrite may (`note_run`).
+        crate::failpoint::hit("marker.before_rename");
+        if let Err(e) = self.dir.rename(tmp_name, "run") {
+            let _ = self.dir.unlink(tmp_name);
+            return Err(e.into());
+        }
+        let names = self.names.clone();
+        // Kept until the thread is done: no other daemon takes the data dir
+        // while this one's marker is still on its way.
+        let lock = Arc::clone(&self.lock);
+        let path = self.run_path();
+        let settle = move || -> Result<(), String> {
+            let _lock = lock;
+            names.fsyncs.fetch_add(1, Ordering::Relaxed);
+            file.sync_all()
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            drop(file);
+            crate::failpoint::hit("marker.before_dir_fsync");
+            names.sync_settled().map_err(|e| e.to_string())
+        };
+        let mut job = self
+            .names
+            .settling
+            .job
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let thread = std::thread::Builder::new()
+            .name("steadfast-settle".into())
+            .spawn(settle)
+            .map_err(io_err(self.path()))?;
+        *job = Some(thread);
+        Ok(())
+    }
+
     /// Replace a durable `holding` run marker with `marker` (the attempt a
     /// boot is on), without fsyncs: in place when it is as long as the
     /// marker there (`rewrite_in_place`), else temp file → write →
@@ -1430,6 +1581,7 @@ impl ControlDir {
     /// # Errors
     /// [`ControlDirError::Io`] if any step of the atomic write fails.
     pub fn note_run(&self, marker: &RunMarker) -> Result<(), ControlDirError> {
+        self.names.settling.wait(&self.dir)?;
         {
             let _one_at_a_time = self
                 .markers
@@ -1647,6 +1799,9 @@ impl ControlDir {
         value: &T,
         durable: bool,
     ) -> Result<(), ControlDirError> {
+        // The launch's `holding` marker may still be on its way through the
+        // same temp file (`write_run_settling`).
+        self.names.settling.wait(&self.dir)?;
         // A writer that panicked mid-write left nothing this one relies on:
         // the temp file is unlinked and made again below.
         let _one_at_a_time = self
@@ -1703,8 +1858,9 @@ impl ControlDir {
     /// How many fsyncs this control directory made outside journal appends
     /// (the `steadfast_control_dir_fsyncs_total` metric): its directories,
     /// its markers, a journal repair's or compaction's. A fresh launch costs three before
-    /// the first append (the data dir, the `holding` marker and the
-    /// control dir), and two when the identity is created.
+    /// the first append is acknowledged (the `holding` marker, the control
+    /// dir and the data dir, on the thread [`Self::write_run_settling`]
+    /// starts), and two when the identity is created.
     #[must_use]
     pub fn fsyncs(&self) -> Arc<AtomicU64> {
         Arc::clone(&self.names.fsyncs)

@@ -247,8 +247,10 @@ impl Actor for RootActor {
         event: SupervisionEvent,
         state: &mut RootState,
     ) -> Result<(), ActorProcessingErr> {
-        let (who, failure, done) = match event {
-            SupervisionEvent::ActorFailed(who, error) => (who, Some(error.to_string()), false),
+        let (who, failure, done, panicked) = match event {
+            SupervisionEvent::ActorFailed(who, error) => {
+                (who, Some(error.to_string()), false, true)
+            }
             SupervisionEvent::ActorTerminated(who, last_state, reason) => {
                 // A stopped actor hands back its last state; drop it now, so
                 // whatever it held (the journal's writer) is gone before a
@@ -256,7 +258,7 @@ impl Actor for RootActor {
                 drop(last_state);
                 let done = reason.as_deref() == Some(WORK_DONE);
                 let failure = reason.filter(|_| !done);
-                (who, failure, done)
+                (who, failure, done, false)
             }
             _ => return Ok(()),
         };
@@ -266,9 +268,18 @@ impl Actor for RootActor {
         let id = who.get_id();
         let cell = myself.get_cell();
         if id == state.lifecycle.get_id() {
-            if let Some(error) = failure {
-                tracing::error!(%error, "the lifecycle actor died; ending the process for a relaunch");
-                state.set_exit(ExitIntent::Relaunch);
+            // An exit leaves its intent, then stops the actor with a reason
+            // (`exit(halt)`): that is its normal end, not a death.
+            let exited = !panicked && state.exit.lock().is_ok_and(|exit| exit.is_some());
+            match failure {
+                Some(reason) if exited => {
+                    tracing::debug!(%reason, "the lifecycle actor ended");
+                }
+                Some(error) => {
+                    tracing::error!(%error, "the lifecycle actor died; ending the process for a relaunch");
+                    state.set_exit(ExitIntent::Relaunch);
+                }
+                None => {}
             }
             state.stop_children();
             state.stopping = true;

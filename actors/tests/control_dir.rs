@@ -1333,13 +1333,14 @@ fn the_in_place_note_never_waits_and_never_writes_a_new_file() {
 }
 
 /// DESIGN.md "Durability rules" and `spec/control-dir.md` "The fsyncs of a
-/// launch": a fresh control dir fsyncs the data dir (for `.steadfast`) at
-/// open and nothing else; the journal's header is not fsynced on its own.
-/// The `holding` marker's directory fsync makes the new names (`lock`,
-/// `journal`) durable, so the first append after it fsyncs nothing more
-/// than itself; a journal appended to before any fsync of the directory
-/// fsyncs the directory once, with its first append. Counted by
-/// `ControlDir::fsyncs` (outside the appends' own `sync_data`).
+/// launch": a fresh control dir fsyncs nothing at open, and the journal's
+/// header is not fsynced on its own. The `holding` marker's directory
+/// fsync makes the new names (`lock`, `journal`) durable, and then the data
+/// dir's fsync the name `.steadfast`, so the first append after it fsyncs
+/// nothing more than itself; a journal appended to before any fsync of the
+/// directory fsyncs the control dir and the data dir once, with its first
+/// append. Counted by `ControlDir::fsyncs` (outside the appends' own
+/// `sync_data`).
 #[test]
 fn a_fresh_launch_defers_the_journal_and_directory_fsyncs() {
     use std::sync::atomic::Ordering;
@@ -1347,20 +1348,24 @@ fn a_fresh_launch_defers_the_journal_and_directory_fsyncs() {
     let tmp = tempfile::tempdir().unwrap();
     let cd = ControlDir::open(&tmp.path().join("data")).unwrap();
     let fsyncs = cd.fsyncs();
-    assert_eq!(fsyncs.load(Ordering::Relaxed), 1, "the data dir only");
+    assert_eq!(fsyncs.load(Ordering::Relaxed), 0, "nothing at open");
     let (mut journal, records, recovery) = cd.open_journal().unwrap();
     assert!(records.is_empty());
     assert_eq!(recovery, Recovery::Fresh);
-    assert_eq!(fsyncs.load(Ordering::Relaxed), 1, "no fsync of the header");
+    assert_eq!(fsyncs.load(Ordering::Relaxed), 0, "no fsync of the header");
     cd.write_run(&RunMarker::Holding { pid: 1, attempt: 0 })
         .unwrap();
-    assert_eq!(fsyncs.load(Ordering::Relaxed), 3, "the marker and the dir");
+    assert_eq!(
+        fsyncs.load(Ordering::Relaxed),
+        3,
+        "the marker, the control dir and the data dir"
+    );
     journal.append(&[record(1)]).unwrap();
     journal.append(&[record(2)]).unwrap();
     assert_eq!(
         fsyncs.load(Ordering::Relaxed),
         3,
-        "the marker's dir fsync covered the journal's name"
+        "the marker's dir fsyncs covered the journal's name"
     );
     drop(journal);
     drop(cd);
@@ -1371,7 +1376,7 @@ fn a_fresh_launch_defers_the_journal_and_directory_fsyncs() {
     assert_eq!(recovery, Recovery::Clean);
     assert_eq!(records, vec![record(1), record(2)]);
 
-    // No marker before the first append: that append fsyncs the directory.
+    // No marker before the first append: that append fsyncs the directories.
     let tmp = tempfile::tempdir().unwrap();
     let cd = ControlDir::open(&tmp.path().join("data")).unwrap();
     let fsyncs = cd.fsyncs();
@@ -1380,8 +1385,80 @@ fn a_fresh_launch_defers_the_journal_and_directory_fsyncs() {
     assert_eq!(
         fsyncs.load(Ordering::Relaxed),
         2,
-        "the data dir, then the control dir"
+        "the control dir, then the data dir"
     );
     journal.append(&[record(2)]).unwrap();
     assert_eq!(fsyncs.load(Ordering::Relaxed), 2, "once");
+}
+
+/// `ControlDir::write_run_settling` (a daemon's launch): the marker is
+/// written and renamed into place at once (a relaunch after a kill reads
+/// `crashed` from then on), its fsync and the directories' are left to a
+/// thread, and the first acknowledged append waits for that thread: once
+/// `append` returned, the three fsyncs were made. A marker written next
+/// goes after it (never through the same temp file at once).
+#[test]
+fn the_launch_marker_settles_before_the_first_acknowledgement() {
+    use std::sync::atomic::Ordering;
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let cd = ControlDir::open(&data).unwrap();
+    let fsyncs = cd.fsyncs();
+    let (mut journal, _, _) = cd.open_journal().unwrap();
+    cd.write_run_settling(&RunMarker::Holding { pid: 7, attempt: 0 })
+        .unwrap();
+    assert!(matches!(
+        cd.read_run().unwrap(),
+        MarkerRead::Valid(RunMarker::Holding { pid: 7, attempt: 0 })
+    ));
+    journal.append(&[record(1)]).unwrap();
+    assert_eq!(
+        fsyncs.load(Ordering::Relaxed),
+        3,
+        "the marker, the control dir and the data dir, once"
+    );
+    assert!(matches!(
+        cd.read_run().unwrap(),
+        MarkerRead::Valid(RunMarker::Holding { pid: 7, attempt: 0 })
+    ));
+    assert!(
+        !data.join(".steadfast/.run.tmp").exists(),
+        "the temp file was renamed into place"
+    );
+    journal.append(&[record(2)]).unwrap();
+    assert_eq!(fsyncs.load(Ordering::Relaxed), 3, "the names once");
+
+    // A marker written right after the settling one waits for it: the
+    // later one is what `run` holds.
+    cd.note_run(&RunMarker::Holding { pid: 7, attempt: 1 })
+        .unwrap();
+    assert!(matches!(
+        cd.read_run().unwrap(),
+        MarkerRead::Valid(RunMarker::Holding { pid: 7, attempt: 1 })
+    ));
+    drop(journal);
+    drop(cd);
+    let cd = ControlDir::open(&data).unwrap();
+    assert!(matches!(
+        cd.previous_run(),
+        PreviousRun::Crashed {
+            pid: Some(7),
+            attempt: Some(1)
+        }
+    ));
+
+    // Straight after the settling write, before any append: a second
+    // marker write waits for the first, and the dir ends with it.
+    drop(cd);
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let cd = ControlDir::open(&data).unwrap();
+    cd.write_run_settling(&RunMarker::Holding { pid: 8, attempt: 0 })
+        .unwrap();
+    cd.write_run(&RunMarker::Released { at_ms: 5, epoch: 1 })
+        .unwrap();
+    assert!(matches!(
+        cd.read_run().unwrap(),
+        MarkerRead::Valid(RunMarker::Released { at_ms: 5, epoch: 1 })
+    ));
 }
