@@ -546,6 +546,12 @@ struct Settling {
 }
 
 impl Settling {
+    /// Whether a waiter would have to wait, or would be told of a failure:
+    /// the thread is out (or someone is joining it), or it failed.
+    fn unsettled(&self) -> bool {
+        self.failed.get().is_some() || self.job.try_lock().map_or(true, |job| job.is_some())
+    }
+
     /// Wait for the settling thread, if one is out; its failure (now or
     /// earlier) is an error naming `dir`.
     fn wait(&self, dir: &Dir) -> Result<(), FsError> {
@@ -1605,10 +1611,16 @@ impl ControlDir {
     /// marker: the caller writes a new one.
     /// [`Self::note_run`] when it is one `pwrite` and no other marker write
     /// is under way: `Some` with what the write did, `None` (nothing done)
-    /// when the marker must be written anew or another marker write holds
-    /// the turn. For a caller that must not block (an actor's handler): the
-    /// `None` case goes to [`Self::note_run`] on a blocking thread.
+    /// when the marker must be written anew, another marker write holds
+    /// the turn or the launch's marker is still settling. For a caller
+    /// that must not block (an actor's handler): the `None` case goes to
+    /// [`Self::note_run`] on a blocking thread.
     pub fn note_run_in_place(&self, marker: &RunMarker) -> Option<Result<(), ControlDirError>> {
+        // The launch's marker still settling (or failed to): `note_run`
+        // waits for it (and reports its failure) first.
+        if self.names.settling.unsettled() {
+            return None;
+        }
         let _one_at_a_time = match self.markers.try_lock() {
             Ok(turn) => turn,
             Err(std::sync::TryLockError::Poisoned(turn)) => turn.into_inner(),
