@@ -211,6 +211,62 @@ async fn ping<S: AsyncRead + AsyncWrite + Unpin>(
     read_frame(stream, answer).await.expect("read");
 }
 
+/// Rounds of the alternated measurement ([`paired`]).
+const PAIRS: usize = 3_000;
+
+/// What one step of the alternated measurement calls.
+#[derive(Clone, Copy)]
+enum Paired {
+    /// `ControlClient::snapshot` (`snapshot_unix`).
+    Snapshot,
+    /// The plain tarpc client's `snapshot` (`snapshot_wire_unix`): tarpc's
+    /// dispatch task, no JSON parse.
+    Wire,
+    /// The raw ping-pong (`raw_pingpong_same_size`).
+    Raw,
+}
+
+/// `rounds` rounds of one call of each kind, alternated (the order turns
+/// every round), each call timed alone; prints each kind's median and the
+/// ratios. A shared machine's load then weighs on each kind alike, which
+/// criterion's groups one after another cannot give.
+fn paired(rounds: usize, mut call: impl FnMut(Paired)) {
+    let kinds = [Paired::Snapshot, Paired::Wire, Paired::Raw];
+    let mut times: [Vec<f64>; 3] = Default::default();
+    for kind in kinds {
+        call(kind);
+    }
+    for round in 0..rounds {
+        for step in 0..kinds.len() {
+            let at = (round + step) % kinds.len();
+            let started = std::time::Instant::now();
+            call(kinds[at]);
+            times[at].push(started.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    let median = |samples: &mut Vec<f64>| {
+        samples.sort_by(f64::total_cmp);
+        samples[samples.len() / 2]
+    };
+    let [snapshot, wire, raw] = times.map(|mut t| median(&mut t));
+    eprintln!(
+        "paired ({rounds} alternated rounds, medians): snapshot_unix {snapshot:.1} µs, \
+         snapshot_wire_unix {wire:.1} µs, raw_pingpong_same_size {raw:.1} µs"
+    );
+    eprintln!(
+        "ratio paired snapshot_unix ÷ raw_pingpong_same_size = {:.2}x",
+        snapshot / raw
+    );
+    eprintln!(
+        "ratio paired snapshot_wire_unix ÷ raw_pingpong_same_size = {:.2}x",
+        wire / raw
+    );
+    eprintln!(
+        "ratio paired snapshot_unix ÷ snapshot_wire_unix = {:.2}x",
+        snapshot / wire
+    );
+}
+
 const CLIENTS: usize = 16;
 const CALLS: usize = 100;
 
@@ -464,6 +520,19 @@ fn bench(c: &mut Criterion) {
                 client.snapshot().await.expect("answered")
             })
         });
+    });
+
+    paired(PAIRS, |kind| match kind {
+        Paired::Snapshot => {
+            client_rt.block_on(client.snapshot()).expect("answered");
+        }
+        Paired::Wire => {
+            client_rt
+                .block_on(wire_client.snapshot(tarpc::context::current()))
+                .expect("answered")
+                .expect("a snapshot");
+        }
+        Paired::Raw => client_rt.block_on(ping(&mut raw, &request, &mut buf)),
     });
 
     let tcp_addr = tcp_server.local_addr();
