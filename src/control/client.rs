@@ -988,7 +988,7 @@ impl ControlClient {
     async fn snapshot_command(
         &self,
         request: impl Fn() -> ControlRequest,
-        answer: fn(ControlResponse) -> Result<ControlAnswer, ControlResponse>,
+        answer: fn(ControlResponse) -> Result<ControlAnswer, Box<ControlResponse>>,
     ) -> Result<Snapshot, ClientError> {
         let response = self.command(request).await?;
         Self::unwrap(answer(response).map_err(|other| out_of_turn(&other, "snapshot")))
@@ -1057,7 +1057,7 @@ impl ControlClient {
             || ControlRequest::Start {},
             |r| match r {
                 ControlResponse::Start(a) => Ok(a),
-                other => Err(other),
+                other => Err(Box::new(other)),
             },
         )
         .await
@@ -1072,7 +1072,7 @@ impl ControlClient {
             || ControlRequest::Stop { hold },
             |r| match r {
                 ControlResponse::Stop(a) => Ok(a),
-                other => Err(other),
+                other => Err(Box::new(other)),
             },
         )
         .await
@@ -1103,7 +1103,7 @@ impl ControlClient {
             || ControlRequest::Restart { force },
             |r| match r {
                 ControlResponse::Restart(a) => Ok(a),
-                other => Err(other),
+                other => Err(Box::new(other)),
             },
         )
         .await
@@ -1118,7 +1118,7 @@ impl ControlClient {
             || ControlRequest::Retry {},
             |r| match r {
                 ControlResponse::Retry(a) => Ok(a),
-                other => Err(other),
+                other => Err(Box::new(other)),
             },
         )
         .await
@@ -1133,7 +1133,7 @@ impl ControlClient {
             || ControlRequest::Reload {},
             |r| match r {
                 ControlResponse::Reload(a) => Ok(a),
-                other => Err(other),
+                other => Err(Box::new(other)),
             },
         )
         .await
@@ -1148,7 +1148,7 @@ impl ControlClient {
             || ControlRequest::Exit { intent },
             |r| match r {
                 ControlResponse::Exit(a) => Ok(a),
-                other => Err(other),
+                other => Err(Box::new(other)),
             },
         )
         .await
@@ -1194,7 +1194,7 @@ impl ControlClient {
             },
             |r| match r {
                 ControlResponse::ConfigSet(a) => Ok(a),
-                other => Err(other),
+                other => Err(Box::new(other)),
             },
         )
         .await
@@ -1211,7 +1211,7 @@ impl ControlClient {
             },
             |r| match r {
                 ControlResponse::ConfigUnset(a) => Ok(a),
-                other => Err(other),
+                other => Err(Box::new(other)),
             },
         )
         .await
@@ -1255,7 +1255,7 @@ impl ControlClient {
             },
             |r| match r {
                 ControlResponse::Reinit(a) => Ok(a),
-                other => Err(other),
+                other => Err(Box::new(other)),
             },
         )
         .await
