@@ -863,3 +863,136 @@ async fn reads_are_retried_once_and_commands_never() {
     );
     server.abort();
 }
+
+/// Calls from many tasks on one client share its one connection (the
+/// client's calls drive the connection themselves, `control/conn.rs`): a
+/// `watch` long-poll waits while 8 tasks make 200 snapshot calls each on
+/// clones of the same client; a `watch` dropped mid-wait leaves the others
+/// answered; a `stop` on the same client is answered, and the waiting
+/// `watch` then with the newer snapshot. All of it on one connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_calls_share_one_connection() {
+    const TASKS: usize = 8;
+    const CALLS: usize = 200;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+    let server = serve(tmp.path(), &handle);
+    until(&handle, "running", running).await;
+    let client = connect(tmp.path()).await;
+    let seen = client.snapshot().await.expect("answered");
+
+    let watcher = tokio::spawn({
+        let (client, seen) = (client.clone(), seen.clone());
+        async move { client.watch(&seen, Duration::from_secs(50)).await }
+    });
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let mut answered = 0;
+                for _ in 0..CALLS {
+                    let snapshot = client.snapshot().await.expect("answered");
+                    assert!(running(&snapshot));
+                    answered += 1;
+                }
+                answered
+            })
+        })
+        .collect();
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(100),
+        client.watch(&seen, Duration::from_secs(50)),
+    )
+    .await;
+    assert!(dropped.is_err(), "nothing changed: {dropped:?}");
+    let mut total = 0;
+    for task in tasks {
+        total += task.await.expect("task");
+    }
+    assert_eq!(total, TASKS * CALLS);
+    assert!(!watcher.is_finished(), "the watch still waits");
+    client
+        .snapshot()
+        .await
+        .expect("answered after the dropped watch");
+    assert_eq!(server.open_connections(), 1, "one connection for all");
+
+    let stopped = client.stop(Hold::None).await.expect("stopped");
+    let watched = tokio::time::timeout(processes::PATIENCE, watcher)
+        .await
+        .expect("the watch is answered once something changed")
+        .expect("task")
+        .expect("a snapshot");
+    assert!(watched.version > seen.version, "{watched:?}");
+    assert!(stopped.version > seen.version);
+    assert_eq!(server.open_connections(), 1, "still one connection");
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// A stand-in server that greets each connection, then reads its frames and
+/// never answers, holding it open. Counts connections and frames.
+async fn never_answers(
+    path: std::path::PathBuf,
+) -> (
+    Arc<AtomicUsize>,
+    Arc<AtomicUsize>,
+    tokio::task::JoinHandle<()>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (connections, frames) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let listener = tokio::net::UnixListener::bind(&path).expect("bind");
+    let (counted, framed) = (Arc::clone(&connections), Arc::clone(&frames));
+    let task = tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let framed = Arc::clone(&framed);
+            tokio::spawn(async move {
+                if stream.write_all(&[0]).await.is_err() {
+                    return;
+                }
+                loop {
+                    let mut len = [0u8; 4];
+                    if stream.read_exact(&mut len).await.is_err() {
+                        return;
+                    }
+                    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+                    if stream.read_exact(&mut body).await.is_err() {
+                        return;
+                    }
+                    framed.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+        }
+    });
+    (connections, frames, task)
+}
+
+/// A call whose deadline passes ends with a deadline error on its own: the
+/// connection is not broken by it, so the next call is sent on the same
+/// one (and, a read, is not replayed), alone and beside another call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_call_past_its_deadline_ends_alone() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("silent.sock");
+    let (connections, frames, server) = never_answers(path.clone()).await;
+    let client = ControlClient::connect_unix(&path)
+        .await
+        .expect("connects")
+        .with_timeout(Duration::from_millis(200));
+    let late = client.snapshot().await.expect_err("never answered");
+    assert!(late.is_deadline(), "{late:?}");
+    let (a, b) = tokio::join!(client.snapshot(), client.stop(Hold::None));
+    for late in [
+        a.expect_err("never answered"),
+        b.expect_err("never answered"),
+    ] {
+        assert!(late.is_deadline(), "{late:?}");
+    }
+    let waited = std::time::Instant::now();
+    while frames.load(Ordering::SeqCst) < 3 && waited.elapsed() < processes::PATIENCE {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(frames.load(Ordering::SeqCst), 3, "each call sent once");
+    assert_eq!(connections.load(Ordering::SeqCst), 1, "one connection");
+    server.abort();
+}

@@ -54,7 +54,6 @@
 //!   `tests/control_hostile.rs::a_socket_planted_by_another_user_gets_nothing`.
 
 use std::fmt;
-use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
@@ -63,20 +62,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use steadfast_protocol::control::{
-    ChangesError, CommandError, ControlAnswer, ControlClient as RawClient, MAX_WATCH_TIMEOUT_MS,
-    ReinitPrepared, WireChanges,
+    ChangesError, CommandError, ControlAnswer, ControlRequest, ControlResponse,
+    MAX_WATCH_TIMEOUT_MS, ReinitPrepared, WireChanges,
 };
 use steadfast_protocol::history::JournalAttempt;
 use steadfast_protocol::lifecycle::{ExitIntent, Refused};
 use steadfast_protocol::snapshot::{ConfigView, Snapshot};
-use tarpc::client::{self, NewClient, RpcError};
-use tarpc::context;
+use tarpc::ServerError;
+use tarpc::client::RpcError;
 use tokio::net::UnixStream;
 use tokio::sync::{Mutex, watch};
-use tokio::task::JoinHandle;
 
 use super::auth::Token;
 use super::codec::{self, Bincode1};
+use super::conn::Wire;
 use steadfast_actors::lifecycle::Hold;
 
 /// How long a command may take by default (a stop waits for the drain).
@@ -84,6 +83,26 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Extra time a `watch` call is given beyond its own wait.
 const WATCH_MARGIN: Duration = Duration::from_secs(10);
+
+/// The `$variant` answer of a call's [`ControlResponse`]; another method's
+/// answer (a daemon that answers out of turn) is an error, not a panic.
+macro_rules! answer {
+    ($response:expr, $variant:ident) => {
+        match $response {
+            Ok(ControlResponse::$variant(answer)) => Ok(answer),
+            Ok(other) => Err(out_of_turn(&other, stringify!($variant))),
+            Err(error) => Err(error),
+        }
+    };
+}
+
+/// A daemon that answered another method than the one called.
+fn out_of_turn(answer: &ControlResponse, method: &str) -> ClientError {
+    ClientError::Rpc(RpcError::Server(ServerError::new(
+        io::ErrorKind::InvalidData,
+        format!("the daemon answered another method than {method}: {answer:?}"),
+    )))
+}
 
 /// Why a control call did not give a snapshot.
 #[derive(Debug, thiserror::Error)]
@@ -258,11 +277,9 @@ impl fmt::Display for Endpoint {
 /// One dialled connection.
 #[derive(Debug)]
 struct Connection {
-    /// The generated tarpc client.
-    raw: RawClient,
-    /// The connection's dispatch task: finished means the connection is
-    /// gone (and nothing more can be sent on it).
-    dispatch: JoinHandle<()>,
+    /// Its frames, driven by the calls on it (`conn`): broken means the
+    /// connection is gone (and nothing more can be sent on it).
+    wire: Arc<Wire>,
     /// Which dial this is, so a failure seen on an old connection does not
     /// drop a newer one.
     generation: u64,
@@ -621,16 +638,18 @@ async fn dial_once(endpoint: &Endpoint, generation: u64) -> Result<Connection, C
                     ),
                 });
             }
+            let probe = probe(&stream);
             let (admission, admitted) = watch::channel(Admission::Pending);
             let stream = Admitting {
                 inner: stream,
                 admission,
             };
-            Ok(start(stream, generation, admitted))
+            Ok(start(stream, probe, generation, admitted))
         }
         Endpoint::Tcp { addr, token } => {
             let stream = super::tcp::dial(*addr, token).await?;
-            Ok(start(stream, generation, accepted()))
+            let probe = probe(&stream);
+            Ok(start(stream, probe, generation, accepted()))
         }
         Endpoint::Tls {
             addr,
@@ -639,7 +658,8 @@ async fn dial_once(endpoint: &Endpoint, generation: u64) -> Result<Connection, C
             token,
         } => {
             let stream = super::tls::dial(*addr, server_name, tls, token.as_ref()).await?;
-            Ok(start(stream, generation, accepted()))
+            let probe = probe(stream.get_ref().0);
+            Ok(start(stream, probe, generation, accepted()))
         }
     }
 }
@@ -721,21 +741,26 @@ fn timed_out(endpoint: &Endpoint) -> ClientError {
     }
 }
 
-/// Put tarpc over a connected stream and spawn its dispatch.
-fn start<S>(stream: S, generation: u64, admission: watch::Receiver<Admission>) -> Connection
+/// A duplicate of `socket`, for [`Wire::peer_closed`] (`None` if the
+/// descriptor table is full: the check is then skipped).
+fn probe(socket: &impl std::os::fd::AsFd) -> Option<OwnedFd> {
+    socket.as_fd().try_clone_to_owned().ok()
+}
+
+/// Put tarpc's frames over a connected stream, driven by the calls on it
+/// (`conn`): no dispatch task.
+fn start<S>(
+    stream: S,
+    probe: Option<OwnedFd>,
+    generation: u64,
+    admission: watch::Receiver<Admission>,
+) -> Connection
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
 {
     let transport = tarpc::serde_transport::new(codec::framed(stream), Bincode1::client());
-    let NewClient { client, dispatch } = RawClient::new(client::Config::default(), transport);
-    let dispatch = tokio::spawn(async move {
-        if let Err(error) = dispatch.await {
-            tracing::debug!(%error, "the control connection broke");
-        }
-    });
     Connection {
-        raw: client,
-        dispatch,
+        wire: Arc::new(Wire::new(transport, probe)),
         generation,
         admission,
     }
@@ -810,15 +835,25 @@ impl ControlClient {
         let deadline = Instant::now() + timeout;
         let mut backoff = Backoff::new();
         loop {
-            let mut connection = dial(&endpoint, 0, deadline).await?;
-            let settled = tokio::time::timeout_at(deadline.into(), async {
-                // A sender gone while pending (the connection ended unread)
-                // reads as closed below.
-                let _ = connection
-                    .admission
-                    .wait_for(|admission| *admission != Admission::Pending)
-                    .await;
-            })
+            let connection = dial(&endpoint, 0, deadline).await?;
+            // No call reads yet: read the first byte here. A connection
+            // that ends or breaks before it reads as closed below.
+            let settled = tokio::time::timeout_at(
+                deadline.into(),
+                std::future::poll_fn(|cx| {
+                    loop {
+                        let polled = connection.wire.poll_idle(cx);
+                        if *connection.admission.borrow() != Admission::Pending
+                            || connection.wire.is_broken()
+                        {
+                            return std::task::Poll::Ready(());
+                        }
+                        if polled.is_pending() {
+                            return std::task::Poll::Pending;
+                        }
+                    }
+                }),
+            )
             .await;
             if settled.is_err() {
                 return Err(timed_out(&endpoint));
@@ -875,19 +910,22 @@ impl ControlClient {
         &self.endpoint
     }
 
-    /// A live connection's client, generation and admission: the current
-    /// one, or a new one (dialled until `deadline`) when there is none or
-    /// its dispatch has ended.
+    /// A live connection, its generation and admission: the current one,
+    /// or a new one (dialled until `deadline`) when there is none, it is
+    /// broken, or (`check`: before a command) the kernel says the daemon
+    /// already closed it — nothing is then sent on it.
     async fn raw(
         &self,
         deadline: Instant,
-    ) -> Result<(RawClient, u64, watch::Receiver<Admission>), ClientError> {
+        check: bool,
+    ) -> Result<(Arc<Wire>, u64, watch::Receiver<Admission>), ClientError> {
         let mut slot = self.connection.lock().await;
         if let Some(connection) = slot.as_ref()
-            && !connection.dispatch.is_finished()
+            && !connection.wire.is_broken()
+            && !(check && connection.wire.peer_closed())
         {
             return Ok((
-                connection.raw.clone(),
+                Arc::clone(&connection.wire),
                 connection.generation,
                 connection.admission.clone(),
             ));
@@ -896,7 +934,7 @@ impl ControlClient {
         *slot = None;
         let connection = dial(&self.endpoint, generation, deadline).await?;
         let raw = (
-            connection.raw.clone(),
+            Arc::clone(&connection.wire),
             generation,
             connection.admission.clone(),
         );
@@ -912,24 +950,33 @@ impl ControlClient {
         }
     }
 
-    /// Send `call` on a live connection. When the connection breaks under
-    /// it: a connection the server never served (busy: dial again with a
+    /// Send the request `request` makes on a live connection, with
+    /// `timeout` as its deadline (a read's counts from each attempt, a
+    /// command's from the call). When the connection breaks under it: a
+    /// connection the server never served (busy: dial again with a
     /// [`Backoff`] until the deadline, whatever the call; closed before its
     /// first byte: [`ClientError::Connect`]) says so; else a read
     /// (`replay`) is sent once more on a new connection, and a command's
     /// error is the caller's (it may have been applied). The next call
     /// dials either way.
-    async fn call<T, F, Fut>(&self, replay: bool, call: F) -> Result<T, ClientError>
-    where
-        F: Fn(RawClient) -> Fut,
-        Fut: Future<Output = Result<T, RpcError>>,
-    {
+    async fn call(
+        &self,
+        replay: bool,
+        timeout: Duration,
+        request: impl Fn() -> ControlRequest,
+    ) -> Result<ControlResponse, ClientError> {
         let deadline = Instant::now() + self.timeout;
+        let command_deadline = Instant::now() + timeout;
         let mut backoff = Backoff::new();
         let mut replayed = false;
         loop {
-            let (raw, generation, admission) = self.raw(deadline).await?;
-            let error = match call(raw).await {
+            let (wire, generation, admission) = self.raw(deadline, !replay).await?;
+            let call_deadline = if replay {
+                Instant::now() + timeout
+            } else {
+                command_deadline
+            };
+            let error = match wire.call(request(), call_deadline).await {
                 Err(error) if is_broken(&error) => error,
                 answer => return Ok(answer?),
             };
@@ -953,23 +1000,23 @@ impl ControlClient {
 
     /// A call that changes nothing: retried once on a new connection if the
     /// connection breaks under it.
-    async fn read_only<T, F, Fut>(&self, call: F) -> Result<T, ClientError>
-    where
-        F: Fn(RawClient) -> Fut,
-        Fut: Future<Output = Result<T, RpcError>>,
-    {
-        self.call(true, call).await
+    async fn read_only(
+        &self,
+        timeout: Duration,
+        request: impl Fn() -> ControlRequest,
+    ) -> Result<ControlResponse, ClientError> {
+        self.call(true, timeout, request).await
     }
 
-    /// A command: sent once on a served connection. If the connection
-    /// breaks under it, the error is the caller's (it may have been
-    /// applied) and the next call dials.
-    async fn command<T, F, Fut>(&self, call: F) -> Result<T, ClientError>
-    where
-        F: Fn(RawClient) -> Fut,
-        Fut: Future<Output = Result<T, RpcError>>,
-    {
-        self.call(false, call).await
+    /// A command: sent once on a served connection (one the daemon has not
+    /// closed, as far as the kernel knows). If the connection breaks under
+    /// it, the error is the caller's (it may have been applied) and the
+    /// next call dials.
+    async fn command(
+        &self,
+        request: impl Fn() -> ControlRequest,
+    ) -> Result<ControlResponse, ClientError> {
+        self.call(false, self.timeout, request).await
     }
 
     /// Give each command this long (default [`DEFAULT_CALL_TIMEOUT`]).
@@ -979,14 +1026,19 @@ impl ControlClient {
         self
     }
 
-    fn context(timeout: Duration) -> context::Context {
-        let mut cx = context::current();
-        cx.deadline = Instant::now() + timeout;
-        cx
-    }
-
     fn unwrap(answer: Result<ControlAnswer, ClientError>) -> Result<Snapshot, ClientError> {
         Ok(answer?.map_err(ClientError::Command)?.into_snapshot()?)
+    }
+
+    /// A command answered with a snapshot: the call, and the answer's
+    /// variant (its method's).
+    async fn snapshot_command(
+        &self,
+        request: impl Fn() -> ControlRequest,
+        answer: fn(ControlResponse) -> Result<ControlAnswer, Box<ControlResponse>>,
+    ) -> Result<Snapshot, ClientError> {
+        let response = self.command(request).await?;
+        Self::unwrap(answer(response).map_err(|other| out_of_turn(&other, "snapshot")))
     }
 
     /// The latest snapshot.
@@ -994,11 +1046,11 @@ impl ControlClient {
     /// # Errors
     /// [`ClientError`]: the call failed on the way.
     pub async fn snapshot(&self) -> Result<Snapshot, ClientError> {
-        let timeout = self.timeout;
-        Self::unwrap(
-            self.read_only(|raw| async move { raw.snapshot(Self::context(timeout)).await })
+        Self::unwrap(answer!(
+            self.read_only(self.timeout, || ControlRequest::Snapshot {})
                 .await,
-        )
+            Snapshot
+        ))
     }
 
     /// The first snapshot whose version is greater than `have`'s, or the
@@ -1035,9 +1087,11 @@ impl ControlClient {
             .unwrap_or(u64::MAX)
             .min(MAX_WATCH_TIMEOUT_MS);
         let wait = Duration::from_millis(ms) + WATCH_MARGIN;
-        self.read_only(|raw| async move { raw.watch(Self::context(wait), after_version, ms).await })
-            .await?
-            .map_err(ClientError::Command)
+        let request = || ControlRequest::Watch {
+            after_version,
+            timeout_ms: ms,
+        };
+        answer!(self.read_only(wait, request).await, Watch)?.map_err(ClientError::Command)
     }
 
     /// Boot a stopped runtime (clears a hold).
@@ -1046,8 +1100,14 @@ impl ControlClient {
     /// [`ClientError::Command`] with the lifecycle's reason, or as
     /// [`Self::snapshot`].
     pub async fn start(&self) -> Result<Snapshot, ClientError> {
-        let cx = Self::context(self.timeout);
-        Self::unwrap(self.command(|raw| async move { raw.start(cx).await }).await)
+        self.snapshot_command(
+            || ControlRequest::Start {},
+            |r| match r {
+                ControlResponse::Start(a) => Ok(a),
+                other => Err(Box::new(other)),
+            },
+        )
+        .await
     }
 
     /// Stop the runtime; answered once the drain has settled.
@@ -1055,11 +1115,14 @@ impl ControlClient {
     /// # Errors
     /// As [`Self::start`].
     pub async fn stop(&self, hold: Hold) -> Result<Snapshot, ClientError> {
-        let cx = Self::context(self.timeout);
-        Self::unwrap(
-            self.command(|raw| async move { raw.stop(cx, hold).await })
-                .await,
+        self.snapshot_command(
+            || ControlRequest::Stop { hold },
+            |r| match r {
+                ControlResponse::Stop(a) => Ok(a),
+                other => Err(Box::new(other)),
+            },
         )
+        .await
     }
 
     /// Stop the runtime and boot it again, once the daemon has resolved the
@@ -1083,11 +1146,14 @@ impl ControlClient {
     }
 
     async fn restart_with(&self, force: bool) -> Result<Snapshot, ClientError> {
-        let cx = Self::context(self.timeout);
-        Self::unwrap(
-            self.command(|raw| async move { raw.restart(cx, force).await })
-                .await,
+        self.snapshot_command(
+            || ControlRequest::Restart { force },
+            |r| match r {
+                ControlResponse::Restart(a) => Ok(a),
+                other => Err(Box::new(other)),
+            },
         )
+        .await
     }
 
     /// Retry a failed boot now.
@@ -1095,8 +1161,14 @@ impl ControlClient {
     /// # Errors
     /// As [`Self::start`].
     pub async fn retry(&self) -> Result<Snapshot, ClientError> {
-        let cx = Self::context(self.timeout);
-        Self::unwrap(self.command(|raw| async move { raw.retry(cx).await }).await)
+        self.snapshot_command(
+            || ControlRequest::Retry {},
+            |r| match r {
+                ControlResponse::Retry(a) => Ok(a),
+                other => Err(Box::new(other)),
+            },
+        )
+        .await
     }
 
     /// Re-read the config now, as SIGHUP does.
@@ -1104,11 +1176,14 @@ impl ControlClient {
     /// # Errors
     /// As [`Self::start`].
     pub async fn reload(&self) -> Result<Snapshot, ClientError> {
-        let cx = Self::context(self.timeout);
-        Self::unwrap(
-            self.command(|raw| async move { raw.reload(cx).await })
-                .await,
+        self.snapshot_command(
+            || ControlRequest::Reload {},
+            |r| match r {
+                ControlResponse::Reload(a) => Ok(a),
+                other => Err(Box::new(other)),
+            },
         )
+        .await
     }
 
     /// End the daemon's process after a drain.
@@ -1116,11 +1191,14 @@ impl ControlClient {
     /// # Errors
     /// As [`Self::start`].
     pub async fn exit(&self, intent: ExitIntent) -> Result<Snapshot, ClientError> {
-        let cx = Self::context(self.timeout);
-        Self::unwrap(
-            self.command(|raw| async move { raw.exit(cx, intent).await })
-                .await,
+        self.snapshot_command(
+            || ControlRequest::Exit { intent },
+            |r| match r {
+                ControlResponse::Exit(a) => Ok(a),
+                other => Err(Box::new(other)),
+            },
         )
+        .await
     }
 
     /// The daemon's metrics, as OpenMetrics text (ending `# EOF`).
@@ -1128,11 +1206,10 @@ impl ControlClient {
     /// # Errors
     /// As [`Self::snapshot`].
     pub async fn metrics(&self) -> Result<String, ClientError> {
-        let timeout = self.timeout;
         let answer = self
-            .read_only(|raw| async move { raw.metrics(Self::context(timeout)).await })
-            .await?;
-        answer.map_err(ClientError::Command)
+            .read_only(self.timeout, || ControlRequest::Metrics {})
+            .await;
+        answer!(answer, Metrics)?.map_err(ClientError::Command)
     }
 
     /// The last `limit` attempts the journal records, with their phases,
@@ -1142,11 +1219,12 @@ impl ControlClient {
     /// [`ClientError::Command`] when the daemon cannot read its journal, or
     /// as [`Self::snapshot`].
     pub async fn journal(&self, limit: u32) -> Result<Vec<JournalAttempt>, ClientError> {
-        let timeout = self.timeout;
         let answer = self
-            .read_only(|raw| async move { raw.journal(Self::context(timeout), limit).await })
-            .await?;
-        Ok(answer.map_err(ClientError::Command)?.into_attempts()?)
+            .read_only(self.timeout, || ControlRequest::Journal { limit })
+            .await;
+        Ok(answer!(answer, Journal)?
+            .map_err(ClientError::Command)?
+            .into_attempts()?)
     }
 
     /// Set `leaf` of the daemon's override tier to `value` (TOML text; a
@@ -1156,15 +1234,17 @@ impl ControlClient {
     /// [`ClientError::Command`] for a malformed leaf or no override tier, or
     /// as [`Self::start`].
     pub async fn config_set(&self, leaf: &str, value: &str) -> Result<Snapshot, ClientError> {
-        let cx = Self::context(self.timeout);
-        let (leaf, value) = (leaf.to_owned(), value.to_owned());
-        Self::unwrap(
-            self.command(|raw| {
-                let (leaf, value) = (leaf.clone(), value.clone());
-                async move { raw.config_set(cx, leaf, value).await }
-            })
-            .await,
+        self.snapshot_command(
+            || ControlRequest::ConfigSet {
+                leaf: leaf.to_owned(),
+                value: value.to_owned(),
+            },
+            |r| match r {
+                ControlResponse::ConfigSet(a) => Ok(a),
+                other => Err(Box::new(other)),
+            },
         )
+        .await
     }
 
     /// Remove `leaf` from the daemon's override tier.
@@ -1172,15 +1252,16 @@ impl ControlClient {
     /// # Errors
     /// As [`Self::config_set`].
     pub async fn config_unset(&self, leaf: &str) -> Result<Snapshot, ClientError> {
-        let cx = Self::context(self.timeout);
-        let leaf = leaf.to_owned();
-        Self::unwrap(
-            self.command(|raw| {
-                let leaf = leaf.clone();
-                async move { raw.config_unset(cx, leaf).await }
-            })
-            .await,
+        self.snapshot_command(
+            || ControlRequest::ConfigUnset {
+                leaf: leaf.to_owned(),
+            },
+            |r| match r {
+                ControlResponse::ConfigUnset(a) => Ok(a),
+                other => Err(Box::new(other)),
+            },
         )
+        .await
     }
 
     /// The override tier (or one `leaf` of it) and the effective value.
@@ -1188,15 +1269,11 @@ impl ControlClient {
     /// # Errors
     /// As [`Self::config_set`].
     pub async fn config_show(&self, leaf: Option<&str>) -> Result<ConfigView, ClientError> {
-        let timeout = self.timeout;
-        let leaf = leaf.map(str::to_owned);
-        let answer = self
-            .read_only(|raw| {
-                let leaf = leaf.clone();
-                async move { raw.config_show(Self::context(timeout), leaf).await }
-            })
-            .await?;
-        answer.map_err(ClientError::Command)
+        let request = || ControlRequest::ConfigShow {
+            leaf: leaf.map(str::to_owned),
+        };
+        answer!(self.read_only(self.timeout, request).await, ConfigShow)?
+            .map_err(ClientError::Command)
     }
 
     /// Prepare a re-initialization: the confirmation for [`Self::reinit`].
@@ -1205,11 +1282,10 @@ impl ControlClient {
     /// [`ClientError::Command`] unless the runtime is stopped, or as
     /// [`Self::snapshot`].
     pub async fn reinit_prepare(&self) -> Result<ReinitPrepared, ClientError> {
-        let timeout = self.timeout;
         let answer = self
-            .read_only(|raw| async move { raw.reinit_prepare(Self::context(timeout)).await })
-            .await?;
-        answer.map_err(ClientError::Command)
+            .read_only(self.timeout, || ControlRequest::ReinitPrepare {})
+            .await;
+        answer!(answer, ReinitPrepare)?.map_err(ClientError::Command)
     }
 
     /// Re-initialize the stopped runtime with a confirmation from
@@ -1220,15 +1296,16 @@ impl ControlClient {
     /// epoch), [`ClientError::Command`] when the wipe failed, or as
     /// [`Self::snapshot`].
     pub async fn reinit(&self, token: &str) -> Result<Snapshot, ClientError> {
-        let cx = Self::context(self.timeout);
-        let token = token.to_owned();
-        Self::unwrap(
-            self.command(|raw| {
-                let token = token.clone();
-                async move { raw.reinit(cx, token).await }
-            })
-            .await,
+        self.snapshot_command(
+            || ControlRequest::Reinit {
+                token: token.to_owned(),
+            },
+            |r| match r {
+                ControlResponse::Reinit(a) => Ok(a),
+                other => Err(Box::new(other)),
+            },
         )
+        .await
     }
 
     // -- Replacement (issue 7) --
@@ -1245,13 +1322,12 @@ impl ControlClient {
     ) -> Result<steadfast_protocol::control::ReplaceStatus, ClientError> {
         // A command: never replayed after a broken connection (the
         // transaction may have started).
-        let cx = Self::context(self.timeout);
-        self.command(|raw| {
-            let request = request.clone();
-            async move { raw.replace(cx, request).await }
-        })
-        .await?
-        .map_err(ClientError::Command)
+        let answer = self
+            .command(|| ControlRequest::Replace {
+                request: request.clone(),
+            })
+            .await;
+        answer!(answer, Replace)?.map_err(ClientError::Command)
     }
 
     /// The replacement status once its report's `seq` passes `after_seq`, or
@@ -1269,10 +1345,10 @@ impl ControlClient {
             .unwrap_or(u64::MAX)
             .min(MAX_WATCH_TIMEOUT_MS);
         let wait = Duration::from_millis(ms).max(self.timeout.min(WATCH_MARGIN)) + WATCH_MARGIN;
-        self.read_only(
-            |raw| async move { raw.replace_status(Self::context(wait), after_seq, ms).await },
-        )
-        .await?
-        .map_err(ClientError::Command)
+        let request = || ControlRequest::ReplaceStatus {
+            after_seq,
+            timeout_ms: ms,
+        };
+        answer!(self.read_only(wait, request).await, ReplaceStatus)?.map_err(ClientError::Command)
     }
 }

@@ -24,6 +24,7 @@ pub mod auth;
 mod bounds;
 pub mod client;
 pub mod codec;
+pub(crate) mod conn;
 mod rewake;
 pub mod server;
 pub mod tcp;

@@ -348,8 +348,8 @@ fn main() -> ExitCode {
     };
     let code = runtime.block_on(run(cli));
     // The process ends here, and its exit closes the connection and frees
-    // everything: shutting the runtime down first (its drivers, the
-    // connection's dispatch task) is work the exit does anyway, ~40–80 µs
+    // everything: shutting the runtime down first (its drivers and the
+    // connection) is work the exit does anyway, ~40–80 µs
     // of a ~2 ms command (issue 16).
     std::mem::forget(runtime);
     code
