@@ -261,7 +261,14 @@ fn chain(points: usize) {
     // What the relaunch of the current process read as the run before it.
     let mut previous_run = "first_ever";
     let mut current = Daemon::spawn(&data_dir, Some(kill_point(0)));
-    current.wait_for("locked ").expect("the first daemon locks");
+    // On a fresh data dir `locked` is said before any lock exists (there
+    // is no lock file to wait on yet), so a relaunch started then could
+    // open the data dir first and read `first_ever`. `previous` is said
+    // once the supervisor holds the lock; the first kill point
+    // (`journal.mid_write:1`) comes after it.
+    current
+        .wait_for("previous ")
+        .expect("the first daemon opens the data dir");
     for i in 1..=points {
         let crash_at = (i < points).then(|| kill_point(i));
         let mut next = Daemon::spawn(&data_dir, crash_at);
