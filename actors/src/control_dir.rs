@@ -472,7 +472,7 @@ enum Poison {
 /// A created control directory's own name, in the data dir, is pending the
 /// same way (`parent`): made durable by the same fsyncs, after the control
 /// directory's. And the launch's `holding` marker may still be settling on
-/// a thread of its own ([`ControlDir::write_run_settling`]): every fsync
+/// the process's settling thread ([`ControlDir::write_run_settling`]): every fsync
 /// here, every marker write and every journal acknowledgement waits for it
 /// first ([`Settling`]).
 #[derive(Debug, Clone)]
@@ -481,7 +481,7 @@ struct UnsyncedNames {
     pending: Arc<AtomicBool>,
     /// The data dir, while the name `.steadfast` in it is not durable.
     parent: Arc<std::sync::Mutex<Option<Dir>>>,
-    /// The launch's durability work running on a thread of its own.
+    /// The launch's durability work, queued or running beside it.
     settling: Arc<Settling>,
     /// Every fsync the control directory makes outside journal appends.
     fsyncs: Arc<AtomicU64>,
@@ -503,7 +503,7 @@ impl UnsyncedNames {
         self.sync_settled()
     }
 
-    /// [`Self::sync`], for the settling thread itself (it must not wait
+    /// [`Self::sync`], for the settling job itself (it must not wait
     /// for itself).
     fn sync_settled(&self) -> Result<(), FsError> {
         let was_pending = self.pending.load(Ordering::SeqCst);
@@ -532,50 +532,187 @@ impl UnsyncedNames {
     }
 }
 
-/// The durability work a launch leaves to a thread of its own
-/// ([`ControlDir::write_run_settling`]): its outcome, once joined, is kept,
-/// and a failure is returned to every later waiter (whether the names and
-/// the marker are on disk is then unknown, so nothing may be acknowledged
-/// over this control directory again).
-#[derive(Debug, Default)]
+/// The durability work a launch leaves to run beside it
+/// ([`ControlDir::write_run_settling`]): queued for the process's one
+/// settling thread (`SETTLER`), and run by whichever comes first, that
+/// thread or the first waiter. A waiter never waits for a job still queued
+/// behind other launches' jobs: it takes the job and runs it itself, so
+/// 1,000 launches at once cost one thread, not one each (nor a blocking
+/// pool grown by waiters), and a waiter only ever waits for a job already
+/// running. Its outcome is kept:
+/// a failure is returned to every later waiter (whether the names and the
+/// marker are on disk is then unknown, so nothing may be acknowledged over
+/// this control directory again).
+#[derive(Default)]
 struct Settling {
-    /// The thread, until it is joined.
-    job: std::sync::Mutex<Option<std::thread::JoinHandle<Result<(), String>>>>,
-    /// Why it failed, once it did.
-    failed: std::sync::OnceLock<String>,
+    turn: std::sync::Mutex<Settle>,
+    /// Signalled when a running job ends.
+    ended: std::sync::Condvar,
+}
+
+/// A settling job's state.
+#[derive(Default)]
+enum Settle {
+    /// Nothing is out: none was queued, or it ended well.
+    #[default]
+    Settled,
+    /// Queued, not started.
+    Queued(SettleJob),
+    /// Running on some thread.
+    Running,
+    /// Ended with this failure.
+    Failed(String),
+}
+
+type SettleJob = Box<dyn FnOnce() -> Result<(), String> + Send>;
+
+/// The process's settling thread: runs the launches' queued jobs in turn
+/// (one thread, however many supervisors launch at once: the waiters run
+/// the jobs it has not reached), started when a job is queued and none is
+/// out, and gone once the queue is empty.
+static SETTLER: Settler = Settler {
+    queue: std::sync::Mutex::new(Queue {
+        jobs: std::collections::VecDeque::new(),
+        out: false,
+    }),
+};
+
+struct Settler {
+    queue: std::sync::Mutex<Queue>,
+}
+
+struct Queue {
+    /// Launches whose job may still be queued (a waiter may have run it,
+    /// or the control directory may be gone: then there is nothing to do).
+    jobs: std::collections::VecDeque<std::sync::Weak<Settling>>,
+    /// Whether the thread is out (it empties the queue before it leaves).
+    out: bool,
+}
+
+impl Settler {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn push(&'static self, settling: std::sync::Weak<Settling>) {
+        let mut queue = self.lock();
+        queue.jobs.push_back(settling);
+        if queue.out {
+            return;
+        }
+        let started = std::thread::Builder::new()
+            .name("steadfast-settle".into())
+            .spawn(|| self.work());
+        // A thread that cannot be started leaves the jobs queued: their
+        // first waiters run them (and the next push tries again).
+        queue.out = started.is_ok();
+    }
+
+    fn work(&self) {
+        loop {
+            let next = {
+                let mut queue = self.lock();
+                let Some(next) = queue.jobs.pop_front() else {
+                    queue.out = false;
+                    return;
+                };
+                next
+            };
+            if let Some(settling) = next.upgrade() {
+                settling.run_queued();
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Settling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match self.turn.try_lock().as_deref() {
+            Ok(Settle::Settled) => "settled",
+            Ok(Settle::Queued(_)) => "queued",
+            Ok(Settle::Running) => "running",
+            Ok(Settle::Failed(_)) => "failed",
+            Err(_) => "busy",
+        };
+        f.debug_struct("Settling").field("state", &state).finish()
+    }
 }
 
 impl Settling {
-    /// Whether a waiter would have to wait, or would be told of a failure:
-    /// the thread is out (or someone is joining it), or it failed.
-    fn unsettled(&self) -> bool {
-        self.failed.get().is_some() || self.job.try_lock().map_or(true, |job| job.is_some())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Settle> {
+        self.turn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Wait for the settling thread, if one is out; its failure (now or
-    /// earlier) is an error naming `dir`.
-    fn wait(&self, dir: &Dir) -> Result<(), FsError> {
-        let mut job = self
-            .job
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(thread) = job.take() {
-            let outcome = thread
-                .join()
-                .unwrap_or_else(|_| Err("the thread settling the launch panicked".to_owned()));
-            if let Err(cause) = outcome {
-                let _ = self.failed.set(cause);
-            }
+    /// Queue `job`, to run on the process's one settling thread unless a
+    /// waiter takes it first. The caller holds the turn: nothing else is
+    /// out.
+    fn queue(self: &Arc<Self>, job: SettleJob) {
+        *self.lock() = Settle::Queued(job);
+        SETTLER.push(Arc::downgrade(self));
+    }
+
+    /// Run the job if it is still queued (the settling thread's turn).
+    fn run_queued(&self) {
+        let turn = self.lock();
+        if matches!(*turn, Settle::Queued(_)) {
+            self.run(turn);
         }
-        drop(job);
-        match self.failed.get() {
-            None => Ok(()),
-            Some(cause) => Err(FsError::Io {
-                path: dir.path().to_path_buf(),
-                source: io::Error::other(format!(
-                    "the launch's holding marker or directory fsyncs failed: {cause}"
-                )),
-            }),
+    }
+
+    /// Take the queued job in `turn`, run it without the lock, record its
+    /// outcome and wake the waiters.
+    fn run(&self, mut turn: std::sync::MutexGuard<'_, Settle>) {
+        let Settle::Queued(job) = std::mem::replace(&mut *turn, Settle::Running) else {
+            return;
+        };
+        drop(turn);
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
+            .unwrap_or_else(|_| Err("the launch's settling panicked".to_owned()));
+        *self.lock() = match outcome {
+            Ok(()) => Settle::Settled,
+            Err(cause) => Settle::Failed(cause),
+        };
+        self.ended.notify_all();
+    }
+
+    /// Whether a waiter would have to wait or run the job, or would be
+    /// told of a failure.
+    fn unsettled(&self) -> bool {
+        self.turn
+            .try_lock()
+            .map_or(true, |turn| !matches!(*turn, Settle::Settled))
+    }
+
+    /// Settle first: run the job if it is still queued, wait for it if it
+    /// is running; its failure (now or earlier) is an error naming `dir`.
+    fn wait(&self, dir: &Dir) -> Result<(), FsError> {
+        let mut turn = self.lock();
+        loop {
+            match &*turn {
+                Settle::Settled => return Ok(()),
+                Settle::Failed(cause) => {
+                    return Err(FsError::Io {
+                        path: dir.path().to_path_buf(),
+                        source: io::Error::other(format!(
+                            "the launch's holding marker or directory fsyncs failed: {cause}"
+                        )),
+                    });
+                }
+                Settle::Queued(_) => {
+                    self.run(turn);
+                    turn = self.lock();
+                }
+                Settle::Running => {
+                    turn = self
+                        .ended
+                        .wait(turn)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                }
+            }
         }
     }
 }
@@ -1497,11 +1634,11 @@ impl ControlDir {
     }
 
     /// Write the launch's run marker (`holding {pid, 0}`) as
-    /// [`Self::write_run`] does, but leave its fsyncs to a thread of its
-    /// own: the temp file is created, written and renamed over `run` here
-    /// (so a full disk refuses the launch at once, and the marker names
-    /// this process before anything is written to the journal), then that
-    /// thread fsyncs it and the control directory, and the data dir when
+    /// [`Self::write_run`] does, but leave its fsyncs to a job queued for
+    /// the process's settling thread (`Settling`): the temp file is created, written
+    /// and renamed over `run` here (so a full disk refuses the launch at
+    /// once, and the marker names this process before anything is written
+    /// to the journal), then that job fsyncs it and the control directory, and the data dir when
     /// `.steadfast` was created (`UnsyncedNames`). A launch's first fsyncs
     /// (on ext4, the commit of every name and file it made) thus overlap
     /// the rest of its start: the control socket, the actors, the first
@@ -1509,7 +1646,8 @@ impl ControlDir {
     ///
     /// Nothing waits for less: every later fsync of this directory, marker
     /// write and journal acknowledgement ([`JournalFile::sync`]) first
-    /// joins that thread, and its failure fails each of them (the journal
+    /// settles it (runs it if that thread has not yet, else waits for it),
+    /// and its failure fails each of them (the journal
     /// writer is poisoned for good, as for a failed directory fsync). So
     /// nothing is acknowledged or published before the marker and the
     /// names are durable (`spec/control-dir.md`, "The fsyncs of a launch").
@@ -1517,8 +1655,7 @@ impl ControlDir {
     /// marker (the supervisor calls it while it is built).
     ///
     /// # Errors
-    /// [`ControlDirError::Io`] if the temp file cannot be made or written,
-    /// or the thread cannot be started.
+    /// [`ControlDirError::Io`] if the temp file cannot be made or written.
     pub fn write_run_settling(&self, marker: &RunMarker) -> Result<(), ControlDirError> {
         self.names.settling.wait(&self.dir)?;
         let bytes =
@@ -1546,7 +1683,7 @@ impl ControlDir {
             return Err(e.into());
         }
         let names = self.names.clone();
-        // Kept until the thread is done: no other daemon takes the data dir
+        // Kept until the job is done: no other daemon takes the data dir
         // while this one's marker is still on its way.
         let lock = Arc::clone(&self.lock);
         let path = self.run_path();
@@ -1559,17 +1696,7 @@ impl ControlDir {
             crate::failpoint::hit("marker.before_dir_fsync");
             names.sync_settled().map_err(|e| e.to_string())
         };
-        let mut job = self
-            .names
-            .settling
-            .job
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let thread = std::thread::Builder::new()
-            .name("steadfast-settle".into())
-            .spawn(settle)
-            .map_err(io_err(self.path()))?;
-        *job = Some(thread);
+        self.names.settling.queue(Box::new(settle));
         Ok(())
     }
 
@@ -1871,8 +1998,8 @@ impl ControlDir {
     /// (the `steadfast_control_dir_fsyncs_total` metric): its directories,
     /// its markers, a journal repair's or compaction's. A fresh launch costs three before
     /// the first append is acknowledged (the `holding` marker, the control
-    /// dir and the data dir, on the thread [`Self::write_run_settling`]
-    /// starts), and two when the identity is created.
+    /// dir and the data dir, in the job [`Self::write_run_settling`]
+    /// queues), and two when the identity is created.
     #[must_use]
     pub fn fsyncs(&self) -> Arc<AtomicU64> {
         Arc::clone(&self.names.fsyncs)
@@ -2371,5 +2498,79 @@ mod tests {
             epoch: 1,
         };
         assert_eq!(handed_over_run(&clean, Some(41)), clean);
+    }
+
+    /// Who ran a settling job: its thread's id, once it ran.
+    fn settle_recorder() -> (SettleJob, Arc<Mutex<Option<std::thread::ThreadId>>>) {
+        let ran = Arc::new(Mutex::new(None));
+        let into = Arc::clone(&ran);
+        let job: SettleJob = Box::new(move || {
+            *into.lock().unwrap() = Some(std::thread::current().id());
+            Ok(())
+        });
+        (job, ran)
+    }
+
+    fn some_dir() -> (tempfile::TempDir, Dir) {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = Dir::open_data_dir(tmp.path(), false).unwrap();
+        (tmp, dir)
+    }
+
+    /// A launch's settling job queued behind another launch's, still
+    /// running on the settling thread, is run by its first waiter on the
+    /// waiter's own thread: one settling thread serves every launch of the
+    /// process, and no waiter waits behind another launch's fsyncs (1,000
+    /// launches at once would otherwise queue up one after another, or
+    /// cost a thread each).
+    #[test]
+    fn a_waiter_runs_a_settling_job_the_settling_thread_has_not_reached() {
+        let (_tmp, dir) = some_dir();
+        let (release, blocked) = std::sync::mpsc::channel::<()>();
+        let (started, is_started) = std::sync::mpsc::channel::<()>();
+        let ahead = Arc::new(Settling::default());
+        ahead.queue(Box::new(move || {
+            started.send(()).unwrap();
+            blocked.recv().unwrap();
+            Ok(())
+        }));
+        is_started.recv().unwrap();
+        let settling = Arc::new(Settling::default());
+        let (job, ran) = settle_recorder();
+        settling.queue(job);
+        assert!(settling.unsettled());
+        settling.wait(&dir).unwrap();
+        assert_eq!(*ran.lock().unwrap(), Some(std::thread::current().id()));
+        assert!(!settling.unsettled());
+        assert!(ahead.unsettled(), "still running on the settling thread");
+        release.send(()).unwrap();
+        ahead.wait(&dir).unwrap();
+        // The settling thread's turn came after: nothing ran twice.
+        assert_eq!(*ran.lock().unwrap(), Some(std::thread::current().id()));
+    }
+
+    /// Queued with nobody waiting, the job runs on the settling thread;
+    /// a failure is kept and told to every later waiter.
+    #[test]
+    fn a_settling_job_runs_beside_the_launch_and_keeps_its_failure() {
+        let (_tmp, dir) = some_dir();
+        let settling = Arc::new(Settling::default());
+        let (job, ran) = settle_recorder();
+        settling.queue(job);
+        // Polled, not waited for: a wait would run it here.
+        while settling.unsettled() {
+            std::thread::yield_now();
+        }
+        let by = ran.lock().unwrap().expect("it ran");
+        assert_ne!(by, std::thread::current().id());
+        settling.wait(&dir).unwrap();
+
+        let settling = Arc::new(Settling::default());
+        settling.queue(Box::new(|| Err("EIO on the marker".to_owned())));
+        for _ in 0..2 {
+            let error = settling.wait(&dir).unwrap_err().to_string();
+            assert!(error.contains("EIO on the marker"), "{error}");
+        }
+        assert!(settling.unsettled());
     }
 }

@@ -113,7 +113,7 @@ impl JournalState {
             }
             Commit::Later => {
                 let metrics = Arc::clone(&self.metrics);
-                tokio::task::spawn_blocking(move || {
+                crate::device::run(move || {
                     let result = file.write(&records);
                     metrics.journal_written(records.len(), result.is_ok());
                     (file, result, records)
@@ -122,7 +122,7 @@ impl JournalState {
             }
             Commit::Sync => {
                 let metrics = Arc::clone(&self.metrics);
-                tokio::task::spawn_blocking(move || {
+                crate::device::run(move || {
                     let started = std::time::Instant::now();
                     let result = file.append(&records);
                     metrics.journal_append(
@@ -235,9 +235,7 @@ impl Actor for JournalActor {
             Some(file) => file,
             None => {
                 let control = Arc::clone(&args.control);
-                tokio::task::spawn_blocking(move || control.open_journal())
-                    .await??
-                    .0
+                crate::device::run(move || control.open_journal()).await??.0
             }
         };
         Ok(JournalState {
@@ -284,8 +282,7 @@ impl Actor for JournalActor {
                     let _ = note.await;
                 }
                 let control = Arc::clone(&state.control);
-                let result =
-                    tokio::task::spawn_blocking(move || control.write_run(&marker)).await?;
+                let result = crate::device::run(move || control.write_run(&marker)).await?;
                 let _ = reply.send(result.map_err(|e| e.to_string()));
             }
             JournalMsg::NoteRun(marker) => {
@@ -309,7 +306,7 @@ impl Actor for JournalActor {
                     if let Some(previous) = previous {
                         let _ = previous.await;
                     }
-                    let written = tokio::task::spawn_blocking(move || control.note_run(&marker))
+                    let written = crate::device::run(move || control.note_run(&marker))
                         .await
                         .map_err(|e| e.to_string())
                         .and_then(|r| r.map_err(|e| e.to_string()));
@@ -320,7 +317,7 @@ impl Actor for JournalActor {
             }
             JournalMsg::SetHold(hold, reply) => {
                 let control = Arc::clone(&state.control);
-                let result = tokio::task::spawn_blocking(move || {
+                let result = crate::device::run(move || {
                     if hold {
                         control.set_hold()
                     } else {
@@ -337,18 +334,16 @@ impl Actor for JournalActor {
                     if let Some(previous) = previous {
                         let _ = previous.await;
                     }
-                    let result =
-                        tokio::task::spawn_blocking(move || control.ensure_identity(now_ms))
-                            .await
-                            .map_err(|e| e.to_string())
-                            .and_then(|r| r.map(|identity| identity.id).map_err(|e| e.to_string()));
+                    let result = crate::device::run(move || control.ensure_identity(now_ms))
+                        .await
+                        .map_err(|e| e.to_string())
+                        .and_then(|r| r.map(|identity| identity.id).map_err(|e| e.to_string()));
                     let _ = reply.send(result);
                 }));
             }
             JournalMsg::WriteOverrides(leaves, reply) => {
                 let control = Arc::clone(&state.control);
-                let result =
-                    tokio::task::spawn_blocking(move || control.write_overrides(&leaves)).await?;
+                let result = crate::device::run(move || control.write_overrides(&leaves)).await?;
                 let _ = reply.send(result.map_err(|e| e.to_string()));
             }
         }

@@ -36,6 +36,7 @@ pub mod config;
 pub mod config_watcher;
 pub mod context;
 pub mod control_dir;
+pub mod device;
 pub mod drain;
 pub mod failpoint;
 pub mod fsx;
