@@ -746,3 +746,27 @@ async fn watchdog(handle: SupervisorHandle, period: Duration) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    /// Warming is best effort: on a runtime whose blocking pool is capped at
+    /// one thread, the warm-up tasks do not hold that thread, and blocking
+    /// work spawned right after them still runs.
+    #[test]
+    fn warming_a_capped_blocking_pool_leaves_it_usable() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .max_blocking_threads(1)
+            .enable_time()
+            .build()
+            .expect("a runtime");
+        let answer = runtime.block_on(async {
+            super::warm_blocking_pool();
+            let work = tokio::task::spawn_blocking(|| 7);
+            tokio::time::timeout(Duration::from_secs(60), work).await
+        });
+        assert_eq!(answer.expect("blocking work ran").expect("no panic"), 7);
+    }
+}
