@@ -374,7 +374,7 @@ def table(title, cases, samples, failures, reference):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bin", default="target/release", help="cargo profile dir with steadfastctl, examples/kvd and examples/minimal")
-    parser.add_argument("--rounds", type=int, default=30, help="rounds of each figure (launch: a third of it)")
+    parser.add_argument("--rounds", type=int, default=30, help="rounds of each figure")
     parser.add_argument("--smoke", action="store_true", help="3 rounds; skip peers that are not installed")
     parser.add_argument("--json", help="write every median here")
     args = parser.parse_args()
@@ -542,7 +542,10 @@ def figures(sf, rit, sup, n, smoke):
         cases.append(("runsv until sv status says run:", "runit", runsv_launch))
     if sup:
         cases.append(("supervisord until XML-RPC says RUNNING", "supervisord", sup_launch))
-    samples, failures = rounds(cases, n if smoke else max(3, n // 3))
+    # As many rounds as every other figure: a launch costs tens of ms (a
+    # third of --rounds 20 was 6 samples, too few for a median on a noisy
+    # machine; supervisord's ~0.3 s each is the longest).
+    samples, failures = rounds(cases, n)
     table("launch until running", cases, samples, failures,
           "runsv until sv status says run:" if rit else "kvd on a fresh dir until probe ready")
     print(f"(polled: a check, {LAUNCH_POLL_PAUSE * 1e3:g} ms pause, a check, ...; "

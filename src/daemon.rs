@@ -335,6 +335,7 @@ pub async fn run_with(
     handle: SupervisorHandle,
     options: DaemonOptions,
 ) -> Result<ExitIntent, DaemonError> {
+    warm_blocking_pool();
     if options.logging {
         init_logging(options.log_format);
     }
@@ -377,6 +378,28 @@ pub async fn run_with(
     }
     drop(metrics);
     Ok(intent)
+}
+
+/// How many blocking-pool threads a launch starts before it needs them.
+const WARM_BLOCKING_THREADS: usize = 2;
+
+/// Start [`WARM_BLOCKING_THREADS`] of the runtime's blocking-pool threads
+/// now, each with a task that does nothing, so that the launch's first
+/// blocking work (the first checkpoint's `fdatasync`, the config file's read
+/// beside it, then the identity) finds threads already running instead of
+/// waiting for one to be created and scheduled: a thread's start-up, a few
+/// hundred microseconds to milliseconds on a loaded 2-core machine, moves off
+/// the path from exec to `running` and overlaps the control socket's bind and
+/// the supervision tree's start (issue 16). The pool keeps an idle thread for
+/// tokio's keep-alive (10 s) and ends it after; nothing waits for these tasks.
+/// Two, because a launch's first checkpoint syncs while its config is read.
+/// Spawned back to back, neither thread is idle yet when the next is asked
+/// for, so each task gets a thread of its own (best effort: a runtime whose
+/// pool is capped runs them on the threads it has).
+fn warm_blocking_pool() {
+    for _ in 0..WARM_BLOCKING_THREADS {
+        drop(tokio::task::spawn_blocking(|| ()));
+    }
 }
 
 /// Run the daemon with the control planes already served (dropped when it
@@ -721,5 +744,29 @@ async fn watchdog(handle: SupervisorHandle, period: Duration) {
                 "watchdog: the lifecycle did not answer in time; not pinging"
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    /// Warming is best effort: on a runtime whose blocking pool is capped at
+    /// one thread, the warm-up tasks do not hold that thread, and blocking
+    /// work spawned right after them still runs.
+    #[test]
+    fn warming_a_capped_blocking_pool_leaves_it_usable() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .max_blocking_threads(1)
+            .enable_time()
+            .build()
+            .expect("a runtime");
+        let answer = runtime.block_on(async {
+            super::warm_blocking_pool();
+            let work = tokio::task::spawn_blocking(|| 7);
+            tokio::time::timeout(Duration::from_secs(60), work).await
+        });
+        assert_eq!(answer.expect("blocking work ran").expect("no panic"), 7);
     }
 }

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Launch until running, two or more steadfast builds against runsv, alternated.
+
+    python3 scripts/ab_launch.py ROUNDS BIN_DIR [BIN_DIR ...]
+
+Each BIN_DIR holds `steadfastctl` and `examples/{kvd,minimal}` (as
+`target/release` does; copy one build aside to compare it with another). Every
+round launches runsv once, then kvd and minimal of every build in turn, each
+polled the way `compare_peers.py`'s launch section polls (a check, 1 ms, a
+check, ...), so the builds see the same machine load. Prints each median and
+its ratio to runsv until `sv status` says `run:` in the same run (issue 16).
+"""
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare_peers as cp  # noqa: E402
+
+
+def main():
+    if len(sys.argv) < 3:
+        raise SystemExit(__doc__)
+    rounds = int(sys.argv[1])
+    work = tempfile.mkdtemp(prefix="ab-launch-")
+    try:
+        sides = [(d, cp.Steadfast(d, work)) for d in sys.argv[2:]]
+        rit = cp.Runit(work)
+
+        def poll(check):
+            cp.poll_until(check, pause=cp.LAUNCH_POLL_PAUSE)
+
+        def sf_case(sf, launch):
+            began = time.perf_counter()
+            child, fresh = launch()
+            try:
+                poll(lambda: sf.ready(fresh))
+                return time.perf_counter() - began
+            finally:
+                cp.stop(child)
+
+        def runsv_case():
+            began = time.perf_counter()
+            child, fresh = rit.launch()
+            try:
+                poll(lambda: rit.say_up(fresh))
+                return time.perf_counter() - began
+            finally:
+                rit.finish(child, fresh)
+
+        samples = {}
+        for _ in range(rounds):
+            samples.setdefault("runsv", []).append(runsv_case())
+            for d, sf in sides:
+                samples.setdefault(("kvd", d), []).append(sf_case(sf, sf.launch))
+                samples.setdefault(("minimal", d), []).append(sf_case(sf, sf.launch_minimal))
+    finally:
+        cp.stop_everything()
+        shutil.rmtree(work, ignore_errors=True)
+    ref = statistics.median(samples.pop("runsv"))
+    print(f"load average {os.getloadavg()}, {rounds} rounds")
+    print(f"runsv until run: median {ref * 1e3:.2f} ms")
+    for (name, d), xs in samples.items():
+        m = statistics.median(xs)
+        print(f"{name:8s} {d:40s} median {m * 1e3:7.2f} ms  {m / ref:5.2f}x runsv")
+
+
+if __name__ == "__main__":
+    main()
