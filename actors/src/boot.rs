@@ -41,6 +41,12 @@
 //!   (`a_stalled_step_fails_at_its_deadline_and_a_reporting_one_boots_on_virtual_time`)
 //!   and `tests/durability.rs`
 //!   (`a_step_past_its_deadline_fails_unless_it_reports_progress`).
+//! - Every phase's start is reported (journal staged, Lifecycle actor told)
+//!   before its work begins, and every failure before the probe or teardown
+//!   that follows it; a phase's successful end travels with what comes next
+//!   (the next phase's start, or `booted`), one message to each actor
+//!   ([`LifecycleMsg::BootReports`]). The journal gets every record before
+//!   the append that follows it.
 //! - A boot that fails or is cancelled tears down what it built (reverse
 //!   order, confirmed by observation) and reports the *probed* store outcome.
 //! - The Lifecycle actor stays free while a step runs: a cancel trips the
@@ -149,22 +155,58 @@ impl Drop for BootTask {
 }
 
 /// Reports progress of one attempt to the Lifecycle actor.
+///
+/// What is reported is held back until the boot is about to wait on
+/// something ([`Self::flush`]: before a phase's work, a checkpoint's
+/// append, a teardown, and with the outcome), then sent as one message to
+/// the journal and one to the Lifecycle actor: a phase's end and the next
+/// one's start, or the last step's checkpoint, its end and `booted`, wake
+/// each actor once, not two or three times (issue 16: wake-ups per
+/// stop+start). Nothing a watcher could see is delayed past a wait, and
+/// the journal still gets every record before the append that follows it.
 struct Reporter<'a> {
     shared: &'a Shared,
     attempt: u32,
     to: ActorRef<LifecycleMsg>,
     journal: ActorRef<JournalMsg>,
+    /// Held back until the next flush: records to stage, reports to send.
+    pending: std::sync::Mutex<(Vec<Record>, Vec<BootReport>)>,
 }
 
 impl Reporter<'_> {
+    fn pending(&self) -> std::sync::MutexGuard<'_, (Vec<Record>, Vec<BootReport>)> {
+        // Only this task takes it, never across an await: a poisoned lock
+        // (a panic while held) still holds consistent vectors.
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn send(&self, report: BootReport) {
-        let _ = self.to.cast(LifecycleMsg::Boot(report));
+        self.pending().1.push(report);
     }
 
     /// Progress goes to the journal (staged, in this task's order) and to
     /// the Lifecycle actor (for the snapshot).
     fn stage(&self, record: Record) {
-        let _ = self.journal.cast(JournalMsg::Stage(vec![record]));
+        self.pending().0.push(record);
+    }
+
+    /// Send what is held back: the records to the journal first, so an
+    /// append the Lifecycle actor makes on these reports comes after them.
+    fn flush(&self) {
+        let (records, mut reports) = std::mem::take(&mut *self.pending());
+        if !records.is_empty() {
+            let _ = self.journal.cast(JournalMsg::Stage(records));
+        }
+        let message = match reports.len() {
+            0 => return,
+            1 => reports.pop().map(LifecycleMsg::Boot),
+            _ => Some(LifecycleMsg::BootReports(reports)),
+        };
+        if let Some(message) = message {
+            let _ = self.to.cast(message);
+        }
     }
 
     fn started(&self, phase: &Phase, index: u32, total: u32) -> Instant {
@@ -183,6 +225,8 @@ impl Reporter<'_> {
             total,
             at,
         });
+        // The phase's work follows: a watcher sees it begin.
+        self.flush();
         Instant::now()
     }
 
@@ -196,6 +240,7 @@ impl Reporter<'_> {
                 attempt: self.attempt,
                 at: self.shared.clock.at(reported),
             });
+            self.flush();
             tokio::time::sleep(interval).await;
         }
     }
@@ -217,6 +262,7 @@ impl Reporter<'_> {
                 attempt: self.attempt,
                 at: self.shared.clock.now(),
             });
+            self.flush();
             tokio::time::sleep(interval).await;
         }
     }
@@ -253,6 +299,7 @@ impl Reporter<'_> {
                 duration_ms,
             },
         });
+        let failed = matches!(outcome, PhaseOutcome::Failed { .. });
         self.send(BootReport::PhaseEnded {
             attempt,
             phase: phase.clone(),
@@ -261,6 +308,12 @@ impl Reporter<'_> {
             outcome,
             total,
         });
+        // A failure is followed by a probe or a teardown: a watcher sees it
+        // now. A success rides with what comes next (the next phase's
+        // start, or `booted`).
+        if failed {
+            self.flush();
+        }
     }
 
     fn failed(
@@ -284,6 +337,7 @@ impl Reporter<'_> {
             fingerprint,
             cancelled,
         });
+        self.flush();
     }
 }
 
@@ -302,6 +356,7 @@ async fn run_attempt(
         attempt,
         to: report_to,
         journal: journal.clone(),
+        pending: std::sync::Mutex::default(),
     };
 
     // ── resolve_config ──────────────────────────────────────────────────
@@ -427,12 +482,13 @@ async fn run_attempt(
                     // that append's fsync returned, and a crash before it
                     // leaves no checkpoint: the next boot runs the step
                     // again, as after a crash between a step and its fsync.
-                    let _ = journal.cast(JournalMsg::Stage(vec![record]));
+                    reporter.stage(record);
                     shared.ledger.recorded(&checkpoint);
                     crate::failpoint::hit("boot.after_checkpoint");
                     None
                 } else {
                     let timeout = shared.timings.journal_timeout;
+                    reporter.flush();
                     match crate::journal::append(&journal, vec![record], timeout).await {
                         Ok(()) => {
                             shared.ledger.recorded(&checkpoint);
@@ -486,4 +542,5 @@ async fn run_attempt(
         config,
         at: shared.clock.now(),
     });
+    reporter.flush();
 }

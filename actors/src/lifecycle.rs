@@ -270,6 +270,9 @@ pub enum LifecycleMsg {
     Command(Command, RpcReplyPort<Result<Snapshot, CommandError>>),
     /// A boot's progress or outcome.
     Boot(BootReport),
+    /// A boot's reports that came together (a phase's end and the next
+    /// one's start; the last step's end and `booted`), in their order.
+    BootReports(Vec<BootReport>),
     /// A drain settled.
     Drained {
         /// Which boot's runtime.
@@ -527,6 +530,11 @@ impl Actor for LifecycleActor {
                 }
                 LifecycleMsg::Command(command, reply) => state.command(&myself, command, reply).await,
                 LifecycleMsg::Boot(report) => state.boot_report(&myself, report).await,
+                LifecycleMsg::BootReports(reports) => {
+                    for report in reports {
+                        state.boot_report(&myself, report).await;
+                    }
+                }
                 LifecycleMsg::Drained {
                     store, survivors, ..
                 } => {
