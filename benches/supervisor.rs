@@ -11,7 +11,7 @@
 //!   medians and ratio, printed: the ratio on a disk whose fsync latency
 //!   drifts during the run.
 //! - `stop_to_stopped` / `start_to_running`: a command through the handle, the
-//!   Lifecycle actor, the journal and the Boot or Drain actor, for a no-op
+//!   Lifecycle actor, the journal and the boot or drain task, for a no-op
 //!   service, until the snapshot says it arrived.
 //! - `thousand_supervisors`: 1,000 supervisors on fresh data dirs in one
 //!   process, all reaching running, then exiting; prints, each round, the

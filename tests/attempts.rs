@@ -196,7 +196,7 @@ async fn a_boot_that_completes_as_a_stop_lands_still_ends() {
     exit(run, &handle, ExitIntent::Halt).await;
 }
 
-/// A boot whose step panics (Root reports the Boot actor's death) ends too:
+/// A boot whose step panics (its task reports the panic) ends too:
 /// before the fix the snapshot said failed but the journal had no
 /// `attempt_ended` for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

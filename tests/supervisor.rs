@@ -490,10 +490,10 @@ async fn rapid_writes_to_the_declared_file_end_on_the_last_content() {
     exit(run, &handle, ExitIntent::Halt).await;
 }
 
-/// A drain that panics is a supervision event, not a crash: Root reports the
-/// Drain actor's death and the lifecycle settles the drain on a probed store
+/// A drain that panics is not a crash: its task reports the panic to the
+/// Lifecycle actor, which settles the drain on a probed store
 /// (the runtime was dropped while the drain unwound, which released the
-/// store); the next drain gets a Drain actor of its own.
+/// store); the next drain gets a task of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_panicking_drain_settles_on_a_probed_store() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -516,7 +516,7 @@ async fn a_panicking_drain_settles_on_a_probed_store() {
         stopped.lifecycle
     );
     assert_eq!(StoreLock::probe(tmp.path()), StoreOutcome::Released);
-    // The next Drain actor works: another round trip.
+    // The next drain works: another round trip.
     handle.start().await.expect("start");
     until(&handle, "running again", running).await;
     exit(run, &handle, ExitIntent::Halt).await;

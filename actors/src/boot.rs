@@ -1,5 +1,13 @@
-//! The Boot actor: runs one attempt — `resolve_config`, then the service's
-//! plan — in a task it owns, and reports every phase to the Lifecycle actor.
+//! The boot: one attempt — `resolve_config`, then the service's plan — run
+//! in a task of its own ([`start`]), reporting every phase to the Lifecycle
+//! actor, which owns the task and holds its [`BootTask`] to cancel it.
+//!
+//! Not an actor (it was a temporary Boot actor under Root until issue 16):
+//! a boot has one caller and no mailbox of its own to serve, and an actor
+//! per attempt cost a spawn, a start-up handshake, a stop and a supervision
+//! event to Root on every start: wake-ups on other threads for each
+//! stop+start. Its crash isolation is kept by the task: a panic is caught
+//! in the task and reported to the Lifecycle actor, which it never reaches.
 //!
 //! Invariants:
 //! - The first phase of every boot is `resolve_config`; a config that does
@@ -24,7 +32,7 @@
 //!   (coalesced: at most one per quarter of the deadline, carrying the
 //!   latest report's moment, so a forwarded report always lands before the
 //!   deadline its predecessor set), which steps them as `progress`; a
-//!   deadline that passes cancels the boot ([`BootMsg::Cancel`] with the
+//!   deadline that passes cancels the boot ([`BootTask::cancel`] with the
 //!   machine's reason, which the cancelled step fails with). A failed
 //!   boot's teardown is the supervisor's work, not the step's: the boot
 //!   reports progress while it runs, so the deadline never replaces the
@@ -33,19 +41,25 @@
 //!   (`a_stalled_step_fails_at_its_deadline_and_a_reporting_one_boots_on_virtual_time`)
 //!   and `tests/durability.rs`
 //!   (`a_step_past_its_deadline_fails_unless_it_reports_progress`).
+//! - Every phase's start is reported (journal staged, Lifecycle actor told)
+//!   before its work begins, and every failure before the probe or teardown
+//!   that follows it; a phase's successful end travels with what comes next
+//!   (the next phase's start, or `booted`), one message to each actor
+//!   ([`LifecycleMsg::BootReports`]). The journal gets every record before
+//!   the append that follows it.
 //! - A boot that fails or is cancelled tears down what it built (reverse
 //!   order, confirmed by observation) and reports the *probed* store outcome.
-//! - The actor stays free while a step runs: `Cancel` trips the boot's
-//!   cancellation token, and the step's future is dropped at once.
-//! - A boot task that panics fails this actor: Root turns that into a failed
-//!   boot of class backoff with a probed store outcome (the runtime the task
-//!   held was dropped while unwinding).
-//! - The actor is a *temporary* child of Root (OTP's sense): the Lifecycle
-//!   actor spawns one for each attempt ([`crate::root::spawn_temporary`]),
-//!   and it stops itself with [`WORK_DONE`] once its boot task ended without
-//!   a panic, so a running supervisor holds no idle Boot actor (issue 16:
-//!   memory per supervisor). Any other end (a panic, a kill) is a crashed
-//!   boot, as before.
+//! - The Lifecycle actor stays free while a step runs: a cancel trips the
+//!   boot's cancellation token, and the step's future is dropped at once.
+//! - A boot task that panics is a failed boot of class backoff with a
+//!   probed store outcome, not a dead Lifecycle actor: the panic is caught
+//!   in the task (the runtime it held is dropped while unwinding) and
+//!   reported as [`LifecycleMsg::BootCrashed`]
+//!   (`supervisor::a_panicking_boot_step_is_a_failed_boot_not_a_crashed_process`,
+//!   `attempts::a_boot_that_panics_ends_in_the_journal`).
+//! - A running supervisor holds nothing of a boot: its task ends with its
+//!   outcome (issue 16: memory per supervisor), and no actor is spawned
+//!   for it (`supervision::a_running_supervisor_keeps_no_idle_boot_drain_or_replacement_actor`).
 //!
 //! Checked by `tests/supervisor.rs` (`a_boot_that_cannot_bind_is_retried_until_the_port_frees`,
 //! `a_panicking_boot_step_is_a_failed_boot_not_a_crashed_process`,
@@ -55,7 +69,7 @@ use std::convert::Infallible;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use ractor::{Actor, ActorProcessingErr, ActorRef};
+use ractor::ActorRef;
 use steadfast_protocol::journal::Record;
 use steadfast_protocol::lifecycle::{FailureClass, FailureReport, Phase, StoreOutcome};
 use steadfast_protocol::snapshot::PhaseOutcome;
@@ -66,23 +80,17 @@ use crate::context::Shared;
 use crate::drain::teardown;
 use crate::journal::JournalMsg;
 use crate::lifecycle::{BootReport, LifecycleMsg};
-use crate::root::WORK_DONE;
 use crate::service::{
     Checkpoint, Completed, LiveRuntime, Observation, Runtime, StepEnv, StepError, StepProgress,
     spawn_watched,
 };
 use crate::store::StoreLock;
 
-/// The Boot actor.
-#[derive(Debug, Default)]
-pub struct BootActor;
-
-/// The Boot actor's state.
+/// One boot running in a task of its own, as the Lifecycle actor holds it:
+/// how it is cancelled.
 #[derive(Debug)]
-pub struct BootState {
-    shared: Arc<Shared>,
-    /// The running attempt's cancellation: its token, and why.
-    current: Option<(u32, Cancel)>,
+pub struct BootTask {
+    cancel: Cancel,
 }
 
 /// How a boot is cancelled: the token its task watches, and the reason the
@@ -102,112 +110,103 @@ impl Cancel {
     }
 }
 
-/// What the Boot actor is asked.
-pub enum BootMsg {
-    /// Run boot number `attempt`.
-    Run {
-        /// Which boot.
-        attempt: u32,
-        /// Where progress and the outcome go.
-        report_to: ActorRef<LifecycleMsg>,
-        /// Where checkpoints are made durable.
-        journal: ActorRef<JournalMsg>,
-    },
-    /// Cancel the running boot; it reports a failure with the probed store,
-    /// and the step it was in fails with `reason`.
-    Cancel {
-        /// Why (`cancelled`, or the machine's step-deadline error).
-        reason: String,
-    },
-    /// The boot task ended; a panic fails the actor (a supervision event).
-    TaskEnded {
-        /// Which boot.
-        attempt: u32,
-        /// The panic message, if it panicked.
-        panic: Option<String>,
-    },
+/// Start boot number `attempt` in a task of its own. Its progress and its
+/// outcome (exactly one `Booted` or `Failed`) go to `report_to`, its
+/// checkpoints to `journal`; a panic is reported as
+/// [`LifecycleMsg::BootCrashed`], once the runtime it held is dropped.
+pub fn start(
+    shared: Arc<Shared>,
+    attempt: u32,
+    report_to: ActorRef<LifecycleMsg>,
+    journal: ActorRef<JournalMsg>,
+) -> BootTask {
+    let cancel = Cancel::default();
+    let crashed = report_to.clone();
+    spawn_watched(
+        run_attempt(shared, attempt, cancel.clone(), report_to, journal),
+        move |panic| {
+            if let Some(panic) = panic {
+                let reason = format!("boot attempt {attempt} panicked: {panic}");
+                let _ = crashed.cast(LifecycleMsg::BootCrashed { reason });
+            }
+        },
+    );
+    BootTask { cancel }
 }
 
-impl Actor for BootActor {
-    type Msg = BootMsg;
-    type State = BootState;
-    type Arguments = Arc<Shared>;
-
-    async fn pre_start(
-        &self,
-        _myself: ActorRef<BootMsg>,
-        shared: Arc<Shared>,
-    ) -> Result<BootState, ActorProcessingErr> {
-        Ok(BootState {
-            shared,
-            current: None,
-        })
+impl BootTask {
+    /// Cancel the boot: it reports a failure with the probed store, and the
+    /// step it was in fails with `reason` (`cancelled`, or the machine's
+    /// step-deadline error). A boot that already ended ignores it.
+    pub fn cancel(&self, reason: String) {
+        let _ = self.cancel.reason.set(reason);
+        self.cancel.token.cancel();
     }
+}
 
-    async fn handle(
-        &self,
-        myself: ActorRef<BootMsg>,
-        msg: BootMsg,
-        state: &mut BootState,
-    ) -> Result<(), ActorProcessingErr> {
-        match msg {
-            BootMsg::Run {
-                attempt,
-                report_to,
-                journal,
-            } => {
-                let cancel = Cancel::default();
-                if let Some((_, old)) = state.current.replace((attempt, cancel.clone())) {
-                    // The lifecycle starts a boot only after the previous one
-                    // reported; a leftover token is stale.
-                    old.token.cancel();
-                }
-                let shared = Arc::clone(&state.shared);
-                spawn_watched(
-                    run_attempt(shared, attempt, cancel, report_to, journal),
-                    move |panic| {
-                        let _ = myself.cast(BootMsg::TaskEnded { attempt, panic });
-                    },
-                );
-            }
-            BootMsg::Cancel { reason } => {
-                if let Some((_, cancel)) = &state.current {
-                    let _ = cancel.reason.set(reason);
-                    cancel.token.cancel();
-                }
-            }
-            BootMsg::TaskEnded { attempt, panic } => {
-                if state.current.as_ref().is_some_and(|(a, _)| *a == attempt) {
-                    state.current = None;
-                }
-                if let Some(panic) = panic {
-                    return Err(format!("boot attempt {attempt} panicked: {panic}").into());
-                }
-                // A temporary child of Root: its one boot is over.
-                myself.stop(Some(WORK_DONE.to_owned()));
-            }
-        }
-        Ok(())
+/// The Lifecycle actor lets go of a boot only once it reported (the next
+/// attempt's replaces it) or when the actor itself ends: a boot still
+/// running then is cancelled, so it tears down what it built instead of
+/// booting a runtime no one supervises.
+impl Drop for BootTask {
+    fn drop(&mut self) {
+        self.cancel.token.cancel();
     }
 }
 
 /// Reports progress of one attempt to the Lifecycle actor.
+///
+/// What is reported is held back until the boot is about to wait on
+/// something ([`Self::flush`]: before a phase's work, a checkpoint's
+/// append, a teardown, and with the outcome), then sent as one message to
+/// the journal and one to the Lifecycle actor: a phase's end and the next
+/// one's start, or the last step's checkpoint, its end and `booted`, wake
+/// each actor once, not two or three times (issue 16: wake-ups per
+/// stop+start). Nothing a watcher could see is delayed past a wait, and
+/// the journal still gets every record before the append that follows it.
 struct Reporter<'a> {
     shared: &'a Shared,
     attempt: u32,
     to: ActorRef<LifecycleMsg>,
     journal: ActorRef<JournalMsg>,
+    /// Held back until the next flush: records to stage, reports to send.
+    pending: std::sync::Mutex<(Vec<Record>, Vec<BootReport>)>,
 }
 
 impl Reporter<'_> {
+    fn pending(&self) -> std::sync::MutexGuard<'_, (Vec<Record>, Vec<BootReport>)> {
+        // Only this task takes it, never across an await: a poisoned lock
+        // (a panic while held) still holds consistent vectors.
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn send(&self, report: BootReport) {
-        let _ = self.to.cast(LifecycleMsg::Boot(report));
+        self.pending().1.push(report);
     }
 
     /// Progress goes to the journal (staged, in this task's order) and to
     /// the Lifecycle actor (for the snapshot).
     fn stage(&self, record: Record) {
-        let _ = self.journal.cast(JournalMsg::Stage(vec![record]));
+        self.pending().0.push(record);
+    }
+
+    /// Send what is held back: the records to the journal first, so an
+    /// append the Lifecycle actor makes on these reports comes after them.
+    fn flush(&self) {
+        let (records, mut reports) = std::mem::take(&mut *self.pending());
+        if !records.is_empty() {
+            let _ = self.journal.cast(JournalMsg::Stage(records));
+        }
+        let message = match reports.len() {
+            0 => return,
+            1 => reports.pop().map(LifecycleMsg::Boot),
+            _ => Some(LifecycleMsg::BootReports(reports)),
+        };
+        if let Some(message) = message {
+            let _ = self.to.cast(message);
+        }
     }
 
     fn started(&self, phase: &Phase, index: u32, total: u32) -> Instant {
@@ -226,6 +225,8 @@ impl Reporter<'_> {
             total,
             at,
         });
+        // The phase's work follows: a watcher sees it begin.
+        self.flush();
         Instant::now()
     }
 
@@ -239,6 +240,7 @@ impl Reporter<'_> {
                 attempt: self.attempt,
                 at: self.shared.clock.at(reported),
             });
+            self.flush();
             tokio::time::sleep(interval).await;
         }
     }
@@ -260,6 +262,7 @@ impl Reporter<'_> {
                 attempt: self.attempt,
                 at: self.shared.clock.now(),
             });
+            self.flush();
             tokio::time::sleep(interval).await;
         }
     }
@@ -296,6 +299,7 @@ impl Reporter<'_> {
                 duration_ms,
             },
         });
+        let failed = matches!(outcome, PhaseOutcome::Failed { .. });
         self.send(BootReport::PhaseEnded {
             attempt,
             phase: phase.clone(),
@@ -304,6 +308,12 @@ impl Reporter<'_> {
             outcome,
             total,
         });
+        // A failure is followed by a probe or a teardown: a watcher sees it
+        // now. A success rides with what comes next (the next phase's
+        // start, or `booted`).
+        if failed {
+            self.flush();
+        }
     }
 
     fn failed(
@@ -327,11 +337,12 @@ impl Reporter<'_> {
             fingerprint,
             cancelled,
         });
+        self.flush();
     }
 }
 
 /// One attempt, start to end. Always ends with exactly one `Booted` or
-/// `Failed` report (unless it panics, which Root reports).
+/// `Failed` report (unless it panics: see [`start`]).
 async fn run_attempt(
     shared: Arc<Shared>,
     attempt: u32,
@@ -345,6 +356,7 @@ async fn run_attempt(
         attempt,
         to: report_to,
         journal: journal.clone(),
+        pending: std::sync::Mutex::default(),
     };
 
     // ── resolve_config ──────────────────────────────────────────────────
@@ -470,12 +482,13 @@ async fn run_attempt(
                     // that append's fsync returned, and a crash before it
                     // leaves no checkpoint: the next boot runs the step
                     // again, as after a crash between a step and its fsync.
-                    let _ = journal.cast(JournalMsg::Stage(vec![record]));
+                    reporter.stage(record);
                     shared.ledger.recorded(&checkpoint);
                     crate::failpoint::hit("boot.after_checkpoint");
                     None
                 } else {
                     let timeout = shared.timings.journal_timeout;
+                    reporter.flush();
                     match crate::journal::append(&journal, vec![record], timeout).await {
                         Ok(()) => {
                             shared.ledger.recorded(&checkpoint);
@@ -529,4 +542,5 @@ async fn run_attempt(
         config,
         at: shared.clock.now(),
     });
+    reporter.flush();
 }

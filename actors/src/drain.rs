@@ -1,21 +1,25 @@
-//! The Drain actor: tears a runtime down dependents-first and reports what
-//! it did about the store.
+//! The drain: tears a runtime down dependents-first and reports what it did
+//! about the store.
 //!
 //! A drain cancels the runtime's shutdown token, gives its tasks the grace
 //! period, destroys the checkpoints in reverse plan order and confirms each
 //! destruction by observation (never by the absence of an error); whatever is
 //! not confirmed gone is a survivor. The store outcome is then *probed* by
 //! trying the store's lock ([`StoreLock::probe`]): released, or held with the
-//! survivors named in the cause. The work runs in a task the actor owns, so
-//! the actor is never blocked by it; a drain that panics fails the actor,
-//! which Root turns into a probed `drained` (the runtime was dropped while
-//! unwinding, which aborts its tasks). The Drain actor also runs the
-//! service's wipe step for a confirmed re-initialization ([`wipe`]): the
-//! other destructive job, with the same probed outcome. Like the Boot
-//! actor it is a temporary child of Root: the Lifecycle actor spawns one
-//! for each drain or wipe, and it stops itself with
-//! [`WORK_DONE`] once that job's task ended without a panic. Checked by `tests/supervisor.rs`
+//! survivors named in the cause. The work runs in a task of its own
+//! ([`start`]), so the Lifecycle actor is never blocked by it; a drain that
+//! panics is caught in its task and reported to the Lifecycle actor as
+//! [`LifecycleMsg::DrainCrashed`], which settles it as a probed `drained`
+//! (the runtime was dropped while unwinding, which aborts its tasks):
+//! `supervisor::a_panicking_drain_settles_on_a_probed_store`. The service's
+//! wipe step for a confirmed re-initialization ([`start_wipe`]) is the
+//! other destructive job, with the same probed outcome. Checked by
+//! `tests/supervisor.rs`
 //! (`a_drain_that_cannot_release_wedges_and_only_exit_is_accepted`).
+//!
+//! Not an actor (it was a temporary Drain actor under Root until issue 16):
+//! a drain has one caller and no mailbox to serve, and an actor per drain
+//! cost a spawn, a stop and a supervision event to Root on every stop.
 //!
 //! Each destruction is reported as progress (`destroy:<step>` started,
 //! completed or failed, with index, total and duration) to the journal and
@@ -26,7 +30,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef};
+use ractor::ActorRef;
 use steadfast_protocol::journal::Record;
 use steadfast_protocol::lifecycle::{Phase, StoreOutcome};
 use steadfast_protocol::snapshot::PhaseOutcome;
@@ -34,7 +38,6 @@ use steadfast_protocol::snapshot::PhaseOutcome;
 use crate::context::Shared;
 use crate::journal::JournalMsg;
 use crate::lifecycle::{BootReport, LifecycleMsg};
-use crate::root::WORK_DONE;
 use crate::service::{Completed, LiveRuntime, Observation, Runtime, spawn_watched};
 use crate::store::StoreLock;
 
@@ -190,111 +193,57 @@ pub async fn wipe(shared: &Arc<Shared>) -> (StoreOutcome, Option<String>) {
     (StoreLock::observe(&shared.data_dir).await, error)
 }
 
-/// The Drain actor.
-#[derive(Debug, Default)]
-pub struct DrainActor;
-
-/// The Drain actor's state: the shared context.
-#[derive(Debug)]
-pub struct DrainState {
+/// Tear `live` down in a task of its own and report
+/// [`LifecycleMsg::Drained`] to `report_to`; each confirmed destruction's
+/// `CheckpointCleared` is staged in `journal`. A panic is reported as
+/// [`LifecycleMsg::DrainCrashed`], once the runtime it held is dropped.
+pub fn start(
     shared: Arc<Shared>,
+    live: LiveRuntime,
+    report_to: ActorRef<LifecycleMsg>,
+    journal: ActorRef<JournalMsg>,
+) {
+    let LiveRuntime {
+        attempt,
+        runtime,
+        checkpoints,
+    } = live;
+    let crashed = report_to.clone();
+    let work = async move {
+        let (store, survivors) = teardown(
+            &shared,
+            Some(&journal),
+            Some(&report_to),
+            attempt,
+            runtime,
+            checkpoints,
+        )
+        .await;
+        let _ = report_to.cast(LifecycleMsg::Drained {
+            attempt,
+            store,
+            survivors,
+        });
+    };
+    spawn_watched(work, move |panic| report_crash(&crashed, panic));
 }
 
-/// What the Drain actor is asked.
-pub enum DrainMsg {
-    /// Tear this runtime down and report `drained` to `report_to`.
-    Run {
-        /// The runtime and its checkpoints.
-        live: LiveRuntime,
-        /// Where the outcome goes.
-        report_to: ActorRef<LifecycleMsg>,
-        /// Where each confirmed destruction's `CheckpointCleared` is staged.
-        journal: ActorRef<JournalMsg>,
-    },
-    /// Run the service's wipe step over the released store (a confirmed
-    /// re-initialization) and report `wiped` to `report_to`.
-    Wipe {
-        /// Where the outcome goes.
-        report_to: ActorRef<LifecycleMsg>,
-    },
-    /// The drain task ended; a panic fails the actor (a supervision event).
-    TaskEnded {
-        /// The panic message, if it panicked.
-        panic: Option<String>,
-    },
+/// Run the service's wipe step over the released store (a confirmed
+/// re-initialization) in a task of its own and report
+/// [`LifecycleMsg::Wiped`] to `report_to`; a panic is reported as
+/// [`LifecycleMsg::DrainCrashed`].
+pub fn start_wipe(shared: Arc<Shared>, report_to: ActorRef<LifecycleMsg>) {
+    let crashed = report_to.clone();
+    let work = async move {
+        let (store, error) = wipe(&shared).await;
+        let _ = report_to.cast(LifecycleMsg::Wiped { store, error });
+    };
+    spawn_watched(work, move |panic| report_crash(&crashed, panic));
 }
 
-impl Actor for DrainActor {
-    type Msg = DrainMsg;
-    type State = DrainState;
-    type Arguments = Arc<Shared>;
-
-    async fn pre_start(
-        &self,
-        _myself: ActorRef<DrainMsg>,
-        shared: Arc<Shared>,
-    ) -> Result<DrainState, ActorProcessingErr> {
-        Ok(DrainState { shared })
-    }
-
-    async fn handle(
-        &self,
-        myself: ActorRef<DrainMsg>,
-        msg: DrainMsg,
-        state: &mut DrainState,
-    ) -> Result<(), ActorProcessingErr> {
-        match msg {
-            DrainMsg::Run {
-                live,
-                report_to,
-                journal,
-            } => {
-                let shared = Arc::clone(&state.shared);
-                let LiveRuntime {
-                    attempt,
-                    runtime,
-                    checkpoints,
-                } = live;
-                let work = async move {
-                    let (store, survivors) = teardown(
-                        &shared,
-                        Some(&journal),
-                        Some(&report_to),
-                        attempt,
-                        runtime,
-                        checkpoints,
-                    )
-                    .await;
-                    let _ = report_to.cast(LifecycleMsg::Drained {
-                        attempt,
-                        store,
-                        survivors,
-                    });
-                };
-                spawn_watched(work, move |panic| {
-                    let _ = myself.cast(DrainMsg::TaskEnded { panic });
-                });
-                Ok(())
-            }
-            DrainMsg::Wipe { report_to } => {
-                let shared = Arc::clone(&state.shared);
-                let work = async move {
-                    let (store, error) = wipe(&shared).await;
-                    let _ = report_to.cast(LifecycleMsg::Wiped { store, error });
-                };
-                spawn_watched(work, move |panic| {
-                    let _ = myself.cast(DrainMsg::TaskEnded { panic });
-                });
-                Ok(())
-            }
-            DrainMsg::TaskEnded { panic: Some(panic) } => {
-                Err(format!("drain panicked: {panic}").into())
-            }
-            DrainMsg::TaskEnded { panic: None } => {
-                // A temporary child of Root: its one job is over.
-                myself.stop(Some(WORK_DONE.to_owned()));
-                Ok(())
-            }
-        }
+fn report_crash(to: &ActorRef<LifecycleMsg>, panic: Option<String>) {
+    if let Some(panic) = panic {
+        let reason = format!("drain panicked: {panic}");
+        let _ = to.cast(LifecycleMsg::DrainCrashed { reason });
     }
 }

@@ -1,5 +1,6 @@
-//! steadfast's supervision tree: one ractor actor a file, performing the
-//! effects the pure machines of `steadfast-protocol` hand back.
+//! steadfast's supervision tree: one ractor actor a file (or one task's
+//! work), performing the effects the pure machines of `steadfast-protocol`
+//! hand back.
 //!
 //! # Layout
 //! - [`root`]: Root, which owns the data-dir lock and supervises the rest;
@@ -8,7 +9,8 @@
 //! - [`lifecycle`]: the Lifecycle actor, the only place a transition is
 //!   decided (through `steadfast_protocol::lifecycle::step`).
 //! - [`boot`], [`drain`]: run one attempt, or tear a runtime down, in a task
-//!   the actor owns.
+//!   of the Lifecycle actor's (not actors: the two files of work that is
+//!   not an actor).
 //! - [`journal`]: the sole writer of the control directory.
 //! - [`ledger`]: the checkpoints outstanding across processes, which a boot
 //!   reconciles against observation.

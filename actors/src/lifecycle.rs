@@ -1,7 +1,7 @@
 //! The Lifecycle actor: the only place a transition is decided.
 //!
 //! Every event — an operator's command, a boot's progress, a drain's outcome,
-//! a timer, a config change, a child's death reported by Root — arrives here
+//! a timer, a config change, a boot or drain task that panicked — arrives here
 //! as a [`LifecycleMsg`], is stepped through the pure machine
 //! ([`steadfast_protocol::lifecycle::step`]), journaled, adopted, published
 //! as a new [`Snapshot`], and only then is its effect performed (start a boot,
@@ -87,7 +87,7 @@ use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use steadfast_protocol::Timestamp;
 use steadfast_protocol::journal::{AttemptResult as JournalResult, Record};
 use steadfast_protocol::lifecycle::{
@@ -100,11 +100,10 @@ use steadfast_protocol::snapshot::{
 };
 use tokio::sync::{mpsc, watch};
 
-use crate::boot::{BootActor, BootMsg};
+use crate::boot::BootTask;
 use crate::config::{Fingerprint, Overrides, RESOLVE_DEADLINE};
 use crate::context::Shared;
 use crate::control_dir::RunMarker;
-use crate::drain::{DrainActor, DrainMsg};
 use crate::journal::{self, JournalMsg};
 use crate::service::{LiveRuntime, TaskEnded};
 use crate::store::StoreLock;
@@ -189,7 +188,7 @@ pub use steadfast_protocol::command::CommandError;
 /// 16: memory per supervisor).
 pub type CommandRequest = Box<(Command, RpcReplyPort<Result<Snapshot, CommandError>>)>;
 
-/// Progress and outcome of a boot, from the Boot actor's task.
+/// Progress and outcome of a boot, from the boot's task ([`crate::boot::start`]).
 pub enum BootReport {
     /// A phase started.
     PhaseStarted {
@@ -255,14 +254,12 @@ pub enum BootReport {
 }
 
 /// The children the Lifecycle actor hands work to (replaced when Root
-/// restarts one), and Root, under which it spawns the temporary ones (a
-/// Boot actor for each attempt, a Drain actor for each drain or wipe).
+/// restarts one). A boot and a drain are not among them: they run in tasks
+/// of this actor's own ([`crate::boot::start`], [`crate::drain::start`]).
 #[derive(Clone)]
 pub struct Children {
     /// Makes things durable.
     pub journal: ActorRef<JournalMsg>,
-    /// Root: the supervisor of every Boot and Drain actor.
-    pub root: ActorCell,
 }
 
 /// What the Lifecycle actor is told.
@@ -273,6 +270,9 @@ pub enum LifecycleMsg {
     Command(Command, RpcReplyPort<Result<Snapshot, CommandError>>),
     /// A boot's progress or outcome.
     Boot(BootReport),
+    /// A boot's reports that came together (a phase's end and the next
+    /// one's start; the last step's end and `booted`), in their order.
+    BootReports(Vec<BootReport>),
     /// A drain settled.
     Drained {
         /// Which boot's runtime.
@@ -311,12 +311,13 @@ pub enum LifecycleMsg {
         /// What needs a restart.
         pending: PendingApply,
     },
-    /// The Boot actor died (a panicking boot): Root's report.
+    /// The boot's task panicked: its own report ([`crate::boot::start`]).
     BootCrashed {
         /// The panic, rendered.
         reason: String,
     },
-    /// The Drain actor died (a panicking drain): Root's report.
+    /// The drain's (or wipe's) task panicked: its own report
+    /// ([`crate::drain::start`]).
     DrainCrashed {
         /// The panic, rendered.
         reason: String,
@@ -441,13 +442,9 @@ pub struct LifecycleActorState {
     /// Deferred transitions an fsync settled (or failed), answered by the
     /// next publish.
     settled: Option<Deferred>,
-    /// The Boot actor of the current attempt (a temporary child of Root,
-    /// gone once its boot ended): where a cancel goes.
-    boot: Option<ActorRef<BootMsg>>,
-    /// Boot and Drain actors spawned so far: the generation in the next
-    /// one's name ([`crate::root::child_name`]).
-    boots_spawned: u32,
-    drains_spawned: u32,
+    /// The current attempt's boot task (ended once it reported): where a
+    /// cancel goes.
+    boot: Option<BootTask>,
 }
 
 impl Actor for LifecycleActor {
@@ -507,8 +504,6 @@ impl Actor for LifecycleActor {
             deferred: None,
             settled: None,
             boot: None,
-            boots_spawned: 0,
-            drains_spawned: 0,
         })
     }
 
@@ -535,6 +530,11 @@ impl Actor for LifecycleActor {
                 }
                 LifecycleMsg::Command(command, reply) => state.command(&myself, command, reply).await,
                 LifecycleMsg::Boot(report) => state.boot_report(&myself, report).await,
+                LifecycleMsg::BootReports(reports) => {
+                    for report in reports {
+                        state.boot_report(&myself, report).await;
+                    }
+                }
                 LifecycleMsg::Drained {
                     store, survivors, ..
                 } => {
@@ -862,29 +862,6 @@ impl LifecycleActorState {
         Ok(effect)
     }
 
-    /// A Drain actor for one drain or wipe, under Root; it ends when its job
-    /// does. `None` (logged) if it could not be started.
-    async fn spawn_drain(&mut self) -> Option<ActorRef<DrainMsg>> {
-        let generation = self.drains_spawned;
-        self.drains_spawned += 1;
-        match crate::root::spawn_temporary(
-            &self.children.root,
-            &self.shared.data_dir,
-            "drain",
-            generation,
-            DrainActor,
-            Arc::clone(&self.shared),
-        )
-        .await
-        {
-            Ok(drain) => Some(drain),
-            Err(error) => {
-                tracing::error!(%error, "the drain actor could not be started");
-                None
-            }
-        }
-    }
-
     /// Perform what the machine handed back.
     async fn perform(&mut self, myself: &ActorRef<LifecycleMsg>, effect: Effect) {
         let timeout = self.shared.timings.journal_timeout;
@@ -892,41 +869,14 @@ impl LifecycleActorState {
             Effect::None => {}
             Effect::StartBoot { attempt } => {
                 self.boot_overrides_generation = self.overrides_generation;
-                let run = BootMsg::Run {
-                    attempt: attempt.get(),
-                    report_to: myself.clone(),
-                    journal: self.children.journal.clone(),
-                };
-                // A Boot actor for this attempt alone, under Root; it ends
-                // when the boot does.
-                let generation = self.boots_spawned;
-                self.boots_spawned += 1;
-                let started = crate::root::spawn_temporary(
-                    &self.children.root,
-                    &self.shared.data_dir,
-                    "boot",
-                    generation,
-                    BootActor,
+                // A task for this attempt alone; it ends when the boot does
+                // (a panic in it is reported as `BootCrashed`).
+                self.boot = Some(crate::boot::start(
                     Arc::clone(&self.shared),
-                )
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|boot| {
-                    boot.cast(run).map_err(|e| e.to_string())?;
-                    Ok(boot)
-                });
-                match started {
-                    Ok(boot) => self.boot = Some(boot),
-                    Err(error) => {
-                        // No boot runs: fail this attempt as a crashed boot
-                        // (class backoff, probed store), as Root would.
-                        tracing::error!(%error, "the boot actor could not be started");
-                        self.boot = None;
-                        let _ = myself.cast(LifecycleMsg::BootCrashed {
-                            reason: format!("the boot actor could not be started: {error}"),
-                        });
-                    }
-                }
+                    attempt.get(),
+                    myself.clone(),
+                    self.children.journal.clone(),
+                ));
             }
             Effect::CancelBoot => {
                 // The step the boot is in fails with the machine's reason: a
@@ -941,26 +891,21 @@ impl LifecycleActorState {
                 if let Some(boot) = &self.boot {
                     // A boot that already ended has its report in this
                     // actor's mailbox: nothing to cancel.
-                    let _ = boot.cast(BootMsg::Cancel { reason });
+                    boot.cancel(reason);
                 }
             }
-            Effect::ShutdownRuntime => {
-                let drain = self.runtime.take().map(|live| DrainMsg::Run {
+            Effect::ShutdownRuntime => match self.runtime.take() {
+                // A task for this drain alone (a panic in it is reported as
+                // `DrainCrashed`).
+                Some(live) => crate::drain::start(
+                    Arc::clone(&self.shared),
                     live,
-                    report_to: myself.clone(),
-                    journal: self.children.journal.clone(),
-                });
-                // No runtime to hand over (or no Drain actor to take it: the
-                // runtime comes back in the error and is dropped here, which
-                // aborts its tasks): the probe alone settles the drain.
-                let handed = match drain {
-                    Some(run) => self
-                        .spawn_drain()
-                        .await
-                        .is_some_and(|d| d.cast(run).is_ok()),
-                    None => false,
-                };
-                if !handed {
+                    myself.clone(),
+                    self.children.journal.clone(),
+                ),
+                None => {
+                    // No runtime to hand over: the probe alone settles the
+                    // drain.
                     let store = StoreLock::observe(&self.shared.data_dir).await;
                     let _ = myself.cast(LifecycleMsg::Drained {
                         attempt: 0,
@@ -968,24 +913,9 @@ impl LifecycleActorState {
                         survivors: Vec::new(),
                     });
                 }
-            }
+            },
             Effect::ApplyConfig => self.apply_config(myself).await,
-            Effect::Wipe => {
-                let wipe = DrainMsg::Wipe {
-                    report_to: myself.clone(),
-                };
-                let handed = self
-                    .spawn_drain()
-                    .await
-                    .is_some_and(|d| d.cast(wipe).is_ok());
-                if !handed {
-                    let store = StoreLock::observe(&self.shared.data_dir).await;
-                    let _ = myself.cast(LifecycleMsg::Wiped {
-                        store,
-                        error: Some("the drain actor could not be started".into()),
-                    });
-                }
-            }
+            Effect::Wipe => crate::drain::start_wipe(Arc::clone(&self.shared), myself.clone()),
             Effect::Exit(intent) => {
                 let marker = RunMarker::Released {
                     at_ms: self.shared.clock.now().as_millis(),

@@ -4,28 +4,19 @@
 //! Root (holds the ControlDir, so the data-dir lock, for the process's life)
 //! ├── Journal        sole writer of the control dir
 //! ├── Lifecycle      the machine; publishes snapshots; performs effects
-//! ├── Boot           temporary: one attempt, in a task it owns
-//! ├── Drain          temporary: one teardown (or wipe), in a task it owns
 //! ├── ConfigWatcher  notify on the declared file (when there is one)
 //! └── Replacement    one replacement transaction at a time, under the upgrade lock
 //! ```
 //!
-//! **Boot and Drain are temporary children** (OTP's `temporary`): Root does
-//! not start them. The Lifecycle actor spawns a Boot actor under Root for
-//! each attempt and a Drain actor for each drain or wipe
-//! ([`spawn_temporary`]); each stops itself with [`WORK_DONE`] once its job's
-//! task ended without a panic, so a running supervisor holds neither (issue
-//! 16: memory per supervisor). Root never restarts them; a death other
-//! than that normal end is reported:
+//! **A boot and a drain are not actors**: the Lifecycle actor runs each
+//! attempt and each drain or wipe in a task of its own
+//! ([`crate::boot::start`], [`crate::drain::start`]), which reports its
+//! outcome, or its panic, to it directly. No supervision event goes
+//! through Root for them, and a running supervisor holds neither (issue
+//! 16: memory per supervisor, and the wake-ups of a spawn and a stop per
+//! stop+start).
 //!
 //! What each child's death brings down:
-//! - **Boot** (a boot step panicked, or the actor was killed): nothing. Root
-//!   tells Lifecycle, which fails the attempt with class backoff and a
-//!   *probed* store outcome (the runtime the task held was dropped while
-//!   unwinding); the next attempt gets a Boot actor of its own.
-//! - **Drain** (a destroy or a wipe panicked): nothing. Lifecycle settles the
-//!   drain (or the re-initialization, as a failed wipe) with a probed store
-//!   outcome (wedged if it is still held).
 //! - **Journal**: restarted over the reopened journal, at most
 //!   [`RESTARTS`] times; past that, the process exits with intent
 //!   `relaunch` (a fresh process reopens the control directory).
@@ -64,18 +55,12 @@ use steadfast_protocol::snapshot::Snapshot;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::boot::BootMsg;
 use crate::config_watcher::{ConfigWatcherActor, ConfigWatcherArgs, ConfigWatcherMsg};
 use crate::context::Shared;
 use crate::control_dir::{ControlDir, JournalFile};
-use crate::drain::DrainMsg;
 use crate::journal::{JournalActor, JournalArgs, JournalMsg};
 use crate::lifecycle::{Children, CommandRequest, LifecycleActor, LifecycleArgs, LifecycleMsg};
 use crate::replacement::{ReplacementActor, ReplacementArgs, ReplacementChannels, ReplacementMsg};
-
-/// The stop reason a temporary child (a Boot or Drain actor) ends with when
-/// its job is over: an end Root does not report.
-pub const WORK_DONE: &str = "work done";
 
 /// How many times Root restarts the journal or the watcher before it gives up.
 pub const RESTARTS: u32 = 3;
@@ -170,7 +155,6 @@ impl Actor for RootActor {
         .await?;
         let children = Children {
             journal: journal.clone(),
-            root: cell.clone(),
         };
         let (lifecycle, lifecycle_join) = Actor::spawn_linked(
             Some(child_name(&shared.data_dir, "lifecycle", 0)),
@@ -247,18 +231,14 @@ impl Actor for RootActor {
         event: SupervisionEvent,
         state: &mut RootState,
     ) -> Result<(), ActorProcessingErr> {
-        let (who, failure, done, panicked) = match event {
-            SupervisionEvent::ActorFailed(who, error) => {
-                (who, Some(error.to_string()), false, true)
-            }
+        let (who, failure, panicked) = match event {
+            SupervisionEvent::ActorFailed(who, error) => (who, Some(error.to_string()), true),
             SupervisionEvent::ActorTerminated(who, last_state, reason) => {
                 // A stopped actor hands back its last state; drop it now, so
                 // whatever it held (the journal's writer) is gone before a
                 // successor reopens it.
                 drop(last_state);
-                let done = reason.as_deref() == Some(WORK_DONE);
-                let failure = reason.filter(|_| !done);
-                (who, failure, done, false)
+                (who, reason, false)
             }
             _ => return Ok(()),
         };
@@ -284,17 +264,6 @@ impl Actor for RootActor {
             state.stop_children();
             state.stopping = true;
             myself.stop(None);
-        } else if who.is_message_type_of::<BootMsg>() == Some(true) {
-            // A temporary child: its normal end is not a death.
-            if !done {
-                let reason = failure.unwrap_or_else(|| "the boot actor stopped".into());
-                let _ = state.lifecycle.cast(LifecycleMsg::BootCrashed { reason });
-            }
-        } else if who.is_message_type_of::<DrainMsg>() == Some(true) {
-            if !done {
-                let reason = failure.unwrap_or_else(|| "the drain actor stopped".into());
-                let _ = state.lifecycle.cast(LifecycleMsg::DrainCrashed { reason });
-            }
         } else if id == state.journal.get_id() {
             tracing::error!(error = ?failure, restarts = state.journal_restarts, "the journal actor died");
             if let Some(dead) = state.journal_join.take() {
@@ -317,7 +286,7 @@ impl Actor for RootActor {
                     Ok((journal, join)) => {
                         state.journal_join = Some(join);
                         state.journal = journal;
-                        state.tell_children(cell.clone());
+                        state.tell_children();
                         break;
                     }
                     Err(error) => tracing::error!(%error, "the journal could not be reopened"),
@@ -362,17 +331,13 @@ impl Actor for RootActor {
     ) -> Result<(), ActorProcessingErr> {
         state.lock_watch.abort();
         state.stop_children();
-        // The children started on demand (a Boot or Drain actor still at
-        // work, the Replacement actor once a replacement was asked for) have
-        // no join handle here: stop them and wait for them the same way.
+        // The child started on demand (the Replacement actor, once a
+        // replacement was asked for) has no join handle here: stop it and
+        // wait for it the same way.
         let temporary: Vec<ActorCell> = myself
             .get_children()
             .into_iter()
-            .filter(|child| {
-                child.is_message_type_of::<BootMsg>() == Some(true)
-                    || child.is_message_type_of::<DrainMsg>() == Some(true)
-                    || child.is_message_type_of::<ReplacementMsg>() == Some(true)
-            })
+            .filter(|child| child.is_message_type_of::<ReplacementMsg>() == Some(true))
             .collect();
         for child in &temporary {
             child.stop(None);
@@ -394,10 +359,9 @@ impl Actor for RootActor {
 }
 
 impl RootState {
-    fn tell_children(&self, root: ActorCell) {
+    fn tell_children(&self) {
         let _ = self.lifecycle.cast(LifecycleMsg::SetChildren(Children {
             journal: self.journal.clone(),
-            root,
         }));
     }
 
@@ -428,37 +392,13 @@ impl RootState {
 }
 
 /// The registered name of one of a supervisor's children: `role` is
-/// `journal`, `lifecycle`, `boot`, `drain`, `config_watcher` or
-/// `replacement`, and
-/// `generation` counts Root's restarts of that child (0 for the first; for
-/// the temporary `boot` and `drain`, the ones spawned before it). One
+/// `journal`, `lifecycle`, `config_watcher` or `replacement`, and
+/// `generation` counts Root's restarts of that child (0 for the first). One
 /// daemon per data dir makes the names unique in a process; operators and
 /// tests find a child with `ractor::registry::where_is`.
 #[must_use]
 pub fn child_name(data_dir: &std::path::Path, role: &str, generation: u32) -> String {
     format!("steadfast:{}:{role}:{generation}", data_dir.display())
-}
-
-/// Spawn a temporary child under Root (`root`): a Boot actor for one
-/// attempt or a Drain actor for one drain or wipe, named
-/// [`child_name`]`(data_dir, role, generation)`. It stops itself with
-/// [`WORK_DONE`] when its job is over; Root reports any other end and waits
-/// for it when the tree comes down, so its join handle is not kept.
-///
-/// # Errors
-/// The actor could not be started (its name is taken, or its `pre_start`
-/// failed).
-pub async fn spawn_temporary<A: Actor>(
-    root: &ActorCell,
-    data_dir: &std::path::Path,
-    role: &str,
-    generation: u32,
-    actor: A,
-    args: A::Arguments,
-) -> Result<ActorRef<A::Msg>, ractor::SpawnErr> {
-    let name = child_name(data_dir, role, generation);
-    let (child, _join) = Actor::spawn_linked(Some(name), actor, args, root.clone()).await?;
-    Ok(child)
 }
 
 /// Start the Replacement actor under Root (`root`) when the first

@@ -261,7 +261,7 @@ pub trait Step: Sized + Send + Sync + 'static {
     }
 }
 
-/// What the Boot actor hands an erased step's `execute`: a
+/// What the boot hands an erased step's `execute`: a
 /// [`StepContext`] without the config, which the erased step carries.
 pub struct StepEnv<'a> {
     /// Which boot of this daemon.
@@ -277,7 +277,7 @@ pub struct StepEnv<'a> {
 }
 
 /// A [`Step`] with its type erased and its boot's config bound: what the
-/// Boot and Drain actors call. Made by [`AnyService::plan`]; not
+/// boot and the drain call. Made by [`AnyService::plan`]; not
 /// implemented by hand.
 pub trait AnyStep: Send + Sync + 'static {
     /// [`Step::NAME`].
@@ -817,20 +817,43 @@ impl Drop for Runtime {
 }
 
 /// Run `work` in a task of its own; when it ends, call `ended` with its
-/// panic message if it panicked. How the Boot and Drain actors keep a step or
-/// a destroy off their mailbox and still learn of its panic.
+/// panic message if it panicked. How the Lifecycle actor keeps a boot or a
+/// drain off its mailbox and still learns of its panic.
+///
+/// One task, not a task and a watcher awaiting its join handle: the panic
+/// is caught around each poll of `work` (as tokio itself catches it), and
+/// `ended` runs in the same task, so a boot or a drain costs no extra
+/// wake-up on another thread (issue 16: thread hops per stop+start). The
+/// unwinding drops what `work` held (a runtime: its tasks are aborted and
+/// its store released) before `ended` runs.
 pub fn spawn_watched<F>(work: F, ended: impl FnOnce(Option<String>) + Send + 'static)
 where
     F: Future<Output = ()> + Send + 'static,
 {
-    let task = tokio::spawn(work);
     tokio::spawn(async move {
-        let panic = match task.await {
-            Err(join) if join.is_panic() => Some(panic_message(join.into_panic().as_ref())),
-            _ => None,
-        };
-        ended(panic);
+        let panic = CatchUnwind(Box::pin(work)).await.err();
+        ended(panic.map(|payload| panic_message(payload.as_ref())));
     });
+}
+
+/// `work`, with a panic in any of its polls caught and handed back as the
+/// panic's payload (`work` is not polled again, and is dropped with this).
+struct CatchUnwind<F>(Pin<Box<F>>);
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, Box<dyn Any + Send>>;
+
+    fn poll(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let work = self.0.as_mut();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work.poll(cx))) {
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Ok(std::task::Poll::Ready(out)) => std::task::Poll::Ready(Ok(out)),
+            Err(payload) => std::task::Poll::Ready(Err(payload)),
+        }
+    }
 }
 
 /// A panic payload, rendered.
