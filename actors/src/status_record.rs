@@ -91,22 +91,6 @@ impl StatusRecord {
         record
     }
 
-    /// No record (an embedding without a control dir of its own, a test).
-    #[must_use]
-    pub const fn none() -> Self {
-        Self {
-            inner: Mutex::new(Inner {
-                file: None,
-                dir: None,
-                path: PathBuf::new(),
-                len: 0,
-                failed: false,
-                body: Vec::new(),
-                framed: Vec::new(),
-            }),
-        }
-    }
-
     /// Rewrite the record to hold `snapshot` (lean, without `now`).
     pub fn write(&self, snapshot: &Snapshot) {
         let Ok(mut inner) = self.inner.lock() else {
