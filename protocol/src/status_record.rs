@@ -8,10 +8,10 @@
 //!
 //! The body is the lean snapshot's JSON exactly as the snapshot RPC carries
 //! it, without `now`. The daemon rewrites the record in place with one
-//! write at offset 0, so a reader racing a write can see the head of one
-//! record and the tail of another: [`decode`] refuses anything whose length
-//! or checksum does not hold, and bytes past `len` (a longer record not yet
-//! truncated) are ignored.
+//! write at offset 0 and never truncates it, so a reader racing a write can
+//! see the head of one record and the tail of another: [`decode`] refuses
+//! anything whose length or checksum does not hold, and bytes past `len`
+//! (the tail of a longer, earlier record) are ignored.
 //!
 //! Invariants, checked by this module's tests: [`decode`] gives back what
 //! [`encode`] framed (`a_record_round_trips`); a truncated, torn, padded
@@ -104,7 +104,7 @@ mod tests {
         let body = br#"{"version":3}"#;
         let record = encode(body);
         assert_eq!(decode(&record), Ok(&body[..]));
-        // Bytes past the record (a longer one not yet truncated) are not read.
+        // Bytes past the record (the tail of a longer, earlier one) are not read.
         let mut padded = record.clone();
         padded.extend_from_slice(b"tail of an older, longer record");
         assert_eq!(decode(&padded), Ok(&body[..]));
