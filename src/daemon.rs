@@ -462,6 +462,8 @@ async fn run_serving(
     if let Some(tcp) = control_tcp {
         tcp.shutdown(ANSWER_GRACE).await;
     }
+    // The socket is gone: so is the record it vouched for.
+    handle.remove_status_record();
     // Once: the notifier sent it already when the daemon began to end,
     // unless the tree ended another way (the lifecycle died).
     tell_stopping("exiting");

@@ -274,6 +274,11 @@ impl Supervisor {
                     failures: 0,
                 }),
         };
+        // Before any control socket is bound (`daemon::run_with` binds it
+        // once the supervisor is made): a client that reaches this daemon
+        // finds its record, never a killed predecessor's.
+        let status =
+            steadfast_actors::status_record::StatusRecord::create(control.dir(), &snapshot);
         let (snapshot_tx, snapshot_rx) = watch::channel(snapshot);
         let (command_tx, command_rx) = mpsc::unbounded_channel();
         let journal_path = Arc::new(control.journal_path());
@@ -291,6 +296,7 @@ impl Supervisor {
             overrides,
             step_deadlines,
             metrics: Arc::new(steadfast_actors::metrics::Metrics::new()),
+            status,
         });
         shared.metrics.count_control_dir_fsyncs(control.fsyncs());
         let control = Arc::new(control);
@@ -366,6 +372,12 @@ impl SupervisorHandle {
     #[must_use]
     pub fn now(&self) -> steadfast_protocol::Timestamp {
         self.shared.clock.now()
+    }
+
+    /// Remove the status record (a clean exit; not a handover, whose
+    /// successor keeps its own).
+    pub(crate) fn remove_status_record(&self) {
+        self.shared.status.remove();
     }
 
     /// This supervisor's metrics as OpenMetrics text (ending `# EOF`): what

@@ -463,3 +463,76 @@ fn a_journal_append_that_hit_enospc_recovers_without_a_relaunch() {
     );
     exit(kvd);
 }
+
+/// The status record (`actors/src/status_record.rs`) on a full disk: a
+/// rewrite that needs a page the disk no longer has fails nothing. The
+/// daemon keeps running and answering, the record is left unusable (empty:
+/// `steadfastctl` asks the daemon instead), the failure is logged once, and
+/// once space returns the next publish writes a whole record again.
+#[test]
+fn a_full_disk_leaves_the_status_record_unusable_not_the_daemon() {
+    use steadfast::protocol::status_record;
+    let disk = Disk::new(1 << 20);
+    if !disk.mounted {
+        eprintln!("no tmpfs: the record's rewrite is within the file-size limit; skipped");
+        return;
+    }
+    let port = free_port();
+    let kvd = start_kvd(&disk, port, 1);
+    let pid = status(&kvd.data).expect("status")["pid"].clone();
+    let record = kvd.data.join(".steadfast").join("status");
+    let whole = |bytes: &[u8]| {
+        status_record::decode(bytes)
+            .ok()
+            .and_then(|body| serde_json::from_slice::<serde_json::Value>(body).ok())
+            .is_some_and(|snapshot| snapshot["pid"] == pid)
+    };
+    assert!(whole(&std::fs::read(&record).expect("the record")));
+    // The record's page given back, then every free page taken: its next
+    // rewrite needs a page there is none of.
+    File::options()
+        .write(true)
+        .open(&record)
+        .and_then(|file| file.set_len(0))
+        .expect("empty the record");
+    let filler = disk.fill();
+    // Any publish rewrites it: the stop's own, or its refusal's error.
+    let out = ctl(&kvd.data, &["stop"]);
+    eprintln!(
+        "stop on the full disk: {:?} {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    let bytes = std::fs::read(&record).expect("the record's name is still there");
+    assert!(!whole(&bytes), "no usable record on the full disk");
+    assert!(bytes.is_empty(), "left empty, {} bytes", bytes.len());
+    let during = status(&kvd.data).expect("the daemon answers");
+    assert_eq!(during["pid"], pid, "the same daemon, still running");
+
+    std::fs::remove_file(&filler).expect("free the space");
+    let deadline = Instant::now() + PATIENCE;
+    while !whole(&std::fs::read(&record).unwrap_or_default()) {
+        assert!(
+            Instant::now() < deadline,
+            "the record was never written again"
+        );
+        let s = status(&kvd.data).expect("status");
+        let command = if s["lifecycle"]["state"] == "stopped" {
+            "start"
+        } else {
+            "stop"
+        };
+        let _ = ctl(&kvd.data, &[command]);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    until(&kvd.data, "a settled state", |s| {
+        s["lifecycle"]["state"] != "draining"
+    });
+    let log = std::fs::read_to_string(disk.dir.join("kvd-1.log")).expect("log");
+    let warned = log
+        .lines()
+        .filter(|line| line.contains("the status record could not be written"))
+        .count();
+    assert_eq!(warned, 1, "logged once: {log}");
+    exit(kvd);
+}

@@ -108,6 +108,9 @@ pub struct Shared {
     pub step_deadlines: tokio::sync::watch::Sender<std::time::Duration>,
     /// This supervisor's metrics (`steadfastctl metrics`).
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// The status record (`.steadfast/status`), rewritten before each
+    /// snapshot is published.
+    pub status: crate::status_record::StatusRecord,
 }
 
 impl Shared {

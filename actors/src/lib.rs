@@ -23,6 +23,8 @@
 //! - [`replacement`]: the Replacement actor (the upgrade lock, one
 //!   transaction at a time, its report).
 //! - [`clock`], [`context`]: the supervisor's clock and fixed context.
+//! - [`status_record`]: the status record (`.steadfast/status`), rewritten
+//!   before each snapshot is published.
 //! - [`fsx`]: opening files in a trusted directory without following links
 //!   (the data dir, the control dir, every file in them).
 //! - [`failpoint`]: `SIGKILL` at a named point, armed by an environment
@@ -50,4 +52,5 @@ pub mod replace_runner;
 pub mod replacement;
 pub mod root;
 pub mod service;
+pub mod status_record;
 pub mod store;

@@ -1729,6 +1729,9 @@ impl LifecycleActorState {
             LifecycleState::Running { pending, .. } => pending.clone(),
             _ => PendingApply::InSync,
         };
+        // The record first: whoever sees this version published finds it
+        // (or a later one) in the status record.
+        self.shared.status.write(&self.snapshot);
         self.shared
             .metrics
             .publish(&self.snapshot, self.shared.clock.now());

@@ -17,6 +17,8 @@
 //!   re-initialization confirmation token.
 //! - `control` (feature `rpc`, on by default): the control plane's tarpc
 //!   service trait and its wire values (`spec/control.md`).
+//! - [`status_record`]: the framing of the status record the daemon keeps
+//!   for `steadfastctl status` to read without a round trip.
 //! - [`time`]: [`Timestamp`], the only notion of time the core has.
 //!
 //! The invariant this crate exists to hold is its purity: `cargo tree -p
@@ -33,6 +35,7 @@ pub mod journal;
 pub mod lifecycle;
 pub mod replacement;
 pub mod snapshot;
+pub mod status_record;
 pub mod time;
 
 pub use time::Timestamp;

@@ -591,6 +591,73 @@ fn through_dir(dir_fd: &OwnedFd, path: &Path) -> Result<PathBuf, ClientError> {
     })
 }
 
+/// Who listens on a Unix control socket, as [`listener_of`] found it.
+#[derive(Debug)]
+pub struct Listener {
+    /// The socket's directory, opened and checked (a file in it is read
+    /// through this, not through the path again).
+    pub dir: OwnedFd,
+    /// The listening process's id (`SO_PEERCRED`: the process that bound
+    /// and listened).
+    pub pid: u32,
+    /// Its user id.
+    pub uid: u32,
+}
+
+/// Who listens on the Unix control socket at `path`, without a runtime
+/// and without sending a byte: every check a dial makes (the module's
+/// invariants, [`checked_socket`]), a non-blocking connect through the
+/// opened directory, and the listener's credentials, which must be
+/// trusted as a dial's are. The connection is closed unused (the server
+/// greets it and reads its end; nothing is logged above debug). What
+/// `steadfastctl status` asks before it trusts the status record.
+///
+/// # Errors
+/// As a dial's: [`ClientError::Connect`] (no socket, nobody listening,
+/// a full accept queue as `WouldBlock`), [`ClientError::Untrusted`].
+pub fn listener_of(path: &Path) -> Result<Listener, ClientError> {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let connect_err = |source: io::Error| ClientError::Connect {
+        endpoint: path.display().to_string(),
+        source,
+    };
+    let (dir_fd, through, service) = checked_socket(path)?;
+    let connect = |to: &Path| -> io::Result<OwnedFd> {
+        let socket = rustix::net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+            None,
+        )?;
+        rustix::net::connect(&socket, &SocketAddrUnix::new(to)?)?;
+        Ok(socket)
+    };
+    let socket = match connect(&through) {
+        // Not there through `/proc`: is `/proc` mounted at all? (As a dial.)
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {
+            match through_dir(&dir_fd, path)? {
+                plain if plain != through => connect(&plain),
+                _ => Err(error),
+            }
+        }
+        connected => connected,
+    }
+    .map_err(connect_err)?;
+    let peer = rustix::net::sockopt::socket_peercred(&socket).map_err(|e| connect_err(e.into()))?;
+    let uid = peer.uid.as_raw();
+    if !trusted_uid(uid, &dir_fd, &service) {
+        return Err(ClientError::Untrusted {
+            path: path.to_owned(),
+            why: format!("the process listening on it runs as uid {uid}, not as this user or root"),
+        });
+    }
+    Ok(Listener {
+        dir: dir_fd,
+        pid: u32::try_from(peer.pid.as_raw_nonzero().get()).unwrap_or(0),
+        uid,
+    })
+}
+
 /// Whether a failed dial may be tried again: the daemon said busy before
 /// anything was sent, or the way in was full.
 fn dial_again(error: &ClientError) -> bool {

@@ -571,11 +571,17 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
         } else if room && matches!(polled, Poll::Ready(Ok(()))) {
             self.peer_closed.cancel();
         } else if let Poll::Ready(Err(error)) = &polled
-            && error.kind() == io::ErrorKind::UnexpectedEof
+            && matches!(
+                error.kind(),
+                io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
+            )
         {
             // A TLS peer that closed without `close_notify` (a killed
-            // `steadfastctl`): an end like any other. Frames are
-            // length-delimited, so a cut one is still seen as cut.
+            // `steadfastctl`), or one that closed with bytes of ours unread
+            // (a Unix peer is then told `ECONNRESET`: `steadfastctl status`
+            // reading the status record connects only to learn who listens,
+            // and closes with the greeting unread): an end like any other.
+            // Frames are length-delimited, so a cut one is still seen as cut.
             self.peer_closed.cancel();
             return Poll::Ready(Ok(()));
         }

@@ -36,6 +36,7 @@ use steadfast::{ExitIntent, Hold};
 
 mod fleet;
 mod quick;
+mod record;
 
 /// Drive and watch a steadfast daemon over its control socket (or its TCP
 /// control port).
@@ -336,6 +337,9 @@ const DATA_DIR_ENV: &str = "STEADFAST_DATA_DIR";
 
 fn main() -> ExitCode {
     let cli = parse();
+    if let Some(code) = from_record(&cli) {
+        return code;
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -353,6 +357,36 @@ fn main() -> ExitCode {
     // of a ~2 ms command (issue 16).
     std::mem::forget(runtime);
     code
+}
+
+/// `status` and `probe ready` answered from the daemon's status record
+/// ([`record`]), without a runtime or a round trip; `None` when the
+/// command is another, or the record is not to be trusted: then it asks
+/// the daemon.
+fn from_record(cli: &Cli) -> Option<ExitCode> {
+    let unix_only = cli.tcp.is_none()
+        && cli.tls.is_none()
+        && cli.client_config.is_none()
+        && cli.token_file.is_none()
+        && cli.ca.is_none()
+        && cli.cert.is_none()
+        && cli.key.is_none()
+        && !cli.fleet.given();
+    let wanted = matches!(
+        cli.command,
+        Cmd::Status { history: None }
+            | Cmd::Probe {
+                what: ProbeKind::Ready
+            }
+    );
+    if !(unix_only && wanted) {
+        return None;
+    }
+    let snapshot = record::read(&socket_path(cli).ok()?)?;
+    Some(match cli.command {
+        Cmd::Probe { what } => probe_answer(&snapshot, what, cli.verbose),
+        _ => print_status(&snapshot, None, cli.json, cli.utc),
+    })
 }
 
 /// The command line. The common forms (`status`, `probe`, `restart --wait`
@@ -818,9 +852,20 @@ async fn status(client: &ControlClient, history: Option<u32>, json: bool, utc: b
             Err(error) => return fail(&error),
         },
     };
-    let times = Times::of(&snapshot, utc);
+    print_status(&snapshot, attempts, json, utc)
+}
+
+/// `status`'s answer for `snapshot` (and the journal's `attempts` for
+/// `--history`), from the control plane or the status record alike.
+fn print_status(
+    snapshot: &Snapshot,
+    attempts: Option<Vec<JournalAttempt>>,
+    json: bool,
+    utc: bool,
+) -> ExitCode {
+    let times = Times::of(snapshot, utc);
     if json {
-        match (serde_json::to_value(&snapshot), &attempts) {
+        match (serde_json::to_value(snapshot), &attempts) {
             (Ok(mut value), Some(attempts)) => {
                 if let serde_json::Value::Object(fields) = &mut value {
                     fields.insert(
@@ -830,10 +875,10 @@ async fn status(client: &ControlClient, history: Option<u32>, json: bool, utc: b
                 }
                 print_json(&value);
             }
-            _ => print_json(&snapshot),
+            _ => print_json(snapshot),
         }
     } else {
-        print!("{}", render_status(&snapshot, times));
+        print!("{}", render_status(snapshot, times));
         if let Some(attempts) = attempts {
             println!("\nHistory (the journal's last {}):", attempts.len());
             print!("{}", render_journal(&attempts, times));
@@ -844,30 +889,34 @@ async fn status(client: &ControlClient, history: Option<u32>, json: bool, utc: b
 
 async fn probe(client: &ControlClient, what: ProbeKind, verbose: bool) -> ExitCode {
     match client.snapshot().await {
-        Ok(snapshot) => {
-            let ok = match what {
-                ProbeKind::Live => true,
-                ProbeKind::Ready => matches!(snapshot.lifecycle, LifecycleState::Running { .. }),
-            };
-            if verbose {
-                eprintln!(
-                    "steadfastctl: {} ({})",
-                    if ok { "ok" } else { "not ready" },
-                    snapshot.lifecycle.name()
-                );
-            }
-            if ok {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
-        }
+        Ok(snapshot) => probe_answer(&snapshot, what, verbose),
         Err(error) => {
             if verbose {
                 eprintln!("steadfastctl: {error}");
             }
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `probe`'s answer for `snapshot`, from the control plane or the status
+/// record alike.
+fn probe_answer(snapshot: &Snapshot, what: ProbeKind, verbose: bool) -> ExitCode {
+    let ok = match what {
+        ProbeKind::Live => true,
+        ProbeKind::Ready => matches!(snapshot.lifecycle, LifecycleState::Running { .. }),
+    };
+    if verbose {
+        eprintln!(
+            "steadfastctl: {} ({})",
+            if ok { "ok" } else { "not ready" },
+            snapshot.lifecycle.name()
+        );
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 

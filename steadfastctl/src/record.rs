@@ -1,0 +1,103 @@
+//! `status` and `probe ready` from the daemon's status record
+//! (`.steadfast/status`, `spec/control-dir.md`, "The status record"),
+//! without a runtime and without a round trip, as runit's `sv status` reads
+//! `supervise/status` (issue 16).
+//!
+//! The record is trusted only when all of these hold, else the command asks
+//! the daemon as it always did (silently: that path is correct, only
+//! slower):
+//! - the command is `status` (without `--history`) or `probe ready`, over
+//!   the Unix socket (no `--tcp`/`--tls` flags), and
+//!   `STEADFASTCTL_NO_RECORD` is not set;
+//! - a process listens on the control socket, reached with every check a
+//!   dial makes (`steadfast::control::client::listener_of`: the socket, its
+//!   directory, no links, the listener's uid); a socket nobody serves is
+//!   left to the RPC path, which says "not running" as before;
+//! - `status` in that directory, opened `O_NOFOLLOW` through the checked
+//!   directory's descriptor, is a regular file with one link, owned by the
+//!   listener's uid, writable by no one else (a client that may not read a
+//!   0600 file falls back);
+//! - its header and checksum hold (a torn read is read again, twice);
+//! - the snapshot in it names the listener's pid (`SO_PEERCRED`): a killed
+//!   daemon's record, or one a replaced incumbent still writes, is not the
+//!   listener's.
+//!
+//! `now` is this machine's clock when the record is read (the RPC path
+//! stamps the daemon's): the one field in which the two answers differ.
+//! `probe live` keeps asking the daemon: it is meant to catch a daemon that
+//! no longer answers, which a record cannot show.
+//!
+//! Checked by `tests/status_record.rs`.
+
+use std::io::Read as _;
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+use rustix::fs::{FileType, Mode, OFlags};
+use steadfast::protocol::snapshot::Snapshot;
+use steadfast::protocol::status_record::{self, HEADER_LEN, MAX_BODY_LEN, RecordError};
+
+/// Set (to anything) in a command's environment: never read the record.
+pub(super) const NO_RECORD_ENV: &str = "STEADFASTCTL_NO_RECORD";
+
+/// The record's name beside the control socket.
+const NAME: &str = "status";
+
+/// How many times a torn read is read again before giving up.
+const RETRIES: usize = 2;
+
+/// The snapshot in the status record beside the control socket `socket`,
+/// with `now` stamped from this machine's clock; `None` when it is not to
+/// be trusted (see the module's rules).
+pub(super) fn read(socket: &Path) -> Option<Snapshot> {
+    if std::env::var_os(NO_RECORD_ENV).is_some() {
+        return None;
+    }
+    let listener = steadfast::control::client::listener_of(socket).ok()?;
+    for _ in 0..=RETRIES {
+        let bytes = read_file(&listener.dir, listener.uid)?;
+        match status_record::decode(&bytes) {
+            Ok(body) => {
+                let mut snapshot: Snapshot = serde_json::from_slice(body).ok()?;
+                if snapshot.pid != listener.pid {
+                    return None;
+                }
+                snapshot.now = Some(steadfast::protocol::Timestamp::from_millis(super::now_ms()));
+                return Some(snapshot);
+            }
+            // A write in progress: read again.
+            Err(RecordError::Short | RecordError::Checksum) => {}
+            Err(RecordError::BadMagic | RecordError::TooLong) => return None,
+        }
+    }
+    None
+}
+
+/// The record's bytes, when it is a file the listener (`uid`) owns alone.
+fn read_file(dir: &OwnedFd, uid: u32) -> Option<Vec<u8>> {
+    let fd = rustix::fs::openat(
+        dir,
+        NAME,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY,
+        Mode::empty(),
+    )
+    .ok()?;
+    let stat = rustix::fs::fstat(&fd).ok()?;
+    let trusted = FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile
+        && stat.st_uid == uid
+        && stat.st_mode & 0o022 == 0
+        && stat.st_nlink == 1;
+    if !trusted {
+        return None;
+    }
+    let cap = (HEADER_LEN + MAX_BODY_LEN) as u64;
+    let size = usize::try_from(stat.st_size)
+        .ok()?
+        .min(HEADER_LEN + MAX_BODY_LEN);
+    let mut bytes = Vec::with_capacity(size + 1);
+    std::fs::File::from(fd)
+        .take(cap)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    Some(bytes)
+}

@@ -1,0 +1,308 @@
+//! The status record (`.steadfast/status`, `spec/control-dir.md`, "The
+//! status record") through real processes: kvd writes it, the real
+//! `steadfastctl` reads it (`steadfastctl/src/record.rs`), and every record
+//! it must not trust sends it to the control plane instead
+//! (`STEADFASTCTL_NO_RECORD` forces that path, for the comparison).
+//!
+//! - `status_from_the_record_is_what_the_control_plane_answers`: `--json
+//!   status`, `status` and `probe ready` give the same bytes and exit codes
+//!   both ways (but for `now`); a SIGSTOPped daemon is still read from its
+//!   record (so the record path is the one taken), and record reads (a
+//!   connect closed unused) make the daemon log no warning.
+//! - `a_killed_daemons_record_is_never_shown_running`: after `kill -9` the
+//!   record is still on disk, and `status` says what the control plane
+//!   says (no daemon, exit 4); the relaunched daemon's answers all carry
+//!   its own pid.
+//! - `a_tampered_record_is_not_trusted`: a forged record is shown only when
+//!   it passes every rule (the control case); as a link, with a second
+//!   link, writable by others, naming another pid, torn, garbage, or (as
+//!   root) owned by another uid, the answer is the daemon's own.
+
+mod processes;
+
+use std::fs::File;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use steadfast::protocol::status_record;
+
+/// kvd over `tmp/data`, its stderr in `tmp/kvd.log`, running.
+fn running_kvd(tmp: &Path) -> (Child, PathBuf) {
+    let data = tmp.join("data");
+    let config = tmp.join("kvd.toml");
+    std::fs::write(
+        &config,
+        format!("listen_addr = \"127.0.0.1:{}\"\n", processes::free_port()),
+    )
+    .expect("config");
+    let log = File::create(tmp.join("kvd.log")).expect("log");
+    let child = processes::kvd(&data, &config, Stdio::from(log));
+    processes::until(&data, "kvd running", |s| {
+        s["lifecycle"]["state"] == "running"
+    });
+    (child, data)
+}
+
+/// `steadfastctl --data-dir DATA ARGS…`, from the record (`rpc` false) or
+/// the control plane.
+fn ctl(data: &Path, args: &[&str], rpc: bool) -> Output {
+    let mut command = Command::new(processes::steadfastctl());
+    command.arg("--data-dir").arg(data).args(args);
+    command.env_remove("STEADFASTCTL_NO_RECORD");
+    if rpc {
+        command.env("STEADFASTCTL_NO_RECORD", "1");
+    }
+    command.output().expect("steadfastctl runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `--json status`'s JSON without `now`.
+fn without_now(out: &Output) -> serde_json::Value {
+    let mut value: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", text(&out.stdout), text(&out.stderr)));
+    let now = value
+        .as_object_mut()
+        .and_then(|fields| fields.remove("now"));
+    assert!(now.is_some_and(|now| now.is_u64()), "`now` is stamped");
+    value
+}
+
+/// `status`'s text with the relative times ("(2.0 s ago)") cut out.
+fn without_ago(out: &Output) -> String {
+    text(&out.stdout)
+        .split('(')
+        .map(|piece| match piece.split_once(" ago)") {
+            Some((_, rest)) => format!("(…){rest}"),
+            None => format!("({piece}"),
+        })
+        .collect()
+}
+
+fn record_path(data: &Path) -> PathBuf {
+    data.join(".steadfast").join("status")
+}
+
+fn stop_kvd(mut child: Child, data: &Path) {
+    let _ = ctl(data, &["exit"], true);
+    assert_eq!(processes::wait_exit(&mut child), Some(0), "kvd exits 0");
+}
+
+#[test]
+fn status_from_the_record_is_what_the_control_plane_answers() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (child, data) = running_kvd(tmp.path());
+
+    let from_record = ctl(&data, &["--json", "status"], false);
+    let from_rpc = ctl(&data, &["--json", "status"], true);
+    assert_eq!(
+        from_record.status.code(),
+        Some(0),
+        "{}",
+        text(&from_record.stderr)
+    );
+    assert_eq!(from_record.status.code(), from_rpc.status.code());
+    assert_eq!(without_now(&from_record), without_now(&from_rpc));
+    // Byte for byte, once `now` is the same.
+    let strip = |out: &Output| -> String {
+        text(&out.stdout)
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("\"now\":"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(strip(&from_record), strip(&from_rpc));
+
+    for utc in [false, true] {
+        let args: &[&str] = if utc {
+            &["--utc", "status"]
+        } else {
+            &["status"]
+        };
+        let (record, rpc) = (ctl(&data, args, false), ctl(&data, args, true));
+        assert_eq!(record.status.code(), Some(0));
+        assert_eq!(record.status.code(), rpc.status.code());
+        assert_eq!(without_ago(&record), without_ago(&rpc));
+        assert!(text(&record.stdout).contains("State: running"));
+    }
+    let (record, rpc) = (
+        ctl(&data, &["probe", "ready", "-v"], false),
+        ctl(&data, &["probe", "ready", "-v"], true),
+    );
+    assert_eq!(record.status.code(), Some(0));
+    assert_eq!(record.status.code(), rpc.status.code());
+    assert_eq!(text(&record.stderr), text(&rpc.stderr));
+
+    // The record path is the one taken: a stopped daemon answers nothing
+    // over the control plane, and is still read from its record.
+    processes::signal(&child, rustix::process::Signal::STOP);
+    let stopped = ctl(&data, &["--json", "status"], false);
+    let unanswered = ctl(&data, &["--timeout", "1", "--json", "status"], true);
+    processes::signal(&child, rustix::process::Signal::CONT);
+    assert_eq!(stopped.status.code(), Some(0), "{}", text(&stopped.stderr));
+    assert_eq!(without_now(&stopped), without_now(&from_rpc));
+    assert_eq!(
+        unanswered.status.code(),
+        Some(4),
+        "the control plane timed out"
+    );
+
+    // Many record reads: each connects and closes unused, and the daemon
+    // logs nothing about it.
+    for _ in 0..50 {
+        assert_eq!(
+            ctl(&data, &["probe", "ready"], false).status.code(),
+            Some(0)
+        );
+    }
+    assert_eq!(ctl(&data, &["status"], true).status.code(), Some(0));
+    stop_kvd(child, &data);
+    let log = std::fs::read_to_string(tmp.path().join("kvd.log")).expect("log");
+    let loud: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains(" WARN ") || line.contains(" ERROR "))
+        .collect();
+    assert!(loud.is_empty(), "the daemon complained: {loud:#?}");
+    assert!(
+        !record_path(&data).exists(),
+        "a clean exit removes the record"
+    );
+}
+
+#[test]
+fn a_killed_daemons_record_is_never_shown_running() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mut child, data) = running_kvd(tmp.path());
+    child.kill().expect("kill -9");
+    let _ = child.wait();
+    assert!(
+        record_path(&data).exists(),
+        "the killed daemon's record stays"
+    );
+    for args in [&["status"][..], &["--json", "status"], &["probe", "ready"]] {
+        let (record, rpc) = (ctl(&data, args, false), ctl(&data, args, true));
+        let expected = if args[0] == "probe" { 1 } else { 4 };
+        assert_eq!(record.status.code(), Some(expected), "{args:?}");
+        assert_eq!(rpc.status.code(), Some(expected), "{args:?}");
+        assert_eq!(text(&record.stdout), "", "{args:?}: nothing shown");
+        assert_eq!(text(&record.stderr), text(&rpc.stderr), "{args:?}");
+    }
+
+    // Relaunched: whatever it answers, from its first answer on, is its own.
+    let config = tmp.path().join("kvd.toml");
+    let mut child = processes::kvd(&data, &config, Stdio::null());
+    let pid = u64::from(child.id());
+    let deadline = std::time::Instant::now() + processes::PATIENCE;
+    loop {
+        if let Some(status) = processes::status(&data) {
+            assert_eq!(
+                status["pid"], pid,
+                "an answer of another daemon: {status:#}"
+            );
+            if status["lifecycle"]["state"] == "running" {
+                break;
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "kvd never ran");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let _ = ctl(&data, &["exit"], true);
+    assert_eq!(processes::wait_exit(&mut child), Some(0));
+}
+
+/// The daemon's record, with `epoch` (and optionally `pid`) forged.
+fn forged(data: &Path, pid: Option<u64>) -> Vec<u8> {
+    let bytes = std::fs::read(record_path(data)).expect("the record");
+    let body = status_record::decode(&bytes).expect("a whole record");
+    let mut value: serde_json::Value = serde_json::from_slice(body).expect("a snapshot");
+    value["epoch"] = 4242.into();
+    if let Some(pid) = pid {
+        value["pid"] = pid.into();
+    }
+    status_record::encode(&serde_json::to_vec(&value).expect("json"))
+}
+
+/// Put `bytes` in place of the record (as a file of mode `mode`, renamed
+/// over it).
+fn plant(data: &Path, bytes: &[u8], mode: u32) -> PathBuf {
+    let planted = data.join(".steadfast").join("planted");
+    std::fs::write(&planted, bytes).expect("plant");
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    std::fs::rename(&planted, record_path(data)).expect("rename");
+    record_path(data)
+}
+
+/// `--json status`: exit 0, and whether it showed the forged epoch.
+fn shows_forgery(data: &Path, case: &str) -> bool {
+    let out = ctl(data, &["--json", "status"], false);
+    assert_eq!(out.status.code(), Some(0), "{case}: {}", text(&out.stderr));
+    assert_eq!(text(&out.stderr), "", "{case}: nothing on stderr");
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(value["lifecycle"]["state"], "running", "{case}");
+    value["epoch"] == 4242
+}
+
+#[test]
+fn a_tampered_record_is_not_trusted() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (child, data) = running_kvd(tmp.path());
+    let pid = u64::from(child.id());
+    let forgery = forged(&data, None);
+
+    // The control case: a forgery that passes every rule is read (so the
+    // cases below would show one that got through).
+    plant(&data, &forgery, 0o600);
+    assert!(shows_forgery(&data, "a well-formed record"));
+
+    // Writable by others.
+    plant(&data, &forgery, 0o666);
+    assert!(!shows_forgery(&data, "mode 0666"));
+
+    // A second link.
+    let path = plant(&data, &forgery, 0o600);
+    let twin = data.join(".steadfast").join("twin");
+    std::fs::hard_link(&path, &twin).expect("link");
+    assert!(!shows_forgery(&data, "a second link"));
+    std::fs::remove_file(&twin).expect("unlink");
+
+    // A symbolic link to a well-formed forgery.
+    let target = tmp.path().join("forged-status");
+    std::fs::write(&target, &forgery).expect("target");
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    std::fs::remove_file(record_path(&data)).expect("unlink");
+    std::os::unix::fs::symlink(&target, record_path(&data)).expect("symlink");
+    assert!(!shows_forgery(&data, "a symbolic link"));
+
+    // Another pid's record.
+    let other = forged(&data, Some(pid + 1));
+    plant(&data, &other, 0o600);
+    assert!(!shows_forgery(&data, "another pid"));
+
+    // Torn (cut short, or its body changed under the checksum), garbage,
+    // empty.
+    plant(&data, &forgery[..forgery.len() - 3], 0o600);
+    assert!(!shows_forgery(&data, "cut short"));
+    let mut flipped = forgery.clone();
+    let at = flipped.len() - 2;
+    flipped[at] ^= 0x01;
+    plant(&data, &flipped, 0o600);
+    assert!(!shows_forgery(&data, "a flipped byte"));
+    plant(&data, b"{\"epoch\":4242}", 0o600);
+    assert!(!shows_forgery(&data, "garbage"));
+    plant(&data, b"", 0o600);
+    assert!(!shows_forgery(&data, "empty"));
+
+    // Another uid's (as root, which may chown).
+    if rustix::process::geteuid().is_root() {
+        let path = plant(&data, &forgery, 0o600);
+        std::os::unix::fs::chown(&path, Some(65534), Some(65534)).expect("chown");
+        assert!(!shows_forgery(&data, "owned by uid 65534"));
+    } else {
+        eprintln!("not root: the foreign-owner case is skipped");
+    }
+    stop_kvd(child, &data);
+}
