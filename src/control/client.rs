@@ -606,7 +606,7 @@ pub struct Listener {
 
 /// Who listens on the Unix control socket at `path`, without a runtime
 /// and without sending a byte: every check a dial makes (the module's
-/// invariants, [`checked_socket`]), a non-blocking connect through the
+/// invariants, `checked_socket`), a non-blocking connect through the
 /// opened directory, and the listener's credentials, which must be
 /// trusted as a dial's are. The connection is closed unused (the server
 /// greets it and reads its end; nothing is logged above debug). What
