@@ -33,13 +33,13 @@ noisy neighbour on the machine slows every side alike):
 
 The peers supervise `/bin/sleep infinity`, the cheapest child there is.
 
-  python3 scripts/compare_peers.py [--bin target/release] [--rounds 30] [--json FILE]
+  python3 scripts/compare_peers.py [--bin target/release] [--ctl target/ctl/steadfastctl] [--rounds 30] [--json FILE]
   python3 scripts/compare_peers.py --smoke --bin target/debug     (what .ci/run runs)
 
 --bin is a cargo profile dir holding `steadfastctl`, `examples/kvd` and
-`examples/minimal` (`cargo build --release --example kvd --example minimal`,
-then `cargo build-ctl`: steadfastctl linked statically, see README
-"Performance").
+`examples/minimal` (`cargo build --release --example kvd --example minimal`);
+--ctl names another steadfastctl: `cargo build-ctl` writes the static, LTO
+one to `target/ctl/steadfastctl` (README "Performance").
 --smoke: 3 rounds; a peer that is not installed is skipped with a line saying
 so; the exit code is non-zero only when a steadfast case fails. Outside
 --smoke a missing peer is an error. Every process started here is stopped by
@@ -144,8 +144,8 @@ def loopback_port():
 class Steadfast:
     name = "steadfast"
 
-    def __init__(self, bin_dir, work):
-        self.ctl = os.path.join(bin_dir, "steadfastctl")
+    def __init__(self, bin_dir, work, ctl=None):
+        self.ctl = ctl or os.path.join(bin_dir, "steadfastctl")
         self.kvd = os.path.join(bin_dir, "examples", "kvd")
         self.minimal = os.path.join(bin_dir, "examples", "minimal")
         for path in (self.ctl, self.kvd, self.minimal):
@@ -374,6 +374,7 @@ def table(title, cases, samples, failures, reference):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bin", default="target/release", help="cargo profile dir with steadfastctl, examples/kvd and examples/minimal")
+    parser.add_argument("--ctl", default=None, help="the steadfastctl to run (default: the --bin dir's); `cargo build-ctl` writes target/ctl/steadfastctl")
     parser.add_argument("--rounds", type=int, default=30, help="rounds of each figure")
     parser.add_argument("--smoke", action="store_true", help="3 rounds; skip peers that are not installed")
     parser.add_argument("--json", help="write every median here")
@@ -383,7 +384,7 @@ def main():
     work = tempfile.mkdtemp(prefix="compare-peers-")
     sides_missing = []
     try:
-        sf = Steadfast(args.bin, work)
+        sf = Steadfast(args.bin, work, args.ctl)
         rit = Runit(work) if shutil.which("runsv") and shutil.which("sv") else None
         sup = Supervisord(work)
         if not (sup.daemon and sup.ctl):
