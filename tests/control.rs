@@ -795,6 +795,30 @@ async fn the_client_reconnects_after_a_server_restart() {
     exit(run, &handle, ExitIntent::Halt).await;
 }
 
+/// A stopped server answers nothing more, however close the next call
+/// follows the stop: a call on a kept connection right after the
+/// `ServerGuard` is dropped is a connect error (its redial finds no
+/// socket), round after round. CI once saw the stop lose to a call that
+/// arrived in the same wake (an unbiased select in the connection's task).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stopped_server_answers_no_call_after_the_stop() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+    until(&handle, "running", running).await;
+    for round in 0..100 {
+        let server = serve(tmp.path(), &handle);
+        let client = connect(tmp.path()).await;
+        client.snapshot().await.expect("answered");
+        drop(server);
+        let down = client.snapshot().await.expect_err("nothing serves");
+        assert!(
+            matches!(down, ClientError::Connect { .. }),
+            "round {round}: {down:?}"
+        );
+    }
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
 /// A stand-in server that reads one request frame per connection and then
 /// closes it unanswered — a daemon dying mid-call. Counts connections and
 /// frames.

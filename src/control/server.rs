@@ -524,6 +524,11 @@ pub(crate) async fn serve_admitted<S, K>(
     // rather than rescheduled as a yield that wakes another worker.
     Rewake::new(async {
         tokio::select! {
+            // In this order: a stopped server answers nothing more, even a
+            // call that arrived in the same wake as the stop (an unbiased
+            // select served one now and then: a dropped `ServerGuard` still
+            // answered the next call on a kept connection).
+            biased;
             () = cancel.cancelled() => {}
             () = connection => {}
             () = peer_closed.cancelled() => tracing::debug!("control peer closed; its calls dropped"),
