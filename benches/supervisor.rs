@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 mod support;
 
-use support::{Noop, empty_source};
+use support::{Noop, blocking_empty_source, empty_source};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use steadfast::protocol::journal::{Record, encode_header, encode_record};
@@ -153,6 +153,17 @@ fn bench(c: &mut Criterion) {
         until(&handle, running).await;
         (handle, run)
     });
+    // The same service resolving its config on a blocking thread, as any
+    // source that may read a file does: what the in-place resolve saves.
+    let (blocking, blocking_run) = rt.block_on(async {
+        let (supervisor, handle) = Supervisor::builder(tmp.path().join("blocking"), Noop)
+            .config(blocking_empty_source())
+            .build()
+            .expect("new");
+        let run = tokio::spawn(supervisor.run());
+        until(&handle, running).await;
+        (handle, run)
+    });
     // The raw baseline first, in the same group and the same run as the
     // round trips it is the yardstick of (issue 16: stop+start ≤ 4× it).
     let mut group = c.benchmark_group("round_trip");
@@ -210,32 +221,43 @@ fn bench(c: &mut Criterion) {
     group.finish();
 
     // The ratio on a shared disk whose fsync latency drifts during a run:
-    // one fsync and one stop+start, alternated, 200 pairs, medians
+    // one fsync, one stop+start and one stop+start of the supervisor whose
+    // source resolves on a blocking thread, alternated, 200 times, medians
     // printed (criterion's groups above measure each in its own stretch).
+    let trip = |handle: &SupervisorHandle| {
+        rt.block_on(async {
+            let start = Instant::now();
+            handle.stop(Hold::None).await.expect("stop");
+            handle.start().await.expect("start");
+            until(handle, running).await;
+            start.elapsed()
+        })
+    };
     let mut fsyncs = Vec::with_capacity(PAIRS);
     let mut trips = Vec::with_capacity(PAIRS);
+    let mut blocking_trips = Vec::with_capacity(PAIRS);
     for _ in 0..PAIRS {
         let start = Instant::now();
         file.write_all(&frame).expect("write");
         file.sync_data().expect("fsync");
         fsyncs.push(start.elapsed());
-        trips.push(rt.block_on(async {
-            let start = Instant::now();
-            handle.stop(Hold::None).await.expect("stop");
-            handle.start().await.expect("start");
-            until(&handle, running).await;
-            start.elapsed()
-        }));
+        trips.push(trip(&handle));
+        blocking_trips.push(trip(&blocking));
     }
-    let (fsync, trip) = (median(&mut fsyncs), median(&mut trips));
+    let fsync = median(&mut fsyncs);
+    let (trip, blocking_trip) = (median(&mut trips), median(&mut blocking_trips));
     eprintln!(
-        "round_trip paired ({PAIRS} alternated pairs, medians): journal_fsync {fsync:?}, \
-         stop_then_start_to_running {trip:?}, ratio {:.1}x",
-        trip.as_secs_f64() / fsync.as_secs_f64()
+        "round_trip paired ({PAIRS} alternated triples, medians): journal_fsync {fsync:?}, \
+         stop_then_start_to_running {trip:?}, ratio {:.1}x; with a blocking config source \
+         {blocking_trip:?}, ratio {:.1}x",
+        trip.as_secs_f64() / fsync.as_secs_f64(),
+        blocking_trip.as_secs_f64() / fsync.as_secs_f64(),
     );
     rt.block_on(async {
-        handle.exit(ExitIntent::Halt).await.expect("exit");
-        run.await.expect("run");
+        for (handle, run) in [(handle, run), (blocking, blocking_run)] {
+            handle.exit(ExitIntent::Halt).await.expect("exit");
+            run.await.expect("run");
+        }
     });
 
     // RSS is compared with the process before any of the 1,000 existed, so

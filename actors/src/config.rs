@@ -34,7 +34,9 @@
 //!   [`MAX_CONFIG_BYTES`]; anything else is a typed error naming the path.
 //!   Resolves and fingerprints taken by the tree run on a blocking thread
 //!   under [`RESOLVE_DEADLINE`] ([`ConfigSource::resolve_within`],
-//!   [`Fingerprint::of_file_within`]). Checked by
+//!   [`Fingerprint::of_file_within`]); only a source that reads nothing
+//!   ([`ConfigSource::in_place`]: a fixed table, defaults without a
+//!   declared file) resolves on the caller's task. Checked by
 //!   `tests::a_config_path_that_is_not_a_regular_file_is_refused`,
 //!   `tests::a_config_over_the_cap_is_refused_unread`,
 //!   `config::a_source_that_blocks_is_given_up_at_the_deadline` and, over
@@ -294,6 +296,10 @@ impl ResolvedConfig {
 pub struct ConfigSource {
     resolve: Arc<dyn Fn() -> Result<ResolvedConfig, ConfigError> + Send + Sync>,
     declared: Option<PathBuf>,
+    /// The closure reads nothing and cannot block ([`ConfigSource::in_place`]):
+    /// [`ConfigSource::resolve_within`] calls it on the caller's task
+    /// rather than handing it to a blocking thread.
+    in_place: bool,
 }
 
 impl ConfigSource {
@@ -305,7 +311,31 @@ impl ConfigSource {
         Self {
             resolve: Arc::new(resolve),
             declared: None,
+            in_place: false,
         }
+    }
+
+    /// A source whose `resolve` does no I/O and cannot block (a config built
+    /// in memory, TOML defaults embedded in the binary): a boot calls it in
+    /// place instead of on a blocking thread, which saves a thread hop per
+    /// boot and keeps the blocking pool from growing with many supervisors
+    /// in one process. A panic is still [`ConfigError::Invalid`]. A source
+    /// that reads a file or may block belongs in [`ConfigSource::new`]: in
+    /// place, the deadline of [`ConfigSource::resolve_within`] cannot stop it.
+    pub fn in_place(
+        resolve: impl Fn() -> Result<ResolvedConfig, ConfigError> + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            in_place: true,
+            ..Self::new(resolve)
+        }
+    }
+
+    /// A source that always resolves to `config` (untracked: no file), in
+    /// place ([`ConfigSource::in_place`]).
+    #[must_use]
+    pub fn fixed(config: Table) -> Self {
+        Self::in_place(move || Ok(ResolvedConfig::untracked(config.clone())))
     }
 
     /// The declared file this source reads: the supervisor watches it, and
@@ -331,8 +361,13 @@ impl ConfigSource {
     /// Resolves on a blocking thread, given up after `deadline`: the caller
     /// (a boot, a config change, a wipe, `config show`) goes on with
     /// [`ConfigError::TimedOut`] while a read that hangs stays on its
-    /// thread. A panicking source is [`ConfigError::Invalid`].
+    /// thread. A panicking source is [`ConfigError::Invalid`]. A source made
+    /// [`ConfigSource::in_place`] resolves on the caller's task instead.
     pub async fn resolve_within(&self, deadline: Duration) -> Result<ResolvedConfig, ConfigError> {
+        if self.in_place {
+            return std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.resolve()))
+                .unwrap_or_else(|panic| Err(panicked(panic.as_ref())));
+        }
         let source = self.clone();
         within(deadline, move || source.resolve()).await
     }
@@ -354,15 +389,20 @@ async fn within<T: Send + 'static>(
 ) -> Result<T, ConfigError> {
     match tokio::time::timeout(deadline, tokio::task::spawn_blocking(work)).await {
         Ok(Ok(result)) => result,
-        Ok(Err(join)) => Err(ConfigError::Invalid(format!(
-            "the config source panicked: {}",
-            join.try_into_panic().map_or_else(
-                |_| "cancelled".to_owned(),
-                |panic| crate::service::panic_message(panic.as_ref())
-            )
-        ))),
+        Ok(Err(join)) => Err(match join.try_into_panic() {
+            Ok(panic) => panicked(panic.as_ref()),
+            Err(_) => ConfigError::Invalid("the config source panicked: cancelled".to_owned()),
+        }),
         Err(_) => Err(ConfigError::TimedOut { after: deadline }),
     }
+}
+
+/// A config source's panic, as the error a resolve gives.
+fn panicked(panic: &(dyn std::any::Any + Send)) -> ConfigError {
+    ConfigError::Invalid(format!(
+        "the config source panicked: {}",
+        crate::service::panic_message(panic)
+    ))
 }
 
 /// The bytes of the config file at `path`, read so that no path can make
@@ -744,11 +784,10 @@ impl TomlFileSource {
     /// This source as the closure a supervisor resolves through (watching
     /// its declared file).
     pub fn into_source(self) -> ConfigSource {
-        let declared = self.declared_path().map(Path::to_path_buf);
-        let source = ConfigSource::new(move || self.resolve());
-        match declared {
-            Some(path) => source.watching(path),
-            None => source,
+        match self.declared_path().map(Path::to_path_buf) {
+            Some(path) => ConfigSource::new(move || self.resolve()).watching(path),
+            // Defaults only: parsed from memory, nothing to block on.
+            None => ConfigSource::in_place(move || self.resolve()),
         }
     }
 }

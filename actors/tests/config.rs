@@ -396,6 +396,70 @@ async fn a_source_that_blocks_is_given_up_at_the_deadline() {
     assert_eq!(fingerprint, Fingerprint::of_file(&fifo));
 }
 
+/// Issue 16: a source that reads nothing (a fixed table, defaults without a
+/// declared file) resolves on the caller's thread, not on a blocking one
+/// (a thread hop per boot, and a blocking pool that grows with the
+/// supervisors in a process); one that may read a file still goes to a
+/// blocking thread; a panic in place is still a typed error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_that_reads_nothing_resolves_in_place() {
+    use steadfast_actors::config::{ConfigSource, ResolvedConfig};
+    let here = std::thread::current().id();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let on = |seen: &Arc<Mutex<Vec<_>>>| {
+        let seen = Arc::clone(seen);
+        move || {
+            seen.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(std::thread::current().id());
+            Ok(ResolvedConfig::untracked(toml::Table::new()))
+        }
+    };
+    ConfigSource::in_place(on(&seen))
+        .resolve_within(PATIENCE)
+        .await
+        .expect("resolves");
+    ConfigSource::new(on(&seen))
+        .resolve_within(PATIENCE)
+        .await
+        .expect("resolves");
+    let seen = seen.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    assert_eq!(seen[0], here, "in place: on the caller's thread");
+    assert_ne!(
+        seen[1], here,
+        "a source that may block: on a blocking thread"
+    );
+
+    let fixed = ConfigSource::fixed(toml::toml! { port = 1 })
+        .resolve_within(PATIENCE)
+        .await
+        .expect("resolves");
+    assert_eq!(fixed.config, toml::toml! { port = 1 });
+    let defaults = TomlFileSource::new()
+        .defaults_toml("port = 2")
+        .into_source()
+        .resolve_within(PATIENCE)
+        .await
+        .expect("resolves");
+    assert_eq!(defaults.config, toml::toml! { port = 2 });
+    let broken = TomlFileSource::new()
+        .defaults_toml("port = ")
+        .into_source()
+        .resolve_within(PATIENCE)
+        .await
+        .expect_err("a parse error");
+    assert!(matches!(broken, ConfigError::Parse { .. }), "{broken:?}");
+
+    let panicked = ConfigSource::in_place(|| panic!("no config here"))
+        .resolve_within(PATIENCE)
+        .await
+        .expect_err("a panic is an error");
+    assert!(
+        matches!(&panicked, ConfigError::Invalid(why) if why.contains("no config here")),
+        "{panicked:?}"
+    );
+}
+
 /// A ConfigMap volume's update as the kubelet makes it: `name` is
 /// `..data/name`, `..data` links to a timestamped directory; an update
 /// writes a new timestamped directory, links `..data_tmp` to it, renames

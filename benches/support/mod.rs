@@ -30,8 +30,16 @@ impl Service for Noop {
     }
 }
 
-/// A config source that always resolves to an empty table.
+/// A config source that always resolves to an empty table, in place (it
+/// reads nothing), as a daemon configured in code has.
 pub fn empty_source() -> ConfigSource {
+    ConfigSource::fixed(toml::Table::new())
+}
+
+/// The same empty table through a closure the supervisor must assume may
+/// block, so it resolves on a blocking thread: the yardstick of
+/// [`empty_source`]'s in-place resolve.
+pub fn blocking_empty_source() -> ConfigSource {
     ConfigSource::new(|| Ok(ResolvedConfig::untracked(toml::Table::new())))
 }
 
