@@ -7,9 +7,12 @@
 //!   transition costs at least once): the baseline.
 //! - `stop_then_start_to_running`: `stop`, then `start`, until the snapshot
 //!   says running again. Target (issue 16): ≤ 4× `journal_fsync`.
-//! - Then 200 alternated pairs (one fsync, one stop+start) and their
-//!   medians and ratio, printed: the ratio on a disk whose fsync latency
-//!   drifts during the run.
+//! - Then 200 alternated triples (one fsync, one stop+start, one stop+start
+//!   of a second supervisor whose config source resolves on a blocking
+//!   thread, as one that may read a file does) and their medians and
+//!   ratios, printed: the ratio on a disk whose fsync latency drifts during
+//!   the run, and what the in-place resolve of [`support::empty_source`]
+//!   saves.
 //! - `stop_to_stopped` / `start_to_running`: a command through the handle, the
 //!   Lifecycle actor, the journal and the boot or drain task, for a no-op
 //!   service, until the snapshot says it arrived.
