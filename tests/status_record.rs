@@ -364,11 +364,9 @@ fn a_tampered_record_is_not_trusted() {
         plant(&data, &elsewhere, 0o600);
         assert!(!shows_forgery(&data, case));
     }
-    // The writer is another live process (this one), with its start time,
-    // the socket and a snapshot of its pid: the snapshot is not the
-    // listener's, but nothing tells, as a forgery by the daemon's own user
-    // (the control case) is not told either. With the snapshot still the
-    // daemon's pid, it is refused.
+    // A writer that is alive as itself (this test process, with its own
+    // start time) and names the socket, over a snapshot of the daemon's
+    // pid: the snapshot is not the writer's.
     let own = std::fs::read("/proc/self/stat").expect("own stat");
     let own_start = status_record::start_time_of(&own).expect("own start time");
     let imposter = forged_by(&data, None, |w| {
