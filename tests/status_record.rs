@@ -225,9 +225,21 @@ fn a_killed_daemons_record_is_never_shown_running() {
     let socket = data.join(".steadfast").join("control.sock");
     child.kill().expect("kill -9");
     // Not reaped yet: a zombie, whose pid still has its start time.
-    let stat = PathBuf::from(format!("/proc/{}/stat", child.id()));
+    // Once every thread has exited (the last one closes the files, so the
+    // socket is closed too): only the leader is left, as a zombie.
+    let tasks = PathBuf::from(format!("/proc/{}/task", child.id()));
     let deadline = std::time::Instant::now() + processes::PATIENCE;
-    while !std::fs::read(&stat).is_ok_and(|bytes| status_record::exited(&bytes)) {
+    loop {
+        let left: Vec<_> = std::fs::read_dir(&tasks)
+            .expect("the zombie's tasks")
+            .filter_map(Result::ok)
+            .collect();
+        let zombie = left.len() == 1
+            && std::fs::read(left[0].path().join("stat"))
+                .is_ok_and(|stat| status_record::exited(&stat));
+        if zombie {
+            break;
+        }
         assert!(std::time::Instant::now() < deadline, "never a zombie");
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -262,15 +274,15 @@ fn a_killed_daemons_record_is_never_shown_running() {
     assert_eq!(processes::wait_exit(&mut child), Some(0));
 }
 
-/// The daemon's record, with `epoch` (and optionally `pid`) forged, and
-/// its writer block changed by `writer`.
+/// The daemon's record `original` (as it wrote it: the planted forgeries
+/// replace the file it names), with `epoch` (and optionally `pid`) forged,
+/// and its writer block changed by `writer`.
 fn forged_by(
-    data: &Path,
+    original: &[u8],
     pid: Option<u64>,
     writer: impl FnOnce(&mut status_record::Writer),
 ) -> Vec<u8> {
-    let bytes = std::fs::read(record_path(data)).expect("the record");
-    let (mut by, body) = status_record::decode(&bytes).expect("a whole record");
+    let (mut by, body) = status_record::decode(original).expect("a whole record");
     let mut value: serde_json::Value = serde_json::from_slice(body).expect("a snapshot");
     value["epoch"] = 4242.into();
     if let Some(pid) = pid {
@@ -281,8 +293,8 @@ fn forged_by(
 }
 
 /// The daemon's record, with `epoch` (and optionally `pid`) forged.
-fn forged(data: &Path, pid: Option<u64>) -> Vec<u8> {
-    forged_by(data, pid, |_| {})
+fn forged(original: &[u8], pid: Option<u64>) -> Vec<u8> {
+    forged_by(original, pid, |_| {})
 }
 
 /// Put `bytes` in place of the record (as a file of mode `mode`, renamed
@@ -310,7 +322,8 @@ fn a_tampered_record_is_not_trusted() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (child, data) = running_kvd(tmp.path());
     let pid = u64::from(child.id());
-    let forgery = forged(&data, None);
+    let original = std::fs::read(record_path(&data)).expect("the record");
+    let forgery = forged(&original, None);
 
     // The control case: a forgery that passes every rule is read (so the
     // cases below would show one that got through).
@@ -337,7 +350,7 @@ fn a_tampered_record_is_not_trusted() {
     assert!(!shows_forgery(&data, "a symbolic link"));
 
     // Another pid's record.
-    let other = forged(&data, Some(pid + 1));
+    let other = forged(&original, Some(pid + 1));
     plant(&data, &other, 0o600);
     assert!(!shows_forgery(&data, "another pid"));
 
@@ -346,7 +359,7 @@ fn a_tampered_record_is_not_trusted() {
     // none (before the bind, after a handover).
     let socket = std::fs::symlink_metadata(data.join(".steadfast").join("control.sock"))
         .expect("the socket file");
-    let restarted = forged_by(&data, None, |w| w.start_time += 1);
+    let restarted = forged_by(&original, None, |w| w.start_time += 1);
     plant(&data, &restarted, 0o600);
     assert!(!shows_forgery(&data, "another start time"));
     for (case, other) in [
@@ -360,7 +373,7 @@ fn a_tampered_record_is_not_trusted() {
         ),
         ("no socket", None),
     ] {
-        let elsewhere = forged_by(&data, None, |w| w.socket = other);
+        let elsewhere = forged_by(&original, None, |w| w.socket = other);
         plant(&data, &elsewhere, 0o600);
         assert!(!shows_forgery(&data, case));
     }
@@ -369,7 +382,7 @@ fn a_tampered_record_is_not_trusted() {
     // pid: the snapshot is not the writer's.
     let own = std::fs::read("/proc/self/stat").expect("own stat");
     let own_start = status_record::start_time_of(&own).expect("own start time");
-    let imposter = forged_by(&data, None, |w| {
+    let imposter = forged_by(&original, None, |w| {
         w.pid = std::process::id();
         w.start_time = own_start;
     });
