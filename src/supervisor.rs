@@ -380,6 +380,19 @@ impl SupervisorHandle {
         self.shared.status.remove();
     }
 
+    /// The control socket `(st_dev, st_ino)` is served: the status record
+    /// names it, if it is the one beside the record
+    /// (`StatusRecord::set_socket`).
+    pub(crate) fn set_status_socket(&self, socket: (u64, u64)) {
+        self.shared.status.set_socket(socket);
+    }
+
+    /// The control socket `(st_dev, st_ino)` is no longer served: the
+    /// status record names it no more (`StatusRecord::clear_socket`).
+    pub(crate) fn clear_status_socket(&self, socket: (u64, u64)) {
+        self.shared.status.clear_socket(socket);
+    }
+
     /// This supervisor's metrics as OpenMetrics text (ending `# EOF`): what
     /// `steadfastctl metrics` and the daemon's HTTP endpoint serve
     /// (`spec/control.md`, "Metrics").

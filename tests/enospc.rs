@@ -484,7 +484,7 @@ fn a_full_disk_leaves_the_status_record_unusable_not_the_daemon() {
     let whole = |bytes: &[u8]| {
         status_record::decode(bytes)
             .ok()
-            .and_then(|body| serde_json::from_slice::<serde_json::Value>(body).ok())
+            .and_then(|(_, body)| serde_json::from_slice::<serde_json::Value>(body).ok())
             .is_some_and(|snapshot| snapshot["pid"] == pid)
     };
     assert!(whole(&std::fs::read(&record).expect("the record")));

@@ -7,21 +7,29 @@
 //! - `status_from_the_record_is_what_the_control_plane_answers`: `--json
 //!   status`, `status` and `probe ready` give the same bytes and exit codes
 //!   both ways (but for `now`); a SIGSTOPped daemon is still read from its
-//!   record (so the record path is the one taken), and record reads (a
-//!   connect closed unused) make the daemon log no warning.
+//!   record (so the record path is the one taken); record reads never
+//!   connect (the daemon's `steadfast_control_connections_total` does not
+//!   move) and make the daemon log no warning.
 //! - `a_killed_daemons_record_is_never_shown_running`: after `kill -9` the
-//!   record is still on disk, and `status` says what the control plane
-//!   says (no daemon, exit 4); the relaunched daemon's answers all carry
-//!   its own pid.
+//!   record (naming the socket file, still in place) is still on disk, and
+//!   `status` says what the control plane says (no daemon, exit 4), both
+//!   while the killed daemon is a zombie and once it is reaped; the
+//!   relaunched daemon's answers all carry its own pid.
 //! - `a_tampered_record_is_not_trusted`: a forged record is shown only when
 //!   it passes every rule (the control case); as a link, with a second
-//!   link, writable by others, naming another pid, torn, garbage, or (as
-//!   root) owned by another uid, the answer is the daemon's own.
+//!   link, writable by others, naming another pid, a writer start time that
+//!   is not the live pid's, another socket file or none, torn, garbage,
+//!   or (as root) owned by another uid, the answer is the daemon's own.
+//! - `a_record_whose_socket_file_was_replaced_is_not_trusted`: the daemon's
+//!   socket file moved aside and a dead socket put in its place: the
+//!   record (still naming the moved file) is not trusted, and `status`
+//!   says "not running" as the control plane does; moved back, the record
+//!   is read again.
 
 mod processes;
 
 use std::fs::File;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
@@ -151,14 +159,21 @@ fn status_from_the_record_is_what_the_control_plane_answers() {
         "the control plane timed out"
     );
 
-    // Many record reads: each connects and closes unused, and the daemon
-    // logs nothing about it.
+    // Many record reads: none connects (the daemon admits only the two
+    // `metrics` calls around them), and the daemon logs nothing about them.
+    let before = unix_connections(&data);
     for _ in 0..50 {
         assert_eq!(
             ctl(&data, &["probe", "ready"], false).status.code(),
             Some(0)
         );
+        assert_eq!(ctl(&data, &["status"], false).status.code(), Some(0));
     }
+    assert_eq!(
+        unix_connections(&data),
+        before + 1,
+        "only the second `metrics` call connected"
+    );
     assert_eq!(ctl(&data, &["status"], true).status.code(), Some(0));
     stop_kvd(child, &data);
     let log = std::fs::read_to_string(tmp.path().join("kvd.log")).expect("log");
@@ -173,24 +188,69 @@ fn status_from_the_record_is_what_the_control_plane_answers() {
     );
 }
 
+/// The daemon's admitted Unix control connections
+/// (`steadfast_control_connections_total{transport="unix"}`), read with a
+/// `metrics` call (which is one).
+fn unix_connections(data: &Path) -> u64 {
+    let out = ctl(data, &["metrics"], true);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    text(&out.stdout)
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("steadfast_control_connections_total{transport=\"unix\"} ")
+        })
+        .and_then(|n| n.trim().parse::<f64>().ok())
+        .map(|n| n as u64)
+        .unwrap_or_else(|| panic!("no unix connection count in {}", text(&out.stdout)))
+}
+
+/// `status`, `--json status` and `probe ready` from the record say what
+/// the control plane says when no daemon answers (exit 4, or 1 for the
+/// probe; nothing on stdout).
+fn no_daemon_either_way(data: &Path, case: &str) {
+    for args in [&["status"][..], &["--json", "status"], &["probe", "ready"]] {
+        let (record, rpc) = (ctl(data, args, false), ctl(data, args, true));
+        let expected = if args[0] == "probe" { 1 } else { 4 };
+        assert_eq!(record.status.code(), Some(expected), "{case}: {args:?}");
+        assert_eq!(rpc.status.code(), Some(expected), "{case}: {args:?}");
+        assert_eq!(text(&record.stdout), "", "{case}: {args:?}: nothing shown");
+        assert_eq!(text(&record.stderr), text(&rpc.stderr), "{case}: {args:?}");
+    }
+}
+
 #[test]
 fn a_killed_daemons_record_is_never_shown_running() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (mut child, data) = running_kvd(tmp.path());
+    let socket = data.join(".steadfast").join("control.sock");
     child.kill().expect("kill -9");
-    let _ = child.wait();
+    // Not reaped yet: a zombie, whose pid still has its start time.
+    // Once every thread has exited (the last one closes the files, so the
+    // socket is closed too): only the leader is left, as a zombie.
+    let tasks = PathBuf::from(format!("/proc/{}/task", child.id()));
+    let deadline = std::time::Instant::now() + processes::PATIENCE;
+    loop {
+        let left: Vec<_> = std::fs::read_dir(&tasks)
+            .expect("the zombie's tasks")
+            .filter_map(Result::ok)
+            .collect();
+        let zombie = left.len() == 1
+            && std::fs::read(left[0].path().join("stat"))
+                .is_ok_and(|stat| status_record::exited(&stat));
+        if zombie {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never a zombie");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     assert!(
         record_path(&data).exists(),
         "the killed daemon's record stays"
     );
-    for args in [&["status"][..], &["--json", "status"], &["probe", "ready"]] {
-        let (record, rpc) = (ctl(&data, args, false), ctl(&data, args, true));
-        let expected = if args[0] == "probe" { 1 } else { 4 };
-        assert_eq!(record.status.code(), Some(expected), "{args:?}");
-        assert_eq!(rpc.status.code(), Some(expected), "{args:?}");
-        assert_eq!(text(&record.stdout), "", "{args:?}: nothing shown");
-        assert_eq!(text(&record.stderr), text(&rpc.stderr), "{args:?}");
-    }
+    assert!(socket.exists(), "and so does its socket file");
+    no_daemon_either_way(&data, "a zombie");
+    let _ = child.wait();
+    no_daemon_either_way(&data, "reaped");
 
     // Relaunched: whatever it answers, from its first answer on, is its own.
     let config = tmp.path().join("kvd.toml");
@@ -214,16 +274,27 @@ fn a_killed_daemons_record_is_never_shown_running() {
     assert_eq!(processes::wait_exit(&mut child), Some(0));
 }
 
-/// The daemon's record, with `epoch` (and optionally `pid`) forged.
-fn forged(data: &Path, pid: Option<u64>) -> Vec<u8> {
-    let bytes = std::fs::read(record_path(data)).expect("the record");
-    let body = status_record::decode(&bytes).expect("a whole record");
+/// The daemon's record `original` (as it wrote it: the planted forgeries
+/// replace the file it names), with `epoch` (and optionally `pid`) forged,
+/// and its writer block changed by `writer`.
+fn forged_by(
+    original: &[u8],
+    pid: Option<u64>,
+    writer: impl FnOnce(&mut status_record::Writer),
+) -> Vec<u8> {
+    let (mut by, body) = status_record::decode(original).expect("a whole record");
     let mut value: serde_json::Value = serde_json::from_slice(body).expect("a snapshot");
     value["epoch"] = 4242.into();
     if let Some(pid) = pid {
         value["pid"] = pid.into();
     }
-    status_record::encode(&serde_json::to_vec(&value).expect("json"))
+    writer(&mut by);
+    status_record::encode(&by, &serde_json::to_vec(&value).expect("json"))
+}
+
+/// The daemon's record, with `epoch` (and optionally `pid`) forged.
+fn forged(original: &[u8], pid: Option<u64>) -> Vec<u8> {
+    forged_by(original, pid, |_| {})
 }
 
 /// Put `bytes` in place of the record (as a file of mode `mode`, renamed
@@ -251,7 +322,8 @@ fn a_tampered_record_is_not_trusted() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (child, data) = running_kvd(tmp.path());
     let pid = u64::from(child.id());
-    let forgery = forged(&data, None);
+    let original = std::fs::read(record_path(&data)).expect("the record");
+    let forgery = forged(&original, None);
 
     // The control case: a forgery that passes every rule is read (so the
     // cases below would show one that got through).
@@ -278,9 +350,47 @@ fn a_tampered_record_is_not_trusted() {
     assert!(!shows_forgery(&data, "a symbolic link"));
 
     // Another pid's record.
-    let other = forged(&data, Some(pid + 1));
+    let other = forged(&original, Some(pid + 1));
     plant(&data, &other, 0o600);
     assert!(!shows_forgery(&data, "another pid"));
+
+    // The writer block: the live pid's start time is not the one written
+    // (its pid reused by another process), the socket is another file, or
+    // none (before the bind, after a handover).
+    let socket = std::fs::symlink_metadata(data.join(".steadfast").join("control.sock"))
+        .expect("the socket file");
+    let restarted = forged_by(&original, None, |w| w.start_time += 1);
+    plant(&data, &restarted, 0o600);
+    assert!(!shows_forgery(&data, "another start time"));
+    for (case, other) in [
+        (
+            "another socket inode",
+            Some((socket.dev(), socket.ino() + 1)),
+        ),
+        (
+            "another socket device",
+            Some((socket.dev() + 1, socket.ino())),
+        ),
+        ("no socket", None),
+    ] {
+        let elsewhere = forged_by(&original, None, |w| w.socket = other);
+        plant(&data, &elsewhere, 0o600);
+        assert!(!shows_forgery(&data, case));
+    }
+    // A writer that is alive as itself (this test process, with its own
+    // start time) and names the socket, over a snapshot of the daemon's
+    // pid: the snapshot is not the writer's.
+    let own = std::fs::read("/proc/self/stat").expect("own stat");
+    let own_start = status_record::start_time_of(&own).expect("own start time");
+    let imposter = forged_by(&original, None, |w| {
+        w.pid = std::process::id();
+        w.start_time = own_start;
+    });
+    plant(&data, &imposter, 0o600);
+    assert!(!shows_forgery(
+        &data,
+        "a writer that is not the snapshot's pid"
+    ));
 
     // Torn (cut short, or its body changed under the checksum), garbage,
     // empty.
@@ -305,4 +415,39 @@ fn a_tampered_record_is_not_trusted() {
         eprintln!("not root: the foreign-owner case is skipped");
     }
     stop_kvd(child, &data);
+}
+
+#[test]
+fn a_record_whose_socket_file_was_replaced_is_not_trusted() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (child, data) = running_kvd(tmp.path());
+    let socket = data.join(".steadfast").join("control.sock");
+    let aside = data.join(".steadfast").join("control.sock.aside");
+    assert!(shows_record(&data), "the record is read to begin with");
+
+    // The daemon's socket file moved aside (the daemon still serves it, the
+    // record still names it), and another socket, which nobody serves, put
+    // in its place.
+    std::fs::rename(&socket, &aside).expect("move the socket aside");
+    drop(std::os::unix::net::UnixListener::bind(&socket).expect("bind another socket"));
+    no_daemon_either_way(&data, "another socket file");
+    // Moved back: the record names the file again, and is read.
+    std::fs::rename(&aside, &socket).expect("move the socket back");
+    assert!(shows_record(&data), "the record is read again");
+    stop_kvd(child, &data);
+}
+
+/// Whether `--json status` is read from the record: with the daemon
+/// stopped (SIGSTOP), only the record answers.
+fn shows_record(data: &Path) -> bool {
+    let pid = std::fs::read(record_path(data))
+        .ok()
+        .and_then(|bytes| status_record::decode(&bytes).ok().map(|(w, _)| w.pid))
+        .expect("a record");
+    let child_pid = rustix::process::Pid::from_raw(i32::try_from(pid).expect("pid")).expect("pid");
+    rustix::process::kill_process(child_pid, rustix::process::Signal::STOP).expect("stop");
+    processes::wait_stopped(pid);
+    let out = ctl(data, &["--timeout", "1", "--json", "status"], false);
+    rustix::process::kill_process(child_pid, rustix::process::Signal::CONT).expect("cont");
+    out.status.code() == Some(0)
 }

@@ -141,6 +141,9 @@ use crate::fsx::{self, Access, Dir, FsError, UnsafePath};
 /// The control directory's name under the data dir.
 pub const CONTROL_DIR_NAME: &str = ".steadfast";
 
+/// The control plane's Unix socket's name in the control dir.
+pub const SOCKET_NAME: &str = "control.sock";
+
 /// The mode of the control directory.
 pub const CONTROL_DIR_MODE: u32 = fsx::DIR_MODE;
 
@@ -1467,7 +1470,7 @@ impl ControlDir {
     /// The control plane's Unix socket.
     #[must_use]
     pub fn socket_path(&self) -> PathBuf {
-        self.path.join("control.sock")
+        self.path.join(SOCKET_NAME)
     }
 
     /// How the previous daemon ended, from the run marker found at open.

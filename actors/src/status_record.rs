@@ -11,6 +11,17 @@
 //!   so a reader that saw a version through the control plane never reads
 //!   an older one here. The first record (version 0) is written when the
 //!   supervisor is made, before any control socket is bound.
+//! - Its writer block ([`status_record::Writer`]) names this process (its
+//!   pid and start time, read once from `/proc/self/stat`) and the control
+//!   socket file it serves: set by [`StatusRecord::set_socket`] once the
+//!   socket is bound under its name beside the record (only that file: a
+//!   socket bound elsewhere is not claimed), and cleared by
+//!   [`StatusRecord::clear_socket`] when the server lets it go (closed,
+//!   dropped at a handover), each a rewrite. A reader trusts the record
+//!   only while that socket file is the one it names, so a successor's
+//!   socket never vouches for it; a process whose start time cannot be read
+//!   keeps no record. `the_writer_names_the_socket_beside_the_record_only`
+//!   (below), `tests/status_record.rs`.
 //! - Each daemon writes a file of its own: [`StatusRecord::create`] unlinks
 //!   whatever had the name (a killed daemon's record, a planted link) and
 //!   creates it afresh (0600, `O_EXCL`, through the control dir's
@@ -20,7 +31,7 @@
 //!   tail of a longer one after it, which its length tells readers to
 //!   ignore (a truncation per shrink cost an `ftruncate` in ~6 of a
 //!   restart's ~14 publishes); no fsync (a cache of in-memory state: a
-//!   crash leaves a record no live socket vouches for, which readers do
+//!   crash leaves a record whose writer is not alive, which readers do
 //!   not trust).
 //! - A failed write (a full disk) fails nothing: it is logged once, the file
 //!   is truncated to nothing (unlinked if even that fails) so readers fall
@@ -34,7 +45,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use steadfast_protocol::snapshot::Snapshot;
-use steadfast_protocol::status_record;
+use steadfast_protocol::status_record::{self, Writer};
 
 use crate::fsx::Dir;
 
@@ -56,9 +67,23 @@ struct Inner {
     path: PathBuf,
     /// The last write failed (logged once until one succeeds).
     failed: bool,
-    /// Reused buffers: the JSON body, and the framed record.
+    /// The writer block: this process, and the socket it serves.
+    writer: Writer,
+    /// The last snapshot's JSON body (empty before the first), which a
+    /// change of the writer block frames again; and the framed record (a
+    /// reused buffer).
     body: Vec<u8>,
     framed: Vec<u8>,
+}
+
+/// This process's start time (`/proc/self/stat`'s field 22), read once.
+fn own_start_time() -> Option<u64> {
+    static START: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *START.get_or_init(|| {
+        std::fs::read("/proc/self/stat")
+            .ok()
+            .and_then(|stat| status_record::start_time_of(&stat))
+    })
 }
 
 impl StatusRecord {
@@ -68,7 +93,13 @@ impl StatusRecord {
     #[must_use]
     pub fn create(dir: &Dir, snapshot: &Snapshot) -> Self {
         let path = dir.join(NAME);
-        let file = match dir.create_temp(NAME) {
+        let start_time = own_start_time();
+        let created = start_time
+            .ok_or_else(|| {
+                std::io::Error::other("this process's start time is not in /proc/self/stat")
+            })
+            .and_then(|_| dir.create_temp(NAME).map_err(std::io::Error::other));
+        let file = match created {
             Ok(file) => Some(file),
             Err(error) => {
                 tracing::warn!(%error, "no status record: `steadfastctl status` asks the daemon");
@@ -83,6 +114,11 @@ impl StatusRecord {
                 dir: dir.fd().try_clone_to_owned().ok(),
                 path,
                 failed: false,
+                writer: Writer {
+                    pid: snapshot.pid,
+                    start_time: start_time.unwrap_or(0),
+                    socket: None,
+                },
                 body: Vec::new(),
                 framed: Vec::new(),
             }),
@@ -97,26 +133,62 @@ impl StatusRecord {
             return;
         };
         let inner = &mut *inner;
-        let Some(file) = &inner.file else {
+        if inner.file.is_none() {
             return;
-        };
+        }
         let mut lean = snapshot.lean();
         lean.now = None;
         inner.body.clear();
-        let written = serde_json::to_writer(&mut inner.body, &lean)
-            .map_err(std::io::Error::other)
-            .and_then(|()| {
-                status_record::encode_into(&inner.body, &mut inner.framed);
-                file.write_all_at(&inner.framed, 0)
-            });
-        match written {
-            Ok(()) => {
-                if std::mem::take(&mut inner.failed) {
-                    tracing::info!(path = %inner.path.display(), "the status record is written again");
-                }
-            }
-            Err(error) => inner.fail(&error),
+        if let Err(error) = serde_json::to_writer(&mut inner.body, &lean) {
+            inner.body.clear();
+            inner.fail(&std::io::Error::other(error));
+            return;
         }
+        inner.put();
+    }
+
+    /// The control socket `(st_dev, st_ino)` (of its path, not of its
+    /// descriptor) is served now: name it in the writer block and rewrite
+    /// the record, if it is the file named [`SOCKET_NAME`] beside the
+    /// record (checked here, `AT_SYMLINK_NOFOLLOW`); a socket served
+    /// anywhere else leaves the record as it is.
+    ///
+    /// [`SOCKET_NAME`]: crate::control_dir::SOCKET_NAME
+    pub fn set_socket(&self, socket: (u64, u64)) {
+        let Ok(mut inner) = self.inner.lock() else {
+            return;
+        };
+        let beside = inner.dir.as_ref().and_then(|dir| {
+            rustix::fs::statat(
+                dir,
+                crate::control_dir::SOCKET_NAME,
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .ok()
+        });
+        if beside.is_some_and(|stat| (stat.st_dev, stat.st_ino) == socket) {
+            inner.writer.socket = Some(socket);
+            inner.put();
+        }
+    }
+
+    /// The control socket `socket` is no longer served (closed, or let go
+    /// at a handover): if the writer block names it, name none and rewrite
+    /// the record, so readers ask the daemon (or find none).
+    pub fn clear_socket(&self, socket: (u64, u64)) {
+        let Ok(mut inner) = self.inner.lock() else {
+            return;
+        };
+        if inner.writer.socket == Some(socket) {
+            inner.writer.socket = None;
+            inner.put();
+        }
+    }
+
+    /// The writer block as it stands (for tests and logs).
+    #[must_use]
+    pub fn writer(&self) -> Option<Writer> {
+        self.inner.lock().ok().map(|inner| inner.writer)
     }
 
     /// Remove the record at a clean exit, if the name still names this
@@ -138,6 +210,33 @@ impl StatusRecord {
 }
 
 impl Inner {
+    /// Frame the last body with the writer block and write it at offset 0
+    /// (nothing before the first body).
+    fn put(&mut self) {
+        let Self {
+            file,
+            writer,
+            body,
+            framed,
+            ..
+        } = self;
+        let Some(file) = file else {
+            return;
+        };
+        if body.is_empty() {
+            return;
+        }
+        status_record::encode_into(writer, body, framed);
+        match file.write_all_at(framed, 0) {
+            Ok(()) => {
+                if std::mem::take(&mut self.failed) {
+                    tracing::info!(path = %self.path.display(), "the status record is written again");
+                }
+            }
+            Err(error) => self.fail(&error),
+        }
+    }
+
     /// A write failed: readers must not find a record (truncated to
     /// nothing, else unlinked and given up), logged once per run of failures.
     fn fail(&mut self, error: &std::io::Error) {
@@ -159,5 +258,86 @@ impl Inner {
                 let _ = rustix::fs::unlinkat(dir, NAME, rustix::fs::AtFlags::empty());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use steadfast_protocol::Timestamp;
+    use steadfast_protocol::lifecycle::{LifecycleState, PendingApply};
+    use steadfast_protocol::snapshot::PreviousRun;
+
+    fn snapshot() -> Snapshot {
+        Snapshot {
+            schema: steadfast_protocol::snapshot::SCHEMA,
+            version: 0,
+            now: None,
+            lifecycle: LifecycleState::Resolving {
+                since: Timestamp(9),
+            },
+            attempts: Vec::new(),
+            previous_run: PreviousRun::Crashed {
+                pid: None,
+                attempt: None,
+            },
+            identity: None,
+            epoch: 0,
+            streak: 0,
+            hold: false,
+            pending: PendingApply::InSync,
+            pid: std::process::id(),
+            error: None,
+            budget: None,
+        }
+    }
+
+    fn on_disk(dir: &std::path::Path) -> Writer {
+        let bytes = std::fs::read(dir.join(NAME)).expect("the record");
+        status_record::decode(&bytes).expect("a whole record").0
+    }
+
+    /// The writer block names this process, and a socket only while it is
+    /// the file `control.sock` beside the record; clearing names none.
+    #[test]
+    fn the_writer_names_the_socket_beside_the_record_only() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = Dir::open_data_dir(tmp.path(), false).expect("dir");
+        let record = StatusRecord::create(&dir, &snapshot());
+        let writer = on_disk(tmp.path());
+        let stat = std::fs::read("/proc/self/stat").expect("own stat");
+        assert_eq!(writer.pid, std::process::id());
+        assert_eq!(Some(writer.start_time), status_record::start_time_of(&stat));
+        assert_eq!(writer.socket, None, "no socket before the bind");
+
+        let socket = tmp.path().join(crate::control_dir::SOCKET_NAME);
+        let elsewhere = tmp.path().join("other.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+        let _other = std::os::unix::net::UnixListener::bind(&elsewhere).expect("bind");
+        let id = |path: &std::path::Path| {
+            let meta = std::fs::symlink_metadata(path).expect("stat");
+            (meta.dev(), meta.ino())
+        };
+        record.set_socket(id(&elsewhere));
+        assert_eq!(on_disk(tmp.path()).socket, None, "not beside the record");
+        record.set_socket(id(&socket));
+        assert_eq!(on_disk(tmp.path()).socket, Some(id(&socket)));
+        assert_eq!(record.writer().and_then(|w| w.socket), Some(id(&socket)));
+        // A publish keeps the socket.
+        record.write(&Snapshot {
+            version: 1,
+            ..snapshot()
+        });
+        assert_eq!(on_disk(tmp.path()).socket, Some(id(&socket)));
+        // Another socket's end leaves it named; its own end does not.
+        record.clear_socket(id(&elsewhere));
+        assert_eq!(on_disk(tmp.path()).socket, Some(id(&socket)));
+        record.clear_socket(id(&socket));
+        assert_eq!(on_disk(tmp.path()).socket, None);
+        let bytes = std::fs::read(tmp.path().join(NAME)).expect("the record");
+        let body = status_record::decode(&bytes).expect("whole").1;
+        let read: Snapshot = serde_json::from_slice(body).expect("a snapshot");
+        assert_eq!(read.version, 1, "rewritten with the last body");
     }
 }

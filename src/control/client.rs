@@ -508,6 +508,16 @@ fn service_user(dir_fd: &OwnedFd) -> Option<u32> {
 /// (see the module's invariants): the opened directory, and the path to
 /// connect to through it.
 fn checked_socket(path: &Path) -> Result<(OwnedFd, PathBuf, ServiceUser), ClientError> {
+    let (dir_fd, _, service) = checked_file(path)?;
+    let name = path.file_name().unwrap_or_default();
+    let through = through_proc(&dir_fd, name).map_or_else(|| through_dir(&dir_fd, path), Ok)?;
+    Ok((dir_fd, through, service))
+}
+
+/// The checks of [`checked_socket`], on the files alone: the opened
+/// directory, the socket file's `stat` (`AT_SYMLINK_NOFOLLOW`), and the
+/// trusted-uid rule's lookups.
+fn checked_file(path: &Path) -> Result<(OwnedFd, rustix::fs::Stat, ServiceUser), ClientError> {
     let untrusted = |why: String| ClientError::Untrusted {
         path: path.to_owned(),
         why,
@@ -562,8 +572,7 @@ fn checked_socket(path: &Path) -> Result<(OwnedFd, PathBuf, ServiceUser), Client
             stat.st_uid
         )));
     }
-    let through = through_proc(&dir_fd, name).map_or_else(|| through_dir(&dir_fd, path), Ok)?;
-    Ok((dir_fd, through, service))
+    Ok((dir_fd, stat, service))
 }
 
 /// `/proc/self/fd/<fd>/<name>` when it fits a socket address, without
@@ -591,70 +600,35 @@ fn through_dir(dir_fd: &OwnedFd, path: &Path) -> Result<PathBuf, ClientError> {
     })
 }
 
-/// Who listens on a Unix control socket, as [`listener_of`] found it.
+/// A Unix control socket's file, as [`socket_file`] checked it.
 #[derive(Debug)]
-pub struct Listener {
+pub struct SocketFile {
     /// The socket's directory, opened and checked (a file in it is read
     /// through this, not through the path again).
     pub dir: OwnedFd,
-    /// The listening process's id (`SO_PEERCRED`: the process that bound
-    /// and listened).
-    pub pid: u32,
-    /// Its user id.
+    /// The socket file's `(st_dev, st_ino)` (of the path, not followed).
+    pub id: (u64, u64),
+    /// The socket file's owner: trusted as a dial trusts it (this user,
+    /// root, or for a root client the data dir's service user).
     pub uid: u32,
 }
 
-/// Who listens on the Unix control socket at `path`, without a runtime
-/// and without sending a byte: every check a dial makes (the module's
-/// invariants, `checked_socket`), a non-blocking connect through the
-/// opened directory, and the listener's credentials, which must be
-/// trusted as a dial's are. The connection is closed unused (the server
-/// greets it and reads its end; nothing is logged above debug). What
-/// `steadfastctl status` asks before it trusts the status record.
+/// The Unix control socket's file at `path`, with every check a dial makes
+/// before it connects (the module's invariants: the directory's owner and
+/// mode, the socket's type and owner, no link followed), and without
+/// connecting: the daemon is not woken. What `steadfastctl status` checks
+/// before it trusts the status record beside the socket, which names the
+/// socket file its writer serves.
 ///
 /// # Errors
-/// As a dial's: [`ClientError::Connect`] (no socket, nobody listening,
-/// a full accept queue as `WouldBlock`), [`ClientError::Untrusted`].
-pub fn listener_of(path: &Path) -> Result<Listener, ClientError> {
-    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
-    let connect_err = |source: io::Error| ClientError::Connect {
-        endpoint: path.display().to_string(),
-        source,
-    };
-    let (dir_fd, through, service) = checked_socket(path)?;
-    let connect = |to: &Path| -> io::Result<OwnedFd> {
-        let socket = rustix::net::socket_with(
-            AddressFamily::UNIX,
-            SocketType::STREAM,
-            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
-            None,
-        )?;
-        rustix::net::connect(&socket, &SocketAddrUnix::new(to)?)?;
-        Ok(socket)
-    };
-    let socket = match connect(&through) {
-        // Not there through `/proc`: is `/proc` mounted at all? (As a dial.)
-        Err(error) if error.kind() == io::ErrorKind::NotFound => {
-            match through_dir(&dir_fd, path)? {
-                plain if plain != through => connect(&plain),
-                _ => Err(error),
-            }
-        }
-        connected => connected,
-    }
-    .map_err(connect_err)?;
-    let peer = rustix::net::sockopt::socket_peercred(&socket).map_err(|e| connect_err(e.into()))?;
-    let uid = peer.uid.as_raw();
-    if !trusted_uid(uid, &dir_fd, &service) {
-        return Err(ClientError::Untrusted {
-            path: path.to_owned(),
-            why: format!("the process listening on it runs as uid {uid}, not as this user or root"),
-        });
-    }
-    Ok(Listener {
-        dir: dir_fd,
-        pid: u32::try_from(peer.pid.as_raw_nonzero().get()).unwrap_or(0),
-        uid,
+/// As a dial's before it connects: [`ClientError::Connect`] (no directory,
+/// no socket file), [`ClientError::Untrusted`].
+pub fn socket_file(path: &Path) -> Result<SocketFile, ClientError> {
+    let (dir, stat, _) = checked_file(path)?;
+    Ok(SocketFile {
+        dir,
+        id: (stat.st_dev, stat.st_ino),
+        uid: stat.st_uid,
     })
 }
 

@@ -224,14 +224,20 @@ impl Default for ServerLimits {
 }
 
 /// A running control server. Dropping it stops accepting, closes every
-/// connection and removes the socket file (if it is still the one this
-/// server bound).
+/// connection, unnames the socket in the status record and removes the
+/// socket file (if it is still the one this server bound).
 #[derive(Debug)]
 pub struct ServerGuard {
     /// Where the socket is.
     path: PathBuf,
-    /// The bound socket's (device, inode), so drop removes only our file.
+    /// The bound socket's (device, inode), so drop removes only our file,
+    /// and unnames only our socket in the status record.
     identity: (u64, u64),
+    /// The supervisor served, whose status record names this socket while
+    /// it is served (`StatusRecord::set_socket`): a record must never name
+    /// a socket file its writer no longer serves, whose inode a later
+    /// socket may get.
+    handle: SupervisorHandle,
     /// Cancels the accept loop and every connection.
     cancel: CancellationToken,
     /// The accept loop.
@@ -267,6 +273,7 @@ impl Drop for ServerGuard {
     fn drop(&mut self) {
         self.cancel.cancel();
         self.task.abort();
+        self.handle.clear_status_socket(self.identity);
         if let Ok(meta) = fs::symlink_metadata(&self.path)
             && (meta.dev(), meta.ino()) == self.identity
         {
@@ -365,17 +372,22 @@ pub fn serve_unix_with(
         limits.max_connections_per_peer,
         Evict::Idle(limits.evict_grace),
     ));
+    let identity = (stat.st_dev, stat.st_ino);
     let task = tokio::spawn(accept_loop(
         listener,
-        handle,
+        handle.clone(),
         limits,
         cancel.clone(),
         Arc::clone(&pool),
     ));
+    // Of the path, just renamed into place (a socket descriptor's `fstat`
+    // names the socket, not its file): the record now vouches for this file.
+    handle.set_status_socket(identity);
     tracing::info!(path = %path.display(), "the control socket is listening");
     Ok(ServerGuard {
         path,
-        identity: (stat.st_dev, stat.st_ino),
+        identity,
+        handle,
         cancel,
         task,
         pool,
@@ -583,9 +595,8 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
         {
             // A TLS peer that closed without `close_notify` (a killed
             // `steadfastctl`), or one that closed with bytes of ours unread
-            // (a Unix peer is then told `ECONNRESET`: `steadfastctl status`
-            // reading the status record connects only to learn who listens,
-            // and closes with the greeting unread): an end like any other.
+            // (a Unix peer is then told `ECONNRESET`: a client that closes
+            // with the greeting unread): an end like any other.
             // Frames are length-delimited, so a cut one is still seen as cut.
             self.peer_closed.cancel();
             return Poll::Ready(Ok(()));

@@ -1,26 +1,36 @@
 //! `status` and `probe ready` from the daemon's status record
 //! (`.steadfast/status`, `spec/control-dir.md`, "The status record"),
-//! without a runtime and without a round trip, as runit's `sv status` reads
-//! `supervise/status` (issue 16).
+//! without a runtime, without a round trip and without waking the daemon
+//! (no connect: an accept is two context switches of the daemon's), as
+//! runit's `sv status` reads `supervise/status` (issue 16).
 //!
 //! The record is trusted only when all of these hold, else the command asks
 //! the daemon as it always did (silently: that path is correct, only
-//! slower):
+//! slower, and says "not running" when nobody listens):
 //! - the command is `status` (without `--history`) or `probe ready`, over
 //!   the Unix socket (no `--tcp`/`--tls` flags), and
 //!   `STEADFASTCTL_NO_RECORD` is not set;
-//! - a process listens on the control socket, reached with every check a
-//!   dial makes (`steadfast::control::client::listener_of`: the socket, its
-//!   directory, no links, the listener's uid); a socket nobody serves is
-//!   left to the RPC path, which says "not running" as before;
+//! - the control socket's file passes every check a dial makes before it
+//!   connects (`steadfast::control::client::socket_file`: its directory's
+//!   and its own owner and mode, no link followed, the trusted-uid rule);
 //! - `status` in that directory, opened `O_NOFOLLOW` through the checked
 //!   directory's descriptor, is a regular file with one link, owned by the
-//!   listener's uid, writable by no one else (a client that may not read a
-//!   0600 file falls back);
-//! - its header and checksum hold (a torn read is read again, twice);
-//! - the snapshot in it names the listener's pid (`SO_PEERCRED`): a killed
-//!   daemon's record, or one a replaced incumbent still writes, is not the
-//!   listener's.
+//!   socket file's owner (so by a trusted uid), writable by no one else (a
+//!   client that may not read a 0600 file falls back);
+//! - its header and checksums hold (a torn read is read again, twice);
+//! - its writer block names that very socket file (`(st_dev, st_ino)`): a
+//!   writer names the socket only while it serves it, so a replaced
+//!   incumbent's record, a killed daemon's (whose socket a successor
+//!   replaced) or one written before the socket was bound is not trusted;
+//! - the writer's pid is alive *as the same process*: `/proc/<pid>/stat`
+//!   gives the start time the writer recorded (a killed daemon's pid reused
+//!   by another process has another start time), and not as a zombie;
+//! - the snapshot names the writer's pid.
+//!
+//! A daemon killed with its socket file left in place and its pid not
+//! reused fails the start-time rule; one alive but no longer answering
+//! (stopped, wedged) is shown as it last published, as `sv status` shows
+//! what `runsv` last wrote.
 //!
 //! `now` is this machine's clock when the record is read (the RPC path
 //! stamps the daemon's): the one field in which the two answers differ.
@@ -35,7 +45,7 @@ use std::path::Path;
 
 use rustix::fs::{FileType, Mode, OFlags};
 use steadfast::protocol::snapshot::Snapshot;
-use steadfast::protocol::status_record::{self, HEADER_LEN, MAX_BODY_LEN, RecordError};
+use steadfast::protocol::status_record::{self, HEADER_LEN, MAX_BODY_LEN, RecordError, Writer};
 
 /// Set (to anything) in a command's environment: never read the record.
 pub(super) const NO_RECORD_ENV: &str = "STEADFASTCTL_NO_RECORD";
@@ -53,13 +63,16 @@ pub(super) fn read(socket: &Path) -> Option<Snapshot> {
     if std::env::var_os(NO_RECORD_ENV).is_some() {
         return None;
     }
-    let listener = steadfast::control::client::listener_of(socket).ok()?;
+    let file = steadfast::control::client::socket_file(socket).ok()?;
     for _ in 0..=RETRIES {
-        let bytes = read_file(&listener.dir, listener.uid)?;
+        let bytes = read_file(&file.dir, file.uid)?;
         match status_record::decode(&bytes) {
-            Ok(body) => {
+            Ok((writer, body)) => {
+                if writer.socket != Some(file.id) || !alive(&writer) {
+                    return None;
+                }
                 let mut snapshot: Snapshot = serde_json::from_slice(body).ok()?;
-                if snapshot.pid != listener.pid {
+                if snapshot.pid != writer.pid {
                     return None;
                 }
                 snapshot.now = Some(steadfast::protocol::Timestamp::from_millis(super::now_ms()));
@@ -73,7 +86,20 @@ pub(super) fn read(socket: &Path) -> Option<Snapshot> {
     None
 }
 
-/// The record's bytes, when it is a file the listener (`uid`) owns alone.
+/// Whether the writer's pid names the process that wrote the record, not
+/// exited: it has the start time the writer recorded, and is no zombie.
+fn alive(writer: &Writer) -> bool {
+    if writer.pid == 0 {
+        return false;
+    }
+    std::fs::read(format!("/proc/{}/stat", writer.pid)).is_ok_and(|stat| {
+        !status_record::exited(&stat)
+            && status_record::start_time_of(&stat) == Some(writer.start_time)
+    })
+}
+
+/// The record's bytes, when it is a file the socket's owner (`uid`) owns
+/// alone.
 fn read_file(dir: &OwnedFd, uid: u32) -> Option<Vec<u8>> {
     let fd = rustix::fs::openat(
         dir,
