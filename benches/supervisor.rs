@@ -38,6 +38,7 @@ mod support;
 use support::{Noop, blocking_empty_source, empty_source};
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use steadfast::config::ConfigSource;
 use steadfast::protocol::journal::{Record, encode_header, encode_record};
 use steadfast::protocol::lifecycle::LifecycleState;
 use steadfast::protocol::snapshot::Snapshot;
@@ -147,26 +148,11 @@ fn bench(c: &mut Criterion) {
         to: "draining(stop)".into(),
     })
     .expect("encode");
-    let (handle, run) = rt.block_on(async {
-        let (supervisor, handle) = Supervisor::builder(tmp.path().join("one"), Noop)
-            .config(empty_source())
-            .build()
-            .expect("new");
-        let run = tokio::spawn(supervisor.run());
-        until(&handle, running).await;
-        (handle, run)
-    });
+    let (handle, run) = launched(&rt, &tmp.path().join("one"), empty_source());
     // The same service resolving its config on a blocking thread, as any
     // source that may read a file does: what the in-place resolve saves.
-    let (blocking, blocking_run) = rt.block_on(async {
-        let (supervisor, handle) = Supervisor::builder(tmp.path().join("blocking"), Noop)
-            .config(blocking_empty_source())
-            .build()
-            .expect("new");
-        let run = tokio::spawn(supervisor.run());
-        until(&handle, running).await;
-        (handle, run)
-    });
+    let (blocking, blocking_run) =
+        launched(&rt, &tmp.path().join("blocking"), blocking_empty_source());
     // The raw baseline first, in the same group and the same run as the
     // round trips it is the yardstick of (issue 16: stop+start ≤ 4× it).
     let mut group = c.benchmark_group("round_trip");
@@ -284,6 +270,24 @@ fn bench(c: &mut Criterion) {
         });
     });
     group.finish();
+}
+
+/// A supervisor of [`Noop`] over `dir` resolving through `source`, run on
+/// `rt` until it is running.
+fn launched(
+    rt: &tokio::runtime::Runtime,
+    dir: &std::path::Path,
+    source: ConfigSource,
+) -> (SupervisorHandle, tokio::task::JoinHandle<ExitIntent>) {
+    rt.block_on(async {
+        let (supervisor, handle) = Supervisor::builder(dir, Noop)
+            .config(source)
+            .build()
+            .expect("new");
+        let run = tokio::spawn(supervisor.run());
+        until(&handle, running).await;
+        (handle, run)
+    })
 }
 
 /// One round: 1,000 supervisors on fresh data dirs reach running (timed),
