@@ -642,6 +642,14 @@ impl ProcessDriver {
                 tracing::error!(%error, "the run marker could not be restored after a failed replacement");
             }
         }
+        // The candidate may have served its own control socket and made its
+        // own status record under our names, and removed them as it stopped:
+        // take the names back, so `steadfastctl` reaches this daemon again.
+        self.handle.reclaim_status_record();
+        self.handle
+            .replace_side()
+            .reclaim
+            .send_modify(|generation| *generation += 1);
         if self.drained {
             if let Err(error) = self.handle.start().await {
                 tracing::error!(%error, "the runtime could not be started again after a failed replacement");

@@ -201,6 +201,11 @@ pub(crate) struct ReplaceSide {
     /// Set once a committed replacement handed the daemon over: the
     /// process must end (see `daemon::run_with`).
     pub(crate) handed_over: Arc<watch::Sender<bool>>,
+    /// Bumped when a replacement rolled back: a candidate that ran may have
+    /// put its own control socket and status record under the names this
+    /// daemon's were at (and removed them as it stopped); the control
+    /// server and the record take their names back (`control::server`).
+    pub(crate) reclaim: Arc<watch::Sender<u64>>,
 }
 
 impl Supervisor {
@@ -309,6 +314,7 @@ impl Supervisor {
             data_dir: shared.data_dir.clone(),
             version,
             handed_over: Arc::new(watch::channel(false).0),
+            reclaim: Arc::new(watch::channel(0).0),
         };
         let handle_shared = Arc::clone(&shared);
         let supervisor = Self {
@@ -391,6 +397,12 @@ impl SupervisorHandle {
     /// status record names it no more (`StatusRecord::clear_socket`).
     pub(crate) fn clear_status_socket(&self, socket: (u64, u64)) {
         self.shared.status.clear_socket(socket);
+    }
+
+    /// The status record is made again under its name if a replacement's
+    /// candidate took the name (`StatusRecord::reclaim`).
+    pub(crate) fn reclaim_status_record(&self) {
+        self.shared.status.reclaim();
     }
 
     /// This supervisor's metrics as OpenMetrics text (ending `# EOF`): what

@@ -417,6 +417,73 @@ fn a_candidate_that_fails_verification_is_stopped_and_the_incumbent_keeps_servin
     kvd.stop_whoever_serves();
 }
 
+/// A real kvd as the candidate, held on a broken config so it never gives
+/// a live proof: it binds its own control socket and makes its own status
+/// record under the incumbent's names before it fails at verify and is
+/// stopped (removing both). After the roll-back the incumbent takes the
+/// names back: `steadfastctl` reaches it (through the record and over the
+/// socket) and it serves its data.
+#[test]
+fn a_failed_kvd_candidate_leaves_the_incumbent_reachable() {
+    let mut kvd = start_kvd("kvd-1", "1.0.0-incumbent");
+    let old_pid = pid_of(&status(&kvd.data).expect("status"));
+    assert_eq!(kv(kvd.port, "SET kept 1").as_deref(), Some("OK"));
+    let bad = kvd.dir.join("bad.toml");
+    std::fs::write(&bad, "listen_addr = [\n").expect("bad config");
+    let real = stamped_kvd(&kvd.dir, "kvd-2", "2.0.0-held");
+    let candidate = kvd.dir.join("held");
+    processes::write_script(
+        &candidate,
+        &format!(
+            "#!/bin/sh\nexec {} --data-dir {} --config {}\n",
+            real.display(),
+            kvd.data.display(),
+            bad.display()
+        ),
+    );
+    let out = replace(&kvd.data, &candidate, "exclusive", &["--setup-budget", "3"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}\n{}", kvd.log());
+    assert!(
+        stderr.contains("(committed: false)"),
+        "{stderr}\n{}",
+        kvd.log()
+    );
+    let now = until(&kvd.data, "the incumbent running again", running);
+    assert_eq!(pid_of(&now), old_pid);
+    // The record path and the control plane both answer for the incumbent.
+    let through_record = ctl(&kvd.data, &["--json", "status"]);
+    let over_socket = Command::new(processes::steadfastctl())
+        .arg("--data-dir")
+        .arg(&kvd.data)
+        .args(["--json", "status"])
+        .env("STEADFASTCTL_NO_RECORD", "1")
+        .output()
+        .expect("steadfastctl runs");
+    for out in [&through_record, &over_socket] {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let snapshot: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(pid_of(&snapshot), old_pid);
+    }
+    // The record is the incumbent's again, naming the socket now at the path.
+    let record = std::fs::read(kvd.data.join(".steadfast/status")).expect("the record");
+    let (writer, _) = steadfast::protocol::status_record::decode(&record).expect("a whole record");
+    assert_eq!(u64::from(writer.pid), old_pid);
+    let socket = std::fs::symlink_metadata(kvd.data.join(".steadfast/control.sock"))
+        .expect("the socket file");
+    {
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(writer.socket, Some((socket.dev(), socket.ino())));
+    }
+    assert_eq!(kv(kvd.port, "GET kept").as_deref(), Some("1"));
+    assert!(kvd.child.try_wait().expect("wait").is_none());
+    kvd.stop_whoever_serves();
+}
+
 /// `steadfastctl metrics`, as text.
 fn metrics_text(data: &Path) -> String {
     let out = ctl(data, &["metrics"]);

@@ -185,6 +185,52 @@ impl StatusRecord {
         }
     }
 
+    /// Make the record ours again under its name, after a replacement's
+    /// candidate that did not take over made its own there (and removed or
+    /// left it when it stopped): if the name no longer reaches this
+    /// daemon's file, whatever has the name is unlinked and the record
+    /// created afresh (0600, `O_EXCL`, through the control dir's
+    /// descriptor) with the last body and no socket (the server names its
+    /// socket again once it is bound). A record that cannot be made is
+    /// logged and left out, as at [`StatusRecord::create`].
+    pub fn reclaim(&self) {
+        use rustix::fs::{AtFlags, Mode, OFlags};
+        let Ok(mut inner) = self.inner.lock() else {
+            return;
+        };
+        let inner = &mut *inner;
+        let (Some(dir), Some(_)) = (&inner.dir, own_start_time()) else {
+            return;
+        };
+        let named = rustix::fs::statat(dir, NAME, AtFlags::SYMLINK_NOFOLLOW).ok();
+        let ours = inner.file.as_ref().and_then(|f| rustix::fs::fstat(f).ok());
+        if let (Some(named), Some(ours)) = (named, ours)
+            && (named.st_dev, named.st_ino) == (ours.st_dev, ours.st_ino)
+        {
+            return;
+        }
+        let created = match rustix::fs::unlinkat(dir, NAME, AtFlags::empty()) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => rustix::fs::openat(
+                dir,
+                NAME,
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o600),
+            ),
+            Err(errno) => Err(errno),
+        };
+        inner.writer.socket = None;
+        match created {
+            Ok(fd) => {
+                inner.file = Some(File::from(fd));
+                inner.put();
+            }
+            Err(error) => {
+                inner.file = None;
+                tracing::warn!(%error, "the status record could not be made again: `steadfastctl status` asks the daemon");
+            }
+        }
+    }
+
     /// The writer block as it stands (for tests and logs).
     #[must_use]
     pub fn writer(&self) -> Option<Writer> {
@@ -339,5 +385,56 @@ mod tests {
         let body = status_record::decode(&bytes).expect("whole").1;
         let read: Snapshot = serde_json::from_slice(body).expect("a snapshot");
         assert_eq!(read.version, 1, "rewritten with the last body");
+    }
+
+    /// A record whose name another daemon took (a replacement's candidate
+    /// made its own there, or removed it) is made again under the name,
+    /// with the last body, 0600 and no socket; one still under its name is
+    /// left as it is.
+    #[test]
+    fn a_taken_name_is_reclaimed_with_the_last_body() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = Dir::open_data_dir(tmp.path(), false).expect("dir");
+        let record = StatusRecord::create(&dir, &snapshot());
+        record.write(&Snapshot {
+            version: 7,
+            ..snapshot()
+        });
+        let path = tmp.path().join(NAME);
+        let ino = |path: &std::path::Path| std::fs::symlink_metadata(path).expect("stat").ino();
+        let ours = ino(&path);
+        record.reclaim();
+        assert_eq!(ino(&path), ours, "still ours: not made again");
+
+        for taken in [true, false] {
+            std::fs::remove_file(&path).expect("unlink");
+            if taken {
+                std::fs::write(&path, b"another daemon's record").expect("plant");
+            }
+            record.reclaim();
+            let meta = std::fs::symlink_metadata(&path).expect("made again");
+            assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+            let bytes = std::fs::read(&path).expect("the record");
+            let (writer, body) = status_record::decode(&bytes).expect("whole");
+            assert_eq!(writer.pid, std::process::id());
+            assert_eq!(writer.socket, None);
+            let read: Snapshot = serde_json::from_slice(body).expect("a snapshot");
+            assert_eq!(read.version, 7, "taken = {taken}");
+            // Publishes go to the new file.
+            record.write(&Snapshot {
+                version: 8,
+                ..snapshot()
+            });
+            let bytes = std::fs::read(&path).expect("the record");
+            let read: Snapshot =
+                serde_json::from_slice(status_record::decode(&bytes).expect("whole").1)
+                    .expect("a snapshot");
+            assert_eq!(read.version, 8);
+            record.write(&Snapshot {
+                version: 7,
+                ..snapshot()
+            });
+        }
     }
 }

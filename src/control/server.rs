@@ -73,7 +73,7 @@
 
 use std::fs;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -232,7 +232,9 @@ pub struct ServerGuard {
     path: PathBuf,
     /// The bound socket's (device, inode), so drop removes only our file,
     /// and unnames only our socket in the status record.
-    identity: (u64, u64),
+    /// (Shared with the accept loop, which binds the path again when a
+    /// failed replacement's candidate took it: `Rebind`.)
+    identity: Arc<std::sync::Mutex<(u64, u64)>>,
     /// The supervisor served, whose status record names this socket while
     /// it is served (`StatusRecord::set_socket`): a record must never name
     /// a socket file its writer no longer serves, whose inode a later
@@ -273,9 +275,13 @@ impl Drop for ServerGuard {
     fn drop(&mut self) {
         self.cancel.cancel();
         self.task.abort();
-        self.handle.clear_status_socket(self.identity);
+        let identity = *self
+            .identity
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.handle.clear_status_socket(identity);
         if let Ok(meta) = fs::symlink_metadata(&self.path)
-            && (meta.dev(), meta.ino()) == self.identity
+            && (meta.dev(), meta.ino()) == identity
         {
             let _ = fs::remove_file(&self.path);
         }
@@ -325,7 +331,61 @@ pub fn serve_unix_with(
         rustix::fs::Mode::empty(),
     )
     .map_err(|e| io_err(dir)(e.into()))?;
-    match rustix::fs::statat(&dir_fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+    let (listener, identity) = bind_in_place(&dir_fd, dir, name, &path)?;
+    listener.set_nonblocking(true).map_err(io_err(&path))?;
+    let listener = UnixListener::from_std(listener).map_err(io_err(&path))?;
+    let cancel = CancellationToken::new();
+    let pool = Arc::new(Pool::new(
+        limits.max_connections,
+        limits.max_connections_per_peer,
+        Evict::Idle(limits.evict_grace),
+    ));
+    let identity = Arc::new(std::sync::Mutex::new(identity));
+    let rebind = Rebind {
+        dir_fd,
+        dir: dir.to_owned(),
+        name: name.to_owned(),
+        path: path.clone(),
+        identity: Arc::clone(&identity),
+        reclaims: handle.replace_side().reclaim.subscribe(),
+    };
+    let task = tokio::spawn(accept_loop(
+        listener,
+        handle.clone(),
+        limits,
+        cancel.clone(),
+        Arc::clone(&pool),
+        rebind,
+    ));
+    let identity_now = *identity
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // Of the path, just renamed into place (a socket descriptor's `fstat`
+    // names the socket, not its file): the record now vouches for this file.
+    handle.set_status_socket(identity_now);
+    tracing::info!(path = %path.display(), "the control socket is listening");
+    Ok(ServerGuard {
+        path,
+        identity,
+        handle,
+        cancel,
+        task,
+        pool,
+    })
+}
+
+/// Bind a Unix socket at `name` in the directory `dir_fd` (`dir` on the
+/// path, `path` the whole): under a temp name, made 0600, then renamed
+/// over `name` (a stale socket is replaced; anything but a socket there is
+/// refused). The listener and the placed file's `(st_dev, st_ino)`.
+fn bind_in_place(
+    dir_fd: &OwnedFd,
+    dir: &Path,
+    name: &std::ffi::OsStr,
+    path: &Path,
+) -> Result<(std::os::unix::net::UnixListener, (u64, u64)), ControlError> {
+    let path = path.to_owned();
+    match rustix::fs::statat(dir_fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
         Ok(stat) => {
             let kind = rustix::fs::FileType::from_raw_mode(stat.st_mode);
             if kind != rustix::fs::FileType::Socket {
@@ -342,56 +402,89 @@ pub fn serve_unix_with(
     tmp_name.push(name);
     tmp_name.push(format!(".{}.tmp", std::process::id()));
     let tmp = dir.join(&tmp_name);
-    match rustix::fs::unlinkat(&dir_fd, &tmp_name, rustix::fs::AtFlags::empty()) {
+    match rustix::fs::unlinkat(dir_fd, &tmp_name, rustix::fs::AtFlags::empty()) {
         Ok(()) | Err(rustix::io::Errno::NOENT) => {}
         Err(e) => return Err(io_err(&tmp)(e.into())),
     }
-    let bind_path = through_dir(&dir_fd, &tmp_name, &tmp)?;
+    let bind_path = through_dir(dir_fd, &tmp_name, &tmp)?;
     let listener = std::os::unix::net::UnixListener::bind(&bind_path).map_err(io_err(&tmp))?;
     let placed = rustix::fs::chmodat(
-        &dir_fd,
+        dir_fd,
         &tmp_name,
         rustix::fs::Mode::from_raw_mode(SOCKET_MODE),
         rustix::fs::AtFlags::empty(),
     )
     .map_err(|e| io_err(&tmp)(e.into()))
     .and_then(|()| {
-        rustix::fs::renameat(&dir_fd, &tmp_name, &dir_fd, name).map_err(|e| io_err(&path)(e.into()))
+        rustix::fs::renameat(dir_fd, &tmp_name, dir_fd, name).map_err(|e| io_err(&path)(e.into()))
     });
     if let Err(error) = placed {
-        let _ = rustix::fs::unlinkat(&dir_fd, &tmp_name, rustix::fs::AtFlags::empty());
+        let _ = rustix::fs::unlinkat(dir_fd, &tmp_name, rustix::fs::AtFlags::empty());
         return Err(error);
     }
-    let stat = rustix::fs::statat(&dir_fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+    let stat = rustix::fs::statat(dir_fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
         .map_err(|e| io_err(&path)(e.into()))?;
-    listener.set_nonblocking(true).map_err(io_err(&path))?;
-    let listener = UnixListener::from_std(listener).map_err(io_err(&path))?;
-    let cancel = CancellationToken::new();
-    let pool = Arc::new(Pool::new(
-        limits.max_connections,
-        limits.max_connections_per_peer,
-        Evict::Idle(limits.evict_grace),
-    ));
-    let identity = (stat.st_dev, stat.st_ino);
-    let task = tokio::spawn(accept_loop(
-        listener,
-        handle.clone(),
-        limits,
-        cancel.clone(),
-        Arc::clone(&pool),
-    ));
-    // Of the path, just renamed into place (a socket descriptor's `fstat`
-    // names the socket, not its file): the record now vouches for this file.
-    handle.set_status_socket(identity);
-    tracing::info!(path = %path.display(), "the control socket is listening");
-    Ok(ServerGuard {
-        path,
-        identity,
-        handle,
-        cancel,
-        task,
-        pool,
-    })
+    Ok((listener, (stat.st_dev, stat.st_ino)))
+}
+
+/// What the accept loop needs to bind its path again: a failed
+/// replacement's candidate may have bound its own socket there (and
+/// removed it as it stopped), which leaves this server listening on a
+/// socket no name reaches.
+struct Rebind {
+    dir_fd: OwnedFd,
+    dir: PathBuf,
+    name: std::ffi::OsString,
+    path: PathBuf,
+    /// The file this server's socket is, shared with its guard.
+    identity: Arc<std::sync::Mutex<(u64, u64)>>,
+    /// Bumped by a replacement's roll-back.
+    reclaims: tokio::sync::watch::Receiver<u64>,
+}
+
+impl Rebind {
+    /// The listener to serve from now on: `None` when the path still names
+    /// this server's socket (nothing to do), or when it cannot be bound
+    /// again (logged; the old listener goes on, unnamed).
+    fn take_back(&self, handle: &SupervisorHandle) -> Option<UnixListener> {
+        let current = *self
+            .identity
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let named = rustix::fs::statat(
+            &self.dir_fd,
+            &self.name,
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .ok()
+        .map(|stat| (stat.st_dev, stat.st_ino));
+        if named == Some(current) {
+            handle.set_status_socket(current);
+            return None;
+        }
+        let bound = bind_in_place(&self.dir_fd, &self.dir, &self.name, &self.path).and_then(
+            |(listener, identity)| {
+                listener.set_nonblocking(true).map_err(io_err(&self.path))?;
+                let listener = UnixListener::from_std(listener).map_err(io_err(&self.path))?;
+                Ok((listener, identity))
+            },
+        );
+        match bound {
+            Ok((listener, identity)) => {
+                *self
+                    .identity
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = identity;
+                handle.set_status_socket(identity);
+                tracing::info!(path = %self.path.display(), "the control socket is listening again after a failed replacement");
+                Some(listener)
+            }
+            Err(error) => {
+                tracing::error!(path = %self.path.display(), %error, "the control socket could not be bound again after a failed replacement");
+                None
+            }
+        }
+    }
 }
 
 /// The most bytes of a path a Unix socket address holds (`sun_path` is 108
@@ -451,10 +544,24 @@ async fn accept_loop(
     limits: ServerLimits,
     cancel: CancellationToken,
     pool: Arc<Pool<u32>>,
+    mut rebind: Rebind,
 ) {
+    let mut listener = listener;
+    let mut reclaims_open = true;
     loop {
         let accepted = tokio::select! {
             () = cancel.cancelled() => return,
+            changed = rebind.reclaims.changed(), if reclaims_open => {
+                match changed {
+                    Ok(()) => {
+                        if let Some(again) = rebind.take_back(&handle) {
+                            listener = again;
+                        }
+                    }
+                    Err(_) => reclaims_open = false,
+                }
+                continue;
+            }
             accepted = listener.accept() => accepted,
         };
         let mut stream = match accepted {
