@@ -345,6 +345,17 @@ impl Dir {
         self.path.join(name)
     }
 
+    /// The same directory on a descriptor of its own (`F_DUPFD_CLOEXEC`).
+    ///
+    /// # Errors
+    /// The `dup`'s, when out of descriptors.
+    pub fn try_clone(&self) -> std::io::Result<Self> {
+        Ok(Self {
+            fd: self.fd.try_clone()?,
+            path: self.path.clone(),
+        })
+    }
+
     /// The directory's descriptor.
     #[must_use]
     pub fn fd(&self) -> BorrowedFd<'_> {

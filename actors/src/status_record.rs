@@ -39,7 +39,6 @@
 //!   `tests/enospc.rs::a_full_disk_leaves_the_status_record_unusable_not_the_daemon`.
 
 use std::fs::File;
-use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -63,7 +62,7 @@ struct Inner {
     /// The record, while this daemon keeps one.
     file: Option<File>,
     /// The control dir, to unlink the record through.
-    dir: Option<OwnedFd>,
+    dir: Option<Dir>,
     path: PathBuf,
     /// The last write failed (logged once until one succeeds).
     failed: bool,
@@ -111,7 +110,7 @@ impl StatusRecord {
         let record = Self {
             inner: Mutex::new(Inner {
                 file,
-                dir: dir.fd().try_clone_to_owned().ok(),
+                dir: dir.try_clone().ok(),
                 path,
                 failed: false,
                 writer: Writer {
@@ -160,7 +159,7 @@ impl StatusRecord {
         };
         let beside = inner.dir.as_ref().and_then(|dir| {
             rustix::fs::statat(
-                dir,
+                dir.fd(),
                 crate::control_dir::SOCKET_NAME,
                 rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
             )
@@ -194,7 +193,6 @@ impl StatusRecord {
     /// socket again once it is bound). A record that cannot be made is
     /// logged and left out, as at [`StatusRecord::create`].
     pub fn reclaim(&self) {
-        use rustix::fs::{AtFlags, Mode, OFlags};
         let Ok(mut inner) = self.inner.lock() else {
             return;
         };
@@ -202,26 +200,17 @@ impl StatusRecord {
         let (Some(dir), Some(_)) = (&inner.dir, own_start_time()) else {
             return;
         };
-        let named = rustix::fs::statat(dir, NAME, AtFlags::SYMLINK_NOFOLLOW).ok();
+        let named = rustix::fs::statat(dir.fd(), NAME, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).ok();
         let ours = inner.file.as_ref().and_then(|f| rustix::fs::fstat(f).ok());
         if let (Some(named), Some(ours)) = (named, ours)
             && (named.st_dev, named.st_ino) == (ours.st_dev, ours.st_ino)
         {
             return;
         }
-        let created = match rustix::fs::unlinkat(dir, NAME, AtFlags::empty()) {
-            Ok(()) | Err(rustix::io::Errno::NOENT) => rustix::fs::openat(
-                dir,
-                NAME,
-                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::from_raw_mode(0o600),
-            ),
-            Err(errno) => Err(errno),
-        };
         inner.writer.socket = None;
-        match created {
-            Ok(fd) => {
-                inner.file = Some(File::from(fd));
+        match dir.create_temp(NAME) {
+            Ok(file) => {
+                inner.file = Some(file);
                 inner.put();
             }
             Err(error) => {
@@ -246,11 +235,11 @@ impl StatusRecord {
         if let (Some(file), Some(dir)) = (inner.file.take(), &inner.dir)
             && let (Ok(ours), Ok(named)) = (
                 rustix::fs::fstat(&file),
-                rustix::fs::statat(dir, NAME, rustix::fs::AtFlags::SYMLINK_NOFOLLOW),
+                rustix::fs::statat(dir.fd(), NAME, rustix::fs::AtFlags::SYMLINK_NOFOLLOW),
             )
             && (ours.st_dev, ours.st_ino) == (named.st_dev, named.st_ino)
         {
-            let _ = rustix::fs::unlinkat(dir, NAME, rustix::fs::AtFlags::empty());
+            let _ = dir.unlink(NAME);
         }
     }
 }
@@ -301,7 +290,7 @@ impl Inner {
         if !emptied {
             self.file = None;
             if let Some(dir) = &self.dir {
-                let _ = rustix::fs::unlinkat(dir, NAME, rustix::fs::AtFlags::empty());
+                let _ = dir.unlink(NAME);
             }
         }
     }

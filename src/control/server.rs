@@ -332,8 +332,9 @@ pub fn serve_unix_with(
     )
     .map_err(|e| io_err(dir)(e.into()))?;
     let (listener, identity) = bind_in_place(&dir_fd, dir, name, &path)?;
-    listener.set_nonblocking(true).map_err(io_err(&path))?;
-    let listener = UnixListener::from_std(listener).map_err(io_err(&path))?;
+    // Of the path, just renamed into place (a socket descriptor's `fstat`
+    // names the socket, not its file): the record now vouches for this file.
+    handle.set_status_socket(identity);
     let cancel = CancellationToken::new();
     let pool = Arc::new(Pool::new(
         limits.max_connections,
@@ -357,12 +358,6 @@ pub fn serve_unix_with(
         Arc::clone(&pool),
         rebind,
     ));
-    let identity_now = *identity
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    // Of the path, just renamed into place (a socket descriptor's `fstat`
-    // names the socket, not its file): the record now vouches for this file.
-    handle.set_status_socket(identity_now);
     tracing::info!(path = %path.display(), "the control socket is listening");
     Ok(ServerGuard {
         path,
@@ -377,13 +372,14 @@ pub fn serve_unix_with(
 /// Bind a Unix socket at `name` in the directory `dir_fd` (`dir` on the
 /// path, `path` the whole): under a temp name, made 0600, then renamed
 /// over `name` (a stale socket is replaced; anything but a socket there is
-/// refused). The listener and the placed file's `(st_dev, st_ino)`.
+/// refused). The listener (non-blocking, on this runtime) and the placed
+/// file's `(st_dev, st_ino)`.
 fn bind_in_place(
     dir_fd: &OwnedFd,
     dir: &Path,
     name: &std::ffi::OsStr,
     path: &Path,
-) -> Result<(std::os::unix::net::UnixListener, (u64, u64)), ControlError> {
+) -> Result<(UnixListener, (u64, u64)), ControlError> {
     let path = path.to_owned();
     match rustix::fs::statat(dir_fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
         Ok(stat) => {
@@ -424,6 +420,8 @@ fn bind_in_place(
     }
     let stat = rustix::fs::statat(dir_fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
         .map_err(|e| io_err(&path)(e.into()))?;
+    listener.set_nonblocking(true).map_err(io_err(&path))?;
+    let listener = UnixListener::from_std(listener).map_err(io_err(&path))?;
     Ok((listener, (stat.st_dev, stat.st_ino)))
 }
 
@@ -462,14 +460,7 @@ impl Rebind {
             handle.set_status_socket(current);
             return None;
         }
-        let bound = bind_in_place(&self.dir_fd, &self.dir, &self.name, &self.path).and_then(
-            |(listener, identity)| {
-                listener.set_nonblocking(true).map_err(io_err(&self.path))?;
-                let listener = UnixListener::from_std(listener).map_err(io_err(&self.path))?;
-                Ok((listener, identity))
-            },
-        );
-        match bound {
+        match bind_in_place(&self.dir_fd, &self.dir, &self.name, &self.path) {
             Ok((listener, identity)) => {
                 *self
                     .identity
@@ -539,14 +530,13 @@ fn peer_allowed(uid: u32) -> bool {
 }
 
 async fn accept_loop(
-    listener: UnixListener,
+    mut listener: UnixListener,
     handle: SupervisorHandle,
     limits: ServerLimits,
     cancel: CancellationToken,
     pool: Arc<Pool<u32>>,
     mut rebind: Rebind,
 ) {
-    let mut listener = listener;
     let mut reclaims_open = true;
     loop {
         let accepted = tokio::select! {
