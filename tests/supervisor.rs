@@ -13,7 +13,9 @@ use common::*;
 use steadfast::config::{ConfigError, ConfigSource, ResolvedConfig};
 use steadfast::protocol::journal::{Record, decode};
 use steadfast::protocol::lifecycle::StoreOutcome;
-use steadfast::protocol::lifecycle::{LifecycleState, RefusedBecause, RetryClass, StopReason};
+use steadfast::protocol::lifecycle::{
+    LifecycleState, PendingApply, RefusedBecause, RetryClass, StopReason,
+};
 use steadfast::protocol::snapshot::{AttemptResult, PreviousRun};
 use steadfast::service::StoreLock;
 use steadfast::{CommandError, ExitIntent, Hold, Supervisor, SupervisorError};
@@ -274,6 +276,59 @@ async fn a_change_that_lands_during_a_failing_boot_is_not_lost() {
     let _ = go_tx.send(());
 
     until(&handle, "running", running).await;
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// The same timing on a boot that succeeds: the file changes after the boot
+/// read it and before it runs, the watcher's event reaches a booting
+/// lifecycle and is refused, and the runtime comes up on the bytes read
+/// before the change. The supervisor settles against the file as it is when
+/// the runtime is running: the change is applied (the test service reports
+/// every changed leaf as needing a restart), not lost until the next write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_change_that_lands_during_a_successful_boot_is_applied() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let declared = tmp.path().join("daemon.toml");
+    std::fs::write(&declared, "note = \"before\"\n").expect("write");
+    let file = declared.clone();
+    let (reading_tx, reading_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let gate = std::sync::Mutex::new(Some((reading_tx, go_rx)));
+    let source = ConfigSource::new(move || {
+        let text =
+            std::fs::read_to_string(&file).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        if let Some((reading, go)) = gate
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+        {
+            let _ = reading.send(());
+            let _ = go.recv();
+        }
+        let mut table = good();
+        let note: toml::Table = text
+            .parse()
+            .map_err(|e| ConfigError::Invalid(format!("{e}")))?;
+        table.extend(note);
+        Ok(ResolvedConfig::untracked(table))
+    });
+    let (run, handle) = supervise(tmp.path(), source, Some(declared.clone()));
+
+    tokio::task::spawn_blocking(move || reading_rx.recv())
+        .await
+        .expect("join")
+        .expect("the first attempt read the declared file");
+    std::fs::write(&declared, "note = \"after\"\n").expect("change the file mid-boot");
+    // Let the watcher's (refused) event arrive while the boot is still held.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let _ = go_tx.send(());
+
+    let applied = until(&handle, "the mid-boot change applied", |s| {
+        running(s)
+            && matches!(&s.pending, PendingApply::RestartNeeded { leaves } if leaves == &["note".to_owned()])
+    })
+    .await;
+    assert_eq!(applied.attempts.len(), 1, "applied in place, not rebooted");
     exit(run, &handle, ExitIntent::Halt).await;
 }
 

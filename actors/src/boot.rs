@@ -13,8 +13,9 @@
 //! - The first phase of every boot is `resolve_config`; a config that does
 //!   not resolve, or that moves the data directory, fails it with class
 //!   *hold*. The declared file's fingerprint is taken *before* the source
-//!   reads it and travels with the failure, so the Lifecycle actor can settle
-//!   a held failure against the file as it is when the failure lands.
+//!   reads it (on the same blocking thread, one hop for both) and travels
+//!   with the outcome, so the Lifecycle actor can settle a held failure, or
+//!   a runtime that came up, against the file as it is when it lands.
 //! - A plan that names one step twice fails `resolve_config` with class
 //!   hold, naming the step (`service::tests::a_plan_that_names_a_step_twice_is_refused`).
 //! - Each completed step's checkpoint is acknowledged by the journal (an
@@ -75,7 +76,7 @@ use steadfast_protocol::lifecycle::{FailureClass, FailureReport, Phase, StoreOut
 use steadfast_protocol::snapshot::PhaseOutcome;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Fingerprint, RESOLVE_DEADLINE};
+use crate::config::Fingerprint;
 use crate::context::Shared;
 use crate::drain::teardown;
 use crate::journal::JournalMsg;
@@ -362,13 +363,8 @@ async fn run_attempt(
     // ── resolve_config ──────────────────────────────────────────────────
     let phase = Phase::RESOLVE_CONFIG;
     let started = reporter.started(&phase, 1, 0);
-    let fingerprint = match shared.declared.as_deref() {
-        Some(path) => Some(Fingerprint::of_file_within(path, RESOLVE_DEADLINE).await),
-        None => None,
-    };
-    let resolved = shared
-        .resolve_tiers(&shared.overrides)
-        .await
+    let (fingerprint, resolved) = shared.resolve_tiers_fingerprinted(&shared.overrides).await;
+    let resolved = resolved
         .map_err(|error| error.to_string())
         // The plan deserializes the config into the service's type (a value
         // that does not fit is held here, naming the leaf), and one that
@@ -540,6 +536,7 @@ async fn run_attempt(
             checkpoints,
         },
         config,
+        fingerprint,
         at: shared.clock.now(),
     });
     reporter.flush();

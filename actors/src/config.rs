@@ -12,13 +12,16 @@
 //! - **A change is never lost to timing.** [`Fingerprint::of_file`] differs
 //!   whenever the file's bytes differ (or it appeared, vanished or became
 //!   unreadable), so a supervisor that fingerprints the declared file just
-//!   before a boot resolves, and again when a *hold* failure lands, retries a
-//!   fix written mid-boot even though the watcher's event was refused. A
+//!   before a boot resolves, and again when a *hold* failure lands or the
+//!   runtime comes up, retries a fix (or applies a change) written mid-boot
+//!   even though the watcher's event was refused. A
 //!   resolve that succeeds reports the fingerprint of the very bytes it parsed.
 //!   Checked by `tests::fingerprint_follows_the_bytes`,
 //!   `tests::a_missing_file_has_its_own_fingerprint`,
 //!   `tests::the_resolved_fingerprint_is_of_the_bytes_parsed` and, over real
-//!   files, `config::a_fix_written_during_a_failing_resolve_changes_the_fingerprint`.
+//!   files, `config::a_fix_written_during_a_failing_resolve_changes_the_fingerprint`,
+//!   `config::a_boot_fingerprints_the_file_before_its_source_reads_it` and
+//!   `supervisor::a_change_that_lands_during_a_successful_boot_is_applied`.
 //! - **Tiers merge deeply, highest wins**: defaults < declared file < override
 //!   tier; tables merge key by key, anything else (arrays included) replaces.
 //!   Checked by `tests::tiers_merge_deeply_in_order`,
@@ -139,8 +142,13 @@ impl Fingerprint {
         let owned = path.to_path_buf();
         match within(deadline, move || Ok(Self::of_file(&owned))).await {
             Ok(fingerprint) => fingerprint,
-            Err(_) => Self(Repr::Unreadable(Unreadable::TimedOut)),
+            Err(_) => Self::timed_out(),
         }
+    }
+
+    /// The fingerprint of a read that did not finish within its deadline.
+    fn timed_out() -> Self {
+        Self(Repr::Unreadable(Unreadable::TimedOut))
     }
 
     /// The fingerprint of a file that could not be read for `kind`.
@@ -370,6 +378,33 @@ impl ConfigSource {
         }
         let source = self.clone();
         within(deadline, move || source.resolve()).await
+    }
+
+    /// What a boot's `resolve_config` takes: the declared file's fingerprint
+    /// *before* the source reads it (`None` without a declared file), then
+    /// the resolve, both on one blocking thread under one `deadline` — one
+    /// thread hop per boot, not two (issue 16). A fingerprint taken before a
+    /// resolve that passed the deadline is kept; one that did not finish is
+    /// [`Fingerprint`]'s timed-out one. Without a declared file a source made
+    /// [`ConfigSource::in_place`] resolves on the caller's task.
+    pub async fn resolve_fingerprinted_within(
+        &self,
+        deadline: Duration,
+    ) -> (Option<Fingerprint>, Result<ResolvedConfig, ConfigError>) {
+        let Some(path) = self.declared.clone() else {
+            return (None, self.resolve_within(deadline).await);
+        };
+        let (taken, fingerprint) = std::sync::mpsc::sync_channel(1);
+        let source = self.clone();
+        let resolved = within(deadline, move || {
+            let _ = taken.send(Fingerprint::of_file(&path));
+            source.resolve()
+        })
+        .await;
+        let fingerprint = fingerprint
+            .try_recv()
+            .unwrap_or_else(|_| Fingerprint::timed_out());
+        (Some(fingerprint), resolved)
     }
 }
 

@@ -13,7 +13,8 @@ use steadfast_protocol::lifecycle::{BackoffPolicy, LifecyclePolicy, RestartBudge
 
 use crate::clock::Clock;
 use crate::config::{
-    ConfigError, ConfigSource, Overrides, RESOLVE_DEADLINE, ResolvedConfig, check_data_dir,
+    ConfigError, ConfigSource, Fingerprint, Overrides, RESOLVE_DEADLINE, ResolvedConfig,
+    check_data_dir,
 };
 use crate::service::AnyService;
 
@@ -145,7 +146,33 @@ impl Shared {
         &self,
         overrides: &Overrides,
     ) -> Result<ResolvedConfig, ConfigError> {
-        let mut resolved = self.source.resolve_within(RESOLVE_DEADLINE).await?;
+        let resolved = self.source.resolve_within(RESOLVE_DEADLINE).await;
+        self.over_tiers(resolved, overrides)
+    }
+
+    /// [`Shared::resolve_tiers`] as a boot takes it: with the declared
+    /// file's fingerprint from just before the source read it
+    /// ([`ConfigSource::resolve_fingerprinted_within`]), which a boot's
+    /// outcome carries so a change that lands while it runs is not lost.
+    pub async fn resolve_tiers_fingerprinted(
+        &self,
+        overrides: &Overrides,
+    ) -> (Option<Fingerprint>, Result<ResolvedConfig, ConfigError>) {
+        let (fingerprint, resolved) = self
+            .source
+            .resolve_fingerprinted_within(RESOLVE_DEADLINE)
+            .await;
+        (fingerprint, self.over_tiers(resolved, overrides))
+    }
+
+    /// The override tier merged over what the source resolved, and the data
+    /// directory checked.
+    fn over_tiers(
+        &self,
+        resolved: Result<ResolvedConfig, ConfigError>,
+        overrides: &Overrides,
+    ) -> Result<ResolvedConfig, ConfigError> {
+        let mut resolved = resolved?;
         overrides.merge_over(&mut resolved.config)?;
         check_data_dir(&resolved.config, &self.data_dir)?;
         Ok(resolved)

@@ -46,7 +46,10 @@
 //! - A held failure is settled against the declared file as it is when the
 //!   failure lands: if its fingerprint differs from the one taken before the
 //!   boot read it, the change is not lost (`config_changed` is stepped at
-//!   once).
+//!   once). A boot that reaches running is settled the same way, off the
+//!   actor once running is published: a change that landed after the boot
+//!   read the file (its event refused while booting) is applied
+//!   (`supervisor::a_change_that_lands_during_a_successful_boot_is_applied`).
 //! - The machine owns its timers: every step hands back the next wake it
 //!   wants ([`steadfast_protocol::lifecycle::Wake`]: retry due, stable
 //!   period, step deadline), and this actor arms exactly that, once, one
@@ -233,6 +236,8 @@ pub enum BootReport {
         live: LiveRuntime,
         /// The config it booted with.
         config: toml::Table,
+        /// The declared file's fingerprint before the boot read it.
+        fingerprint: Option<Fingerprint>,
         /// When.
         at: Timestamp,
     },
@@ -967,6 +972,19 @@ impl LifecycleActorState {
                     // An override set while this boot ran: apply it now.
                     self.boot_overrides_generation = self.overrides_generation;
                     let _ = myself.cast(LifecycleMsg::ConfigChanged);
+                } else if let (Some(path), Some(before)) =
+                    (self.shared.declared.clone(), self.boot_fingerprint)
+                {
+                    // A change to the declared file that landed after the
+                    // boot read it reached a booting lifecycle and was
+                    // refused: settle against the file as it is now, off
+                    // this actor (running is already published).
+                    let lifecycle = myself.clone();
+                    tokio::spawn(async move {
+                        if Fingerprint::of_file_within(&path, RESOLVE_DEADLINE).await != before {
+                            let _ = lifecycle.cast(LifecycleMsg::ConfigChanged);
+                        }
+                    });
                 }
                 if let Some(live) = self.runtime.as_mut()
                     && let Some(mut ended) = live.runtime.take_ended()
@@ -1294,9 +1312,15 @@ impl LifecycleActorState {
                 }
                 self.publish();
             }
-            BootReport::Booted { live, config, at } => {
+            BootReport::Booted {
+                live,
+                config,
+                fingerprint,
+                at,
+            } => {
                 self.runtime = Some(live);
                 self.config = Some(config);
+                self.boot_fingerprint = fingerprint;
                 if self
                     .fire(myself, LifecycleEvent::Booted { at })
                     .await

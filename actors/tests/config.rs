@@ -460,6 +460,72 @@ async fn a_source_that_reads_nothing_resolves_in_place() {
     );
 }
 
+/// Issue 16: a boot's `resolve_config` fingerprints the declared file and
+/// resolves in one blocking hop; the fingerprint is still the file as it
+/// was *before* the source read it (a write that lands after the read makes
+/// the file differ from it, so the change is not lost), it is kept when the
+/// resolve passes its deadline, and there is none without a declared file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_boot_fingerprints_the_file_before_its_source_reads_it() {
+    use steadfast_actors::config::{ConfigSource, ResolvedConfig};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("service.toml");
+    std::fs::write(&file, "note = \"before\"\n").expect("write");
+    let reads = Arc::new(AtomicUsize::new(0));
+    let source = {
+        let (read, reads) = (file.clone(), Arc::clone(&reads));
+        ConfigSource::new(move || {
+            let text = std::fs::read_to_string(&read).expect("read");
+            reads.fetch_add(1, Ordering::SeqCst);
+            // A change lands right after the source read the file.
+            std::fs::write(&read, "note = \"after\"\n").expect("the change lands");
+            Ok(ResolvedConfig::untracked(text.parse().expect("parses")))
+        })
+        .watching(&file)
+    };
+    let (fingerprint, resolved) = source.resolve_fingerprinted_within(PATIENCE).await;
+    let resolved = resolved.expect("resolves");
+    assert_eq!(resolved.config, toml::toml! { note = "before" });
+    assert_eq!(
+        fingerprint,
+        Some(Fingerprint::of_bytes(b"note = \"before\"\n")),
+        "taken before the read"
+    );
+    assert_ne!(
+        fingerprint,
+        Some(Fingerprint::of_file(&file)),
+        "the change shows"
+    );
+    assert_eq!(reads.load(Ordering::SeqCst), 1);
+
+    // A resolve that passes its deadline keeps the fingerprint taken first.
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let held = Mutex::new(held);
+    let stuck = ConfigSource::new(move || {
+        let _ = held.lock().unwrap_or_else(PoisonError::into_inner).recv();
+        Ok(ResolvedConfig::untracked(toml::Table::new()))
+    })
+    .watching(&file);
+    let (fingerprint, resolved) = stuck
+        .resolve_fingerprinted_within(Duration::from_millis(50))
+        .await;
+    assert!(
+        matches!(resolved, Err(ConfigError::TimedOut { .. })),
+        "{resolved:?}"
+    );
+    assert_eq!(
+        fingerprint,
+        Some(Fingerprint::of_bytes(b"note = \"after\"\n"))
+    );
+    release.send(()).expect("the stuck source is released");
+
+    let (fingerprint, resolved) = ConfigSource::fixed(toml::toml! { port = 1 })
+        .resolve_fingerprinted_within(PATIENCE)
+        .await;
+    assert_eq!(fingerprint, None, "no declared file, no fingerprint");
+    assert_eq!(resolved.expect("resolves").config, toml::toml! { port = 1 });
+}
+
 /// A ConfigMap volume's update as the kubelet makes it: `name` is
 /// `..data/name`, `..data` links to a timestamped directory; an update
 /// writes a new timestamped directory, links `..data_tmp` to it, renames
