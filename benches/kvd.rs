@@ -10,6 +10,9 @@
 //!   file in the same directory, from this process.
 //! - `kvd/pipelined_get_x100`: 100 `GET`s written at once, the 100 answers
 //!   read back; throughput in requests/s.
+//! - Then 300 alternated rounds (a raw fsync, a `SET`, a raw ping-pong, a
+//!   `GET`) and their medians and ratios, printed: the ratios on a disk
+//!   whose fsync latency drifts during the run.
 //!
 //! The goals (issue 16): a `GET` round trip within 2× the raw ping-pong, a
 //! `SET` within 1.5× its fsync. Compare the ratios within one run: the
@@ -187,7 +190,46 @@ fn kvd(c: &mut Criterion) {
         });
     });
     group.finish();
+
+    // The ratios on a shared disk whose fsync latency drifts during a run:
+    // one raw fsync, one `SET`, one raw ping-pong and one `GET`, alternated
+    // `PAIRS` times, medians printed (the groups above measure each in its
+    // own stretch of the run).
+    let mut samples = [(); 4].map(|()| Vec::with_capacity(PAIRS));
+    for _ in 0..PAIRS {
+        let timed = |work: &mut dyn FnMut()| {
+            let start = Instant::now();
+            work();
+            start.elapsed()
+        };
+        samples[0].push(timed(&mut || {
+            file.write_all(b"0123abcd S key value\n").expect("append");
+            file.sync_data().expect("fdatasync");
+        }));
+        samples[1].push(timed(&mut || {
+            assert_eq!(line.ask(b"SET key value\n"), "OK\n");
+        }));
+        samples[2].push(timed(&mut || {
+            assert_eq!(raw.ask(b"GET key\n").len(), 6);
+        }));
+        samples[3].push(timed(&mut || {
+            assert_eq!(line.ask(b"GET key\n").len(), 6);
+        }));
+    }
+    let [fsync, set, pingpong, get] = samples.map(|mut s| {
+        s.sort_unstable();
+        s[s.len() / 2]
+    });
+    eprintln!(
+        "kvd paired ({PAIRS} alternated rounds, medians): raw_fsync {fsync:?}, set_roundtrip \
+         {set:?}, ratio {:.2}x; raw_tcp_pingpong {pingpong:?}, get_roundtrip {get:?}, ratio {:.2}x",
+        set.as_secs_f64() / fsync.as_secs_f64(),
+        get.as_secs_f64() / pingpong.as_secs_f64(),
+    );
 }
+
+/// How many rounds the paired ratios alternate.
+const PAIRS: usize = 300;
 
 criterion_group! {
     name = benches;
