@@ -234,18 +234,24 @@ async fn a_change_to_the_declared_file_retries_a_held_boot() {
     exit(run, &handle, ExitIntent::Halt).await;
 }
 
-/// The same fix, landing while the boot that will fail is still reading: the
-/// watcher's event reaches a lifecycle that is booting and is refused, so the
-/// supervisor must settle against the file as it is when the failure lands.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_change_that_lands_during_a_failing_boot_is_not_lost() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let declared = tmp.path().join("daemon.toml");
-    std::fs::write(&declared, "broken\n").expect("write");
+/// A supervisor whose source reads `declared` and makes its config from the
+/// text with `parse`; the first resolve stops after its read until
+/// [`change_mid_boot`] has written `change` over the file and let the
+/// watcher's event (refused: the lifecycle is booting) arrive. Every later
+/// resolve runs straight through.
+async fn boot_through_a_change(
+    data_dir: &std::path::Path,
+    declared: std::path::PathBuf,
+    change: &str,
+    parse: impl Fn(&str) -> Result<ResolvedConfig, ConfigError> + Send + Sync + 'static,
+) -> (
+    tokio::task::JoinHandle<ExitIntent>,
+    steadfast::SupervisorHandle,
+) {
     let file = declared.clone();
     let (reading_tx, reading_rx) = std::sync::mpsc::channel();
     let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
-    // Taken by the first resolve only; every later one runs straight through.
+    // Taken by the first resolve only.
     let gate = std::sync::Mutex::new(Some((reading_tx, go_rx)));
     let source = ConfigSource::new(move || {
         let text =
@@ -258,22 +264,37 @@ async fn a_change_that_lands_during_a_failing_boot_is_not_lost() {
             let _ = reading.send(());
             let _ = go.recv();
         }
-        if text.trim() == "fixed" {
-            Ok(ResolvedConfig::untracked(good()))
-        } else {
-            Err(ConfigError::Invalid(format!("not fixed: {text:?}")))
-        }
+        parse(&text)
     });
-    let (run, handle) = supervise(tmp.path(), source, Some(declared.clone()));
+    let supervised = supervise(data_dir, source, Some(declared.clone()));
 
     tokio::task::spawn_blocking(move || reading_rx.recv())
         .await
         .expect("join")
         .expect("the first attempt read the declared file");
-    std::fs::write(&declared, "fixed\n").expect("fix the file mid-boot");
+    std::fs::write(&declared, change).expect("the change lands mid-boot");
     // Let the watcher's (refused) event arrive while the boot is still held.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let _ = go_tx.send(());
+    supervised
+}
+
+/// The same fix, landing while the boot that will fail is still reading: the
+/// watcher's event reaches a lifecycle that is booting and is refused, so the
+/// supervisor must settle against the file as it is when the failure lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_change_that_lands_during_a_failing_boot_is_not_lost() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let declared = tmp.path().join("daemon.toml");
+    std::fs::write(&declared, "broken\n").expect("write");
+    let (run, handle) = boot_through_a_change(tmp.path(), declared, "fixed\n", |text| {
+        if text.trim() == "fixed" {
+            Ok(ResolvedConfig::untracked(good()))
+        } else {
+            Err(ConfigError::Invalid(format!("not fixed: {text:?}")))
+        }
+    })
+    .await;
 
     until(&handle, "running", running).await;
     exit(run, &handle, ExitIntent::Halt).await;
@@ -290,38 +311,15 @@ async fn a_change_that_lands_during_a_successful_boot_is_applied() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let declared = tmp.path().join("daemon.toml");
     std::fs::write(&declared, "note = \"before\"\n").expect("write");
-    let file = declared.clone();
-    let (reading_tx, reading_rx) = std::sync::mpsc::channel();
-    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
-    let gate = std::sync::Mutex::new(Some((reading_tx, go_rx)));
-    let source = ConfigSource::new(move || {
-        let text =
-            std::fs::read_to_string(&file).map_err(|e| ConfigError::Invalid(e.to_string()))?;
-        if let Some((reading, go)) = gate
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
-        {
-            let _ = reading.send(());
-            let _ = go.recv();
-        }
+    let (run, handle) = boot_through_a_change(tmp.path(), declared, "note = \"after\"\n", |text| {
         let mut table = good();
         let note: toml::Table = text
             .parse()
             .map_err(|e| ConfigError::Invalid(format!("{e}")))?;
         table.extend(note);
         Ok(ResolvedConfig::untracked(table))
-    });
-    let (run, handle) = supervise(tmp.path(), source, Some(declared.clone()));
-
-    tokio::task::spawn_blocking(move || reading_rx.recv())
-        .await
-        .expect("join")
-        .expect("the first attempt read the declared file");
-    std::fs::write(&declared, "note = \"after\"\n").expect("change the file mid-boot");
-    // Let the watcher's (refused) event arrive while the boot is still held.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let _ = go_tx.send(());
+    })
+    .await;
 
     let applied = until(&handle, "the mid-boot change applied", |s| {
         running(s)
