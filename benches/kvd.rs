@@ -196,12 +196,12 @@ fn kvd(c: &mut Criterion) {
     // `PAIRS` times, medians printed (the groups above measure each in its
     // own stretch of the run).
     let mut samples = [(); 4].map(|()| Vec::with_capacity(PAIRS));
+    let timed = |work: &mut dyn FnMut()| {
+        let start = Instant::now();
+        work();
+        start.elapsed()
+    };
     for _ in 0..PAIRS {
-        let timed = |work: &mut dyn FnMut()| {
-            let start = Instant::now();
-            work();
-            start.elapsed()
-        };
         samples[0].push(timed(&mut || {
             file.write_all(b"0123abcd S key value\n").expect("append");
             file.sync_data().expect("fdatasync");
@@ -216,10 +216,7 @@ fn kvd(c: &mut Criterion) {
             assert_eq!(line.ask(b"GET key\n").len(), 6);
         }));
     }
-    let [fsync, set, pingpong, get] = samples.map(|mut s| {
-        s.sort_unstable();
-        s[s.len() / 2]
-    });
+    let [fsync, set, pingpong, get] = samples.map(|mut s| support::median(&mut s));
     eprintln!(
         "kvd paired ({PAIRS} alternated rounds, medians): raw_fsync {fsync:?}, set_roundtrip \
          {set:?}, ratio {:.2}x; raw_tcp_pingpong {pingpong:?}, get_roundtrip {get:?}, ratio {:.2}x",

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 mod support;
 
-use support::{Noop, blocking_empty_source, empty_source};
+use support::{Noop, blocking_empty_source, empty_source, median};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use steadfast::config::ConfigSource;
@@ -124,11 +124,6 @@ fn status_field(name: &str) -> u64 {
 
 /// How many fsync / stop+start pairs the paired ratio alternates.
 const PAIRS: usize = 200;
-
-fn median(samples: &mut [Duration]) -> Duration {
-    samples.sort_unstable();
-    samples[samples.len() / 2]
-}
 
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()

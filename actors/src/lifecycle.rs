@@ -943,6 +943,17 @@ impl LifecycleActorState {
         }
     }
 
+    /// Whether the declared file differs now from the fingerprint the last
+    /// boot took before it read the file (read on a blocking thread under
+    /// [`RESOLVE_DEADLINE`]); `None` without a declared file or a
+    /// fingerprint. The one check a held failure and a runtime that came up
+    /// are settled with.
+    fn declared_changed_since_boot(&self) -> Option<impl Future<Output = bool> + Send + 'static> {
+        let path = self.shared.declared.clone()?;
+        let before = self.boot_fingerprint?;
+        Some(async move { Fingerprint::of_file_within(&path, RESOLVE_DEADLINE).await != before })
+    }
+
     /// What follows entering a state: timers, the fingerprint check, the
     /// identity, waiting stop commands.
     async fn after(&mut self, myself: &ActorRef<LifecycleMsg>, entered: bool) {
@@ -954,11 +965,9 @@ impl LifecycleActorState {
                     RetryClass::Hold => {
                         // Settle against the file as it is now, not against
                         // the events that happened to arrive.
-                        let file_changed = match (&self.shared.declared, self.boot_fingerprint) {
-                            (Some(path), Some(before)) => {
-                                Fingerprint::of_file_within(path, RESOLVE_DEADLINE).await != before
-                            }
-                            _ => false,
+                        let file_changed = match self.declared_changed_since_boot() {
+                            Some(check) => check.await,
+                            None => false,
                         };
                         if file_changed || self.overrides_changed_since_boot() {
                             let _ = myself.cast(LifecycleMsg::ConfigChanged);
@@ -972,16 +981,14 @@ impl LifecycleActorState {
                     // An override set while this boot ran: apply it now.
                     self.boot_overrides_generation = self.overrides_generation;
                     let _ = myself.cast(LifecycleMsg::ConfigChanged);
-                } else if let (Some(path), Some(before)) =
-                    (self.shared.declared.clone(), self.boot_fingerprint)
-                {
+                } else if let Some(check) = self.declared_changed_since_boot() {
                     // A change to the declared file that landed after the
                     // boot read it reached a booting lifecycle and was
                     // refused: settle against the file as it is now, off
                     // this actor (running is already published).
                     let lifecycle = myself.clone();
                     tokio::spawn(async move {
-                        if Fingerprint::of_file_within(&path, RESOLVE_DEADLINE).await != before {
+                        if check.await {
                             let _ = lifecycle.cast(LifecycleMsg::ConfigChanged);
                         }
                     });

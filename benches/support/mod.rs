@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+use std::time::Duration;
+
 use steadfast::config::{ConfigSource, ResolvedConfig};
 use steadfast::{Made, Plan, Service, Step, StepContext, StepError};
 
@@ -92,4 +94,10 @@ fn criterion_dir() -> Option<std::path::PathBuf> {
     }
     let exe = std::env::current_exe().ok()?;
     Some(exe.parent()?.parent()?.parent()?.join("criterion"))
+}
+
+/// The median of `samples` (sorted in place).
+pub fn median(samples: &mut [Duration]) -> Duration {
+    samples.sort_unstable();
+    samples[samples.len() / 2]
 }
