@@ -1,20 +1,22 @@
 //! Work that waits on the device (fsyncs, renames, directory syncs), run on
 //! tokio's blocking pool a bounded number at a time.
 //!
-//! Every journal actor of the process sends its device work here. The pool
-//! starts a thread whenever no idle one is free and keeps it ten seconds
-//! after, so 1,000 supervisors fsyncing at once would otherwise grow it to
-//! as many threads as fsyncs were in flight — a high-water mark the
-//! process then keeps (each thread's stack and allocator arena), round
-//! after round. A disk does not go faster with more fsyncs waiting on it
-//! than it can batch into one commit, so [`DEVICE_JOBS`] at a time is
-//! enough; the others wait asynchronously for a turn, holding no thread.
+//! Every journal actor of the process sends its device work here, and every
+//! Root its lock check. The pool starts a thread whenever no idle one is
+//! free and keeps it ten seconds after, so 1,000 supervisors fsyncing at
+//! once would otherwise grow it to as many threads as fsyncs were in flight
+//! — a high-water mark the process then keeps (each thread's stack and
+//! allocator arena), round after round. A disk does not go faster with more
+//! fsyncs waiting on it than it can batch into one commit, so
+//! [`DEVICE_JOBS`] at a time is enough; the others wait asynchronously for
+//! a turn, holding no thread.
 //!
 //! The price: the turns are the process's, not a disk's. A device that
 //! hangs (a dead network mount) holds the turns its jobs took until it
-//! answers; each journal actor has at most three jobs out (its append, a
-//! marker note, an identity write), so supervisors on other disks in the
-//! same process stall only once three of them hang on one.
+//! answers; each supervisor has at most four jobs out (its journal
+//! actor's append, marker note and identity write, and Root's lock check,
+//! once a second), so supervisors on other disks in the same process stall
+//! only once two of them hang on one.
 
 use tokio::sync::Semaphore;
 use tokio::task::JoinError;

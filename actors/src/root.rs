@@ -426,11 +426,17 @@ async fn replacement_on_demand(mut args: ReplacementArgs, root: ActorCell) {
 
 /// Check the data-dir lock every [`LOCK_CHECK_PERIOD`] on a blocking
 /// thread; on a loss (or a check that cannot run) tell Root, once.
+///
+/// The check is device work (a `stat` that a dead mount can hang), so it
+/// takes one of [`crate::device`]'s turns like every other: 1,000
+/// supervisors in one process otherwise ask the blocking pool for 1,000
+/// threads each second, and the pool keeps what it made (issue 16: 80+
+/// threads and a resident size that crept round after round).
 async fn watch_lock(control: Arc<ControlDir>, root: ActorRef<RootMsg>) {
     loop {
         tokio::time::sleep(LOCK_CHECK_PERIOD).await;
         let control = Arc::clone(&control);
-        let checked = tokio::task::spawn_blocking(move || control.check_lock()).await;
+        let checked = crate::device::run(move || control.check_lock()).await;
         let reason = match checked {
             Ok(Ok(())) => continue,
             Ok(Err(error)) => error.to_string(),
