@@ -1,44 +1,198 @@
-//! Work that waits on the device (fsyncs, renames, directory syncs), run on
-//! tokio's blocking pool a bounded number at a time.
+//! Work that waits on the device (fsyncs, renames, directory syncs, the
+//! lock check), run on the process's device threads: at most
+//! [`DEVICE_JOBS`], started as jobs need them and kept.
 //!
 //! Every journal actor of the process sends its device work here, and every
-//! Root its lock check. The pool starts a thread whenever no idle one is
-//! free and keeps it ten seconds after, so 1,000 supervisors fsyncing at
-//! once would otherwise grow it to as many threads as fsyncs were in flight
-//! — a high-water mark the process then keeps (each thread's stack and
-//! allocator arena), round after round. A disk does not go faster with more
-//! fsyncs waiting on it than it can batch into one commit, so
-//! [`DEVICE_JOBS`] at a time is enough; the others wait asynchronously for
-//! a turn, holding no thread.
+//! Root its lock check. Tokio's blocking pool starts a thread whenever no
+//! idle one is free at the moment a job is spawned and keeps it ten seconds
+//! after; a bound on the jobs in flight (a semaphore of 8 turns, before
+//! these threads) did not bound the threads: a turn is handed on when the
+//! job's task has its result, before the thread that ran it is idle again,
+//! so 1,000 supervisors' fsyncs and lock checks grew the pool to 80–106
+//! threads, each with its stack and allocator arena, a high-water mark the
+//! process then kept, round after round (issue 16). A disk does not go
+//! faster with more fsyncs waiting on it than it can batch into one commit,
+//! so [`DEVICE_JOBS`] threads are enough; the other jobs wait in a queue,
+//! holding no thread, and the caller waits asynchronously for its answer.
 //!
-//! The price: the turns are the process's, not a disk's. A device that
-//! hangs (a dead network mount) holds the turns its jobs took until it
+//! The price: the threads are the process's, not a disk's. A device that
+//! hangs (a dead network mount) holds the threads its jobs took until it
 //! answers; each supervisor has at most four jobs out (its journal
 //! actor's append, marker note and identity write, and Root's lock check,
 //! once a second), so supervisors on other disks in the same process stall
 //! only once two of them hang on one.
 
-use tokio::sync::Semaphore;
-use tokio::task::JoinError;
+use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Condvar, Mutex, PoisonError};
 
-/// How many device jobs of the process run at once.
+/// How many device jobs of the process run at once: the most threads the
+/// device pool starts.
 pub const DEVICE_JOBS: usize = 8;
 
-static TURNS: Semaphore = Semaphore::const_new(DEVICE_JOBS);
+/// A device job whose work panicked: it did not finish, and what it was
+/// to return is lost.
+#[derive(Debug, thiserror::Error)]
+#[error("a device job panicked: {0}")]
+pub struct Panicked(String);
 
-/// Run `work` on the blocking pool once one of [`DEVICE_JOBS`] turns is
-/// free, and wait for it.
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// The process's device threads and the jobs waiting for one.
+struct Pool {
+    state: Mutex<PoolState>,
+    /// Signalled when a job is queued and a thread is idle.
+    queued: Condvar,
+}
+
+struct PoolState {
+    jobs: VecDeque<Job>,
+    /// Threads started (never more than [`DEVICE_JOBS`]; none ends).
+    threads: usize,
+    /// Threads waiting for a job.
+    idle: usize,
+}
+
+static POOL: Pool = Pool {
+    state: Mutex::new(PoolState {
+        jobs: VecDeque::new(),
+        threads: 0,
+        idle: 0,
+    }),
+    queued: Condvar::new(),
+};
+
+impl Pool {
+    fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        // A job runs outside the lock (and its panic is caught): nothing
+        // can poison it halfway through a change.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queue `job`: an idle thread takes it, else a new thread while
+    /// fewer than [`DEVICE_JOBS`] run, else the first thread to finish.
+    fn submit(&'static self, job: Job) {
+        let mut state = self.lock();
+        state.jobs.push_back(job);
+        if state.idle > 0 {
+            self.queued.notify_one();
+            return;
+        }
+        if state.threads < DEVICE_JOBS {
+            let spawned = std::thread::Builder::new()
+                .name("steadfast-device".into())
+                .spawn(move || self.serve());
+            match spawned {
+                Ok(_) => state.threads += 1,
+                // No thread to be had (a process at its thread limit): the
+                // job waits for one of the threads that run, and with none
+                // it is run here, on the caller's thread, not lost.
+                Err(error) if state.threads == 0 => {
+                    tracing::warn!(%error, "no device thread could be started; the job runs in place");
+                    let job = state.jobs.pop_back();
+                    drop(state);
+                    if let Some(job) = job {
+                        job();
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "no further device thread could be started");
+                }
+            }
+        }
+    }
+
+    /// A device thread: take jobs until the process ends.
+    fn serve(&self) {
+        let mut state = self.lock();
+        loop {
+            if let Some(job) = state.jobs.pop_front() {
+                drop(state);
+                job();
+                state = self.lock();
+                continue;
+            }
+            state.idle += 1;
+            state = self
+                .queued
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+            state.idle -= 1;
+        }
+    }
+}
+
+/// Run `work` on one of the process's device threads (at most
+/// [`DEVICE_JOBS`], started as needed and kept), and wait for it without
+/// holding a runtime thread.
 ///
 /// # Errors
-/// The pool's [`JoinError`] if `work` panicked (or the runtime is shutting
-/// down).
-pub async fn run<T, F>(work: F) -> Result<T, JoinError>
+/// [`Panicked`] if `work` panicked (the thread survives it).
+pub async fn run<T, F>(work: F) -> Result<T, Panicked>
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    // Never closed: `acquire` cannot fail. Were it to, the work runs
-    // without a turn rather than not at all.
-    let _turn = TURNS.acquire().await.ok();
-    tokio::task::spawn_blocking(work).await
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    POOL.submit(Box::new(move || {
+        let result = std::panic::catch_unwind(AssertUnwindSafe(work)).map_err(|panic| {
+            Panicked(
+                panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "(no message)".to_owned()),
+            )
+        });
+        let _ = tx.send(result);
+    }));
+    rx.await
+        .unwrap_or_else(|_| Err(Panicked("the device job was dropped".to_owned())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Many jobs at once, from many tasks, each on a device thread: never
+    /// more distinct threads than [`DEVICE_JOBS`] (the pool is the
+    /// process's, so jobs of other tests in this process count too, and
+    /// the bound still holds), and every job answered.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_burst_of_jobs_runs_on_at_most_device_jobs_threads() {
+        let mut tasks = tokio::task::JoinSet::new();
+        for round in 0..20 {
+            for job in 0..50 {
+                tasks.spawn(run(move || {
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                    (std::thread::current().id(), round * 50 + job)
+                }));
+            }
+        }
+        let mut threads = std::collections::HashSet::new();
+        let mut answered = 0;
+        while let Some(joined) = tasks.join_next().await {
+            let (thread, _) = joined.expect("task").expect("job");
+            threads.insert(thread);
+            answered += 1;
+        }
+        assert_eq!(answered, 1000);
+        assert!(
+            (1..=DEVICE_JOBS).contains(&threads.len()),
+            "{} device threads",
+            threads.len()
+        );
+        assert!(POOL.lock().threads <= DEVICE_JOBS);
+    }
+
+    /// A job that panics is answered with the panic's message, and the
+    /// thread that ran it serves the next job.
+    #[tokio::test]
+    async fn a_panicking_job_is_an_error_and_the_pool_goes_on() {
+        let error = run(|| -> u32 { panic!("the disk said no") })
+            .await
+            .expect_err("a panic");
+        assert!(error.to_string().contains("the disk said no"), "{error}");
+        assert_eq!(run(|| 7).await.expect("the next job"), 7);
+    }
 }

@@ -428,10 +428,9 @@ async fn replacement_on_demand(mut args: ReplacementArgs, root: ActorCell) {
 /// thread; on a loss (or a check that cannot run) tell Root, once.
 ///
 /// The check is device work (a `stat` that a dead mount can hang), so it
-/// takes one of [`crate::device`]'s turns like every other: 1,000
-/// supervisors in one process otherwise ask the blocking pool for 1,000
-/// threads each second, and the pool keeps what it made (issue 16: 80+
-/// threads and a resident size that crept round after round).
+/// runs on [`crate::device`]'s threads like every other: 1,000 supervisors
+/// in one process otherwise ask the blocking pool for up to 1,000 threads
+/// each second.
 async fn watch_lock(control: Arc<ControlDir>, root: ActorRef<RootMsg>) {
     loop {
         tokio::time::sleep(LOCK_CHECK_PERIOD).await;
@@ -440,8 +439,6 @@ async fn watch_lock(control: Arc<ControlDir>, root: ActorRef<RootMsg>) {
         let reason = match checked {
             Ok(Ok(())) => continue,
             Ok(Err(error)) => error.to_string(),
-            // The runtime is shutting down: nothing left to guard.
-            Err(error) if error.is_cancelled() => return,
             Err(error) => format!("the lock check did not run: {error}"),
         };
         let _ = root.cast(RootMsg::LockLost(reason));
