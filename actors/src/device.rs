@@ -1,6 +1,7 @@
 //! Work that waits on the device (fsyncs, renames, directory syncs, the
 //! lock check), run on the process's device threads: at most
-//! [`DEVICE_JOBS`], started as jobs need them and kept.
+//! [`DEVICE_JOBS`], started as jobs need them, each ended after ten idle
+//! seconds.
 //!
 //! Every journal actor of the process sends its device work here, and every
 //! Root its lock check. Tokio's blocking pool starts a thread whenever no
@@ -47,7 +48,7 @@ struct Pool {
 
 struct PoolState {
     jobs: VecDeque<Job>,
-    /// Threads started (never more than [`DEVICE_JOBS`]; none ends).
+    /// Threads running (never more than [`DEVICE_JOBS`]).
     threads: usize,
     /// Threads waiting for a job.
     idle: usize,
@@ -76,33 +77,46 @@ impl Pool {
         state.jobs.push_back(job);
         if state.idle > 0 {
             self.queued.notify_one();
+        }
+        // Idle threads already woken but not yet running count as idle
+        // until they take a job: a burst of jobs gets a thread each while
+        // fewer than the jobs queued are idle.
+        if state.idle >= state.jobs.len() {
             return;
         }
-        if state.threads < DEVICE_JOBS {
-            let spawned = std::thread::Builder::new()
-                .name("steadfast-device".into())
-                .spawn(move || self.serve());
-            match spawned {
-                Ok(_) => state.threads += 1,
-                // No thread to be had (a process at its thread limit): the
-                // job waits for one of the threads that run, and with none
-                // it is run here, on the caller's thread, not lost.
-                Err(error) if state.threads == 0 => {
-                    tracing::warn!(%error, "no device thread could be started; the job runs in place");
-                    let job = state.jobs.pop_back();
-                    drop(state);
-                    if let Some(job) = job {
-                        job();
-                    }
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "no further device thread could be started");
-                }
+        // No thread to be had (a process at its thread limit): the job
+        // waits for one of the threads that run, and with none it is run
+        // here, on the caller's thread, rather than lost.
+        if state.threads < DEVICE_JOBS && !self.start(&mut state) && state.threads == 0 {
+            let job = state.jobs.pop_back();
+            drop(state);
+            if let Some(job) = job {
+                job();
             }
         }
     }
 
-    /// A device thread: take jobs until the process ends.
+    /// Start a thread, counted in `state`; `false` when none could be.
+    fn start(&'static self, state: &mut PoolState) -> bool {
+        let spawned = std::thread::Builder::new()
+            .name("steadfast-device".into())
+            .spawn(move || self.serve());
+        match spawned {
+            Ok(_) => {
+                state.threads += 1;
+                true
+            }
+            Err(error) => {
+                tracing::warn!(%error, "a device thread could not be started");
+                false
+            }
+        }
+    }
+
+    /// A device thread: take jobs; end after [`KEEP_ALIVE`] without one.
+    /// The queue is checked under the lock before it ends, so a job queued
+    /// meanwhile is taken, never stranded: its `submit` saw this thread
+    /// idle and woke it, or (once it is gone) starts another.
     fn serve(&self) {
         let mut state = self.lock();
         loop {
@@ -113,18 +127,40 @@ impl Pool {
                 continue;
             }
             state.idle += 1;
-            state = self
+            let (next, waited) = self
                 .queued
-                .wait(state)
+                .wait_timeout(state, KEEP_ALIVE)
                 .unwrap_or_else(PoisonError::into_inner);
+            state = next;
             state.idle -= 1;
+            if waited.timed_out() && state.jobs.is_empty() {
+                state.threads -= 1;
+                return;
+            }
+        }
+    }
+}
+
+/// How long an idle device thread is kept (as tokio keeps a blocking-pool
+/// thread): a daemon at rest holds none.
+const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Start device threads until `threads` run (at most [`DEVICE_JOBS`]), so
+/// a launch's first fsync finds one running instead of waiting for one to
+/// be created (`steadfast::daemon` warms one); each ends after
+/// [`KEEP_ALIVE`] unused.
+pub fn warm(threads: usize) {
+    let mut state = POOL.lock();
+    while state.threads < threads.min(DEVICE_JOBS) {
+        if !POOL.start(&mut state) {
+            return;
         }
     }
 }
 
 /// Run `work` on one of the process's device threads (at most
-/// [`DEVICE_JOBS`], started as needed and kept), and wait for it without
-/// holding a runtime thread.
+/// [`DEVICE_JOBS`], started as needed), and wait for it without holding a
+/// runtime thread.
 ///
 /// # Errors
 /// [`Panicked`] if `work` panicked (the thread survives it).
@@ -183,6 +219,17 @@ mod tests {
             threads.len()
         );
         assert!(POOL.lock().threads <= DEVICE_JOBS);
+    }
+
+    /// Warming starts threads up to the number asked (never past
+    /// [`DEVICE_JOBS`]), and they take jobs.
+    #[tokio::test]
+    async fn warming_starts_threads_that_take_jobs() {
+        warm(2);
+        assert!((2..=DEVICE_JOBS).contains(&POOL.lock().threads));
+        warm(DEVICE_JOBS * 4);
+        assert_eq!(POOL.lock().threads, DEVICE_JOBS);
+        assert_eq!(run(|| 7).await.expect("a job"), 7);
     }
 
     /// A job that panics is answered with the panic's message, and the
