@@ -404,7 +404,7 @@ fn warm_blocking_pool() {
     for _ in 0..WARM_BLOCKING_THREADS {
         drop(tokio::task::spawn_blocking(|| ()));
     }
-    steadfast_actors::device::warm(WARM_DEVICE_THREADS);
+    let _ = steadfast_actors::device::warm(WARM_DEVICE_THREADS);
 }
 
 /// Run the daemon with the control planes already served (dropped when it

@@ -149,13 +149,16 @@ const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(10);
 /// a launch's first fsync finds one running instead of waiting for one to
 /// be created (`steadfast::daemon` warms one); each ends after
 /// [`KEEP_ALIVE`] unused.
-pub fn warm(threads: usize) {
+///
+/// Returns how many device threads run as it returns.
+pub fn warm(threads: usize) -> usize {
     let mut state = POOL.lock();
     while state.threads < threads.min(DEVICE_JOBS) {
         if !POOL.start(&mut state) {
-            return;
+            break;
         }
     }
+    state.threads
 }
 
 /// Run `work` on one of the process's device threads (at most
@@ -225,10 +228,8 @@ mod tests {
     /// [`DEVICE_JOBS`]), and they take jobs.
     #[tokio::test]
     async fn warming_starts_threads_that_take_jobs() {
-        warm(2);
-        assert!((2..=DEVICE_JOBS).contains(&POOL.lock().threads));
-        warm(DEVICE_JOBS * 4);
-        assert_eq!(POOL.lock().threads, DEVICE_JOBS);
+        assert!((2..=DEVICE_JOBS).contains(&warm(2)));
+        assert_eq!(warm(DEVICE_JOBS * 4), DEVICE_JOBS);
         assert_eq!(run(|| 7).await.expect("a job"), 7);
     }
 
