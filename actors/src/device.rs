@@ -148,7 +148,7 @@ const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(10);
 /// Start device threads until `threads` run (at most [`DEVICE_JOBS`]), so
 /// a launch's first fsync finds one running instead of waiting for one to
 /// be created (`steadfast::daemon` warms one); each ends after
-/// [`KEEP_ALIVE`] unused.
+/// ten seconds unused.
 ///
 /// Returns how many device threads run as it returns.
 pub fn warm(threads: usize) -> usize {
