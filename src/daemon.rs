@@ -381,30 +381,25 @@ pub async fn run_with(
 }
 
 /// How many blocking-pool threads a launch starts before it needs them.
-const WARM_BLOCKING_THREADS: usize = 1;
-
-/// How many device threads (`steadfast_actors::device`) a launch starts
-/// before it needs them.
-const WARM_DEVICE_THREADS: usize = 1;
+const WARM_BLOCKING_THREADS: usize = 2;
 
 /// Start [`WARM_BLOCKING_THREADS`] of the runtime's blocking-pool threads
-/// now, each with a task that does nothing, and [`WARM_DEVICE_THREADS`]
-/// device threads, so that the launch's first blocking work (the config
-/// file's read on the blocking pool, beside the first checkpoint's
-/// `fdatasync` on a device thread, then the identity) finds threads
-/// already running instead of waiting for one to be created and scheduled:
-/// a thread's start-up, a few hundred microseconds to milliseconds on a
-/// loaded 2-core machine, moves off the path from exec to `running` and
-/// overlaps the control socket's bind and the supervision tree's start
-/// (issue 16). Each pool ends a thread unused for 10 s; nothing waits for
-/// these. Best effort: a runtime whose pool is capped runs the warm-up
-/// tasks on the threads it has, and a device thread that cannot be started
-/// is started (or not) when a job needs it.
+/// now, each with a task that does nothing, so that the launch's first
+/// blocking work (the first checkpoint's `fdatasync`, the config file's read
+/// beside it, then the identity) finds threads already running instead of
+/// waiting for one to be created and scheduled: a thread's start-up, a few
+/// hundred microseconds to milliseconds on a loaded 2-core machine, moves off
+/// the path from exec to `running` and overlaps the control socket's bind and
+/// the supervision tree's start (issue 16). The pool keeps an idle thread for
+/// tokio's keep-alive (10 s) and ends it after; nothing waits for these tasks.
+/// Two, because a launch's first checkpoint syncs while its config is read.
+/// Spawned back to back, neither thread is idle yet when the next is asked
+/// for, so each task gets a thread of its own (best effort: a runtime whose
+/// pool is capped runs them on the threads it has).
 fn warm_blocking_pool() {
     for _ in 0..WARM_BLOCKING_THREADS {
         drop(tokio::task::spawn_blocking(|| ()));
     }
-    let _ = steadfast_actors::device::warm(WARM_DEVICE_THREADS);
 }
 
 /// Run the daemon with the control planes already served (dropped when it

@@ -426,19 +426,16 @@ async fn replacement_on_demand(mut args: ReplacementArgs, root: ActorCell) {
 
 /// Check the data-dir lock every [`LOCK_CHECK_PERIOD`] on a blocking
 /// thread; on a loss (or a check that cannot run) tell Root, once.
-///
-/// The check is device work (a `stat` that a dead mount can hang), so it
-/// runs on [`crate::device`]'s threads like every other: 1,000 supervisors
-/// in one process otherwise ask the blocking pool for up to 1,000 threads
-/// each second.
 async fn watch_lock(control: Arc<ControlDir>, root: ActorRef<RootMsg>) {
     loop {
         tokio::time::sleep(LOCK_CHECK_PERIOD).await;
         let control = Arc::clone(&control);
-        let checked = crate::device::run(move || control.check_lock()).await;
+        let checked = tokio::task::spawn_blocking(move || control.check_lock()).await;
         let reason = match checked {
             Ok(Ok(())) => continue,
             Ok(Err(error)) => error.to_string(),
+            // The runtime is shutting down: nothing left to guard.
+            Err(error) if error.is_cancelled() => return,
             Err(error) => format!("the lock check did not run: {error}"),
         };
         let _ = root.cast(RootMsg::LockLost(reason));
