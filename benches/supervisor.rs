@@ -285,6 +285,39 @@ fn launched(
     })
 }
 
+/// Print the CPU the process spends while its supervisors sit running
+/// (their lock checks, timers, the runtime's own wake-ups), over three
+/// seconds of wall time: what 1,000 supervisors cost at rest.
+fn idle_cpu(rt: &tokio::runtime::Runtime) {
+    const IDLE: Duration = Duration::from_secs(3);
+    let before = cpu_ticks();
+    rt.block_on(async { tokio::time::sleep(IDLE).await });
+    let spent = cpu_ticks().saturating_sub(before);
+    // `/proc` counts in clock ticks (`USER_HZ`, 100 on Linux).
+    #[allow(clippy::cast_precision_loss)]
+    let share = spent as f64 / 100.0 / IDLE.as_secs_f64() * 100.0;
+    eprintln!(
+        "thousand_supervisors at rest: {} ms of CPU over {IDLE:?} ({share:.1}% of one core)",
+        spent * 10
+    );
+}
+
+/// The process's user and system CPU so far, in clock ticks.
+fn cpu_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces) in parentheses:
+    // utime and stime are the 12th and 13th of them.
+    stat.rsplit_once(')')
+        .map(|(_, rest)| {
+            rest.split_whitespace()
+                .skip(11)
+                .take(2)
+                .filter_map(|v| v.parse::<u64>().ok())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
 /// One round: 1,000 supervisors on fresh data dirs reach running (timed),
 /// then all exit. Prints the RSS added per supervisor while they run and
 /// after they have exited, against `baseline`.
@@ -314,6 +347,9 @@ fn thousand_supervisors(
     let added = rss_kib().saturating_sub(baseline.0);
     let heap = heap_kib().saturating_sub(baseline.1);
     let running_threads = threads();
+    if round == 0 {
+        idle_cpu(rt);
+    }
     rt.block_on(async {
         for (run, handle) in handles {
             handle.exit(ExitIntent::Halt).await.expect("exit");

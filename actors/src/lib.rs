@@ -25,6 +25,9 @@
 //! - [`clock`], [`context`]: the supervisor's clock and fixed context.
 //! - [`status_record`]: the status record (`.steadfast/status`), rewritten
 //!   before each snapshot is published.
+//! - [`device`]: device work on the blocking pool, a bounded number at a
+//!   time; [`lock_watch`]: the one thread that checks every data-dir lock
+//!   of the process each second.
 //! - [`fsx`]: opening files in a trusted directory without following links
 //!   (the data dir, the control dir, every file in them).
 //! - [`failpoint`]: `SIGKILL` at a named point, armed by an environment
@@ -47,6 +50,7 @@ pub mod fsx;
 pub mod journal;
 pub mod ledger;
 pub mod lifecycle;
+pub mod lock_watch;
 pub mod metrics;
 pub mod replace_runner;
 pub mod replacement;

@@ -33,8 +33,9 @@
 //! When Lifecycle stops normally (an exit), Root stops the tree and the
 //! supervisor's `run` returns the exit intent.
 //!
-//! **The data-dir lock is watched.** Every [`LOCK_CHECK_PERIOD`] Root checks,
-//! on a blocking thread, that its lock still guards the data dir
+//! **The data-dir lock is watched.** Every [`LOCK_CHECK_PERIOD`] the
+//! process's lock-watch thread ([`crate::lock_watch`], one for every
+//! supervisor of the process) checks that Root's lock still guards the data dir
 //! ([`ControlDir::check_lock`]: the lock file still has a name, `lock` still
 //! names it, the control dir's path still names the directory it opened).
 //! `rm -rf` of a running daemon's data dir would otherwise let a second
@@ -60,13 +61,13 @@ use crate::context::Shared;
 use crate::control_dir::{ControlDir, JournalFile};
 use crate::journal::{JournalActor, JournalArgs, JournalMsg};
 use crate::lifecycle::{Children, CommandRequest, LifecycleActor, LifecycleArgs, LifecycleMsg};
+use crate::lock_watch::{self, LockWatch};
 use crate::replacement::{ReplacementActor, ReplacementArgs, ReplacementChannels, ReplacementMsg};
 
 /// How many times Root restarts the journal or the watcher before it gives up.
 pub const RESTARTS: u32 = 3;
 
-/// How often Root checks that the data-dir lock still guards the data dir.
-pub const LOCK_CHECK_PERIOD: Duration = Duration::from_secs(1);
+pub use crate::lock_watch::LOCK_CHECK_PERIOD;
 
 /// Root.
 #[derive(Debug, Default)]
@@ -112,8 +113,9 @@ pub struct RootState {
     /// The journal's join handle, apart: a restart waits for the dead
     /// journal to be gone (its writer dropped) before reopening the file.
     journal_join: Option<JoinHandle<()>>,
-    /// The task that checks the data-dir lock every [`LOCK_CHECK_PERIOD`].
-    lock_watch: JoinHandle<()>,
+    /// The data-dir lock's watch, every [`LOCK_CHECK_PERIOD`] until
+    /// dropped (a failed check casts [`RootMsg::LockLost`]).
+    lock_watch: Option<LockWatch>,
 }
 
 /// Root's own message; otherwise it acts on supervision events.
@@ -190,7 +192,10 @@ impl Actor for RootActor {
             cell.clone(),
         ));
         lifecycle.cast(LifecycleMsg::Begin)?;
-        let lock_watch = tokio::spawn(watch_lock(Arc::clone(&control), myself.clone()));
+        let root = myself.clone();
+        let lock_watch = Some(lock_watch::watch(&control, move |reason| {
+            let _ = root.cast(RootMsg::LockLost(reason));
+        }));
         Ok(RootState {
             shared,
             control,
@@ -329,7 +334,7 @@ impl Actor for RootActor {
         myself: ActorRef<RootMsg>,
         state: &mut RootState,
     ) -> Result<(), ActorProcessingErr> {
-        state.lock_watch.abort();
+        state.lock_watch = None;
         state.stop_children();
         // The child started on demand (the Replacement actor, once a
         // replacement was asked for) has no join handle here: stop it and
@@ -421,25 +426,6 @@ async fn replacement_on_demand(mut args: ReplacementArgs, root: ActorCell) {
         Err(error) => {
             tracing::error!(%error, "the replacement actor could not be started; replacements are unavailable");
         }
-    }
-}
-
-/// Check the data-dir lock every [`LOCK_CHECK_PERIOD`] on a blocking
-/// thread; on a loss (or a check that cannot run) tell Root, once.
-async fn watch_lock(control: Arc<ControlDir>, root: ActorRef<RootMsg>) {
-    loop {
-        tokio::time::sleep(LOCK_CHECK_PERIOD).await;
-        let control = Arc::clone(&control);
-        let checked = tokio::task::spawn_blocking(move || control.check_lock()).await;
-        let reason = match checked {
-            Ok(Ok(())) => continue,
-            Ok(Err(error)) => error.to_string(),
-            // The runtime is shutting down: nothing left to guard.
-            Err(error) if error.is_cancelled() => return,
-            Err(error) => format!("the lock check did not run: {error}"),
-        };
-        let _ = root.cast(RootMsg::LockLost(reason));
-        return;
     }
 }
 

@@ -1,0 +1,201 @@
+//! The data-dir locks of the process, checked by one thread.
+//!
+//! Each running supervisor must notice when its lock stops guarding its data
+//! dir ([`ControlDir::check_lock`]). A check is a few `stat`s, which may wait
+//! on the device (a network mount), so it cannot run on a runtime worker.
+//! Each supervisor once took a blocking-pool thread for it every
+//! [`LOCK_CHECK_PERIOD`]: 1,000 supervisors in one process made 1,000
+//! timer wake-ups and 1,000 thread hand-offs a second at rest, and the
+//! bursts grew the blocking pool. Here one thread per process sweeps every
+//! watched lock each period, and is gone once nothing is watched.
+//!
+//! The period is wall-clock time (`std::thread::sleep`), not the runtime's
+//! clock: a paused test clock neither speeds the checks up nor holds them.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
+
+use crate::control_dir::ControlDir;
+
+/// How often every watched lock is checked.
+pub const LOCK_CHECK_PERIOD: Duration = Duration::from_secs(1);
+
+/// What a watcher is told when its lock is lost: why, in words.
+type Lost = Box<dyn FnOnce(String) + Send>;
+
+/// Watches one data-dir lock until dropped.
+#[derive(Debug)]
+#[must_use = "the lock is watched only while the LockWatch lives"]
+pub struct LockWatch {
+    id: u64,
+}
+
+/// Watch `control`'s lock: every [`LOCK_CHECK_PERIOD`], until the returned
+/// guard is dropped, check it on the process's lock-watch thread; on the
+/// first failed check, call `lost` with the reason (once) and stop watching.
+///
+/// A watch thread that cannot be started is a check that cannot run: `lost`
+/// is called at once, saying so, as for a lock found lost.
+pub fn watch(control: &Arc<ControlDir>, lost: impl FnOnce(String) + Send + 'static) -> LockWatch {
+    let mut watched = lock();
+    let id = watched.next_id;
+    watched.next_id += 1;
+    if !watched.out {
+        let started = std::thread::Builder::new()
+            .name("steadfast-lock-watch".into())
+            .spawn(sweep);
+        if let Err(error) = started {
+            drop(watched);
+            lost(format!(
+                "the lock could not be watched: its thread did not start: {error}"
+            ));
+            return LockWatch { id };
+        }
+        watched.out = true;
+    }
+    watched.entries.push(Entry {
+        id,
+        control: Arc::downgrade(control),
+        lost: Box::new(lost),
+    });
+    LockWatch { id }
+}
+
+impl Drop for LockWatch {
+    fn drop(&mut self) {
+        lock().entries.retain(|entry| entry.id != self.id);
+    }
+}
+
+/// Every lock watched in the process.
+static WATCHED: Mutex<Watched> = Mutex::new(Watched {
+    entries: Vec::new(),
+    next_id: 0,
+    out: false,
+});
+
+struct Watched {
+    entries: Vec<Entry>,
+    next_id: u64,
+    /// Whether the sweeping thread is out (it leaves once `entries` is
+    /// empty, saying so here under the same lock a new watch takes).
+    out: bool,
+}
+
+struct Entry {
+    id: u64,
+    /// Weak: a watch never keeps a control directory (and its lock) open.
+    control: Weak<ControlDir>,
+    lost: Lost,
+}
+
+fn lock() -> MutexGuard<'static, Watched> {
+    WATCHED.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The watch thread: every period, check each watched lock (outside the
+/// registry's lock: a slow device holds up the sweep, never a new watch or
+/// a drop); leave when nothing is watched.
+fn sweep() {
+    loop {
+        std::thread::sleep(LOCK_CHECK_PERIOD);
+        let due: Vec<(u64, Weak<ControlDir>)> = {
+            let mut watched = lock();
+            if watched.entries.is_empty() {
+                // A burst of supervisors gone: their room goes too.
+                watched.entries = Vec::new();
+                watched.out = false;
+                return;
+            }
+            watched
+                .entries
+                .iter()
+                .map(|entry| (entry.id, Weak::clone(&entry.control)))
+                .collect()
+        };
+        for (id, control) in due {
+            let Some(control) = control.upgrade() else {
+                continue;
+            };
+            let Err(error) = control.check_lock() else {
+                continue;
+            };
+            drop(control);
+            let lost = {
+                let mut watched = lock();
+                let at = watched.entries.iter().position(|entry| entry.id == id);
+                at.map(|at| watched.entries.swap_remove(at).lost)
+            };
+            // Dropped meanwhile: nobody is left to tell.
+            if let Some(lost) = lost {
+                lost(error.to_string());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    fn opened(dir: &std::path::Path) -> Arc<ControlDir> {
+        Arc::new(ControlDir::open(dir).expect("open control dir"))
+    }
+
+    #[test]
+    fn only_the_lost_lock_is_reported_and_once() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (kept_dir, lost_dir) = (tmp.path().join("kept"), tmp.path().join("lost"));
+        let (kept, gone) = (opened(&kept_dir), opened(&lost_dir));
+        let (tx, rx) = mpsc::channel();
+        let tx2 = tx.clone();
+        let _kept = watch(&kept, move |reason| {
+            let _ = tx.send(("kept", reason));
+        });
+        let _gone = watch(&gone, move |reason| {
+            let _ = tx2.send(("lost", reason));
+        });
+        std::fs::remove_dir_all(&lost_dir).expect("rm -rf the data dir");
+        let (which, reason) = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the removed data dir's lock is reported lost");
+        assert_eq!(which, "lost", "{reason}");
+        assert!(
+            reason.contains("lock"),
+            "the reason names the lock: {reason}"
+        );
+        // Two more sweeps: neither the kept lock nor the lost one again.
+        assert!(
+            rx.recv_timeout(LOCK_CHECK_PERIOD * 3).is_err(),
+            "only the lost lock, and only once"
+        );
+    }
+
+    #[test]
+    fn a_dropped_watch_reports_nothing() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("data");
+        let control = opened(&dir);
+        let (tx, rx) = mpsc::channel();
+        let watch = watch(&control, move |reason| {
+            let _ = tx.send(reason);
+        });
+        drop(watch);
+        std::fs::remove_dir_all(&dir).expect("rm -rf the data dir");
+        assert!(
+            rx.recv_timeout(LOCK_CHECK_PERIOD * 3).is_err(),
+            "a dropped watch reports nothing"
+        );
+    }
+
+    #[test]
+    fn a_watch_does_not_hold_the_lock() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("data");
+        let control = opened(&dir);
+        let _watch = watch(&control, |_| {});
+        drop(control);
+        ControlDir::open(&dir).expect("the watched lock is freed with its control dir");
+    }
+}
