@@ -1203,34 +1203,57 @@ impl JournalFile<File> {
 /// directory it must still be the `lock` of.
 #[derive(Debug)]
 struct HeldLock {
-    /// The open, locked file.
+    /// The open, locked file (held open: its inode cannot be reused while
+    /// it is, so its device and inode name it for as long as we hold it).
     file: File,
     /// The control directory, open.
     dir: Arc<Dir>,
+    /// The locked file's device and inode.
+    file_id: (u64, u64),
+    /// The control directory's device and inode.
+    dir_id: (u64, u64),
 }
 
 impl HeldLock {
-    /// See [`ControlDir::check_lock`].
+    /// The lock held on `file`, the `lock` of `dir`: their identities taken
+    /// once, so that a check is two `stat`s.
+    fn new(file: File, dir: Arc<Dir>) -> Result<Self, ControlDirError> {
+        let held = rustix::fs::fstat(&file).map_err(|e| io_err(&dir.join(LOCK_NAME))(e.into()))?;
+        let opened = dir.fstat()?;
+        Ok(Self {
+            file,
+            dir,
+            file_id: (held.st_dev, held.st_ino),
+            dir_id: (opened.st_dev, opened.st_ino),
+        })
+    }
+
+    /// See [`ControlDir::check_lock`]. The locked file is held open, so its
+    /// inode is not reused while this runs: `lock` still naming that inode
+    /// (through the directory's descriptor) means the file was neither
+    /// removed nor replaced, and a removed control directory names nothing.
     fn check(&self) -> Result<(), ControlDirError> {
-        let path = self.dir.join(LOCK_NAME);
         let lost = |reason: String| ControlDirError::LockLost {
-            path: path.clone(),
+            path: self.dir.join(LOCK_NAME),
             reason,
         };
-        let held = rustix::fs::fstat(&self.file).map_err(|e| io_err(&path)(e.into()))?;
-        if held.st_nlink == 0 {
-            return Err(lost("its file was removed".into()));
-        }
         match self.dir.stat(LOCK_NAME)? {
-            None => return Err(lost(format!("{} no longer exists", path.display()))),
-            Some(now) if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino) => {
-                return Err(lost(format!("{} now names another file", path.display())));
+            None => {
+                return Err(lost(format!(
+                    "{} no longer exists",
+                    self.dir.join(LOCK_NAME).display()
+                )));
+            }
+            Some(now) if (now.st_dev, now.st_ino) != self.file_id => {
+                return Err(lost(format!(
+                    "{} now names another file",
+                    self.dir.join(LOCK_NAME).display()
+                )));
             }
             Some(_) => {}
         }
-        let dir = self.dir.fstat()?;
         match rustix::fs::stat(self.dir.path()) {
-            Ok(now) if (now.st_dev, now.st_ino) == (dir.st_dev, dir.st_ino) => Ok(()),
+            Ok(now) if (now.st_dev, now.st_ino) == self.dir_id => Ok(()),
             Ok(_) => Err(lost(format!(
                 "{} now names another directory",
                 self.dir.path().display()
@@ -1342,11 +1365,14 @@ impl ControlDir {
         &self.dir
     }
 
-    /// Whether the data-dir lock still guards the data dir: the locked file
-    /// still has a name, `lock` in the control directory still names it,
-    /// and the control directory's path still names the directory opened.
-    /// [`JournalFile::append`] checks this before it writes, and Root every
-    /// [`crate::root::LOCK_CHECK_PERIOD`].
+    /// Whether the data-dir lock still guards the data dir: `lock` in the
+    /// control directory still names the locked file (which is held open,
+    /// so its inode cannot be reused: a removed or replaced file, or a
+    /// removed directory, names nothing or another inode), and the control
+    /// directory's path still names the directory opened. Two `stat`s.
+    /// [`JournalFile::append`] checks this before it writes, and the
+    /// process's lock-watch thread every
+    /// [`crate::root::LOCK_CHECK_PERIOD`] ([`crate::lock_watch`]).
     ///
     /// # Errors
     /// [`ControlDirError::LockLost`] saying what was found;
@@ -1397,10 +1423,7 @@ impl ControlDir {
         };
         let mut dir = Self {
             path,
-            lock: Arc::new(HeldLock {
-                file: lock,
-                dir: Arc::clone(&dir),
-            }),
+            lock: Arc::new(HeldLock::new(lock, Arc::clone(&dir))?),
             dir,
             previous_run: PreviousRun::FirstEver,
             journal_opened: Arc::new(AtomicBool::new(false)),

@@ -1180,6 +1180,31 @@ fn a_moved_data_dir_loses_the_lock() {
     assert!(error.to_string().contains("was lost"), "{error}");
 }
 
+/// The lock file alone unlinked, or replaced by another file of the same
+/// name, under a running daemon: a second daemon could lock the new file.
+/// Each is a lost lock, named for what was found.
+#[test]
+fn an_unlinked_or_replaced_lock_file_loses_the_lock() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cd = ControlDir::open(&tmp.path().join("data")).unwrap();
+    cd.check_lock().expect("a fresh lock guards its data dir");
+    let lock = cd.lock_path();
+    let aside = lock.with_file_name("lock.aside");
+    fs::rename(&lock, &aside).unwrap();
+    let error = cd.check_lock().expect_err("no file named lock").to_string();
+    assert!(error.contains("no longer exists"), "{error}");
+    fs::write(&lock, b"").unwrap();
+    let error = cd
+        .check_lock()
+        .expect_err("lock names a new file")
+        .to_string();
+    assert!(error.contains("now names another file"), "{error}");
+    fs::remove_file(&lock).unwrap();
+    fs::rename(&aside, &lock).unwrap();
+    cd.check_lock()
+        .expect("the locked file back under its name guards the data dir again");
+}
+
 /// Two writers of the run marker in one process (the Journal actor's
 /// attempt note and a replacement's hand-over marker) share its one temp
 /// file name: neither may unlink or rename the other's half-written temp
