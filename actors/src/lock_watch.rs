@@ -11,6 +11,12 @@
 //!
 //! The period is wall-clock time (`std::thread::sleep`), not the runtime's
 //! clock: a paused test clock neither speeds the checks up nor holds them.
+//!
+//! The price of one thread: a check that hangs (a dead network mount under
+//! one data dir) holds up the sweep, so the other supervisors of the process
+//! notice a lost lock only once it returns. Nothing is acknowledged in the
+//! meantime on a lost lock either way: the journal checks the lock itself
+//! before every append.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
@@ -126,9 +132,14 @@ fn sweep() {
                 let at = watched.entries.iter().position(|entry| entry.id == id);
                 at.map(|at| watched.entries.swap_remove(at).lost)
             };
-            // Dropped meanwhile: nobody is left to tell.
+            // Dropped meanwhile: nobody is left to tell. A teller that
+            // panics must not take the sweep (and every other watch) down.
             if let Some(lost) = lost {
-                lost(error.to_string());
+                let reason = error.to_string();
+                let told = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lost(reason)));
+                if told.is_err() {
+                    tracing::error!("telling a supervisor its data-dir lock was lost panicked");
+                }
             }
         }
     }
@@ -197,5 +208,24 @@ mod tests {
         let _watch = watch(&control, |_| {});
         drop(control);
         ControlDir::open(&dir).expect("the watched lock is freed with its control dir");
+    }
+
+    #[test]
+    fn a_teller_that_panics_does_not_end_the_watch() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (first, second) = (tmp.path().join("first"), tmp.path().join("second"));
+        let panicking = opened(&first);
+        let _panicking = watch(&panicking, |_| panic!("a teller that panics"));
+        std::fs::remove_dir_all(&first).expect("rm -rf the first data dir");
+        // Registered second, so swept after the panicking one, in this
+        // sweep or a later one.
+        let told = opened(&second);
+        let (tx, rx) = mpsc::channel();
+        let _told = watch(&told, move |reason| {
+            let _ = tx.send(reason);
+        });
+        std::fs::remove_dir_all(&second).expect("rm -rf the second data dir");
+        rx.recv_timeout(Duration::from_secs(30))
+            .expect("the sweep goes on after a teller panicked");
     }
 }
