@@ -154,6 +154,29 @@ mod tests {
         Arc::new(ControlDir::open(dir).expect("open control dir"))
     }
 
+    /// A control dir opened on a fresh data dir (the temp dir holds it).
+    fn fresh() -> (tempfile::TempDir, std::path::PathBuf, Arc<ControlDir>) {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("data");
+        let control = opened(&dir);
+        (tmp, dir, control)
+    }
+
+    /// Nothing more arrives on `rx` over three sweeps.
+    fn quiet_for_sweeps<T: std::fmt::Debug>(rx: &mpsc::Receiver<T>, why: &str) {
+        let more = rx.recv_timeout(LOCK_CHECK_PERIOD * 3);
+        assert!(more.is_err(), "{why}: {more:?}");
+    }
+
+    /// A watch of `control` whose reports arrive on the receiver.
+    fn watch_reported(control: &Arc<ControlDir>) -> (LockWatch, mpsc::Receiver<String>) {
+        let (tx, rx) = mpsc::channel();
+        let watch = watch(control, move |reason| {
+            let _ = tx.send(reason);
+        });
+        (watch, rx)
+    }
+
     #[test]
     fn only_the_lost_lock_is_reported_and_once() {
         let tmp = tempfile::tempdir().expect("tempdir");
@@ -176,35 +199,22 @@ mod tests {
             reason.contains("lock"),
             "the reason names the lock: {reason}"
         );
-        // Two more sweeps: neither the kept lock nor the lost one again.
-        assert!(
-            rx.recv_timeout(LOCK_CHECK_PERIOD * 3).is_err(),
-            "only the lost lock, and only once"
-        );
+        // Neither the kept lock nor the lost one again.
+        quiet_for_sweeps(&rx, "only the lost lock, and only once");
     }
 
     #[test]
     fn a_dropped_watch_reports_nothing() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = tmp.path().join("data");
-        let control = opened(&dir);
-        let (tx, rx) = mpsc::channel();
-        let watch = watch(&control, move |reason| {
-            let _ = tx.send(reason);
-        });
+        let (_tmp, dir, control) = fresh();
+        let (watch, rx) = watch_reported(&control);
         drop(watch);
         std::fs::remove_dir_all(&dir).expect("rm -rf the data dir");
-        assert!(
-            rx.recv_timeout(LOCK_CHECK_PERIOD * 3).is_err(),
-            "a dropped watch reports nothing"
-        );
+        quiet_for_sweeps(&rx, "a dropped watch reports nothing");
     }
 
     #[test]
     fn a_watch_does_not_hold_the_lock() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = tmp.path().join("data");
-        let control = opened(&dir);
+        let (_tmp, dir, control) = fresh();
         let _watch = watch(&control, |_| {});
         drop(control);
         ControlDir::open(&dir).expect("the watched lock is freed with its control dir");
@@ -220,10 +230,7 @@ mod tests {
         // Registered second, so swept after the panicking one, in this
         // sweep or a later one.
         let told = opened(&second);
-        let (tx, rx) = mpsc::channel();
-        let _told = watch(&told, move |reason| {
-            let _ = tx.send(reason);
-        });
+        let (_told, rx) = watch_reported(&told);
         std::fs::remove_dir_all(&second).expect("rm -rf the second data dir");
         rx.recv_timeout(Duration::from_secs(30))
             .expect("the sweep goes on after a teller panicked");
