@@ -36,8 +36,8 @@
 //! **The data-dir lock is watched.** Every [`LOCK_CHECK_PERIOD`] the
 //! process's lock-watch thread ([`crate::lock_watch`], one for every
 //! supervisor of the process) checks that Root's lock still guards the data dir
-//! ([`ControlDir::check_lock`]: the lock file still has a name, `lock` still
-//! names it, the control dir's path still names the directory it opened).
+//! ([`ControlDir::check_lock`]: `lock` still names the locked file, the
+//! control dir's path still names the directory it opened).
 //! `rm -rf` of a running daemon's data dir would otherwise let a second
 //! daemon start on the same path while this one runs on; on a loss Root logs
 //! an error and escalates as for a dead journal: the process exits with
