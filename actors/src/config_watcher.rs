@@ -40,6 +40,14 @@
 //! - **A burst fires once it is over**: `on_change` runs after `debounce` of
 //!   quiet following the last relevant event, so the last firing of a burst
 //!   sees the last write. Checked by `config::a_burst_of_writes_fires_after_the_last_write`.
+//! - **A write in place fires once its writer closes the file**: after a
+//!   truncate, a write or the creation of a regular file, quiet alone is not
+//!   enough — the writer may be descheduled between `open(O_TRUNC)` and
+//!   `write`, and a resolve then would read an empty file, which is valid
+//!   TOML and boots on defaults. The firing waits for the close
+//!   (`IN_CLOSE_WRITE`), or for [`WRITER_PATIENCE`] if the writer keeps the
+//!   file open. A rename over the file brings a finished file and does not
+//!   wait. Checked by `config::a_write_held_open_fires_once_the_writer_closes`.
 //! - **Poke fires at once** (SIGHUP-style), each time it is sent. Checked by
 //!   `config::poke_fires_now`. (A debounce pending at the time is folded into
 //!   that firing: its timer is cancelled and its generation made stale.)
@@ -57,6 +65,10 @@ use tokio::task::JoinHandle;
 
 /// The quiet period [`ConfigWatcherArgs::debounce`] usually takes.
 pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(20);
+
+/// How long a write in place may keep the file open before the change is
+/// reported anyway (a writer that never closes must not hide its change).
+pub const WRITER_PATIENCE: Duration = Duration::from_secs(2);
 
 /// The config watcher actor (stateless; see [`ConfigWatcherState`]).
 #[derive(Debug, Default, Clone, Copy)]
@@ -87,11 +99,24 @@ impl std::fmt::Debug for ConfigWatcherArgs {
 #[derive(Debug)]
 pub enum ConfigWatcherMsg {
     /// The notify watcher saw a relevant event (sent from notify's thread).
-    Notified,
+    Notified(Change),
     /// The debounce timer of generation `.0` ran out.
     Quiet(u64),
     /// Fire `on_change` now (an operator's SIGHUP or `reload`).
     Poke,
+}
+
+/// What a relevant event did to the declared file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// Written in place (truncated, written, or created as a regular file):
+    /// the writer may not be done until it closes the file.
+    Written,
+    /// A writer closed the file: what it wrote is all there.
+    Closed,
+    /// Replaced whole (renamed over, removed, a link swapped) or unknown (a
+    /// queue overflow, a watch error): nothing to wait for but quiet.
+    Replaced,
 }
 
 /// The config watcher's state.
@@ -107,16 +132,29 @@ pub struct ConfigWatcherState {
     generation: u64,
     /// The pending debounce timer, aborted when a later event replaces it.
     timer: Option<JoinHandle<Result<(), ractor::MessagingErr<ConfigWatcherMsg>>>>,
+    /// Since when a write in place has been seen without its close: the
+    /// firing waits for the close, up to [`WRITER_PATIENCE`] from here.
+    writing_since: Option<tokio::time::Instant>,
 }
 
 impl ConfigWatcherState {
     /// Calls `on_change` and forgets any pending debounce.
     fn fire(&mut self) {
         self.generation += 1;
+        self.writing_since = None;
         if let Some(timer) = self.timer.take() {
             timer.abort();
         }
         (self.on_change)();
+    }
+
+    /// (Re)arms the timer for generation `generation` to run out after
+    /// `after`, replacing any pending one.
+    fn arm(&mut self, myself: &ActorRef<ConfigWatcherMsg>, generation: u64, after: Duration) {
+        if let Some(timer) = self.timer.take() {
+            timer.abort();
+        }
+        self.timer = Some(myself.send_after(after, move || ConfigWatcherMsg::Quiet(generation)));
     }
 }
 
@@ -166,34 +204,43 @@ pub fn entries_resolved_through(file: &Path, parent: &Path) -> Vec<PathBuf> {
     entries
 }
 
-/// Whether `event` says something about `file` (an absolute path in
-/// `parent`) or an entry it resolves through that may have changed what it
-/// reads. Opens and reads are not changes; an overflow of the kernel's
-/// queue (a rescan) might hide one, so it counts.
-fn is_relevant(event: &Event, file: &Path, parent: &Path) -> bool {
+/// What `event` did to `file` (an absolute path in `parent`) or an entry it
+/// resolves through, if it may have changed what a resolve reads; `None`
+/// for everything else. Opens and reads are not changes; an overflow of the
+/// kernel's queue (a rescan) might hide one, so it counts.
+fn change_of(event: &Event, file: &Path, parent: &Path) -> Option<Change> {
     if event.need_rescan() {
-        return true;
+        return Some(Change::Replaced);
     }
-    let kind_may_change_contents = match event.kind {
-        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
-        EventKind::Access(_) => false,
-        EventKind::Modify(ModifyKind::Metadata(_)) => false,
+    let change = match event.kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => Change::Closed,
+        EventKind::Access(_) | EventKind::Modify(ModifyKind::Metadata(_)) => return None,
+        EventKind::Modify(ModifyKind::Data(_) | ModifyKind::Any) => Change::Written,
+        // `open(O_CREAT)`: a writer is on its way. A link made in its
+        // place (`ln -sf`) has no writer to wait for.
+        EventKind::Create(_) if event.paths.iter().all(|p| is_regular_file(p)) => Change::Written,
         EventKind::Create(_)
         | EventKind::Modify(_)
         | EventKind::Remove(_)
         | EventKind::Any
-        | EventKind::Other => true,
+        | EventKind::Other => Change::Replaced,
     };
-    if !kind_may_change_contents {
-        return false;
-    }
     if event.paths.iter().any(|p| p == file) {
-        return true;
+        return Some(change);
     }
     // Resolved now, after the event: a swapped link counts under the name
     // the path resolves through once the swap is done.
     let entries = entries_resolved_through(file, parent);
-    event.paths.iter().any(|p| entries.contains(p))
+    event
+        .paths
+        .iter()
+        .any(|p| entries.contains(p))
+        .then_some(change)
+}
+
+/// Whether `path` is a regular file itself (not through a link).
+fn is_regular_file(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file())
 }
 
 impl Actor for ConfigWatcherActor {
@@ -220,17 +267,17 @@ impl Actor for ConfigWatcherActor {
         let watched = parent.clone();
         let actor = myself.clone();
         let mut watcher = notify::recommended_watcher(move |event: notify::Result<Event>| {
-            let relevant = match event {
-                Ok(event) => is_relevant(&event, &target, &watched),
+            let change = match event {
+                Ok(event) => change_of(&event, &target, &watched),
                 Err(error) => {
                     // An error may hide a change; a spurious resolve is cheap.
                     tracing::warn!(%error, file = %target.display(), "config watch error");
-                    true
+                    Some(Change::Replaced)
                 }
             };
-            if relevant {
+            if let Some(change) = change {
                 // Err only once the actor has stopped: nobody to tell.
-                let _ = actor.cast(ConfigWatcherMsg::Notified);
+                let _ = actor.cast(ConfigWatcherMsg::Notified(change));
             }
         })
         .map_err(|e| format!("cannot create a watcher for {}: {e}", file.display()))?;
@@ -249,6 +296,7 @@ impl Actor for ConfigWatcherActor {
             on_change: args.on_change,
             generation: 0,
             timer: None,
+            writing_since: None,
         })
     }
 
@@ -259,19 +307,32 @@ impl Actor for ConfigWatcherActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            ConfigWatcherMsg::Notified => {
+            ConfigWatcherMsg::Notified(change) => {
+                match change {
+                    Change::Written => {
+                        state
+                            .writing_since
+                            .get_or_insert_with(tokio::time::Instant::now);
+                    }
+                    Change::Closed | Change::Replaced => state.writing_since = None,
+                }
                 state.generation += 1;
                 let generation = state.generation;
-                if let Some(timer) = state.timer.take() {
-                    timer.abort();
-                }
-                state.timer = Some(
-                    myself.send_after(state.debounce, move || ConfigWatcherMsg::Quiet(generation)),
-                );
+                let debounce = state.debounce;
+                state.arm(&myself, generation, debounce);
             }
             ConfigWatcherMsg::Quiet(generation) => {
-                if generation == state.generation {
-                    state.fire();
+                if generation != state.generation {
+                    return Ok(());
+                }
+                // Quiet, but a writer has not closed the file: wait for its
+                // close (a new event) or for the rest of its patience.
+                let waited = state.writing_since.map(|since| since.elapsed());
+                match waited {
+                    Some(waited) if waited < WRITER_PATIENCE => {
+                        state.arm(&myself, generation, WRITER_PATIENCE - waited);
+                    }
+                    _ => state.fire(),
                 }
             }
             ConfigWatcherMsg::Poke => state.fire(),

@@ -23,7 +23,7 @@ use std::time::Duration;
 use ractor::{Actor, ActorRef};
 use steadfast_actors::config::{ConfigError, Fingerprint, TomlFileSource};
 use steadfast_actors::config_watcher::{
-    ConfigWatcherActor, ConfigWatcherArgs, ConfigWatcherMsg, DEFAULT_DEBOUNCE,
+    ConfigWatcherActor, ConfigWatcherArgs, ConfigWatcherMsg, DEFAULT_DEBOUNCE, WRITER_PATIENCE,
 };
 use tokio::task::JoinHandle;
 
@@ -122,6 +122,59 @@ async fn a_write_to_the_declared_file_fires() {
         watching.probe.last_read() == Some(Some("a = 1\n".to_owned()))
     })
     .await;
+    watching.stop().await;
+}
+
+/// A writer that truncates the file and writes it later (a shell's
+/// `echo … > file` that is descheduled between its open and its write, a
+/// program that creates the file and then renders into it) is not reported
+/// half done: the empty file is not read, and the firing comes once the
+/// writer closes the file and reads what it wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_held_open_fires_once_the_writer_closes() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = declared(&dir);
+    let watching = watch(&file, DEFAULT_DEBOUNCE).await;
+    let mut writer = std::fs::File::create(&file).expect("truncate");
+    // Far longer than the quiet period: a watcher that waits only for quiet
+    // fires here and reads an empty file.
+    tokio::time::sleep(SETTLE).await;
+    assert_eq!(
+        watching.probe.fired(),
+        0,
+        "fired while the writer still held the file open (read {:?})",
+        watching.probe.last_read()
+    );
+    writer.write_all(b"a = 5\n").expect("write");
+    drop(writer);
+    until("a firing that reads the finished write", || {
+        watching.probe.last_read() == Some(Some("a = 5\n".to_owned()))
+    })
+    .await;
+    assert_eq!(watching.probe.fired(), 1, "one write, one firing");
+    watching.stop().await;
+}
+
+/// A writer that keeps the file open does not hide its change: the firing
+/// comes after [`WRITER_PATIENCE`] and reads what was written so far.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_writer_that_never_closes_fires_after_its_patience() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = declared(&dir);
+    let watching = watch(&file, DEFAULT_DEBOUNCE).await;
+    let mut writer = std::fs::File::create(&file).expect("truncate");
+    writer.write_all(b"a = 6\n").expect("write");
+    writer.flush().expect("flush");
+    let what =
+        format!("a firing {WRITER_PATIENCE:?} after a write whose writer holds the file open");
+    until(&what, || {
+        watching.probe.last_read() == Some(Some("a = 6\n".to_owned()))
+    })
+    .await;
+    assert_eq!(watching.probe.fired(), 1, "one write, one firing");
+    drop(writer);
     watching.stop().await;
 }
 
