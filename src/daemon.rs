@@ -381,22 +381,23 @@ pub async fn run_with(
 }
 
 /// How many blocking-pool threads a launch starts before it needs them.
-const WARM_BLOCKING_THREADS: usize = 2;
+const WARM_BLOCKING_THREADS: usize = 1;
 
-/// Start [`WARM_BLOCKING_THREADS`] of the runtime's blocking-pool threads
-/// now, each with a task that does nothing, so that the launch's first
-/// blocking work (the first checkpoint's `fdatasync`, the config file's read
-/// beside it, then the identity) finds threads already running instead of
-/// waiting for one to be created and scheduled: a thread's start-up, a few
-/// hundred microseconds to milliseconds on a loaded 2-core machine, moves off
-/// the path from exec to `running` and overlaps the control socket's bind and
-/// the supervision tree's start (issue 16). The pool keeps an idle thread for
-/// tokio's keep-alive (10 s) and ends it after; nothing waits for these tasks.
-/// Two, because a launch's first checkpoint syncs while its config is read.
-/// Spawned back to back, neither thread is idle yet when the next is asked
-/// for, so each task gets a thread of its own (best effort: a runtime whose
-/// pool is capped runs them on the threads it has).
+/// Start the threads a launch's first blocking work runs on now, each
+/// idle until its work comes, so that work (the first checkpoint's
+/// `fdatasync` on a device thread, the config file's read beside it on
+/// the runtime's blocking pool, then the identity) finds a thread already
+/// running instead of waiting for one to be created and scheduled: a
+/// thread's start-up, a few hundred microseconds to milliseconds on a
+/// loaded 2-core machine, moves off the path from exec to `running` and
+/// overlaps the control socket's bind and the supervision tree's start
+/// (issue 16). Each pool ends an idle thread after its keep-alive (10 s);
+/// nothing waits for them. One device thread
+/// (`steadfast_actors::device::warm`) and [`WARM_BLOCKING_THREADS`] of
+/// tokio's, by a task that does nothing (best effort: a runtime whose pool
+/// is capped runs it on the thread it has).
 fn warm_blocking_pool() {
+    steadfast_actors::device::warm(1);
     for _ in 0..WARM_BLOCKING_THREADS {
         drop(tokio::task::spawn_blocking(|| ()));
     }
