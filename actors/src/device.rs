@@ -110,7 +110,7 @@ where
     let _turn = TURNS.acquire().await.ok();
     tokio::task::spawn_blocking(work).await.map_err(|error| {
         if error.is_panic() {
-            DeviceError::Panicked(panic_message(error.into_panic().as_ref()))
+            DeviceError::Panicked(crate::service::panic_message(error.into_panic().as_ref()))
         } else {
             DeviceError::Cancelled
         }
@@ -162,8 +162,9 @@ impl Pool {
     {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let job: Job = Box::new(move || {
-            let outcome = std::panic::catch_unwind(AssertUnwindSafe(work))
-                .map_err(|panic| DeviceError::Panicked(panic_message(panic.as_ref())));
+            let outcome = std::panic::catch_unwind(AssertUnwindSafe(work)).map_err(|panic| {
+                DeviceError::Panicked(crate::service::panic_message(panic.as_ref()))
+            });
             // The caller may have gone (its runtime shut down): the work
             // is done all the same.
             let _ = tx.send(outcome);
@@ -233,15 +234,6 @@ fn spawn_worker() -> std::io::Result<()> {
         .name("steadfast-device".into())
         .spawn(|| POOL.work())
         .map(drop)
-}
-
-/// What a panic said, for the error that reports it.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "(no message)".to_owned())
 }
 
 /// Device threads alive now (for tests and benchmarks).
