@@ -122,28 +122,6 @@ fn status_field(name: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// With `STEADFAST_BENCH_TRIM` set, hand the allocator's free pages back
-/// to the system after each round (glibc's `malloc_trim`), and say what
-/// RSS is left then: this separates memory still in use from free memory
-/// the allocator keeps for reuse. The trim also changes the next round,
-/// which then starts without the pages an earlier round left free, so it
-/// is off unless asked for.
-fn trimmed_kib(baseline: u64) -> Option<u64> {
-    std::env::var_os("STEADFAST_BENCH_TRIM")?;
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        unsafe extern "C" {
-            fn malloc_trim(pad: usize) -> std::ffi::c_int;
-        }
-        // SAFETY: glibc's malloc_trim takes a padding size and touches
-        // only the allocator's own free lists.
-        unsafe { malloc_trim(0) };
-        Some(rss_kib().saturating_sub(baseline))
-    }
-    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-    None
-}
-
 /// How many fsync / stop+start pairs the paired ratio alternates.
 const PAIRS: usize = 200;
 
@@ -382,13 +360,10 @@ fn thousand_supervisors(
     let heap_left = heap_kib().saturating_sub(baseline.1);
     #[allow(clippy::cast_precision_loss)]
     let per = |kib: u64| kib as f64 / 1000.0;
-    let trimmed = trimmed_kib(baseline.0)
-        .map(|kib| format!(", {:.1} KiB after malloc_trim", per(kib)))
-        .unwrap_or_default();
     eprintln!(
         "thousand_supervisors round {round}: running after {took:?}; RSS {:.1} KiB per \
          supervisor while running ({:.1} KiB heap, {running_threads} threads), {:.1} KiB left \
-         after exit ({:.1} KiB heap){trimmed}",
+         after exit ({:.1} KiB heap)",
         per(added),
         per(heap),
         per(left),
