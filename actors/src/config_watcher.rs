@@ -47,7 +47,10 @@
 //!   TOML and boots on defaults. The firing waits for the close
 //!   (`IN_CLOSE_WRITE`), or for [`WRITER_PATIENCE`] if the writer keeps the
 //!   file open. A rename over the file brings a finished file and does not
-//!   wait. Checked by `config::a_write_held_open_fires_once_the_writer_closes`.
+//!   wait. Checked by `config::a_write_held_open_fires_once_the_writer_closes`
+//!   and `config::a_writer_that_never_closes_fires_after_its_patience`. (A
+//!   notify backend that reports no closes — kqueue, FSEvents — makes every
+//!   write in place wait the full patience; inotify reports them.)
 //! - **Poke fires at once** (SIGHUP-style), each time it is sent. Checked by
 //!   `config::poke_fires_now`. (A debounce pending at the time is folded into
 //!   that firing: its timer is cancelled and its generation made stale.)

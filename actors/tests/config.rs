@@ -105,6 +105,15 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// Waits until a firing of `watching` has read `content` (`what` names
+/// the wait in a failure).
+async fn until_read(what: &str, watching: &Watching, content: &str) {
+    until(what, || {
+        watching.probe.last_read().flatten().as_deref() == Some(content)
+    })
+    .await;
+}
+
 fn declared(dir: &tempfile::TempDir) -> PathBuf {
     let file = dir.path().join("service.toml");
     std::fs::write(&file, "a = 0\n").expect("write the declared file");
@@ -118,10 +127,7 @@ async fn a_write_to_the_declared_file_fires() {
     let file = declared(&dir);
     let watching = watch(&file, DEFAULT_DEBOUNCE).await;
     std::fs::write(&file, "a = 1\n").expect("write");
-    until("a firing that reads the write", || {
-        watching.probe.last_read() == Some(Some("a = 1\n".to_owned()))
-    })
-    .await;
+    until_read("a firing that reads the write", &watching, "a = 1\n").await;
     watching.stop().await;
 }
 
@@ -148,9 +154,11 @@ async fn a_write_held_open_fires_once_the_writer_closes() {
     );
     writer.write_all(b"a = 5\n").expect("write");
     drop(writer);
-    until("a firing that reads the finished write", || {
-        watching.probe.last_read() == Some(Some("a = 5\n".to_owned()))
-    })
+    until_read(
+        "a firing that reads the finished write",
+        &watching,
+        "a = 5\n",
+    )
     .await;
     assert_eq!(watching.probe.fired(), 1, "one write, one firing");
     watching.stop().await;
@@ -169,10 +177,7 @@ async fn a_writer_that_never_closes_fires_after_its_patience() {
     writer.flush().expect("flush");
     let what =
         format!("a firing {WRITER_PATIENCE:?} after a write whose writer holds the file open");
-    until(&what, || {
-        watching.probe.last_read() == Some(Some("a = 6\n".to_owned()))
-    })
-    .await;
+    until_read(&what, &watching, "a = 6\n").await;
     assert_eq!(watching.probe.fired(), 1, "one write, one firing");
     drop(writer);
     watching.stop().await;
@@ -190,9 +195,11 @@ async fn a_rename_over_the_declared_file_fires() {
     for content in ["a = 2\n", "a = 3\n", "a = 4\n"] {
         std::fs::write(&temp, content).expect("write temp");
         std::fs::rename(&temp, &file).expect("rename over");
-        until(&format!("a firing that reads {content:?}"), || {
-            watching.probe.last_read() == Some(Some(content.to_owned()))
-        })
+        until_read(
+            &format!("a firing that reads {content:?}"),
+            &watching,
+            content,
+        )
         .await;
     }
     watching.stop().await;
@@ -245,10 +252,7 @@ async fn a_burst_of_writes_fires_after_the_last_write() {
     for i in 0..200 {
         std::fs::write(&file, format!("n = {i}\n")).expect("write");
     }
-    until("a firing that reads the last write", || {
-        watching.probe.last_read() == Some(Some(last.clone()))
-    })
-    .await;
+    until_read("a firing that reads the last write", &watching, &last).await;
     tokio::time::sleep(SETTLE).await;
     let fired = watching.probe.fired();
     assert!(
@@ -624,9 +628,11 @@ async fn a_configmap_style_data_swap_fires() {
     for serial in 1..=3 {
         let content = format!("a = {serial}\n");
         kubelet_update(dir.path(), "service.toml", &content, serial);
-        until(&format!("a firing that reads {content:?}"), || {
-            watching.probe.last_read() == Some(Some(content.clone()))
-        })
+        until_read(
+            &format!("a firing that reads {content:?}"),
+            &watching,
+            &content,
+        )
         .await;
     }
     watching.stop().await;
