@@ -89,10 +89,9 @@ where
 pub fn warm(threads: usize) {
     let mut state = POOL.lock();
     while state.threads < threads.min(DEVICE_JOBS) {
-        if spawn_worker().is_err() {
+        if state.start_thread().is_err() {
             return;
         }
-        state.threads += 1;
     }
 }
 
@@ -128,7 +127,6 @@ struct Pool {
     queued: Condvar,
 }
 
-#[derive(Default)]
 struct PoolState {
     jobs: VecDeque<Job>,
     /// Threads alive.
@@ -189,8 +187,8 @@ impl Pool {
         if state.threads >= DEVICE_JOBS {
             return Ok(());
         }
-        match spawn_worker() {
-            Ok(()) => state.threads += 1,
+        match state.start_thread() {
+            Ok(()) => {}
             Err(error) if state.threads == 0 => {
                 // Nobody would ever run it: give it back with the reason.
                 drop(state.jobs.pop_back());
@@ -228,12 +226,15 @@ impl Pool {
     }
 }
 
-/// Start one device thread (the caller counts it, under the lock).
-fn spawn_worker() -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name("steadfast-device".into())
-        .spawn(|| POOL.work())
-        .map(drop)
+impl PoolState {
+    /// Start one device thread and count it (under the pool's lock).
+    fn start_thread(&mut self) -> std::io::Result<()> {
+        std::thread::Builder::new()
+            .name("steadfast-device".into())
+            .spawn(|| POOL.work())?;
+        self.threads += 1;
+        Ok(())
+    }
 }
 
 /// Device threads alive now (for tests and benchmarks).
