@@ -628,13 +628,10 @@ fn a_failure_after_commit_says_committed_and_keeps_the_new_selection() {
     let old_pid = pid_of(&status(&kvd.data).expect("status"));
     assert_eq!(kv(kvd.port, "SET before 1").as_deref(), Some("OK"));
     let candidate = stamped_kvd(&kvd.dir, "kvd-2", "2.0.0-candidate");
-    // A drain budget of a millisecond: retire, after commit, runs out of it.
-    let out = replace(
-        &kvd.data,
-        &candidate,
-        "overlap",
-        &["--drain-budget", "0.001"],
-    );
+    // A drain budget of zero: retire, after commit, is out of budget before
+    // it starts. (A millisecond raced the incumbent's drain, which a quick
+    // disk finished within it: the replacement then succeeded.)
+    let out = replace(&kvd.data, &candidate, "overlap", &["--drain-budget", "0"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(4), "{stderr}");
     assert!(
