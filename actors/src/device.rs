@@ -14,9 +14,13 @@
 //! next turn holder spawns (the more so when the CPU is contended), so the
 //! pool grew past the turns (20 to 57 threads in the 1,000-supervisor
 //! benchmark) and the process kept each thread's stack and allocator
-//! arena (issue 16: memory that does not creep). A disk does not go
-//! faster with more fsyncs waiting on it than it can batch into one
-//! commit, so [`DEVICE_JOBS`] is enough.
+//! arena (issue 16: memory that does not creep). [`DEVICE_JOBS`] bounds
+//! the threads; it is not a measured optimum for throughput: ext4 folds
+//! fsyncs that wait together into one journal commit, so more of them
+//! waiting may finish sooner. With a cap of 64 the 1,000-supervisor launch
+//! ran once in 0.78 s and once in 2.58 s, against 1.66–2.99 s at 8, on a
+//! disk whose fsync latency drifted all along: undecided until an A/B on a
+//! quiet disk.
 //!
 //! On a current-thread runtime a job is still a `spawn_blocking` (behind
 //! the same number of turns): only that flavour can pause its clock, and a
