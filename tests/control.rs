@@ -1020,3 +1020,60 @@ async fn a_call_past_its_deadline_ends_alone() {
     assert_eq!(connections.load(Ordering::SeqCst), 1, "one connection");
     server.abort();
 }
+
+/// `steadfastctl status` reads the status record, `probe live` connects:
+/// once the server stops accepting, the record must vouch for it no more,
+/// or the two disagree for as long as the shutdown waits for an answer in
+/// flight (up to its grace). The README walkthrough saw it: `while probe
+/// live` ended, then `status` still showed the daemon `exiting`. Here a
+/// served client holds the shutdown in its grace while the record is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_server_that_stopped_accepting_is_not_vouched_for_by_the_record() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let switch = Switch::new(Some(good()));
+    let (run, handle) = supervise(tmp.path(), switch.source(), None);
+    let server = serve(tmp.path(), &handle);
+    until(&handle, "running", running).await;
+    let (ctl, dir) = (processes::steadfastctl(), tmp.path().to_owned());
+    let status = move || {
+        std::process::Command::new(&ctl)
+            .arg("--data-dir")
+            .arg(&dir)
+            .args(["--json", "status"])
+            .output()
+            .expect("steadfastctl runs")
+    };
+    let out = status.clone()();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "running, from the record: {out:?}"
+    );
+
+    // A served connection, idle: the shutdown waits for it.
+    let client = connect(tmp.path()).await;
+    client.snapshot().await.expect("served");
+    assert_eq!(server.open_connections(), 1);
+    let shutdown = tokio::spawn(server.shutdown(Duration::from_secs(600)));
+    let waited = std::time::Instant::now();
+    while StdUnixStream::connect(socket(tmp.path())).is_ok() {
+        assert!(waited.elapsed() < processes::PATIENCE, "still accepting");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let out = tokio::task::spawn_blocking(status).await.expect("joined");
+    assert!(!shutdown.is_finished(), "still in its grace");
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "no daemon answers, as for probe live: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    drop(client);
+    tokio::time::timeout(processes::PATIENCE, shutdown)
+        .await
+        .expect("the shutdown ends once the client is gone")
+        .expect("joined");
+    exit(run, &handle, ExitIntent::Halt).await;
+}

@@ -261,20 +261,23 @@ impl ServerGuard {
         self.pool.len()
     }
 
-    /// Stop accepting, let the connections already served finish for up to
-    /// `grace` (a client whose command made the daemon end — `exit` — reads
-    /// its answer and closes), then close the rest and remove the socket.
-    /// Dropping the guard instead closes every connection at once: an
-    /// answer still being written is lost.
+    /// Withdraw the socket (below), stop accepting, let the connections
+    /// already served finish for up to `grace` (a client whose command
+    /// made the daemon end — `exit` — reads its answer and closes), then
+    /// close the rest. Dropping the guard instead closes every connection
+    /// at once: an answer still being written is lost.
     pub async fn shutdown(mut self, grace: Duration) {
+        // First, so no reader trusts the record for a socket that accepts
+        // no more (`steadfastctl status` would show a daemon `probe live`
+        // finds gone, for as long as the grace runs).
+        self.withdraw();
         super::bounds::stop_serving(&mut self.task, &self.pool, &self.cancel, grace).await;
     }
-}
 
-impl Drop for ServerGuard {
-    fn drop(&mut self) {
-        self.cancel.cancel();
-        self.task.abort();
+    /// The status record names the socket no more, and the socket file is
+    /// removed if it is still ours. Again at drop: the accept loop may
+    /// have bound the path anew (`Rebind`) in between.
+    fn withdraw(&self) {
         let identity = *self
             .identity
             .lock()
@@ -285,6 +288,14 @@ impl Drop for ServerGuard {
         {
             let _ = fs::remove_file(&self.path);
         }
+    }
+}
+
+impl Drop for ServerGuard {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+        self.task.abort();
+        self.withdraw();
     }
 }
 
