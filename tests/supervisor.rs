@@ -234,6 +234,45 @@ async fn a_change_to_the_declared_file_retries_a_held_boot() {
     exit(run, &handle, ExitIntent::Halt).await;
 }
 
+/// A held boot is retried when the declared file changes, not for an
+/// event about the bytes it already read: the same bytes written again, or
+/// (as the README walkthrough showed) the event of a write the failed boot
+/// saw, arriving after its quiet period once the boot has failed. Either
+/// retry would read the same bytes and fail again, a failure streak of 2
+/// for one bad file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_held_boot_is_not_retried_for_the_bytes_it_read() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (declared, run, handle) = held_on_declared_file(tmp.path()).await;
+    let failed_attempt = |s: &steadfast::protocol::snapshot::Snapshot| match &s.lifecycle {
+        LifecycleState::Failed {
+            attempt, report, ..
+        } => Some((attempt.get(), report.error.clone())),
+        _ => None,
+    };
+    assert_eq!(
+        failed_attempt(&handle.snapshot()).map(|(attempt, _)| attempt),
+        Some(1)
+    );
+
+    std::fs::write(&declared, "broken\n").expect("the same bytes again");
+    // Past the watcher's quiet period, so its firing for these bytes is
+    // not folded into the next write's.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    std::fs::write(&declared, "still broken\n").expect("other bytes");
+    let held = until(&handle, "held on the new bytes", |s| {
+        failed_attempt(s).is_some_and(|(_, error)| error.contains("still broken"))
+    })
+    .await;
+    assert_eq!(
+        failed_attempt(&held).map(|(attempt, _)| attempt),
+        Some(2),
+        "one retry, for the bytes that changed: {:?}",
+        held.lifecycle
+    );
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
 /// A supervisor whose source reads `declared` and makes its config from the
 /// text with `parse`; the first resolve stops after its read until
 /// [`change_mid_boot`] has written `change` over the file and let the

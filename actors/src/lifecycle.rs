@@ -603,10 +603,16 @@ impl Actor for LifecycleActor {
                     }
                 }
                 LifecycleMsg::ConfigChanged => {
-                    state
-                        .fire(&myself, LifecycleEvent::ConfigChanged { at: now })
-                        .await
-                        .ok();
+                    if state.held_on_the_bytes_it_read().await {
+                        tracing::debug!(
+                            "the declared file holds the bytes the held boot read: not retried"
+                        );
+                    } else {
+                        state
+                            .fire(&myself, LifecycleEvent::ConfigChanged { at: now })
+                            .await
+                            .ok();
+                    }
                 }
                 LifecycleMsg::ConfigApplied { attempt, pending } => {
                     if matches!(state.machine.state, LifecycleState::Running { attempt: a, .. } if a.get() == attempt)
@@ -948,6 +954,29 @@ impl LifecycleActorState {
     /// [`RESOLVE_DEADLINE`]); `None` without a declared file or a
     /// fingerprint. The one check a held failure and a runtime that came up
     /// are settled with.
+    /// Whether a change event would retry a boot held on its config for
+    /// nothing: the declared file holds the bytes that boot read (the
+    /// event is of a write it already saw, arriving after its quiet
+    /// period, or of the same bytes written again) and no override changed
+    /// since. Such a retry would read the same bytes and fail again. An
+    /// operator's `reload` is a command and is not asked this.
+    async fn held_on_the_bytes_it_read(&self) -> bool {
+        let held = matches!(
+            self.machine.state,
+            LifecycleState::Failed {
+                retry: RetryClass::Hold,
+                ..
+            }
+        );
+        if !held || self.overrides_changed_since_boot() {
+            return false;
+        }
+        match self.declared_changed_since_boot() {
+            Some(changed) => !changed.await,
+            None => false,
+        }
+    }
+
     fn declared_changed_since_boot(&self) -> Option<impl Future<Output = bool> + Send + 'static> {
         let path = self.shared.declared.clone()?;
         let before = self.boot_fingerprint?;
