@@ -1053,7 +1053,9 @@ async fn a_server_that_stopped_accepting_is_not_vouched_for_by_the_record() {
     // A served connection, idle: the shutdown waits for it.
     let client = connect(tmp.path()).await;
     client.snapshot().await.expect("served");
-    assert_eq!(server.open_connections(), 1);
+    // (At least: had the status above asked the daemon, its connection may
+    // not be released yet.)
+    assert!(server.open_connections() >= 1);
     let shutdown = tokio::spawn(server.shutdown(Duration::from_secs(600)));
     let waited = std::time::Instant::now();
     while StdUnixStream::connect(socket(tmp.path())).is_ok() {
