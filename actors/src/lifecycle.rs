@@ -949,11 +949,6 @@ impl LifecycleActorState {
         }
     }
 
-    /// Whether the declared file differs now from the fingerprint the last
-    /// boot took before it read the file (read on a blocking thread under
-    /// [`RESOLVE_DEADLINE`]); `None` without a declared file or a
-    /// fingerprint. The one check a held failure and a runtime that came up
-    /// are settled with.
     /// Whether a change event would retry a boot held on its config for
     /// nothing: the declared file holds the bytes that boot read (the
     /// event is of a write it already saw, arriving after its quiet
@@ -977,6 +972,11 @@ impl LifecycleActorState {
         }
     }
 
+    /// Whether the declared file differs now from the fingerprint the last
+    /// boot took before it read the file (read on a blocking thread under
+    /// [`RESOLVE_DEADLINE`]); `None` without a declared file or a
+    /// fingerprint. The one check a held failure and a runtime that came up
+    /// are settled with.
     fn declared_changed_since_boot(&self) -> Option<impl Future<Output = bool> + Send + 'static> {
         let path = self.shared.declared.clone()?;
         let before = self.boot_fingerprint?;
