@@ -950,25 +950,30 @@ impl LifecycleActorState {
     }
 
     /// Whether a change event would retry a boot held on its config for
-    /// nothing: the declared file holds the bytes that boot read (the
-    /// event is of a write it already saw, arriving after its quiet
-    /// period, or of the same bytes written again) and no override changed
-    /// since. Such a retry would read the same bytes and fail again. An
+    /// nothing: nothing it read changed (the event is of a write it already
+    /// saw, arriving after its quiet period, or of the same bytes written
+    /// again), so a retry would read the same bytes and fail again. An
     /// operator's `reload` is a command and is not asked this.
     async fn held_on_the_bytes_it_read(&self) -> bool {
-        let held = matches!(
+        matches!(
             self.machine.state,
             LifecycleState::Failed {
                 retry: RetryClass::Hold,
                 ..
             }
-        );
-        if !held || self.overrides_changed_since_boot() {
-            return false;
+        ) && self.changed_since_boot().await == Some(false)
+    }
+
+    /// Whether what the last boot read changed since: an override, or the
+    /// declared file's bytes; `None` when no override changed and there is
+    /// no declared file or fingerprint to tell.
+    async fn changed_since_boot(&self) -> Option<bool> {
+        if self.overrides_changed_since_boot() {
+            return Some(true);
         }
         match self.declared_changed_since_boot() {
-            Some(changed) => !changed.await,
-            None => false,
+            Some(check) => Some(check.await),
+            None => None,
         }
     }
 
@@ -994,11 +999,7 @@ impl LifecycleActorState {
                     RetryClass::Hold => {
                         // Settle against the file as it is now, not against
                         // the events that happened to arrive.
-                        let file_changed = match self.declared_changed_since_boot() {
-                            Some(check) => check.await,
-                            None => false,
-                        };
-                        if file_changed || self.overrides_changed_since_boot() {
+                        if self.changed_since_boot().await == Some(true) {
                             let _ = myself.cast(LifecycleMsg::ConfigChanged);
                         }
                     }
