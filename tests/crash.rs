@@ -73,20 +73,27 @@ impl Daemon {
             .env_remove(ENV)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null());
+            .stderr(Stdio::piped());
         if let Some(point) = &crash_at {
             command.env(ENV, point);
         }
         let mut child = command.spawn().expect("crashd starts");
         let stdout = child.stdout.take().expect("piped stdout");
+        let stderr = child.stderr.take().expect("piped stderr");
         let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    return;
+        let forward = |pipe: Box<dyn std::io::Read + Send>, prefix: &'static str| {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                    if tx.send(format!("{prefix}{line}")).is_err() {
+                        return;
+                    }
                 }
-            }
-        });
+            });
+        };
+        forward(Box::new(stdout), "");
+        // What a failpoint says as it kills (`failpoint::hit_doing`).
+        forward(Box::new(stderr), "stderr ");
         Self {
             child,
             lines,
@@ -200,8 +207,19 @@ fn check_relaunch(
     );
     // Killed after its `released` run marker was renamed into place (only
     // the directory's fsync was left): the release is what the disk says.
-    let released =
-        what.starts_with("marker.before_dir_fsync") && acked.last().is_some_and(|s| s == "exiting");
+    // Which marker it was is what the failpoint said as it killed: the
+    // `ack` lines come from another task and may not be out yet, and the
+    // launch's own marker may settle as late as the exit.
+    let dir_fsync_of = prev.values("stderr failpoint marker.before_dir_fsync: ");
+    if killed && what.starts_with("marker.before_dir_fsync") {
+        assert_eq!(
+            dir_fsync_of.len(),
+            1,
+            "[{what}] the failpoint did not say which marker: {:?}",
+            prev.seen
+        );
+    }
+    let released = dir_fsync_of.iter().any(|m| m == "run released");
     // Killed before its launch marker (its first) was renamed into place,
     // before it wrote anything to the journal: the marker is still the one
     // the process before it left, and says what that one's relaunch read.

@@ -294,6 +294,16 @@ pub enum RunMarker {
     },
 }
 
+impl RunMarker {
+    /// What a failpoint says is being written: `run holding`, `run released`.
+    fn label(&self) -> &'static str {
+        match self {
+            Self::Holding { .. } => "run holding",
+            Self::Released { .. } => "run released",
+        }
+    }
+}
+
 /// How the previous daemon on this data dir ended (the snapshot's type; see
 /// [`previous_run_from`]).
 pub use steadfast_protocol::snapshot::PreviousRun;
@@ -1656,7 +1666,7 @@ impl ControlDir {
     /// # Errors
     /// [`ControlDirError::Io`] if any step of the atomic write fails.
     pub fn write_run(&self, marker: &RunMarker) -> Result<(), ControlDirError> {
-        self.write_marker("run", RUN_MAGIC, marker)
+        self.write_marker_as("run", marker.label(), RUN_MAGIC, marker, true)
     }
 
     /// Write the launch's run marker (`holding {pid, 0}`) as
@@ -1703,7 +1713,7 @@ impl ControlDir {
         // instead — the marker this one replaced, or this one torn — reads
         // as a run that did not end cleanly or as `crashed`, as the
         // per-attempt note's rewrite may (`note_run`).
-        crate::failpoint::hit("marker.before_rename");
+        crate::failpoint::hit_doing("marker.before_rename", || marker.label().to_owned());
         if let Err(e) = self.dir.rename(tmp_name, "run") {
             let _ = self.dir.unlink(tmp_name);
             return Err(e.into());
@@ -1713,13 +1723,14 @@ impl ControlDir {
         // while this one's marker is still on its way.
         let lock = Arc::clone(&self.lock);
         let path = self.run_path();
+        let label = marker.label();
         let settle = move || -> Result<(), String> {
             let _lock = lock;
             names.fsyncs.fetch_add(1, Ordering::Relaxed);
             file.sync_all()
                 .map_err(|e| format!("{}: {e}", path.display()))?;
             drop(file);
-            crate::failpoint::hit("marker.before_dir_fsync");
+            crate::failpoint::hit_doing("marker.before_dir_fsync", || label.to_owned());
             names.sync_settled().map_err(|e| e.to_string())
         };
         self.names.settling.queue(Box::new(settle));
@@ -1750,7 +1761,7 @@ impl ControlDir {
                 return Ok(());
             }
         }
-        self.write_marker_with("run", RUN_MAGIC, marker, false)
+        self.write_marker_as("run", marker.label(), RUN_MAGIC, marker, false)
     }
 
     /// Overwrite marker `name` in place with `value` when its encoding is
@@ -1953,13 +1964,15 @@ impl ControlDir {
         magic: [u8; 8],
         value: &T,
     ) -> Result<(), ControlDirError> {
-        self.write_marker_with(name, magic, value, true)
+        self.write_marker_as(name, name, magic, value, true)
     }
 
-    /// [`Self::write_marker`], with the two fsyncs only if `durable`.
-    fn write_marker_with<T: Serialize>(
+    /// [`Self::write_marker`], with the two fsyncs only if `durable`;
+    /// `label` is what a failpoint on the way says was being written.
+    fn write_marker_as<T: Serialize>(
         &self,
         name: &str,
+        label: &str,
         magic: [u8; 8],
         value: &T,
         durable: bool,
@@ -1998,7 +2011,7 @@ impl ControlDir {
             let _ = self.dir.unlink(&tmp_name);
             return Err(e);
         }
-        crate::failpoint::hit("marker.before_rename");
+        crate::failpoint::hit_doing("marker.before_rename", || label.to_owned());
         if let Err(e) = self.dir.rename(&tmp_name, name) {
             let _ = self.dir.unlink(&tmp_name);
             return Err(e.into());
@@ -2006,7 +2019,7 @@ impl ControlDir {
         if !durable {
             return Ok(());
         }
-        crate::failpoint::hit("marker.before_dir_fsync");
+        crate::failpoint::hit_doing("marker.before_dir_fsync", || label.to_owned());
         self.sync_dir()
     }
 

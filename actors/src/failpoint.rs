@@ -74,6 +74,19 @@ pub fn hit(point: &'static str) {
     }
 }
 
+/// [`hit`], saying first on standard error what the process was doing
+/// there: `failpoint <point>: <what>` (one unbuffered write, out before the
+/// kill). The crash harness reads it where the point alone is ambiguous —
+/// which marker a `marker.before_dir_fsync` left renamed into place —
+/// instead of inferring it from output the process may not have flushed.
+pub fn hit_doing(point: &'static str, what: impl FnOnce() -> String) {
+    if reached(point) {
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), "failpoint {point}: {}", what());
+        kill();
+    }
+}
+
 /// Count a pass through `point`; `true` if it is the armed one and this is
 /// its `nth` time (the caller then does its part of the damage, say a torn
 /// write, and calls [`kill`]).
