@@ -7,11 +7,14 @@
 //!   transition costs at least once): the baseline.
 //! - `stop_then_start_to_running`: `stop`, then `start`, until the snapshot
 //!   says running again. Target (issue 16): ≤ 4× `journal_fsync`.
-//! - Then 200 alternated triples (one fsync, one stop+start, one stop+start
-//!   of a second supervisor whose config source resolves on a blocking
-//!   thread, as one that may read a file does) and their medians and
-//!   ratios, printed: the ratio on a disk whose fsync latency drifts during
-//!   the run, and what the in-place resolve of [`support::empty_source`]
+//! - Then 200 alternated rounds (one fsync; one stop+start timed in a task
+//!   on the runtime, as the control server and an embedding call the
+//!   handle; the same driven from outside the runtime through `block_on`;
+//!   one stop+start of a second supervisor whose config source resolves on
+//!   a blocking thread, as one that may read a file does) and their
+//!   medians and ratios, printed: the ratio on a disk whose fsync latency
+//!   drifts during the run, what a caller outside the runtime pays in
+//!   wake-ups, and what the in-place resolve of [`support::empty_source`]
 //!   saves.
 //! - `stop_to_stopped` / `start_to_running`: a command through the handle, the
 //!   Lifecycle actor, the journal and the boot or drain task, for a no-op
@@ -205,10 +208,27 @@ fn bench(c: &mut Criterion) {
     group.finish();
 
     // The ratio on a shared disk whose fsync latency drifts during a run:
-    // one fsync, one stop+start and one stop+start of the supervisor whose
-    // source resolves on a blocking thread, alternated, 200 times, medians
-    // printed (criterion's groups above measure each in its own stretch).
+    // one fsync, then stop+start round trips, alternated, 200 times,
+    // medians printed (criterion's groups above measure each in its own
+    // stretch). A trip is timed inside a task on the runtime, as the
+    // control server and an embedding application call the handle; the
+    // same trip driven from outside the runtime (`block_on` on this
+    // thread, as the groups above do) pays a cross-thread wake-up at each
+    // of its awaits, and is printed beside it. The second supervisor's
+    // source resolves on a blocking thread, as one that may read a file
+    // does: what the in-place resolve saves.
     let trip = |handle: &SupervisorHandle| {
+        let handle = handle.clone();
+        rt.block_on(rt.spawn(async move {
+            let start = Instant::now();
+            handle.stop(Hold::None).await.expect("stop");
+            handle.start().await.expect("start");
+            until(&handle, running).await;
+            start.elapsed()
+        }))
+        .expect("the trip's task")
+    };
+    let outside_trip = |handle: &SupervisorHandle| {
         rt.block_on(async {
             let start = Instant::now();
             handle.stop(Hold::None).await.expect("stop");
@@ -219,6 +239,7 @@ fn bench(c: &mut Criterion) {
     };
     let mut fsyncs = Vec::with_capacity(PAIRS);
     let mut trips = Vec::with_capacity(PAIRS);
+    let mut outside_trips = Vec::with_capacity(PAIRS);
     let mut blocking_trips = Vec::with_capacity(PAIRS);
     for _ in 0..PAIRS {
         let start = Instant::now();
@@ -226,16 +247,22 @@ fn bench(c: &mut Criterion) {
         file.sync_data().expect("fsync");
         fsyncs.push(start.elapsed());
         trips.push(trip(&handle));
+        outside_trips.push(outside_trip(&handle));
         blocking_trips.push(trip(&blocking));
     }
     let fsync = median(&mut fsyncs);
-    let (trip, blocking_trip) = (median(&mut trips), median(&mut blocking_trips));
+    let ratio = |trips: &mut Vec<Duration>| {
+        let trip = median(trips);
+        (trip, trip.as_secs_f64() / fsync.as_secs_f64())
+    };
+    let (trip, trip_ratio) = ratio(&mut trips);
+    let (outside, outside_ratio) = ratio(&mut outside_trips);
+    let (blocking_trip, blocking_ratio) = ratio(&mut blocking_trips);
     eprintln!(
-        "round_trip paired ({PAIRS} alternated triples, medians): journal_fsync {fsync:?}, \
-         stop_then_start_to_running {trip:?}, ratio {:.1}x; with a blocking config source \
-         {blocking_trip:?}, ratio {:.1}x",
-        trip.as_secs_f64() / fsync.as_secs_f64(),
-        blocking_trip.as_secs_f64() / fsync.as_secs_f64(),
+        "round_trip paired ({PAIRS} alternated rounds, medians): journal_fsync {fsync:?}, \
+         stop_then_start_to_running {trip:?} from a task, ratio {trip_ratio:.1}x; \
+         from outside the runtime {outside:?}, ratio {outside_ratio:.1}x; \
+         with a blocking config source {blocking_trip:?}, ratio {blocking_ratio:.1}x",
     );
     rt.block_on(async {
         for (handle, run) in [(handle, run), (blocking, blocking_run)] {
