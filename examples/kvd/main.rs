@@ -622,7 +622,7 @@ async fn serve_connection(stream: TcpStream, store: Shared, stop: CancellationTo
         // One write an answer, line end included: written as two, the
         // newline waited behind Nagle for the client's delayed ACK (a 45 ms
         // round trip; `benches/kvd.rs`).
-        let mut answer = answer(&line, &store).await;
+        let mut answer = answer(&line, &store);
         tracing::debug!(target: "kvd", request = %line, %answer, "request");
         answer.push('\n');
         if write.write_all(answer.as_bytes()).await.is_err() {
@@ -631,7 +631,7 @@ async fn serve_connection(stream: TcpStream, store: Shared, stop: CancellationTo
     }
 }
 
-async fn answer(line: &str, store: &Shared) -> String {
+fn answer(line: &str, store: &Shared) -> String {
     let mut words = line.splitn(3, ' ');
     let (verb, key, value) = (words.next().unwrap_or(""), words.next(), words.next());
     let valid_key = |k: &str| !k.is_empty() && !k.contains(char::is_whitespace);
@@ -648,33 +648,27 @@ async fn answer(line: &str, store: &Shared) -> String {
                 .unwrap_or_else(|| "NOT_FOUND".into())
         }
         ("SET", Some(key), Some(value)) if valid_key(key) && !value.contains('\n') => {
-            let (store, key, value) = (Arc::clone(store), key.to_owned(), value.to_owned());
-            durable(move || {
+            durable(|| {
                 let mut store = store.lock().unwrap_or_else(PoisonError::into_inner);
                 let line = frame_line(&format!("S {key} {value}"));
                 store.write(&line, |map| {
-                    map.insert(key, value);
+                    map.insert(key.to_owned(), value.to_owned());
                 })?;
                 Ok("OK".into())
             })
-            .await
         }
-        ("DEL", Some(key), None) if valid_key(key) => {
-            let (store, key) = (Arc::clone(store), key.to_owned());
-            durable(move || {
-                let mut store = store.lock().unwrap_or_else(PoisonError::into_inner);
-                store.read_catch_up()?;
-                if !store.map.contains_key(&key) {
-                    return Ok("NOT_FOUND".into());
-                }
-                let line = frame_line(&format!("D {key}"));
-                store.write(&line, |map| {
-                    map.remove(&key);
-                })?;
-                Ok("OK".into())
-            })
-            .await
-        }
+        ("DEL", Some(key), None) if valid_key(key) => durable(|| {
+            let mut store = store.lock().unwrap_or_else(PoisonError::into_inner);
+            store.read_catch_up()?;
+            if !store.map.contains_key(key) {
+                return Ok("NOT_FOUND".into());
+            }
+            let line = frame_line(&format!("D {key}"));
+            store.write(&line, |map| {
+                map.remove(key);
+            })?;
+            Ok("OK".into())
+        }),
         ("GET" | "SET" | "DEL", _, _) => {
             format!("ERR usage: SET key value | GET key | DEL key (got {line:?})")
         }
@@ -682,10 +676,19 @@ async fn answer(line: &str, store: &Shared) -> String {
     }
 }
 
-/// Run a write on a blocking thread; an I/O error is answered `ERR`, never
-/// `OK`.
-async fn durable(write: impl FnOnce() -> std::io::Result<String> + Send + 'static) -> String {
-    match tokio::task::spawn_blocking(write).await {
+/// Run a write (its append and fsync) on this thread, once tokio has moved
+/// the worker's other tasks to another thread (`block_in_place`: kvd runs
+/// on the multi-thread runtime of `#[tokio::main]`; on a current-thread
+/// runtime it would panic). The answer goes out from the thread the fsync
+/// returned on: no wake-up of a blocking-pool thread before the fsync, nor
+/// of a worker after it, sits between the request and its `OK`, as with
+/// `spawn_blocking` (issue 16: a `SET` within 1.5× its fsync). An I/O
+/// error is answered `ERR`, never `OK`; so is a panic in the write.
+fn durable(write: impl FnOnce() -> std::io::Result<String>) -> String {
+    let written = tokio::task::block_in_place(|| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(write))
+    });
+    match written {
         Ok(Ok(answer)) => answer,
         Ok(Err(error)) => format!("ERR not durable: {error}"),
         Err(_) => "ERR the write did not complete".into(),
