@@ -57,6 +57,15 @@ async fn until(handle: &SupervisorHandle, pred: impl Fn(&Snapshot) -> bool) {
     }
 }
 
+/// One stop, then start, until the snapshot says running again: its time.
+async fn stop_then_start(handle: &SupervisorHandle) -> Duration {
+    let start = Instant::now();
+    handle.stop(Hold::None).await.expect("stop");
+    handle.start().await.expect("start");
+    until(handle, running).await;
+    start.elapsed()
+}
+
 fn running(s: &Snapshot) -> bool {
     matches!(s.lifecycle, LifecycleState::Running { .. })
 }
@@ -165,11 +174,7 @@ fn bench(c: &mut Criterion) {
             rt.block_on(async {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
-                    let start = Instant::now();
-                    handle.stop(Hold::None).await.expect("stop");
-                    handle.start().await.expect("start");
-                    until(&handle, running).await;
-                    total += start.elapsed();
+                    total += stop_then_start(&handle).await;
                 }
                 total
             })
@@ -219,24 +224,10 @@ fn bench(c: &mut Criterion) {
     // does: what the in-place resolve saves.
     let trip = |handle: &SupervisorHandle| {
         let handle = handle.clone();
-        rt.block_on(rt.spawn(async move {
-            let start = Instant::now();
-            handle.stop(Hold::None).await.expect("stop");
-            handle.start().await.expect("start");
-            until(&handle, running).await;
-            start.elapsed()
-        }))
-        .expect("the trip's task")
+        rt.block_on(rt.spawn(async move { stop_then_start(&handle).await }))
+            .expect("the trip's task")
     };
-    let outside_trip = |handle: &SupervisorHandle| {
-        rt.block_on(async {
-            let start = Instant::now();
-            handle.stop(Hold::None).await.expect("stop");
-            handle.start().await.expect("start");
-            until(handle, running).await;
-            start.elapsed()
-        })
-    };
+    let outside_trip = |handle: &SupervisorHandle| rt.block_on(stop_then_start(handle));
     let mut fsyncs = Vec::with_capacity(PAIRS);
     let mut trips = Vec::with_capacity(PAIRS);
     let mut outside_trips = Vec::with_capacity(PAIRS);
