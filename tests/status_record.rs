@@ -25,6 +25,11 @@
 //!   record (still naming the moved file) is not trusted, and `status`
 //!   says "not running" as the control plane does; moved back, the record
 //!   is read again.
+//! - `no_daemon_to_dial_is_answered_without_a_runtime`: no data dir, no
+//!   control dir, no socket, a control dir others may write in: `status`,
+//!   `--json status` and `probe ready` (`-v` or not) say the dial's own
+//!   error and exit code, and say it even with no file descriptor to spare
+//!   for a runtime (`prlimit --nofile=4`).
 
 mod processes;
 
@@ -450,4 +455,69 @@ fn shows_record(data: &Path) -> bool {
     let out = ctl(data, &["--timeout", "1", "--json", "status"], false);
     rustix::process::kill_process(child_pid, rustix::process::Signal::CONT).expect("cont");
     out.status.code() == Some(0)
+}
+
+/// `steadfastctl --data-dir DATA ARGS…` from the record, allowed no more
+/// file descriptors than its standard three and one (`prlimit
+/// --nofile=4`, util-linux): too few for a runtime, whose start needs
+/// two.
+fn ctl_without_a_runtime(data: &Path, args: &[&str]) -> Output {
+    Command::new("prlimit")
+        .arg("--nofile=4")
+        .arg(processes::steadfastctl())
+        .arg("--data-dir")
+        .arg(data)
+        .args(args)
+        .env_remove("STEADFASTCTL_NO_RECORD")
+        .output()
+        .expect("prlimit (util-linux) runs steadfastctl")
+}
+
+#[test]
+fn no_daemon_to_dial_is_answered_without_a_runtime() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let control = data.join(".steadfast");
+    let cases: [(&str, &dyn Fn()); 4] = [
+        ("no data dir", &|| {}),
+        ("a data dir without a control dir", &|| {
+            std::fs::create_dir(&data).expect("mkdir data");
+        }),
+        ("a control dir without a socket", &|| {
+            std::fs::create_dir(&control).expect("mkdir control");
+            std::fs::set_permissions(&control, std::fs::Permissions::from_mode(0o700))
+                .expect("chmod 700");
+        }),
+        ("a control dir others may write in", &|| {
+            std::fs::set_permissions(&control, std::fs::Permissions::from_mode(0o777))
+                .expect("chmod 777");
+        }),
+    ];
+    for (case, make) in cases {
+        make();
+        // What the control plane's dial says, the same from the record.
+        no_daemon_either_way(&data, case);
+        let verbose = [&["-v", "probe", "ready"][..], &["probe", "ready"]];
+        for args in [&["status"][..], &["--json", "status"]]
+            .into_iter()
+            .chain(verbose)
+        {
+            let rpc = ctl(&data, args, true);
+            let limited = ctl_without_a_runtime(&data, args);
+            assert_eq!(limited.status.code(), rpc.status.code(), "{case}: {args:?}");
+            assert_eq!(
+                text(&limited.stderr),
+                text(&rpc.stderr),
+                "{case}: {args:?}: answered without a runtime"
+            );
+            assert_eq!(text(&limited.stdout), "", "{case}: {args:?}");
+        }
+        // The dial's error is said: it names the socket and why.
+        let said = text(&ctl_without_a_runtime(&data, &["status"]).stderr);
+        assert!(
+            said.contains("control.sock")
+                && (said.contains("No such file") || said.contains("not trusted")),
+            "{case}: {said}"
+        );
+    }
 }

@@ -210,6 +210,16 @@ impl ClientError {
         }
     }
 
+    /// Whether a dial that met this error gives up with it rather than
+    /// dialling again until its deadline: everything but a daemon that
+    /// said busy and a way in that was full. So an error of
+    /// [`socket_file`] that ends a dial is the very answer a dial would
+    /// give at that moment, without a runtime or a connect.
+    #[must_use]
+    pub fn ends_a_dial(&self) -> bool {
+        !dial_again(self)
+    }
+
     /// Whether the daemon is gone: it cannot be dialled, or the connection
     /// closed under the call (and, for a read, under its one retry).
     #[must_use]
@@ -622,7 +632,9 @@ pub struct SocketFile {
 ///
 /// # Errors
 /// As a dial's before it connects: [`ClientError::Connect`] (no directory,
-/// no socket file), [`ClientError::Untrusted`].
+/// no socket file), [`ClientError::Untrusted`]; where
+/// [`ClientError::ends_a_dial`] says so (each of these today), a dial would
+/// end with that same error.
 pub fn socket_file(path: &Path) -> Result<SocketFile, ClientError> {
     let (dir, stat, _) = checked_file(path)?;
     Ok(SocketFile {
@@ -1392,4 +1404,48 @@ impl ControlClient {
         };
         answer!(self.read_only(wait, request).await, ReplaceStatus)?.map_err(ClientError::Command)
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    /// Each way [`socket_file`] finds no daemon to dial ends a dial with
+    /// that very error (`steadfastctl status` and `probe ready` answer it
+    /// without a runtime); a busy daemon does not end one.
+    #[test]
+    fn what_socket_file_refuses_ends_a_dial() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let control = tmp.path().join("control");
+        let mut refused = Vec::new();
+        refused.push(socket_file(&tmp.path().join("gone").join(SOCKET)));
+        std::fs::create_dir(&control).expect("mkdir");
+        std::fs::set_permissions(&control, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        refused.push(socket_file(&control.join(SOCKET)));
+        std::fs::write(control.join(SOCKET), b"not a socket").expect("write");
+        refused.push(socket_file(&control.join(SOCKET)));
+        std::fs::set_permissions(&control, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        refused.push(socket_file(&control.join(SOCKET)));
+        let kinds: Vec<String> = refused
+            .into_iter()
+            .map(|r| {
+                let error = r.expect_err("no daemon to dial");
+                assert!(error.ends_a_dial(), "{error}");
+                match error {
+                    ClientError::Connect { source, .. } => format!("{:?}", source.kind()),
+                    ClientError::Untrusted { .. } => "untrusted".to_owned(),
+                    other => panic!("not a dial's error: {other}"),
+                }
+            })
+            .collect();
+        assert_eq!(kinds, ["NotFound", "NotFound", "untrusted", "untrusted"]);
+        let busy = ClientError::Busy {
+            endpoint: "x".to_owned(),
+        };
+        assert!(!busy.ends_a_dial(), "a busy daemon is dialled again");
+    }
+
+    const SOCKET: &str = "control.sock";
 }

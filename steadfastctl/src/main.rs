@@ -360,7 +360,8 @@ fn main() -> ExitCode {
 }
 
 /// `status` and `probe ready` answered from the daemon's status record
-/// ([`record`]), without a runtime or a round trip; `None` when the
+/// ([`record`]), without a runtime or a round trip, and so is "no daemon"
+/// when the socket file's checks find none to dial; `None` when the
 /// command is another, or the record is not to be trusted: then it asks
 /// the daemon.
 fn from_record(cli: &Cli) -> Option<ExitCode> {
@@ -382,10 +383,27 @@ fn from_record(cli: &Cli) -> Option<ExitCode> {
     if !(unix_only && wanted) {
         return None;
     }
-    let snapshot = record::read(&socket_path(cli).ok()?)?;
+    let snapshot = match record::read(&socket_path(cli).ok()?) {
+        record::Read::Trusted(snapshot) => snapshot,
+        record::Read::NoDaemon(error) => return Some(unreached(cli, &error.to_string())),
+        record::Read::Ask => return None,
+    };
     Some(match cli.command {
         Cmd::Probe { what } => probe_answer(&snapshot, what, cli.verbose),
         _ => print_status(&snapshot, None, cli.json, cli.utc),
+    })
+}
+
+/// No daemon was reached (`error`, said on stderr; a probe says it only
+/// with `-v`): `status` exits 4 (LSB's unknown), any other command 1.
+fn unreached(cli: &Cli, error: &str) -> ExitCode {
+    if !matches!(cli.command, Cmd::Probe { .. }) || cli.verbose {
+        eprintln!("steadfastctl: {error}");
+    }
+    ExitCode::from(if matches!(cli.command, Cmd::Status { .. }) {
+        EXIT_UNKNOWN
+    } else {
+        EXIT_CANNOT_CONNECT
     })
 }
 
@@ -610,14 +628,7 @@ async fn run(cli: Cli) -> ExitCode {
                 let dir = data_dir_of(&cli).unwrap_or_else(|_| PathBuf::from("."));
                 return journal_offline(&dir, limit, &error, cli.json, cli.utc);
             }
-            if !matches!(cli.command, Cmd::Probe { .. }) || cli.verbose {
-                eprintln!("steadfastctl: {error}");
-            }
-            return ExitCode::from(if matches!(cli.command, Cmd::Status { .. }) {
-                EXIT_UNKNOWN
-            } else {
-                EXIT_CANNOT_CONNECT
-            });
+            return unreached(&cli, &error);
         }
     };
     let answer = match &cli.command {

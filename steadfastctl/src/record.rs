@@ -27,6 +27,13 @@
 //!   by another process has another start time), and not as a zombie;
 //! - the snapshot names the writer's pid.
 //!
+//! When the socket file's own checks fail (no data dir or control dir yet,
+//! no socket, not trusted), there is no daemon to ask: the command says
+//! what a dial would say at that moment (the very error, which ends a
+//! dial), without a runtime. A poll of a daemon that is still starting, or
+//! of none, costs about what `sv status` of a service without `supervise/`
+//! does.
+//!
 //! A daemon killed with its socket file left in place and its pid not
 //! reused fails the start-time rule; one alive but no longer answering
 //! (stopped, wedged) is shown as it last published, as `sv status` shows
@@ -44,6 +51,7 @@ use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use rustix::fs::{FileType, Mode, OFlags};
+use steadfast::control::client::{ClientError, SocketFile};
 use steadfast::protocol::snapshot::Snapshot;
 use steadfast::protocol::status_record::{self, HEADER_LEN, MAX_BODY_LEN, RecordError, Writer};
 
@@ -56,14 +64,36 @@ const NAME: &str = "status";
 /// How many times a torn read is read again before giving up.
 const RETRIES: usize = 2;
 
-/// The snapshot in the status record beside the control socket `socket`,
-/// with `now` stamped from this machine's clock; `None` when it is not to
-/// be trusted (see the module's rules).
-pub(super) fn read(socket: &Path) -> Option<Snapshot> {
+/// What the status record beside a control socket says.
+pub(super) enum Read {
+    /// The snapshot in it, trusted, with `now` stamped from this machine's
+    /// clock.
+    Trusted(Box<Snapshot>),
+    /// No daemon to ask: the socket file's checks failed (no directory, no
+    /// socket, not trusted) with an error that ends a dial, so a dial made
+    /// now would answer this very error (`ClientError::ends_a_dial`). A
+    /// poll of a daemon that is not up yet costs no runtime.
+    NoDaemon(ClientError),
+    /// Not to be trusted (see the module's rules), or not read
+    /// ([`NO_RECORD_ENV`]): ask the daemon.
+    Ask,
+}
+
+/// The status record beside the control socket `socket`.
+pub(super) fn read(socket: &Path) -> Read {
     if std::env::var_os(NO_RECORD_ENV).is_some() {
-        return None;
+        return Read::Ask;
     }
-    let file = steadfast::control::client::socket_file(socket).ok()?;
+    match steadfast::control::client::socket_file(socket) {
+        Ok(file) => trusted(&file).map_or(Read::Ask, |s| Read::Trusted(Box::new(s))),
+        Err(error) if error.ends_a_dial() => Read::NoDaemon(error),
+        Err(_) => Read::Ask,
+    }
+}
+
+/// The snapshot in the record beside the checked socket `file`, when it is
+/// to be trusted.
+fn trusted(file: &SocketFile) -> Option<Snapshot> {
     for _ in 0..=RETRIES {
         let bytes = read_file(&file.dir, file.uid)?;
         match status_record::decode(&bytes) {
