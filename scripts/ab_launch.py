@@ -5,9 +5,10 @@
 
 Each BIN_DIR holds `steadfastctl` and `examples/{kvd,minimal}` (as
 `target/release` does; copy one build aside to compare it with another). Every
-round launches runsv once, then kvd and minimal of every build in turn, each
-polled the way `compare_peers.py`'s launch section polls (a check, 1 ms, a
-check, ...), so the builds see the same machine load. Prints each median and
+round launches runsv once, and kvd and minimal of every build once, the order
+shifted by one each round (as `compare_peers.py` does), each polled the way
+`compare_peers.py`'s launch section polls (a check, 1 ms, a check, ...), so
+the builds see the same machine load. Prints each median and
 its ratio to runsv until `sv status` says `run:` in the same run (issue 16).
 """
 import os
@@ -51,12 +52,17 @@ def main():
             finally:
                 rit.finish(child, fresh)
 
-        samples = {}
-        for _ in range(rounds):
-            samples.setdefault("runsv", []).append(runsv_case())
-            for d, sf in sides:
-                samples.setdefault(("kvd", d), []).append(sf_case(sf, sf.launch))
-                samples.setdefault(("minimal", d), []).append(sf_case(sf, sf.launch_minimal))
+        # compare_peers' rounds: every case once a round, the order shifted
+        # by one each round, so no build always follows runsv's teardown
+        # (the first launch after it was the slower one, whichever build).
+        cases = [("runsv", "runit", runsv_case)]
+        for d, sf in sides:
+            cases.append((("kvd", d), "steadfast", lambda sf=sf: sf_case(sf, sf.launch)))
+            cases.append((("minimal", d), "steadfast", lambda sf=sf: sf_case(sf, sf.launch_minimal)))
+        samples, failures = cp.rounds(cases, rounds)
+        failed = {name: n for name, n in failures.items() if n}
+        if failed:
+            raise SystemExit(f"launches failed: {failed}")
     finally:
         cp.stop_everything()
         shutil.rmtree(work, ignore_errors=True)
