@@ -5,13 +5,14 @@
 
 Each BIN_DIR holds `steadfastctl` and `examples/{kvd,minimal}` (as
 `target/release` does; copy one build aside to compare it with another). Every
-round launches runsv once, and kvd and minimal of every build once, the order
-shifted by one each round (as `compare_peers.py` does), each polled the way
+round launches runsv once, and kvd and minimal of every build once, in an
+order shuffled each round (seeded), each polled the way
 `compare_peers.py`'s launch section polls (a check, 1 ms, a check, ...), so
 the builds see the same machine load. Prints each median and
 its ratio to runsv until `sv status` says `run:` in the same run (issue 16).
 """
 import os
+import random
 import shutil
 import statistics
 import sys
@@ -52,17 +53,21 @@ def main():
             finally:
                 rit.finish(child, fresh)
 
-        # compare_peers' rounds: every case once a round, the order shifted
-        # by one each round, so no build always follows runsv's teardown
-        # (the first launch after it was the slower one, whichever build).
-        cases = [("runsv", "runit", runsv_case)]
+        # Every case once a round, in an order shuffled each round (seeded:
+        # the same sequence every run). A fixed order, or one only shifted
+        # by one each round (which keeps each case's predecessor), puts one
+        # build right after runsv's teardown in most rounds; that launch was
+        # the slower one, whichever build it was.
+        cases = [("runsv", runsv_case)]
         for d, sf in sides:
-            cases.append((("kvd", d), "steadfast", lambda sf=sf: sf_case(sf, sf.launch)))
-            cases.append((("minimal", d), "steadfast", lambda sf=sf: sf_case(sf, sf.launch_minimal)))
-        samples, failures = cp.rounds(cases, rounds)
-        failed = {name: n for name, n in failures.items() if n}
-        if failed:
-            raise SystemExit(f"launches failed: {failed}")
+            cases.append((("kvd", d), lambda sf=sf: sf_case(sf, sf.launch)))
+            cases.append((("minimal", d), lambda sf=sf: sf_case(sf, sf.launch_minimal)))
+        order = random.Random(16)
+        samples = {}
+        for _ in range(rounds):
+            order.shuffle(cases)
+            for name, case in cases:
+                samples.setdefault(name, []).append(case())
     finally:
         cp.stop_everything()
         shutil.rmtree(work, ignore_errors=True)
