@@ -28,6 +28,8 @@
 //! - [`device`]: device work on the blocking pool, a bounded number at a
 //!   time; [`lock_watch`]: the one thread that checks every data-dir lock
 //!   of the process each second.
+//! - [`accept`]: the pause an accept loop takes on a failed `accept` (a
+//!   full descriptor table), so no accept loop ever ends on one.
 //! - [`fsx`]: opening files in a trusted directory without following links
 //!   (the data dir, the control dir, every file in them).
 //! - [`failpoint`]: `SIGKILL` at a named point, armed by an environment
@@ -37,6 +39,7 @@
 
 pub use steadfast_protocol as protocol;
 
+pub mod accept;
 pub mod boot;
 pub mod clock;
 pub mod config;
