@@ -8,11 +8,19 @@
 //! `..<timestamp>` directory, linked as `..data_tmp`, renamed over `..data`
 //! (atomically), the old directory removed. No event of the swap names
 //! `kvd.toml`; before the watcher followed the links it went unseen.
+//!
+//! The manifest itself is checked as a cluster would take it: schema-valid
+//! for the current Kubernetes (`kubernetes-validate --strict`, from PyPI)
+//! and admitted under the "restricted" Pod Security Standard, with the
+//! project's own rules for a daemon's pod (`scripts/pod_security.py`: a
+//! read-only root, requests and limits, probe timeouts longer than the
+//! `--timeout` they pass, `STEADFAST_SERVICE_MANAGER=container`). In CI a
+//! missing validator fails the test; elsewhere it skips, saying why.
 
 mod processes;
 
-use std::path::Path;
-use std::process::Stdio;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 use processes::{ctl, free_port, kv, until, wait_exit};
 
@@ -94,4 +102,116 @@ fn a_configmap_swap_boots_a_held_kvd_and_applies_in_place() {
 
     assert_eq!(ctl(&data, &["exit"]).status.code(), Some(0));
     assert_eq!(wait_exit(&mut daemon), Some(0));
+}
+
+/// `tool` on the PATH, or `None` after saying why the test skips (a panic
+/// in CI, where `.ci/run` installs it).
+fn tool(name: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(name))
+            .find(|candidate| candidate.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{name} is not installed; .ci/run installs it"
+        );
+        eprintln!("skipped: {name} is not installed (.ci/run installs it)");
+    }
+    found
+}
+
+fn manifest() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/kubernetes/kvd.yaml")
+}
+
+/// Run the Pod Security check on `file`: its exit status and output.
+fn pod_security(file: &Path) -> Option<(bool, String)> {
+    let python = tool("python3")?;
+    let has_yaml = Command::new(&python)
+        .args(["-c", "import yaml"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_yaml {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "PyYAML is not installed; .ci/run installs it with kubernetes-validate"
+        );
+        eprintln!("skipped: PyYAML is not installed");
+        return None;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/pod_security.py");
+    let out = Command::new(python)
+        .arg(script)
+        .arg(file)
+        .output()
+        .expect("run pod_security.py");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    Some((out.status.success(), text))
+}
+
+/// The shipped manifest is valid for the API server, strictly (no unknown
+/// field, which a typo in a security setting would be).
+#[test]
+fn the_manifest_is_valid_kubernetes() {
+    let Some(validate) = tool("kubernetes-validate") else {
+        return;
+    };
+    let out = Command::new(validate)
+        .arg("--strict")
+        .arg(manifest())
+        .output()
+        .expect("run kubernetes-validate");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "kubernetes-validate --strict: {text}");
+    for kind in ["configmap/kvd-config", "service/kvd", "statefulset/kvd"] {
+        assert!(
+            text.contains(&format!("passed for resource {kind}")),
+            "{kind}: {text}"
+        );
+    }
+}
+
+/// The pod passes the restricted Pod Security Standard and the project's
+/// rules; and the check is one that fails: the same manifest without
+/// `allowPrivilegeEscalation: false` and with the kubelet's 1 s probe
+/// timeout is refused, naming both.
+#[test]
+fn the_pod_is_restricted_and_its_probes_outlast_their_timeout() {
+    let Some((passed, text)) = pod_security(&manifest()) else {
+        return;
+    };
+    assert!(passed, "scripts/pod_security.py: {text}");
+    assert!(
+        text.contains("1 pod template(s) checked, 0 violation(s)"),
+        "{text}"
+    );
+
+    let original = std::fs::read_to_string(manifest()).expect("read the manifest");
+    let weakened = original
+        .replace(
+            "allowPrivilegeEscalation: false",
+            "allowPrivilegeEscalation: true",
+        )
+        .replacen("timeoutSeconds: 6", "timeoutSeconds: 1", 1);
+    assert_ne!(
+        weakened, original,
+        "the manifest has the settings this test weakens"
+    );
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let copy = tmp.path().join("kvd.yaml");
+    std::fs::write(&copy, weakened).expect("write the weakened copy");
+    let (passed, text) = pod_security(&copy).expect("the checker ran above");
+    assert!(!passed, "a weakened manifest passed: {text}");
+    assert!(
+        text.contains("allowPrivilegeEscalation must be false"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Probe.timeoutSeconds (1) must exceed its --timeout (5)"),
+        "{text}"
+    );
 }
