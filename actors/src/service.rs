@@ -1247,10 +1247,20 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (started_tx, mut started) = mpsc::unbounded_channel::<()>();
+        let ended = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut runtime = Runtime::new();
+        let counted = Arc::clone(&ended);
         runtime.accept_loop("echo", listener, move |conn: Connection<TcpListener>| {
             let started = started_tx.clone();
+            let ended = Arc::clone(&counted);
             async move {
+                struct Ended(Arc<std::sync::atomic::AtomicUsize>);
+                impl Drop for Ended {
+                    fn drop(&mut self) {
+                        self.0.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                let _ended = Ended(ended);
                 let (read, mut write) = conn.stream.into_split();
                 let mut lines = BufReader::new(read).lines();
                 while let Some(Ok(Some(line))) = conn.shutdown.unless_begun(lines.next_line()).await
@@ -1287,6 +1297,11 @@ mod tests {
         started.recv().await.expect("the slow request started");
         let aborted = runtime.shutdown_tasks(Duration::from_secs(30)).await;
         assert!(aborted.is_empty(), "{aborted:?}");
+        assert_eq!(
+            ended.load(Ordering::SeqCst),
+            2,
+            "both connections ended before the shutdown returned"
+        );
         // The request in flight was answered, then the connection closed.
         assert_eq!(
             busy_lines.next_line().await.expect("read").as_deref(),
