@@ -14,8 +14,39 @@
 //! answered `ERR` and leaves no fragment behind, and writes succeed again
 //! as soon as space returns, without a restart (see [`Store`]). Its runtime boots in steadfast phases — `resolve_config`,
 //! `open_store` (takes the store lock), `replay_log`, `bind_listener`,
-//! `serve` — and `log_level` and `max_connections` apply in place while
-//! `listen_addr` needs a restart.
+//! `serve` — and `log_level`, `max_connections` and `idle_timeout_secs`
+//! apply in place while `listen_addr` needs a restart.
+//!
+//! Connections (`serve_connection`; `tests/kvd_limits.rs`,
+//! `tests/drain_owns.rs`):
+//! - Every connection is a task of the runtime's
+//!   (`Runtime::accept_loop`), so a drain ends it: once the runtime's
+//!   shutdown begins (a stop, a restart, any drain), a request being
+//!   executed is finished and answered, then the connection is closed; a
+//!   connection waiting for its next request is closed at once, and what
+//!   its client sends after that is never executed. A connection accepted
+//!   before the shutdown that has not sent its first request yet is owed
+//!   one answer and waits at most 250 ms for it. The drain waits for all
+//!   of it (within steadfast's drain grace), so **once the runtime is
+//!   stopped no request is answered**, and every `OK` was written to the
+//!   store the runtime had open
+//!   (`drain_owns::a_connection_opened_before_stop_is_not_served_after_it`).
+//! - A request line holds at most 1 MiB: a longer one is answered `ERR line
+//!   too long` and the connection closed, and no more than that is ever
+//!   buffered (a connection holds an 8 KiB read buffer, its line and one
+//!   answer) (`kvd_limits::a_line_over_the_cap_is_refused_and_closes`).
+//! - A connection that sends no complete request, or does not take its
+//!   answer, for `idle_timeout_secs` (default 60) is closed
+//!   (`kvd_limits::an_idle_connection_is_closed_after_the_idle_timeout`);
+//!   at most `max_connections` (default 64) are served at once, the next
+//!   is answered `ERR too many connections`.
+//! - A `store.log` removed or replaced under the running daemon is noticed
+//!   before a write is acknowledged (the open file's `fstat` and the
+//!   name's `statat`, without following a link) and within a second by the
+//!   `watch_log` task: the write is answered `ERR`, the loss logged, and
+//!   the runtime fails (backoff); the next boot replays the log the data
+//!   dir holds then, or creates it
+//!   (`kvd_limits::a_removed_or_replaced_store_log_fails_the_runtime`).
 //!
 //! It logs through `steadfast::daemon`'s subscriber on stderr: `RUST_LOG`
 //! (default `info`) until the config sets `log_level` (an `EnvFilter`
