@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use steadfast::fs::{Access, open_in_data_dir};
+use steadfast::service::Connection;
 use steadfast::{ConfigChange, Made, Plan, Runtime, Service, Step, StepContext, StepError};
 use steadfast::{Supervisor, TomlFileSource};
 use tokio::{io::AsyncWriteExt, net::TcpListener};
@@ -71,16 +72,20 @@ impl Step for Serve {
         let counter = counter.ok_or_else(|| StepError::backoff("no counter"))?;
         let addr = format!("127.0.0.1:{}", cx.config.port);
         let listener = TcpListener::bind(&addr).await.map_err(StepError::backoff)?;
-        cx.runtime.serve("accept", async move {
-            loop {
-                let (mut peer, _) = listener.accept().await.map_err(|e| e.to_string())?;
+        // Each connection is a task of the runtime's: a drain ends it.
+        cx.runtime.accept_loop(
+            "accept",
+            listener,
+            move |mut conn: Connection<TcpListener>| {
                 let answer = match counter.bump() {
                     Ok(count) => format!("{count}\n"),
                     Err(error) => format!("ERR {error}\n"),
                 };
-                let _ = peer.write_all(answer.as_bytes()).await;
-            }
-        });
+                async move {
+                    let _ = conn.stream.write_all(answer.as_bytes()).await;
+                }
+            },
+        );
         Ok(Made::new("listener", addr, ()))
     }
 }

@@ -1,6 +1,7 @@
 //! The smallest embedding: one step binds `listen_addr` and greets each connection, kept up by
 //! steadfast (backoff, held on a bad config, drained on SIGTERM, logs on stderr by `RUST_LOG`).
 //! `cargo run --example minimal -- DIR [FILE]`, then `steadfastctl --data-dir DIR status`.
+use steadfast::service::Connection;
 use steadfast::{Made, Plan, Service, Step, StepContext, StepError, Supervisor, TomlFileSource};
 use tokio::{io::AsyncWriteExt, net::TcpListener};
 
@@ -17,12 +18,14 @@ impl Step for Greet {
     async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Made<()>, StepError> {
         let addr = &cx.config.listen_addr;
         let listener = TcpListener::bind(addr).await.map_err(StepError::backoff)?;
-        cx.runtime.serve("accept", async move {
-            loop {
-                let (mut peer, _) = listener.accept().await.map_err(|e| e.to_string())?;
-                let _ = peer.write_all(b"hello\n").await;
-            }
-        });
+        // Each connection is a task of the runtime's: a drain ends it.
+        cx.runtime.accept_loop(
+            "accept",
+            listener,
+            |mut conn: Connection<TcpListener>| async move {
+                let _ = conn.stream.write_all(b"hello\n").await;
+            },
+        );
         Ok(Made::new("listener", addr.clone(), ()))
     }
 }

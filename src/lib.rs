@@ -59,7 +59,7 @@
 //!   [`SupervisorHandle`], the [`Service`] and its [`Step`]s, the
 //!   [`CommandError`] every command answers.
 //! - [`service`]: the rest of what steps use (checkpoints, progress, the
-//!   store lock); [`config`]: config sources and their errors;
+//!   store lock, the connections a runtime owns: `Runtime::accept_loop`); [`config`]: config sources and their errors;
 //!   [`supervisor`]: timings and the builder.
 //! - [`control`]: the control plane's server (Unix socket, TCP behind a
 //!   token on loopback, or TLS 1.3 with client certificates or tokens and
@@ -96,8 +96,9 @@ pub mod config {
 /// What a [`Service`]'s steps use beyond the root's names.
 pub mod service {
     pub use steadfast_actors::service::{
-        CancellationToken, Checkpoint, ConfigChange, Made, Observation, Plan, Runtime, Service,
-        Step, StepContext, StepError, StepProgress, TaskEnded,
+        CancellationToken, Checkpoint, ConfigChange, Connection, Listener, Made, Observation, Plan,
+        Runtime, Service, Shutdown, ShuttingDown, Step, StepContext, StepError, StepProgress,
+        TaskEnded, Tracker,
     };
     pub use steadfast_actors::store::StoreLock;
     pub use steadfast_protocol::journal::ResourceRecord;

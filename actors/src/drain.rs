@@ -1,8 +1,10 @@
 //! The drain: tears a runtime down dependents-first and reports what it did
 //! about the store.
 //!
-//! A drain cancels the runtime's shutdown token, gives its tasks the grace
-//! period, destroys the checkpoints in reverse plan order and confirms each
+//! A drain cancels the runtime's shutdown token, gives its tasks — the
+//! serving tasks and every task its tracker spawned, such as a connection
+//! of `Runtime::accept_loop` — the grace period, aborts and names those
+//! still running (`Runtime::shutdown_tasks`), destroys the checkpoints in reverse plan order and confirms each
 //! destruction by observation (never by the absence of an error); whatever is
 //! not confirmed gone is a survivor. The store outcome is then *probed* by
 //! trying the store's lock ([`StoreLock::probe`]): released, or held with the
@@ -80,7 +82,7 @@ pub async fn teardown(
     if !aborted.is_empty() {
         tracing::warn!(
             ?aborted,
-            "runtime tasks did not finish within the drain grace and were aborted"
+            "runtime tasks (serving or tracked) did not finish within the drain grace and were aborted"
         );
     }
     let mut survivors = Vec::new();

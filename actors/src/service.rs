@@ -8,7 +8,11 @@
 //! store, a bound listener) go into the [`Runtime`], a typed map the later
 //! steps read. A step that serves spawns its tasks with [`Runtime::spawn`]; a
 //! task that returns or panics while the runtime is running is the lifecycle's
-//! `runtime_ended`. A drain destroys the checkpoints in reverse order and
+//! `runtime_ended`. Whatever else the runtime starts (a task per
+//! connection) goes through its [`Tracker`] ([`Runtime::tracker`]), most
+//! simply through [`Runtime::accept_loop`], which serves a listener with a
+//! handler per connection: a drain ends those too, within its grace (the
+//! module `tasks`). A drain destroys the checkpoints in reverse order and
 //! confirms each destruction with [`Step::observe`], never by the absence of
 //! an error.
 //!
@@ -23,9 +27,14 @@
 //! `service::tests::a_plan_that_names_a_step_twice_is_refused`.
 //!
 //! Invariant: a [`Runtime`] that is dropped (a boot that panicked, a
-//! supervisor that ended) cancels its shutdown token and aborts its tasks, so
-//! nothing it spawned outlives it. Checked by
-//! `service::tests::dropping_a_runtime_stops_its_tasks`.
+//! supervisor that ended) cancels its shutdown token and aborts its tasks,
+//! serving and tracked, so nothing it spawned outlives it. Checked by
+//! `service::tests::dropping_a_runtime_stops_its_tasks` and
+//! `service::tests::dropping_a_runtime_aborts_its_tracked_tasks`.
+//! [`Runtime::shutdown_tasks`] (what a drain runs) waits for both kinds
+//! within one grace and aborts and names the late:
+//! `service::tests::shutdown_cancels_then_aborts_the_stragglers`,
+//! `service::tests::shutdown_waits_for_tracked_tasks_and_aborts_the_late`.
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -44,6 +53,10 @@ use tokio::task::{AbortHandle, JoinHandle};
 pub use tokio_util::sync::CancellationToken;
 
 use crate::config::{ConfigError, typed};
+
+mod tasks;
+
+pub use tasks::{Connection, Listener, Shutdown, ShuttingDown, Tracker};
 
 /// A boxed, sendable future: how the supervisor holds a step's or a
 /// service's work once it has erased the type (a user never writes one).
@@ -161,7 +174,7 @@ impl<T> Made<T> {
 /// output, and destroying it drops the output.
 ///
 /// ```no_run
-/// use steadfast_actors::service::{Made, Plan, Service, Step, StepContext, StepError};
+/// use steadfast_actors::service::{Connection, Made, Plan, Service, Step, StepContext, StepError};
 ///
 /// #[derive(serde::Deserialize)]
 /// struct Config {
@@ -198,10 +211,9 @@ impl<T> Made<T> {
 ///             .get_mut::<Bind>()
 ///             .and_then(Option::take)
 ///             .ok_or_else(|| StepError::backoff("no listener"))?;
-///         cx.runtime.serve("accept", async move {
-///             loop {
-///                 let _ = listener.accept().await;
-///             }
+///         // Each connection in a task the runtime owns: a drain ends it.
+///         cx.runtime.accept_loop("accept", listener, |conn: Connection<tokio::net::TcpListener>| async move {
+///             drop(conn.stream);
 ///         });
 ///         Ok(Made::new("serve", "accept", ()))
 ///     }
@@ -649,6 +661,8 @@ struct TaskSlot {
 pub struct Runtime {
     items: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
     tasks: Vec<TaskSlot>,
+    /// The tasks it owns besides its serving tasks (connections).
+    tracker: Tracker,
     shutdown: CancellationToken,
     ended_tx: mpsc::UnboundedSender<TaskEnded>,
     ended_rx: Option<mpsc::UnboundedReceiver<TaskEnded>>,
@@ -666,6 +680,7 @@ impl fmt::Debug for Runtime {
                     .map(|t| t.name.as_str())
                     .collect::<Vec<_>>(),
             )
+            .field("tracked", &self.tracker.len())
             .finish_non_exhaustive()
     }
 }
@@ -681,10 +696,12 @@ impl Runtime {
     #[must_use]
     pub fn new() -> Self {
         let (ended_tx, ended_rx) = mpsc::unbounded_channel();
+        let shutdown = CancellationToken::new();
         Self {
             items: HashMap::new(),
             tasks: Vec::new(),
-            shutdown: CancellationToken::new(),
+            tracker: Tracker::new(shutdown.clone()),
+            shutdown,
             ended_tx,
             ended_rx: Some(ended_rx),
         }
@@ -720,14 +737,17 @@ impl Runtime {
     }
 
     /// Cancelled when the runtime is being shut down: serving tasks select on
-    /// it and finish their in-flight work.
+    /// it and finish their in-flight work. (A tracked task is handed the
+    /// same as a [`Shutdown`]: [`Tracker::shutdown`].)
     #[must_use]
     pub fn shutdown_token(&self) -> CancellationToken {
         self.shutdown.clone()
     }
 
     /// Spawn a serving task. If it returns (either way) or panics while the
-    /// runtime is running, the runtime has ended.
+    /// runtime is running, the runtime has ended. A task whose end should
+    /// end only itself (a connection) is spawned through
+    /// [`Self::tracker`], or by [`Self::accept_loop`].
     pub fn spawn<F>(&mut self, name: impl Into<String>, task: F)
     where
         F: Future<Output = Result<(), String>> + Send + 'static,
@@ -762,7 +782,8 @@ impl Runtime {
     /// down, whichever comes first (at shutdown it is dropped where it
     /// waits: a [`Runtime::spawn`] that selects on
     /// [`Runtime::shutdown_token`]). For a loop with no in-flight work to
-    /// finish, such as an accept loop.
+    /// finish; a loop that accepts connections to serve is
+    /// [`Runtime::accept_loop`].
     pub fn serve<F>(&mut self, name: impl Into<String>, task: F)
     where
         F: Future<Output = Result<(), String>> + Send + 'static,
@@ -782,10 +803,14 @@ impl Runtime {
         self.ended_rx.take()
     }
 
-    /// Cancel the shutdown token, give the tasks `grace` to finish, then abort
-    /// the rest. Returns the names of the tasks that had to be aborted.
+    /// Shut the runtime's work down: cancel the shutdown token (the tracker
+    /// spawns nothing more), give the serving tasks and the tracked tasks
+    /// `grace` (one budget for both) to finish, then abort the rest and
+    /// wait until they are gone. Returns the names of the tasks that had to
+    /// be aborted (serving tasks first).
     pub async fn shutdown_tasks(&mut self, grace: Duration) -> Vec<String> {
         self.shutdown.cancel();
+        self.tracker.close();
         let deadline = tokio::time::Instant::now() + grace;
         let mut aborted = Vec::new();
         for slot in self.tasks.drain(..) {
@@ -803,6 +828,7 @@ impl Runtime {
                 aborted.push(name);
             }
         }
+        aborted.extend(self.tracker.wait_until(deadline).await);
         aborted
     }
 }
@@ -812,6 +838,10 @@ impl Drop for Runtime {
         self.shutdown.cancel();
         for slot in &self.tasks {
             slot.abort.abort();
+        }
+        let aborted = self.tracker.abort_all();
+        if !aborted.is_empty() {
+            tracing::warn!(?aborted, "a dropped runtime aborted the tasks it owned");
         }
     }
 }
@@ -1125,6 +1155,164 @@ mod tests {
         assert_eq!(progress.next_report().await, latest);
         let again = tokio::time::timeout(Duration::from_secs(1), progress.next_report()).await;
         assert!(again.is_err(), "the three reports were taken as one");
+    }
+
+    /// A task the runtime tracks is told of the shutdown and waited for;
+    /// one that ignores it is aborted at the end of the grace, named, and
+    /// gone (not left running) when `shutdown_tasks` returns.
+    #[tokio::test]
+    async fn shutdown_waits_for_tracked_tasks_and_aborts_the_late() {
+        let mut runtime = Runtime::new();
+        let tracker = runtime.tracker();
+        let finished = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&finished);
+        let shutdown = tracker.shutdown();
+        tracker
+            .spawn("polite", async move {
+                shutdown.begun().await;
+                // Work in flight at the shutdown, finished within the grace.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                flag.store(true, Ordering::SeqCst);
+            })
+            .expect("spawned");
+        let (held, gone) = tokio::sync::oneshot::channel::<()>();
+        tracker
+            .spawn("stubborn", async move {
+                let _held = held;
+                std::future::pending::<()>().await;
+            })
+            .expect("spawned");
+        assert_eq!(tracker.len(), 2);
+        let aborted = runtime.shutdown_tasks(Duration::from_millis(200)).await;
+        assert_eq!(aborted, vec!["stubborn".to_owned()]);
+        assert!(
+            finished.load(Ordering::SeqCst),
+            "the polite task was awaited"
+        );
+        assert!(tracker.is_empty());
+        // The stubborn task's future was dropped before shutdown returned.
+        assert!(gone.await.is_err(), "the aborted task is gone");
+    }
+
+    #[tokio::test]
+    async fn a_tracker_spawns_nothing_once_shutdown_began() {
+        let mut runtime = Runtime::new();
+        let tracker = runtime.tracker();
+        assert!(
+            runtime
+                .shutdown_tasks(Duration::from_millis(10))
+                .await
+                .is_empty()
+        );
+        let ran = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&ran);
+        let refused = tracker.spawn("late", async move { flag.store(true, Ordering::SeqCst) });
+        assert_eq!(refused, Err(ShuttingDown));
+        tokio::task::yield_now().await;
+        assert!(!ran.load(Ordering::SeqCst));
+        // Nor after the runtime is gone.
+        drop(runtime);
+        assert_eq!(tracker.spawn("later", async {}), Err(ShuttingDown));
+    }
+
+    /// A runtime dropped without a drain (a boot that panicked, a
+    /// supervisor that ended) aborts what it tracked.
+    #[tokio::test]
+    async fn dropping_a_runtime_aborts_its_tracked_tasks() {
+        let runtime = Runtime::new();
+        let (held, gone) = tokio::sync::oneshot::channel::<()>();
+        runtime
+            .tracker()
+            .spawn("connection", async move {
+                let _held = held;
+                std::future::pending::<()>().await;
+            })
+            .expect("spawned");
+        drop(runtime);
+        let dropped = tokio::time::timeout(Duration::from_secs(30), gone).await;
+        assert!(
+            matches!(dropped, Ok(Err(_))),
+            "the tracked task's future was dropped"
+        );
+    }
+
+    /// `accept_loop` over a real TCP listener: a request in flight at the
+    /// shutdown is answered, then the connection closes; an idle one closes
+    /// at once; the listener is closed; nothing had to be aborted.
+    #[tokio::test]
+    async fn an_accept_loop_owns_its_connections() {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+        use tokio::net::{TcpListener, TcpStream};
+
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (started_tx, mut started) = mpsc::unbounded_channel::<()>();
+        let ended = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut runtime = Runtime::new();
+        let counted = Arc::clone(&ended);
+        runtime.accept_loop("echo", listener, move |conn: Connection<TcpListener>| {
+            let started = started_tx.clone();
+            let ended = Arc::clone(&counted);
+            async move {
+                struct Ended(Arc<std::sync::atomic::AtomicUsize>);
+                impl Drop for Ended {
+                    fn drop(&mut self) {
+                        self.0.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                let _ended = Ended(ended);
+                let (read, mut write) = conn.stream.into_split();
+                let mut lines = BufReader::new(read).lines();
+                while let Some(Ok(Some(line))) = conn.shutdown.unless_begun(lines.next_line()).await
+                {
+                    let _ = started.send(());
+                    if line == "slow" {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    if write
+                        .write_all(format!("{line}\n").as_bytes())
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+        });
+        let idle = TcpStream::connect(addr).await.expect("connect");
+        let busy = TcpStream::connect(addr).await.expect("connect");
+        let (idle_read, mut idle_write) = idle.into_split();
+        let (busy_read, mut busy_write) = busy.into_split();
+        let (mut idle_lines, mut busy_lines) = (
+            BufReader::new(idle_read).lines(),
+            BufReader::new(busy_read).lines(),
+        );
+        idle_write.write_all(b"hi\n").await.expect("send");
+        assert_eq!(
+            idle_lines.next_line().await.expect("read").as_deref(),
+            Some("hi")
+        );
+        started.recv().await.expect("idle's request");
+        busy_write.write_all(b"slow\n").await.expect("send");
+        started.recv().await.expect("the slow request started");
+        let aborted = runtime.shutdown_tasks(Duration::from_secs(30)).await;
+        assert!(aborted.is_empty(), "{aborted:?}");
+        assert_eq!(
+            ended.load(Ordering::SeqCst),
+            2,
+            "both connections ended before the shutdown returned"
+        );
+        // The request in flight was answered, then the connection closed.
+        assert_eq!(
+            busy_lines.next_line().await.expect("read").as_deref(),
+            Some("slow")
+        );
+        assert_eq!(busy_lines.next_line().await.expect("read"), None);
+        assert_eq!(idle_lines.next_line().await.expect("read"), None);
+        assert!(
+            TcpStream::connect(addr).await.is_err(),
+            "the listener is closed"
+        );
     }
 
     #[tokio::test]

@@ -14,8 +14,39 @@
 //! answered `ERR` and leaves no fragment behind, and writes succeed again
 //! as soon as space returns, without a restart (see [`Store`]). Its runtime boots in steadfast phases — `resolve_config`,
 //! `open_store` (takes the store lock), `replay_log`, `bind_listener`,
-//! `serve` — and `log_level` and `max_connections` apply in place while
-//! `listen_addr` needs a restart.
+//! `serve` — and `log_level`, `max_connections` and `idle_timeout_secs`
+//! apply in place while `listen_addr` needs a restart.
+//!
+//! Connections (`serve_connection`; `tests/kvd_limits.rs`,
+//! `tests/drain_owns.rs`):
+//! - Every connection is a task of the runtime's
+//!   (`Runtime::accept_loop`), so a drain ends it: once the runtime's
+//!   shutdown begins (a stop, a restart, any drain), a request being
+//!   executed is finished and answered, then the connection is closed; a
+//!   connection waiting for its next request is closed at once, and what
+//!   its client sends after that is never executed. A connection accepted
+//!   before the shutdown that has not sent its first request yet is owed
+//!   one answer and waits at most 250 ms for it. The drain waits for all
+//!   of it (within steadfast's drain grace), so **once the runtime is
+//!   stopped no request is answered**, and every `OK` was written to the
+//!   store the runtime had open
+//!   (`drain_owns::a_connection_opened_before_stop_is_not_served_after_it`).
+//! - A request line holds at most 1 MiB: a longer one is answered `ERR line
+//!   too long` and the connection closed, and no more than that is ever
+//!   buffered (a connection holds an 8 KiB read buffer, its line and one
+//!   answer) (`kvd_limits::a_line_over_the_cap_is_refused_and_closes`).
+//! - A connection that sends no complete request, or does not take its
+//!   answer, for `idle_timeout_secs` (default 60) is closed
+//!   (`kvd_limits::an_idle_connection_is_closed_after_the_idle_timeout`);
+//!   at most `max_connections` (default 64) are served at once, the next
+//!   is answered `ERR too many connections`.
+//! - A `store.log` removed or replaced under the running daemon is noticed
+//!   before a write is acknowledged (the open file's `fstat` and the
+//!   name's `statat`, without following a link) and within a second by the
+//!   `watch_log` task: the write is answered `ERR`, the loss logged, and
+//!   the runtime fails (backoff); the next boot replays the log the data
+//!   dir holds then, or creates it
+//!   (`kvd_limits::a_removed_or_replaced_store_log_fails_the_runtime`).
 //!
 //! It logs through `steadfast::daemon`'s subscriber on stderr: `RUST_LOG`
 //! (default `info`) until the config sets `log_level` (an `EnvFilter`
@@ -33,22 +64,26 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
+use std::num::NonZeroU64;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, TryLockError};
+use std::time::Duration;
 
+use steadfast::fs::Dir;
 use steadfast::protocol::lifecycle::LifecycleState;
-use steadfast::service::{CancellationToken, ResourceRecord, StoreLock};
+use steadfast::service::{Connection, ResourceRecord, Shutdown, StoreLock};
 use steadfast::{
     ConfigChange, Made, Plan, Runtime, Service, Step, StepContext, StepError, Supervisor,
     TomlFileSource,
 };
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
+use tokio::net::TcpListener;
 
 const DEFAULTS: &str = r#"
 listen_addr = "127.0.0.1:7070"
 max_connections = 64
+idle_timeout_secs = 60
 "#;
 
 /// The store: the map, and the log that makes it durable.
@@ -90,6 +125,14 @@ struct Store {
     log: File,
     /// How many bytes of the log are applied to `map`.
     applied: u64,
+    /// The data dir, open: where `store.log` is looked up (without
+    /// following a link) to check it is still the file open as `log`.
+    dir: Dir,
+    /// Why `store.log` is no longer the log (removed or replaced while
+    /// open): every write is refused from then on.
+    lost: Option<String>,
+    /// Wakes the `watch_log` task at once when a write finds the log lost.
+    lost_signal: Arc<tokio::sync::Notify>,
 }
 
 type Shared = Arc<Mutex<Store>>;
@@ -224,6 +267,9 @@ impl Store {
         line: &str,
         apply: impl FnOnce(&mut HashMap<String, String>),
     ) -> std::io::Result<()> {
+        if let Some(lost) = &self.lost {
+            return Err(std::io::Error::other(lost.clone()));
+        }
         self.log.lock()?;
         let written = self.append_locked(line);
         let unlocked = self.log.unlock();
@@ -256,8 +302,50 @@ impl Store {
             let _ = self.cut_fragment();
             return Err(error);
         }
+        // Durable only if the file is still `store.log`: a line fsynced
+        // into a removed or replaced file is gone at the next boot.
+        if let Some(lost) = self.check_lost() {
+            return Err(std::io::Error::other(lost));
+        }
         self.applied += line.len() as u64;
         Ok(())
+    }
+
+    /// Why `store.log` is no longer the file this store has open, if it is
+    /// not: the open file has no name left (`fstat`: no links), or the
+    /// name is now another file or none (`statat` in the data dir, not
+    /// following a link). Found once, remembered, and the `watch_log`
+    /// task woken, which fails the runtime.
+    fn check_lost(&mut self) -> Option<String> {
+        use std::os::unix::fs::MetadataExt;
+        if self.lost.is_some() {
+            return self.lost.clone();
+        }
+        let open = match self.log.metadata() {
+            Ok(open) => open,
+            Err(error) => return Some(format!("store.log cannot be examined: {error}")),
+        };
+        let how = match self.dir.stat(LOG_NAME) {
+            Err(error) => format!("cannot be examined ({error})"),
+            Ok(None) => "was removed".to_owned(),
+            #[allow(clippy::useless_conversion)]
+            Ok(Some(named))
+                if (u64::from(named.st_dev), u64::from(named.st_ino))
+                    != (open.dev(), open.ino()) =>
+            {
+                "was replaced by another file".to_owned()
+            }
+            Ok(Some(_)) if open.nlink() == 0 => "was removed".to_owned(),
+            Ok(Some(_)) => return None,
+        };
+        let lost = format!(
+            "{} {how} while kvd had it open; writes are refused and the runtime restarts \
+             over the log as it is now",
+            self.dir.join(LOG_NAME).display()
+        );
+        self.lost = Some(lost.clone());
+        self.lost_signal.notify_one();
+        Some(lost)
     }
 
     /// Cut the log back to `applied` (the end of its last complete line)
@@ -286,26 +374,30 @@ impl Store {
     }
 }
 
+/// The log's name in the data dir.
+const LOG_NAME: &str = "store.log";
+
 /// Open `store.log` (0600, created if missing) in the trusted data dir
 /// without following a link: `steadfast::fs`, the mechanism the
 /// control dir's files use. A link planted there is refused, naming it.
-fn open_store_log(path: &Path) -> std::io::Result<File> {
-    use steadfast::fs::{self as fsx, Access};
-    let data_dir = path.parent().unwrap_or_else(|| Path::new("."));
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("store.log");
-    fsx::open_in_data_dir(data_dir, name, Access::AppendCreate).map_err(std::io::Error::other)
+/// Returns the data dir too, open, where the name is checked later
+/// ([`Store::check_lost`]).
+fn open_store_log(data_dir: &Path) -> std::io::Result<(Dir, File)> {
+    use steadfast::fs::Access;
+    let dir = Dir::open_data_dir(data_dir, true).map_err(std::io::Error::other)?;
+    let log = dir
+        .open(LOG_NAME, Access::AppendCreate)
+        .map_err(std::io::Error::other)?;
+    Ok((dir, log))
 }
 
 /// Replay `store.log` under its lock: every complete line ([`line_body`]);
 /// a torn last line (a crash or a failed write mid-append, never
 /// acknowledged) is cut off; a damaged line refuses the replay
 /// ([`std::io::ErrorKind::InvalidData`]: a held failure).
-fn replay(path: &Path) -> std::io::Result<Store> {
+fn replay(data_dir: &Path) -> std::io::Result<Store> {
     use std::io::Read;
-    let log = open_store_log(path)?;
+    let (dir, log) = open_store_log(data_dir)?;
     log.lock()?;
     let mut bytes = Vec::new();
     (&log).read_to_end(&mut bytes)?;
@@ -326,12 +418,23 @@ fn replay(path: &Path) -> std::io::Result<Store> {
         map,
         log,
         applied: good_len,
+        dir,
+        lost: None,
+        lost_signal: Arc::new(tokio::sync::Notify::new()),
     })
 }
 
 /// The settings that apply in place.
 struct Live {
     max_connections: AtomicUsize,
+    /// `idle_timeout_secs`.
+    idle_timeout_secs: AtomicU64,
+}
+
+impl Live {
+    fn idle_timeout(&self) -> Duration {
+        Duration::from_secs(self.idle_timeout_secs.load(Ordering::SeqCst))
+    }
 }
 
 /// The names kvd's listener and store lock are handed over under, to the
@@ -356,10 +459,27 @@ impl<T> Offered<T> {
     }
 }
 
-/// How long a connection is still served once the runtime stops: a client
-/// accepted just before the stop gets its answers as long as it keeps
-/// asking within this long.
-const LINGER: std::time::Duration = std::time::Duration::from_millis(500);
+/// The longest request kvd reads, newline excluded: a longer line is
+/// answered `ERR line too long` and its connection closed, and no more of
+/// it than this is ever buffered.
+const MAX_LINE: usize = 1 << 20;
+
+/// A connection's read buffer, and what its line buffer is shrunk back to
+/// after a long request: an idle connection holds about this much.
+const READ_BUFFER: usize = 8 * 1024;
+
+/// How long a connection accepted before the runtime's shutdown began, and
+/// not yet asked anything, waits for its first request once it has: its
+/// client connected to a runtime that was serving and is owed one answer.
+const FIRST_REQUEST_WAIT: Duration = Duration::from_millis(250);
+
+/// How long a connection refused for a too long line keeps reading (and
+/// dropping) what its client still sends before it closes.
+const REFUSAL_LINGER: Duration = Duration::from_secs(1);
+
+/// How often `watch_log` checks that `store.log` is still the file open
+/// (a write checks it too, before its `OK`).
+const LOG_CHECK_EVERY: Duration = Duration::from_secs(1);
 
 struct Kvd;
 
@@ -374,6 +494,10 @@ struct Config {
     log_level: Option<steadfast::daemon::LogLevel>,
     /// Connections served at once (applied in place).
     max_connections: usize,
+    /// A connection that sends no complete request (or does not take its
+    /// answer) for this long is closed (applied in place, from the next
+    /// wait).
+    idle_timeout_secs: NonZeroU64,
     /// The data dir, when the file names it (the supervisor's leaf).
     #[allow(dead_code)]
     data_dir: Option<PathBuf>,
@@ -432,10 +556,10 @@ impl Step for ReplayLog {
     type Output = Shared;
 
     async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Made<Shared>, StepError> {
-        let path = cx.data_dir.join("store.log");
+        let path = cx.data_dir.join(LOG_NAME);
         let replayed = tokio::task::spawn_blocking({
-            let path = path.clone();
-            move || replay(&path)
+            let data_dir = cx.data_dir.to_path_buf();
+            move || replay(&data_dir)
         })
         .await
         .map_err(StepError::backoff)?
@@ -523,29 +647,61 @@ impl Step for Serve {
         apply_log_level(cx.config.log_level.as_ref());
         let live = Arc::new(Live {
             max_connections: AtomicUsize::new(cx.config.max_connections),
+            idle_timeout_secs: AtomicU64::new(cx.config.idle_timeout_secs.get()),
         });
-        let stop = cx.runtime.shutdown_token();
         let open = Arc::new(AtomicUsize::new(0));
         let limits = Arc::clone(&live);
-        cx.runtime.spawn("accept", async move {
-            loop {
-                let (stream, _) = tokio::select! {
-                    () = stop.cancelled() => return Ok(()),
-                    accepted = listener.accept() => accepted.map_err(|e| e.to_string())?,
-                };
-                if open.load(Ordering::SeqCst) >= limits.max_connections.load(Ordering::SeqCst) {
-                    let mut stream = stream;
-                    let _ = stream.write_all(b"ERR too many connections\n").await;
-                    continue;
+        let served = Arc::clone(&store);
+        // Every connection is a task of the runtime's: a drain ends it.
+        cx.runtime
+            .accept_loop("accept", listener, move |conn: Connection<TcpListener>| {
+                let (store, limits, open) =
+                    (Arc::clone(&served), Arc::clone(&limits), Arc::clone(&open));
+                async move {
+                    if open.load(Ordering::SeqCst) >= limits.max_connections.load(Ordering::SeqCst)
+                    {
+                        let mut stream = conn.stream;
+                        let refusal = stream.write_all(b"ERR too many connections\n");
+                        let _ = tokio::time::timeout(limits.idle_timeout(), refusal).await;
+                        return;
+                    }
+                    let _counted = Counted::new(&open);
+                    serve_connection(conn, &store, &limits).await;
                 }
-                // An answer is one small write the client waits for: send it now.
-                let _ = stream.set_nodelay(true);
-                open.fetch_add(1, Ordering::SeqCst);
-                let (store, open, stop) = (Arc::clone(&store), Arc::clone(&open), stop.clone());
-                tokio::spawn(async move {
-                    serve_connection(stream, store, stop).await;
-                    open.fetch_sub(1, Ordering::SeqCst);
-                });
+            });
+        // A removed or replaced `store.log` fails the runtime: the next
+        // boot replays (or creates) the log the data dir holds now.
+        let lost_signal = Arc::clone(
+            &store
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .lost_signal,
+        );
+        let stop = cx.runtime.shutdown_token();
+        cx.runtime.spawn("watch_log", async move {
+            let mut every = LOG_CHECK_EVERY;
+            loop {
+                tokio::select! {
+                    biased;
+                    () = stop.cancelled() => return Ok(()),
+                    () = lost_signal.notified() => {}
+                    () = tokio::time::sleep(every) => {}
+                }
+                // Never wait on the lock here: a write holding it checks
+                // the log itself; look again soon.
+                let lost = match store.try_lock() {
+                    Ok(mut store) => store.check_lost(),
+                    Err(TryLockError::Poisoned(store)) => store.into_inner().check_lost(),
+                    Err(TryLockError::WouldBlock) => {
+                        every = Duration::from_millis(10);
+                        continue;
+                    }
+                };
+                every = LOG_CHECK_EVERY;
+                if let Some(lost) = lost {
+                    tracing::error!(target: "kvd", reason = %lost, "store.log lost");
+                    return Err(lost);
+                }
             }
         });
         Ok(Made::new("serve", "accept", live))
@@ -575,6 +731,9 @@ impl Service for Kvd {
                 ("max_connections", Some(live)) => live
                     .max_connections
                     .store(change.new.max_connections, Ordering::SeqCst),
+                ("idle_timeout_secs", Some(live)) => live
+                    .idle_timeout_secs
+                    .store(change.new.idle_timeout_secs.get(), Ordering::SeqCst),
                 ("log_level", Some(_)) => apply_log_level(change.new.log_level.as_ref()),
                 _ => restart.push(leaf.clone()),
             }
@@ -586,7 +745,7 @@ impl Service for Kvd {
     /// also proves nothing else has the store open).
     async fn wipe(&self, data_dir: &Path, _config: Option<&Config>) -> Result<(), StepError> {
         let _lock = StoreLock::acquire(data_dir).map_err(StepError::backoff)?;
-        match std::fs::remove_file(data_dir.join("store.log")) {
+        match std::fs::remove_file(data_dir.join(LOG_NAME)) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(StepError::backoff(format!("store.log: {e}"))),
@@ -603,38 +762,173 @@ fn apply_log_level(level: Option<&steadfast::daemon::LogLevel>) {
     }
 }
 
-/// One client: a line in, a line out. Once the runtime stops, the
-/// connection is still answered while its client keeps asking within
-/// [`LINGER`]: an accepted connection is never closed on a request in flight.
-async fn serve_connection(stream: TcpStream, store: Shared, stop: CancellationToken) {
-    let (read, mut write) = stream.into_split();
-    let mut lines = AsyncBufReader::new(read).lines();
+/// Counts a connection among the open ones while it lives.
+struct Counted(Arc<AtomicUsize>);
+
+impl Counted {
+    fn new(open: &Arc<AtomicUsize>) -> Self {
+        open.fetch_add(1, Ordering::SeqCst);
+        Self(Arc::clone(open))
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// What reading one request found.
+enum Read {
+    /// A complete line, in the line buffer (newline and a `\r` before it
+    /// cut).
+    Line,
+    /// More than [`MAX_LINE`] bytes before a newline.
+    TooLong,
+    /// The client closed its side (a partial last line is dropped).
+    Closed,
+}
+
+/// Read one line into `line` (cleared first), never holding more than
+/// [`MAX_LINE`] bytes of it (the buffer grows to at most that).
+///
+/// Not cancel-safe across calls (a dropped read loses what it took): the
+/// caller keeps one read pinned until it completes, or closes.
+async fn read_line<R>(reader: &mut R, line: &mut Vec<u8>) -> std::io::Result<Read>
+where
+    R: AsyncBufRead + Unpin,
+{
+    line.clear();
     loop {
-        let next = if stop.is_cancelled() {
-            match tokio::time::timeout(LINGER, lines.next_line()).await {
-                Ok(line) => line,
-                Err(_) => return,
+        let available = reader.fill_buf().await?;
+        if available.is_empty() {
+            return Ok(Read::Closed);
+        }
+        let newline = available.iter().position(|&b| b == b'\n');
+        let chunk = &available[..newline.unwrap_or(available.len())];
+        let needed = line.len() + chunk.len();
+        if needed > MAX_LINE {
+            return Ok(Read::TooLong);
+        }
+        if needed > line.capacity() {
+            let target = (line.capacity() * 2).clamp(needed, MAX_LINE);
+            line.reserve_exact(target - line.len());
+        }
+        line.extend_from_slice(chunk);
+        let taken = chunk.len() + usize::from(newline.is_some());
+        reader.consume(taken);
+        if newline.is_some() {
+            if line.last() == Some(&b'\r') {
+                line.pop();
             }
-        } else {
-            tokio::select! {
-                () = stop.cancelled() => continue,
-                line = lines.next_line() => line,
+            return Ok(Read::Line);
+        }
+    }
+}
+
+/// One client: a line in, a line out.
+///
+/// - A request is a line of at most [`MAX_LINE`] bytes; a longer one is
+///   answered `ERR line too long` and the connection closed.
+/// - A connection that sends no complete request, or does not take its
+///   answer, for `idle_timeout_secs` is closed.
+/// - Once the runtime's shutdown begins (a stop, a restart, a drain of any
+///   kind), a request being executed is finished and answered, and the
+///   connection is then closed; a connection waiting for its next request
+///   is closed at once, and a request it sends after that is never
+///   executed. A connection that has not sent its first request yet is
+///   owed one answer: it waits up to [`FIRST_REQUEST_WAIT`] for it. The
+///   drain waits for all of this (the connection is a task of the
+///   runtime's), so no request is answered once the runtime is stopped.
+async fn serve_connection(conn: Connection<TcpListener>, store: &Shared, live: &Live) {
+    let Connection {
+        stream, shutdown, ..
+    } = conn;
+    // An answer is one small write the client waits for: send it now.
+    let _ = stream.set_nodelay(true);
+    let (read, mut write) = stream.into_split();
+    let mut reader = AsyncBufReader::with_capacity(READ_BUFFER, read);
+    let mut line = Vec::new();
+    let mut answered = false;
+    loop {
+        let idle = live.idle_timeout();
+        let deadline = tokio::time::Instant::now() + idle;
+        let read = {
+            let next = read_line(&mut reader, &mut line);
+            tokio::pin!(next);
+            match shutdown
+                .unless_begun(tokio::time::timeout_at(deadline, &mut next))
+                .await
+            {
+                Some(read) => read,
+                None if !answered => {
+                    let owed = tokio::time::Instant::now() + FIRST_REQUEST_WAIT;
+                    tokio::time::timeout_at(deadline.min(owed), &mut next).await
+                }
+                None => return,
             }
         };
-        let line = match next {
-            Ok(Some(line)) => line,
-            _ => return,
+        let mut answer = match read {
+            // Idle too long, the client gone, or its side broken.
+            Err(_) | Ok(Err(_) | Ok(Read::Closed)) => return,
+            Ok(Ok(Read::TooLong)) => {
+                let refusal = format!("ERR line too long (at most {MAX_LINE} bytes)\n");
+                let refused = async {
+                    write.write_all(refusal.as_bytes()).await?;
+                    write.shutdown().await
+                };
+                if let Ok(Ok(())) = tokio::time::timeout(idle, refused).await {
+                    discard_until_closed(&mut reader, &shutdown).await;
+                }
+                return;
+            }
+            Ok(Ok(Read::Line)) => match std::str::from_utf8(&line) {
+                Ok(request) => {
+                    let answer = answer(request, store);
+                    tracing::debug!(target: "kvd", request = %request, %answer, "request");
+                    answer
+                }
+                Err(_) => "ERR the request is not UTF-8".to_owned(),
+            },
         };
         // One write an answer, line end included: written as two, the
         // newline waited behind Nagle for the client's delayed ACK (a 45 ms
         // round trip; `benches/kvd.rs`).
-        let mut answer = answer(&line, &store);
-        tracing::debug!(target: "kvd", request = %line, %answer, "request");
         answer.push('\n');
-        if write.write_all(answer.as_bytes()).await.is_err() {
-            return;
+        match tokio::time::timeout(idle, write.write_all(answer.as_bytes())).await {
+            Ok(Ok(())) => answered = true,
+            _ => return,
+        }
+        if line.capacity() > READ_BUFFER {
+            line = Vec::new();
         }
     }
+}
+
+/// After a refusal (its answer sent and the write side shut): read and drop
+/// what the client still sends, for at most [`REFUSAL_LINGER`], so the
+/// close does not reset the connection before the client has read the
+/// refusal (closing a socket with unread input sends a reset, and the
+/// client's kernel may discard the answer with it). Holds one small buffer;
+/// ends at shutdown too.
+async fn discard_until_closed<R>(reader: &mut R, shutdown: &Shutdown)
+where
+    R: AsyncBufRead + Unpin,
+{
+    let drained = async {
+        loop {
+            match reader.fill_buf().await {
+                Ok([]) | Err(_) => return,
+                Ok(bytes) => {
+                    let taken = bytes.len();
+                    reader.consume(taken);
+                }
+            }
+        }
+    };
+    let _ = shutdown
+        .unless_begun(tokio::time::timeout(REFUSAL_LINGER, drained))
+        .await;
 }
 
 fn answer(line: &str, store: &Shared) -> String {
