@@ -674,10 +674,8 @@ pub(crate) async fn reload(handle: &SupervisorHandle) -> Result<Snapshot, Comman
             Err(error) => tracing::warn!(%error, "no monotonic clock: RELOADING=1 not sent"),
         }
     }
-    // The TLS transport's certificates and tokens: small files, read on a
-    // blocking thread all the same.
-    let hooks = handle.clone();
-    let _ = tokio::task::spawn_blocking(move || hooks.run_reload_hooks()).await;
+    // The TLS transport's files are read again first (an error names
+    // them: the reload is answered with it).
     let answer = handle.reload().await;
     if framed {
         let status = status_line(&handle.snapshot());
