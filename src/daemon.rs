@@ -40,6 +40,11 @@
 //! - With [`DaemonOptions::control_socket`] (see [`run_with`]), the control
 //!   plane ([`crate::control`]) is served on
 //!   `<data_dir>/.steadfast/control.sock` for the supervisor's life.
+//!   A control socket removed or replaced while the daemon runs is bound
+//!   again (`control::server`); one that cannot be is said (logged as an
+//!   error) and the daemon exits with `relaunch` (75), so its service
+//!   manager starts it again — a daemon nobody can reach is not left
+//!   running.
 //! - With [`DaemonOptions::control_tcp`], the control plane is also served
 //!   on a TCP address behind the token handshake (`crate::control::auth`);
 //!   with [`DaemonOptions::create_token`], a missing token file is created
@@ -420,6 +425,15 @@ async fn run_serving(
             }
         }
     });
+    let lost = tokio::spawn({
+        let handle = handle.clone();
+        let lost = control.as_ref().map(crate::control::ServerGuard::lost);
+        async move {
+            if let Some(lost) = lost {
+                relaunch_when_lost(handle, lost).await;
+            }
+        }
+    });
     let under_systemd = std::env::var_os("NOTIFY_SOCKET").is_some();
     SYSTEMD.on.store(under_systemd, Ordering::SeqCst);
     let notifier = tokio::spawn({
@@ -445,6 +459,7 @@ async fn run_serving(
             // retired); the process must exit now, writing nothing more.
             tracing::info!("handed over to the replacement; exiting");
             signals.abort();
+            lost.abort();
             notifier.abort();
             drop(control);
             tell_stopping("handed over");
@@ -453,6 +468,7 @@ async fn run_serving(
         }
     };
     signals.abort();
+    lost.abort();
     notifier.abort();
     // An answer in flight (the `exit` that ended the daemon) is written
     // before the socket goes.
@@ -533,6 +549,26 @@ async fn answer_signals(handle: SupervisorHandle) {
                 }
             }
         }
+    }
+}
+
+/// The control socket, removed or replaced, could not be bound again
+/// (`ServerGuard::lost`): exit with `relaunch`, as a daemon that could not
+/// bind it would not have started.
+async fn relaunch_when_lost(
+    handle: SupervisorHandle,
+    mut lost: tokio::sync::watch::Receiver<Option<String>>,
+) {
+    let why = match lost.wait_for(Option::is_some).await {
+        Ok(why) => why.clone().unwrap_or_default(),
+        Err(_) => return,
+    };
+    tracing::error!(
+        error = %why,
+        "the control socket cannot be served again; exiting for a relaunch"
+    );
+    if let Err(error) = handle.exit(ExitIntent::Relaunch).await {
+        tracing::warn!(%error, "exit for a relaunch refused");
     }
 }
 
