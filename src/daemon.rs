@@ -6,6 +6,18 @@
 //!   config (a `config_changed`). With [`DaemonOptions::signals`] off, no
 //!   handler is installed and the process's dispositions are left alone
 //!   (`daemon::run_with_signals_off_leaves_the_dispositions_alone`).
+//! - [`catch_signals`], the first line of a daemon's `main`, catches them
+//!   from then on: one that arrives while the supervisor is built (the
+//!   lock taken, the run marker written) waits for [`run_with`], which
+//!   answers it — a drained exit 0, and the next run reads `clean_stop`,
+//!   never `crashed`. Without it, the handlers come with [`run_with`], and
+//!   a SIGTERM in the milliseconds before killed the process by the
+//!   default disposition after it had written its run marker. What is
+//!   left before that first line (the dynamic loader, the tokio runtime's
+//!   start) cannot be covered from inside the process; a signal there
+//!   ends a process that has touched nothing, so the data dir reads as the
+//!   previous run left it.
+//!   `daemon::a_sigterm_from_the_first_moment_is_a_drained_exit_or_touches_nothing`.
 //! - When `NOTIFY_SOCKET` is set, systemd hears that *the daemon is up above
 //!   its runtime* (`tests/notify.rs`, one test per startup path):
 //!   - `READY=1` once, at the first *settled* state — `running`, `stopped`
@@ -529,12 +541,65 @@ impl Drop for AbortOnDrop {
 /// following it reads the outcome.
 pub const HANDOVER_LINGER: Duration = Duration::from_millis(500);
 
+/// SIGTERM, SIGINT and SIGHUP as caught: each stream holds a signal
+/// that arrived since it was made until it is read.
+struct Caught {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Caught {
+    fn install() -> std::io::Result<Self> {
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+}
+
+/// The signals [`catch_signals`] caught before [`run_with`] answers them.
+/// Process-wide, as signals are.
+static CAUGHT: std::sync::Mutex<Option<Caught>> = std::sync::Mutex::new(None);
+
+/// Catch SIGTERM, SIGINT and SIGHUP from now on, for [`run`] /
+/// [`run_with`] to answer once the supervisor runs: call it first thing
+/// in the daemon's `main`, inside the tokio runtime that will run
+/// [`run_with`] (the first line of a `#[tokio::main]` body), before the
+/// supervisor is built. A SIGTERM that arrives in between is then a
+/// drained exit 0, never a death by the default disposition after the
+/// run marker was written (which the next run would read as `crashed`).
+/// A SIGHUP in between is answered as a reload once the daemon runs.
+///
+/// Changes the process's dispositions for its life (as [`run_with`]
+/// does): not for a process shared with other work that answers signals
+/// itself, nor with [`DaemonOptions::signals`] off. Outside a tokio
+/// runtime, or when a handler cannot be installed, it catches nothing
+/// and [`run_with`] installs the handlers itself (logging a failure).
+pub fn catch_signals() {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return;
+    }
+    let mut caught = CAUGHT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if caught.is_none() {
+        *caught = Caught::install().ok();
+    }
+}
+
 async fn answer_signals(handle: SupervisorHandle) {
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::hangup()),
-    ) else {
+    let early = CAUGHT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    let Some(Caught {
+        mut term,
+        mut int,
+        mut hup,
+    }) = early.map_or_else(Caught::install, Ok).ok()
+    else {
         tracing::error!("signal handlers could not be installed");
         return;
     };

@@ -5,9 +5,12 @@
 //! its control socket (`daemon::run_with`), which the real `steadfastctl`
 //! reads while it runs, and which is gone once it has exited. And
 //! `run_with` with signals off, in this process, catches no signal. A
-//! control socket removed or replaced while the daemon runs is bound
-//! again (logged), and one that cannot be ends the daemon with 75 for a
-//! relaunch.
+//! SIGTERM sent at once after the spawn, or a few milliseconds after, is a
+//! drained exit 0, or (in the loader and runtime start, before `main`'s
+//! first line) a death that touched nothing: never a death after the data
+//! dir was locked and its run marker written. A control socket removed
+//! or replaced while the daemon runs is bound again (logged), and one
+//! that cannot be ends the daemon with 75 for a relaunch.
 
 mod processes;
 
@@ -114,6 +117,107 @@ fn a_daemon_notifies_systemd_and_exits_cleanly_on_sigterm() {
     assert!(
         !control_socket.exists(),
         "the control socket is removed at exit"
+    );
+}
+
+/// `steadfast::daemon::catch_signals` (the examples' first line): a SIGTERM
+/// never kills `minimal` after it touched its data dir. Sent the moment
+/// its control dir appears (the supervisor being built: the lock taken,
+/// the run marker about to be written), five times: a drained exit 0 each
+/// time, and the run marker says released (the next run reads
+/// `clean_stop`). Sent 0 to 4 ms after the spawn, three times each: a
+/// drained exit 0, or a death by SIGTERM before `main`'s first line (the
+/// loader, the runtime's start) that created nothing. Before
+/// `catch_signals`, the handlers came with `run_with`: a SIGTERM while the
+/// supervisor was built killed the daemon by the default disposition with
+/// its lock taken and its run marker written (the next run read
+/// `crashed`).
+#[test]
+fn a_sigterm_from_the_first_moment_is_a_drained_exit_or_touches_nothing() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let config = tmp.path().join("minimal.toml");
+    std::fs::write(&config, "listen_addr = \"127.0.0.1:0\"\n").expect("config");
+    let minimal = processes::example("minimal");
+    let spawn = |data: &std::path::Path| {
+        Command::new(&minimal)
+            .arg(data)
+            .arg(&config)
+            .env_remove("NOTIFY_SOCKET")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("minimal starts")
+    };
+    for run in 0..5 {
+        let data = tmp.path().join(format!("at-the-lock-{run}"));
+        let control = data.join(".steadfast");
+        let mut child = spawn(&data);
+        let deadline = Instant::now() + processes::PATIENCE;
+        while !control.exists() {
+            assert!(Instant::now() < deadline, "no control dir was made");
+            std::hint::spin_loop();
+        }
+        processes::signal(&child, rustix::process::Signal::TERM);
+        let code = processes::wait_exit(&mut child);
+        assert_eq!(
+            code,
+            Some(0),
+            "a SIGTERM while the supervisor is built is a drained exit"
+        );
+        assert_not_crashed(&data, "at the lock");
+    }
+    let mut outcomes: Vec<(u64, bool)> = Vec::new();
+    for round in 0..3 {
+        for delay_ms in 0..=4u64 {
+            let data = tmp.path().join(format!("after-{delay_ms}ms-{round}"));
+            let control = data.join(".steadfast");
+            let mut child = spawn(&data);
+            if delay_ms > 0 {
+                std::thread::sleep(Duration::from_millis(delay_ms));
+            }
+            processes::signal(&child, rustix::process::Signal::TERM);
+            let code = processes::wait_exit(&mut child);
+            match code {
+                Some(0) => {}
+                None => assert!(
+                    !control.exists(),
+                    "SIGTERM at {delay_ms} ms killed the daemon after it made {}",
+                    control.display()
+                ),
+                other => panic!("SIGTERM at {delay_ms} ms: exit {other:?}"),
+            }
+            assert_not_crashed(&data, &format!("{delay_ms} ms"));
+            outcomes.push((delay_ms, code == Some(0)));
+        }
+    }
+    for delay_ms in 0..=4u64 {
+        let at: Vec<bool> = outcomes
+            .iter()
+            .filter(|(d, _)| *d == delay_ms)
+            .map(|(_, drained)| *drained)
+            .collect();
+        let drained = at.iter().filter(|d| **d).count();
+        eprintln!(
+            "SIGTERM at {delay_ms} ms: {drained} of {} a drained exit 0, the rest killed before main",
+            at.len()
+        );
+    }
+}
+
+/// The run marker `data` was left with, if any, does not make the next
+/// run read `crashed`.
+fn assert_not_crashed(data: &std::path::Path, when: &str) {
+    use steadfast::protocol::snapshot::PreviousRun;
+    use steadfast_actors::control_dir::{ControlDir, previous_run_from};
+    if !data.join(".steadfast").join("run").exists() {
+        return;
+    }
+    let dir = ControlDir::open(data).expect("the control dir");
+    let previous = previous_run_from(&dir.read_run().expect("the run marker"));
+    assert!(
+        !matches!(previous, PreviousRun::Crashed { .. }),
+        "SIGTERM {when}: the next run reads {previous:?}"
     );
 }
 
