@@ -114,6 +114,10 @@ impl Service for App {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // First: SIGTERM, SIGINT and SIGHUP are caught from here on, so one
+    // that arrives while the supervisor is built is answered by `run` (a
+    // drained exit 0), never a death after the run marker was written.
+    steadfast::daemon::catch_signals();
     let mut args = std::env::args().skip(1);
     let data_dir = args.next().ok_or("usage: counter DATA_DIR [FILE]")?;
     let mut config = TomlFileSource::new().defaults_toml("port = 7072\npath = \"count\"\nstep = 1");

@@ -41,6 +41,10 @@ impl Service for Hello {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // First: SIGTERM, SIGINT and SIGHUP are caught from here on, so one
+    // that arrives while the supervisor is built is answered by `run` (a
+    // drained exit 0), never a death after the run marker was written.
+    steadfast::daemon::catch_signals();
     let mut args = std::env::args().skip(1);
     let data_dir = args.next().ok_or("usage: minimal DATA_DIR [FILE]")?;
     let mut config = TomlFileSource::new().defaults_toml("listen_addr = \"127.0.0.1:7071\"");

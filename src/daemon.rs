@@ -6,6 +6,18 @@
 //!   config (a `config_changed`). With [`DaemonOptions::signals`] off, no
 //!   handler is installed and the process's dispositions are left alone
 //!   (`daemon::run_with_signals_off_leaves_the_dispositions_alone`).
+//! - [`catch_signals`], the first line of a daemon's `main`, catches them
+//!   from then on: one that arrives while the supervisor is built (the
+//!   lock taken, the run marker written) waits for [`run_with`], which
+//!   answers it — a drained exit 0, and the next run reads `clean_stop`,
+//!   never `crashed`. Without it, the handlers come with [`run_with`], and
+//!   a SIGTERM in the milliseconds before killed the process by the
+//!   default disposition after it had written its run marker. What is
+//!   left before that first line (the dynamic loader, the tokio runtime's
+//!   start) cannot be covered from inside the process; a signal there
+//!   ends a process that has touched nothing, so the data dir reads as the
+//!   previous run left it.
+//!   `daemon::a_sigterm_from_the_first_moment_is_a_drained_exit_or_touches_nothing`.
 //! - When `NOTIFY_SOCKET` is set, systemd hears that *the daemon is up above
 //!   its runtime* (`tests/notify.rs`, one test per startup path):
 //!   - `READY=1` once, at the first *settled* state — `running`, `stopped`
@@ -40,6 +52,11 @@
 //! - With [`DaemonOptions::control_socket`] (see [`run_with`]), the control
 //!   plane ([`crate::control`]) is served on
 //!   `<data_dir>/.steadfast/control.sock` for the supervisor's life.
+//!   A control socket removed or replaced while the daemon runs is bound
+//!   again (`control::server`); one that cannot be is said (logged as an
+//!   error) and the daemon exits with `relaunch` (75), so its service
+//!   manager starts it again — a daemon nobody can reach is not left
+//!   running.
 //! - With [`DaemonOptions::control_tcp`], the control plane is also served
 //!   on a TCP address behind the token handshake (`crate::control::auth`);
 //!   with [`DaemonOptions::create_token`], a missing token file is created
@@ -420,6 +437,15 @@ async fn run_serving(
             }
         }
     });
+    let lost = tokio::spawn({
+        let handle = handle.clone();
+        let lost = control.as_ref().map(crate::control::ServerGuard::lost);
+        async move {
+            if let Some(lost) = lost {
+                relaunch_when_lost(handle, lost).await;
+            }
+        }
+    });
     let under_systemd = std::env::var_os("NOTIFY_SOCKET").is_some();
     SYSTEMD.on.store(under_systemd, Ordering::SeqCst);
     let notifier = tokio::spawn({
@@ -445,6 +471,7 @@ async fn run_serving(
             // retired); the process must exit now, writing nothing more.
             tracing::info!("handed over to the replacement; exiting");
             signals.abort();
+            lost.abort();
             notifier.abort();
             drop(control);
             tell_stopping("handed over");
@@ -453,6 +480,7 @@ async fn run_serving(
         }
     };
     signals.abort();
+    lost.abort();
     notifier.abort();
     // An answer in flight (the `exit` that ended the daemon) is written
     // before the socket goes.
@@ -513,12 +541,65 @@ impl Drop for AbortOnDrop {
 /// following it reads the outcome.
 pub const HANDOVER_LINGER: Duration = Duration::from_millis(500);
 
+/// SIGTERM, SIGINT and SIGHUP as caught: each stream holds a signal
+/// that arrived since it was made until it is read.
+struct Caught {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Caught {
+    fn install() -> std::io::Result<Self> {
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+}
+
+/// The signals [`catch_signals`] caught before [`run_with`] answers them.
+/// Process-wide, as signals are.
+static CAUGHT: std::sync::Mutex<Option<Caught>> = std::sync::Mutex::new(None);
+
+/// Catch SIGTERM, SIGINT and SIGHUP from now on, for [`run`] /
+/// [`run_with`] to answer once the supervisor runs: call it first thing
+/// in the daemon's `main`, inside the tokio runtime that will run
+/// [`run_with`] (the first line of a `#[tokio::main]` body), before the
+/// supervisor is built. A SIGTERM that arrives in between is then a
+/// drained exit 0, never a death by the default disposition after the
+/// run marker was written (which the next run would read as `crashed`).
+/// A SIGHUP in between is answered as a reload once the daemon runs.
+///
+/// Changes the process's dispositions for its life (as [`run_with`]
+/// does): not for a process shared with other work that answers signals
+/// itself, nor with [`DaemonOptions::signals`] off. Outside a tokio
+/// runtime, or when a handler cannot be installed, it catches nothing
+/// and [`run_with`] installs the handlers itself (logging a failure).
+pub fn catch_signals() {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return;
+    }
+    let mut caught = CAUGHT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if caught.is_none() {
+        *caught = Caught::install().ok();
+    }
+}
+
 async fn answer_signals(handle: SupervisorHandle) {
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::hangup()),
-    ) else {
+    let early = CAUGHT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    let Some(Caught {
+        mut term,
+        mut int,
+        mut hup,
+    }) = early.map_or_else(Caught::install, Ok).ok()
+    else {
         tracing::error!("signal handlers could not be installed");
         return;
     };
@@ -533,6 +614,26 @@ async fn answer_signals(handle: SupervisorHandle) {
                 }
             }
         }
+    }
+}
+
+/// The control socket, removed or replaced, could not be bound again
+/// (`ServerGuard::lost`): exit with `relaunch`, as a daemon that could not
+/// bind it would not have started.
+async fn relaunch_when_lost(
+    handle: SupervisorHandle,
+    mut lost: tokio::sync::watch::Receiver<Option<String>>,
+) {
+    let why = match lost.wait_for(Option::is_some).await {
+        Ok(why) => why.clone().unwrap_or_default(),
+        Err(_) => return,
+    };
+    tracing::error!(
+        error = %why,
+        "the control socket cannot be served again; exiting for a relaunch"
+    );
+    if let Err(error) = handle.exit(ExitIntent::Relaunch).await {
+        tracing::warn!(%error, "exit for a relaunch refused");
     }
 }
 
@@ -674,10 +775,8 @@ pub(crate) async fn reload(handle: &SupervisorHandle) -> Result<Snapshot, Comman
             Err(error) => tracing::warn!(%error, "no monotonic clock: RELOADING=1 not sent"),
         }
     }
-    // The TLS transport's certificates and tokens: small files, read on a
-    // blocking thread all the same.
-    let hooks = handle.clone();
-    let _ = tokio::task::spawn_blocking(move || hooks.run_reload_hooks()).await;
+    // The TLS transport's files are read again first (an error names
+    // them: the reload is answered with it).
     let answer = handle.reload().await;
     if framed {
         let status = status_line(&handle.snapshot());

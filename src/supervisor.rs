@@ -165,7 +165,8 @@ pub struct SupervisorHandle {
 }
 
 /// A hook run at each reload; weak, so a server that is gone drops out.
-type ReloadHook = std::sync::Weak<dyn Fn() + Send + Sync>;
+/// `Err` says which file was refused and why (the hook kept the old ones).
+type ReloadHook = std::sync::Weak<dyn Fn() -> Result<(), String> + Send + Sync>;
 
 /// The handle's reload hooks (see `SupervisorHandle::reload_hooks`).
 #[derive(Clone, Default)]
@@ -413,7 +414,6 @@ impl SupervisorHandle {
         self.shared.metrics.render(self.shared.clock.now())
     }
 
-    /// Count a control-plane connection accepted on `transport`.
     /// Run `hook` at each reload (SIGHUP, the `reload` method) for as long
     /// as it lives.
     pub(crate) fn on_reload(&self, hook: ReloadHook) {
@@ -426,8 +426,9 @@ impl SupervisorHandle {
         hooks.push(hook);
     }
 
-    /// Run the live reload hooks (each logs its own failure).
-    pub(crate) fn run_reload_hooks(&self) {
+    /// Run the live reload hooks (each logs its own failure): `Err` names
+    /// every file refused, one a line.
+    fn run_reload_hooks(&self) -> Result<(), String> {
         let hooks: Vec<_> = self
             .reload_hooks
             .0
@@ -436,11 +437,15 @@ impl SupervisorHandle {
             .iter()
             .filter_map(std::sync::Weak::upgrade)
             .collect();
-        for hook in hooks {
-            hook();
+        let refused: Vec<String> = hooks.iter().filter_map(|hook| hook().err()).collect();
+        if refused.is_empty() {
+            Ok(())
+        } else {
+            Err(refused.join("\n"))
         }
     }
 
+    /// Count a control-plane connection accepted on `transport`.
     pub(crate) fn count_connection(&self, transport: &str) {
         self.shared.metrics.control_connection(transport);
     }
@@ -518,12 +523,21 @@ impl SupervisorHandle {
     }
 
     /// Re-read the config now (what SIGHUP does): retries a failed boot, or
-    /// applies the change to a running runtime.
+    /// applies the change to a running runtime; first, the files the
+    /// control planes read are read again (the TLS port's certificate,
+    /// key, client CA and tokens, on a blocking thread).
     ///
     /// # Errors
-    /// As [`Self::start`].
+    /// As [`Self::start`]; [`CommandError::Failed`] naming each file and
+    /// why when a control plane refused one (it keeps serving the old
+    /// ones): the snapshot's `error` says so until a reload whose files
+    /// are all taken, and `steadfast_reload_failures_total` counts it.
     pub async fn reload(&self) -> Result<Snapshot, CommandError> {
-        self.send(Command::Reload).await
+        let hooks = self.clone();
+        let files = tokio::task::spawn_blocking(move || hooks.run_reload_hooks())
+            .await
+            .unwrap_or_else(|_| Err("re-reading the control planes' files panicked".to_owned()));
+        self.send(Command::Reload { files }).await
     }
 
     /// A round trip through the Lifecycle actor: answered with the snapshot

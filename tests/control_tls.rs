@@ -547,6 +547,122 @@ async fn a_reload_serves_the_new_certificate_and_keeps_sessions() {
     exit(run, &handle, ExitIntent::Halt).await;
 }
 
+/// The value of the counter `name` (a sample line `name value`) in the
+/// supervisor's OpenMetrics text; 0 when it is absent.
+fn counter(handle: &SupervisorHandle, name: &str) -> f64 {
+    handle
+        .metrics()
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// `spec/control.md`, "The snapshot's error" and "TLS": a reload whose
+/// key is refused — missing, too open, another user's, garbage, empty,
+/// encrypted, or the key of another certificate — is an error of the
+/// `reload` call that names the key file and why; the snapshot's `error`
+/// says it, `steadfast_reload_failures_total` counts it, and the old
+/// certificate is still served to new clients. A reload whose files are
+/// all good then clears the error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refused_reload_is_an_error_until_a_good_one() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let pki = Pki::new(tmp.path());
+    let (run, handle, server) =
+        running_on_tls(tmp.path(), pki.mutual(), ServerLimits::default()).await;
+    let addr = server.local_addr();
+    let operator = connect(addr, pki.client(Some(&pki.operator)), None)
+        .await
+        .expect("the operator connects");
+    let good_key = std::fs::read_to_string(&pki.server.1).expect("the key");
+    let other_key = KeyPair::generate().expect("a key").serialize_pem();
+    let key = pki.server.1.clone();
+    let root = rustix::process::geteuid().is_root();
+    // Each variant: its name, and how it spoils the key.
+    type Spoil<'a> = (&'static str, Box<dyn Fn() + 'a>);
+    let variants: Vec<Spoil<'_>> = vec![
+        (
+            "missing",
+            Box::new(|| std::fs::remove_file(&key).expect("rm the key")),
+        ),
+        (
+            "0644",
+            Box::new(|| {
+                write_private(&key, &good_key);
+                std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644))
+                    .expect("chmod");
+            }),
+        ),
+        ("garbage", Box::new(|| write_private(&key, "not a key\n"))),
+        ("empty", Box::new(|| write_private(&key, ""))),
+        (
+            "encrypted",
+            Box::new(|| {
+                write_private(
+                    &key,
+                    "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIGbMFcGCSqGSIb3DQEFDTBKMCkGCSqGSIb3\n\
+                     -----END ENCRYPTED PRIVATE KEY-----\n",
+                );
+            }),
+        ),
+        ("mismatched", Box::new(|| write_private(&key, &other_key))),
+        (
+            "foreign-owned",
+            Box::new(|| {
+                write_private(&key, &good_key);
+                if root {
+                    std::os::unix::fs::chown(&key, Some(65534), Some(65534)).expect("chown");
+                } else {
+                    // Not root: a key nobody may read stands in.
+                    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o000))
+                        .expect("chmod");
+                }
+            }),
+        ),
+    ];
+    let mut failures = 0.0;
+    for (name, make) in &variants {
+        make();
+        let refused = operator.reload().await.expect_err(name);
+        failures += 1.0;
+        let said = refused.to_string();
+        eprintln!("{name}: {said}");
+        assert!(
+            matches!(&refused, ClientError::Command(CommandError::Failed(_))),
+            "{name}: a typed failure: {refused:?}"
+        );
+        assert!(said.contains("daemon.key"), "{name}: names the key: {said}");
+        let shown = handle.snapshot().error.unwrap_or_default();
+        assert!(
+            shown.contains("daemon.key") && shown.contains("keeps its old files"),
+            "{name}: the snapshot says it: {shown:?}"
+        );
+        assert_eq!(
+            counter(&handle, "steadfast_reload_failures_total"),
+            failures,
+            "{name}: counted"
+        );
+        connect(addr, pki.client(Some(&pki.operator)), None)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: the old certificate is still served: {e}"))
+            .snapshot()
+            .await
+            .expect("answered");
+    }
+    write_private(&key, &good_key);
+    let answer = operator.reload().await.expect("a good reload");
+    assert_eq!(answer.error, None, "a good reload clears its error");
+    assert_eq!(handle.snapshot().error, None);
+    assert_eq!(
+        counter(&handle, "steadfast_reload_failures_total"),
+        failures,
+        "a good reload is not a failure"
+    );
+    assert!(running(&handle.snapshot()), "the runtime ran throughout");
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
 /// A private key group or others may read is refused before it is read,
 /// with the fix; so is a configuration that authorizes no one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -4,7 +4,13 @@
 //! and on a real SIGTERM drains, says `STOPPING=1` and exits 0. It serves
 //! its control socket (`daemon::run_with`), which the real `steadfastctl`
 //! reads while it runs, and which is gone once it has exited. And
-//! `run_with` with signals off, in this process, catches no signal.
+//! `run_with` with signals off, in this process, catches no signal. A
+//! SIGTERM sent at once after the spawn, or a few milliseconds after, is a
+//! drained exit 0, or (in the loader and runtime start, before `main`'s
+//! first line) a death that touched nothing: never a death after the data
+//! dir was locked and its run marker written. A control socket removed
+//! or replaced while the daemon runs is bound again (logged), and one
+//! that cannot be ends the daemon with 75 for a relaunch.
 
 mod processes;
 
@@ -111,6 +117,200 @@ fn a_daemon_notifies_systemd_and_exits_cleanly_on_sigterm() {
     assert!(
         !control_socket.exists(),
         "the control socket is removed at exit"
+    );
+}
+
+/// `steadfast::daemon::catch_signals` (the examples' first line): a SIGTERM
+/// never kills `minimal` after it touched its data dir. Sent the moment
+/// its control dir appears (the supervisor being built: the lock taken,
+/// the run marker about to be written), five times: a drained exit 0 each
+/// time, and the run marker says released (the next run reads
+/// `clean_stop`). Sent 0 to 4 ms after the spawn, three times each: a
+/// drained exit 0, or a death by SIGTERM before `main`'s first line (the
+/// loader, the runtime's start) that created nothing. Before
+/// `catch_signals`, the handlers came with `run_with`: a SIGTERM while the
+/// supervisor was built killed the daemon by the default disposition with
+/// its lock taken and its run marker written (the next run read
+/// `crashed`).
+#[test]
+fn a_sigterm_from_the_first_moment_is_a_drained_exit_or_touches_nothing() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let config = tmp.path().join("minimal.toml");
+    std::fs::write(&config, "listen_addr = \"127.0.0.1:0\"\n").expect("config");
+    let minimal = processes::example("minimal");
+    let spawn = |data: &std::path::Path| {
+        Command::new(&minimal)
+            .arg(data)
+            .arg(&config)
+            .env_remove("NOTIFY_SOCKET")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("minimal starts")
+    };
+    for run in 0..5 {
+        let data = tmp.path().join(format!("at-the-lock-{run}"));
+        let control = data.join(".steadfast");
+        let mut child = spawn(&data);
+        let deadline = Instant::now() + processes::PATIENCE;
+        while !control.exists() {
+            assert!(Instant::now() < deadline, "no control dir was made");
+            std::hint::spin_loop();
+        }
+        processes::signal(&child, rustix::process::Signal::TERM);
+        let code = processes::wait_exit(&mut child);
+        assert_eq!(
+            code,
+            Some(0),
+            "a SIGTERM while the supervisor is built is a drained exit"
+        );
+        assert_not_crashed(&data, "at the lock");
+    }
+    let mut outcomes: Vec<(u64, bool)> = Vec::new();
+    for round in 0..3 {
+        for delay_ms in 0..=4u64 {
+            let data = tmp.path().join(format!("after-{delay_ms}ms-{round}"));
+            let control = data.join(".steadfast");
+            let mut child = spawn(&data);
+            if delay_ms > 0 {
+                std::thread::sleep(Duration::from_millis(delay_ms));
+            }
+            processes::signal(&child, rustix::process::Signal::TERM);
+            let code = processes::wait_exit(&mut child);
+            match code {
+                Some(0) => {}
+                None => assert!(
+                    !control.exists(),
+                    "SIGTERM at {delay_ms} ms killed the daemon after it made {}",
+                    control.display()
+                ),
+                other => panic!("SIGTERM at {delay_ms} ms: exit {other:?}"),
+            }
+            assert_not_crashed(&data, &format!("{delay_ms} ms"));
+            outcomes.push((delay_ms, code == Some(0)));
+        }
+    }
+    for delay_ms in 0..=4u64 {
+        let at: Vec<bool> = outcomes
+            .iter()
+            .filter(|(d, _)| *d == delay_ms)
+            .map(|(_, drained)| *drained)
+            .collect();
+        let drained = at.iter().filter(|d| **d).count();
+        eprintln!(
+            "SIGTERM at {delay_ms} ms: {drained} of {} a drained exit 0, the rest killed before main",
+            at.len()
+        );
+    }
+}
+
+/// The run marker `data` was left with, if any, does not make the next
+/// run read `crashed`.
+fn assert_not_crashed(data: &std::path::Path, when: &str) {
+    use steadfast::protocol::snapshot::PreviousRun;
+    use steadfast_actors::control_dir::{ControlDir, previous_run_from};
+    if !data.join(".steadfast").join("run").exists() {
+        return;
+    }
+    let dir = ControlDir::open(data).expect("the control dir");
+    let previous = previous_run_from(&dir.read_run().expect("the run marker"));
+    assert!(
+        !matches!(previous, PreviousRun::Crashed { .. }),
+        "SIGTERM {when}: the next run reads {previous:?}"
+    );
+}
+
+/// `control::server`'s socket watch, through `daemon::run`: the control
+/// socket of a running `minimal` removed (`rm`), then replaced by a socket
+/// bound by this test, is bound again within the bounded wait — `status`
+/// answers the same daemon again and its log says so; then replaced by a
+/// regular file, which it cannot be bound over: the daemon says so and
+/// exits 75 (relaunch). Before the watch, `status` answered 4 (no daemon)
+/// until the daemon was stopped by a signal.
+#[test]
+fn a_removed_or_replaced_control_socket_is_bound_again() {
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let config = tmp.path().join("minimal.toml");
+    std::fs::write(&config, "listen_addr = \"127.0.0.1:0\"\n").expect("config");
+    let data = tmp.path().join("data");
+    let log_path = tmp.path().join("minimal.log");
+    let mut child = Command::new(processes::example("minimal"))
+        .arg(&data)
+        .arg(&config)
+        .env_remove("NOTIFY_SOCKET")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log_path).expect("log"))
+        .spawn()
+        .expect("minimal starts");
+    let pid =
+        processes::until(&data, "running", |s| s["lifecycle"]["state"] == "running")["pid"].clone();
+    let socket = data.join(".steadfast").join("control.sock");
+    let log = || std::fs::read_to_string(&log_path).expect("the log");
+    // Until `status` answers this daemon again and the path is no longer
+    // `not_ours` (the inode of a file this test put there).
+    let answers_again = |not_ours: Option<u64>| {
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs(20);
+        loop {
+            let placed = std::fs::symlink_metadata(&socket).ok().map(|m| m.ino());
+            if placed.is_some()
+                && placed != not_ours
+                && processes::status(&data).is_some_and(|s| s["pid"] == pid)
+            {
+                return started.elapsed();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "status never answered again; log:\n{}",
+                log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+
+    std::fs::remove_file(&socket).expect("rm control.sock");
+    let took = answers_again(None);
+    eprintln!("removed: status answers again after {took:?}");
+    let text = log();
+    assert!(
+        text.contains("the control socket was removed; binding it again")
+            && text.contains("the control socket is listening again"),
+        "logged: {text}"
+    );
+
+    // A socket of this test's, renamed over the path.
+    let planted = tmp.path().join("planted.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&planted).expect("bind");
+    let ino = std::fs::metadata(&planted).expect("planted").ino();
+    std::fs::rename(&planted, &socket).expect("replace control.sock");
+    let took = answers_again(Some(ino));
+    eprintln!("replaced by a socket: status answers again after {took:?}");
+    assert!(log().contains("the control socket was replaced; binding it again"));
+    drop(listener);
+
+    // A regular file: nothing but a socket is replaced, so it stays and
+    // the daemon ends for a relaunch.
+    let file = tmp.path().join("file");
+    std::fs::write(&file, "not a socket").expect("a file");
+    std::fs::rename(&file, &socket).expect("replace control.sock");
+    assert_eq!(
+        processes::wait_exit(&mut child),
+        Some(75),
+        "exits for a relaunch; log:\n{}",
+        log()
+    );
+    assert_eq!(
+        std::fs::read_to_string(&socket).expect("left alone"),
+        "not a socket"
+    );
+    let text = log();
+    assert!(
+        text.contains("the control socket cannot be served again; exiting for a relaunch")
+            && text.contains("not a socket"),
+        "said why: {text}"
     );
 }
 

@@ -36,6 +36,13 @@
 //!   every later command was refused (`journal … is poisoned`) until the
 //!   process was relaunched, and a `stop` answered `not durable` had been
 //!   carried out anyway (running → stopped).
+//! - `an_override_write_error_clears_at_the_next_write`: the snapshot's
+//!   `error` (`spec/control.md`, "The snapshot's error"). Before the fix:
+//!   the override tier's ENOSPC stayed through every later successful
+//!   `config set` / `unset`, stop/start and reload, until a relaunch.
+//! - `a_config_error_clears_once_the_file_is_restored`: before the fix, a
+//!   declared file that did not resolve while running left its error
+//!   after the file was restored and the runtime booted again with it.
 
 mod processes;
 
@@ -534,5 +541,109 @@ fn a_full_disk_leaves_the_status_record_unusable_not_the_daemon() {
         .filter(|line| line.contains("the status record could not be written"))
         .count();
     assert_eq!(warned, 1, "logged once: {log}");
+    exit(kvd);
+}
+
+/// `spec/control.md`, "The snapshot's error": a `config set` whose
+/// override-tier write hits a full disk is refused with the error, which
+/// the snapshot shows; once space returns, the next `config set` that is
+/// written clears it (and only then: a stop/start before it leaves it).
+#[test]
+fn an_override_write_error_clears_at_the_next_write() {
+    let disk = Disk::new(1 << 20);
+    if !disk.mounted {
+        eprintln!("no tmpfs: the override tier's write fits under the file-size limit; skipped");
+        return;
+    }
+    let port = free_port();
+    let kvd = start_kvd(&disk, port, 1);
+    let filler = disk.fill();
+    let mut refused = None;
+    for n in 0..50 {
+        // A value long enough to need a page the disk no longer has.
+        let value = format!("{}", 100 + n);
+        let out = ctl(&kvd.data, &["config", "set", "max_connections", &value]);
+        if !out.status.success() {
+            refused = Some(String::from_utf8_lossy(&out.stderr).into_owned());
+            break;
+        }
+    }
+    let refused = refused.expect("a config set met the full disk");
+    eprintln!("refused on the full disk: {}", refused.trim());
+    let during = status(&kvd.data).expect("status");
+    let error = during["error"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        error.contains("override tier") && error.contains("No space left on device"),
+        "the snapshot's error says what happened: {error:?}"
+    );
+    std::fs::remove_file(&filler).expect("free the space");
+    // Other operations that succeed leave the override tier's error.
+    for command in ["stop", "start"] {
+        let out = ctl(&kvd.data, &[command]);
+        assert!(out.status.success(), "{command} with space back");
+        until(&kvd.data, "settled", |s| {
+            ["running", "stopped"].contains(&s["lifecycle"]["state"].as_str().unwrap_or_default())
+        });
+    }
+    let after_start = status(&kvd.data).expect("status");
+    assert!(
+        after_start["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("override tier")),
+        "not cleared by another operation: {}",
+        after_start["error"]
+    );
+    let out = ctl(&kvd.data, &["config", "set", "max_connections", "64"]);
+    assert!(
+        out.status.success(),
+        "config set with space back: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = status(&kvd.data).expect("status");
+    assert!(
+        after["error"].is_null(),
+        "the next override write clears its error: {}",
+        after["error"]
+    );
+    let out = ctl(&kvd.data, &["config", "unset", "max_connections"]);
+    assert!(out.status.success(), "config unset");
+    assert!(status(&kvd.data).expect("status")["error"].is_null());
+    exit(kvd);
+}
+
+/// `spec/control.md`, "The snapshot's error": a declared file that does
+/// not parse while kvd runs is a config change not applied (the snapshot's
+/// `error`); stopped, the file restored and started again, the runtime
+/// runs the restored config and the error is gone. The declared file is
+/// not on the small disk (no disk is filled here).
+#[test]
+fn a_config_error_clears_once_the_file_is_restored() {
+    let disk = Disk::new(1 << 20);
+    let port = free_port();
+    let kvd = start_kvd(&disk, port, 1);
+    let config = disk.dir.join("kvd.toml");
+    let good = std::fs::read_to_string(&config).expect("the config");
+    std::fs::write(&config, "listen_addr = [unclosed\n").expect("break the config");
+    let broken = until(&kvd.data, "the change not applied", |s| {
+        s["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("a config change was not applied"))
+    });
+    eprintln!("while broken: {}", broken["error"]);
+    assert_eq!(broken["lifecycle"]["state"], "running", "kvd keeps serving");
+    let out = ctl(&kvd.data, &["stop"]);
+    assert!(out.status.success(), "stop");
+    std::fs::write(&config, &good).expect("restore the config");
+    let out = ctl(&kvd.data, &["start"]);
+    assert!(out.status.success(), "start");
+    let s = until(&kvd.data, "running again", |s| {
+        s["lifecycle"]["state"] == "running"
+    });
+    assert!(
+        s["error"].is_null(),
+        "the runtime runs the restored file: its error is gone: {}",
+        s["error"]
+    );
+    assert_eq!(kv(port, "SET k v"), "OK", "kvd serves");
     exit(kvd);
 }

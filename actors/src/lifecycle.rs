@@ -81,6 +81,16 @@
 //!   `tests/preflight.rs::a_broken_config_refuses_the_restart_and_kvd_keeps_serving`,
 //!   `tests/preflight.rs::the_preflight_runs_in_a_task_and_the_actor_keeps_answering`.
 //!
+//! - The snapshot's `error` is this actor's [`Errors`]: one slot per
+//!   operation ([`ErrorSource`]: the journal, the markers, the override
+//!   tier, a config change applied in place, a wipe, a reload's files),
+//!   each set by that operation's failure and cleared by its next success
+//!   (a boot that reaches running also clears a config change's error: its
+//!   runtime runs the config the boot resolved), never by another's.
+//!   `enospc::an_override_write_error_clears_at_the_next_write`,
+//!   `enospc::a_config_error_clears_once_the_file_is_restored`,
+//!   `control_tls::a_refused_reload_is_an_error_until_a_good_one`.
+//!
 //! Checked by `tests/supervisor.rs` end to end; the durability rules by
 //! `enospc::a_journal_append_that_hit_enospc_recovers_without_a_relaunch`
 //! (a real daemon on a full tmpfs) and
@@ -99,7 +109,8 @@ use steadfast_protocol::lifecycle::{
     Timer, Wake,
 };
 use steadfast_protocol::snapshot::{
-    AttemptRecord, AttemptResult, BudgetStatus, PhaseOutcome, PhaseRecord, Snapshot,
+    AttemptRecord, AttemptResult, BudgetStatus, ErrorSource, Errors, PhaseOutcome, PhaseRecord,
+    Snapshot,
 };
 use tokio::sync::{mpsc, watch};
 
@@ -134,8 +145,15 @@ pub enum Command {
     Retry,
     /// End the process (after a drain).
     Exit(ExitIntent),
-    /// Re-read the config (SIGHUP): a `config_changed`.
-    Reload,
+    /// Re-read the config (SIGHUP, `reload`): a `config_changed`, after
+    /// the handle re-read the control planes' files (TLS).
+    Reload {
+        /// What re-reading those files found: `Err` names each refused
+        /// file and why (the old ones stay in use). The reload is then
+        /// answered with that error and it stays in the snapshot's
+        /// `error` until a reload whose files are all taken.
+        files: Result<(), String>,
+    },
     /// Set a leaf of the override tier (durably), then `config_changed`.
     ConfigSet {
         /// The dotted leaf.
@@ -173,7 +191,7 @@ impl Command {
             Self::Restart { .. } => "restart",
             Self::Retry => "retry",
             Self::Exit(_) => "exit",
-            Self::Reload => "reload",
+            Self::Reload { .. } => "reload",
             Self::ConfigSet { .. } => "config_set",
             Self::ConfigUnset { .. } => "config_unset",
             Self::ReinitPrepare => "reinit_prepare",
@@ -434,9 +452,12 @@ pub struct LifecycleActorState {
     /// Set while an operator's command (other than `exit`) is being fired:
     /// its transition is adopted only once its records are durable.
     durable_or_nothing: bool,
-    /// The snapshot's `error` a failed journal append set, cleared by the
-    /// next append that succeeds (if it is still the snapshot's error).
+    /// The journal error a failed append or fsync left, cleared by the
+    /// next one that succeeds (its slot of `errors` with it).
     journal_error: Option<String>,
+    /// The errors the snapshot shows, one slot per operation
+    /// ([`Self::set_error`], [`Self::clear_error`]).
+    errors: Errors,
     exit: Arc<Mutex<Option<ExitIntent>>>,
     /// The wake a timer is armed for (the last one the machine asked for),
     /// and that timer, aborted when the machine asks for another.
@@ -504,6 +525,7 @@ impl Actor for LifecycleActor {
             unacknowledged: None,
             durable_or_nothing: false,
             journal_error: None,
+            errors: Errors::default(),
             exit,
             armed: None,
             deferred: None,
@@ -663,8 +685,14 @@ impl Actor for LifecycleActor {
                     state.fire(&myself, event).await.ok();
                 }
                 LifecycleMsg::Wiped { store, error } => {
-                    if let Some(error) = &error {
-                        state.snapshot.error = Some(format!("the re-initialization failed: {error}"));
+                    match &error {
+                        Some(error) => state.set_error(
+                            ErrorSource::Reinit,
+                            format!("the re-initialization failed: {error}"),
+                        ),
+                        None => {
+                            state.clear_error(ErrorSource::Reinit);
+                        }
                     }
                     state
                         .fire(
@@ -814,9 +842,15 @@ impl LifecycleActorState {
             })
             .await
             {
-                Ok(()) => self.snapshot.hold = hold,
+                Ok(()) => {
+                    self.snapshot.hold = hold;
+                    self.clear_error(ErrorSource::HoldMarker);
+                }
                 Err(error) => {
-                    self.fail_durability(format!("the hold marker could not be written: {error}"));
+                    self.fail_durability(
+                        ErrorSource::HoldMarker,
+                        format!("the hold marker could not be written: {error}"),
+                    );
                     if self.durable_or_nothing {
                         self.publish();
                         return Ok(Effect::None);
@@ -938,7 +972,10 @@ impl LifecycleActorState {
                 .await
                 {
                     // The next daemon will read "crashed": say so now.
-                    self.fail_durability(format!("the run marker could not be written: {error}"));
+                    self.fail_durability(
+                        ErrorSource::RunMarker,
+                        format!("the run marker could not be written: {error}"),
+                    );
                 }
                 if let Ok(mut exit) = self.exit.lock() {
                     *exit = Some(intent);
@@ -1120,6 +1157,9 @@ impl LifecycleActorState {
     /// What entering the current state records before it is published.
     async fn entering(&mut self) {
         if let LifecycleState::Running { .. } = self.machine.state {
+            // The runtime runs the config its boot resolved: an earlier
+            // change that could not be applied in place is moot.
+            self.clear_error(ErrorSource::ConfigApply);
             let now = self.shared.clock.now().as_millis();
             if self.snapshot.identity.is_none() {
                 let timeout = self.shared.timings.journal_timeout;
@@ -1133,10 +1173,14 @@ impl LifecycleActorState {
                     Err(_) => Err(format!("the journal did not answer within {timeout:?}")),
                 };
                 match answer {
-                    Ok(identity) => self.snapshot.identity = Some(identity),
-                    Err(error) => {
-                        self.fail_durability(format!("the identity could not be written: {error}"))
+                    Ok(identity) => {
+                        self.snapshot.identity = Some(identity);
+                        self.clear_error(ErrorSource::Identity);
                     }
+                    Err(error) => self.fail_durability(
+                        ErrorSource::Identity,
+                        format!("the identity could not be written: {error}"),
+                    ),
                 }
             }
         }
@@ -1201,7 +1245,16 @@ impl LifecycleActorState {
             Command::Restart { force: false } => return self.preflight_restart(myself, reply),
             Command::Retry => (LifecycleEvent::Retry { at }, None),
             Command::Exit(intent) => (LifecycleEvent::Exit { intent }, None),
-            Command::Reload => (LifecycleEvent::ConfigChanged { at }, None),
+            Command::Reload { files: Ok(()) } => {
+                if self.clear_error(ErrorSource::Reload) {
+                    tracing::info!("the reload's files were all taken; clearing its error");
+                    self.publish();
+                }
+                (LifecycleEvent::ConfigChanged { at }, None)
+            }
+            Command::Reload { files: Err(error) } => {
+                return self.reload_refused(myself, error, reply).await;
+            }
         };
         self.run_command(myself, event, hold, is_stop, reply).await;
     }
@@ -1507,12 +1560,13 @@ impl LifecycleActorState {
         .await
         {
             let error = format!("the override tier could not be written: {error}");
-            self.fail_durability(error.clone());
+            self.fail_durability(ErrorSource::Overrides, error.clone());
             self.publish();
             let _ = reply.send(Err(CommandError::Durability(error)));
             return;
         }
         overrides.replace_with(&staged);
+        self.clear_error(ErrorSource::Overrides);
         self.overrides_generation += 1;
         let at = self.shared.clock.now();
         self.unacknowledged = None;
@@ -1538,7 +1592,10 @@ impl LifecycleActorState {
         let new = match resolve_checked(&self.shared).await {
             Ok(resolved) => resolved.config,
             Err(error) => {
-                self.snapshot.error = Some(format!("a config change was not applied: {error}"));
+                self.set_error(
+                    ErrorSource::ConfigApply,
+                    format!("a config change was not applied: {error}"),
+                );
                 self.publish();
                 return;
             }
@@ -1553,14 +1610,7 @@ impl LifecycleActorState {
             .await;
         let attempt = live.attempt;
         self.config = Some(new);
-        if self
-            .snapshot
-            .error
-            .as_deref()
-            .is_some_and(|e| e.starts_with("a config change"))
-        {
-            self.snapshot.error = None;
-        }
+        self.clear_error(ErrorSource::ConfigApply);
         let pending = if leaves.is_empty() {
             PendingApply::InSync
         } else {
@@ -1667,7 +1717,7 @@ impl LifecycleActorState {
             }
             Err(error) => {
                 let error = format!("the journal could not be written: {error}");
-                self.fail_durability(error.clone());
+                self.fail_durability(ErrorSource::Journal, error.clone());
                 self.journal_error = Some(error.clone());
                 self.settle(Some(error));
             }
@@ -1676,11 +1726,8 @@ impl LifecycleActorState {
 
     /// An append or fsync succeeded: a journal error it left is cleared.
     fn journal_written(&mut self) {
-        if let Some(error) = self.journal_error.take()
-            && self.snapshot.error.as_ref() == Some(&error)
-        {
+        if self.journal_error.take().is_some() && self.clear_error(ErrorSource::Journal) {
             tracing::info!("the journal is written again; clearing the error");
-            self.snapshot.error = None;
         }
     }
 
@@ -1688,7 +1735,7 @@ impl LifecycleActorState {
     /// staged again unless a command's (not adopted).
     fn journal_failed(&mut self, error: String, records: Vec<Record>) {
         let error = format!("the journal could not be written: {error}");
-        self.fail_durability(error.clone());
+        self.fail_durability(ErrorSource::Journal, error.clone());
         self.journal_error = Some(error);
         if !self.durable_or_nothing && !records.is_empty() {
             let _ = self.children.journal.cast(JournalMsg::Stage(records));
@@ -1720,10 +1767,49 @@ impl LifecycleActorState {
         }
     }
 
-    fn fail_durability(&mut self, error: String) {
+    fn fail_durability(&mut self, source: ErrorSource, error: String) {
         tracing::error!(%error, "durability failure");
         self.unacknowledged = Some(error.clone());
-        self.snapshot.error = Some(error);
+        self.set_error(source, error);
+    }
+
+    /// `source` failed with `error`: the snapshot's `error` shows it (from
+    /// the next publish) until `source` next succeeds.
+    fn set_error(&mut self, source: ErrorSource, error: String) {
+        if self.errors.set(source, error) {
+            self.snapshot.error = self.errors.render();
+        }
+    }
+
+    /// `source` succeeded: its error goes (and only its). Whether one went.
+    fn clear_error(&mut self, source: ErrorSource) -> bool {
+        let cleared = self.errors.clear(source);
+        if cleared {
+            self.snapshot.error = self.errors.render();
+        }
+        cleared
+    }
+
+    /// A reload whose control-plane files were refused (the old ones stay
+    /// in use): counted, kept in the snapshot's `error`, and answered
+    /// with it, after the config part of the reload (`config_changed`) was
+    /// stepped as a fact, as the watcher steps it.
+    async fn reload_refused(
+        &mut self,
+        myself: &ActorRef<LifecycleMsg>,
+        error: String,
+        reply: RpcReplyPort<Result<Snapshot, CommandError>>,
+    ) {
+        self.shared.metrics.reload_failed();
+        self.set_error(ErrorSource::Reload, error.clone());
+        let at = self.shared.clock.now();
+        // Refused (not running): nothing to apply; the error is published
+        // all the same.
+        let _ = self
+            .fire(myself, LifecycleEvent::ConfigChanged { at })
+            .await;
+        self.publish();
+        let _ = reply.send(Err(CommandError::Failed(error)));
     }
 
     fn current_attempt(&self) -> Option<&AttemptRecord> {

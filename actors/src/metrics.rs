@@ -13,12 +13,16 @@
 //! - the control plane's connections and every refused command (by
 //!   reason), and the replacement reports (outcomes, generation).
 //!
+//! - every reload whose files (the TLS control port's) were refused
+//!   ([`Metrics::reload_failed`]: `steadfast_reload_failures_total`).
+//!
 //! - the control directory's own fsync count (`ControlDir::fsyncs`), read
 //!   at each render.
 //!
 //! Invariant: a counter moves only with a transition the machine adopted
 //! (a refused event or an unadopted command changes nothing), except the
-//! control directory's fsync count, a count of the disk work.
+//! control directory's fsync count, a count of the disk work, and the
+//! reload failures, a count of files refused.
 //! `tests/metrics.rs::the_metrics_follow_a_stop_start_fail_sequence`
 //! parses the text with Python's `prometheus_client` OpenMetrics parser.
 
@@ -118,6 +122,8 @@ pub struct Metrics {
     journal_bytes: Gauge,
     journal_records: Counter,
     journal_failed: Counter,
+    /// Reloads whose files were refused (the old ones kept).
+    reload_failures: Counter,
     fsync_seconds: Histogram,
     /// The control directory's fsyncs outside journal appends, read from
     /// its own count ([`Metrics::count_control_dir_fsyncs`]) at render.
@@ -169,6 +175,7 @@ impl Metrics {
             journal_bytes: Gauge::default(),
             journal_records: Counter::default(),
             journal_failed: Counter::default(),
+            reload_failures: Counter::default(),
             fsync_seconds: Histogram::new(exponential_buckets(0.000_1, 2.0, 16)),
             control_dir_fsyncs: Counter::default(),
             control_dir_fsync_source: OnceLock::new(),
@@ -245,6 +252,12 @@ impl Metrics {
             "journal_append_failures",
             "Journal appends that failed (not acknowledged)",
             metrics.journal_failed.clone(),
+        );
+        registry.register(
+            "reload_failures",
+            "Reloads (SIGHUP, the reload method) that refused a file the control plane \
+             re-reads (TLS certificate, key, client CA, token); the old ones stay in use",
+            metrics.reload_failures.clone(),
         );
         registry.register_with_unit(
             "journal_fsync_duration",
@@ -396,6 +409,11 @@ impl Metrics {
             self.journal_failed.inc();
         }
         self.fsync_seconds.observe(took.as_secs_f64());
+    }
+
+    /// A reload refused a file the control plane re-reads.
+    pub fn reload_failed(&self) {
+        self.reload_failures.inc();
     }
 
     /// A journal write of `records` records that waits for a later fsync

@@ -1017,6 +1017,10 @@ fn usage() -> ! {
 
 #[tokio::main]
 async fn main() {
+    // First: SIGTERM, SIGINT and SIGHUP are caught from here on, so one
+    // that arrives while the supervisor is built is answered by `run` (a
+    // drained exit 0), never a death after the run marker was written.
+    steadfast::daemon::catch_signals();
     let mut data_dir: Option<PathBuf> = None;
     let mut config: Option<PathBuf> = None;
     let mut metrics: Option<std::net::SocketAddr> = None;

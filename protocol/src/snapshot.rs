@@ -14,6 +14,12 @@
 //! attempt only (history is the `journal` method's), so its size does not
 //! grow with the history. Checked by
 //! `snapshot::tests::lean_keeps_only_the_current_attempt`.
+//!
+//! The snapshot's `error` is rendered from [`Errors`]: one slot per
+//! operation that can fail outside a boot ([`ErrorSource`]), each cleared
+//! by that operation's next success, so an error shows exactly as long as
+//! its cause lasts (`spec/control.md`, "The snapshot's error"). Checked by
+//! `snapshot::tests::an_error_clears_with_its_own_operation_only`.
 
 use serde::{Deserialize, Serialize};
 
@@ -198,8 +204,10 @@ pub struct Snapshot {
     pub pending: PendingApply,
     /// The daemon's process id.
     pub pid: u32,
-    /// A durability or I/O error the supervisor met, if any (a failed journal
-    /// write): the daemon says so rather than pretending.
+    /// The errors the supervisor has now, outside a boot (a failed journal
+    /// or override write, a config change not applied, a reload whose files
+    /// were refused), one a line, oldest first ([`Errors::render`]); each
+    /// goes once its own operation next succeeds. `None`: none.
     pub error: Option<String>,
     /// The restart budget as the machine counts it; `None` when it is off.
     #[serde(default)]
@@ -253,9 +261,115 @@ impl Snapshot {
     }
 }
 
+/// The operation an error of the snapshot's belongs to: its next success
+/// clears it, and nothing else does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorSource {
+    /// A journal append or fsync; cleared by the next one that succeeds.
+    Journal,
+    /// The hold marker's write; cleared by the next one that succeeds.
+    HoldMarker,
+    /// The run marker's write at exit (the next daemon will read
+    /// `crashed`).
+    RunMarker,
+    /// The identity's write at the first `running`; cleared once written.
+    Identity,
+    /// The override tier's write (`config set` / `unset`); cleared by the
+    /// next write of it that succeeds.
+    Overrides,
+    /// A config change applied in place (the declared file or an override
+    /// did not resolve); cleared by the next change applied, or by a boot
+    /// that reaches `running` (its runtime runs the config it resolved).
+    ConfigApply,
+    /// A re-initialization's wipe; cleared by the next wipe that succeeds.
+    Reinit,
+    /// A reload's files (the TLS control port's certificate, key, CA or
+    /// tokens) refused, the old ones kept; cleared by the next reload
+    /// whose files are all taken.
+    Reload,
+}
+
+/// The errors a supervisor shows now: at most one per [`ErrorSource`],
+/// in the order they were set. Internal state of the Lifecycle actor;
+/// the snapshot carries [`Errors::render`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Errors(Vec<(ErrorSource, String)>);
+
+impl Errors {
+    /// `source` failed with `error` (replacing what it said before, and
+    /// counted as the latest). Whether anything changed.
+    pub fn set(&mut self, source: ErrorSource, error: String) -> bool {
+        if self
+            .0
+            .last()
+            .is_some_and(|(s, e)| *s == source && *e == error)
+        {
+            return false;
+        }
+        self.0.retain(|(s, _)| *s != source);
+        self.0.push((source, error));
+        true
+    }
+
+    /// `source` succeeded: its error, if any, goes. Whether one went.
+    pub fn clear(&mut self, source: ErrorSource) -> bool {
+        let before = self.0.len();
+        self.0.retain(|(s, _)| *s != source);
+        self.0.len() != before
+    }
+
+    /// The error `source` left, if it is still there.
+    #[must_use]
+    pub fn get(&self, source: ErrorSource) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(s, _)| *s == source)
+            .map(|(_, e)| e.as_str())
+    }
+
+    /// What the snapshot's `error` says: every current error, one a line,
+    /// oldest first; `None` when there is none.
+    #[must_use]
+    pub fn render(&self) -> Option<String> {
+        if self.0.is_empty() {
+            return None;
+        }
+        Some(
+            self.0
+                .iter()
+                .map(|(_, e)| e.as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `spec/control.md`, "The snapshot's error": a success clears its own
+    /// operation's error and no other; an error set again moves to the end.
+    #[test]
+    fn an_error_clears_with_its_own_operation_only() {
+        let mut errors = Errors::default();
+        assert_eq!(errors.render(), None);
+        assert!(errors.set(ErrorSource::Overrides, "no space".into()));
+        assert!(errors.set(ErrorSource::Reload, "bad key".into()));
+        assert_eq!(errors.render().as_deref(), Some("no space\nbad key"));
+        assert!(
+            !errors.clear(ErrorSource::Journal),
+            "nothing of the journal's"
+        );
+        assert!(errors.set(ErrorSource::Overrides, "still no space".into()));
+        assert_eq!(errors.render().as_deref(), Some("bad key\nstill no space"));
+        assert!(!errors.set(ErrorSource::Overrides, "still no space".into()));
+        assert!(errors.clear(ErrorSource::Overrides));
+        assert_eq!(errors.get(ErrorSource::Overrides), None);
+        assert_eq!(errors.render().as_deref(), Some("bad key"));
+        assert!(errors.clear(ErrorSource::Reload));
+        assert_eq!(errors.render(), None);
+    }
 
     #[test]
     fn json_shape_is_snake_case_and_tagged() {

@@ -48,6 +48,19 @@
 //!   there and the fix.
 //!   `tests/control_hostile.rs::a_daemon_refuses_to_run_without_its_control_socket`,
 //!   `tests/control_hostile.rs::a_socket_path_over_108_bytes_is_served`.
+//! - A socket file removed or replaced while served (`rm control.sock`, a
+//!   file or another socket put at its path) is noticed within
+//!   [`SOCKET_CHECK`] (the path's `(st_dev, st_ino)`, looked at without
+//!   following a link through the opened directory, against the file this
+//!   server placed) and bound anew the same way as at start (temp name,
+//!   0600, rename), the status record naming the new file; logged both
+//!   times. If it cannot be (something other than a socket sits there, the
+//!   directory is gone), [`ServerGuard::lost`] says why: the daemon
+//!   (`daemon::run_with`) exits for a relaunch, as it would not have
+//!   started. Not while a replacement runs (its candidate may hold the
+//!   path) or after one handed the daemon over.
+//!   `tests/daemon.rs::a_removed_or_replaced_control_socket_is_bound_again`
+//!   (a removed file, another socket, then a regular file: exit 75).
 //! - At most
 //!   [`ServerLimits::max_in_flight_per_connection`] requests in flight on
 //!   one (more are answered with tarpc's throttle error), frames of at most
@@ -246,9 +259,26 @@ pub struct ServerGuard {
     task: JoinHandle<()>,
     /// The served connections' slots.
     pool: Arc<Pool<u32>>,
+    /// Ends the socket's watch (`watch_socket`) and any binding anew, at
+    /// the withdrawal: a socket removed on purpose is not bound again.
+    watching: CancellationToken,
+    /// Why the socket could not be bound again, if it could not.
+    lost: tokio::sync::watch::Receiver<Option<String>>,
 }
 
+/// How often a served control socket's path is looked at: a socket file
+/// removed or replaced is bound again within about this long.
+pub const SOCKET_CHECK: Duration = Duration::from_secs(1);
+
 impl ServerGuard {
+    /// Why the socket, removed or replaced at its path, could not be bound
+    /// again (`Some`), while so: a client can no longer reach this server.
+    /// `daemon::run_with` exits for a relaunch on it.
+    #[must_use]
+    pub fn lost(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.lost.clone()
+    }
+
     /// The socket's path.
     #[must_use]
     pub fn path(&self) -> &Path {
@@ -278,6 +308,7 @@ impl ServerGuard {
     /// removed if it is still ours. Again at drop: the accept loop may
     /// have bound the path anew (`Rebind`) in between.
     fn withdraw(&self) {
+        self.watching.cancel();
         let identity = *self
             .identity
             .lock()
@@ -353,14 +384,29 @@ pub fn serve_unix_with(
         Evict::Idle(limits.evict_grace),
     ));
     let identity = Arc::new(std::sync::Mutex::new(identity));
+    let (nudge, nudges) = tokio::sync::watch::channel(0);
+    let (lost_tx, lost) = tokio::sync::watch::channel(None);
+    let watching = CancellationToken::new();
+    let watch_dir = dir_fd.try_clone().map_err(io_err(dir))?;
     let rebind = Rebind {
         dir_fd,
         dir: dir.to_owned(),
         name: name.to_owned(),
         path: path.clone(),
         identity: Arc::clone(&identity),
-        reclaims: handle.replace_side().reclaim.subscribe(),
+        reclaims: nudges,
+        lost: lost_tx,
+        watching: watching.clone(),
     };
+    tokio::spawn(watch_socket(
+        watch_dir,
+        name.to_owned(),
+        path.clone(),
+        Arc::clone(&identity),
+        handle.clone(),
+        nudge,
+        watching.clone(),
+    ));
     let task = tokio::spawn(accept_loop(
         listener,
         handle.clone(),
@@ -377,7 +423,60 @@ pub fn serve_unix_with(
         cancel,
         task,
         pool,
+        watching,
+        lost,
     })
+}
+
+/// The served socket's watch (see the module doc): every [`SOCKET_CHECK`],
+/// whether `name` in `dir_fd` is still the file this server placed
+/// (`identity`); if not, the accept loop is nudged to bind it anew
+/// (`Rebind::take_back`), as it is when a replacement rolled back (those
+/// nudges are passed on from the handle). Ends at the withdrawal.
+async fn watch_socket(
+    dir_fd: OwnedFd,
+    name: std::ffi::OsString,
+    path: PathBuf,
+    identity: Arc<std::sync::Mutex<(u64, u64)>>,
+    handle: SupervisorHandle,
+    nudge: tokio::sync::watch::Sender<u64>,
+    watching: CancellationToken,
+) {
+    let side = handle.replace_side();
+    let mut reclaims = side.reclaim.subscribe();
+    let mut reclaims_open = true;
+    let mut tick = tokio::time::interval(SOCKET_CHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = watching.cancelled() => return,
+            changed = reclaims.changed(), if reclaims_open => match changed {
+                Ok(()) => nudge.send_modify(|n| *n += 1),
+                Err(_) => reclaims_open = false,
+            },
+            _ = tick.tick() => {
+                // A replacement's candidate may hold the path; a roll-back
+                // nudges above, a hand-over ends this daemon.
+                let replacing = side.reports.borrow().as_ref().is_some_and(|r| r.ended.is_none());
+                if replacing || *side.handed_over.borrow() {
+                    continue;
+                }
+                let ours = *identity.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let named = rustix::fs::statat(&dir_fd, &name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                    .ok()
+                    .map(|stat| (stat.st_dev, stat.st_ino));
+                if named != Some(ours) {
+                    if nudge.receiver_count() == 0 {
+                        // The accept loop is gone: nothing to bind for.
+                        return;
+                    }
+                    let what = if named.is_none() { "removed" } else { "replaced" };
+                    tracing::warn!(path = %path.display(), "the control socket was {what}; binding it again");
+                    nudge.send_modify(|n| *n += 1);
+                }
+            }
+        }
+    }
 }
 
 /// Bind a Unix socket at `name` in the directory `dir_fd` (`dir` on the
@@ -438,8 +537,9 @@ fn bind_in_place(
 
 /// What the accept loop needs to bind its path again: a failed
 /// replacement's candidate may have bound its own socket there (and
-/// removed it as it stopped), which leaves this server listening on a
-/// socket no name reaches.
+/// removed it as it stopped), or someone removed or replaced the file
+/// (`watch_socket`), which leaves this server listening on a socket no
+/// name reaches.
 struct Rebind {
     dir_fd: OwnedFd,
     dir: PathBuf,
@@ -447,8 +547,13 @@ struct Rebind {
     path: PathBuf,
     /// The file this server's socket is, shared with its guard.
     identity: Arc<std::sync::Mutex<(u64, u64)>>,
-    /// Bumped by a replacement's roll-back.
+    /// Bumped by a replacement's roll-back, or by `watch_socket` when the
+    /// path no longer names this server's socket.
     reclaims: tokio::sync::watch::Receiver<u64>,
+    /// Why the path could not be bound again (`None` once it was).
+    lost: tokio::sync::watch::Sender<Option<String>>,
+    /// Cancelled at the withdrawal: the socket is not bound again then.
+    watching: CancellationToken,
 }
 
 impl Rebind {
@@ -456,6 +561,9 @@ impl Rebind {
     /// this server's socket (nothing to do), or when it cannot be bound
     /// again (logged; the old listener goes on, unnamed).
     fn take_back(&self, handle: &SupervisorHandle) -> Option<UnixListener> {
+        if self.watching.is_cancelled() {
+            return None;
+        }
         let current = *self
             .identity
             .lock()
@@ -478,11 +586,16 @@ impl Rebind {
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner) = identity;
                 handle.set_status_socket(identity);
-                tracing::info!(path = %self.path.display(), "the control socket is listening again after a failed replacement");
+                tracing::info!(path = %self.path.display(), "the control socket is listening again");
+                self.lost.send_replace(None);
                 Some(listener)
             }
             Err(error) => {
-                tracing::error!(path = %self.path.display(), %error, "the control socket could not be bound again after a failed replacement");
+                let first = self.lost.borrow().is_none();
+                if first {
+                    tracing::error!(path = %self.path.display(), %error, "the control socket could not be bound again");
+                }
+                self.lost.send_replace(Some(error.to_string()));
                 None
             }
         }

@@ -37,6 +37,10 @@
 //!   the handle's reload hooks) re-reads every file; new connections get the
 //!   new certificate, established sessions go on; a reload that fails keeps
 //!   the old configuration: `a_reload_serves_the_new_certificate_and_keeps_sessions`.
+//!   Through the handle, such a failure is the reload's answer (an error
+//!   naming the file and why), the snapshot's `error` until a reload whose
+//!   files are all taken, and `steadfast_reload_failures_total`:
+//!   `a_refused_reload_is_an_error_until_a_good_one`.
 
 use std::fmt;
 use std::io::{self, Read};
@@ -467,7 +471,7 @@ pub struct TlsServerGuard {
     reloadable: Arc<Reloadable>,
     /// The handle's reload hook (held weakly there: it lives as long as
     /// this guard).
-    _hook: Arc<dyn Fn() + Send + Sync>,
+    _hook: Arc<dyn Fn() -> Result<(), String> + Send + Sync>,
 }
 
 impl fmt::Debug for TlsServerGuard {
@@ -552,19 +556,30 @@ pub fn serve_tls_with(
         config,
         current: RwLock::new(Arc::new(loaded)),
     });
-    let hook: Arc<dyn Fn() + Send + Sync> = Arc::new({
+    let hook: Arc<dyn Fn() -> Result<(), String> + Send + Sync> = Arc::new({
         let reloadable = Arc::downgrade(&reloadable);
         move || {
             let Some(reloadable) = reloadable.upgrade() else {
-                return;
+                return Ok(());
             };
             match reloadable.reload() {
-                Ok(()) => tracing::info!(%local_addr, "the TLS control port's files were re-read"),
-                Err(error) => tracing::error!(
-                    %local_addr,
-                    %error,
-                    "the TLS control port's files were not re-read; the old ones stay in use"
-                ),
+                Ok(()) => {
+                    tracing::info!(%local_addr, "the TLS control port's files were re-read");
+                    Ok(())
+                }
+                Err(error) => {
+                    tracing::error!(
+                        %local_addr,
+                        %error,
+                        "the TLS control port's files were not re-read; the old ones stay in use"
+                    );
+                    Err(format!(
+                        "the TLS control port {local_addr} keeps its old files (certificate {}, \
+                         key {}): {error}",
+                        reloadable.config.cert.display(),
+                        reloadable.config.key.display(),
+                    ))
+                }
             }
         }
     });
