@@ -8,7 +8,8 @@
 //! destruction by observation (never by the absence of an error); whatever is
 //! not confirmed gone is a survivor. The store outcome is then *probed* by
 //! trying the store's lock ([`StoreLock::probe`]): released, or held with the
-//! survivors named in the cause. The work runs in a task of its own
+//! survivors named in the cause (an error waiting cures, such as `EMFILE`,
+//! is waited out, never read as held: [`StoreLock::observe`]). The work runs in a task of its own
 //! ([`start`]), so the Lifecycle actor is never blocked by it; a drain that
 //! panics is caught in its task and reported to the Lifecycle actor as
 //! [`LifecycleMsg::DrainCrashed`], which settles it as a probed `drained`

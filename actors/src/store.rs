@@ -17,11 +17,33 @@
 //!   wins the lock releases it at once. Checked by
 //!   `control_dir::probe_sees_a_holder_in_this_process` and
 //!   `control_dir::probe_sees_a_holder_in_another_process`.
-//! - **Doubt reads as held.** A probe that cannot open or try the lock for a
-//!   reason other than a missing file reports `Held` with the reason, so a
-//!   boot never starts over a store nobody proved released. Checked by
+//! - **Doubt reads as held; an error waiting cures is waited out.** A
+//!   probe that cannot open or try the lock because the process or the
+//!   system is out of descriptors, buffers or lock records (`EMFILE`,
+//!   `ENFILE`, `ENOBUFS`, `ENOMEM`, `ENOLCK`), or was interrupted
+//!   (`EINTR`, `EAGAIN`), has learnt nothing about the store: it is never
+//!   read as held (a flood of connections would wedge the daemon for
+//!   good) nor as released. It tries again after a pause (10 ms doubling to
+//!   1 s) until it gets a definite answer, and says why in the log, naming
+//!   the file and the error (the first failure, then at most one line every
+//!   10 s with the count of failures since). [`StoreLock::observe`] (what
+//!   the supervisor's boots and drains use) tries without bound: its task
+//!   can be cancelled, and no boot may start over a store nobody proved
+//!   released. The blocking [`StoreLock::probe`] gives up after
+//!   [`PROBE_EXHAUSTION_PATIENCE`] (10 s) and reports `Held` with the cause
+//!   ("could not be probed …"): its caller is a thread that must get an
+//!   answer. Any other failure (a link, an untrusted data dir, a
+//!   permission, an I/O error waiting does not cure) reports `Held` with
+//!   the reason, at once, so a boot never starts over a store nobody
+//!   proved released. Checked by
+//!   `store_exhaustion::a_probe_waits_out_a_full_descriptor_table`,
+//!   `store_exhaustion::observe_waits_out_a_full_descriptor_table`,
+//!   `store_exhaustion::a_blocking_probe_gives_up_after_its_patience`,
+//!   `control_dir::a_store_lock_symlink_is_refused`,
+//!   `store::tests::only_errors_waiting_cures_are_retried`,
 //!   `control_dir::probe_of_a_missing_lock_file_is_released` (the one
-//!   released-without-locking case).
+//!   released-without-locking case) and, over a real kvd, by
+//!   `fds::a_descriptor_flood_never_wedges_the_daemon`.
 //! - **A transient holder is waited out, a real one is not.** A child
 //!   process forked by any thread of the daemon holds a copy of every open
 //!   descriptor, the store lock's included, until it execs (`O_CLOEXEC`
@@ -43,8 +65,9 @@
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use rustix::io::Errno;
 use steadfast_protocol::lifecycle::StoreOutcome;
 
 use crate::fsx::{Access, Dir, FsError, UnsafePath, try_lock_patiently};
@@ -54,6 +77,20 @@ use crate::fsx::{Access, Dir, FsError, UnsafePath, try_lock_patiently};
 /// [`crate::fsx::try_lock_patiently`] (a forked child holds a copy of the
 /// lock until it execs; see the module doc).
 pub const PROBE_PATIENCE: Duration = crate::fsx::TRANSIENT_HOLDER_PATIENCE;
+
+/// How long the blocking [`StoreLock::probe`] keeps trying when an error
+/// waiting cures (a full descriptor table) stops it from trying the lock,
+/// before it reports `Held` naming the error; [`StoreLock::observe`] tries
+/// without bound (see the module doc).
+pub const PROBE_EXHAUSTION_PATIENCE: Duration = Duration::from_secs(10);
+
+/// The first pause after an error waiting cures; it doubles up to
+/// [`MAX_RETRY_PAUSE`].
+const FIRST_RETRY_PAUSE: Duration = Duration::from_millis(10);
+/// The longest pause between two tries of a probe kept from trying.
+const MAX_RETRY_PAUSE: Duration = Duration::from_secs(1);
+/// At most one warning this often while a probe keeps failing.
+const WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// The store lock's file name under the data dir.
 pub const STORE_LOCK_NAME: &str = "store.lock";
@@ -182,8 +219,11 @@ impl StoreLock {
     /// lock: won → unlocked at once, `Released`; no lock file (or no data
     /// dir) → `Released`; would block → tried again with a doubling pause
     /// until [`PROBE_PATIENCE`] has passed, then `Held` (a forked child's
-    /// copy of the descriptor is waited out; see the module doc); any other
-    /// failure (a link, an untrusted data dir) → `Held` naming it.
+    /// copy of the descriptor is waited out; see the module doc); an error
+    /// waiting cures (out of descriptors: `EMFILE`) → tried again after a
+    /// pause, for up to [`PROBE_EXHAUSTION_PATIENCE`], then `Held` naming
+    /// it; any other failure (a link, an untrusted data dir) → `Held`
+    /// naming it.
     ///
     /// A store this process handed over ([`Self::mark_handed_over`]) is
     /// `Released` without a probe: its lock is the successor's now (the
@@ -191,14 +231,31 @@ impl StoreLock {
     /// retiring incumbent over a store it gave away on purpose.
     #[must_use]
     pub fn probe(data_dir: &Path) -> StoreOutcome {
-        match Self::probe_once(data_dir) {
-            Probed::Settled(outcome) => outcome,
-            Probed::Taken(file, path) => Self::wait_out(&file, &path),
+        let mut retry = Retry::new(data_dir);
+        loop {
+            let tried = match Self::probe_once(data_dir) {
+                Probed::Settled(outcome) => Ok(outcome),
+                Probed::Kept(cause) => Err(cause),
+                Probed::Taken(file, path) => Self::wait_out(&file, &path),
+            };
+            match tried {
+                Ok(outcome) => return retry.settled(outcome),
+                Err(cause) if retry.elapsed() >= PROBE_EXHAUSTION_PATIENCE => {
+                    return retry.settled(StoreOutcome::Held {
+                        cause: format!(
+                            "{cause} (the store could not be probed for {} s)",
+                            PROBE_EXHAUSTION_PATIENCE.as_secs()
+                        ),
+                    });
+                }
+                Err(cause) => std::thread::sleep(retry.failed(&cause)),
+            }
         }
     }
 
-    /// [`Self::probe`]'s first try, which never waits: settled, or the lock
-    /// taken by someone (its file kept open for the patient tries).
+    /// One try, which never waits: settled, kept from trying by an error
+    /// waiting cures, or the lock taken by someone (its file kept open for
+    /// the patient tries).
     fn probe_once(data_dir: &Path) -> Probed {
         let path = Self::path_under(data_dir);
         if handed_over()
@@ -216,6 +273,12 @@ impl StoreLock {
             Err(e) if e.io_kind() == Some(io::ErrorKind::NotFound) => {
                 return Probed::Settled(StoreOutcome::Released);
             }
+            Err(FsError::Io { source, .. }) if waiting_cures(&source) => {
+                return Probed::Kept(format!(
+                    "{} could not be opened to probe it: {source}",
+                    path.display()
+                ));
+            }
             Err(e) => {
                 return Probed::Settled(StoreOutcome::Held {
                     cause: format!("{} could not be opened to probe it: {e}", path.display()),
@@ -224,68 +287,193 @@ impl StoreLock {
         };
         match file.try_lock() {
             Err(fs::TryLockError::WouldBlock) => Probed::Taken(file, path),
-            other => Probed::Settled(Self::probed(&file, &path, other)),
+            other => match Self::probed(&file, &path, other) {
+                Ok(outcome) => Probed::Settled(outcome),
+                Err(cause) => Probed::Kept(cause),
+            },
         }
     }
 
-    /// The patient tries of a lock someone held at the first try.
-    fn wait_out(file: &File, path: &Path) -> StoreOutcome {
+    /// The patient tries of a lock someone held at the first try: the
+    /// outcome, or why an error waiting cures kept it from one.
+    fn wait_out(file: &File, path: &Path) -> Result<StoreOutcome, String> {
         Self::probed(file, path, try_lock_patiently(file))
     }
 
-    /// What trying the lock found.
-    fn probed(file: &File, path: &Path, tried: Result<(), fs::TryLockError>) -> StoreOutcome {
+    /// What trying the lock found: the outcome, or why an error waiting
+    /// cures kept it from one.
+    fn probed(
+        file: &File,
+        path: &Path,
+        tried: Result<(), fs::TryLockError>,
+    ) -> Result<StoreOutcome, String> {
         match tried {
             Ok(()) => match file.unlock() {
-                Ok(()) => StoreOutcome::Released,
+                Ok(()) => Ok(StoreOutcome::Released),
                 // Closing the file below releases it regardless.
                 Err(e) => {
                     tracing::warn!(path = %path.display(), error = %e, "store probe unlock failed");
-                    StoreOutcome::Released
+                    Ok(StoreOutcome::Released)
                 }
             },
-            Err(fs::TryLockError::WouldBlock) => StoreOutcome::Held {
+            Err(fs::TryLockError::WouldBlock) => Ok(StoreOutcome::Held {
                 cause: format!(
                     "{} is locked by another holder (still after {} ms)",
                     path.display(),
                     PROBE_PATIENCE.as_millis()
                 ),
-            },
-            Err(fs::TryLockError::Error(e)) => StoreOutcome::Held {
+            }),
+            Err(fs::TryLockError::Error(e)) if waiting_cures(&e) => Err(format!(
+                "{} could not be locked to probe it: {e}",
+                path.display()
+            )),
+            Err(fs::TryLockError::Error(e)) => Ok(StoreOutcome::Held {
                 cause: format!("{} could not be probed: {e}", path.display()),
-            },
+            }),
         }
     }
 
-    /// [`Self::probe`] on a blocking thread, for async callers (an actor's
-    /// handler, a boot or drain task): a held store keeps the probe trying
-    /// for up to [`PROBE_PATIENCE`], which must not stall a runtime worker.
-    /// A probe that could not run (the blocking pool is shut down, or it
-    /// panicked) reads as `Held`: doubt never reads as released.
+    /// [`Self::probe`] for async callers (an actor's handler, a boot or
+    /// drain task): a held store keeps the probe trying for up to
+    /// [`PROBE_PATIENCE`] on a blocking thread, which must not stall a
+    /// runtime worker. A probe that could not run (the blocking pool is
+    /// shut down, or it panicked) reads as `Held`: doubt never reads as
+    /// released.
     ///
-    /// The first try never waits and is made in place (an open and a
-    /// `flock` with `LOCK_NB`: no thread hop for the usual outcome, a
-    /// released store); only a lock someone holds goes to a blocking thread
-    /// to be waited out.
+    /// An error waiting cures (out of descriptors: `EMFILE`) is tried
+    /// again after a pause, without bound, until the probe gets an
+    /// answer: it never reads as held (see the module doc). Dropping the
+    /// future (its task cancelled) ends the tries.
+    ///
+    /// Each try is made in place (an open and a `flock` with `LOCK_NB`: no
+    /// thread hop for the usual outcome, a released store); only a lock
+    /// someone holds goes to a blocking thread to be waited out.
     pub async fn observe(data_dir: &Path) -> StoreOutcome {
-        let (file, path) = match Self::probe_once(data_dir) {
-            Probed::Settled(outcome) => return outcome,
-            Probed::Taken(file, path) => (file, path),
-        };
-        tokio::task::spawn_blocking(move || Self::wait_out(&file, &path))
-            .await
-            .unwrap_or_else(|e| StoreOutcome::Held {
-                cause: format!("the store probe did not run: {e}"),
-            })
+        let mut retry = Retry::new(data_dir);
+        loop {
+            let tried = match Self::probe_once(data_dir) {
+                Probed::Settled(outcome) => Ok(outcome),
+                Probed::Kept(cause) => Err(cause),
+                Probed::Taken(file, path) => {
+                    tokio::task::spawn_blocking(move || Self::wait_out(&file, &path))
+                        .await
+                        .unwrap_or_else(|e| {
+                            Ok(StoreOutcome::Held {
+                                cause: format!("the store probe did not run: {e}"),
+                            })
+                        })
+                }
+            };
+            match tried {
+                Ok(outcome) => return retry.settled(outcome),
+                Err(cause) => tokio::time::sleep(retry.failed(&cause)).await,
+            }
+        }
     }
+}
+
+/// Whether `error`, met opening or trying the store lock, says nothing
+/// about the store and may pass by itself: the process or the system is out
+/// of descriptors, buffers or lock records, or the call was interrupted.
+fn waiting_cures(error: &io::Error) -> bool {
+    crate::accept::is_exhaustion(error)
+        || matches!(
+            error.kind(),
+            io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
+        )
+        || error
+            .raw_os_error()
+            .is_some_and(|code| code == Errno::NOLCK.raw_os_error())
 }
 
 /// [`StoreLock::probe_once`]'s answer.
 enum Probed {
     /// Released, or held for a reason waiting cannot change.
     Settled(StoreOutcome),
+    /// An error waiting cures kept the probe from trying the lock: why,
+    /// naming the file and the error.
+    Kept(String),
     /// Someone holds the lock now: the open lock file, and its path.
     Taken(File, PathBuf),
+}
+
+/// The pauses and the bounded warnings of one probe kept from trying the
+/// lock (see the module doc).
+struct Retry<'a> {
+    /// The data dir probed, named in the warnings.
+    data_dir: &'a Path,
+    /// When the first try was made.
+    started: Instant,
+    /// The pause before the next try.
+    pause: Duration,
+    /// Failed tries so far.
+    failures: u64,
+    /// When the last warning was logged.
+    warned_at: Option<Instant>,
+    /// Failures not logged since then.
+    unsaid: u64,
+}
+
+impl<'a> Retry<'a> {
+    fn new(data_dir: &'a Path) -> Self {
+        Self {
+            data_dir,
+            started: Instant::now(),
+            pause: FIRST_RETRY_PAUSE,
+            failures: 0,
+            warned_at: None,
+            unsaid: 0,
+        }
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// A try failed for `cause`: log it (bounded) and return the pause
+    /// before the next.
+    fn failed(&mut self, cause: &str) -> Duration {
+        self.failures += 1;
+        let now = Instant::now();
+        if self
+            .warned_at
+            .is_some_and(|at| now.duration_since(at) < WARN_EVERY)
+        {
+            self.unsaid += 1;
+        } else {
+            tracing::warn!(
+                data_dir = %self.data_dir.display(),
+                cause,
+                failures = self.failures,
+                "the store could not be probed; trying again after a pause"
+            );
+            self.warned_at = Some(now);
+            self.unsaid = 0;
+        }
+        let pause = self.pause;
+        self.pause = (self.pause * 2).min(MAX_RETRY_PAUSE);
+        pause
+    }
+
+    /// The probe got `outcome`: say so if it had to wait for it.
+    fn settled(self, outcome: StoreOutcome) -> StoreOutcome {
+        if self.failures > 0 {
+            tracing::info!(
+                data_dir = %self.data_dir.display(),
+                failures = self.failures,
+                waited_ms = u64::try_from(self.elapsed().as_millis()).unwrap_or(u64::MAX),
+                ?outcome,
+                "the store was probed after failed tries"
+            );
+        }
+        outcome
+    }
+
+    /// The pause the next failure would wait.
+    #[cfg(test)]
+    const fn next_pause(&self) -> Duration {
+        self.pause
+    }
 }
 
 /// The data dirs whose store this process handed over
@@ -294,4 +482,53 @@ fn handed_over() -> &'static std::sync::Mutex<std::collections::BTreeSet<std::pa
     static HANDED_OVER: std::sync::Mutex<std::collections::BTreeSet<std::path::PathBuf>> =
         std::sync::Mutex::new(std::collections::BTreeSet::new());
     &HANDED_OVER
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn errno(errno: Errno) -> io::Error {
+        io::Error::from_raw_os_error(errno.raw_os_error())
+    }
+
+    #[test]
+    fn only_errors_waiting_cures_are_retried() {
+        for e in [
+            Errno::MFILE,
+            Errno::NFILE,
+            Errno::NOBUFS,
+            Errno::NOMEM,
+            Errno::NOLCK,
+            Errno::INTR,
+            Errno::AGAIN,
+        ] {
+            assert!(waiting_cures(&errno(e)), "{e:?}");
+        }
+        for e in [
+            Errno::ACCESS,
+            Errno::PERM,
+            Errno::IO,
+            Errno::LOOP,
+            Errno::ROFS,
+            Errno::NOTDIR,
+        ] {
+            assert!(!waiting_cures(&errno(e)), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn retries_pause_10_ms_doubling_to_1_s() {
+        let dir = Path::new("/nonexistent");
+        let mut retry = Retry::new(dir);
+        let pauses: Vec<u128> = (0..10).map(|_| retry.failed("test").as_millis()).collect();
+        assert_eq!(pauses, [10, 20, 40, 80, 160, 320, 640, 1000, 1000, 1000]);
+        assert_eq!(retry.next_pause(), MAX_RETRY_PAUSE);
+        assert_eq!(retry.failures, 10);
+        assert_eq!(retry.unsaid, 9, "one warning, the rest counted");
+        assert_eq!(
+            retry.settled(StoreOutcome::Released),
+            StoreOutcome::Released
+        );
+    }
 }
