@@ -13,6 +13,7 @@
 //!   `a_socket_path_over_108_bytes_is_served`.
 //! - Item 7, abandoned commands are not run later:
 //!   `an_abandoned_exit_of_a_connected_client_is_dropped`,
+//!   `an_abandoned_pipelined_exit_is_never_read`,
 //!   `a_command_whose_caller_gave_up_is_not_stepped`,
 //!   `an_abandoned_exit_and_stop_from_steadfastctl_are_not_run`.
 //! - Item 2 (client side): `a_socket_planted_by_another_user_gets_nothing`,
@@ -20,6 +21,11 @@
 //!   reaches a service user's daemon:
 //!   `a_root_operator_reaches_a_service_users_daemon`.
 //! - Item 6, what may be replaced: `a_stale_socket_is_replaced`.
+//! - Slots go to who needs them: connections that trickle a frame are
+//!   evicted and closed by the frame deadline:
+//!   `trickling_connections_do_not_lock_the_operator_out`,
+//!   `trickling_tcp_connections_do_not_lock_the_operator_out`.
+//! - Deadlines survive clock skew: `a_client_whose_clock_is_off_is_answered`.
 
 mod common;
 mod processes;
@@ -33,8 +39,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Switch, exit, good, running, supervise, until};
-use steadfast::control::{ControlClient, ServerLimits, Token, serve_tcp_with, serve_unix};
+use common::{PATIENCE, Switch, exit, good, running, supervise, until};
+use steadfast::control::{
+    ControlClient, Endpoint, ServerLimits, Token, serve_tcp_with, serve_unix, serve_unix_with,
+};
 use steadfast::protocol::lifecycle::RefusedBecause;
 use steadfast::{ExitIntent, Hold};
 
@@ -363,6 +371,257 @@ async fn silent_tcp_connections_do_not_lock_the_operator_out() {
     exit(run, &handle, ExitIntent::Halt).await;
 }
 
+/// `n` peers that each, once admitted (`admitted` connects and reads the
+/// server's answer), send one byte of a 1 MiB frame every 300 ms and
+/// never finish it; reconnecting whenever the server closes them. Each
+/// closure is counted in `closed`. They stop when `stop` is set.
+fn tricklers<S: std::io::Write + Send + 'static>(
+    n: usize,
+    admitted: impl Fn() -> Option<S> + Send + Sync + 'static,
+    closed: &Arc<AtomicUsize>,
+    stop: &Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    let admitted = Arc::new(admitted);
+    (0..n)
+        .map(|_| {
+            let (admitted, closed, stop) =
+                (Arc::clone(&admitted), Arc::clone(closed), Arc::clone(stop));
+            std::thread::spawn(move || {
+                // A 1 MiB frame's length prefix, then its body, a byte at a time.
+                let frame = (1u32 << 20).to_be_bytes();
+                while !stop.load(Ordering::SeqCst) {
+                    let Some(mut stream) = admitted() else {
+                        std::thread::sleep(Duration::from_millis(50));
+                        continue;
+                    };
+                    let mut sent = 0usize;
+                    while !stop.load(Ordering::SeqCst) {
+                        let byte = frame.get(sent).copied().unwrap_or(0);
+                        if stream.write_all(&[byte]).is_err() {
+                            closed.fetch_add(1, Ordering::SeqCst);
+                            break;
+                        }
+                        sent += 1;
+                        std::thread::sleep(Duration::from_millis(300));
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+/// Wait (bounded) until every trickler was closed by the server at least
+/// once: the frame deadline (5 s from a frame's first byte) closes them.
+async fn until_closed(closed: &AtomicUsize, n: usize) {
+    let waited = tokio::time::timeout(PATIENCE, async {
+        while closed.load(Ordering::SeqCst) < n {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(
+        waited.is_ok(),
+        "tricklers closed: {} of {n}",
+        closed.load(Ordering::SeqCst)
+    );
+}
+
+/// Connections of the operator's own uid that fill the per-uid bound and
+/// each trickle one byte of a 1 MiB frame every 300 ms do not lock the
+/// operator out: holding no request, they are evicted to make room, and
+/// the frame deadline closes them. The operator's `steadfastctl --timeout
+/// 20 stop` is answered. Before the fix: every byte counted as activity,
+/// so they were never evicted; the stop exited 1 (busy).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn trickling_connections_do_not_lock_the_operator_out() {
+    const TRICKLERS: usize = 4;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+    let limits = ServerLimits {
+        max_connections_per_peer: TRICKLERS,
+        ..ServerLimits::default()
+    };
+    let _server = serve_unix_with(handle.clone(), socket(tmp.path()), limits).expect("serves");
+    until(&handle, "running", running).await;
+    let path = socket(tmp.path());
+    let closed = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let admitted = Arc::new(AtomicUsize::new(0));
+    let threads = tricklers(
+        TRICKLERS,
+        {
+            let (path, admitted) = (path.clone(), Arc::clone(&admitted));
+            move || {
+                let mut stream = StdUnixStream::connect(&path).ok()?;
+                let mut greeting = [0u8; 1];
+                stream.read_exact(&mut greeting).ok()?;
+                (greeting[0] == steadfast::control::auth::ANSWER_ACCEPTED).then(|| {
+                    admitted.fetch_add(1, Ordering::SeqCst);
+                    stream
+                })
+            }
+        },
+        &closed,
+        &stop,
+    );
+    tokio::time::timeout(PATIENCE, async {
+        while admitted.load(Ordering::SeqCst) < TRICKLERS {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("every trickler admitted");
+    // Past the eviction grace of the last one admitted.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let started = Instant::now();
+    let stopped = tokio::task::spawn_blocking({
+        let path = path.clone();
+        move || ctl_at(&path, &["--timeout", "20", "stop"])
+    })
+    .await
+    .expect("task");
+    eprintln!(
+        "steadfastctl --timeout 20 stop beside {TRICKLERS} tricklers: {:?} after {:?}: {}",
+        stopped.status.code(),
+        started.elapsed(),
+        String::from_utf8_lossy(&stopped.stderr)
+    );
+    assert_eq!(stopped.status.code(), Some(0));
+    until_closed(&closed, TRICKLERS).await;
+    stop.store(true, Ordering::SeqCst);
+    for thread in threads {
+        thread.join().expect("trickler");
+    }
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// As above over TCP: token-holding connections from one address (the
+/// per-source bound) that trickle a frame neither keep the operator's
+/// call out nor stay open past the frame deadline. Before the fix: the
+/// operator's call failed busy after its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn trickling_tcp_connections_do_not_lock_the_operator_out() {
+    const TRICKLERS: usize = 4;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+    let limits = ServerLimits {
+        max_connections_per_peer: TRICKLERS,
+        ..ServerLimits::default()
+    };
+    let token = Token::generate().expect("a token");
+    let server = serve_tcp_with(
+        handle.clone(),
+        (std::net::Ipv4Addr::LOCALHOST, 0).into(),
+        token.clone(),
+        limits,
+    )
+    .expect("serves");
+    until(&handle, "running", running).await;
+    let addr = server.local_addr();
+    let closed = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let admitted = Arc::new(AtomicUsize::new(0));
+    let threads = tricklers(
+        TRICKLERS,
+        {
+            let (token, admitted) = (token.clone(), Arc::clone(&admitted));
+            move || {
+                use std::io::Write;
+                let mut stream = std::net::TcpStream::connect(addr).ok()?;
+                stream.write_all(&token.hello()).ok()?;
+                let mut answer = [0u8; 1];
+                stream.read_exact(&mut answer).ok()?;
+                (answer[0] == steadfast::control::auth::ANSWER_ACCEPTED).then(|| {
+                    admitted.fetch_add(1, Ordering::SeqCst);
+                    stream
+                })
+            }
+        },
+        &closed,
+        &stop,
+    );
+    tokio::time::timeout(PATIENCE, async {
+        while admitted.load(Ordering::SeqCst) < TRICKLERS {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("every trickler admitted");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let called = async {
+        ControlClient::connect_within(
+            Endpoint::Tcp {
+                addr,
+                token: token.clone(),
+            },
+            Duration::from_secs(20),
+        )
+        .await?
+        .stop(Hold::None)
+        .await
+    };
+    let stopped = called.await;
+    eprintln!("the operator's stop beside {TRICKLERS} tcp tricklers: {stopped:?}");
+    assert_eq!(stopped.expect("answered").lifecycle.name(), "stopped");
+    until_closed(&closed, TRICKLERS).await;
+    stop.store(true, Ordering::SeqCst);
+    for thread in threads {
+        thread.join().expect("trickler");
+    }
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
+/// A client whose clock is 3 s or 121 s behind the daemon's, or 121 s
+/// ahead (a test knob shifts every clock reading of its codec), gets its
+/// `--timeout 2` calls answered and its commands run, over the Unix socket
+/// and TCP: a deadline travels as the time left, measured by the daemon
+/// from the request's arrival. Before the fix: the deadline was the
+/// client's wall-clock time, so a client 3 s behind had every call with a
+/// 2 s timeout dropped unrun ("the request's deadline passed").
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_whose_clock_is_off_is_answered() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+    let _unix = serve_unix(handle.clone(), socket(tmp.path())).expect("serves");
+    let token = Token::generate().expect("a token");
+    let tcp = serve_tcp_with(
+        handle.clone(),
+        (std::net::Ipv4Addr::LOCALHOST, 0).into(),
+        token.clone(),
+        ServerLimits::default(),
+    )
+    .expect("serves");
+    until(&handle, "running", running).await;
+    let endpoints = [
+        Endpoint::Unix(socket(tmp.path())),
+        Endpoint::Tcp {
+            addr: tcp.local_addr(),
+            token,
+        },
+    ];
+    for endpoint in endpoints {
+        for offset_ms in [-3_000, -121_000, 121_000] {
+            let client = ControlClient::connect_within(endpoint.clone(), PATIENCE)
+                .await
+                .expect("connects")
+                .with_clock_offset_ms(offset_ms)
+                .with_timeout(Duration::from_secs(2));
+            let answered = client.snapshot().await;
+            eprintln!("{endpoint}, clock {offset_ms} ms off: snapshot {answered:?}");
+            assert!(running(&answered.expect("answered")));
+            let stopped = client.stop(Hold::None).await;
+            assert_eq!(
+                stopped.expect("stop answered").lifecycle.name(),
+                "stopped",
+                "{endpoint}, clock {offset_ms} ms off"
+            );
+            client.start().await.expect("start answered");
+            until(&handle, "running again", running).await;
+        }
+    }
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
 /// A config for kvd on a free loopback port.
 fn kvd_config(dir: &Path) -> PathBuf {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -514,6 +773,46 @@ async fn an_abandoned_exit_of_a_connected_client_is_dropped() {
     };
     assert_eq!(refused.reason, RefusedBecause::RuntimeNotFailed);
     assert_eq!(refused.state, "running");
+    assert!(running(&patient.snapshot().await.expect("a snapshot")));
+    assert!(child.try_wait().expect("wait").is_none(), "kvd still runs");
+    let _ = patient.exit(ExitIntent::Halt).await;
+    assert_eq!(processes::wait_exit(&mut child), Some(0));
+}
+
+/// A pipelined `exit` (sent before the server's first byte) to a daemon
+/// stopped with SIGSTOP, given up after 1 s by a client that lives on, is
+/// never run once the daemon resumes: the client shut the connection down
+/// when it gave up, so the server's greeting fails and the frame is never
+/// read. (A request's time left is measured from its arrival, and the
+/// first frame of a connection has no earlier one to be compared with.)
+/// Before the fix: the daemon read the request on resuming and exited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_abandoned_pipelined_exit_is_never_read() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (mut child, data) = tokio::task::spawn_blocking({
+        let tmp = tmp.path().to_owned();
+        move || running_kvd(&tmp)
+    })
+    .await
+    .expect("task");
+    processes::signal(&child, rustix::process::Signal::STOP);
+    let client = ControlClient::connect_pipelined(
+        Endpoint::Unix(socket(&data)),
+        Duration::from_secs(1),
+    )
+    .await
+    .expect("connects (the listener's queue takes it)");
+    let gave_up = client.exit(ExitIntent::Halt).await;
+    assert!(gave_up.is_err(), "{gave_up:?}");
+    processes::signal(&child, rustix::process::Signal::CONT);
+    let patient = client.clone().with_timeout(processes::PATIENCE);
+    // Through the lifecycle, after whatever the daemon read first.
+    let after = patient.retry().await;
+    eprintln!("after SIGCONT, retry answered: {after:?}");
+    assert!(
+        after.as_ref().err().and_then(|e| e.refused()).is_some(),
+        "{after:?}"
+    );
     assert!(running(&patient.snapshot().await.expect("a snapshot")));
     assert!(child.try_wait().expect("wait").is_none(), "kvd still runs");
     let _ = patient.exit(ExitIntent::Halt).await;

@@ -860,6 +860,59 @@ async fn a_killed_tls_watcher_gives_its_slot_back_at_once() {
     exit(run, &handle, ExitIntent::Halt).await;
 }
 
+/// Read-only peers (a dashboard's certificate) that fill every slot they
+/// may hold cannot take the slots kept for `operate`: with 3 slots, one
+/// kept for operate, and no eviction (a long grace), the third viewer is
+/// answered busy and the operator's `stop` gets in. Before the fix: the
+/// viewers took every slot and the operator was answered busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn read_peers_cannot_take_the_operate_slots() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let pki = Pki::new(tmp.path());
+    let viewer = pki.client_ca.leaf(tmp.path(), "viewer", false, false);
+    let viewer_print = Fingerprint::of_pem_file(&viewer.0).expect("a fingerprint");
+    let limits = ServerLimits {
+        max_connections: 3,
+        max_connections_per_peer: 3,
+        operate_reserve: 1,
+        evict_grace: Duration::from_secs(3600),
+        ..ServerLimits::default()
+    };
+    let config = pki.mutual().cert_role(viewer_print, Role::Read);
+    let (run, handle, server) = running_on_tls(tmp.path(), config, limits).await;
+    let addr = server.local_addr();
+    let mut viewers = Vec::new();
+    for _ in 0..3 {
+        match ControlClient::connect_within(
+            Endpoint::tls(addr, pki.client(Some(&viewer)), None),
+            Duration::from_secs(2),
+        )
+        .await
+        {
+            Ok(client) => {
+                client.snapshot().await.expect("a viewer reads");
+                viewers.push(client);
+            }
+            Err(error) => {
+                assert!(matches!(error, ClientError::Busy { .. }), "{error:?}");
+                break;
+            }
+        }
+    }
+    eprintln!("{} viewers admitted of 3 slots", viewers.len());
+    let operator = ControlClient::connect_within(
+        Endpoint::tls(addr, pki.client(Some(&pki.operator)), None),
+        Duration::from_secs(5),
+    )
+    .await
+    .expect("the operator gets a slot beside the viewers");
+    let stopped = operator.stop(Hold::None).await.expect("operate");
+    assert_eq!(stopped.lifecycle.name(), "stopped");
+    assert_eq!(viewers.len(), 2, "the viewers' share is 2 of 3");
+    drop(viewers);
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
 /// `daemon::run_with` with `control_tls(…)`: the port answers a client
 /// certificate, and an `exit` over TLS ends the daemon.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,6 +1,7 @@
 //! Connection bounds shared by both transports: a [`Pool`] of connection
 //! slots with a total and a cap per peer (the uid of a Unix peer, the IP
-//! address of a TCP one), which makes room by *evicting* before it refuses.
+//! address of a TCP one), part of each kept for the `operate` role, which
+//! makes room by *evicting* before it refuses.
 //!
 //! A transport keeps one pool per stage: the Unix socket one (its peers'
 //! uid is checked before a slot is asked for), TCP two — one for
@@ -12,15 +13,26 @@
 //! - A [`Slot`] holds one place of the total and one of its peer's for as
 //!   long as it lives and is not evicted (dropping it gives both back).
 //!   `bounds::tests::a_peer_cannot_take_every_slot`.
+//! - Slots go by role: `read` connections hold at most the total less the
+//!   pool's operate reserve, and at most the per-peer cap less it from one
+//!   peer, so a `read` peer never takes the last slots an `operate` caller
+//!   needs; an `operate` connection may take any slot. A `read` newcomer
+//!   over its role's share evicts only a `read` connection.
+//!   `bounds::tests::read_peers_never_take_the_operate_reserve`, and over
+//!   TLS `tests/control_tls.rs::read_peers_cannot_take_the_operate_slots`.
 //! - When a bound is full, [`Pool::admit`] evicts before it refuses, under
 //!   the pool's [`Evict`] rule: [`Evict::Oldest`] (the handshake stage: the
 //!   connection that has had the longest to say its hello goes), or
 //!   [`Evict::Idle`] (served connections: one with no request in flight,
 //!   the longest idle first; then one whose only requests in flight are
-//!   long-polls, `watch` and `replace_status`, the longest idle first). A
-//!   connection with another request in flight, or one on which something
-//!   moved within its grace (`ServerLimits::evict_grace`), is never evicted: a bound
-//!   full of those refuses ([`Over`]), and the transport answers "busy".
+//!   long-polls, `watch` and `replace_status`, the longest idle first).
+//!   Idle means *holding nothing*: only admission and a request's start
+//!   and end count as activity ([`Activity::touch`]), never a byte, so a
+//!   peer that trickles bytes of a frame it never finishes is as idle as a
+//!   silent one. A connection with another request in flight, or one
+//!   admitted or answered within its grace (`ServerLimits::evict_grace`),
+//!   is never evicted: a bound full of those refuses ([`Over`]), and the
+//!   transport answers "busy".
 //!   The victim is taken out of the pool at once (its slot is free for the
 //!   newcomer) and its [`Slot::evicted`] token is cancelled, which closes
 //!   it. `bounds::tests::idle_then_long_polls_are_evicted_never_busy_ones`,
@@ -32,6 +44,7 @@ use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use steadfast_protocol::control::Role;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -62,8 +75,13 @@ pub(crate) enum Evict {
 pub(crate) struct Activity {
     /// When the pool was made; times below are milliseconds after it.
     epoch: Instant,
-    /// When a byte last moved, or a request started or ended.
+    /// When the connection was admitted, or a request started or ended.
     last_ms: AtomicU64,
+    /// When the frame being received began (its first byte), plus one;
+    /// 0 while no frame is partly received.
+    frame_since_ms: AtomicU64,
+    /// Told when a frame begins (for the frame deadline's watch).
+    frame_began: tokio::sync::Notify,
     /// Requests in flight that are not long-polls.
     busy: AtomicUsize,
     /// Long-polls in flight (`watch`, `replace_status`).
@@ -73,13 +91,62 @@ pub(crate) struct Activity {
 }
 
 impl Activity {
-    /// Record that something moved now.
-    pub(crate) fn touch(&self) {
-        let ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last_ms.store(ms, Ordering::Relaxed);
+    fn new(epoch: Instant) -> Self {
+        let activity = Self {
+            epoch,
+            last_ms: AtomicU64::new(0),
+            frame_since_ms: AtomicU64::new(0),
+            frame_began: tokio::sync::Notify::new(),
+            busy: AtomicUsize::new(0),
+            long_polls: AtomicUsize::new(0),
+            evicted: CancellationToken::new(),
+        };
+        activity.touch();
+        activity
     }
 
-    /// When something last moved.
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Record activity now: admission, a request's start or end. Bytes do
+    /// not count (a trickled frame is not a request).
+    fn touch(&self) {
+        self.last_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// A frame's first byte arrived now.
+    pub(crate) fn frame_begins(&self) {
+        let since = self.now_ms().saturating_add(1);
+        self.frame_since_ms.store(since, Ordering::Relaxed);
+        self.frame_began.notify_one();
+    }
+
+    /// The frame being received is whole.
+    pub(crate) fn frame_ends(&self) {
+        self.frame_since_ms.store(0, Ordering::Relaxed);
+    }
+
+    /// When the frame being received began; `None` between frames.
+    pub(crate) fn frame_since(&self) -> Option<Instant> {
+        match self.frame_since_ms.load(Ordering::Relaxed) {
+            0 => None,
+            since => Some(self.epoch + std::time::Duration::from_millis(since - 1)),
+        }
+    }
+
+    /// Resolves when a frame begins (at once if one began since the last
+    /// call).
+    pub(crate) async fn frame_began(&self) {
+        self.frame_began.notified().await;
+    }
+
+    /// Whether a request (a long-poll included) is in flight.
+    pub(crate) fn in_flight(&self) -> bool {
+        self.busy.load(Ordering::SeqCst) > 0 || self.long_polls.load(Ordering::SeqCst) > 0
+    }
+
+    /// When it was admitted, or a request last started or ended.
     pub(crate) fn last(&self) -> Instant {
         self.epoch + std::time::Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
     }
@@ -107,7 +174,7 @@ impl Activity {
             return None;
         }
         let last = self.last_ms.load(Ordering::Relaxed);
-        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let now = self.now_ms();
         let grace = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX);
         if now.saturating_sub(last) < grace {
             return None;
@@ -140,7 +207,15 @@ impl Drop for InFlight {
 #[derive(Debug)]
 struct Book<K> {
     next_id: u64,
-    slots: HashMap<u64, (K, Arc<Activity>)>,
+    slots: HashMap<u64, Held<K>>,
+}
+
+/// One slot in the book: whose, in what role, doing what.
+#[derive(Debug)]
+struct Held<K> {
+    key: K,
+    role: Role,
+    activity: Arc<Activity>,
 }
 
 /// The slots of one stage of one listener.
@@ -148,6 +223,9 @@ struct Book<K> {
 pub(crate) struct Pool<K> {
     total: usize,
     per_peer: usize,
+    /// Slots of the total, and of each peer's cap, that `read`
+    /// connections may not hold.
+    operate_reserve: usize,
     evict: Evict,
     epoch: Instant,
     book: Arc<Mutex<Book<K>>>,
@@ -178,6 +256,7 @@ impl<K: Hash + Eq + Clone> Pool<K> {
         Self {
             total,
             per_peer,
+            operate_reserve: 0,
             evict,
             epoch: Instant::now(),
             book: Arc::new(Mutex::new(Book {
@@ -185,6 +264,13 @@ impl<K: Hash + Eq + Clone> Pool<K> {
                 slots: HashMap::new(),
             })),
         }
+    }
+
+    /// Keep `reserve` slots of the total, and of each peer's cap, for
+    /// `operate` connections.
+    pub(crate) const fn with_operate_reserve(mut self, reserve: usize) -> Self {
+        self.operate_reserve = reserve;
+        self
     }
 
     /// How many connections hold a slot.
@@ -196,49 +282,68 @@ impl<K: Hash + Eq + Clone> Pool<K> {
             .len()
     }
 
-    /// Admit a connection from `key`, evicting under the pool's rule when a
-    /// bound is full; or say which bound is full of connections that may
-    /// not be evicted.
+    /// Admit an `operate` connection from `key` (see [`Self::admit_as`]).
     pub(crate) fn admit(&self, key: K) -> Result<Slot<K>, Over> {
+        self.admit_as(key, Role::Operate)
+    }
+
+    /// Admit a connection from `key` in `role`, evicting under the pool's
+    /// rule when a bound is full; or say which bound is full of
+    /// connections that may not be evicted. The bounds: the total, the
+    /// peer's cap, and for `read` both less the operate reserve. A victim
+    /// must free a place in every bound the newcomer is over (a `read`
+    /// newcomer over its role's share evicts a `read` connection).
+    pub(crate) fn admit_as(&self, key: K, role: Role) -> Result<Slot<K>, Over> {
         let mut book = self.book.lock().unwrap_or_else(PoisonError::into_inner);
-        let of_peer = book.slots.values().filter(|(k, _)| *k == key).count();
-        let full = if of_peer >= self.per_peer {
-            Some(Over::Peer)
-        } else if book.slots.len() >= self.total {
-            Some(Over::Total)
-        } else {
-            None
+        let read = role == Role::Read;
+        let count = |of_peer: bool, of_read: bool| {
+            book.slots
+                .values()
+                .filter(|h| (!of_peer || h.key == key) && (!of_read || h.role == Role::Read))
+                .count()
         };
-        if let Some(over) = full {
+        let over_peer = count(true, false) >= self.per_peer;
+        let over_total = book.slots.len() >= self.total;
+        let over_read_peer =
+            read && count(true, true) >= self.per_peer.saturating_sub(self.operate_reserve);
+        let over_read_total =
+            read && count(false, true) >= self.total.saturating_sub(self.operate_reserve);
+        if over_peer || over_total || over_read_peer || over_read_total {
+            let over = if over_peer || over_read_peer {
+                Over::Peer
+            } else {
+                Over::Total
+            };
             let victim = book
                 .slots
                 .iter()
-                .filter(|(_, (k, _))| over == Over::Total || *k == key)
-                .filter_map(|(id, (_, activity))| {
+                .filter(|(_, h)| !(over_peer || over_read_peer) || h.key == key)
+                .filter(|(_, h)| !(over_read_peer || over_read_total) || h.role == Role::Read)
+                .filter_map(|(id, h)| {
                     let order = match self.evict {
                         Evict::Oldest => (0, *id),
-                        Evict::Idle(grace) => activity.evictable(grace)?,
+                        Evict::Idle(grace) => h.activity.evictable(grace)?,
                     };
                     Some((order, *id))
                 })
                 .min()
                 .map(|(_, id)| id)
                 .ok_or(over)?;
-            if let Some((_, activity)) = book.slots.remove(&victim) {
-                activity.evicted.cancel();
+            if let Some(held) = book.slots.remove(&victim) {
+                held.activity.evicted.cancel();
             }
         }
         let id = book.next_id;
         book.next_id += 1;
-        let activity = Arc::new(Activity {
-            epoch: self.epoch,
-            last_ms: AtomicU64::new(0),
-            busy: AtomicUsize::new(0),
-            long_polls: AtomicUsize::new(0),
-            evicted: CancellationToken::new(),
-        });
-        activity.touch();
-        book.slots.insert(id, (key, Arc::clone(&activity)));
+        let activity = Arc::new(Activity::new(self.epoch));
+        book.slots.insert(
+            id,
+            Held {
+                key,
+                role,
+                activity: Arc::clone(&activity),
+            },
+        );
         Ok(Slot {
             id,
             activity,
@@ -329,6 +434,37 @@ mod tests {
         let _s = _second.activity().request(false);
         assert_eq!(pool.admit("u").err(), Some(Over::Peer));
         assert_eq!(pool.len(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn read_peers_never_take_the_operate_reserve() {
+        // The total's reserve: read connections hold at most 3 of 4.
+        let pool = Pool::new(4, 4, Evict::Idle(GRACE)).with_operate_reserve(1);
+        let r1 = pool.admit_as("a", Role::Read).expect("read");
+        let r2 = pool.admit_as("a", Role::Read).expect("read");
+        let r3 = pool.admit_as("b", Role::Read).expect("read");
+        let busy = (r1.activity().request(false), r2.activity().request(false));
+        let r3_busy = r3.activity().request(false);
+        assert_eq!(pool.admit_as("c", Role::Read).err(), Some(Over::Total));
+        let o1 = pool.admit("c").expect("operate takes the reserved slot");
+        let o1_busy = o1.activity().request(false);
+        assert_eq!(pool.admit("c").err(), Some(Over::Total));
+        // An idle read connection is evicted for a read newcomer; an idle
+        // operate one is not.
+        drop((r3_busy, o1_busy));
+        tokio::time::advance(GRACE * 2).await;
+        let r4 = pool.admit_as("c", Role::Read).expect("evicts the idle read");
+        assert!(r3.evicted().is_cancelled());
+        assert!(!o1.evicted().is_cancelled());
+        drop((busy, r4));
+
+        // The peer's reserve: a peer's read connections hold at most 1 of 2.
+        let pool = Pool::new(10, 2, Evict::Idle(GRACE)).with_operate_reserve(1);
+        let r = pool.admit_as("a", Role::Read).expect("read");
+        let _r_busy = r.activity().request(false);
+        assert_eq!(pool.admit_as("a", Role::Read).err(), Some(Over::Peer));
+        let _o = pool.admit("a").expect("operate takes the peer's reserved slot");
+        let _other = pool.admit_as("b", Role::Read).expect("another peer reads");
     }
 
     #[tokio::test]

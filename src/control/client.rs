@@ -39,7 +39,12 @@
 //!   connection it answered busy, and one whose client went away is never
 //!   greeted: its greeting fails), so it is waited out as above;
 //!   [`ControlClient::connect_within`] still waits for the byte before it
-//!   returns. `tests/control.rs::a_pipelined_request_goes_before_the_first_byte`,
+//!   returns. A call that gives up (its deadline, or dropped) before that
+//!   byte came shuts the connection down rather than leave its request
+//!   in the socket: the server's greeting then fails and the request is
+//!   never read (a request's time left is measured from its arrival, so
+//!   nothing else would tell the server it waited).
+//!   `tests/control.rs::a_pipelined_request_goes_before_the_first_byte`,
 //!   `tests/control.rs::a_pipelined_call_waits_out_busy_and_is_answered`.
 //! - Nothing is sent to a socket the client does not trust: before it
 //!   connects, the socket's directory must be owned by this user or root
@@ -661,7 +666,11 @@ fn dial_again(error: &ClientError) -> bool {
 /// listener's credentials; the server's first byte is not waited for (the
 /// first request goes at once, [`Admitting`] reads the byte before its
 /// answer). TCP and TLS: the handshake, through the server's answer.
-async fn dial_once(endpoint: &Endpoint, generation: u64) -> Result<Connection, ClientError> {
+async fn dial_once(
+    endpoint: &Endpoint,
+    generation: u64,
+    clock_offset_ms: i64,
+) -> Result<Connection, ClientError> {
     match endpoint {
         Endpoint::Unix(path) => {
             let connect_err = |source| ClientError::Connect {
@@ -697,12 +706,12 @@ async fn dial_once(endpoint: &Endpoint, generation: u64) -> Result<Connection, C
                 inner: stream,
                 admission,
             };
-            Ok(start(stream, probe, generation, admitted))
+            Ok(start(stream, probe, generation, admitted, clock_offset_ms))
         }
         Endpoint::Tcp { addr, token } => {
             let stream = super::tcp::dial(*addr, token).await?;
             let probe = probe(&stream);
-            Ok(start(stream, probe, generation, accepted()))
+            Ok(start(stream, probe, generation, accepted(), clock_offset_ms))
         }
         Endpoint::Tls {
             addr,
@@ -712,7 +721,7 @@ async fn dial_once(endpoint: &Endpoint, generation: u64) -> Result<Connection, C
         } => {
             let stream = super::tls::dial(*addr, server_name, tls, token.as_ref()).await?;
             let probe = probe(stream.get_ref().0);
-            Ok(start(stream, probe, generation, accepted()))
+            Ok(start(stream, probe, generation, accepted(), clock_offset_ms))
         }
     }
 }
@@ -767,11 +776,15 @@ async fn dial(
     endpoint: &Endpoint,
     generation: u64,
     deadline: Instant,
+    clock_offset_ms: i64,
 ) -> Result<Connection, ClientError> {
     let mut backoff = Backoff::new();
     loop {
-        let attempt =
-            tokio::time::timeout_at(deadline.into(), dial_once(endpoint, generation)).await;
+        let attempt = tokio::time::timeout_at(
+            deadline.into(),
+            dial_once(endpoint, generation, clock_offset_ms),
+        )
+        .await;
         let error = match attempt {
             Ok(Ok(connection)) => return Ok(connection),
             Ok(Err(error)) => error,
@@ -807,13 +820,19 @@ fn start<S>(
     probe: Option<OwnedFd>,
     generation: u64,
     admission: watch::Receiver<Admission>,
+    clock_offset_ms: i64,
 ) -> Connection
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
 {
-    let transport = tarpc::serde_transport::new(codec::framed(stream), Bincode1::client());
+    let transport = tarpc::serde_transport::new(
+        codec::framed(stream),
+        Bincode1::client_with_clock_offset(clock_offset_ms),
+    );
+    let pending = admission.clone();
+    let unserved = move || *pending.borrow() == Admission::Pending;
     Connection {
-        wire: Arc::new(Wire::new(transport, probe)),
+        wire: Arc::new(Wire::new(transport, probe).unserved_while(unserved)),
         generation,
         admission,
     }
@@ -839,6 +858,9 @@ pub struct ControlClient {
     connection: Arc<Mutex<Option<Connection>>>,
     /// The deadline given to each command.
     timeout: Duration,
+    /// Milliseconds added to this client's clock readings (tests only:
+    /// [`Self::with_clock_offset_ms`]).
+    clock_offset_ms: i64,
 }
 
 impl ControlClient {
@@ -888,7 +910,7 @@ impl ControlClient {
         let deadline = Instant::now() + timeout;
         let mut backoff = Backoff::new();
         loop {
-            let connection = dial(&endpoint, 0, deadline).await?;
+            let connection = dial(&endpoint, 0, deadline, 0).await?;
             // No call reads yet: read the first byte here. A connection
             // that ends or breaks before it reads as closed below.
             let settled = tokio::time::timeout_at(
@@ -917,6 +939,7 @@ impl ControlClient {
                         endpoint: Arc::new(endpoint),
                         connection: Arc::new(Mutex::new(Some(connection))),
                         timeout,
+                        clock_offset_ms: 0,
                     });
                 }
                 Some(busy @ ClientError::Busy { .. }) => {
@@ -949,11 +972,12 @@ impl ControlClient {
         endpoint: Endpoint,
         timeout: Duration,
     ) -> Result<Self, ClientError> {
-        let connection = dial(&endpoint, 0, Instant::now() + timeout).await?;
+        let connection = dial(&endpoint, 0, Instant::now() + timeout, 0).await?;
         Ok(Self {
             endpoint: Arc::new(endpoint),
             connection: Arc::new(Mutex::new(Some(connection))),
             timeout,
+            clock_offset_ms: 0,
         })
     }
 
@@ -985,7 +1009,7 @@ impl ControlClient {
         }
         let generation = slot.as_ref().map_or(0, |c| c.generation + 1);
         *slot = None;
-        let connection = dial(&self.endpoint, generation, deadline).await?;
+        let connection = dial(&self.endpoint, generation, deadline, self.clock_offset_ms).await?;
         let raw = (
             Arc::clone(&connection.wire),
             generation,
@@ -1070,6 +1094,18 @@ impl ControlClient {
         request: impl Fn() -> ControlRequest,
     ) -> Result<ControlResponse, ClientError> {
         self.call(false, self.timeout, request).await
+    }
+
+    /// Read this client's clock `offset_ms` milliseconds off (negative:
+    /// behind) on the connections it dials from now on (the current one
+    /// is let go): a test's stand-in for a client machine whose clock is
+    /// skewed. Not for use outside tests.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_clock_offset_ms(mut self, offset_ms: i64) -> Self {
+        self.clock_offset_ms = offset_ms;
+        self.connection = Arc::new(Mutex::new(None));
+        self
     }
 
     /// Give each command this long (default [`DEFAULT_CALL_TIMEOUT`]).

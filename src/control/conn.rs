@@ -29,6 +29,11 @@
 //! - A call dropped after its frame was written sends tarpc's `Cancel`
 //!   for it (written at once if the socket has room, else by the next
 //!   call), so the server stops working on it, as with tarpc's client.
+//! - A call that gives up after its frame was written, on a connection the
+//!   server has not served yet (its first byte unread:
+//!   [`Wire::unserved_while`]), shuts the connection down instead: the
+//!   frame is never read late (the server's greeting fails).
+//!   `tests/control_hostile.rs::an_abandoned_pipelined_exit_is_never_read`.
 //! - A read or write error, or the end of the stream, breaks the
 //!   connection for every call on it: [`RpcError::Channel`] or
 //!   [`RpcError::Shutdown`], as tarpc's dispatch ends them, and the caller
@@ -110,12 +115,18 @@ struct State {
     timers: Vec<Pin<Box<Sleep>>>,
 }
 
+/// Whether the server has not served the connection yet (its first byte
+/// not read).
+type Unserved = Box<dyn Fn() -> bool + Send + Sync>;
+
 /// One connection's frames, shared by the calls on it.
 pub(crate) struct Wire {
     state: Mutex<State>,
     /// A duplicate of the socket, to ask the kernel whether the peer has
     /// closed it without reading from the stream.
     probe: Option<OwnedFd>,
+    /// Whether the server has yet to serve it (see [`Self::unserved_while`]).
+    unserved: Option<Unserved>,
 }
 
 impl std::fmt::Debug for Wire {
@@ -137,7 +148,30 @@ impl Wire {
                 timers: Vec::new(),
             }),
             probe,
+            unserved: None,
         }
+    }
+
+    /// While `unserved` says the server has not served this connection
+    /// (its first byte not read), a call that gives up after its frame was
+    /// written shuts the connection down instead of leaving the frame to
+    /// be read late: the server's greeting then fails, and the frame is
+    /// never read.
+    pub(crate) fn unserved_while(mut self, unserved: impl Fn() -> bool + Send + Sync + 'static) -> Self {
+        self.unserved = Some(Box::new(unserved));
+        self
+    }
+
+    /// A call whose frame was written gives up: before the server served
+    /// the connection, shut it down (every call on it ends broken).
+    fn abandoned(&self, state: &mut State) {
+        if !self.unserved.as_ref().is_some_and(|unserved| unserved()) {
+            return;
+        }
+        if let Some(probe) = &self.probe {
+            let _ = rustix::net::shutdown(probe, rustix::net::Shutdown::Both);
+        }
+        state.break_with(Broken::Shutdown);
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -392,6 +426,9 @@ impl Future for Call<'_> {
             None => Box::pin(tokio::time::sleep_until(deadline.into())),
         });
         if timer.as_mut().poll(cx).is_ready() {
+            if state.position(id).is_some_and(|at| state.calls[at].sent) {
+                this.wire.abandoned(state);
+            }
             return this.end(state, Err(RpcError::DeadlineExceeded));
         }
         state.driver = Some(id);
@@ -417,7 +454,11 @@ impl Drop for Call<'_> {
         // Dropped while its answer was awaited: tell the server, as tarpc's
         // client does, without waiting (a full socket keeps the frame for
         // the next call to flush).
-        if left.is_some_and(|call| call.sent && call.answer.is_none()) && state.broken.is_none() {
+        let abandoned = left.is_some_and(|call| call.sent && call.answer.is_none());
+        if abandoned && state.broken.is_none() {
+            self.wire.abandoned(state);
+        }
+        if abandoned && state.broken.is_none() {
             let mut cx = Context::from_waker(Waker::noop());
             if let Poll::Ready(Ok(())) = state.frames.as_mut().poll_ready(&mut cx) {
                 let cancel = ClientMessage::Cancel {

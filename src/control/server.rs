@@ -33,9 +33,10 @@
 //!   slot back without waiting out its long-poll.
 //!   `tests/control_hostile.rs::a_killed_watcher_gives_its_slot_back_at_once`.
 //! - A request whose deadline passed before it would run (the daemon was
-//!   stopped, the frame waited in the socket) is answered with an error and
-//!   never executed: the check is the last thing before the service method
-//!   (`codec` carries the deadline as an absolute time).
+//!   stopped, the frame waited in the socket) is answered with an error
+//!   that says why, and never executed: the check is the last thing before
+//!   the service method (`codec` carries the time left, less what the
+//!   frame spent waiting).
 //!   `tests/control_hostile.rs::an_abandoned_exit_of_a_connected_client_is_dropped`,
 //!   `tests/control_hostile.rs::an_abandoned_exit_and_stop_from_steadfastctl_are_not_run`.
 //! - The socket is bound through the opened control directory (opened
@@ -115,7 +116,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::auth;
 use super::bounds::{Activity, Evict, Pool, Slot};
-use super::codec::{self, Bincode1};
+use super::codec::{self, ArrivalNotes, Bincode1};
 use super::rewake::Rewake;
 use crate::supervisor::SupervisorHandle;
 
@@ -201,16 +202,25 @@ pub struct ServerLimits {
     /// Requests in flight on one connection; more are answered with
     /// tarpc's throttle error.
     pub max_in_flight_per_connection: usize,
-    /// A connection on which no byte moved either way for this long is
-    /// closed. Keep it above the longest call a client waits on (a `watch`
+    /// A connection with no request in flight, none started or answered
+    /// for this long, is closed (bytes that make no whole request do not
+    /// count). Keep it above the longest call a client waits on (a `watch`
     /// waits at most 60 s).
     pub idle_timeout: Duration,
+    /// A frame must be whole within this long of its first byte, or its
+    /// connection is closed: a peer that trickles a frame holds nothing.
+    pub frame_timeout: Duration,
+    /// Slots of [`Self::max_connections`], and of
+    /// [`Self::max_connections_per_peer`], that `read` peers may not hold
+    /// (TLS: kept for `operate` callers; the Unix socket's and plain TCP's
+    /// peers are all `operate`).
+    pub operate_reserve: usize,
     /// TCP only: how long a new connection has to send its whole hello
     /// (`auth::HELLO_LEN` bytes) before it is closed.
     pub handshake_timeout: Duration,
-    /// A served connection on which something moved this recently is not
-    /// evicted to make room (a client just admitted or just answered is
-    /// about to send); past it, an idle or long-polling one may be.
+    /// A served connection admitted, or whose request started or was
+    /// answered, this recently is not evicted to make room (such a client
+    /// is about to send); past it, an idle or long-polling one may be.
     pub evict_grace: Duration,
     /// TCP only: connections still in their token handshake, in all. They
     /// have their own pool (never an authenticated client's slots); when
@@ -228,6 +238,8 @@ impl Default for ServerLimits {
             max_connections_per_peer: 32,
             max_in_flight_per_connection: 32,
             idle_timeout: Duration::from_secs(600),
+            frame_timeout: Duration::from_secs(5),
+            operate_reserve: 4,
             handshake_timeout: Duration::from_secs(5),
             evict_grace: Duration::from_millis(500),
             max_handshakes: 256,
@@ -728,8 +740,10 @@ async fn accept_loop(
 }
 
 /// Serve one admitted connection until it ends, its peer closes, it goes
-/// idle for [`ServerLimits::idle_timeout`], it is evicted or the server
-/// stops; `slot` (its place in the connection bounds) is held until then.
+/// idle for [`ServerLimits::idle_timeout`], a frame of it is not whole
+/// within [`ServerLimits::frame_timeout`] of its first byte, it is evicted
+/// or the server stops; `slot` (its place in the connection bounds) is
+/// held until then.
 /// Both transports end here: the Unix socket once the peer's uid is
 /// checked, TCP once the token handshake succeeded.
 pub(crate) async fn serve_admitted<S, K>(
@@ -749,10 +763,12 @@ pub(crate) async fn serve_admitted<S, K>(
         inner: stream,
         activity: Arc::clone(&activity),
         peer_closed: peer_closed.clone(),
+        frame: FrameProgress::default(),
     };
     let evicted = slot.evicted();
     let connection = serve_connection(stream, handle, limits, Arc::clone(&activity), role);
-    let idle = idle_watch(limits.idle_timeout, activity);
+    let idle = idle_watch(limits.idle_timeout, Arc::clone(&activity));
+    let trickle = frame_watch(limits.frame_timeout, activity);
     // tarpc's channel wakes itself as it answers: polled again in place
     // rather than rescheduled as a yield that wakes another worker.
     Rewake::new(async {
@@ -767,25 +783,94 @@ pub(crate) async fn serve_admitted<S, K>(
             () = peer_closed.cancelled() => tracing::debug!("control peer closed; its calls dropped"),
             () = evicted.cancelled() => tracing::debug!("control connection evicted to make room"),
             () = idle => tracing::debug!("idle control connection closed"),
+            () = trickle => tracing::debug!("a control frame was not whole within the frame deadline; connection closed"),
         }
     })
     .await;
     drop(slot);
 }
 
-/// Resolves once nothing has moved on the connection for `timeout`.
-async fn idle_watch(timeout: Duration, activity: Arc<Activity>) {
+/// Resolves once a frame has been partly received for `timeout` (from its
+/// first byte).
+async fn frame_watch(timeout: Duration, activity: Arc<Activity>) {
     loop {
-        let deadline = activity.last() + timeout;
-        if Instant::now() >= deadline {
+        let Some(since) = activity.frame_since() else {
+            activity.frame_began().await;
+            continue;
+        };
+        if Instant::now() >= since + timeout {
             return;
         }
-        tokio::time::sleep_until(deadline).await;
+        tokio::time::sleep_until(since + timeout).await;
     }
 }
 
-/// A stream that records when a byte last moved (in the connection's
-/// [`Activity`]) and says when the peer closed its side.
+/// Where the connection is in its frames (a 4-byte big-endian length, then
+/// that many bytes), as [`Watched`] reads them.
+#[derive(Default)]
+struct FrameProgress {
+    /// Bytes of the length read so far (0 to 3).
+    head_len: usize,
+    /// The length's bytes read so far.
+    head: [u8; 4],
+    /// Bytes of the body still to come.
+    body_left: u64,
+    /// A frame is partly received.
+    in_frame: bool,
+}
+
+impl FrameProgress {
+    /// Account for `bytes`, read in order, in `activity`: a frame begins
+    /// with its first byte and ends with its last.
+    fn read(&mut self, mut bytes: &[u8], activity: &Activity) {
+        while !bytes.is_empty() {
+            if !self.in_frame {
+                self.in_frame = true;
+                activity.frame_begins();
+            }
+            if self.head_len < 4 {
+                let take = (4 - self.head_len).min(bytes.len());
+                self.head[self.head_len..self.head_len + take].copy_from_slice(&bytes[..take]);
+                self.head_len += take;
+                bytes = &bytes[take..];
+                if self.head_len == 4 {
+                    self.body_left = u64::from(u32::from_be_bytes(self.head));
+                }
+            } else {
+                let take = usize::try_from(self.body_left)
+                    .unwrap_or(usize::MAX)
+                    .min(bytes.len());
+                self.body_left -= take as u64;
+                bytes = &bytes[take..];
+            }
+            if self.head_len == 4 && self.body_left == 0 {
+                self.head_len = 0;
+                self.in_frame = false;
+                activity.frame_ends();
+            }
+        }
+    }
+}
+
+/// Resolves once the connection has held nothing for `timeout`: no
+/// request in flight, none started or answered (bytes do not count).
+async fn idle_watch(timeout: Duration, activity: Arc<Activity>) {
+    loop {
+        let deadline = activity.last() + timeout;
+        if Instant::now() < deadline {
+            tokio::time::sleep_until(deadline).await;
+        } else if activity.in_flight() {
+            // Its request's end counts as activity: look again later.
+            tokio::time::sleep(timeout / 4).await;
+        } else {
+            return;
+        }
+    }
+}
+
+/// A stream that follows the frames read (a frame's first and last byte,
+/// in the connection's [`Activity`], for the frame deadline) and says when
+/// the peer closed its side.
 struct Watched<S> {
     /// The connection.
     inner: S,
@@ -793,6 +878,8 @@ struct Watched<S> {
     activity: Arc<Activity>,
     /// Cancelled when a read found the end of the stream.
     peer_closed: CancellationToken,
+    /// Where the peer is in its frames.
+    frame: FrameProgress,
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
@@ -805,7 +892,8 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
         let room = buf.remaining() > 0;
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
         if buf.filled().len() > before {
-            self.activity.touch();
+            let this = &mut *self;
+            this.frame.read(&buf.filled()[before..], &this.activity);
         } else if room && matches!(polled, Poll::Ready(Ok(()))) {
             self.peer_closed.cancel();
         } else if let Poll::Ready(Err(error)) = &polled
@@ -832,11 +920,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         cx: &mut std::task::Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let polled = Pin::new(&mut self.inner).poll_write(cx, data);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
-        }
-        polled
+        Pin::new(&mut self.inner).poll_write(cx, data)
     }
 
     fn poll_flush(
@@ -863,7 +947,11 @@ async fn serve_connection<S>(
 ) where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
-    let transport = tarpc::serde_transport::new(codec::framed(stream), Bincode1::server());
+    let notes = Arc::new(ArrivalNotes::default());
+    let transport = tarpc::serde_transport::new(
+        codec::framed(stream),
+        Bincode1::server_noting(Arc::clone(&notes)),
+    );
     let serve = Guarded {
         inner: ControlService {
             handle,
@@ -872,6 +960,7 @@ async fn serve_connection<S>(
         .serve(),
         activity,
         role,
+        notes,
     };
     BaseChannel::with_defaults(transport)
         .max_concurrent_requests(limits.max_in_flight_per_connection)
@@ -893,6 +982,8 @@ struct Guarded<S> {
     activity: Arc<Activity>,
     /// What the peer may do (`Operate` on the Unix socket and plain TCP).
     role: Role,
+    /// Why requests of this connection arrived with no time left.
+    notes: Arc<ArrivalNotes>,
 }
 
 impl<S> Serve for Guarded<S>
@@ -913,10 +1004,13 @@ where
             return Ok(refusal);
         }
         if std::time::Instant::now() >= cx.deadline {
-            tracing::warn!("a control request arrived after its deadline; not executed");
+            let why = self.notes.take().unwrap_or_else(|| {
+                "it waited in the daemon past the time it had left".to_owned()
+            });
+            tracing::warn!(why, "a control request's deadline passed before it ran; not executed");
             return Err(ServerError::new(
                 io::ErrorKind::TimedOut,
-                "the request's deadline passed before it could run; it was not executed".into(),
+                format!("the request's deadline passed before it could run; it was not executed: {why}"),
             ));
         }
         self.inner.serve(cx, request).await

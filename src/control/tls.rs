@@ -25,6 +25,9 @@
 //!   [`ServerLimits::handshake_timeout`] and hold a slot of the handshake
 //!   pool only (as TCP's: the oldest is closed to make room), never an
 //!   authorized client's: `a_pre_handshake_flood_does_not_lock_the_operator_out`.
+//! - An authorized peer takes a served slot in its role: `read` peers never
+//!   hold the slots kept for `operate` ([`ServerLimits::operate_reserve`]):
+//!   `read_peers_cannot_take_the_operate_slots`.
 //! - A `read` peer's command is refused, typed, and not run; its reads are
 //!   answered: `a_read_only_peer_reads_but_is_refused_a_command`.
 //! - A peer that closes without TLS's `close_notify` (a killed
@@ -585,11 +588,14 @@ pub fn serve_tls_with(
     });
     handle.on_reload(Arc::downgrade(&hook));
     let cancel = CancellationToken::new();
-    let served = Arc::new(Pool::new(
-        limits.max_connections,
-        limits.max_connections_per_peer,
-        Evict::Idle(limits.evict_grace),
-    ));
+    let served = Arc::new(
+        Pool::new(
+            limits.max_connections,
+            limits.max_connections_per_peer,
+            Evict::Idle(limits.evict_grace),
+        )
+        .with_operate_reserve(limits.operate_reserve),
+    );
     let task = tokio::spawn(accept_loop(
         listener,
         handle,
@@ -629,7 +635,7 @@ async fn accept_loop(
                 () = evicted.cancelled() => Err("evicted from the handshake pool by newer connections"),
                 greeted = tokio::time::timeout(
                     limits.handshake_timeout,
-                    handshake(stream, &loaded, || served.admit(peer.ip())),
+                    handshake(stream, &loaded, |role| served.admit_as(peer.ip(), role)),
                 ) => greeted.unwrap_or(Err("no TLS handshake and hello within the handshake timeout")),
             };
             drop(greeting);
@@ -649,11 +655,12 @@ async fn accept_loop(
 
 /// The TLS handshake (the client's certificate verified by rustls, if it
 /// sent one), then the hello read inside the session and answered: with
-/// the peer's role and a slot of the served pool; else why not.
+/// the peer's role and a slot of the served pool for that role; else why
+/// not.
 async fn handshake<T>(
     stream: TcpStream,
     loaded: &Loaded,
-    admit: impl FnOnce() -> Result<T, Over>,
+    admit: impl FnOnce(Role) -> Result<T, Over>,
 ) -> Result<(tokio_rustls::server::TlsStream<TcpStream>, T, Role), &'static str> {
     let acceptor = TlsAcceptor::from(Arc::clone(&loaded.server));
     let mut tls = acceptor
@@ -673,7 +680,7 @@ async fn handshake<T>(
         let _ = answer(&mut tls, auth::ANSWER_REFUSED).await;
         return Err("the hello authorized nothing (no accepted token or certificate)");
     };
-    let Ok(slot) = admit() else {
+    let Ok(slot) = admit(role) else {
         let _ = answer(&mut tls, auth::ANSWER_BUSY).await;
         return Err("too many control connections busy; answered busy");
     };
