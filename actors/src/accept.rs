@@ -173,6 +173,10 @@ mod tests {
         assert_eq!(backoff.next_pause(), FIRST_PAUSE);
         let before = Instant::now();
         backoff.failed(&errno(Errno::CONNABORTED)).await;
-        assert_eq!(before.elapsed(), Duration::ZERO, "a per-connection error is retried at once");
+        assert_eq!(
+            before.elapsed(),
+            Duration::ZERO,
+            "a per-connection error is retried at once"
+        );
     }
 }
