@@ -48,6 +48,12 @@
 //! - [`run`] returns the [`ExitIntent`]; `std::process::exit(intent.code())`
 //!   gives 0 (halt: stay down) or 75 (relaunch: `Restart=on-failure` starts a
 //!   new process).
+//! - [`run_with`] first raises the process's soft `RLIMIT_NOFILE` to its
+//!   hard limit, as systemd advises daemons to (its soft default, 1024, is
+//!   for programs that use `select(2)`; tokio uses epoll), logged at debug.
+//!   A full descriptor table is survived anyway (accept loops pause, the
+//!   store probe waits: `spec/control.md`, "Accept loops"); the raise makes
+//!   it harder to reach. `fds::the_daemon_raises_its_soft_descriptor_limit`.
 //!
 //! - With [`DaemonOptions::control_socket`] (see [`run_with`]), the control
 //!   plane ([`crate::control`]) is served on
@@ -356,6 +362,7 @@ pub async fn run_with(
     if options.logging {
         init_logging(options.log_format);
     }
+    raise_descriptor_limit();
     let control = if options.control_socket {
         let path = supervisor.control_socket_path();
         let guard = crate::control::serve_unix(handle.clone(), &path).map_err(|error| {
@@ -417,6 +424,38 @@ fn warm_blocking_pool() {
     steadfast_actors::device::warm(1);
     for _ in 0..WARM_BLOCKING_THREADS {
         drop(tokio::task::spawn_blocking(|| ()));
+    }
+}
+
+/// Raise the soft `RLIMIT_NOFILE` to the hard limit (see the module doc).
+/// Best effort: a limit that cannot be raised is left as it is, and said
+/// at debug.
+fn raise_descriptor_limit() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    // No hard limit (`RLIM_INFINITY`): Linux refuses it as a soft limit.
+    let Some(hard) = limit.maximum else {
+        return;
+    };
+    if limit.current.is_none_or(|soft| soft >= hard) {
+        return;
+    }
+    let raised = Rlimit {
+        current: Some(hard),
+        maximum: Some(hard),
+    };
+    match setrlimit(Resource::Nofile, raised) {
+        Ok(()) => tracing::debug!(
+            from = limit.current,
+            to = hard,
+            "raised the soft descriptor limit to the hard limit"
+        ),
+        Err(error) => tracing::debug!(
+            soft = limit.current,
+            hard,
+            %error,
+            "the soft descriptor limit could not be raised"
+        ),
     }
 }
 

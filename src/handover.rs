@@ -7,7 +7,10 @@
 //! where it is in the [`HANDOVER_ENV`] environment variable. It serves one
 //! connection, and only from the candidate's pid (checked with
 //! `SO_PEERCRED`): one message, the names of the files as a line of text,
-//! the files themselves as ancillary data.
+//! the files themselves as ancillary data. A failed accept (out of
+//! descriptors) pauses the loop and accepts again
+//! (`steadfast_actors::accept::AcceptBackoff`): it never gives the
+//! handover up while the candidate's connection waits in the queue.
 //!
 //! The message starts with a header naming the data dir it is for (its
 //! `(st_dev, st_ino)`, `DirKey`), taken by the incumbent from its open
@@ -49,6 +52,7 @@ use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
     SendAncillaryMessage, SendFlags, recvmsg, sendmsg,
 };
+use steadfast_actors::accept::AcceptBackoff;
 
 /// The environment variable that tells a candidate where the handover
 /// socket is.
@@ -385,9 +389,20 @@ impl Offer {
             fds.push(fd);
         }
         let task = tokio::spawn(async move {
+            let mut backoff = AcceptBackoff::new("handover socket");
             loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
+                let stream = match listener.accept().await {
+                    Ok((stream, _)) => {
+                        backoff.accepted();
+                        stream
+                    }
+                    // Out of descriptors, mostly: the candidate's
+                    // connection waits in the queue; accept again after a
+                    // pause, never give the handover up.
+                    Err(error) => {
+                        backoff.failed(&error).await;
+                        continue;
+                    }
                 };
                 let pid = stream
                     .peer_cred()

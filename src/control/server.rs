@@ -96,6 +96,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use futures::StreamExt;
+use steadfast_actors::accept::AcceptBackoff;
 use steadfast_actors::config::parse_value;
 use steadfast_actors::lifecycle::Hold;
 use steadfast_protocol::control::{
@@ -674,6 +675,7 @@ async fn accept_loop(
     mut rebind: Rebind,
 ) {
     let mut reclaims_open = true;
+    let mut backoff = AcceptBackoff::new("control socket");
     loop {
         let accepted = tokio::select! {
             () = cancel.cancelled() => return,
@@ -691,11 +693,17 @@ async fn accept_loop(
             accepted = listener.accept() => accepted,
         };
         let mut stream = match accepted {
-            Ok((stream, _)) => stream,
+            Ok((stream, _)) => {
+                backoff.accepted();
+                stream
+            }
             Err(error) => {
-                // Out of descriptors, mostly: wait a little rather than spin.
-                tracing::warn!(%error, "control socket accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                // Out of descriptors, mostly: pause and accept again, never
+                // end (the warnings are bounded).
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    () = backoff.failed(&error) => {}
+                }
                 continue;
             }
         };

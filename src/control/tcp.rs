@@ -37,6 +37,11 @@
 //! - After the handshake a connection is served exactly as on the Unix
 //!   socket (`server::serve_admitted`: in-flight bound, idle timeout):
 //!   `an_idle_tcp_connection_is_closed`.
+//! - A failed accept (out of descriptors) pauses the loop and accepts
+//!   again, never ends it, for TCP and TLS alike (`accept_handshakes`,
+//!   on `steadfast_actors::accept::AcceptBackoff`): its pacing is
+//!   `accept::tests::an_exhausted_table_pauses_and_recovers`; the same
+//!   backoff over a real full table is `tests/fds.rs`.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -44,6 +49,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use steadfast_actors::accept::AcceptBackoff;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -219,16 +225,24 @@ pub(super) async fn accept_handshakes(
         limits.max_handshakes_per_peer,
         Evict::Oldest,
     );
+    let mut backoff = AcceptBackoff::new(format!("control port ({transport})"));
     loop {
         let accepted = tokio::select! {
             () = cancel.cancelled() => return,
             accepted = listener.accept() => accepted,
         };
         let (stream, peer) = match accepted {
-            Ok(accepted) => accepted,
+            Ok(accepted) => {
+                backoff.accepted();
+                accepted
+            }
             Err(error) => {
-                tracing::warn!(%error, transport, "control port accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                // Out of descriptors, mostly: pause and accept again, never
+                // end (the warnings are bounded).
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    () = backoff.failed(&error) => {}
+                }
                 continue;
             }
         };
