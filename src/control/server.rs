@@ -891,13 +891,19 @@ where
             return Ok(refusal);
         }
         if std::time::Instant::now() >= cx.deadline {
-            let why = self.notes.take().unwrap_or_else(|| {
-                "it waited in the daemon past the time it had left".to_owned()
-            });
-            tracing::warn!(why, "a control request's deadline passed before it ran; not executed");
+            let why = self
+                .notes
+                .take()
+                .unwrap_or_else(|| "it waited in the daemon past the time it had left".to_owned());
+            tracing::warn!(
+                why,
+                "a control request's deadline passed before it ran; not executed"
+            );
             return Err(ServerError::new(
                 io::ErrorKind::TimedOut,
-                format!("the request's deadline passed before it could run; it was not executed: {why}"),
+                format!(
+                    "the request's deadline passed before it could run; it was not executed: {why}"
+                ),
             ));
         }
         self.inner.serve(cx, request).await
