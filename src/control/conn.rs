@@ -24,6 +24,7 @@
 //! - The server is given the call's deadline less a margin (an eighth of
 //!   the time left, at most 1 s: [`for_the_server`]), so a frame that
 //!   arrives after its caller gave up finds no time left there.
+//!   `conn::tests::the_server_gets_the_deadline_less_a_margin`,
 //!   `tests/control_hostile.rs::an_abandoned_exit_of_a_connected_client_is_dropped`.
 //! - A call's deadline is its own: past it the call ends with
 //!   [`RpcError::DeadlineExceeded`], and an answer that comes later is
@@ -501,5 +502,26 @@ impl Drop for Call<'_> {
                 waker.wake();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn the_server_gets_the_deadline_less_a_margin() {
+        let now = Instant::now();
+        let secs = Duration::from_secs;
+        assert_eq!(for_the_server(now + secs(8), now), now + secs(7));
+        assert_eq!(
+            for_the_server(now + Duration::from_millis(800), now),
+            now + Duration::from_millis(700)
+        );
+        // At most 1 s kept back.
+        assert_eq!(for_the_server(now + secs(80), now), now + secs(79));
+        // A deadline already passed stays as it is.
+        assert_eq!(for_the_server(now, now + secs(1)), now);
     }
 }
