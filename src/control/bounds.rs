@@ -453,7 +453,9 @@ mod tests {
         // operate one is not.
         drop((r3_busy, o1_busy));
         tokio::time::advance(GRACE * 2).await;
-        let r4 = pool.admit_as("c", Role::Read).expect("evicts the idle read");
+        let r4 = pool
+            .admit_as("c", Role::Read)
+            .expect("evicts the idle read");
         assert!(r3.evicted().is_cancelled());
         assert!(!o1.evicted().is_cancelled());
         drop((busy, r4));
@@ -463,7 +465,9 @@ mod tests {
         let r = pool.admit_as("a", Role::Read).expect("read");
         let _r_busy = r.activity().request(false);
         assert_eq!(pool.admit_as("a", Role::Read).err(), Some(Over::Peer));
-        let _o = pool.admit("a").expect("operate takes the peer's reserved slot");
+        let _o = pool
+            .admit("a")
+            .expect("operate takes the peer's reserved slot");
         let _other = pool.admit_as("b", Role::Read).expect("another peer reads");
     }
 

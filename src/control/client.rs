@@ -711,7 +711,13 @@ async fn dial_once(
         Endpoint::Tcp { addr, token } => {
             let stream = super::tcp::dial(*addr, token).await?;
             let probe = probe(&stream);
-            Ok(start(stream, probe, generation, accepted(), clock_offset_ms))
+            Ok(start(
+                stream,
+                probe,
+                generation,
+                accepted(),
+                clock_offset_ms,
+            ))
         }
         Endpoint::Tls {
             addr,
@@ -721,7 +727,13 @@ async fn dial_once(
         } => {
             let stream = super::tls::dial(*addr, server_name, tls, token.as_ref()).await?;
             let probe = probe(stream.get_ref().0);
-            Ok(start(stream, probe, generation, accepted(), clock_offset_ms))
+            Ok(start(
+                stream,
+                probe,
+                generation,
+                accepted(),
+                clock_offset_ms,
+            ))
         }
     }
 }

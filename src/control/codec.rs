@@ -90,7 +90,10 @@ pub(crate) struct ArrivalNotes(std::sync::Mutex<std::collections::VecDeque<Strin
 impl ArrivalNotes {
     /// Keep `note` (a handful at most: the oldest go first).
     fn push(&self, note: String) {
-        let mut notes = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut notes = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if notes.len() >= 64 {
             notes.pop_front();
         }
@@ -123,9 +126,10 @@ fn invalid(error: bincode::Error) -> io::Error {
 /// connection.
 #[derive(Debug)]
 pub struct Bincode1<Item, SinkItem> {
-    /// The server's side: decoded frames are client requests that carry
-    /// an absolute deadline before their bincode. The client's side
-    /// encodes that deadline (and decodes responses, which have none).
+    /// The server's side: decoded frames are client frames with a stamp
+    /// (or an older client's absolute deadline) before their bincode. The
+    /// client's side writes that stamp (and decodes responses, which have
+    /// none).
     server: bool,
     /// Client only: milliseconds added to the client's clock readings (a
     /// test's stand-in for a client machine whose clock is off).
@@ -402,8 +406,7 @@ mod tests {
 
     /// What `server` (one connection's codec) decodes from a client frame.
     fn decoded_by(server: &mut Bincode1<Frame, ()>, client_frame: &[u8]) -> Frame {
-        Deserializer::deserialize(Pin::new(server), &BytesMut::from(client_frame))
-            .expect("decodes")
+        Deserializer::deserialize(Pin::new(server), &BytesMut::from(client_frame)).expect("decodes")
     }
 
     fn prefixed(prefix: u64, body: &[u8]) -> Vec<u8> {
@@ -450,7 +453,10 @@ mod tests {
     fn an_absurd_deadline_is_clamped() {
         let absurd = request(Duration::new(u64::MAX, 999_999_999));
         assert_eq!(deadline_of(decoded(&encoded(&absurd))), MAX_DEADLINE);
-        assert_eq!(deadline_of(decoded(&prefixed(u64::MAX, &absurd))), MAX_DEADLINE);
+        assert_eq!(
+            deadline_of(decoded(&prefixed(u64::MAX, &absurd))),
+            MAX_DEADLINE
+        );
         // An older client's absolute deadline, as far off as it goes.
         let one_second = request(Duration::from_secs(1));
         assert_eq!(
@@ -471,7 +477,10 @@ mod tests {
             let prefix = u64::from_le_bytes(frame[..8].try_into().expect("8 bytes"));
             assert_eq!(prefix & STAMPED, STAMPED);
             let deadline = deadline_of(decoded(&frame));
-            assert!(deadline == Duration::from_secs(30), "{offset_ms}: {deadline:?}");
+            assert!(
+                deadline == Duration::from_secs(30),
+                "{offset_ms}: {deadline:?}"
+            );
         }
 
         // On one connection, a frame that took 2 s longer than the
@@ -528,7 +537,10 @@ mod tests {
         let notes = std::sync::Arc::new(ArrivalNotes::default());
         let mut server = Bincode1::<Frame, ()>::server_noting(std::sync::Arc::clone(&notes));
         let behind = prefixed(now_ms() - 3_000, &request(Duration::from_secs(2)));
-        assert_eq!(deadline_of(decoded_by(&mut server, &behind)), Duration::ZERO);
+        assert_eq!(
+            deadline_of(decoded_by(&mut server, &behind)),
+            Duration::ZERO
+        );
         let note = notes.take().expect("a note");
         assert!(note.contains("client's clock is behind"), "{note}");
 

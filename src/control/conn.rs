@@ -21,6 +21,11 @@
 //!   wait wakes one of them, which polls and becomes the driver: no answer
 //!   is left unread. `tests/control.rs::concurrent_calls_share_one_connection`
 //!   (a `watch` long-poll and snapshots on one client at once).
+//! - The server is given the call's deadline less a margin (an eighth of
+//!   the time left, at most 1 s: [`for_the_server`]), so a frame that
+//!   arrives after its caller gave up finds no time left there.
+//!   `conn::tests::the_server_gets_the_deadline_less_a_margin`,
+//!   `tests/control_hostile.rs::an_abandoned_exit_of_a_connected_client_is_dropped`.
 //! - A call's deadline is its own: past it the call ends with
 //!   [`RpcError::DeadlineExceeded`], and an answer that comes later is
 //!   dropped, as tarpc's client does. The timer is kept by the connection
@@ -157,7 +162,10 @@ impl Wire {
     /// written shuts the connection down instead of leaving the frame to
     /// be read late: the server's greeting then fails, and the frame is
     /// never read.
-    pub(crate) fn unserved_while(mut self, unserved: impl Fn() -> bool + Send + Sync + 'static) -> Self {
+    pub(crate) fn unserved_while(
+        mut self,
+        unserved: impl Fn() -> bool + Send + Sync + 'static,
+    ) -> Self {
         self.unserved = Some(Box::new(unserved));
         self
     }
@@ -293,6 +301,22 @@ impl State {
     }
 }
 
+/// The most a call keeps back from the deadline it sends (see
+/// [`for_the_server`]).
+const MAX_MARGIN: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The deadline a call gives the server: its own, less an eighth of the
+/// time left (at most [`MAX_MARGIN`]). The server measures the time left
+/// from a frame's arrival, less how much longer the frame took than the
+/// connection's quickest one (`codec`); that quickest delivery is not
+/// zero, so a frame that arrives just after its caller gave up could look
+/// as if it had a little time left. The margin covers that: such a frame
+/// finds nothing left, and is never run.
+fn for_the_server(deadline: Instant, now: Instant) -> Instant {
+    let left = deadline.saturating_duration_since(now);
+    deadline - (left / 8).min(MAX_MARGIN)
+}
+
 /// A call in flight on a [`Wire`] (see the module's invariants).
 pub(crate) struct Call<'a> {
     wire: &'a Wire,
@@ -334,7 +358,7 @@ impl Call<'_> {
             return Poll::Ready(Ok(()));
         };
         let mut context = tarpc::context::current();
-        context.deadline = self.deadline;
+        context.deadline = for_the_server(self.deadline, Instant::now());
         let frame = ClientMessage::Request(Request {
             context,
             id,
@@ -478,5 +502,26 @@ impl Drop for Call<'_> {
                 waker.wake();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn the_server_gets_the_deadline_less_a_margin() {
+        let now = Instant::now();
+        let secs = Duration::from_secs;
+        assert_eq!(for_the_server(now + secs(8), now), now + secs(7));
+        assert_eq!(
+            for_the_server(now + Duration::from_millis(800), now),
+            now + Duration::from_millis(700)
+        );
+        // At most 1 s kept back.
+        assert_eq!(for_the_server(now + secs(80), now), now + secs(79));
+        // A deadline already passed stays as it is.
+        assert_eq!(for_the_server(now, now + secs(1)), now);
     }
 }

@@ -15,10 +15,16 @@
 //!   only as root with `setpriv`).
 //! - Bounds: at most [`ServerLimits::max_connections`] connections at once,
 //!   and [`ServerLimits::max_connections_per_peer`] from one uid. A full
-//!   bound makes room before it refuses (`bounds`): an idle connection is
-//!   evicted (the longest idle first), then one that is only long-polling
+//!   bound makes room before it refuses (`bounds`): a connection holding
+//!   no request is evicted (the longest idle first; bytes of a frame not
+//!   yet whole do not count), then one that is only long-polling
 //!   (`watch`, `replace_status`); so an operator's short call always finds
-//!   a slot while one is held by an idle or long-polling connection. Only a
+//!   a slot while one is held by an idle, trickling or long-polling
+//!   connection. A frame not whole within [`ServerLimits::frame_timeout`]
+//!   of its first byte closes its connection.
+//!   `tests/control_hostile.rs::trickling_connections_do_not_lock_the_operator_out`,
+//!   `tests/control_hostile.rs::trickling_tcp_connections_do_not_lock_the_operator_out`.
+//!   Only a
 //!   bound full of connections with other requests in flight refuses, and
 //!   then with a typed answer: every accepted connection first gets one
 //!   byte from the server, `0` (served) or `2` (busy, then closed), before
@@ -1012,13 +1018,19 @@ where
             return Ok(refusal);
         }
         if std::time::Instant::now() >= cx.deadline {
-            let why = self.notes.take().unwrap_or_else(|| {
-                "it waited in the daemon past the time it had left".to_owned()
-            });
-            tracing::warn!(why, "a control request's deadline passed before it ran; not executed");
+            let why = self
+                .notes
+                .take()
+                .unwrap_or_else(|| "it waited in the daemon past the time it had left".to_owned());
+            tracing::warn!(
+                why,
+                "a control request's deadline passed before it ran; not executed"
+            );
             return Err(ServerError::new(
                 io::ErrorKind::TimedOut,
-                format!("the request's deadline passed before it could run; it was not executed: {why}"),
+                format!(
+                    "the request's deadline passed before it could run; it was not executed: {why}"
+                ),
             ));
         }
         self.inner.serve(cx, request).await
