@@ -32,7 +32,10 @@
 //!     (`Timings::step_deadline`) whenever a boot step starts or reports
 //!     progress (`StepProgress::report`): systemd's start timeout never
 //!     kills a boot steadfast itself still lets run.
-//!   - `STATUS=<state>` on every transition.
+//!   - `STATUS=<state>` on every transition, one line: what it quotes (an
+//!     error, which may hold a config value) has its control characters
+//!     escaped, so it cannot add a `KEY=` line to the datagram
+//!     (`notify::a_status_cannot_add_a_line_to_the_datagram`).
 //!   - SIGHUP and `steadfastctl reload` (once ready): `RELOADING=1` with
 //!     `MONOTONIC_USEC=`, then, once the reload was answered, `READY=1` —
 //!     what `Type=notify-reload` asks.
@@ -108,7 +111,9 @@ use steadfast_actors::lifecycle::CommandError;
 
 mod logging;
 mod metrics_http;
-pub use logging::{LogFormat, LogLevel, LogLevelError, init_logging, set_log_level};
+pub use logging::{
+    LogFormat, LogLevel, LogLevelError, escape_controls, init_logging, set_log_level,
+};
 pub use metrics_http::CONTENT_TYPE as METRICS_CONTENT_TYPE;
 
 /// One line for `STATUS=`: the state and what matters about it.
@@ -748,12 +753,18 @@ fn notes() -> Option<&'static std::sync::mpsc::Sender<Note>> {
 }
 
 /// Send `states` (in order with every earlier one, never blocking the
-/// caller); a failure is logged, never fatal.
+/// caller); a failure is logged, never fatal. The one place a datagram is
+/// built: each state is one line, its text's control characters escaped
+/// ([`escape_controls`]), so a `STATUS=` carrying an error (which may hold
+/// a config value) cannot add a `KEY=` line of its own (`MAINPID=`,
+/// `WATCHDOG=trigger`). `notify::a_status_cannot_add_a_line_to_the_datagram`.
 fn tell(states: &[NotifyState<'_>]) {
-    use std::fmt::Write as _;
     let mut message = String::new();
     for (i, state) in states.iter().enumerate() {
-        let _ = write!(message, "{}{state}", if i == 0 { "" } else { "\n" });
+        if i > 0 {
+            message.push('\n');
+        }
+        message.push_str(&escape_controls(&state.to_string()));
     }
     if let Some(notes) = notes() {
         let _ = notes.send(Note::Send(message));

@@ -2,8 +2,10 @@
 //! and the configured `log_level` change it, the configured level in place
 //! (no restart), a control socket that cannot be served is logged as an
 //! error, and under journald (`JOURNAL_STREAM` naming stderr) every line
-//! carries its syslog priority. The environment is the child's only
-//! (`Command::env`), never this process's.
+//! carries its syslog priority. Text from outside (a config value in an
+//! error, a client's request line) is escaped: one record is one line, and
+//! no control character reaches the log. The environment is the child's
+//! only (`Command::env`), never this process's.
 
 mod processes;
 
@@ -326,5 +328,77 @@ fn under_journald_lines_carry_their_priority() {
         "{text}"
     );
     drop(taken);
+    kvd.exit();
+}
+
+/// Whether `line` starts as a record of kvd's does: its syslog priority
+/// under journald, else its timestamp (`2026-…T…`).
+fn starts_as_a_record(line: &str, journal: bool) -> bool {
+    if journal {
+        ["<3>", "<4>", "<6>", "<7>"]
+            .iter()
+            .any(|p| line.starts_with(p))
+    } else {
+        let b = line.as_bytes();
+        b.len() > 11 && b[..4].iter().all(u8::is_ascii_digit) && b[4] == b'-' && b[10] == b'T'
+    }
+}
+
+/// A config leaf whose name holds newlines, a forged emergency record and
+/// ESC holds the boot with an error that quotes it, logged at each
+/// transition: in the plain format and the journal's, every line of kvd's
+/// stderr starts as a record does, and none holds a control character.
+/// Before, each quote of it forged a `<0>` (emergency) line under journald
+/// and an `ERROR` line in plain text.
+#[test]
+fn a_config_value_cannot_forge_a_log_line() {
+    let hostile = "\"x\\n<0>ERROR forged\\r\\u001b[2J\\u009b2K\" = 1\n";
+    for journal in [false, true] {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let kvd = Kvd::spawn_with(tmp.path(), hostile, &[], |log| {
+            if !journal {
+                return Vec::new();
+            }
+            let meta = std::fs::metadata(log).expect("log file");
+            vec![("JOURNAL_STREAM", format!("{}:{}", meta.dev(), meta.ino()))]
+        });
+        processes::until(&kvd.data, "a held boot", |s| {
+            s["lifecycle"]["state"] == "failed"
+        });
+        kvd.wait_for("forged");
+        kvd.exit();
+        let text = std::fs::read_to_string(tmp.path().join("kvd.stderr")).expect("log");
+        assert!(
+            text.contains("unknown leaf x\\n<0>ERROR forged\\r\\x1b[2J\\u{9b}2K"),
+            "the value, escaped: {text}"
+        );
+        for line in text.lines() {
+            assert!(
+                starts_as_a_record(line, journal),
+                "a forged line (journal: {journal}): {line:?} in {text}"
+            );
+            assert!(!line.chars().any(char::is_control), "{line:?}");
+        }
+    }
+}
+
+/// A client's request line is logged at debug (`request=`): a carriage
+/// return and ESC in it are escaped, not written to the log raw.
+#[test]
+fn a_request_line_cannot_reach_the_log_raw() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let kvd = Kvd::spawn(tmp.path(), "", &[("RUST_LOG", "debug".into())]);
+    kvd.running();
+    processes::kv(kvd.port, "GET a\r<0>ERROR forged\u{1b}[2J");
+    kvd.request("after");
+    let text = kvd.wait_for(&request_line("after"));
+    assert!(
+        text.contains("request=GET a\\r<0>ERROR forged\\x1b[2J"),
+        "{text}"
+    );
+    assert!(
+        !text.chars().any(|c| c.is_control() && c != '\n'),
+        "{text:?}"
+    );
     kvd.exit();
 }

@@ -14,7 +14,9 @@
 //!   `MONOTONIC_USEC=`, then `READY=1` (`Type=notify-reload`);
 //! - `STOPPING=1` is sent once;
 //! - `WATCHDOG=1` only after a round trip through the Lifecycle actor: a
-//!   wedged actor is not pinged.
+//!   wedged actor is not pinged;
+//! - a `STATUS=` is one line whatever it quotes: a config value with
+//!   newlines adds no field to the datagram.
 
 mod processes;
 
@@ -293,6 +295,50 @@ fn ready_when_boots_fail_on_backoff() {
     assert_eq!(notify.count("READY=1"), 1, "{:#?}", notify.seen);
     exit_once(&data, &mut child, &mut notify);
     drop(taken);
+}
+
+/// A config value holding newlines (and ESC) reaches `STATUS=` through the
+/// failed boot's error (`cannot bind <listen_addr>`): the status stays one
+/// line with the value escaped, and adds no `MAINPID=` or
+/// `WATCHDOG=trigger` line to the datagram. Before, each newline began a
+/// line of its own, which systemd reads as a field.
+#[test]
+fn a_status_cannot_add_a_line_to_the_datagram() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (data, config) = (tmp.path().join("data"), tmp.path().join("kvd.toml"));
+    std::fs::write(
+        &config,
+        "listen_addr = \"x\\nMAINPID=1\\nWATCHDOG=trigger\\u001b[2J\"\n",
+    )
+    .expect("config");
+    let mut notify = Notify::bind(tmp.path());
+    let mut child = kvd(&data, &config, &notify, &[]);
+    let status = ready_with(&mut notify, "failed in bind_listener", |s| {
+        s.starts_with("failed in bind_listener")
+    });
+    assert!(
+        status.contains("x\\nMAINPID=1\\nWATCHDOG=trigger\\x1b[2J"),
+        "the value, escaped, in the one STATUS= line: {status:?}"
+    );
+    for message in &notify.seen {
+        for line in message.lines() {
+            let key = line.split_once('=').map_or(line, |(key, _)| key);
+            assert!(
+                [
+                    "STATUS",
+                    "READY",
+                    "EXTEND_TIMEOUT_USEC",
+                    "STOPPING",
+                    "RELOADING",
+                    "MONOTONIC_USEC",
+                ]
+                .contains(&key),
+                "a line steadfast did not send: {line:?} in {message:?}"
+            );
+            assert!(!line.contains('\u{1b}'), "{message:?}");
+        }
+    }
+    exit_once(&data, &mut child, &mut notify);
 }
 
 /// SIGHUP and `steadfastctl reload`: each `RELOADING=1` with a

@@ -19,6 +19,10 @@
 //!   another uid, is refused with [`TokenError::TooOpen`] /
 //!   [`TokenError::NotOwner`] before its content is read.
 //!   `tests/control_tcp.rs::a_token_file_with_a_loose_mode_is_refused`.
+//! - A token file is opened `O_NONBLOCK` and must be a regular file of at
+//!   most 256 bytes ([`TokenError::NotAFile`], [`TokenError::TooLarge`]):
+//!   a FIFO or a device at the path neither hangs nor floods the reader.
+//!   `tests/ctl_output.rs::the_ctl_refuses_files_it_cannot_read_safely`.
 //! - A new token file is created with mode 0600 at creation (`O_EXCL`, no
 //!   chmod afterwards), written, fsynced, and its directory fsynced.
 //!   `auth::tests::a_created_token_file_is_private_and_reads_back`.
@@ -112,6 +116,19 @@ pub enum TokenError {
     /// The file is not a regular file.
     #[error("the token file {0} is not a regular file")]
     NotAFile(PathBuf),
+    /// The file is far longer than a token's 64 hex digits; it was not
+    /// read.
+    #[error(
+        "the token file {path} holds {len} bytes, over the {limit}-byte limit for a token file (64 hex digits)"
+    )]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its length (at least this much).
+        len: u64,
+        /// The limit.
+        limit: u64,
+    },
     /// The content is not 64 hex digits.
     #[error("the token file {0} does not hold a token (64 hex digits)")]
     Malformed(PathBuf),
@@ -182,17 +199,32 @@ impl Token {
     }
 
     /// Read the token from `path`, refusing a file that group or others
-    /// may read or write, or that another user owns.
+    /// may read or write, or that another user owns, or that is not a
+    /// regular file of at most 256 bytes. Opened `O_NONBLOCK`, so a FIFO
+    /// at the path is refused, not waited on.
     ///
     /// # Errors
-    /// [`TokenError`]: cannot read it, too open, not ours, not a token.
+    /// [`TokenError`]: cannot read it, not a file, too large, too open, not
+    /// ours, not a token.
     pub fn read_file(path: impl AsRef<Path>) -> Result<Self, TokenError> {
+        use rustix::fs::{Mode, OFlags};
         let path = path.as_ref();
-        let file = fs::File::open(path).map_err(io_at(path))?;
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+        let file = fs::File::from(
+            rustix::fs::open(path, flags, Mode::empty()).map_err(|e| io_at(path)(e.into()))?,
+        );
         // The checks are on the opened file, so they hold for what is read.
         let meta = file.metadata().map_err(io_at(path))?;
         if !meta.is_file() {
             return Err(TokenError::NotAFile(path.to_owned()));
+        }
+        let too_large = |len: u64| TokenError::TooLarge {
+            path: path.to_owned(),
+            len,
+            limit: MAX_FILE_LEN,
+        };
+        if meta.len() > MAX_FILE_LEN {
+            return Err(too_large(meta.len()));
         }
         let mode = meta.mode() & 0o7777;
         if mode & 0o077 != 0 {
@@ -219,7 +251,7 @@ impl Token {
                 _ => io_at(path)(error),
             })?;
         if text.len() as u64 > MAX_FILE_LEN {
-            return Err(TokenError::Malformed(path.to_owned()));
+            return Err(too_large(text.len() as u64));
         }
         Self::from_hex(&text).ok_or_else(|| TokenError::Malformed(path.to_owned()))
     }

@@ -115,9 +115,17 @@ pub enum TlsError {
         /// This process's effective uid.
         me: u32,
     },
-    /// Not a regular file, or over 1 MiB.
-    #[error("{0} is not a regular file of at most 1 MiB")]
+    /// Not a regular file (a FIFO, a device, a directory).
+    #[error("{0} is not a regular file")]
     NotAFile(PathBuf),
+    /// Over 1 MiB: not read.
+    #[error("{path} holds {len} bytes, over the 1 MiB limit for a PEM file")]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its length (at least this much).
+        len: u64,
+    },
     /// The file holds no PEM item of the kind wanted, or a malformed one.
     #[error("{path} holds no usable {what} (PEM): {why}")]
     Pem {
@@ -285,8 +293,15 @@ fn read_pem_file(path: &Path, private: bool) -> Result<Vec<u8>, TlsError> {
     .map_err(|e| io_err(e.into()))?;
     let file = std::fs::File::from(fd);
     let meta = file.metadata().map_err(io_err)?;
-    if !meta.is_file() || meta.len() > MAX_PEM_LEN {
+    if !meta.is_file() {
         return Err(TlsError::NotAFile(path.to_owned()));
+    }
+    let too_large = |len: u64| TlsError::TooLarge {
+        path: path.to_owned(),
+        len,
+    };
+    if meta.len() > MAX_PEM_LEN {
+        return Err(too_large(meta.len()));
     }
     if private {
         let mode = meta.mode() & 0o7777;
@@ -309,6 +324,9 @@ fn read_pem_file(path: &Path, private: bool) -> Result<Vec<u8>, TlsError> {
     file.take(MAX_PEM_LEN + 1)
         .read_to_end(&mut bytes)
         .map_err(io_err)?;
+    if bytes.len() as u64 > MAX_PEM_LEN {
+        return Err(too_large(bytes.len() as u64));
+    }
     Ok(bytes)
 }
 

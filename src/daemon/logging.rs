@@ -15,15 +15,27 @@
 //!   `tests/logs.rs::under_journald_lines_carry_their_priority`.
 //! - A `RUST_LOG` that does not parse is not dropped silently: the filter
 //!   falls back to `info` and the first line says why.
+//! - One event is one line, whatever its text: in plain and journald lines
+//!   every control character in a message or a field (a span's too) — a
+//!   newline, a carriage return, ESC, any other C0 or C1 control, DEL — is
+//!   written as an escape ([`escape_controls`]: `\n`, `\x1b`, `\u{9b}`), so
+//!   text a user typed (a config value in an error, a client's request line)
+//!   can neither forge a record (`<0>` emergency, a fake `ERROR`) nor reach
+//!   a terminal as a control sequence. JSON lines escape by JSON's rules.
+//!   `logging::tests::a_field_or_message_cannot_break_the_line`,
+//!   `tests/logs.rs::a_config_value_cannot_forge_a_log_line`.
 //!
 //! The reload handle is process-wide state, on purpose: a process has one
 //! global subscriber, however many supervisors it runs.
 
-use std::fmt;
+use std::borrow::Cow;
+use std::fmt::{self, Write as _};
 use std::sync::OnceLock;
 
 use tracing::{Event, Level, Subscriber};
-use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::field::RecordFields;
+use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::fmt::format::{DefaultFields, Writer};
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
@@ -164,6 +176,87 @@ const fn priority(level: Level) -> u8 {
     }
 }
 
+/// `text` with every control character (`char::is_control`: C0, DEL, C1)
+/// written as an escape: `\n`, `\r`, `\t`, `\x1b` (C0 and DEL), `\u{9b}`
+/// (C1); everything else as it is. What steadfast does to text that came
+/// from outside before it goes into a log line, an sd_notify datagram or a
+/// terminal: one line stays one line, and no control sequence gets through.
+#[must_use]
+pub fn escape_controls(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    let _ = Escaping(&mut out).write_str(text);
+    Cow::Owned(out)
+}
+
+/// A writer that escapes every control character written through it, as
+/// [`escape_controls`] does.
+struct Escaping<W>(W);
+
+impl<W: fmt::Write> fmt::Write for Escaping<W> {
+    fn write_str(&mut self, text: &str) -> fmt::Result {
+        let mut rest = text;
+        while let Some((at, c)) = rest.char_indices().find(|(_, c)| c.is_control()) {
+            self.0.write_str(&rest[..at])?;
+            match c {
+                '\n' => self.0.write_str("\\n")?,
+                '\r' => self.0.write_str("\\r")?,
+                '\t' => self.0.write_str("\\t")?,
+                c if u32::from(c) < 0x80 => write!(self.0, "\\x{:02x}", u32::from(c))?,
+                c => write!(self.0, "\\u{{{:x}}}", u32::from(c))?,
+            }
+            rest = &rest[at + c.len_utf8()..];
+        }
+        self.0.write_str(rest)
+    }
+}
+
+/// The fields of an event or a span as tracing-subscriber writes them
+/// (`message` first, then `name=value`), with every control character
+/// escaped: everything a line carries that did not come from steadfast's
+/// own format goes through here, so a record is one line.
+struct EscapedFields(DefaultFields);
+
+impl<'writer> FormatFields<'writer> for EscapedFields {
+    fn format_fields<R: RecordFields>(
+        &self,
+        mut writer: Writer<'writer>,
+        fields: R,
+    ) -> fmt::Result {
+        let mut escaping = Escaping(&mut writer);
+        self.0.format_fields(Writer::new(&mut escaping), fields)
+    }
+}
+
+/// The plain-text layer writing to `writer`: with a syslog priority and no
+/// timestamp for the journal, else timestamped (`ansi`: colored levels).
+/// Fields and messages escaped ([`EscapedFields`]) either way.
+fn plain_layer<S, W>(journal: bool, ansi: bool, writer: W) -> Box<dyn Layer<S> + Send + Sync>
+where
+    S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
+    W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
+{
+    let layer = tracing_subscriber::fmt::layer()
+        .fmt_fields(EscapedFields(DefaultFields::new()))
+        .with_writer(writer);
+    if journal {
+        Box::new(
+            layer
+                .with_ansi(false)
+                .without_time()
+                .event_format(Prioritized(
+                    tracing_subscriber::fmt::format()
+                        .without_time()
+                        .with_ansi(false),
+                )),
+        )
+    } else {
+        Box::new(layer.with_ansi(ansi))
+    }
+}
+
 /// Each line prefixed with its syslog priority, for the journal.
 struct Prioritized<F>(F);
 
@@ -207,21 +300,10 @@ pub fn init_logging(format: LogFormat) -> bool {
                 .json()
                 .with_writer(std::io::stderr),
         ),
-        (LogFormat::Plain, true) => Box::new(
-            tracing_subscriber::fmt::layer()
-                .with_ansi(false)
-                .without_time()
-                .event_format(Prioritized(
-                    tracing_subscriber::fmt::format()
-                        .without_time()
-                        .with_ansi(false),
-                ))
-                .with_writer(std::io::stderr),
-        ),
-        (LogFormat::Plain, false) => Box::new(
-            tracing_subscriber::fmt::layer()
-                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-                .with_writer(std::io::stderr),
+        (LogFormat::Plain, journal) => plain_layer(
+            journal,
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            std::io::stderr,
         ),
     };
     // Another thread may install one first: then that one stays.
@@ -270,4 +352,99 @@ pub fn set_log_level(level: Option<&LogLevel>) -> Result<(), LogLevelError> {
     drop(current);
     tracing::info!(level = %directive, "log level set");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use tracing_subscriber::layer::SubscriberExt as _;
+
+    use super::{Registry, escape_controls, plain_layer};
+
+    /// What a layer under test wrote.
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Buffer {
+        type Writer = Self;
+
+        fn make_writer(&'a self) -> Self {
+            self.clone()
+        }
+    }
+
+    /// Every control character, and nothing else, is escaped.
+    #[test]
+    fn escaping_writes_every_control_character_as_an_escape() {
+        assert_eq!(escape_controls("plain text: é ✓"), "plain text: é ✓");
+        assert!(matches!(
+            escape_controls("plain"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert_eq!(
+            escape_controls("a\nb\r\tc\u{1b}[2J\u{0}\u{7f}\u{9b}31m\u{85}"),
+            "a\\nb\\r\\tc\\x1b[2J\\x00\\x7f\\u{9b}31m\\u{85}"
+        );
+        for c in (0..=0x10_FFFF).filter_map(char::from_u32) {
+            let escaped = escape_controls(c.encode_utf8(&mut [0; 4])).into_owned();
+            assert!(
+                !escaped.chars().any(char::is_control),
+                "{c:?} -> {escaped:?}"
+            );
+        }
+    }
+
+    /// A message, a field and a span's field holding newlines, carriage
+    /// returns and ESC: the event is one line, in the journal's format and
+    /// the plain one, and each starts as a record does.
+    #[test]
+    fn a_field_or_message_cannot_break_the_line() {
+        for journal in [true, false] {
+            let buffer = Buffer::default();
+            let subscriber = Registry::default().with(plain_layer(journal, false, buffer.clone()));
+            tracing::subscriber::with_default(subscriber, || {
+                let forged = "x\n<0>ERROR forged\r\u{1b}[2K\u{9b}2K";
+                let span = tracing::info_span!("conn", peer = %forged);
+                let _entered = span.enter();
+                tracing::error!(value = %forged, text = forged, "bad {forged}");
+                tracing::info!("after");
+            });
+            let text = String::from_utf8(buffer.0.lock().expect("lock").clone()).expect("utf-8");
+            let lines: Vec<&str> = text.lines().collect();
+            assert_eq!(lines.len(), 2, "one line an event: {text:?}");
+            assert!(text.ends_with('\n'), "{text:?}");
+            for line in &lines {
+                assert!(!line.chars().any(char::is_control), "{line:?}");
+                if journal {
+                    assert!(
+                        line.starts_with("<3>") || line.starts_with("<6>"),
+                        "{line:?}"
+                    );
+                } else {
+                    assert!(line.starts_with("20"), "a timestamp first: {line:?}");
+                }
+            }
+            assert!(
+                lines[0].contains("bad x\\n<0>ERROR forged\\r\\x1b[2K\\u{9b}2K"),
+                "{text}"
+            );
+            assert!(lines[0].contains("value=x\\n<0>ERROR forged"), "{text}");
+            assert!(lines[0].contains("peer=x\\n<0>ERROR forged"), "{text}");
+        }
+    }
 }

@@ -55,6 +55,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use super::out::{self, errln, escape, out, outln};
 use super::{Cli, Cmd, ProbeKind};
 
 /// The deadline of a query to many daemons when `--timeout` is not given:
@@ -249,9 +250,9 @@ pub enum InventoryError {
 /// # Errors
 /// [`InventoryError`], naming the entry and the problem.
 pub fn read_inventory(path: &Path) -> Result<Vec<Entry>, InventoryError> {
-    let text = std::fs::read_to_string(path).map_err(|e| InventoryError::Read {
+    let text = super::read_own_file(path).map_err(|error| InventoryError::Read {
         path: path.to_owned(),
-        error: e.to_string(),
+        error,
     })?;
     let base = path.parent().unwrap_or_else(|| Path::new(""));
     parse_inventory(&text, path, base)
@@ -615,7 +616,7 @@ fn one_line(text: &str) -> String {
 /// without `--inventory`: a usage error).
 pub async fn run(cli: &Cli) -> ExitCode {
     let usage = |error: &dyn fmt::Display| {
-        eprintln!("steadfastctl: {error}");
+        super::say(error);
         ExitCode::from(super::EXIT_USAGE)
     };
     let Some(inventory) = &cli.fleet.inventory else {
@@ -797,7 +798,7 @@ async fn call_all(
     while let Some(joined) = calls.join_next().await {
         match joined {
             Ok((i, reply)) => replies[i] = Some(reply),
-            Err(error) => eprintln!("steadfastctl: a call's task ended: {error}"),
+            Err(error) => errln!("steadfastctl: a call's task ended: {error}"),
         }
     }
     replies
@@ -931,6 +932,16 @@ fn report(
     timeout: Duration,
 ) -> ExitCode {
     let verdicts: Vec<Verdict> = replies.iter().map(|r| verdict(ask, r)).collect();
+    let worst = verdicts.iter().copied().max().unwrap_or(Verdict::Ok);
+    let code = match (ask, worst) {
+        (_, Verdict::Ok) => 0,
+        (Ask::Probe(_), _) => 1,
+        (Ask::Status, Verdict::NotRunning) => super::EXIT_NOT_RUNNING,
+        (Ask::Status, _) => super::EXIT_UNKNOWN,
+        (_, Verdict::Refused | Verdict::NotRunning) => super::EXIT_REFUSED,
+        (_, Verdict::Unreachable) => super::EXIT_CANNOT_CONNECT,
+    };
+    out::exit_code_if_closed(code);
     if cli.json {
         super::print_json(&document(entries, replies, &verdicts, ask, timeout));
     } else {
@@ -938,7 +949,7 @@ fn report(
             Ask::Probe(_) if !cli.verbose => {}
             Ask::Metrics => print_metrics(entries, replies),
             Ask::Journal(_) => print_journals(entries, replies, cli.utc),
-            _ => print!("{}", table(entries, replies, ask)),
+            _ => out!("{}", table(entries, replies, ask)),
         }
     }
     let named = |which: Verdict| -> Vec<&str> {
@@ -964,26 +975,22 @@ fn report(
                 (Verdict::Unreachable, _) => "unreachable or silent",
                 _ => words,
             };
-            said.push(format!("{} {words}: {}", names.len(), names.join(", ")));
+            said.push(format!(
+                "{} {words}: {}",
+                names.len(),
+                escape(&names.join(", "))
+            ));
         }
     }
     if !said.is_empty() {
-        eprintln!(
+        errln!(
             "steadfastctl: {} of {}: {}",
             ask.name(),
             entries.len(),
             said.join("; ")
         );
     }
-    let worst = verdicts.iter().copied().max().unwrap_or(Verdict::Ok);
-    ExitCode::from(match (ask, worst) {
-        (_, Verdict::Ok) => 0,
-        (Ask::Probe(_), _) => 1,
-        (Ask::Status, Verdict::NotRunning) => super::EXIT_NOT_RUNNING,
-        (Ask::Status, _) => super::EXIT_UNKNOWN,
-        (_, Verdict::Refused | Verdict::NotRunning) => super::EXIT_REFUSED,
-        (_, Verdict::Unreachable) => super::EXIT_CANNOT_CONNECT,
-    })
+    ExitCode::from(code)
 }
 
 /// One line per daemon: name, endpoint, state, attempt, pid, and since
@@ -1023,7 +1030,7 @@ fn table(entries: &[Entry], replies: &[Result<Answer, Failure>], ask: Ask) -> St
                     failure.kind().to_owned(),
                     "-".to_owned(),
                     "-".to_owned(),
-                    failure.text().to_owned(),
+                    escape(&one_line(failure.text())).into_owned(),
                 ),
             };
             let state = if ask.is_command() && reply.is_ok() {
@@ -1032,8 +1039,8 @@ fn table(entries: &[Entry], replies: &[Result<Answer, Failure>], ask: Ask) -> St
                 state
             };
             [
-                entry.name.clone(),
-                entry.target.to_string(),
+                escape(&entry.name).into_owned(),
+                escape(&entry.target.to_string()).into_owned(),
                 state,
                 attempt,
                 pid,
@@ -1083,13 +1090,17 @@ fn attempt_of(snapshot: &Snapshot) -> Option<u32> {
 /// daemon at a time).
 fn print_metrics(entries: &[Entry], replies: &[Result<Answer, Failure>]) {
     for (entry, reply) in entries.iter().zip(replies) {
-        println!("# daemon {} ({})", entry.name, entry.target);
+        outln!(
+            "# daemon {} ({})",
+            escape(&entry.name),
+            escape(&entry.target.to_string())
+        );
         match reply {
             Ok(Answer::Metrics(text)) => {
-                print!("{}", text.trim_end_matches('\n').to_owned() + "\n")
+                out!("{}", text.trim_end_matches('\n').to_owned() + "\n")
             }
             Ok(_) => {}
-            Err(failure) => println!("# {}: {}", failure.kind(), failure.text()),
+            Err(failure) => outln!("# {}: {}", failure.kind(), escape(failure.text())),
         }
     }
 }
@@ -1098,18 +1109,25 @@ fn print_metrics(entries: &[Entry], replies: &[Result<Answer, Failure>]) {
 fn print_journals(entries: &[Entry], replies: &[Result<Answer, Failure>], utc: bool) {
     for (i, (entry, reply)) in entries.iter().zip(replies).enumerate() {
         if i > 0 {
-            println!();
+            outln!();
         }
-        println!("== {} ({})", entry.name, entry.target);
+        outln!(
+            "== {} ({})",
+            escape(&entry.name),
+            escape(&entry.target.to_string())
+        );
         match reply {
             Ok(Answer::Journal { attempts, offline }) => {
                 if let Some(why) = offline {
-                    println!("(no daemon answers ({why}); read from the journal file)");
+                    outln!(
+                        "(no daemon answers ({}); read from the journal file)",
+                        escape(why)
+                    );
                 }
                 if attempts.is_empty() {
-                    println!("The journal records no attempt.");
+                    outln!("The journal records no attempt.");
                 }
-                print!(
+                out!(
                     "{}",
                     super::render_journal(
                         attempts,
@@ -1121,7 +1139,7 @@ fn print_journals(entries: &[Entry], replies: &[Result<Answer, Failure>], utc: b
                 );
             }
             Ok(_) => {}
-            Err(failure) => println!("{}: {}", failure.kind(), failure.text()),
+            Err(failure) => outln!("{}: {}", failure.kind(), escape(failure.text())),
         }
     }
 }

@@ -35,8 +35,11 @@ use steadfast::protocol::snapshot::{
 use steadfast::{ExitIntent, Hold};
 
 mod fleet;
+mod out;
 mod quick;
 mod record;
+
+use out::{errln, escape, out, outln};
 
 /// Drive and watch a steadfast daemon over its control socket (or its TCP
 /// control port).
@@ -346,7 +349,7 @@ fn main() -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("steadfastctl: cannot start a runtime: {error}");
+            errln!("steadfastctl: cannot start a runtime: {error}");
             return ExitCode::from(EXIT_CANNOT_CONNECT);
         }
     };
@@ -398,7 +401,7 @@ fn from_record(cli: &Cli) -> Option<ExitCode> {
 /// with `-v`): `status` exits 4 (LSB's unknown), any other command 1.
 fn unreached(cli: &Cli, error: &str) -> ExitCode {
     if !matches!(cli.command, Cmd::Probe { .. }) || cli.verbose {
-        eprintln!("steadfastctl: {error}");
+        say(&error);
     }
     ExitCode::from(if matches!(cli.command, Cmd::Status { .. }) {
         EXIT_UNKNOWN
@@ -486,6 +489,28 @@ enum Unreached {
     Connect(String, bool),
 }
 
+/// The text of a file the command line names (`--client-config`,
+/// `--inventory`), read as the daemon reads its config file
+/// (`steadfast::config::read_config_file`): opened `O_NONBLOCK` (a FIFO
+/// does not hold the open), a regular file only, at most 1 MiB, so no path
+/// makes `steadfastctl` hang or grow without bound. The error says why
+/// (the caller names the file).
+fn read_own_file(path: &std::path::Path) -> Result<String, String> {
+    use steadfast::config::ConfigError;
+    let bytes = steadfast::config::read_config_file(path).map_err(|error| match error {
+        ConfigError::NotRegular { kind, .. } => {
+            format!("it is a {kind}, not a regular file; give a regular file")
+        }
+        ConfigError::TooLarge { len, limit, .. } => format!(
+            "it holds {len} bytes, over the {limit}-byte (1 MiB) limit; give a smaller file"
+        ),
+        ConfigError::Missing { .. } => "no such file".to_owned(),
+        ConfigError::Read { source, .. } => source.to_string(),
+        other => other.to_string(),
+    })?;
+    String::from_utf8(bytes).map_err(|_| "it is not UTF-8 text".to_owned())
+}
+
 /// `--client-config FILE`: the TLS flags, from a file.
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -504,7 +529,7 @@ fn tls_endpoint(cli: &Cli) -> Result<Option<Endpoint>, Unreached> {
     let file = match &cli.client_config {
         None => ClientConfig::default(),
         Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| {
+            let text = read_own_file(path).map_err(|e| {
                 Unreached::Usage(format!("--client-config {}: {e}", path.display()))
             })?;
             toml::from_str(&text)
@@ -607,7 +632,7 @@ async fn run(cli: Cli) -> ExitCode {
     let client = match connect(&cli).await {
         Ok(client) => client,
         Err(Unreached::Usage(error)) => {
-            eprintln!("steadfastctl: {error}");
+            say(&error);
             return ExitCode::from(EXIT_USAGE);
         }
         Err(Unreached::Connect(error, true))
@@ -615,7 +640,10 @@ async fn run(cli: Cli) -> ExitCode {
                 || matches!(cli.command, Cmd::Watch { .. }) && cli.timeout.is_some() =>
         {
             let secs = cli.timeout.unwrap_or(DEFAULT_TIMEOUT.as_secs_f64());
-            eprintln!("steadfastctl: timed out after {secs} s: nothing was sent ({error})");
+            errln!(
+                "steadfastctl: timed out after {secs} s: nothing was sent ({})",
+                escape(&error)
+            );
             return ExitCode::from(EXIT_TIMED_OUT);
         }
         Err(Unreached::Connect(error, _)) => {
@@ -656,7 +684,7 @@ async fn run(cli: Cli) -> ExitCode {
                 None => None,
                 Some(Ok(timeout)) => Some((tokio::time::Instant::now() + timeout, timeout)),
                 Some(Err(error)) => {
-                    eprintln!("steadfastctl: {error}");
+                    say(&error);
                     return ExitCode::from(EXIT_USAGE);
                 }
             };
@@ -717,7 +745,7 @@ async fn wait_settled(client: &ControlClient, answered: Snapshot, cli: &Cli) -> 
         None => None,
         Some(Ok(timeout)) => Some((tokio::time::Instant::now() + timeout, timeout)),
         Some(Err(error)) => {
-            eprintln!("steadfastctl: {error}");
+            say(&error);
             return ExitCode::from(EXIT_USAGE);
         }
     };
@@ -731,8 +759,9 @@ async fn wait_settled(client: &ControlClient, answered: Snapshot, cli: &Cli) -> 
             LifecycleState::Failed { .. }
             | LifecycleState::Wedged { .. }
             | LifecycleState::Stopped { .. } => {
+                out::exit_code_if_closed(EXIT_NOT_RUNNING);
                 print_answer(&have, cli);
-                eprintln!(
+                errln!(
                     "steadfastctl: the boot did not reach running: {}",
                     state_line(&have)
                 );
@@ -772,7 +801,7 @@ fn print_answer(snapshot: &Snapshot, cli: &Cli) {
     if cli.json {
         print_json(snapshot);
     } else {
-        print!("{}", render_status(snapshot, Times::of(snapshot, cli.utc)));
+        out!("{}", render_status(snapshot, Times::of(snapshot, cli.utc)));
     }
 }
 
@@ -799,7 +828,7 @@ async fn stop(client: &ControlClient, hold: bool, cli: &Cli) -> ExitCode {
         }
         Err(error) if error.is_deadline() => {
             let secs = cli.timeout.unwrap_or(DEFAULT_TIMEOUT.as_secs_f64());
-            eprintln!(
+            errln!(
                 "steadfastctl: timed out after {secs} s: the stop was not answered in time \
                  (a stop the daemon took goes on draining; one it could not take in time was \
                  dropped unrun): `steadfastctl status` says which"
@@ -811,7 +840,7 @@ async fn stop(client: &ControlClient, hold: bool, cli: &Cli) -> ExitCode {
 }
 
 fn fail(error: &ClientError) -> ExitCode {
-    eprintln!("steadfastctl: {error}");
+    say(error);
     if error.is_refusal() {
         ExitCode::from(EXIT_REFUSED)
     } else {
@@ -833,16 +862,16 @@ fn with_schema(value: &impl serde::Serialize) -> Result<serde_json::Value, serde
 
 fn print_json(value: &impl serde::Serialize) {
     match with_schema(value).and_then(|v| serde_json::to_string_pretty(&v)) {
-        Ok(json) => println!("{json}"),
-        Err(error) => eprintln!("steadfastctl: {error}"),
+        Ok(json) => outln!("{}", out::json(&json)),
+        Err(error) => say(&error),
     }
 }
 
 /// One JSON value on one line (`watch --json`, `replace --json`).
 fn print_json_line(value: &impl serde::Serialize) {
     match with_schema(value).and_then(|v| serde_json::to_string(&v)) {
-        Ok(line) => println!("{line}"),
-        Err(error) => eprintln!("steadfastctl: {error}"),
+        Ok(line) => outln!("{}", out::json(&line)),
+        Err(error) => say(&error),
     }
 }
 
@@ -852,7 +881,7 @@ async fn status(client: &ControlClient, history: Option<u32>, json: bool, utc: b
     let snapshot = match client.snapshot().await {
         Ok(snapshot) => snapshot,
         Err(error) => {
-            eprintln!("steadfastctl: {error}");
+            say(&error);
             return ExitCode::from(EXIT_UNKNOWN);
         }
     };
@@ -875,6 +904,8 @@ fn print_status(
     utc: bool,
 ) -> ExitCode {
     let times = Times::of(snapshot, utc);
+    let code = status_code(&snapshot.lifecycle);
+    out::exit_code_if_closed(code);
     if json {
         match (serde_json::to_value(snapshot), &attempts) {
             (Ok(mut value), Some(attempts)) => {
@@ -889,13 +920,13 @@ fn print_status(
             _ => print_json(snapshot),
         }
     } else {
-        print!("{}", render_status(snapshot, times));
+        out!("{}", render_status(snapshot, times));
         if let Some(attempts) = attempts {
-            println!("\nHistory (the journal's last {}):", attempts.len());
-            print!("{}", render_journal(&attempts, times));
+            outln!("\nHistory (the journal's last {}):", attempts.len());
+            out!("{}", render_journal(&attempts, times));
         }
     }
-    ExitCode::from(status_code(&snapshot.lifecycle))
+    ExitCode::from(code)
 }
 
 async fn probe(client: &ControlClient, what: ProbeKind, verbose: bool) -> ExitCode {
@@ -903,7 +934,7 @@ async fn probe(client: &ControlClient, what: ProbeKind, verbose: bool) -> ExitCo
         Ok(snapshot) => probe_answer(&snapshot, what, verbose),
         Err(error) => {
             if verbose {
-                eprintln!("steadfastctl: {error}");
+                say(&error);
             }
             ExitCode::FAILURE
         }
@@ -918,7 +949,7 @@ fn probe_answer(snapshot: &Snapshot, what: ProbeKind, verbose: bool) -> ExitCode
         ProbeKind::Ready => matches!(snapshot.lifecycle, LifecycleState::Running { .. }),
     };
     if verbose {
-        eprintln!(
+        errln!(
             "steadfastctl: {} ({})",
             if ok { "ok" } else { "not ready" },
             snapshot.lifecycle.name()
@@ -934,7 +965,7 @@ fn probe_answer(snapshot: &Snapshot, what: ProbeKind, verbose: bool) -> ExitCode
 async fn metrics(client: &ControlClient) -> ExitCode {
     match client.metrics().await {
         Ok(text) => {
-            print!("{text}");
+            out!("{text}");
             ExitCode::SUCCESS
         }
         Err(error) => fail(&error),
@@ -962,16 +993,19 @@ fn journal_offline(
     let limit = limit.min(steadfast::protocol::control::MAX_JOURNAL_ATTEMPTS) as usize;
     match steadfast::control::read_journal(data_dir, limit) {
         Ok(attempts) => {
-            eprintln!(
-                "steadfastctl: no daemon answers ({why}); reading {} directly",
+            errln!(
+                "steadfastctl: no daemon answers ({}); reading {} directly",
+                escape(why),
                 data_dir.join(".steadfast/journal").display()
             );
             print_journal(&attempts, json, true, utc);
             ExitCode::SUCCESS
         }
         Err(error) => {
-            eprintln!(
-                "steadfastctl: no daemon answers ({why}), and the journal cannot be read: {error}"
+            errln!(
+                "steadfastctl: no daemon answers ({}), and the journal cannot be read: {}",
+                escape(why),
+                escape(&error.to_string())
             );
             ExitCode::from(EXIT_CANNOT_CONNECT)
         }
@@ -988,9 +1022,9 @@ fn print_journal(attempts: &[JournalAttempt], json: bool, offline: bool, utc: bo
         return;
     }
     if attempts.is_empty() {
-        println!("The journal records no attempt.");
+        outln!("The journal records no attempt.");
     }
-    print!("{}", render_journal(attempts, Times { now: now_ms(), utc }));
+    out!("{}", render_journal(attempts, Times { now: now_ms(), utc }));
 }
 
 /// The journal's attempts grouped by run.
@@ -1015,18 +1049,22 @@ async fn config_show(client: &ControlClient, leaf: Option<&str>, json: bool) -> 
         }
         Ok(view) => {
             if view.overrides.is_empty() {
-                println!("# override tier: empty");
+                outln!("# override tier: empty");
             } else {
-                println!("# override tier");
+                outln!("# override tier");
                 for (leaf, value) in &view.overrides {
-                    println!("{leaf} = {value}");
+                    outln!("{} = {}", escape(leaf), escape(&value.to_string()));
                 }
             }
             match (&view.effective, &view.error, leaf) {
-                (_, Some(error), _) => println!("\n# effective: does not resolve: {error}"),
-                (Some(value), None, Some(leaf)) => println!("\n# effective\n{leaf} = {value}"),
-                (Some(config), None, None) => println!("\n# effective\n{}", config.trim_end()),
-                (None, None, Some(leaf)) => println!("\n# effective: {leaf} is not set"),
+                (_, Some(error), _) => {
+                    outln!("\n# effective: does not resolve: {}", escape(error));
+                }
+                (Some(value), None, Some(leaf)) => {
+                    outln!("\n# effective\n{} = {}", escape(leaf), escape(value));
+                }
+                (Some(config), None, None) => outln!("\n# effective\n{}", config.trim_end()),
+                (None, None, Some(leaf)) => outln!("\n# effective: {leaf} is not set"),
                 (None, None, None) => {}
             }
             ExitCode::SUCCESS
@@ -1099,13 +1137,13 @@ async fn reinit_prepare(client: &ControlClient, flags: &str, json: bool) -> Exit
             ExitCode::SUCCESS
         }
         Ok(prepared) => {
-            println!(
+            outln!(
                 "This destroys the stopped runtime's data (the service's wipe step).\n\
                  To confirm, run within this epoch ({}; any boot makes the token stale):\n\n  \
                  steadfastctl {flags}{}reinit --confirm {}",
                 prepared.epoch,
                 if flags.is_empty() { "" } else { " " },
-                prepared.token
+                escape(&prepared.token)
             );
             ExitCode::SUCCESS
         }
@@ -1151,7 +1189,7 @@ async fn watch(
                 print_json_line(&snapshot);
             } else {
                 for line in changes(last.as_ref(), &snapshot, utc) {
-                    println!("{line}");
+                    outln!("{line}");
                 }
             }
         }
@@ -1174,14 +1212,15 @@ fn daemon_exited(until: Option<StateName>, last: Option<&Snapshot>, how: &str) -
     let seen_exiting = last.is_some_and(|s| matches!(s.lifecycle, LifecycleState::Exiting { .. }));
     let Some(state) = until else {
         if !seen_exiting {
-            eprintln!("steadfastctl: the daemon exited ({how})");
+            errln!("steadfastctl: the daemon exited ({})", escape(how));
         }
         return ExitCode::SUCCESS;
     };
     let last = last.map_or_else(|| "nothing".to_owned(), state_line);
-    eprintln!(
-        "steadfastctl: the daemon exited before it was {} ({how}; last seen: {last})",
-        state.name()
+    errln!(
+        "steadfastctl: the daemon exited before it was {} ({}; last seen: {last})",
+        state.name(),
+        escape(how)
     );
     ExitCode::from(EXIT_NOT_RUNNING)
 }
@@ -1196,11 +1235,11 @@ fn timed_out(
     let secs = deadline.map_or(0.0, |(_, timeout)| timeout.as_secs_f64());
     let last = last.map_or_else(|| "nothing".to_owned(), state_line);
     match until {
-        Some(state) => eprintln!(
+        Some(state) => errln!(
             "steadfastctl: timed out after {secs} s waiting for {} (last seen: {last})",
             state.name()
         ),
-        None => eprintln!("steadfastctl: timed out after {secs} s (last seen: {last})"),
+        None => errln!("steadfastctl: timed out after {secs} s (last seen: {last})"),
     }
     ExitCode::from(EXIT_TIMED_OUT)
 }
@@ -1229,21 +1268,21 @@ fn changes(before: Option<&Snapshot>, now: &Snapshot, utc: bool) -> Vec<String> 
                     format!(
                         "attempt {} phase {position} {}: started {}",
                         attempt.attempt,
-                        phase.phase,
+                        escape(&phase.phase.to_string()),
                         absolute(phase.started_at.as_millis(), utc)
                     )
                 }
                 (outcome, duration) => format!(
                     "attempt {} phase {position} {}: {}{}",
                     attempt.attempt,
-                    phase.phase,
+                    escape(&phase.phase.to_string()),
                     outcome_text(outcome),
                     duration
                         .map(|ms| format!(" in {ms} ms"))
                         .unwrap_or_default()
                 ),
             };
-            lines.push(indent_rest(&line, 4));
+            lines.push(out::block(&line, 4));
         }
     }
     if state_changed {
@@ -1260,13 +1299,6 @@ fn position(phase: &PhaseRecord) -> String {
     } else {
         format!("{}/?", phase.index)
     }
-}
-
-/// Continuation lines of a multi-line text indented by `width` spaces, so
-/// an error of several lines stays inside its column.
-fn indent_rest(text: &str, width: usize) -> String {
-    let pad = format!("\n{}", " ".repeat(width));
-    text.trim_end_matches('\n').replace('\n', &pad)
 }
 
 fn outcome_text(outcome: &PhaseOutcome) -> String {
@@ -1354,8 +1386,16 @@ fn ago(now: u64, at: u64) -> String {
     }
 }
 
+/// The daemon's state in one line (`STATUS=`'s words), what it quotes
+/// escaped ([`out::escape`]).
 fn state_line(snapshot: &Snapshot) -> String {
-    steadfast::daemon::status_line(snapshot)
+    escape(&steadfast::daemon::status_line(snapshot)).into_owned()
+}
+
+/// An error on stderr after `steadfastctl: `, its continuation lines (a
+/// daemon's refusal may quote a parse error of several) under its column.
+fn say(error: &dyn std::fmt::Display) {
+    errln!("steadfastctl: {}", out::block(&error.to_string(), 14));
 }
 
 fn since(lifecycle: &LifecycleState) -> Option<u64> {
@@ -1447,7 +1487,7 @@ fn render_status(snapshot: &Snapshot, times: Times) -> String {
     let pending = match &snapshot.pending {
         steadfast::protocol::lifecycle::PendingApply::InSync => "in sync".to_owned(),
         steadfast::protocol::lifecycle::PendingApply::RestartNeeded { leaves } => {
-            format!("restart needed for {}", leaves.join(", "))
+            format!("restart needed for {}", escape(&leaves.join(", ")))
         }
     };
     let _ = writeln!(out, "    Pending: {pending}");
@@ -1455,7 +1495,7 @@ fn render_status(snapshot: &Snapshot, times: Times) -> String {
         let _ = writeln!(out, "       Hold: held across relaunch");
     }
     if let Some(identity) = &snapshot.identity {
-        let _ = writeln!(out, "   Identity: {identity}");
+        let _ = writeln!(out, "   Identity: {}", escape(identity));
     }
     let _ = writeln!(out, "      Epoch: {}", snapshot.epoch);
     let last_error = match &snapshot.lifecycle {
@@ -1466,7 +1506,7 @@ fn render_status(snapshot: &Snapshot, times: Times) -> String {
     }
     .or_else(|| snapshot.error.clone());
     if let Some(error) = last_error {
-        let _ = writeln!(out, " Last error: {}", indent_rest(&error, 13));
+        let _ = writeln!(out, " Last error: {}", out::block(&error, 13));
     }
     // The current attempt; earlier ones are the journal's (`--history N`).
     if let Some(attempt) = snapshot.attempts.last() {
@@ -1501,10 +1541,10 @@ fn render_attempt(attempt: &AttemptRecord, times: Times) -> String {
             out,
             "     {:>5} {:<20} {:>10}  {}",
             position(phase),
-            phase.phase.to_string(),
+            escape(&phase.phase.to_string()),
             duration,
             // Under the outcome column: 5 + 6 + 21 + 10 + 2.
-            indent_rest(&outcome_text(&phase.outcome), 44)
+            out::block(&outcome_text(&phase.outcome), 44)
         );
     }
     out
@@ -1530,14 +1570,14 @@ async fn replace(
     use steadfast::protocol::control::ReplaceRequest;
     use steadfast::protocol::replacement::{Ended, Mode, Step};
     let Some(setup_budget_ms) = secs_to_ms(setup_budget).filter(|&ms| ms > 0) else {
-        eprintln!("steadfastctl: --setup-budget must be a positive number of seconds");
+        errln!("steadfastctl: --setup-budget must be a positive number of seconds");
         return ExitCode::from(2);
     };
     let drain_budget_ms = match drain_budget.map(secs_to_ms) {
         None => None,
         Some(Some(ms)) => Some(ms),
         Some(None) => {
-            eprintln!("steadfastctl: --drain-budget must be a number of seconds");
+            errln!("steadfastctl: --drain-budget must be a number of seconds");
             return ExitCode::from(2);
         }
     };
@@ -1557,15 +1597,15 @@ async fn replace(
         Err(error) => return fail(&error),
     };
     let Some(mut report) = started.report else {
-        eprintln!("steadfastctl: the daemon started no replacement");
+        errln!("steadfastctl: the daemon started no replacement");
         return ExitCode::from(EXIT_CANNOT_CONNECT);
     };
     let serial = report.serial;
     if !json {
-        println!(
+        outln!(
             "replacing pid {} by {} ({} mode)",
             started.pid,
-            report.target,
+            escape(&report.target),
             mode_name(report.mode)
         );
     }
@@ -1576,8 +1616,8 @@ async fn replace(
                 print_json_line(event);
             } else {
                 match event.answer {
-                    None => println!("  {} ...", event.step),
-                    Some(answer) => println!("  {} {answer:?}", event.step),
+                    None => outln!("  {} ...", event.step),
+                    Some(answer) => outln!("  {} {answer:?}", event.step),
                 }
             }
         }
@@ -1589,7 +1629,7 @@ async fn replace(
             return match ended {
                 Ended::Outcome(outcome) => {
                     if !json {
-                        println!("outcome: {outcome:?}");
+                        outln!("outcome: {outcome:?}");
                     }
                     ExitCode::SUCCESS
                 }
@@ -1599,8 +1639,9 @@ async fn replace(
                     message,
                     ..
                 } => {
-                    eprintln!(
-                        "steadfastctl: the replacement failed at {step} (committed: {committed}): {message}"
+                    errln!(
+                        "steadfastctl: the replacement failed at {step} (committed: {committed}): {}",
+                        escape(message)
                     );
                     ExitCode::from(EXIT_REPLACE_FAILED)
                 }
@@ -1617,13 +1658,16 @@ async fn replace(
             Ok(status) => match status.report {
                 Some(next) if next.serial == serial => report = next,
                 _ => {
-                    eprintln!("steadfastctl: the daemon lost track of the replacement");
+                    errln!("steadfastctl: the daemon lost track of the replacement");
                     return ExitCode::from(EXIT_CANNOT_CONNECT);
                 }
             },
             Err(error) if committed => {
                 // The incumbent handed over and exited before the last word.
-                println!("committed; the incumbent has exited ({error})");
+                outln!(
+                    "committed; the incumbent has exited ({})",
+                    escape(&error.to_string())
+                );
                 return ExitCode::SUCCESS;
             }
             Err(error) => return fail(&error),
