@@ -22,7 +22,7 @@ mod processes;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use processes::{ctl, free_port, kv, until, wait_exit};
+use processes::{ctl, free_port, kv, tool, until, wait_exit};
 
 /// One update of the ConfigMap volume at `dir`, as the kubelet makes it.
 fn kubelet_update(dir: &Path, name: &str, content: &str, serial: u32) {
@@ -102,24 +102,6 @@ fn a_configmap_swap_boots_a_held_kvd_and_applies_in_place() {
 
     assert_eq!(ctl(&data, &["exit"]).status.code(), Some(0));
     assert_eq!(wait_exit(&mut daemon), Some(0));
-}
-
-/// `tool` on the PATH, or `None` after saying why the test skips (a panic
-/// in CI, where `.ci/run` installs it).
-fn tool(name: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .map(|dir| dir.join(name))
-            .find(|candidate| candidate.is_file())
-    });
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{name} is not installed; .ci/run installs it"
-        );
-        eprintln!("skipped: {name} is not installed (.ci/run installs it)");
-    }
-    found
 }
 
 fn manifest() -> PathBuf {

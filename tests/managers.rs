@@ -19,25 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use processes::{PATIENCE, ctl, status, until};
-
-/// `tool` on the PATH, or `None` after saying why the test skips (a panic
-/// in CI, where the tools must be there).
-fn tool(name: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .map(|dir| dir.join(name))
-            .find(|candidate| candidate.is_file())
-    });
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{name} is not installed; .ci/run installs it"
-        );
-        eprintln!("skipped: {name} is not installed (.ci/run installs it)");
-    }
-    found
-}
+use processes::{PATIENCE, ctl, status, tool, until};
 
 fn repo_file(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)

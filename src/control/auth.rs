@@ -398,7 +398,10 @@ mod tests {
         let padded = format!("{}{}", Token::from_bytes([1; 32]).to_hex(), " ".repeat(300));
         fs::write(&path, padded).expect("write");
         let long = Token::read_file(&path).expect_err("longer than a token file may be");
-        assert!(matches!(long, TokenError::Malformed(_)), "{long:?}");
+        assert!(
+            matches!(long, TokenError::TooLarge { limit: 256, .. }),
+            "{long:?}"
+        );
         fs::write(&path, "not a token").expect("write");
         let bad = Token::read_file(&path).expect_err("malformed");
         assert!(matches!(bad, TokenError::Malformed(_)), "{bad:?}");

@@ -271,3 +271,21 @@ pub fn wait_stopped(pid: u32) {
         std::thread::sleep(Duration::from_millis(1));
     }
 }
+
+/// `tool` on the PATH, or `None` after saying why the test skips (a panic
+/// in CI, where the tools must be there).
+pub fn tool(name: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(name))
+            .find(|candidate| candidate.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{name} is not installed; .ci/run installs it"
+        );
+        eprintln!("skipped: {name} is not installed (.ci/run installs it)");
+    }
+    found
+}
