@@ -791,6 +791,7 @@ async fn dial(
     clock_offset_ms: i64,
 ) -> Result<Connection, ClientError> {
     let mut backoff = Backoff::new();
+    let mut turned_away = None;
     loop {
         let attempt = tokio::time::timeout_at(
             deadline.into(),
@@ -800,12 +801,21 @@ async fn dial(
         let error = match attempt {
             Ok(Ok(connection)) => return Ok(connection),
             Ok(Err(error)) => error,
-            Err(_) => return Err(timed_out(endpoint)),
+            Err(_) => return Err(stayed_busy(endpoint, turned_away)),
         };
         if !dial_again(&error) || !backoff.wait(deadline, &error).await {
             return Err(error);
         }
+        turned_away = Some(error);
     }
+}
+
+/// The error of a dial whose deadline passed while it waited: the daemon's
+/// last answer when it had turned this caller away (busy, a full way in),
+/// so a caller that was only ever turned away hears why — however long its
+/// last handshake took — and a timeout otherwise.
+fn stayed_busy(endpoint: &Endpoint, turned_away: Option<ClientError>) -> ClientError {
+    turned_away.unwrap_or_else(|| timed_out(endpoint))
 }
 
 /// No answer within the deadline, before a call was served.
@@ -921,8 +931,15 @@ impl ControlClient {
     ) -> Result<Self, ClientError> {
         let deadline = Instant::now() + timeout;
         let mut backoff = Backoff::new();
+        let mut turned_away = None;
         loop {
-            let connection = dial(&endpoint, 0, deadline, 0).await?;
+            let connection = match dial(&endpoint, 0, deadline, 0).await {
+                Ok(connection) => connection,
+                Err(error) if error.is_deadline() && turned_away.is_some() => {
+                    return Err(stayed_busy(&endpoint, turned_away));
+                }
+                Err(error) => return Err(error),
+            };
             // No call reads yet: read the first byte here. A connection
             // that ends or breaks before it reads as closed below.
             let settled = tokio::time::timeout_at(
@@ -943,7 +960,7 @@ impl ControlClient {
             )
             .await;
             if settled.is_err() {
-                return Err(timed_out(&endpoint));
+                return Err(stayed_busy(&endpoint, turned_away));
             }
             match connection.unserved(&endpoint) {
                 None => {
@@ -958,6 +975,7 @@ impl ControlClient {
                     if !backoff.wait(deadline, &busy).await {
                         return Err(busy);
                     }
+                    turned_away = Some(busy);
                 }
                 Some(error) => return Err(error),
             }
@@ -1493,6 +1511,44 @@ mod tests {
             endpoint: "x".to_owned(),
         };
         assert!(!busy.ends_a_dial(), "a busy daemon is dialled again");
+    }
+
+    /// A daemon that answered busy and then took the rest of the deadline
+    /// over its next handshake stayed busy: the caller hears busy (dial
+    /// again later), not a timeout that reads as "no daemon here". The
+    /// listener answers the first hello busy and never answers the rest.
+    #[tokio::test]
+    async fn a_deadline_after_a_busy_answer_is_busy() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let server = tokio::spawn(async move {
+            let mut held = Vec::new();
+            for n in 0.. {
+                let (mut stream, _) = listener.accept().await.expect("accept");
+                let mut hello = [0u8; crate::control::auth::HELLO_LEN];
+                stream.read_exact(&mut hello).await.expect("hello");
+                if n == 0 {
+                    stream
+                        .write_all(&[crate::control::auth::ANSWER_BUSY])
+                        .await
+                        .expect("busy");
+                }
+                held.push(stream);
+            }
+        });
+        let token = Token::from_bytes([7; crate::control::auth::TOKEN_LEN]);
+        let error = ControlClient::connect_within(
+            Endpoint::Tcp { addr, token },
+            Duration::from_millis(400),
+        )
+        .await
+        .err()
+        .expect("never admitted");
+        assert!(matches!(error, ClientError::Busy { .. }), "{error:?}");
+        server.abort();
     }
 
     const SOCKET: &str = "control.sock";
