@@ -1540,13 +1540,14 @@ mod tests {
             }
         });
         let token = Token::from_bytes([7; crate::control::auth::TOKEN_LEN]);
-        let error = ControlClient::connect_within(
+        let Err(error) = ControlClient::connect_within(
             Endpoint::Tcp { addr, token },
             Duration::from_millis(400),
         )
         .await
-        .err()
-        .expect("never admitted");
+        else {
+            panic!("admitted by a listener that never admits");
+        };
         assert!(matches!(error, ClientError::Busy { .. }), "{error:?}");
         server.abort();
     }
