@@ -38,7 +38,7 @@
 //! current-thread runtime of their own, as `steadfastctl` does, so the
 //! baseline and the real client both do their I/O on the calling thread.
 //!
-//! Where the time goes (issue 16's goal: `snapshot_unix` ≤ 1.5× the raw
+//! Where the time goes (the goal: `snapshot_unix` ≤ 1.5× the raw
 //! ping-pong; not met). At the end of a run the bench prints the ratios of
 //! its pairs from that run's medians (`ratio control/… ÷ control/… =`).
 //! The raw side writes each frame with one write and reads it with one
@@ -71,11 +71,11 @@
 //! between two runs a minute apart). So the bench also times 3,000
 //! alternated rounds of `snapshot_unix`, `snapshot_wire_unix` and the raw
 //! ping-pong, one call each, and prints their medians and ratios
-//! (`ratio paired …`): the figure to quote. Issue 16's round (load 6): paired
+//! (`ratio paired …`): the figure to quote. One round (load 6): paired
 //! `snapshot_unix` ÷ raw 1.85–1.92×, `snapshot_wire_unix` ÷ raw
 //! 1.93–2.01×; the goal (1.5×) is not met.
 //!
-//! Issue 17's run (the shared 2-core machine, loaded by other builds; one
+//! Another run (the shared 2-core machine, loaded by other builds; one
 //! run, criterion medians): `snapshot_unix` 136 µs, `snapshot_tcp` 137 µs
 //! (1.01×), `snapshot_tls` 178 µs (1.31× the Unix socket); `connect_unix`
 //! 269 µs, `connect_tls` 963 µs (3.6×: the handshake, both certificates

@@ -14,7 +14,7 @@
 //!   `GET`) and their medians and ratios, printed: the ratios on a disk
 //!   whose fsync latency drifts during the run.
 //!
-//! The goals (issue 16): a `GET` round trip within 2× the raw ping-pong, a
+//! The goals: a `GET` round trip within 2× the raw ping-pong, a
 //! `SET` within 1.5× its fsync. Compare the ratios within one run: the
 //! shared machine's noise is larger than their absolute differences.
 //!

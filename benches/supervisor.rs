@@ -6,7 +6,7 @@
 //!   file in the same temp dir and `sync_data` it (what every acknowledged
 //!   transition costs at least once): the baseline.
 //! - `stop_then_start_to_running`: `stop`, then `start`, until the snapshot
-//!   says running again. Target (issue 16): ≤ 4× `journal_fsync`.
+//!   says running again. Target: ≤ 4× `journal_fsync`.
 //! - Then 200 alternated rounds (one fsync; one stop+start timed in a task
 //!   on the runtime, as the control server and an embedding call the
 //!   handle; the same driven from outside the runtime through `block_on`;
@@ -26,8 +26,8 @@
 //!
 //! Run: `cargo bench --bench supervisor`.
 //!
-//! Where a running supervisor's bytes go, by allocation site (how issue 16
-//! found them: each ractor actor ~7.7 KiB, mostly the first blocks of its
+//! Where a running supervisor's bytes go, by allocation site (how they were
+//! found: each ractor actor ~7.7 KiB, mostly the first blocks of its
 //! two unbounded channels): `heaptrack target/release/deps/supervisor-<hash>
 //! --bench thousand`, then `heaptrack_print -f heaptrack.*.zst
 //! --print-peaks 1` (the peak is the 1,000 running), or
@@ -161,7 +161,7 @@ fn bench(c: &mut Criterion) {
     let (blocking, blocking_run) =
         launched(&rt, &tmp.path().join("blocking"), blocking_empty_source());
     // The raw baseline first, in the same group and the same run as the
-    // round trips it is the yardstick of (issue 16: stop+start ≤ 4× it).
+    // round trips it is the yardstick of (stop+start ≤ 4× it).
     let mut group = c.benchmark_group("round_trip");
     group.bench_function("journal_fsync", |b| {
         b.iter(|| {
@@ -266,8 +266,8 @@ fn bench(c: &mut Criterion) {
     // every round reports what 1,000 live supervisors cost, and what a
     // round left behind once they all exited. Criterion runs the routine
     // at least 11 times (a warm-up, then 10 samples), one round each, every
-    // round on fresh data dirs (`round` counts across its calls). Goal
-    // (issue 16): ≤ 64 KiB per supervisor, flat across rounds.
+    // round on fresh data dirs (`round` counts across its calls). Goal: ≤ 64
+    // KiB per supervisor, flat across rounds.
     let baseline = (rss_kib(), heap_kib());
     let mut round = 0_usize;
     let mut group = c.benchmark_group("many");

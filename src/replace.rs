@@ -741,8 +741,8 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
-    /// `.selection.tmp` planted as a link to a file outside the data dir
-    /// (issue 11, item 2): the commit opened it create + truncate through
+    /// `.selection.tmp` planted as a link to a file outside the data dir: the
+    /// commit opened it create + truncate through
     /// the link and overwrote the target with a root-owned write. The temp
     /// file is now unlinked and created `O_EXCL | O_NOFOLLOW`: the target
     /// keeps its bytes and mode, and the selection is written.

@@ -1,5 +1,5 @@
-//! Every attempt ends exactly once, in the journal and in the snapshot
-//! (issue 11, item 8), including one whose boot completes just after a stop
+//! Every attempt ends exactly once, in the journal and in the snapshot,
+//! including one whose boot completes just after a stop
 //! moved the lifecycle to draining.
 //!
 //! `a_boot_that_completes_as_a_stop_lands_still_ends`: the service's last

@@ -1,5 +1,5 @@
 //! Declared config paths that are not regular files, against real `kvd`
-//! processes driven through the real `steadfastctl` (issue 11, item 5).
+//! processes driven through the real `steadfastctl`.
 //!
 //! Every read of a declared file goes through one bounded read
 //! (`steadfast_actors::config::read_config_file`: opened `O_NONBLOCK`,

@@ -101,7 +101,7 @@ async fn every_method_end_to_end() {
     .await;
 
     // retry: a held failure (a config that does not resolve), then a retry.
-    // A restart into it is refused by the preflight (issue 15) and the
+    // A restart into it is refused by the preflight and the
     // runtime keeps serving; a forced one drains into the held failure.
     switch.set(None);
     let refusal = client

@@ -1,6 +1,6 @@
-//! The control plane under a hostile or clumsy user (issue 11, items 2, 3,
-//! 4, 6 and 7): real sockets, real `steadfastctl` and `kvd` processes,
-//! another uid through `setpriv` where the item is about one.
+//! The control plane under a hostile or clumsy user: real sockets, real
+//! `steadfastctl` and `kvd` processes, another uid through `setpriv` where
+//! the attack needs one.
 //!
 //! - Item 3, no lockout: `idle_connections_do_not_lock_the_operator_out`,
 //!   `watchers_do_not_make_probe_live_fail`,

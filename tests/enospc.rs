@@ -1,4 +1,4 @@
-//! A full disk, through real processes and real files (issue 11, item 1):
+//! A full disk, through real processes and real files:
 //! kvd runs with its data dir on a small tmpfs of its own, a filler file
 //! takes every free page, and the tests check what a full disk may and may
 //! not do: a write that could not be made durable is answered `ERR` (never
@@ -178,7 +178,7 @@ fn exit(mut kvd: Kvd) {
     assert_eq!(processes::wait_exit(&mut kvd.child), Some(0), "kvd exits 0");
 }
 
-/// Issue 11, item 1; kvd's `Store` invariants (`examples/kvd/main.rs`): a `SET` that
+/// kvd's `Store` invariants (`examples/kvd/main.rs`): a `SET` that
 /// hits a full disk is answered `ERR` and leaves no fragment the next `SET`
 /// is appended after; once space returns `SET` is answered `OK` again
 /// (without a relaunch), and after a relaunch every `OK` reads back and the
@@ -245,7 +245,7 @@ fn an_acknowledged_set_survives_a_full_disk_and_a_relaunch() {
     exit(kvd);
 }
 
-/// Issue 11, item 1: a fragment in the middle of `store.log` (a write that
+/// A fragment in the middle of `store.log` (a write that
 /// failed part-way, then a good line appended after it, as kvd did before
 /// it cut fragments back) is never read as a record, and the record after
 /// it is kept; a line of the older unframed format still reads; a damaged
@@ -352,7 +352,7 @@ fn a_real_journal_on_a_full_disk_keeps_exactly_its_acknowledged_records() {
     );
 }
 
-/// Issue 11, item 1; `spec/control-dir.md` "Writing": a command whose
+/// `spec/control-dir.md` "Writing": a command whose
 /// journal append hits a full disk is refused with a durability error (and
 /// not adopted); once space returns, the next commands succeed in the same
 /// process, the runtime comes back, and the snapshot's `error` clears.

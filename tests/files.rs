@@ -1,4 +1,4 @@
-//! The data dir's files against real processes (issue 11, items 2 and 9):
+//! The data dir's files against real processes:
 //! kvd's own files are private, and a daemon whose data dir is removed
 //! under it exits for a relaunch instead of running on beside a second
 //! daemon on the same path (`steadfast_actors::root`, "The data-dir lock is

@@ -1,4 +1,4 @@
-//! Group commit (issue 16, item 2): how many journal fsyncs a stop, a
+//! Group commit: how many journal fsyncs a stop, a
 //! start, a stop+start and a restart of a real kvd cost, counted from its
 //! own metrics (`steadfast_journal_fsync_duration_seconds_count`, one
 //! observation per journal write + fsync) read through `steadfastctl
@@ -128,7 +128,7 @@ fn fsyncs_per_stop_start_and_restart() {
     );
 }
 
-/// Launch (issue 16, item 3): the fsyncs a fresh kvd makes before it is
+/// Launch: the fsyncs a fresh kvd makes before it is
 /// running, counted from its metrics. `spec/control-dir.md`, "The fsyncs
 /// of a launch": the `holding` marker 3 (its temp file, the control dir,
 /// which also makes the `lock` and `journal` names durable, and the data

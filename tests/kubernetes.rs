@@ -1,4 +1,4 @@
-//! Kubernetes (issue 13, item 3; `examples/kubernetes/`): a ConfigMap
+//! Kubernetes (`examples/kubernetes/`): a ConfigMap
 //! mounted as the declared file is updated by the kubelet swapping the
 //! volume's `..data` link, and a real kvd follows the swap — a daemon held
 //! on a bad config boots on the fix with no SIGHUP and no restart.

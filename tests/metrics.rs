@@ -2,8 +2,8 @@
 //! metrics` through the control plane and `GET /metrics` on the daemon
 //! helper's endpoint — and parsed by a real OpenMetrics parser (Python's
 //! `prometheus_client.openmetrics.parser`, installed by `.ci/run`), across a
-//! real stop / start / fail sequence of a real kvd child (issue 14, item 2;
-//! `spec/control.md`, "Metrics").
+//! real stop / start / fail sequence of a real kvd child
+//! (`spec/control.md`, "Metrics").
 
 mod processes;
 

@@ -1,4 +1,4 @@
-//! Readiness under systemd (issue 13, item 1): real kvd processes under a
+//! Readiness under systemd: real kvd processes under a
 //! fake `NOTIFY_SOCKET` — a Unix datagram socket this test binds and hands
 //! to the child in its environment (never set in this process) — for every
 //! way a daemon can come up, and the reload and exit conversation.

@@ -1,4 +1,4 @@
-//! What operators look at (issue 14, items 3 and 4), through the real
+//! What operators look at, through the real
 //! `steadfastctl` against real kvd processes (`spec/control.md`,
 //! "Snapshot JSON" and "steadfastctl"):
 //!

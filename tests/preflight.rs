@@ -1,4 +1,4 @@
-//! The restart preflight (issue 15, item 2), in the real tree: before a
+//! The restart preflight, in the real tree: before a
 //! `restart` drains a running runtime the daemon resolves the new config in
 //! a task; a config that does not resolve refuses the restart
 //! (`config_invalid`, with the error) and the runtime keeps serving, and

@@ -257,8 +257,8 @@ fn an_exclusive_upgrade_leaves_kvd_serving_the_new_binary() {
     kvd.stop_whoever_serves();
 
     // A later start of the old path (what a manager does) runs the old
-    // binary, not the selection: kvd says so, naming both (issue 13,
-    // item 4: it ran the old binary silently).
+    // binary, not the selection: kvd says so, naming both (a
+    // silent run of the old binary misled operators).
     let again_log = kvd.dir.join("kvd-again.log");
     let mut again = Command::new(kvd.dir.join("kvd-1"))
         .arg("--data-dir")
@@ -348,6 +348,64 @@ fn an_overlap_upgrade_under_load_loses_no_connection_and_no_write() {
         result.dropped,
         result.longest_gap
     );
+    kvd.stop_whoever_serves();
+}
+
+/// What the README says an overlap replace does to a connection already
+/// established with the old process: it is answered while the old process
+/// serves, then closed as that process retires, with nothing it sent
+/// afterwards applied; a client that dials again reaches the new process,
+/// which holds everything the old one acknowledged.
+#[test]
+fn an_overlap_upgrade_closes_an_established_connection_after_answering_it() {
+    let mut kvd = start_kvd("kvd-1", "1.0.0-incumbent");
+    let old_pid = pid_of(&status(&kvd.data).expect("status"));
+    let held = TcpStream::connect(("127.0.0.1", kvd.port)).expect("connect");
+    held.set_read_timeout(Some(PATIENCE)).expect("timeout");
+    let mut reader = BufReader::new(held.try_clone().expect("clone"));
+    let mut writer = held;
+    let mut ask = |line: &str| -> Option<String> {
+        writer.write_all(format!("{line}\n").as_bytes()).ok()?;
+        let mut answer = String::new();
+        match reader.read_line(&mut answer) {
+            Ok(n) if n > 0 => Some(answer.trim_end().to_owned()),
+            _ => None,
+        }
+    };
+    assert_eq!(ask("SET held-before 1").as_deref(), Some("OK"));
+
+    let candidate = stamped_kvd(&kvd.dir, "kvd-2", "2.0.0-candidate");
+    let out = replace(
+        &kvd.data,
+        &candidate,
+        "overlap",
+        &["--setup-budget", "30", "--drain-budget", "30"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout: {}\nstderr: {}\nlog: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        kvd.log()
+    );
+    assert_eq!(wait_exit(&mut kvd.child), Some(0), "log: {}", kvd.log());
+    let after = until(&kvd.data, "the candidate running", running);
+    assert_ne!(pid_of(&after), old_pid);
+
+    // The old process is gone: the established connection went with it.
+    assert_eq!(
+        ask("SET held-after 2"),
+        None,
+        "the retired process still answered; log: {}",
+        kvd.log()
+    );
+    // Dialling again reaches the new process: it holds what the old one
+    // acknowledged on that connection, and nothing sent after the close.
+    assert_eq!(kv(kvd.port, "GET held-before").as_deref(), Some("1"));
+    assert_eq!(kv(kvd.port, "GET held-after").as_deref(), Some("NOT_FOUND"));
+    assert_eq!(kv(kvd.port, "SET held-after 3").as_deref(), Some("OK"));
+    assert_eq!(kv(kvd.port, "GET held-after").as_deref(), Some("3"));
     kvd.stop_whoever_serves();
 }
 

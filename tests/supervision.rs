@@ -124,9 +124,9 @@ async fn await_children(root: &ractor::ActorCell, data_dir: &Path, expected: &[(
     );
 }
 
-/// A running supervisor holds no idle child (issue 16: memory per
+/// A running supervisor holds no idle child (memory per
 /// supervisor), and a stop and a start spawn no actor at all: the boot and
-/// the drain run in tasks of the Lifecycle actor's (issue 16: the wake-ups
+/// the drain run in tasks of the Lifecycle actor's (the wake-ups
 /// of a spawn, a stop and a supervision event per stop+start), and the
 /// Replacement actor is not started before a replacement is asked for.
 /// Root's children while running, and after a stop and a start, are the

@@ -374,7 +374,7 @@ fn work(
 }
 
 /// The step deadline is the machine's (`protocol/spec/lifecycle.md`,
-/// "Timers"; issue 15, item 3), in the real tree on virtual time: a step
+/// "Timers"), in the real tree on virtual time: a step
 /// that reports progress five times, a second apart, then stalls fails at
 /// exactly its deadline (4 s) after its last report (the timer one
 /// millisecond past), with class backoff, an error naming the step and the

@@ -2,7 +2,7 @@
 //! in a task of its own ([`start`]), reporting every phase to the Lifecycle
 //! actor, which owns the task and holds its [`BootTask`] to cancel it.
 //!
-//! Not an actor (it was a temporary Boot actor under Root until issue 16):
+//! Not an actor (a temporary Boot actor under Root would cost more):
 //! a boot has one caller and no mailbox of its own to serve, and an actor
 //! per attempt cost a spawn, a start-up handshake, a stop and a supervision
 //! event to Root on every start: wake-ups on other threads for each
@@ -59,7 +59,7 @@
 //!   (`supervisor::a_panicking_boot_step_is_a_failed_boot_not_a_crashed_process`,
 //!   `attempts::a_boot_that_panics_ends_in_the_journal`).
 //! - A running supervisor holds nothing of a boot: its task ends with its
-//!   outcome (issue 16: memory per supervisor), and no actor is spawned
+//!   outcome (memory per supervisor), and no actor is spawned
 //!   for it (`supervision::a_running_supervisor_keeps_no_idle_boot_drain_or_replacement_actor`).
 //!
 //! Checked by `tests/supervisor.rs` (`a_boot_that_cannot_bind_is_retried_until_the_port_frees`,
@@ -162,7 +162,7 @@ impl Drop for BootTask {
 /// append, a teardown, and with the outcome), then sent as one message to
 /// the journal and one to the Lifecycle actor: a phase's end and the next
 /// one's start, or the last step's checkpoint, its end and `booted`, wake
-/// each actor once, not two or three times (issue 16: wake-ups per
+/// each actor once, not two or three times (wake-ups per
 /// stop+start). Nothing a watcher could see is delayed past a wait, and
 /// the journal still gets every record before the append that follows it.
 struct Reporter<'a> {
@@ -474,7 +474,7 @@ async fn run_attempt(
                     // The last step: no next step waits on its checkpoint,
                     // so it is staged and rides with the `booted`
                     // transition's append (one fsync fewer per boot: group
-                    // commit, issue 16). `running` is published only once
+                    // commit). `running` is published only once
                     // that append's fsync returned, and a crash before it
                     // leaves no checkpoint: the next boot runs the step
                     // again, as after a crash between a step and its fsync.

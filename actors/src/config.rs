@@ -383,7 +383,7 @@ impl ConfigSource {
     /// What a boot's `resolve_config` takes: the declared file's fingerprint
     /// *before* the source reads it (`None` without a declared file), then
     /// the resolve, both on one blocking thread under one `deadline` — one
-    /// thread hop per boot, not two (issue 16). A fingerprint taken before a
+    /// thread hop per boot, not two. A fingerprint taken before a
     /// resolve that passed the deadline is kept; one that did not finish is
     /// [`Fingerprint`]'s timed-out one. Without a declared file a source made
     /// [`ConfigSource::in_place`] resolves on the caller's task.
@@ -1192,7 +1192,7 @@ mod tests {
         }
     }
 
-    /// Item 5 of issue 11: a declared path that is a directory, a FIFO, a
+    /// A declared path that is a directory, a FIFO, a
     /// device or a socket is a typed error naming the path and what it is,
     /// and opening a FIFO does not wait for a writer. The fingerprint takes
     /// the same read, so it says "unreadable" too.
@@ -1247,7 +1247,7 @@ mod tests {
         );
     }
 
-    /// Item 5 of issue 11: a file over the cap is refused by its `fstat`
+    /// A file over the cap is refused by its `fstat`
     /// length (never read whole, never cut); a file at the cap is read.
     #[test]
     fn a_config_over_the_cap_is_refused_unread() {

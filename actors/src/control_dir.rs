@@ -2509,8 +2509,8 @@ mod tests {
     }
 
     /// A data dir handed over by a replacement's incumbent reads as
-    /// `handed_over` with the incumbent's pid and attempt, never `crashed`
-    /// (issue 13, item 4); a clean stop stays a clean stop.
+    /// `handed_over` with the incumbent's pid and attempt, never `crashed`; a
+    /// clean stop stays a clean stop.
     #[test]
     fn a_handed_over_run_is_not_a_crash() {
         let holding = previous_run_from(&MarkerRead::Valid(RunMarker::Holding {

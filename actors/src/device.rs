@@ -14,7 +14,7 @@
 //! next turn holder spawns (the more so when the CPU is contended), so the
 //! pool grew past the turns (20 to 57 threads in the 1,000-supervisor
 //! benchmark) and the process kept each thread's stack and allocator
-//! arena (issue 16: memory that does not creep). [`DEVICE_JOBS`] bounds
+//! arena (memory that does not creep). [`DEVICE_JOBS`] bounds
 //! the threads; it is not a measured optimum for throughput: ext4 folds
 //! fsyncs that wait together into one journal commit, so more of them
 //! waiting may finish sooner. With a cap of 64 the 1,000-supervisor launch
@@ -87,8 +87,8 @@ where
 
 /// Start device threads now, until `threads` of them (at most
 /// [`DEVICE_JOBS`]) are alive, so the first jobs find one waiting instead
-/// of waiting for one to be created and scheduled (a daemon's launch:
-/// issue 16). They end after [`DEVICE_KEEP_ALIVE`] with nothing to do.
+/// of waiting for one to be created and scheduled (a daemon's
+/// launch). They end after [`DEVICE_KEEP_ALIVE`] with nothing to do.
 /// Best effort: a thread that cannot be started is left out.
 pub fn warm(threads: usize) {
     let mut state = POOL.lock();

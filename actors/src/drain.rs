@@ -20,7 +20,7 @@
 //! `tests/supervisor.rs`
 //! (`a_drain_that_cannot_release_wedges_and_only_exit_is_accepted`).
 //!
-//! Not an actor (it was a temporary Drain actor under Root until issue 16):
+//! Not an actor (a temporary Drain actor under Root would cost more):
 //! a drain has one caller and no mailbox to serve, and an actor per drain
 //! cost a spawn, a stop and a supervision event to Root on every stop.
 //!

@@ -87,7 +87,7 @@ impl JournalState {
     ///
     /// A [`Commit::Later`] write is one `write` into the page cache, made
     /// here on the actor's own thread: a thread hop would cost more than
-    /// the copy, twice per stop+start (issue 16). Whatever waits on the
+    /// the copy, twice per stop+start. Whatever waits on the
     /// disk (an fsync, a compaction, the cut and fsync that repair a writer
     /// a failure poisoned) runs on a blocking thread, so a runtime worker
     /// never waits for the device.

@@ -543,7 +543,7 @@ impl Actor for LifecycleActor {
         // Boxed: the handling of one message is a deep future (a
         // transition's journal write, publish and effect); inline, its
         // largest state would sit in this actor's task for its whole
-        // life, idle or not (issue 16: memory per supervisor).
+        // life, idle or not (memory per supervisor).
         Box::pin(async move {
             let now = state.shared.clock.now();
             match msg {
@@ -788,8 +788,8 @@ impl LifecycleActorState {
         // stay as they were: the runtime's task ending while it is shut
         // down) moves nothing a snapshot or an answer shows: its record is
         // staged, written in order with the next acknowledged append (the
-        // drain's own), and nothing is published for it. Group commit
-        // (issue 16): one fsync fewer per stop and per restart.
+        // drain's own), and nothing is published for it. Group commit: one
+        // fsync fewer per stop and per restart.
         if !self.durable_or_nothing
             && !records.is_empty()
             && effect == Effect::None
@@ -804,7 +804,7 @@ impl LifecycleActorState {
         // The first boot that reaches running creates the identity: asked
         // for before its `booted` append (another file, which no record
         // refers to), so the two writes and their fsyncs overlap; `entering`
-        // waits for it before `running` is published (issue 16).
+        // waits for it before `running` is published.
         if matches!(event, LifecycleEvent::Booted { .. })
             && matches!(next.state, LifecycleState::Running { .. })
             && self.snapshot.identity.is_none()
@@ -1194,7 +1194,7 @@ impl LifecycleActorState {
     ) {
         // A caller that gave up (its deadline passed, its connection
         // closed, its future was dropped) while this waited in the mailbox
-        // abandoned it: never step an abandoned command (issue 11, item 7).
+        // abandoned it: never step an abandoned command.
         if reply.is_closed() {
             tracing::info!(
                 ?command,

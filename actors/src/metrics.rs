@@ -106,7 +106,7 @@ fn phase_histogram() -> Histogram {
 /// The metrics are kept, not their registry: the registry (each family's
 /// name, help and unit, and a handle on it) is made when the text is
 /// rendered (`Metrics::registry`), so an idle supervisor does not hold
-/// one (issue 16: memory per supervisor).
+/// one (memory per supervisor).
 #[derive(Debug)]
 pub struct Metrics {
     state: Family<StateLabels, Gauge>,

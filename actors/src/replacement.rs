@@ -82,7 +82,7 @@ impl std::fmt::Debug for ReplaceJob {
 /// A request as it arrives from a handle: the job, and where the answer
 /// (the report as it stands once started, or the refusal) goes. Boxed, so
 /// the first block of 32 slots an unbounded channel allocates when it is
-/// made stays small on a supervisor never asked to replace (issue 16).
+/// made stays small on a supervisor never asked to replace.
 pub type ReplaceRequest = Box<(ReplaceJob, RpcReplyPort<Result<Report, ReplaceRefusal>>)>;
 
 /// The path of the upgrade lock under `data_dir`.

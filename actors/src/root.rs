@@ -410,7 +410,7 @@ pub fn child_name(data_dir: &std::path::Path, role: &str, generation: u32) -> St
 /// replacement is asked for, and hand it that request; it takes the request
 /// channel over from there (and lives on: its serial counts every
 /// transaction). A supervisor that is never asked holds no Replacement
-/// actor, only this waiting task (issue 16: memory per supervisor). An
+/// actor, only this waiting task (memory per supervisor). An
 /// actor that cannot be started drops the request (answered `unavailable`)
 /// and the channel with it, as a dead one does.
 async fn replacement_on_demand(mut args: ReplacementArgs, root: ActorCell) {

@@ -853,7 +853,7 @@ impl Drop for Runtime {
 /// One task, not a task and a watcher awaiting its join handle: the panic
 /// is caught around each poll of `work` (as tokio itself catches it), and
 /// `ended` runs in the same task, so a boot or a drain costs no extra
-/// wake-up on another thread (issue 16: thread hops per stop+start). The
+/// wake-up on another thread (thread hops per stop+start). The
 /// unwinding drops what `work` held (a runtime: its tasks are aborted and
 /// its store released) before `ended` runs.
 pub fn spawn_watched<F>(work: F, ended: impl FnOnce(Option<String>) + Send + 'static)

@@ -3,7 +3,7 @@
 //! RPC answers it (without `now`), framed by
 //! [`steadfast_protocol::status_record`]. `steadfastctl status` reads it
 //! instead of asking the daemon, as runit's `sv status` reads its
-//! `supervise/status` (issue 16).
+//! `supervise/status`.
 //!
 //! Invariants:
 //! - Written before a snapshot version is published: the Lifecycle actor's

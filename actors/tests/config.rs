@@ -413,7 +413,7 @@ fn operator_values_parse_as_toml_or_as_a_string_and_print_back() {
     assert_eq!(tier.list().len(), 1, "a failed load sets nothing");
 }
 
-/// Issue 11, item 5: a resolve that blocks (a hung file system, a source
+/// A resolve that blocks (a hung file system, a source
 /// that waits) is given up at its deadline with a typed error; the caller
 /// goes on while the blocked read stays on its own thread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -453,7 +453,7 @@ async fn a_source_that_blocks_is_given_up_at_the_deadline() {
     assert_eq!(fingerprint, Fingerprint::of_file(&fifo));
 }
 
-/// Issue 16: a source that reads nothing (a fixed table, defaults without a
+/// A source that reads nothing (a fixed table, defaults without a
 /// declared file) resolves on the caller's thread, not on a blocking one
 /// (a thread hop per boot, and a blocking pool that grows with the
 /// supervisors in a process); one that may read a file still goes to a
@@ -517,7 +517,7 @@ async fn a_source_that_reads_nothing_resolves_in_place() {
     );
 }
 
-/// Issue 16: a boot's `resolve_config` fingerprints the declared file and
+/// A boot's `resolve_config` fingerprints the declared file and
 /// resolves in one blocking hop; the fingerprint is still the file as it
 /// was *before* the source read it (a write that lands after the read makes
 /// the file differ from it, so the change is not lost), it is kept when the

@@ -140,7 +140,7 @@ fn second_open_is_locked_until_the_first_is_dropped() {
     ControlDir::open(&data).unwrap();
 }
 
-/// Issue 11 (`cargo test --workspace`): a child forked by another thread
+/// (`cargo test --workspace`): a child forked by another thread
 /// holds a copy of the lock's descriptor until its exec; a reopen meanwhile
 /// must wait that copy out, not say `Locked`. The copy here is a `dup`
 /// (the same open file description, as a fork's copy is), closed 50 ms
@@ -744,7 +744,7 @@ fn a_shared_journal_is_not_compacted_until_it_is_ours_alone() {
 }
 
 // ---------------------------------------------------------------------------
-// Hostile local users (issue 11, item 2). The attacker is uid/gid 65534,
+// Hostile local users. The attacker is uid/gid 65534,
 // reached with `setpriv` (these tests run as root, like the daemon they
 // attack). Each test plants what a user owning or able to write the data dir
 // could plant, runs the daemon's open, and checks both that it is refused

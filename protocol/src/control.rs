@@ -249,7 +249,7 @@ pub trait Control {
     /// confirmation from `reinit_prepare`; answered once it settled.
     async fn reinit(token: String) -> ControlAnswer;
 
-    // -- Replacement (issue 7) --
+    // -- Replacement --
     /// Replace this daemon's binary by `request.binary`, in `request.mode`.
     /// Answered as soon as the transaction started (or was refused), with
     /// its report; follow it with `replace_status`.
@@ -260,7 +260,7 @@ pub trait Control {
     /// candidate for: its pid, identity and version.
     async fn replace_status(after_seq: u64, timeout_ms: u64) -> ReplaceAnswer;
 
-    // -- Reload (issue 13) --
+    // -- Reload --
     /// Re-read the config now, as SIGHUP does (a `config_changed`: a held
     /// failure is retried, a running runtime applies the change). Under
     /// systemd the daemon says `RELOADING=1` before and `READY=1` after.

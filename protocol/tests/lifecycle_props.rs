@@ -537,7 +537,7 @@ fn no_window_holds_more_than_n_failed_automatic_boots() {
     });
 }
 
-/// Issue 15, item 2: from any `running` an arbitrary sequence reaches, a
+/// From any `running` an arbitrary sequence reaches, a
 /// `restart` whose preflight is invalid is refused as `config_invalid` and
 /// leaves the lifecycle exactly as it was, while a forced one drains.
 #[test]
@@ -597,7 +597,7 @@ enum Report {
     Phase { after: u64 },
 }
 
-/// Issue 15, item 3: the step deadline over a boot's reports in monotonic
+/// The step deadline over a boot's reports in monotonic
 /// time, driven the way the Lifecycle actor drives it (the timer the machine
 /// asks for fires at its wake, before a report that comes later; an early
 /// or stale one is tried too). No boot fails while every report comes within

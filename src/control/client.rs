@@ -1427,7 +1427,7 @@ impl ControlClient {
         .await
     }
 
-    // -- Replacement (issue 7) --
+    // -- Replacement --
 
     /// Start replacing the daemon's binary; answered once started, with the
     /// first report.

@@ -6,7 +6,7 @@
 //! also registers a timer in that task's deadline queue. On a command
 //! line's one thread that is two task hops and a timer registration (which
 //! writes the runtime's eventfd) per call: the largest part of what a
-//! `snapshot` cost beyond a raw ping-pong (issue 16). Here the call itself
+//! `snapshot` cost beyond a raw ping-pong. Here the call itself
 //! writes its frame and reads the answers; the frames are the same
 //! (`ClientMessage` out, `Response` in, through the same codec), so either
 //! end may be a plain tarpc peer.

@@ -7,7 +7,7 @@
 //! a *yield*, which wakes another (parked) worker thread to share the work;
 //! that worker finds nothing and parks again — a futex wake and a context
 //! switch on another core for every call, the largest part of what a call
-//! costs beyond a raw ping-pong on a busy 2-core machine (issue 16).
+//! costs beyond a raw ping-pong on a busy 2-core machine.
 //!
 //! [`Rewake`] gives the future it wraps its own waker: a wake that arrives
 //! while the future is being polled (from itself, or from another thread in

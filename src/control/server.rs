@@ -1187,7 +1187,7 @@ impl Control for ControlService {
         self.answer(self.handle.reinit(&token).await)
     }
 
-    // -- Replacement (issue 7) --
+    // -- Replacement --
     async fn replace(
         self,
         _: Context,

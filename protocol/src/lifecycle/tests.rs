@@ -580,7 +580,7 @@ fn a_runtime_that_ends_while_running_drains_then_fails_with_backoff() {
     assert_eq!(m.epoch(), 1);
 }
 
-/// Issue 15, item 4: `next_retry_at` counts from the moment the drain
+/// `next_retry_at` counts from the moment the drain
 /// settled, not from the crash, so a slow drain does not eat the backoff
 /// (the spec was corrected to say so).
 #[test]
@@ -617,7 +617,7 @@ fn a_runtime_that_ends_backs_off_from_when_its_drain_settled() {
     );
 }
 
-/// Issue 15, item 4: a drain whose `then` is `exit` and that reports the
+/// A drain whose `then` is `exit` and that reports the
 /// store released counts the release (invariant 4); before the fix the
 /// epoch stayed where it was.
 #[test]
