@@ -2,9 +2,13 @@
 //! way a user would write one.
 //!
 //! `cargo run --release --example kvd -- [--data-dir DIR] [--config FILE]
-//! [--metrics-addr 127.0.0.1:9464] [--log-format plain|json]`
-//! (`--config` names a regular file that must exist: a missing one exits 2;
-//! `--metrics-addr` serves `GET /metrics` in OpenMetrics text there).
+//! [--metrics-addr 127.0.0.1:9464] [--log-format plain|json]
+//! [--control-tcp ADDR --control-token-file FILE] [--control-tls ADDR …]
+//! [--commit-window-ms MS]`: the flags of `steadfast::daemon::cli` (`--help`
+//! lists them) and kvd's own. `--config` names a regular file that must
+//! exist: a missing one exits 2; the data dir defaults to the file's
+//! `data_dir`, else `./kvd-data`; `--metrics-addr` serves `GET /metrics` in
+//! OpenMetrics text there.
 //!
 //! It speaks a TCP line protocol on `listen_addr` (default `127.0.0.1:7070`):
 //! `SET key value` → `OK`, `GET key` → the value or `NOT_FOUND`, `DEL key` →

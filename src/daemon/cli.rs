@@ -299,7 +299,8 @@ impl CliError {
 
 /// Exit the process: with the intent's code ([`ExitIntent::code`]: 0 halt,
 /// 75 relaunch), or, for an error, after saying it on stderr as
-/// `NAME: error`, with [`CliError::exit_code`].
+/// `NAME: error` (a [`CliError::Daemon`] is logged already), with
+/// [`CliError::exit_code`].
 pub fn exit(name: &str, outcome: Result<ExitIntent, CliError>) -> ! {
     let code = match outcome {
         Ok(intent) => {
@@ -311,8 +312,12 @@ pub fn exit(name: &str, outcome: Result<ExitIntent, CliError>) -> ! {
             );
             intent.code()
         }
-        // On stderr as it is, not as a log line: it must be read whatever
-        // the log's format, and whether or not a subscriber is installed.
+        // A listener that could not be served was logged by `run_with`
+        // already (as an error, naming the path or address and the fix).
+        Err(error @ CliError::Daemon { .. }) => error.exit_code(),
+        // The rest on stderr as it is, not as a log line: it must be read
+        // whatever the log's format, and whether or not a subscriber is
+        // installed.
         Err(error) => {
             eprintln!("{name}: {error}");
             error.exit_code()
