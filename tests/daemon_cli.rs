@@ -12,6 +12,7 @@ use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use processes::{PATIENCE, example, free_port, kv, steadfastctl, wait_exit};
@@ -35,29 +36,92 @@ const ENV: [&str; 10] = [
     "STEADFAST_TLS_CLIENT_CA",
 ];
 
-/// `name ARGS…` (an example), stdin and stdout closed, stderr captured,
-/// none of the daemon command line's variables set.
-fn spawn(name: &str, args: &[String]) -> Child {
+/// A running example, killed if the test ends (or fails) before it exits;
+/// its stderr collected as it comes.
+struct Daemon {
+    child: Child,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Daemon {
+    /// Its stderr so far.
+    fn text(&self) -> String {
+        self.stderr
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Its stderr once `needle` is in it, within [`PATIENCE`].
+    fn wait_for(&self, needle: &str) -> String {
+        let deadline = Instant::now() + PATIENCE;
+        while Instant::now() < deadline {
+            let text = self.text();
+            if text.contains(needle) {
+                return text;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("{needle:?} never logged: {}", self.text())
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `name ARGS…` (an example) with `env` set, stdin and stdout closed,
+/// stderr collected; none of the daemon command line's variables (nor
+/// `RUST_LOG`) set otherwise.
+fn spawn_with(name: &str, args: &[String], env: &[(&str, &Path)]) -> Daemon {
     let mut command = Command::new(example(name));
-    for var in ENV {
+    for var in ENV.iter().chain(&["RUST_LOG"]) {
         command.env_remove(var);
     }
-    command
+    for (var, value) in env {
+        command.env(var, value);
+    }
+    let mut child = command
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("the example starts")
+        .expect("the example starts");
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let mut pipe = child.stderr.take().expect("stderr");
+    let collected = Arc::clone(&stderr);
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = std::io::Read::read(&mut pipe, &mut buf) {
+            if n == 0 {
+                return;
+            }
+            collected
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    Daemon { child, stderr }
 }
 
-/// The child's exit code and stderr, once it exits.
-fn ended(mut child: Child) -> (Option<i32>, String) {
-    let code = wait_exit(&mut child);
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)
-        .expect("stderr");
-    (code, stderr)
+fn spawn(name: &str, args: &[String]) -> Daemon {
+    spawn_with(name, args, &[])
+}
+
+/// The daemon's exit code and its whole stderr, once it exits.
+fn ended(mut daemon: Daemon) -> (Option<i32>, String) {
+    let code = wait_exit(&mut daemon.child);
+    // The pipe is closed once the process is gone: the reader ends.
+    let deadline = Instant::now() + PATIENCE;
+    while Arc::strong_count(&daemon.stderr) > 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    (code, daemon.text())
 }
 
 /// The real `steadfastctl ARGS…`, without `STEADFAST_DATA_DIR`.
@@ -116,7 +180,7 @@ fn kvd_setup(dir: &Path) -> (PathBuf, PathBuf, u16) {
 
 /// Status, stop and start over `transport`, each answered and done, and
 /// the store served again after the start; then `exit`: kvd exits 0.
-fn status_stop_start_exit(transport: &[String], kvd: Child, port: u16) {
+fn status_stop_start_exit(transport: &[String], kvd: Daemon, port: u16) {
     let snapshot = until_state(transport, "running");
     assert_eq!(snapshot["lifecycle"]["state"], "running");
     let out = ctl(&with(transport, &["status"]));
@@ -410,6 +474,118 @@ fn no_data_dir_exits_2_and_version_answers() {
     assert!(
         stdout.starts_with("kvd ") && stdout.contains(env!("CARGO_PKG_VERSION")),
         "{stdout}"
+    );
+}
+
+/// `--log-level debug` logs kvd's requests (debug lines) from the start,
+/// without `RUST_LOG`; a level the config sets replaces it in place, and
+/// unsetting that goes back to the flag's level, not to `info`.
+#[test]
+fn the_log_level_flag_holds_until_the_config_sets_one() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (data, config, port) = kvd_setup(tmp.path());
+    let kvd = spawn(
+        "kvd",
+        &[
+            "--data-dir".to_owned(),
+            s(&data),
+            "--config".to_owned(),
+            s(&config),
+            "--log-level".to_owned(),
+            "debug".to_owned(),
+        ],
+    );
+    let socket = ["--data-dir".to_owned(), s(&data)];
+    until_state(&socket, "running");
+    assert_eq!(kv(port, "GET flagged"), "NOT_FOUND");
+    kvd.wait_for("request=GET flagged");
+
+    let set = ctl(&with(&socket, &["config", "set", "log_level", "info"]));
+    assert_eq!(set.status.code(), Some(0), "{set:?}");
+    kvd.wait_for("log level set level=info");
+    let unset = ctl(&with(&socket, &["config", "unset", "log_level"]));
+    assert_eq!(unset.status.code(), Some(0), "{unset:?}");
+    kvd.wait_for("log level set level=debug");
+    assert_eq!(kv(port, "GET again"), "NOT_FOUND");
+    kvd.wait_for("request=GET again");
+
+    let out = ctl(&with(&socket, &["exit"]));
+    assert_eq!(out.status.code(), Some(0));
+    let (code, stderr) = ended(kvd);
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+/// `STEADFAST_DATA_DIR` names the data dir for kvd as it does for
+/// `steadfastctl`: one exported variable points both at it. Set but
+/// empty, it is refused (exit 2), as `steadfastctl` refuses it.
+#[test]
+fn steadfast_data_dir_names_the_data_dir_for_kvd_and_steadfastctl() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (data, config, port) = kvd_setup(tmp.path());
+    let kvd = spawn_with(
+        "kvd",
+        &["--config".to_owned(), s(&config)],
+        &[("STEADFAST_DATA_DIR", &data)],
+    );
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let out = Command::new(steadfastctl())
+            .arg("status")
+            .env("STEADFAST_DATA_DIR", &data)
+            .output()
+            .expect("steadfastctl runs");
+        if out.status.code() == Some(0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never running: {}", kvd.text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(kv(port, "SET k v"), "OK");
+    assert!(data.join("store.log").exists(), "the store is under it");
+    let out = ctl(&["--data-dir".to_owned(), s(&data), "exit".to_owned()]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(ended(kvd).0, Some(0));
+
+    let (code, stderr) = ended(spawn_with(
+        "kvd",
+        &["--config".to_owned(), s(&config)],
+        &[("STEADFAST_DATA_DIR", Path::new(""))],
+    ));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("STEADFAST_DATA_DIR is set but empty"),
+        "{stderr}"
+    );
+}
+
+/// A control port that cannot be bound (the address is in use) stops the
+/// daemon before it runs: exit 1, the error logged with the address, and
+/// the flag named.
+#[test]
+fn a_control_port_in_use_exits_1_naming_the_flag() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (data, config, _) = kvd_setup(tmp.path());
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = taken.local_addr().expect("addr").to_string();
+    let (code, stderr) = ended(spawn(
+        "kvd",
+        &[
+            "--data-dir".to_owned(),
+            s(&data),
+            "--config".to_owned(),
+            s(&config),
+            "--control-tcp".to_owned(),
+            addr.clone(),
+            "--control-token-file".to_owned(),
+            s(&tmp.path().join("control.token")),
+            "--create-token".to_owned(),
+        ],
+    ));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains(&addr), "the address: {stderr}");
+    assert!(
+        stderr.contains("kvd: not started: --control-tcp cannot be served"),
+        "the flag: {stderr}"
     );
 }
 

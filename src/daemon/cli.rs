@@ -299,8 +299,8 @@ impl CliError {
 
 /// Exit the process: with the intent's code ([`ExitIntent::code`]: 0 halt,
 /// 75 relaunch), or, for an error, after saying it on stderr as
-/// `NAME: error` (a [`CliError::Daemon`] is logged already), with
-/// [`CliError::exit_code`].
+/// `NAME: error` (a [`CliError::Daemon`] is logged already: only its flag
+/// is said), with [`CliError::exit_code`].
 pub fn exit(name: &str, outcome: Result<ExitIntent, CliError>) -> ! {
     let code = match outcome {
         Ok(intent) => {
@@ -313,8 +313,12 @@ pub fn exit(name: &str, outcome: Result<ExitIntent, CliError>) -> ! {
             intent.code()
         }
         // A listener that could not be served was logged by `run_with`
-        // already (as an error, naming the path or address and the fix).
-        Err(error @ CliError::Daemon { .. }) => error.exit_code(),
+        // already (as an error, naming the path or address and the fix):
+        // only the flag is added.
+        Err(error @ CliError::Daemon { flag, .. }) => {
+            eprintln!("{name}: not started: {flag} cannot be served (the error is logged above)");
+            error.exit_code()
+        }
         // The rest on stderr as it is, not as a log line: it must be read
         // whatever the log's format, and whether or not a subscriber is
         // installed.
