@@ -1,15 +1,16 @@
 //! A durable counter behind a TCP endpoint: each connection adds `step` to the count, fsyncs
 //! it to `path` (a file in the data dir) and answers the new count. The config is typed
 //! (`config set port many` is refused, naming the leaf); `step` applies in place, the rest
-//! needs a restart. `cargo run --example counter -- DATA_DIR [FILE]`.
+//! needs a restart. `cargo run --example counter -- DATA_DIR [FILE]` (or `--data-dir`, with
+//! every flag of `steadfast::daemon::cli`).
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use steadfast::Supervisor;
 use steadfast::fs::{Access, open_in_data_dir};
 use steadfast::service::Connection;
 use steadfast::{ConfigChange, Made, Plan, Runtime, Service, Step, StepContext, StepError};
-use steadfast::{Supervisor, TomlFileSource};
 use tokio::{io::AsyncWriteExt, net::TcpListener};
 
 #[derive(serde::Deserialize)]
@@ -112,18 +113,30 @@ impl Service for App {
     }
 }
 
+/// `counter [DATA_DIR [FILE]]` and steadfast's daemon flags.
+#[derive(clap::Parser)]
+#[command(name = "counter")]
+struct Cli {
+    #[command(flatten)]
+    daemon: steadfast::daemon::cli::DaemonArgs,
+    /// The data directory (as --data-dir; one or the other).
+    #[arg(value_name = "DATA_DIR", conflicts_with = "data_dir")]
+    dir: Option<std::path::PathBuf>,
+    /// A config file that may be missing (an empty tier while it is).
+    #[arg(value_name = "FILE")]
+    file: Option<std::path::PathBuf>,
+}
+
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() {
     // First: SIGTERM, SIGINT and SIGHUP are caught from here on, so one
     // that arrives while the supervisor is built is answered by `run` (a
     // drained exit 0), never a death after the run marker was written.
     steadfast::daemon::catch_signals();
-    let mut args = std::env::args().skip(1);
-    let data_dir = args.next().ok_or("usage: counter DATA_DIR [FILE]")?;
-    let mut config = TomlFileSource::new().defaults_toml("port = 7072\npath = \"count\"\nstep = 1");
-    if let Some(file) = args.next() {
-        config = config.declared_file(file);
-    }
-    let (supervisor, handle) = Supervisor::builder(data_dir, App).config(config).build()?;
-    std::process::exit(steadfast::daemon::run(supervisor, handle).await?.code())
+    let mut cli: Cli = steadfast::daemon::cli::parse(env!("CARGO_PKG_VERSION"));
+    cli.daemon.data_dir = cli.daemon.data_dir.or(cli.dir);
+    let launch = cli.daemon.launch("counter").optional_config(cli.file);
+    let launch = launch.defaults_toml("port = 7072\npath = \"count\"\nstep = 1");
+    let run = launch.run(|data_dir, config| Supervisor::builder(data_dir, App).config(config));
+    steadfast::daemon::cli::exit("counter", run.await)
 }

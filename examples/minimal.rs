@@ -1,8 +1,9 @@
 //! The smallest embedding: one step binds `listen_addr` and greets each connection, kept up by
 //! steadfast (backoff, held on a bad config, drained on SIGTERM, logs on stderr by `RUST_LOG`).
-//! `cargo run --example minimal -- DIR [FILE]`, then `steadfastctl --data-dir DIR status`.
+//! `cargo run --example minimal -- DIR [FILE]` (or `--data-dir DIR`, with every flag of
+//! `steadfast::daemon::cli`), then `steadfastctl --data-dir DIR status`.
 use steadfast::service::Connection;
-use steadfast::{Made, Plan, Service, Step, StepContext, StepError, Supervisor, TomlFileSource};
+use steadfast::{Made, Plan, Service, Step, StepContext, StepError, Supervisor};
 use tokio::{io::AsyncWriteExt, net::TcpListener};
 
 #[derive(serde::Deserialize)]
@@ -39,19 +40,31 @@ impl Service for Hello {
     }
 }
 
+/// `minimal [DATA_DIR [FILE]]` and steadfast's daemon flags (`--data-dir`,
+/// `--config`, `--control-tcp`, …).
+#[derive(clap::Parser)]
+#[command(name = "minimal")]
+struct Cli {
+    #[command(flatten)]
+    daemon: steadfast::daemon::cli::DaemonArgs,
+    /// The data directory (as --data-dir; one or the other).
+    #[arg(value_name = "DATA_DIR", conflicts_with = "data_dir")]
+    dir: Option<std::path::PathBuf>,
+    /// A config file that may be missing (an empty tier while it is).
+    #[arg(value_name = "FILE")]
+    file: Option<std::path::PathBuf>,
+}
+
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() {
     // First: SIGTERM, SIGINT and SIGHUP are caught from here on, so one
     // that arrives while the supervisor is built is answered by `run` (a
     // drained exit 0), never a death after the run marker was written.
     steadfast::daemon::catch_signals();
-    let mut args = std::env::args().skip(1);
-    let data_dir = args.next().ok_or("usage: minimal DATA_DIR [FILE]")?;
-    let mut config = TomlFileSource::new().defaults_toml("listen_addr = \"127.0.0.1:7071\"");
-    if let Some(file) = args.next() {
-        config = config.declared_file(file);
-    }
-    let builder = Supervisor::builder(data_dir, Hello).config(config);
-    let (supervisor, handle) = builder.build()?;
-    std::process::exit(steadfast::daemon::run(supervisor, handle).await?.code())
+    let mut cli: Cli = steadfast::daemon::cli::parse(env!("CARGO_PKG_VERSION"));
+    cli.daemon.data_dir = cli.daemon.data_dir.or(cli.dir);
+    let launch = cli.daemon.launch("minimal").optional_config(cli.file);
+    let launch = launch.defaults_toml("listen_addr = \"127.0.0.1:7071\"");
+    let run = launch.run(|data_dir, config| Supervisor::builder(data_dir, Hello).config(config));
+    steadfast::daemon::cli::exit("minimal", run.await)
 }

@@ -109,6 +109,8 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::supervisor::{Supervisor, SupervisorHandle};
 use steadfast_actors::lifecycle::CommandError;
 
+#[cfg(feature = "cli")]
+pub mod cli;
 mod logging;
 mod metrics_http;
 pub use logging::{

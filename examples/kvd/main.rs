@@ -2,9 +2,13 @@
 //! way a user would write one.
 //!
 //! `cargo run --release --example kvd -- [--data-dir DIR] [--config FILE]
-//! [--metrics-addr 127.0.0.1:9464] [--log-format plain|json]`
-//! (`--config` names a regular file that must exist: a missing one exits 2;
-//! `--metrics-addr` serves `GET /metrics` in OpenMetrics text there).
+//! [--metrics-addr 127.0.0.1:9464] [--log-format plain|json]
+//! [--control-tcp ADDR --control-token-file FILE] [--control-tls ADDR …]
+//! [--commit-window-ms MS]`: the flags of `steadfast::daemon::cli` (`--help`
+//! lists them) and kvd's own. `--config` names a regular file that must
+//! exist: a missing one exits 2; the data dir defaults to the file's
+//! `data_dir`, else `./kvd-data`; `--metrics-addr` serves `GET /metrics` in
+//! OpenMetrics text there.
 //!
 //! It speaks a TCP line protocol on `listen_addr` (default `127.0.0.1:7070`):
 //! `SET key value` → `OK`, `GET key` → the value or `NOT_FOUND`, `DEL key` →
@@ -75,7 +79,6 @@ use steadfast::protocol::lifecycle::LifecycleState;
 use steadfast::service::{Connection, ResourceRecord, Shutdown, StoreLock};
 use steadfast::{
     ConfigChange, Made, Plan, Runtime, Service, Step, StepContext, StepError, Supervisor,
-    TomlFileSource,
 };
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
 use tokio::net::TcpListener;
@@ -757,7 +760,8 @@ impl Service for Kvd {
 /// The config type checked the level; the only failure is a subscriber
 /// that is not steadfast's, and then there is nothing to change.
 fn apply_log_level(level: Option<&steadfast::daemon::LogLevel>) {
-    if let Err(error) = steadfast::daemon::set_log_level(level) {
+    // Unset, the level goes back to `--log-level`, else `RUST_LOG`.
+    if let Err(error) = steadfast::daemon::cli::set_configured_log_level(level) {
         tracing::warn!(target: "kvd", %error, "log_level not applied");
     }
 }
@@ -1008,11 +1012,19 @@ fn version() -> String {
         .unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_owned())
 }
 
-fn usage() -> ! {
-    eprintln!(
-        "usage: kvd [--data-dir DIR] [--config FILE] [--metrics-addr ADDR] [--log-format plain|json] [--commit-window-ms MS]"
-    );
-    std::process::exit(2)
+/// kvd's command line: steadfast's daemon flags, and kvd's own.
+#[derive(clap::Parser)]
+#[command(
+    name = "kvd",
+    about = "A small durable key-value daemon, kept up by steadfast"
+)]
+struct Cli {
+    #[command(flatten)]
+    daemon: steadfast::daemon::cli::DaemonArgs,
+    /// Group commit: how long a transition into a boot or a drain waits
+    /// for its outcome to share its fsync.
+    #[arg(long, value_name = "MS")]
+    commit_window_ms: Option<u64>,
 }
 
 #[tokio::main]
@@ -1021,101 +1033,29 @@ async fn main() {
     // that arrives while the supervisor is built is answered by `run` (a
     // drained exit 0), never a death after the run marker was written.
     steadfast::daemon::catch_signals();
-    let mut data_dir: Option<PathBuf> = None;
-    let mut config: Option<PathBuf> = None;
-    let mut metrics: Option<std::net::SocketAddr> = None;
-    let mut log_format = steadfast::daemon::LogFormat::Plain;
+    let cli: Cli = steadfast::daemon::cli::parse(version());
     let mut timings = steadfast::supervisor::Timings::default();
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--data-dir" => data_dir = Some(args.next().unwrap_or_else(|| usage()).into()),
-            "--config" => config = Some(args.next().unwrap_or_else(|| usage()).into()),
-            "--log-format" => match args.next().as_deref() {
-                Some("plain") => log_format = steadfast::daemon::LogFormat::Plain,
-                Some("json") => log_format = steadfast::daemon::LogFormat::Json,
-                _ => usage(),
-            },
-            "--metrics-addr" => {
-                let addr = args.next().unwrap_or_else(|| usage());
-                metrics = Some(addr.parse().unwrap_or_else(|error| {
-                    eprintln!("kvd: --metrics-addr {addr}: {error}");
-                    std::process::exit(2)
-                }));
-            }
-            "--commit-window-ms" => {
-                // Group commit: how long a transition into a boot or a
-                // drain waits for its outcome to share its fsync.
-                let ms = args.next().unwrap_or_else(|| usage());
-                timings.commit_window =
-                    std::time::Duration::from_millis(ms.parse().unwrap_or_else(|error| {
-                        eprintln!("kvd: --commit-window-ms {ms}: {error}");
-                        std::process::exit(2)
-                    }));
-            }
-            "-h" | "--help" => usage(),
-            _ => usage(),
-        }
+    if let Some(ms) = cli.commit_window_ms {
+        timings.commit_window = Duration::from_millis(ms);
     }
-    // The data dir: the flag, else the config file's `data_dir`, else
-    // ./kvd-data. A later edit that moves it is refused (a held failure).
-    // The file is read the way every resolve reads it (regular files only,
-    // opened non-blocking, 1 MiB at most). A `--config` that names no file
-    // is a mistake said at once (exit 2); a file that exists but cannot be
-    // used (a FIFO, a device, too big, bad TOML) is left to the boot, which
-    // holds on it with the reason `steadfastctl status` shows.
-    let from_file = match &config {
-        None => None,
-        Some(path) => match steadfast::config::read_config_file(path) {
-            Ok(bytes) => std::str::from_utf8(&bytes)
-                .ok()
-                .and_then(|text| text.parse::<toml::Table>().ok())
-                .and_then(|table| {
-                    table
-                        .get("data_dir")
-                        .and_then(toml::Value::as_str)
-                        .map(PathBuf::from)
-                }),
-            Err(error @ steadfast::config::ConfigError::Missing { .. }) => {
-                eprintln!("kvd: {error}");
-                std::process::exit(2);
-            }
-            Err(_) => None,
-        },
+    let launch = cli.daemon.launch("kvd").defaults_toml(DEFAULTS);
+    let run = async {
+        let prepared = launch.default_data_dir("kvd-data").prepare()?;
+        let started = prepared.start(|dir, config| {
+            Supervisor::builder(dir, Kvd)
+                .config(config)
+                .version(version())
+                .timings(timings)
+        })?;
+        log_transitions(started.handle());
+        started.run().await
     };
-    // The log is on before anything is said, so every line below carries
-    // its priority under systemd.
-    steadfast::daemon::init_logging(log_format);
-    let data_dir = data_dir
-        .or(from_file)
-        .unwrap_or_else(|| PathBuf::from("kvd-data"));
+    steadfast::daemon::cli::exit("kvd", run.await)
+}
 
-    // `--config` is required once given: if the file disappears later, the
-    // next resolve holds on it instead of quietly falling back to defaults.
-    let mut source = TomlFileSource::new().defaults_toml(DEFAULTS);
-    if let Some(path) = &config {
-        source = source.required_file(path);
-    }
-    // The declared file is watched; `steadfastctl config set` writes the
-    // supervisor's override tier on top of it.
-    let built = Supervisor::builder(&data_dir, Kvd)
-        .config(source)
-        .version(version())
-        .timings(timings)
-        .build();
-    let (supervisor, handle) = match built {
-        Ok(started) => started,
-        Err(error) => {
-            tracing::error!(target: "kvd", %error, "not started");
-            std::process::exit(1);
-        }
-    };
-    // A later start does not run the binary a `replace` selected: say so.
-    if let Some((_, message)) = steadfast::replace::Selection::elsewhere(&data_dir) {
-        tracing::warn!(target: "kvd", "{message}");
-    }
-    // One line per change of state, like a service's journal: a failed
-    // boot is a warning, a wedge an error.
+/// One line per change of state, like a service's journal: a failed boot
+/// is a warning, a wedge an error.
+fn log_transitions(handle: &steadfast::SupervisorHandle) {
     let mut snapshots = handle.watch();
     tokio::spawn(async move {
         let mut last = String::new();
@@ -1135,19 +1075,4 @@ async fn main() {
             }
         }
     });
-    // Serve the control socket too: `steadfastctl --data-dir <data_dir> status`.
-    let mut options = steadfast::daemon::DaemonOptions::new()
-        .control_socket(true)
-        .log_format(log_format);
-    if let Some(addr) = metrics {
-        options = options.metrics_http(addr);
-    }
-    let intent = match steadfast::daemon::run_with(supervisor, handle, options).await {
-        Ok(intent) => intent,
-        // `run_with` logged why (as an error, naming the path or address
-        // and the fix); it returns it for an application that logs nothing.
-        Err(_) => std::process::exit(1),
-    };
-    tracing::info!(target: "kvd", "exiting ({}, code {})", intent.name(), intent.code());
-    std::process::exit(intent.code());
 }

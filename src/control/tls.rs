@@ -431,6 +431,14 @@ fn load(config: &TlsServerConfig) -> Result<Loaded, TlsError> {
     })
 }
 
+/// Read every file of `config` and build its TLS configuration, as
+/// [`serve_tls`] does before it binds: what a daemon's command line checks
+/// before it builds its supervisor (`daemon::cli`).
+#[cfg(feature = "cli")]
+pub(crate) fn check(config: &TlsServerConfig) -> Result<(), TlsError> {
+    load(config).map(drop)
+}
+
 impl Loaded {
     /// The role `hello` (with the session's verified client certificate,
     /// if any) authorizes; `None`: refused.

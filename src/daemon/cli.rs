@@ -1,0 +1,796 @@
+//! The standard daemon command line (feature `cli`, on by default): the
+//! flags every steadfast daemon takes, as a clap [`DaemonArgs`] a daemon
+//! flattens into its own parser, and [`Launch`], which applies them —
+//! everything a daemon's `main` otherwise writes by hand.
+//!
+//! ```no_run
+//! # use steadfast::{Plan, Service, Supervisor};
+//! # struct App;
+//! # impl Service for App { type Config = toml::Table;
+//! #   fn plan(&self, _: &toml::Table) -> Plan<toml::Table> { Plan::new() } }
+//! use clap::Parser;
+//! use steadfast::daemon::cli::{self, DaemonArgs};
+//!
+//! #[derive(Parser)]
+//! #[command(name = "appd")]
+//! struct Cli {
+//!     #[command(flatten)]
+//!     daemon: DaemonArgs,
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() {
+//!     steadfast::daemon::catch_signals();
+//!     let cli: Cli = cli::parse(env!("CARGO_PKG_VERSION"));
+//!     let launch = cli.daemon.launch("appd").defaults_toml("listen_addr = \"127.0.0.1:7070\"");
+//!     let ran = launch.run(|data_dir, config| Supervisor::builder(data_dir, App).config(config));
+//!     cli::exit("appd", ran.await)
+//! }
+//! ```
+//!
+//! The flags (`--help` lists them; a flag wins over its variable):
+//!
+//! | flag | variable | what |
+//! |---|---|---|
+//! | `--data-dir DIR` | `STEADFAST_DATA_DIR` | the data directory; else the config file's `data_dir`, else the daemon's default ([`Launch::default_data_dir`]), else an error |
+//! | `--config FILE` | `STEADFAST_CONFIG` | the config file: it must exist (a missing one is an error, exit 2) and is watched |
+//! | `--log-format plain\|json` | `STEADFAST_LOG_FORMAT` | how log lines are written |
+//! | `--log-level LEVEL` | (`RUST_LOG`) | the level until the config sets one ([`set_configured_log_level`]) |
+//! | `--metrics-addr ADDR` | `STEADFAST_METRICS_ADDR` | serve `GET /metrics` there |
+//! | `--control-tcp ADDR` | `STEADFAST_CONTROL_TCP` | the control plane on TCP (loopback), with… |
+//! | `--control-token-file FILE` | `STEADFAST_CONTROL_TOKEN_FILE` | …the token clients present (0600); `--create-token` makes it if missing |
+//! | `--control-tls ADDR` | `STEADFAST_CONTROL_TLS` | the control plane over TLS 1.3, with… |
+//! | `--tls-cert FILE`, `--tls-key FILE` | `STEADFAST_TLS_CERT`, `STEADFAST_TLS_KEY` | …the daemon's certificate chain and key (0600), and one or more of: |
+//! | `--tls-client-ca FILE` | `STEADFAST_TLS_CLIENT_CA` | client certificates from this CA operate (mutual TLS) |
+//! | `--tls-read-only-cert FILE`, `--tls-read-only-fingerprint SHA256` | | these client certificates only read |
+//! | `--tls-token-file FILE`, `--tls-read-only-token-file FILE` | | a token inside the session, operate / read |
+//!
+//! The variables are `STEADFAST_`'s, like `steadfastctl`'s
+//! `STEADFAST_DATA_DIR`: a shell (or a container spec) that exports it
+//! points both the daemon and `steadfastctl` at the same directory. The
+//! repeatable flags have no variable.
+//!
+//! Applying them ([`Launch::prepare`]) checks every file a flag names
+//! before the supervisor is built — the config file, the token file, each
+//! TLS file — so a flag that can never work is a [`CliError`] naming the
+//! flag and the file, and the data directory is not touched. Values that
+//! do not parse (an address, a fingerprint, a level) are refused by clap,
+//! naming the flag. [`exit`] says an error on stderr and exits with
+//! [`CliError::exit_code`], the one place a startup error is mapped to an
+//! exit code. `tests/daemon_cli.rs`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use clap::builder::{PossibleValuesParser, TypedValueParser as _};
+use steadfast_protocol::lifecycle::ExitIntent;
+
+use super::{DaemonError, DaemonOptions, LogFormat, LogLevel, LogLevelError};
+use crate::config::{ConfigError, TomlFileSource};
+use crate::control::{Fingerprint, Role, TlsError, TlsServerConfig, Token, TokenError};
+use crate::supervisor::{Supervisor, SupervisorBuilder, SupervisorError, SupervisorHandle};
+
+/// The variable that names the data directory when `--data-dir` does not
+/// (`steadfastctl`'s too).
+pub const DATA_DIR_ENV: &str = "STEADFAST_DATA_DIR";
+
+/// Exit code of a command line that can never work as given (a bad value,
+/// a file a flag names that is missing or unusable): what clap exits with
+/// for a flag it refuses, and what a service manager should not retry.
+pub const EXIT_USAGE: i32 = 2;
+
+/// Exit code of a daemon that could not start for a reason that may pass
+/// (its data directory held by another process, a port in use).
+pub const EXIT_NOT_STARTED: i32 = 1;
+
+/// The standard daemon flags: `#[command(flatten)]` them into the
+/// daemon's own `clap::Parser`. See the module doc for each.
+#[derive(Debug, Clone, Default, clap::Args)]
+#[command(group(
+    clap::ArgGroup::new("tls_client_auth")
+        .multiple(true)
+        .args(["tls_client_ca", "tls_token_file", "tls_read_only_token_file"]),
+))]
+#[non_exhaustive]
+pub struct DaemonArgs {
+    /// The data directory (default: $STEADFAST_DATA_DIR, else the config
+    /// file's `data_dir`, else the daemon's own default).
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// The config file (TOML). It must exist; it is watched, and a change
+    /// applies without a restart where the daemon allows it.
+    #[arg(long, value_name = "FILE", env = "STEADFAST_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// How log lines are written on stderr.
+    #[arg(
+        long,
+        value_name = "FORMAT",
+        env = "STEADFAST_LOG_FORMAT",
+        default_value = "plain",
+        value_parser = PossibleValuesParser::new(["plain", "json"]).map(|f| log_format(&f)),
+    )]
+    pub log_format: LogFormat,
+    /// The log level (an `EnvFilter` directive: `debug`,
+    /// `info,steadfast=debug`) until the config sets one; instead of
+    /// `RUST_LOG`.
+    #[arg(long, value_name = "LEVEL")]
+    pub log_level: Option<LogLevel>,
+    /// Serve `GET /metrics` (OpenMetrics text) on this address; use a
+    /// loopback one (it does not authenticate).
+    #[arg(long, value_name = "ADDR", env = "STEADFAST_METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
+    /// Serve the control plane on TCP at this address (IP:PORT, loopback:
+    /// the token handshake does not encrypt); needs --control-token-file.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        env = "STEADFAST_CONTROL_TCP",
+        requires = "control_token_file"
+    )]
+    pub control_tcp: Option<SocketAddr>,
+    /// The token --control-tcp clients present (64 hex digits; mode 0600,
+    /// owned by the daemon's user).
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "STEADFAST_CONTROL_TOKEN_FILE",
+        requires = "control_tcp"
+    )]
+    pub control_token_file: Option<PathBuf>,
+    /// Create --control-token-file (0600, a fresh random token) if it does
+    /// not exist.
+    #[arg(long, requires = "control_token_file")]
+    pub create_token: bool,
+    /// Serve the control plane over TLS 1.3 at this address (IP:PORT);
+    /// needs --tls-cert, --tls-key and a way to authorize clients
+    /// (--tls-client-ca, --tls-token-file or --tls-read-only-token-file).
+    #[arg(
+        long,
+        value_name = "ADDR",
+        env = "STEADFAST_CONTROL_TLS",
+        requires_all = ["tls_cert", "tls_key", "tls_client_auth"]
+    )]
+    pub control_tls: Option<SocketAddr>,
+    /// --control-tls: the daemon's certificate chain (PEM, leaf first).
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "STEADFAST_TLS_CERT",
+        requires = "control_tls"
+    )]
+    pub tls_cert: Option<PathBuf>,
+    /// --control-tls: its private key (PEM; mode 0600, owned by the
+    /// daemon's user).
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "STEADFAST_TLS_KEY",
+        requires = "control_tls"
+    )]
+    pub tls_key: Option<PathBuf>,
+    /// --control-tls: client certificates from this CA (PEM) may operate
+    /// (mutual TLS), unless named read-only below.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "STEADFAST_TLS_CLIENT_CA",
+        requires = "control_tls"
+    )]
+    pub tls_client_ca: Option<PathBuf>,
+    /// --tls-client-ca: this client certificate (PEM) may only read
+    /// (repeatable).
+    #[arg(long, value_name = "FILE", requires = "tls_client_ca")]
+    pub tls_read_only_cert: Vec<PathBuf>,
+    /// --tls-client-ca: the client certificate with this SHA-256
+    /// fingerprint (64 hex digits, colons allowed: `openssl x509
+    /// -fingerprint -sha256`) may only read (repeatable).
+    #[arg(
+        long,
+        value_name = "SHA256",
+        requires = "tls_client_ca",
+        value_parser = parse_fingerprint
+    )]
+    pub tls_read_only_fingerprint: Vec<Fingerprint>,
+    /// --control-tls: a client presenting the token in this file (0600)
+    /// inside the session may operate (repeatable).
+    #[arg(long, value_name = "FILE", requires = "control_tls")]
+    pub tls_token_file: Vec<PathBuf>,
+    /// --control-tls: a client presenting the token in this file (0600)
+    /// inside the session may only read (repeatable).
+    #[arg(long, value_name = "FILE", requires = "control_tls")]
+    pub tls_read_only_token_file: Vec<PathBuf>,
+}
+
+fn log_format(name: &str) -> LogFormat {
+    if name == "json" {
+        LogFormat::Json
+    } else {
+        LogFormat::Plain
+    }
+}
+
+fn parse_fingerprint(text: &str) -> Result<Fingerprint, String> {
+    Fingerprint::from_hex(text).ok_or_else(|| {
+        format!("{text:?} is not a SHA-256 fingerprint (64 hex digits, colons allowed)")
+    })
+}
+
+/// Parse the process's command line into `P` (a parser that flattens
+/// [`DaemonArgs`]), with `version` as what `--version` prints. A refused
+/// flag is said on stderr with the usage and exits [`EXIT_USAGE`];
+/// `--help` and `--version` print and exit 0.
+#[must_use]
+pub fn parse<P: clap::Parser>(version: impl Into<String>) -> P {
+    let mut command = P::command().version(version.into());
+    let matches = command.get_matches_mut();
+    P::from_arg_matches(&matches).unwrap_or_else(|error| error.format(&mut command).exit())
+}
+
+/// Why the flags could not be applied, or the daemon not started. Each
+/// names the flag (and the file) at fault.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CliError {
+    /// No data directory: no flag, no variable, no `data_dir` in the config
+    /// file, and the daemon has no default.
+    #[error(
+        "no data directory: give --data-dir DIR (or STEADFAST_DATA_DIR, or data_dir in the config file)"
+    )]
+    NoDataDir,
+    /// `STEADFAST_DATA_DIR` is set but empty.
+    #[error("STEADFAST_DATA_DIR is set but empty: unset it, or give it the data directory")]
+    EmptyDataDirEnv,
+    /// The `--config` file does not exist (or cannot be opened).
+    #[error("--config: {0}")]
+    Config(#[source] ConfigError),
+    /// A token file a flag names cannot be used.
+    #[error("{flag}: {source}")]
+    Token {
+        /// The flag.
+        flag: &'static str,
+        /// Why (naming the file).
+        #[source]
+        source: TokenError,
+    },
+    /// A TLS file (or the TLS configuration) a flag names cannot be used.
+    #[error("{flag}: {source}")]
+    Tls {
+        /// The flag.
+        flag: &'static str,
+        /// Why (naming the file).
+        #[source]
+        source: TlsError,
+    },
+    /// `--log-level` could not be applied.
+    #[error("--log-level: {0}")]
+    LogLevel(#[source] LogLevelError),
+    /// The supervisor could not be built (the data directory).
+    #[error("not started: {0}")]
+    Supervisor(#[source] SupervisorError),
+    /// A listener a flag asks for could not be served (an address in use).
+    #[error("{flag}: {source}")]
+    Daemon {
+        /// The flag whose listener failed.
+        flag: &'static str,
+        /// Why.
+        #[source]
+        source: DaemonError,
+    },
+}
+
+impl CliError {
+    /// The process's exit code for this error — the one place a startup
+    /// error is mapped to one: [`EXIT_USAGE`] for a command line that can
+    /// never work as given, [`EXIT_NOT_STARTED`] for what may pass.
+    #[must_use]
+    pub const fn exit_code(&self) -> i32 {
+        match self {
+            Self::NoDataDir
+            | Self::EmptyDataDirEnv
+            | Self::Config(_)
+            | Self::Token { .. }
+            | Self::Tls { .. }
+            | Self::LogLevel(_) => EXIT_USAGE,
+            Self::Supervisor(_) | Self::Daemon { .. } => EXIT_NOT_STARTED,
+        }
+    }
+}
+
+/// Exit the process: with the intent's code ([`ExitIntent::code`]: 0 halt,
+/// 75 relaunch), or, for an error, after saying it on stderr as
+/// `NAME: error` (a [`CliError::Daemon`] is logged already: only its flag
+/// is said), with [`CliError::exit_code`].
+pub fn exit(name: &str, outcome: Result<ExitIntent, CliError>) -> ! {
+    let code = match outcome {
+        Ok(intent) => {
+            tracing::info!(
+                daemon = name,
+                "exiting ({}, code {})",
+                intent.name(),
+                intent.code()
+            );
+            intent.code()
+        }
+        // A listener that could not be served was logged by `run_with`
+        // already (as an error, naming the path or address and the fix):
+        // only the flag is added.
+        Err(error @ CliError::Daemon { flag, .. }) => {
+            eprintln!("{name}: not started: {flag} cannot be served (the error is logged above)");
+            error.exit_code()
+        }
+        // The rest on stderr as it is, not as a log line: it must be read
+        // whatever the log's format, and whether or not a subscriber is
+        // installed.
+        Err(error) => {
+            eprintln!("{name}: {error}");
+            error.exit_code()
+        }
+    };
+    std::process::exit(code)
+}
+
+/// What [`DaemonArgs::launch`] makes: the flags, and the daemon's own
+/// defaults. [`Self::prepare`] applies them.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct Launch {
+    args: DaemonArgs,
+    name: String,
+    defaults: Option<String>,
+    default_data_dir: Option<PathBuf>,
+    optional_config: Option<PathBuf>,
+}
+
+impl DaemonArgs {
+    /// Start applying these flags for the daemon `name` (used in messages).
+    pub fn launch(&self, name: impl Into<String>) -> Launch {
+        Launch {
+            args: self.clone(),
+            name: name.into(),
+            defaults: None,
+            default_data_dir: None,
+            optional_config: None,
+        }
+    }
+}
+
+impl Launch {
+    /// The config's defaults tier (TOML), under the file.
+    pub fn defaults_toml(mut self, text: impl Into<String>) -> Self {
+        self.defaults = Some(text.into());
+        self
+    }
+
+    /// The data directory when neither the flag, its variable nor the
+    /// config file names one (without it, that is [`CliError::NoDataDir`]).
+    pub fn default_data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.default_data_dir = Some(dir.into());
+        self
+    }
+
+    /// A config file the daemon names another way (a positional argument)
+    /// that may be missing: while it is, it is an empty tier. `--config`
+    /// wins over it.
+    pub fn optional_config(mut self, file: Option<PathBuf>) -> Self {
+        self.optional_config = file;
+        self
+    }
+
+    /// Apply the flags that need no supervisor: the log on (format, level),
+    /// the data directory and config source settled, and every file a flag
+    /// names checked — the config file exists; the token file is read (or
+    /// created, with `--create-token`); each TLS file is read and the TLS
+    /// configuration built. Nothing under the data directory is touched.
+    ///
+    /// # Errors
+    /// [`CliError`] naming the flag and the file.
+    pub fn prepare(self) -> Result<Prepared, CliError> {
+        let args = &self.args;
+        super::init_logging(args.log_format);
+        if let Some(level) = &args.log_level {
+            set_flag_level(level).map_err(CliError::LogLevel)?;
+        }
+        // The config file's `data_dir` (the supervisor's leaf): read the
+        // way every resolve reads it. A file that exists but cannot be used
+        // (a FIFO, too big, bad TOML) is left to the boot, which holds on
+        // it with the reason `steadfastctl status` shows.
+        let from_file = match &args.config {
+            None => None,
+            Some(path) => match crate::config::read_config_file(path) {
+                Ok(bytes) => data_dir_in(&bytes),
+                Err(error @ ConfigError::Missing { .. }) => return Err(CliError::Config(error)),
+                Err(_) => None,
+            },
+        };
+        // The variable is read here rather than by clap, so a daemon's own
+        // positional DATA_DIR can conflict with the flag alone.
+        let from_env = match std::env::var_os(DATA_DIR_ENV) {
+            Some(dir) if dir.is_empty() => return Err(CliError::EmptyDataDirEnv),
+            dir => dir.map(PathBuf::from),
+        };
+        let data_dir = args
+            .data_dir
+            .clone()
+            .or(from_env)
+            .or(from_file)
+            .or_else(|| self.default_data_dir.clone())
+            .ok_or(CliError::NoDataDir)?;
+        let mut source = TomlFileSource::new();
+        if let Some(defaults) = &self.defaults {
+            source = source.defaults_toml(defaults.clone());
+        }
+        // `--config` is required once given: if the file disappears later,
+        // the next resolve holds on it instead of quietly falling back to
+        // the defaults.
+        if let Some(path) = &args.config {
+            source = source.required_file(path);
+        } else if let Some(path) = &self.optional_config {
+            source = source.declared_file(path);
+        }
+        let mut options = DaemonOptions::new()
+            .control_socket(true)
+            .log_format(args.log_format);
+        if let Some(addr) = args.metrics_addr {
+            options = options.metrics_http(addr);
+        }
+        if let (Some(addr), Some(file)) = (args.control_tcp, &args.control_token_file) {
+            check_token(file, args.create_token, "--control-token-file")?;
+            // Created above when asked for: `run_with` reads it.
+            options = options.control_tcp(addr, file);
+        }
+        if let Some(addr) = args.control_tls {
+            let config = tls_config(args)?;
+            crate::control::tls::check(&config).map_err(|source| CliError::Tls {
+                flag: tls_flag(args, &source),
+                source,
+            })?;
+            options = options.control_tls(addr, config);
+        }
+        Ok(Prepared {
+            name: self.name,
+            data_dir,
+            source,
+            options,
+            tcp: args.control_tcp,
+            tls: args.control_tls,
+        })
+    }
+
+    /// [`Self::prepare`], build the supervisor with `build` (handed the
+    /// data directory and the config source), and run it.
+    ///
+    /// # Errors
+    /// As [`Self::prepare`], [`Prepared::start`] and [`Started::run`].
+    pub async fn run(
+        self,
+        build: impl FnOnce(&Path, TomlFileSource) -> SupervisorBuilder,
+    ) -> Result<ExitIntent, CliError> {
+        self.prepare()?.start(build)?.run().await
+    }
+}
+
+/// The flags applied: the data directory, the config source and the
+/// [`DaemonOptions`] (control socket, TCP, TLS, metrics, log format).
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    name: String,
+    data_dir: PathBuf,
+    source: TomlFileSource,
+    options: DaemonOptions,
+    tcp: Option<SocketAddr>,
+    tls: Option<SocketAddr>,
+}
+
+impl Prepared {
+    /// The data directory.
+    #[must_use]
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// The config source: the defaults, under the `--config` file.
+    #[must_use]
+    pub const fn config_source(&self) -> &TomlFileSource {
+        &self.source
+    }
+
+    /// What [`super::run_with`] is given.
+    #[must_use]
+    pub const fn options(&self) -> &DaemonOptions {
+        &self.options
+    }
+
+    /// Build the supervisor: `build` is handed the data directory and the
+    /// config source (for `Supervisor::builder(dir, service).config(source)`
+    /// and whatever else the daemon sets).
+    ///
+    /// # Errors
+    /// [`CliError::Supervisor`] when the data directory cannot be opened
+    /// (held by another daemon, a corrupt journal).
+    pub fn start(
+        self,
+        build: impl FnOnce(&Path, TomlFileSource) -> SupervisorBuilder,
+    ) -> Result<Started, CliError> {
+        let (supervisor, handle) = build(&self.data_dir, self.source.clone())
+            .build()
+            .map_err(CliError::Supervisor)?;
+        // A later start does not run the binary a `replace` selected: say so.
+        if let Some((_, message)) = crate::replace::Selection::elsewhere(&self.data_dir) {
+            tracing::warn!(daemon = %self.name, "{message}");
+        }
+        Ok(Started {
+            prepared: self,
+            supervisor,
+            handle,
+        })
+    }
+}
+
+/// The supervisor built, not yet running.
+#[derive(Debug)]
+pub struct Started {
+    prepared: Prepared,
+    supervisor: Supervisor,
+    handle: SupervisorHandle,
+}
+
+impl Started {
+    /// The supervisor's handle (to watch it, or serve more).
+    #[must_use]
+    pub const fn handle(&self) -> &SupervisorHandle {
+        &self.handle
+    }
+
+    /// Run the daemon ([`super::run_with`] with the options the flags
+    /// made) until it exits.
+    ///
+    /// # Errors
+    /// [`CliError::Daemon`] when a listener a flag asks for cannot be served.
+    pub async fn run(self) -> Result<ExitIntent, CliError> {
+        let Prepared {
+            options, tcp, tls, ..
+        } = self.prepared;
+        super::run_with(self.supervisor, self.handle, options)
+            .await
+            .map_err(|source| CliError::Daemon {
+                flag: daemon_flag(&source, tcp, tls),
+                source,
+            })
+    }
+}
+
+/// The flag whose listener `error` is about.
+fn daemon_flag(
+    error: &DaemonError,
+    tcp: Option<SocketAddr>,
+    tls: Option<SocketAddr>,
+) -> &'static str {
+    use crate::control::ControlError;
+    match error {
+        DaemonError::ControlSocket(_) => "--data-dir (its control socket)",
+        DaemonError::MetricsHttp { .. } => "--metrics-addr",
+        DaemonError::ControlPort(ControlError::Tls(_)) => "--control-tls",
+        DaemonError::ControlPort(ControlError::Token(_)) => "--control-token-file",
+        DaemonError::ControlPort(ControlError::Bind { addr, .. })
+            if Some(*addr) == tcp && tcp != tls =>
+        {
+            "--control-tcp"
+        }
+        DaemonError::ControlPort(ControlError::Bind { addr, .. }) if Some(*addr) == tls => {
+            "--control-tls"
+        }
+        DaemonError::ControlPort(_) => "--control-tcp/--control-tls",
+    }
+}
+
+/// The top-level `data_dir` of a config file's bytes, if it names one.
+fn data_dir_in(bytes: &[u8]) -> Option<PathBuf> {
+    let table = std::str::from_utf8(bytes)
+        .ok()?
+        .parse::<toml::Table>()
+        .ok()?;
+    table
+        .get("data_dir")
+        .and_then(toml::Value::as_str)
+        .map(PathBuf::from)
+}
+
+/// Read the token in `file` (creating it when `create` and it is missing).
+fn check_token(file: &Path, create: bool, flag: &'static str) -> Result<(), CliError> {
+    let token = match Token::read_file(file) {
+        Err(TokenError::Io { source, .. })
+            if create && source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            tracing::info!(path = %file.display(), "creating the control token file");
+            Token::create_file(file)
+        }
+        read => read,
+    };
+    token
+        .map(drop)
+        .map_err(|source| CliError::Token { flag, source })
+}
+
+/// The TLS configuration the flags name; the read-only certificate files
+/// are read here (for their fingerprints).
+fn tls_config(args: &DaemonArgs) -> Result<TlsServerConfig, CliError> {
+    let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
+        // clap requires both with --control-tls.
+        return Err(CliError::Tls {
+            flag: "--control-tls",
+            source: TlsError::Config("--control-tls needs --tls-cert and --tls-key".to_owned()),
+        });
+    };
+    let mut config = TlsServerConfig::new(cert, key);
+    if let Some(ca) = &args.tls_client_ca {
+        config = config.client_ca(ca, Role::Operate);
+    }
+    for file in &args.tls_read_only_cert {
+        let fingerprint = Fingerprint::of_pem_file(file).map_err(|source| CliError::Tls {
+            flag: "--tls-read-only-cert",
+            source,
+        })?;
+        config = config.cert_role(fingerprint, Role::Read);
+    }
+    for fingerprint in &args.tls_read_only_fingerprint {
+        config = config.cert_role(*fingerprint, Role::Read);
+    }
+    for file in &args.tls_token_file {
+        config = config.token_file(file, Role::Operate);
+    }
+    for file in &args.tls_read_only_token_file {
+        config = config.token_file(file, Role::Read);
+    }
+    Ok(config)
+}
+
+/// The flag naming the file a TLS error is about.
+fn tls_flag(args: &DaemonArgs, error: &TlsError) -> &'static str {
+    let path = match error {
+        TlsError::Io { path, .. }
+        | TlsError::KeyTooOpen { path, .. }
+        | TlsError::KeyNotOwner { path, .. }
+        | TlsError::NotAFile(path)
+        | TlsError::TooLarge { path, .. }
+        | TlsError::Pem { path, .. } => Some(path.as_path()),
+        TlsError::Token(
+            TokenError::Io { path, .. }
+            | TokenError::TooOpen { path, .. }
+            | TokenError::NotOwner { path, .. }
+            | TokenError::NotAFile(path)
+            | TokenError::TooLarge { path, .. }
+            | TokenError::Malformed(path),
+        ) => Some(path.as_path()),
+        _ => None,
+    };
+    let Some(path) = path else {
+        return "--control-tls";
+    };
+    let is = |p: &Option<PathBuf>| p.as_deref() == Some(path);
+    if is(&args.tls_cert) {
+        "--tls-cert"
+    } else if is(&args.tls_key) {
+        "--tls-key"
+    } else if is(&args.tls_client_ca) {
+        "--tls-client-ca"
+    } else if args.tls_token_file.iter().any(|p| p == path) {
+        "--tls-token-file"
+    } else if args.tls_read_only_token_file.iter().any(|p| p == path) {
+        "--tls-read-only-token-file"
+    } else {
+        "--control-tls"
+    }
+}
+
+/// The level `--log-level` gave, for [`set_configured_log_level`].
+static FLAG_LEVEL: OnceLock<LogLevel> = OnceLock::new();
+
+fn set_flag_level(level: &LogLevel) -> Result<(), LogLevelError> {
+    let _ = FLAG_LEVEL.set(level.clone());
+    super::set_log_level(Some(level))
+}
+
+/// Set the level the service's config names (as [`super::set_log_level`]);
+/// `None` (the config names none) goes back to `--log-level` when it was
+/// given, else to `RUST_LOG` (or `info`). A daemon launched through
+/// [`Launch`] calls this rather than [`super::set_log_level`], so the flag
+/// is not dropped when its config has no level.
+///
+/// # Errors
+/// As [`super::set_log_level`].
+pub fn set_configured_log_level(level: Option<&LogLevel>) -> Result<(), LogLevelError> {
+    super::set_log_level(level.or_else(|| FLAG_LEVEL.get()))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::DaemonArgs;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<DaemonArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("d").chain(args.iter().copied())).map(|c| c.daemon)
+    }
+
+    /// Each listener's companions are required, and a value that does not
+    /// parse is refused naming the flag.
+    #[test]
+    fn companions_are_required_and_bad_values_refused() {
+        for (args, names) in [
+            (
+                &["--control-tcp", "127.0.0.1:1"][..],
+                "--control-token-file",
+            ),
+            (&["--control-token-file", "t"][..], "--control-tcp"),
+            (&["--control-tls", "127.0.0.1:1"][..], "--tls-cert"),
+            (
+                &[
+                    "--control-tls",
+                    "127.0.0.1:1",
+                    "--tls-cert",
+                    "c",
+                    "--tls-key",
+                    "k",
+                ][..],
+                "--tls-client-ca",
+            ),
+            (&["--tls-cert", "c"][..], "--control-tls"),
+            (&["--metrics-addr", "localhost"][..], "--metrics-addr"),
+            (&["--log-format", "xml"][..], "--log-format"),
+            (&["--log-level", "kvd=loud"][..], "--log-level"),
+            (
+                &["--tls-read-only-fingerprint", "abc", "--tls-client-ca", "x"][..],
+                "--tls-read-only-fingerprint",
+            ),
+        ] {
+            let error = parse(args).expect_err("refused");
+            let text = error.to_string();
+            assert!(text.contains(names), "{args:?}: {text}");
+            assert_eq!(error.exit_code(), super::EXIT_USAGE, "{args:?}");
+        }
+    }
+
+    /// A complete set parses into the fields.
+    #[test]
+    fn a_complete_set_parses() {
+        let args = parse(&[
+            "--data-dir",
+            "/d",
+            "--control-tcp",
+            "127.0.0.1:7433",
+            "--control-token-file",
+            "/t",
+            "--control-tls",
+            "0.0.0.0:7443",
+            "--tls-cert",
+            "/c",
+            "--tls-key",
+            "/k",
+            "--tls-client-ca",
+            "/ca",
+            "--tls-read-only-fingerprint",
+            &"ab:"
+                .repeat(31)
+                .chars()
+                .chain("ab".chars())
+                .collect::<String>(),
+            "--log-format",
+            "json",
+        ])
+        .expect("parses");
+        assert_eq!(args.data_dir.as_deref(), Some(std::path::Path::new("/d")));
+        assert_eq!(
+            args.control_tcp,
+            Some("127.0.0.1:7433".parse().expect("addr"))
+        );
+        assert_eq!(args.tls_read_only_fingerprint.len(), 1);
+        assert_eq!(args.log_format, super::LogFormat::Json);
+    }
+}
