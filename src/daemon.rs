@@ -112,7 +112,8 @@ use steadfast_actors::lifecycle::CommandError;
 mod logging;
 mod metrics_http;
 pub use logging::{
-    LogFormat, LogLevel, LogLevelError, escape_controls, init_logging, set_log_level,
+    LIBRARY_TARGETS, LogFormat, LogLevel, LogLevelError, escape_controls, init_logging,
+    set_log_level,
 };
 pub use metrics_http::CONTENT_TYPE as METRICS_CONTENT_TYPE;
 

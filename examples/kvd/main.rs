@@ -71,7 +71,6 @@ use std::sync::{Arc, Mutex, PoisonError, TryLockError};
 use std::time::Duration;
 
 use steadfast::fs::Dir;
-use steadfast::protocol::lifecycle::LifecycleState;
 use steadfast::service::{Connection, ResourceRecord, Shutdown, StoreLock};
 use steadfast::{
     ConfigChange, Made, Plan, Runtime, Service, Step, StepContext, StepError, Supervisor,
@@ -1114,27 +1113,8 @@ async fn main() {
     if let Some((_, message)) = steadfast::replace::Selection::elsewhere(&data_dir) {
         tracing::warn!(target: "kvd", "{message}");
     }
-    // One line per change of state, like a service's journal: a failed
-    // boot is a warning, a wedge an error.
-    let mut snapshots = handle.watch();
-    tokio::spawn(async move {
-        let mut last = String::new();
-        loop {
-            let snapshot = snapshots.borrow_and_update().clone();
-            let line = steadfast::daemon::status_line(&snapshot);
-            if line != last {
-                match snapshot.lifecycle {
-                    LifecycleState::Failed { .. } => tracing::warn!(target: "kvd", "{line}"),
-                    LifecycleState::Wedged { .. } => tracing::error!(target: "kvd", "{line}"),
-                    _ => tracing::info!(target: "kvd", "{line}"),
-                }
-                last = line;
-            }
-            if snapshots.changed().await.is_err() {
-                return;
-            }
-        }
-    });
+    // Each change of state is logged once, by the supervisor (the
+    // `transition` line, with its fields): kvd adds no line of its own.
     // Serve the control socket too: `steadfastctl --data-dir <data_dir> status`.
     let mut options = steadfast::daemon::DaemonOptions::new()
         .control_socket(true)
