@@ -332,6 +332,8 @@ fn under_journald_lines_carry_their_priority() {
             .all(|l| !l.get(3..).unwrap_or("").starts_with("20")),
         "{text}"
     );
+    // No pid either: the journal records the stream's `_PID`.
+    assert!(!text.contains("kvd["), "{text}");
     drop(taken);
     kvd.exit();
 }
@@ -582,4 +584,35 @@ fn one_line_per_transition() {
         "running, once for each attempt: {text}"
     );
     assert_eq!(count("event=\"start\""), 2, "two boots: {text}");
+}
+
+/// Under journald a replacement's successor (started with
+/// `STEADFAST_HANDOVER` set) writes on the stream its predecessor opened,
+/// which the journal attributes to the predecessor's pid: its lines name
+/// `kvd[<its pid>]` after the priority. (A handover socket that is gone
+/// starts it as an ordinary daemon, which is enough here.)
+#[test]
+fn under_journald_a_successor_names_its_pid() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let gone = tmp.path().join("no-handover.sock");
+    let kvd = Kvd::spawn_with(
+        tmp.path(),
+        "",
+        &[("STEADFAST_HANDOVER", gone.display().to_string())],
+        |log| {
+            let meta = std::fs::metadata(log).expect("log file");
+            vec![("JOURNAL_STREAM", format!("{}:{}", meta.dev(), meta.ino()))]
+        },
+    );
+    kvd.running();
+    let ident = format!("kvd[{}] ", kvd.child.id());
+    let text = kvd.wait_for("state=\"running\"");
+    for line in text.lines() {
+        let rest = line.get(3..).unwrap_or("");
+        assert!(
+            line.starts_with('<') && rest.starts_with(&ident),
+            "priority, then the process: {line:?} in {text}"
+        );
+    }
+    kvd.exit();
 }

@@ -594,7 +594,7 @@ mod tests {
                 assert!(!line.chars().any(char::is_control), "{line:?}");
                 if journal {
                     assert!(
-                        line.starts_with("<3>") || line.starts_with("<6>"),
+                        line.starts_with("<3>kvd[7] ") || line.starts_with("<6>kvd[7] "),
                         "{line:?}"
                     );
                 } else {
