@@ -194,7 +194,7 @@ pub enum ConfigError {
     },
     /// The declared file does not exist (and was not declared optional).
     #[error(
-        "config file {} does not exist; create it (the boot is held until it does), or point the daemon at the file it should read",
+        "config file {} does not exist; create it, or point the daemon at the file it should read",
         path.display()
     )]
     Missing {
