@@ -114,7 +114,8 @@ pub mod cli;
 mod logging;
 mod metrics_http;
 pub use logging::{
-    LogFormat, LogLevel, LogLevelError, escape_controls, init_logging, set_log_level,
+    LIBRARY_TARGETS, LogFormat, LogLevel, LogLevelError, escape_controls, init_logging,
+    set_log_level,
 };
 pub use metrics_http::CONTENT_TYPE as METRICS_CONTENT_TYPE;
 

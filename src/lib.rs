@@ -119,3 +119,10 @@ pub use service::{
 pub use steadfast_protocol::command::CommandError;
 pub use steadfast_protocol::lifecycle::ExitIntent;
 pub use supervisor::{Hold, Supervisor, SupervisorError, SupervisorHandle};
+
+/// The README's Rust blocks, compiled as they are written (`use` lines
+/// included) by `cargo test --doc`: a snippet that stops compiling fails
+/// the doc tests. Blocks fenced `rust ignore` are not compiled.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+mod readme {}

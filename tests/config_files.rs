@@ -18,7 +18,10 @@
 //!   (`a_config_over_the_cap_is_held_naming_the_cap`), a directory naming
 //!   what it is (`a_directory_config_is_held`);
 //! - a `--config` that names no file exits 2 naming it
-//!   (`a_missing_config_file_exits_2_naming_it`).
+//!   (`a_missing_config_file_exits_2_naming_it`);
+//! - a file declared with `declared_file` that does not exist is held
+//!   naming it, and boots once it is created
+//!   (`a_declared_file_that_is_missing_holds_naming_it`, with `minimal`).
 //!
 //! A call that would hang is bounded by [`PATIENCE`] and fails the test;
 //! nothing asserts how fast anything is.
@@ -248,6 +251,43 @@ fn a_missing_config_file_exits_2_naming_it() {
         !data.exists(),
         "nothing was created for a daemon that never ran"
     );
+}
+
+/// `minimal DATA FILE` declares FILE with `TomlFileSource::declared_file`
+/// and nothing else: a FILE that does not exist (a typo) is a held
+/// failure in `resolve_config` whose reason names the path, never a daemon
+/// running on its defaults; creating the file boots it, with no one
+/// asking (the declared file is watched). Before, it ran on the defaults
+/// without a word.
+#[test]
+fn a_declared_file_that_is_missing_holds_naming_it() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let config = tmp.path().join("typo.toml");
+    let port = free_port();
+    let mut child = Kvd(Command::new(processes::example("minimal"))
+        .arg(&data)
+        .arg(&config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("minimal starts"));
+    let (s, reason) = held(&data);
+    assert_eq!(s["lifecycle"]["report"]["phase"], "resolve_config", "{s:#}");
+    assert!(
+        reason.contains(&format!("config file {} does not exist", config.display())),
+        "{reason}"
+    );
+    std::fs::write(&config, format!("listen_addr = \"127.0.0.1:{port}\"\n")).expect("create");
+    until(&data, "running once the file exists", |s| {
+        state(s) == "running"
+    });
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+        "it runs the file's config, not the defaults"
+    );
+    assert_eq!(terminate(&mut child), Some(0));
 }
 
 fn mkfifo(path: &Path) {

@@ -145,7 +145,7 @@ fn rust_log_changes_what_kvd_prints() {
     let kvd = Kvd::spawn(quiet.path(), "", &[]);
     kvd.running();
     kvd.request("quiet");
-    let text = kvd.wait_for("running (attempt 1)");
+    let text = kvd.wait_for("state=\"running\" attempt=1");
     assert!(text.contains(" INFO "), "info lines: {text}");
     kvd.exit();
     let text = std::fs::read_to_string(quiet.path().join("kvd.stderr")).expect("log");
@@ -263,6 +263,7 @@ fn json_lines_on_request() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let kvd = Kvd::spawn_args(tmp.path(), "", &[], &["--log-format", "json"]);
     kvd.running();
+    let kvd_pid = kvd.child.id();
     let text = kvd.wait_for("\"state\":\"running\"");
     kvd.exit();
     let text = std::fs::read_to_string(tmp.path().join("kvd.stderr")).unwrap_or(text);
@@ -271,6 +272,10 @@ fn json_lines_on_request() {
         let value: serde_json::Value =
             serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line:?} in {text}"));
         assert!(value["level"].is_string(), "{line}");
+        assert_eq!(
+            value["pid"], kvd_pid,
+            "every line names its process: {line}"
+        );
         if value["fields"]["message"] == "transition" && value["fields"]["state"] == "running" {
             assert_eq!(value["fields"]["attempt"], 1, "{line}");
             running = true;
@@ -318,7 +323,7 @@ fn under_journald_lines_carry_their_priority() {
     assert!(failed.contains("attempt=2"), "{failed}");
     assert!(
         text.lines()
-            .any(|l| l.starts_with("<6>") && l.contains("kvd: running (attempt 1)")),
+            .any(|l| l.starts_with("<6>") && l.contains("state=\"running\" attempt=1")),
         "{text}"
     );
     // No timestamp: the journal stamps lines itself.
@@ -327,6 +332,8 @@ fn under_journald_lines_carry_their_priority() {
             .all(|l| !l.get(3..).unwrap_or("").starts_with("20")),
         "{text}"
     );
+    // No pid either: the journal records the stream's `_PID`.
+    assert!(!text.contains("kvd["), "{text}");
     drop(taken);
     kvd.exit();
 }
@@ -400,5 +407,212 @@ fn a_request_line_cannot_reach_the_log_raw() {
         !text.chars().any(|c| c.is_control() && c != '\n'),
         "{text:?}"
     );
+    kvd.exit();
+}
+
+/// The lines of `text` a library target wrote at debug (tarpc's
+/// `ReceiveRequest`, …): `DEBUG`, then a span or not, then the target.
+fn library_debug_lines(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter(|l| l.contains(" DEBUG "))
+        .filter(|l| {
+            steadfast::daemon::LIBRARY_TARGETS
+                .iter()
+                .any(|t| l.contains(&format!(" {t}::")) || l.contains(&format!(": {t}:")))
+        })
+        .collect()
+}
+
+/// A request over the control socket (tarpc serves it).
+fn rpc(kvd: &Kvd) {
+    let out = processes::ctl(&kvd.data, &["config", "show", "max_connections"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}
+
+/// `RUST_LOG=debug` gives kvd's and steadfast's debug lines (a request,
+/// the boot's phases) while tarpc, answering `steadfastctl`, stays at
+/// `warn`; so does `config set log_level debug`. `debug,tarpc=debug` asks
+/// for tarpc by name and gets its lines. Before, `debug` let every frame
+/// tarpc read into the log.
+#[test]
+fn debug_is_ours_and_a_library_only_by_name() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let kvd = Kvd::spawn(tmp.path(), "", &[("RUST_LOG", "debug".into())]);
+    kvd.running();
+    rpc(&kvd);
+    kvd.request("ours");
+    let text = kvd.wait_for(&request_line("ours"));
+    assert!(
+        text.contains("boot phase"),
+        "steadfast's debug lines: {text}"
+    );
+    assert!(
+        library_debug_lines(&text).is_empty(),
+        "no library debug line at `debug`: {text}"
+    );
+    kvd.exit();
+
+    // The configured level is filtered the same way.
+    let configured = tempfile::tempdir().expect("tempdir");
+    let kvd = Kvd::spawn(configured.path(), "log_level = \"trace\"\n", &[]);
+    kvd.running();
+    rpc(&kvd);
+    kvd.request("configured");
+    let text = kvd.wait_for(&request_line("configured"));
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.contains(" TRACE ") && l.contains("tarpc")),
+        "no tarpc trace line at `trace`: {text}"
+    );
+    assert!(library_debug_lines(&text).is_empty(), "{text}");
+    kvd.exit();
+
+    let named = tempfile::tempdir().expect("tempdir");
+    let kvd = Kvd::spawn(
+        named.path(),
+        "",
+        &[("RUST_LOG", "debug,tarpc=debug".into())],
+    );
+    kvd.running();
+    rpc(&kvd);
+    let text = kvd.wait_for("tarpc::server");
+    assert!(
+        !library_debug_lines(&text).is_empty(),
+        "tarpc's debug lines, asked for by name: {text}"
+    );
+    kvd.request("named");
+    kvd.wait_for(&request_line("named"));
+    kvd.exit();
+}
+
+/// The `name[pid]` a plain line of `pid`'s carries after its timestamp:
+/// the line's second word.
+fn ident_of(line: &str) -> Option<&str> {
+    line.split(' ').nth(1)
+}
+
+/// Every plain line carries `kvd[<pid>]` after its timestamp. Through an
+/// overlap `replace`, where the old and the new process write to the same
+/// stderr, each line names one of the two, and each process's own
+/// transitions are under its own pid: the new one's `running` and `exiting`,
+/// the old one's hand-over and drain. Before, the lines carried no pid and the two
+/// processes' lines could not be told apart. (JSON lines: `pid`, in
+/// `json_lines_on_request`.)
+#[test]
+fn every_line_names_its_process() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let kvd = Kvd::spawn(tmp.path(), "", &[]);
+    let old = kvd.running()["pid"].as_u64().expect("pid");
+    assert_eq!(old, u64::from(kvd.child.id()));
+    let binary = processes::example("kvd");
+    let replace = processes::ctl(
+        &kvd.data,
+        &[
+            "replace",
+            "--binary",
+            binary.to_str().expect("utf-8"),
+            "--mode",
+            "overlap",
+        ],
+    );
+    assert_eq!(replace.status.code(), Some(0), "{replace:?}");
+    let new = processes::until(&kvd.data, "the successor", |s| {
+        s["lifecycle"]["state"] == "running" && s["pid"].as_u64() != Some(old)
+    })["pid"]
+        .as_u64()
+        .expect("pid");
+    let mut kvd = kvd;
+    assert_eq!(
+        processes::wait_exit(&mut kvd.child),
+        Some(0),
+        "the old one retires"
+    );
+    let old_ident = format!("kvd[{old}]");
+    let new_ident = format!("kvd[{new}]");
+    let out = processes::ctl(&kvd.data, &["exit"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = kvd.wait_for(&format!("{new_ident}  INFO kvd: exiting"));
+    for line in text.lines() {
+        assert!(starts_as_a_record(line, false), "{line:?} in {text}");
+        let ident = ident_of(line);
+        assert!(
+            ident == Some(old_ident.as_str()) || ident == Some(new_ident.as_str()),
+            "a line naming neither process: {line:?} in {text}"
+        );
+    }
+    let of = |ident: &str, needle: &str| {
+        text.lines()
+            .any(|l| ident_of(l) == Some(ident) && l.contains(needle))
+    };
+    assert!(of(&old_ident, "state=\"running\" attempt=1"), "{text}");
+    assert!(of(&new_ident, "state=\"running\""), "{text}");
+    assert!(of(&old_ident, "handed over to the successor"), "{text}");
+    assert!(of(&old_ident, "state=\"stopped\""), "{text}");
+    assert!(of(&new_ident, "state=\"exiting\""), "{text}");
+}
+
+/// A `stop` and a `start` log one line per transition: running →
+/// draining(stop) → stopped, stopped → booting → running, each said once
+/// (by the supervisor's `transition` line). Before, kvd said each state
+/// again in a line of its own (`kvd: stopped (operator_request)`).
+#[test]
+fn one_line_per_transition() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let kvd = Kvd::spawn(tmp.path(), "", &[]);
+    kvd.running();
+    for command in ["stop", "start"] {
+        let out = processes::ctl(&kvd.data, &[command]);
+        assert_eq!(out.status.code(), Some(0), "{command}: {out:?}");
+    }
+    processes::until(&kvd.data, "running again", |s| {
+        s["lifecycle"]["state"] == "running" && s["lifecycle"]["attempt"] == 2
+    });
+    kvd.wait_for("state=\"running\" attempt=2");
+    kvd.exit();
+    let text = std::fs::read_to_string(tmp.path().join("kvd.stderr")).expect("log");
+    let count = |needle: &str| text.lines().filter(|l| l.contains(needle)).count();
+    assert_eq!(count("operator_request"), 1, "stopped, once: {text}");
+    assert_eq!(count("state=\"stopped\""), 1, "{text}");
+    assert_eq!(count("stopped ("), 0, "{text}");
+    assert_eq!(count("draining(stop)"), 2, "into the drain and out: {text}");
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.contains("running") && !l.contains("from=running"))
+            .count(),
+        2,
+        "running, once for each attempt: {text}"
+    );
+    assert_eq!(count("event=\"start\""), 2, "two boots: {text}");
+}
+
+/// Under journald a replacement's successor (started with
+/// `STEADFAST_HANDOVER` set) writes on the stream its predecessor opened,
+/// which the journal attributes to the predecessor's pid: its lines name
+/// `kvd[<its pid>]` after the priority. (A handover socket that is gone
+/// starts it as an ordinary daemon, which is enough here.)
+#[test]
+fn under_journald_a_successor_names_its_pid() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let gone = tmp.path().join("no-handover.sock");
+    let kvd = Kvd::spawn_with(
+        tmp.path(),
+        "",
+        &[("STEADFAST_HANDOVER", gone.display().to_string())],
+        |log| {
+            let meta = std::fs::metadata(log).expect("log file");
+            vec![("JOURNAL_STREAM", format!("{}:{}", meta.dev(), meta.ino()))]
+        },
+    );
+    kvd.running();
+    let ident = format!("kvd[{}] ", kvd.child.id());
+    let text = kvd.wait_for("state=\"running\"");
+    for line in text.lines() {
+        let rest = line.get(3..).unwrap_or("");
+        assert!(
+            line.starts_with('<') && rest.starts_with(&ident),
+            "priority, then the process: {line:?} in {text}"
+        );
+    }
     kvd.exit();
 }

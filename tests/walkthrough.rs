@@ -1,11 +1,11 @@
-//! The README's walkthrough (and its "Upgrading a running daemon" block),
-//! run from the README itself: every fenced block
+//! The README's walkthrough (and its "Upgrading a running daemon" and "Logs
+//! and metrics" blocks), run from the README itself: every fenced block
 //! marked ` ```sh walkthrough ` is read from `README.md` and fed, in order,
 //! to one real `bash` (one terminal, as the README says), with `PATH`
 //! holding this test's `kvd` and `steadfastctl` (the README's second set-up
 //! command does the same for a release build) and the working directory a
-//! fresh temporary one. The only change made to a block is the port:
-//! `7070` becomes a free one. Between blocks the test checks what the
+//! fresh temporary one. The only change made to a block is its ports:
+//! `7070` (kvd's) and `9464` (its metrics endpoint) become free ones. Between blocks the test checks what the
 //! README says the user sees, in the block's output and through
 //! `status --json`.
 //!
@@ -169,15 +169,21 @@ fn the_readme_walkthrough_runs_as_written() {
     let blocks = walkthrough_blocks();
     assert_eq!(
         blocks.len(),
-        7,
+        8,
         "the README's walkthrough blocks (each has its checks below)"
     );
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
     let data = dir.join("kvd-data");
     let port = processes::free_port();
+    let metrics = processes::free_port();
     let mut terminal = Terminal::new(dir);
-    let mut run = |n: usize| terminal.run(n, &blocks[n].replace("7070", &port.to_string()));
+    let mut run = |n: usize| {
+        let block = blocks[n]
+            .replace("7070", &port.to_string())
+            .replace("9464", &metrics.to_string());
+        terminal.run(n, &block)
+    };
 
     // 1. kvd runs, first ever; a SET is answered OK.
     let out = run(0);
@@ -256,6 +262,41 @@ fn the_readme_walkthrough_runs_as_written() {
             "Previous: handed over (by pid ",
             "on attempt 1)",
         ],
+    );
+    assert!(status(&data).is_none(), "no daemon after exit");
+
+    // 8. "Logs and metrics": kvd at RUST_LOG=debug logs the request (its
+    //    line naming its process), the level changes in place, the state
+    //    is in the metrics over the control socket and over HTTP, and tarpc
+    //    (serving those steadfastctl calls) stays at warn.
+    let out = run(7);
+    contains_all(
+        &out,
+        7,
+        &[
+            "NOT_FOUND",
+            "request=GET greeting answer=NOT_FOUND",
+            "steadfast_state{",
+            "steadfast_boots",
+            "kvd exited with 0",
+        ],
+    );
+    let request = out
+        .lines()
+        .find(|l| l.contains("request=GET greeting"))
+        .expect("the request line");
+    assert!(
+        request
+            .split(' ')
+            .nth(1)
+            .is_some_and(|w| w.starts_with("kvd[") && w.ends_with(']')),
+        "the line names its process: {request}"
+    );
+    let log = terminal_log(dir);
+    assert!(
+        !log.lines()
+            .any(|l| l.contains(" DEBUG ") && l.contains("tarpc")),
+        "tarpc at warn under RUST_LOG=debug: {log}"
     );
     assert!(status(&data).is_none(), "no daemon after exit");
     let log = terminal_log(dir);

@@ -192,9 +192,9 @@ pub enum ConfigError {
         /// The operating system's reason.
         source: io::Error,
     },
-    /// A required declared file (kvd's `--config`) does not exist.
+    /// The declared file does not exist (and was not declared optional).
     #[error(
-        "config file {} does not exist; create it, or do not declare it (drop --config) to run on the defaults",
+        "config file {} does not exist; create it, or point the daemon at the file it should read",
         path.display()
     )]
     Missing {
@@ -766,26 +766,72 @@ impl TomlFileSource {
         self
     }
 
-    /// Declares the file at `path`; while it is missing it is an empty tier.
+    /// Declares the file at `path`, the middle tier, watched: a change to
+    /// it is applied (or boots a held daemon) without a restart. While it
+    /// is missing, resolving fails with [`ConfigError::Missing`], naming
+    /// the path: the boot is held in `resolve_config` with that reason
+    /// until the file appears (or an operator retries), never run on the
+    /// defaults as if nothing had been declared. A file that may be absent
+    /// is declared with [`Self::optional_file`].
+    ///
     /// It is read through [`read_config_file`]: anything but a regular file
     /// of at most [`MAX_CONFIG_BYTES`] fails the resolve (a FIFO, a device,
     /// a directory, a socket, a bigger file), as any other unreadable file.
+    ///
+    /// ```
+    /// # use steadfast_actors as steadfast; // the facade's paths, as users write them
+    /// use steadfast::config::TomlFileSource;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let path = dir.path().join("app.toml");
+    /// let source = TomlFileSource::new()
+    ///     .defaults_toml("port = 7071")
+    ///     .declared_file(&path);
+    /// // Missing: an error naming the file, not the defaults.
+    /// let error = source.resolve().unwrap_err();
+    /// assert!(error.to_string().contains("app.toml"));
+    /// std::fs::write(&path, "port = 8080")?;
+    /// let resolved = source.resolve()?;
+    /// assert_eq!(resolved.config["port"].as_integer(), Some(8080));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn declared_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.declared = Some(Declared {
             path: path.into(),
-            required: false,
+            required: true,
         });
         self
     }
 
-    /// Declares the file at `path`; while it is missing, resolving fails
-    /// with [`ConfigError::Missing`] (what a `--config FILE` flag means: the
-    /// operator named a file, so its absence is a mistake, not "defaults").
-    /// Read as [`Self::declared_file`] reads it.
-    pub fn required_file(mut self, path: impl Into<PathBuf>) -> Self {
+    /// The same as [`Self::declared_file`]: a missing file fails the
+    /// resolve with [`ConfigError::Missing`]. The name says it where a
+    /// daemon's `--config FILE` flag builds the source.
+    pub fn required_file(self, path: impl Into<PathBuf>) -> Self {
+        self.declared_file(path)
+    }
+
+    /// Declares the file at `path` as optional: while it is missing it is
+    /// an empty tier (the defaults and overrides apply), and once it
+    /// appears it is read and watched like [`Self::declared_file`]'s. For a
+    /// file the operator may or may not provide, such as a system-wide
+    /// `/etc/app.toml`; anything else wrong with it (not a regular file,
+    /// too big, not TOML) still fails the resolve.
+    ///
+    /// ```
+    /// # use steadfast_actors as steadfast; // the facade's paths, as users write them
+    /// use steadfast::config::TomlFileSource;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let source = TomlFileSource::new()
+    ///     .defaults_toml("port = 7071")
+    ///     .optional_file(dir.path().join("absent.toml"));
+    /// assert_eq!(source.resolve()?.config["port"].as_integer(), Some(7071));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn optional_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.declared = Some(Declared {
             path: path.into(),
-            required: true,
+            required: false,
         });
         self
     }
@@ -1169,26 +1215,34 @@ mod tests {
         );
     }
 
-    /// A missing declared file is an empty tier unless it is required.
+    /// A missing declared file fails the resolve (`declared_file` and
+    /// `required_file` alike), naming the path; only an optional one is an
+    /// empty tier.
     #[test]
-    fn a_missing_declared_file_is_an_error_only_if_required() {
+    fn a_missing_declared_file_is_an_error_unless_optional() {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("absent.toml");
         let optional = TomlFileSource::new()
             .defaults(table("a = 1\n"))
-            .declared_file(&file)
+            .optional_file(&file)
             .resolve()
             .expect("optional");
         assert_eq!(optional.config, table("a = 1\n"));
         assert_eq!(optional.fingerprint, Some(Fingerprint::of_file(&file)));
-        let required = TomlFileSource::new().required_file(&file).resolve();
-        match required {
-            Err(error @ ConfigError::Missing { .. }) => {
-                let message = error.to_string();
-                assert!(message.contains(&file.display().to_string()), "{message}");
-                assert!(message.contains("create it"), "{message}");
+        for declared in [
+            TomlFileSource::new()
+                .defaults(table("a = 1\n"))
+                .declared_file(&file),
+            TomlFileSource::new().required_file(&file),
+        ] {
+            match declared.resolve() {
+                Err(error @ ConfigError::Missing { .. }) => {
+                    let message = error.to_string();
+                    assert!(message.contains(&file.display().to_string()), "{message}");
+                    assert!(message.contains("create it"), "{message}");
+                }
+                other => panic!("expected a missing-file error, got {other:?}"),
             }
-            other => panic!("expected a missing-file error, got {other:?}"),
         }
     }
 

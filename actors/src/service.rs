@@ -174,7 +174,8 @@ impl<T> Made<T> {
 /// output, and destroying it drops the output.
 ///
 /// ```no_run
-/// use steadfast_actors::service::{Connection, Made, Plan, Service, Step, StepContext, StepError};
+/// # use steadfast_actors as steadfast; // the facade's paths, as users write them
+/// use steadfast::service::{Connection, Made, Plan, Service, Step, StepContext, StepError};
 ///
 /// #[derive(serde::Deserialize)]
 /// struct Config {
@@ -456,7 +457,8 @@ pub struct ConfigChange<'a, C> {
 /// over a typed config. Implemented with plain `async fn`s.
 ///
 /// ```no_run
-/// use steadfast_actors::service::{Made, Plan, Service, Step, StepContext, StepError};
+/// # use steadfast_actors as steadfast; // the facade's paths, as users write them
+/// use steadfast::service::{Made, Plan, Service, Step, StepContext, StepError};
 ///
 /// #[derive(serde::Deserialize)]
 /// struct Config {

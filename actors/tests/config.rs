@@ -8,8 +8,10 @@
 //! directory; a fix written while a resolve is failing shows in the
 //! fingerprint (seed 004 `a_change_that_lands_during_a_failing_boot_is_not_lost`);
 //! and a change to the file lets a held resolve succeed (seed 004
-//! `a_change_to_the_declared_file_retries_a_held_boot`); and a resolve that
-//! blocks is given up at its deadline with a typed error.
+//! `a_change_to_the_declared_file_retries_a_held_boot`); a declared file
+//! that is missing fails the resolve naming it until it is created (only
+//! an optional one is an empty tier); and a resolve that blocks is given up
+//! at its deadline with a typed error.
 //!
 //! Waits poll with a generous timeout and never assert an upper bound on
 //! time. A "does not fire" check waits a settling period first, so on a
@@ -377,6 +379,78 @@ async fn a_change_to_the_declared_file_lets_a_held_resolve_succeed() {
 
     std::fs::write(&file, "[server]\nworkers = 8\n").expect("fix the file");
     until("a resolve that succeeds", || {
+        matches!(
+            *outcome.lock().unwrap_or_else(PoisonError::into_inner),
+            Some(Ok(8))
+        )
+    })
+    .await;
+    actor.stop(None);
+    join.await.expect("the watcher stops cleanly");
+}
+
+/// A declared file at a wrong path is never run on the defaults: the
+/// resolve fails with `Missing`, naming the path (what the boot holds on
+/// and `status` shows); `required_file` is the same. Created, the watcher
+/// sees it appear and the held resolve succeeds with no one asking. Only
+/// `optional_file` reads a missing file as an empty tier. Before, a
+/// `declared_file` with a typo ran on the defaults without a word.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_missing_declared_file_holds_until_it_appears_unless_optional() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("service.toml");
+    let defaults = "[server]\nworkers = 1\n";
+    for source in [
+        TomlFileSource::new()
+            .defaults_toml(defaults)
+            .declared_file(&file),
+        TomlFileSource::new()
+            .defaults_toml(defaults)
+            .required_file(&file),
+    ] {
+        match source.resolve() {
+            Err(error @ ConfigError::Missing { .. }) => {
+                let message = error.to_string();
+                assert!(message.contains(&file.display().to_string()), "{message}");
+                assert!(message.contains("does not exist"), "{message}");
+            }
+            other => panic!("a missing declared file resolved: {other:?}"),
+        }
+    }
+    let optional = TomlFileSource::new()
+        .defaults_toml(defaults)
+        .optional_file(&file)
+        .resolve()
+        .expect("an optional file may be missing");
+    assert_eq!(optional.config["server"]["workers"].as_integer(), Some(1));
+
+    let source = TomlFileSource::new()
+        .defaults_toml(defaults)
+        .declared_file(&file)
+        .into_source();
+    assert_eq!(source.declared_path(), Some(file.as_path()), "watched");
+    let outcome: Arc<Mutex<Option<Result<i64, String>>>> = Arc::default();
+    let seen = outcome.clone();
+    let retry = source.clone();
+    let (actor, join) = Actor::spawn(
+        None,
+        ConfigWatcherActor,
+        ConfigWatcherArgs {
+            path: file.clone(),
+            debounce: DEFAULT_DEBOUNCE,
+            on_change: Arc::new(move || {
+                let result = retry
+                    .resolve()
+                    .map(|r| r.config["server"]["workers"].as_integer().unwrap_or(-1))
+                    .map_err(|e| e.to_string());
+                *seen.lock().unwrap_or_else(PoisonError::into_inner) = Some(result);
+            }),
+        },
+    )
+    .await
+    .expect("the watcher starts on the missing file's directory");
+    std::fs::write(&file, "[server]\nworkers = 8\n").expect("create the file");
+    until("the created file resolved", || {
         matches!(
             *outcome.lock().unwrap_or_else(PoisonError::into_inner),
             Some(Ok(8))

@@ -75,7 +75,6 @@ use std::sync::{Arc, Mutex, PoisonError, TryLockError};
 use std::time::Duration;
 
 use steadfast::fs::Dir;
-use steadfast::protocol::lifecycle::LifecycleState;
 use steadfast::service::{Connection, ResourceRecord, Shutdown, StoreLock};
 use steadfast::{
     ConfigChange, Made, Plan, Runtime, Service, Step, StepContext, StepError, Supervisor,
@@ -1047,32 +1046,7 @@ async fn main() {
                 .version(version())
                 .timings(timings)
         })?;
-        log_transitions(started.handle());
         started.run().await
     };
     steadfast::daemon::cli::exit("kvd", run.await)
-}
-
-/// One line per change of state, like a service's journal: a failed boot
-/// is a warning, a wedge an error.
-fn log_transitions(handle: &steadfast::SupervisorHandle) {
-    let mut snapshots = handle.watch();
-    tokio::spawn(async move {
-        let mut last = String::new();
-        loop {
-            let snapshot = snapshots.borrow_and_update().clone();
-            let line = steadfast::daemon::status_line(&snapshot);
-            if line != last {
-                match snapshot.lifecycle {
-                    LifecycleState::Failed { .. } => tracing::warn!(target: "kvd", "{line}"),
-                    LifecycleState::Wedged { .. } => tracing::error!(target: "kvd", "{line}"),
-                    _ => tracing::info!(target: "kvd", "{line}"),
-                }
-                last = line;
-            }
-            if snapshots.changed().await.is_err() {
-                return;
-            }
-        }
-    });
 }

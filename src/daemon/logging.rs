@@ -7,6 +7,21 @@
 //!   a reload handle: the next event is filtered by the new level, nothing
 //!   restarts. `set_log_level(None)` goes back to the environment's filter.
 //!   `tests/logs.rs::the_configured_level_applies_in_place`.
+//! - A level without a target (`debug`) is for steadfast's crates and the
+//!   application: the libraries steadfast runs on ([`LIBRARY_TARGETS`]:
+//!   tarpc, ractor, rustls, tokio, notify, …) stay at `warn` unless a
+//!   directive names them (`debug,tarpc=debug`), so `debug` shows what the
+//!   daemon does, not every frame tarpc reads.
+//!   `tests/logs.rs::debug_is_ours_and_a_library_only_by_name`.
+//! - Every line says which process wrote it: plain lines carry
+//!   `name[pid]` after the timestamp (as `journalctl -o short` writes
+//!   them), JSON lines a `pid` field; so during a `replace`, when the old
+//!   and the new process write to the same stream, their lines can be told
+//!   apart. Under journald the journal records `_PID` itself, except for a
+//!   replacement's successor: it writes on the stream its predecessor
+//!   opened, which the journal keeps attributing to the predecessor, so
+//!   its lines carry `name[pid]` too.
+//!   `tests/logs.rs::every_line_names_its_process`.
 //! - Under systemd (`JOURNAL_STREAM` names the stream stderr is) every line
 //!   starts with its syslog priority (`<3>` error, `<4>` warning, `<6>` info,
 //!   `<7>` debug and trace, sd-daemon(3)) and carries no timestamp (the
@@ -41,6 +56,25 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, Registry, reload};
+
+/// The targets (crates) of the libraries steadfast runs on. A directive
+/// without a target does not reach them: they log at `warn` and above
+/// unless a directive names them (`tarpc=debug`), or the level without a
+/// target is `warn` or quieter already.
+pub const LIBRARY_TARGETS: &[&str] = &[
+    "tarpc",
+    "ractor",
+    "rustls",
+    "tokio_rustls",
+    "tokio",
+    "tokio_util",
+    "mio",
+    "notify",
+    "opentelemetry",
+    "tracing_opentelemetry",
+    "h2",
+    "hyper",
+];
 
 /// How [`init_logging`] writes lines on stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -121,6 +155,45 @@ fn parse_filter(text: &str) -> Result<EnvFilter, LogLevelError> {
             text: text.to_owned(),
             reason: error.to_string(),
         })
+}
+
+/// The filter a directive installs: the directive, and each of
+/// [`LIBRARY_TARGETS`] it does not name held at `warn` when its level
+/// without a target is more verbose than that.
+fn build_filter(text: &str) -> Result<EnvFilter, LogLevelError> {
+    parse_filter(text)?;
+    parse_filter(&with_libraries_quiet(text))
+}
+
+/// `text` with `,<library>=warn` added for each library target it does
+/// not name, when its level without a target (`info`, `debug`, `trace`)
+/// would let their debug lines through. A more specific directive the user
+/// wrote (`tarpc::server=debug`) still wins over the added one, as
+/// `EnvFilter` prefers the longer target.
+fn with_libraries_quiet(text: &str) -> String {
+    let directives: Vec<&str> = text
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .collect();
+    let default = directives
+        .iter()
+        .filter_map(|d| d.parse::<tracing::level_filters::LevelFilter>().ok())
+        .max();
+    if default.is_none_or(|level| level <= tracing::level_filters::LevelFilter::WARN) {
+        return text.to_owned();
+    }
+    let named = |library: &str| {
+        directives.iter().any(|d| {
+            let target = d.split(['=', '[']).next().unwrap_or("");
+            target == library
+        })
+    };
+    let mut out = text.to_owned();
+    for library in LIBRARY_TARGETS.iter().filter(|l| !named(l)) {
+        write!(out, ",{library}=warn").expect("a String takes a write");
+    }
+    out
 }
 
 /// What [`init_logging`] installed: the reload handle, and the filter the
@@ -230,10 +303,32 @@ impl<'writer> FormatFields<'writer> for EscapedFields {
     }
 }
 
+/// `name[pid]`, as `journalctl -o short` names a process: the file name
+/// this process was started as (escaped), and its pid.
+fn process_ident() -> String {
+    let name = std::env::args_os()
+        .next()
+        .map(std::path::PathBuf::from)
+        .and_then(|path| {
+            path.file_name()
+                .map(|name| escape_controls(&name.to_string_lossy()).into_owned())
+        })
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "steadfast".to_owned());
+    format!("{name}[{}]", std::process::id())
+}
+
 /// The plain-text layer writing to `writer`: with a syslog priority and no
 /// timestamp for the journal, else timestamped (`ansi`: colored levels).
-/// Fields and messages escaped ([`EscapedFields`]) either way.
-fn plain_layer<S, W>(journal: bool, ansi: bool, writer: W) -> Box<dyn Layer<S> + Send + Sync>
+/// `ident` (`name[pid]`) follows the timestamp, or the priority; under the
+/// journal `None` leaves it to the journal's own `_PID`. Fields and
+/// messages escaped ([`EscapedFields`]) either way.
+fn plain_layer<S, W>(
+    journal: bool,
+    ansi: bool,
+    ident: Option<String>,
+    writer: W,
+) -> Box<dyn Layer<S> + Send + Sync>
 where
     S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
     W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
@@ -247,18 +342,76 @@ where
                 .with_ansi(false)
                 .without_time()
                 .event_format(Prioritized(
+                    ident,
                     tracing_subscriber::fmt::format()
                         .without_time()
                         .with_ansi(false),
                 )),
         )
     } else {
-        Box::new(layer.with_ansi(ansi))
+        Box::new(layer.with_ansi(ansi).with_timer(Stamped(
+            tracing_subscriber::fmt::time::SystemTime,
+            ident.unwrap_or_default(),
+        )))
     }
 }
 
-/// Each line prefixed with its syslog priority, for the journal.
-struct Prioritized<F>(F);
+/// The time, then the process's `name[pid]`: what starts a plain line.
+struct Stamped<T>(T, String);
+
+impl<T: tracing_subscriber::fmt::time::FormatTime> tracing_subscriber::fmt::time::FormatTime
+    for Stamped<T>
+{
+    fn format_time(&self, writer: &mut Writer<'_>) -> fmt::Result {
+        self.0.format_time(writer)?;
+        if self.1.is_empty() {
+            return Ok(());
+        }
+        write!(writer, " {}", self.1)
+    }
+}
+
+/// Each JSON object with the process's `pid` as its first member.
+struct WithPid<F>(F);
+
+impl<S, N, F> FormatEvent<S, N> for WithPid<F>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+    F: FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let mut line = String::new();
+        self.0.format_event(ctx, Writer::new(&mut line), event)?;
+        match line.strip_prefix('{') {
+            Some(rest) => write!(writer, "{{\"pid\":{},{rest}", std::process::id()),
+            None => writer.write_str(&line),
+        }
+    }
+}
+
+/// The JSON layer writing to `writer`: one object a line, with `pid`.
+fn json_layer<S, W>(writer: W) -> Box<dyn Layer<S> + Send + Sync>
+where
+    S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
+    W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
+{
+    Box::new(
+        tracing_subscriber::fmt::layer()
+            .json()
+            .event_format(WithPid(tracing_subscriber::fmt::format().json()))
+            .with_writer(writer),
+    )
+}
+
+/// Each line prefixed with its syslog priority (and, when given, the
+/// process's `name[pid]`), for the journal.
+struct Prioritized<F>(Option<String>, F);
 
 impl<S, N, F> FormatEvent<S, N> for Prioritized<F>
 where
@@ -273,7 +426,10 @@ where
         event: &Event<'_>,
     ) -> fmt::Result {
         write!(writer, "<{}>", priority(*event.metadata().level()))?;
-        self.0.format_event(ctx, writer, event)
+        if let Some(ident) = &self.0 {
+            write!(writer, "{ident} ")?;
+        }
+        self.1.format_event(ctx, writer, event)
     }
 }
 
@@ -289,20 +445,21 @@ pub fn init_logging(format: LogFormat) -> bool {
         return false;
     }
     let (directive, invalid) = env_directive();
-    let Ok(filter) = parse_filter(&directive) else {
+    let Ok(filter) = build_filter(&directive) else {
         return false;
     };
     let (filter, handle) = reload::Layer::new(filter);
     let journal = stderr_is_journal();
+    // The journal knows the pid of the process that opened the stream; a
+    // replacement's successor writes on its predecessor's.
+    let successor = std::env::var_os(crate::handover::HANDOVER_ENV).is_some();
+    let ident = (!journal || successor).then(process_ident);
     let output: Box<dyn Layer<Filtered> + Send + Sync> = match (format, journal) {
-        (LogFormat::Json, _) => Box::new(
-            tracing_subscriber::fmt::layer()
-                .json()
-                .with_writer(std::io::stderr),
-        ),
+        (LogFormat::Json, _) => json_layer(std::io::stderr),
         (LogFormat::Plain, journal) => plain_layer(
             journal,
             std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            ident,
             std::io::stderr,
         ),
     };
@@ -336,7 +493,7 @@ pub fn init_logging(format: LogFormat) -> bool {
 pub fn set_log_level(level: Option<&LogLevel>) -> Result<(), LogLevelError> {
     let installed = INSTALLED.get().ok_or(LogLevelError::NotInstalled)?;
     let directive = level.map_or(installed.from_env.as_str(), LogLevel::as_str);
-    let filter = parse_filter(directive)?;
+    let filter = build_filter(directive)?;
     let mut current = installed
         .current
         .lock()
@@ -360,7 +517,7 @@ mod tests {
 
     use tracing_subscriber::layer::SubscriberExt as _;
 
-    use super::{Registry, escape_controls, plain_layer};
+    use super::{Registry, escape_controls, json_layer, plain_layer, with_libraries_quiet};
 
     /// What a layer under test wrote.
     #[derive(Clone, Default)]
@@ -416,7 +573,12 @@ mod tests {
     fn a_field_or_message_cannot_break_the_line() {
         for journal in [true, false] {
             let buffer = Buffer::default();
-            let subscriber = Registry::default().with(plain_layer(journal, false, buffer.clone()));
+            let subscriber = Registry::default().with(plain_layer(
+                journal,
+                false,
+                Some("kvd[7]".to_owned()),
+                buffer.clone(),
+            ));
             tracing::subscriber::with_default(subscriber, || {
                 let forged = "x\n<0>ERROR forged\r\u{1b}[2K\u{9b}2K";
                 let span = tracing::info_span!("conn", peer = %forged);
@@ -432,11 +594,12 @@ mod tests {
                 assert!(!line.chars().any(char::is_control), "{line:?}");
                 if journal {
                     assert!(
-                        line.starts_with("<3>") || line.starts_with("<6>"),
+                        line.starts_with("<3>kvd[7] ") || line.starts_with("<6>kvd[7] "),
                         "{line:?}"
                     );
                 } else {
                     assert!(line.starts_with("20"), "a timestamp first: {line:?}");
+                    assert!(line.contains("Z kvd[7] "), "then the process: {line:?}");
                 }
             }
             assert!(
@@ -446,5 +609,38 @@ mod tests {
             assert!(lines[0].contains("value=x\\n<0>ERROR forged"), "{text}");
             assert!(lines[0].contains("peer=x\\n<0>ERROR forged"), "{text}");
         }
+    }
+
+    /// A level without a target more verbose than `warn` holds every
+    /// library target it does not name at `warn`; one that names a library
+    /// keeps its own level for it; `warn` and quieter add nothing.
+    #[test]
+    fn a_bare_level_leaves_the_libraries_at_warn() {
+        let debug = with_libraries_quiet("debug");
+        assert!(debug.starts_with("debug,"), "{debug}");
+        assert!(debug.contains(",tarpc=warn"), "{debug}");
+        assert!(debug.contains(",rustls=warn"), "{debug}");
+        let named = with_libraries_quiet("debug,tarpc=debug");
+        assert!(!named.contains("tarpc=warn"), "{named}");
+        assert!(named.contains(",ractor=warn"), "{named}");
+        assert_eq!(with_libraries_quiet("warn"), "warn");
+        assert_eq!(with_libraries_quiet("kvd=debug"), "kvd=debug");
+        assert_eq!(with_libraries_quiet("error,kvd=trace"), "error,kvd=trace");
+        assert!(with_libraries_quiet("kvd=trace, info").contains(",tokio=warn"));
+    }
+
+    /// A JSON line starts with the process's pid and is still one object.
+    #[test]
+    fn a_json_line_carries_the_pid() {
+        let buffer = Buffer::default();
+        let subscriber = Registry::default().with(json_layer(buffer.clone()));
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(state = "running", "transition");
+        });
+        let text = String::from_utf8(buffer.0.lock().expect("lock").clone()).expect("utf-8");
+        let value: serde_json::Value = serde_json::from_str(text.trim_end()).expect("one object");
+        assert_eq!(value["pid"], std::process::id(), "{text}");
+        assert_eq!(value["fields"]["state"], "running", "{text}");
+        assert!(text.starts_with("{\"pid\":"), "{text}");
     }
 }

@@ -319,7 +319,8 @@ impl Runtime {
     /// - A handler's end (or panic) ends only its connection.
     ///
     /// ```no_run
-    /// use steadfast_actors::service::{Connection, Made, Step, StepContext, StepError};
+    /// # use steadfast_actors as steadfast; // the facade's paths, as users write them
+    /// use steadfast::service::{Connection, Made, Step, StepContext, StepError};
     /// use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     /// use tokio::net::TcpListener;
     ///
