@@ -119,11 +119,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // drained exit 0), never a death after the run marker was written.
     steadfast::daemon::catch_signals();
     let mut args = std::env::args().skip(1);
-    let data_dir = args.next().ok_or("usage: counter DATA_DIR [FILE]")?;
+    let Some(data_dir) = args.next() else {
+        // A bad command line: a restart would only repeat it.
+        eprintln!("usage: counter DATA_DIR [FILE]");
+        std::process::exit(steadfast::daemon::EXIT_NEVER_WORKS);
+    };
     let mut config = TomlFileSource::new().defaults_toml("port = 7072\npath = \"count\"\nstep = 1");
     if let Some(file) = args.next() {
         config = config.declared_file(file);
     }
-    let (supervisor, handle) = Supervisor::builder(data_dir, App).config(config).build()?;
-    std::process::exit(steadfast::daemon::run(supervisor, handle).await?.code())
+    // Each way of not starting exits with the code that tells a service
+    // manager whether a restart can help (`spec/exit-codes.md`).
+    let built = Supervisor::builder(data_dir, App).config(config).build();
+    let (supervisor, handle) = built.unwrap_or_else(|error| {
+        eprintln!("counter: {error}");
+        std::process::exit(error.exit_code())
+    });
+    match steadfast::daemon::run(supervisor, handle).await {
+        Ok(ended) => std::process::exit(ended.code()),
+        Err(error) => {
+            eprintln!("counter: {error}");
+            std::process::exit(error.exit_code())
+        }
+    }
 }

@@ -370,7 +370,11 @@ async fn run_with_signals_off_leaves_the_dispositions_alone() {
         .await
         .expect("exit");
     let intent = daemon.await.expect("task").expect("the daemon ran");
-    assert_eq!(intent, steadfast::ExitIntent::Halt);
+    assert_eq!(
+        intent,
+        steadfast::daemon::Ended::Halt,
+        "a halt asked through the handle"
+    );
 }
 
 /// A service with nothing to boot.

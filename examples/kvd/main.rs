@@ -3,7 +3,8 @@
 //!
 //! `cargo run --release --example kvd -- [--data-dir DIR] [--config FILE]
 //! [--metrics-addr 127.0.0.1:9464] [--log-format plain|json]`
-//! (`--config` names a regular file that must exist: a missing one exits 2;
+//! (`--config` names a regular file that must exist: a missing one, like a
+//! bad flag or a refused data dir, exits 78, `EXIT_NEVER_WORKS`;
 //! `--metrics-addr` serves `GET /metrics` in OpenMetrics text there).
 //!
 //! It speaks a TCP line protocol on `listen_addr` (default `127.0.0.1:7070`):
@@ -53,8 +54,9 @@
 //! directive such as `debug`), which then applies in place, at boot and on
 //! `steadfastctl config set log_level debug`; `config unset log_level`
 //! goes back to `RUST_LOG`. Each request is a debug line. Under systemd
-//! the lines carry syslog priorities (`tests/logs.rs`). The process exits with its exit intent's
-//! code: 0 for halt, 75 for relaunch.
+//! the lines carry syslog priorities (`tests/logs.rs`). The process exits with how it
+//! ended (`steadfast::daemon::Ended::code`): 0 drained by SIGTERM, 80 halt,
+//! 75 relaunch (`spec/exit-codes.md`).
 //!
 //! `store.log` and `store.lock` are private (0600) and opened without
 //! following a link, in a data dir no other user can write, through
@@ -1008,11 +1010,13 @@ fn version() -> String {
         .unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_owned())
 }
 
+const USAGE: &str = "usage: kvd [--data-dir DIR] [--config FILE] [--metrics-addr ADDR] [--log-format plain|json] [--commit-window-ms MS]";
+
+/// A bad command line: said, and the never-works exit (a restart would
+/// only repeat it).
 fn usage() -> ! {
-    eprintln!(
-        "usage: kvd [--data-dir DIR] [--config FILE] [--metrics-addr ADDR] [--log-format plain|json] [--commit-window-ms MS]"
-    );
-    std::process::exit(2)
+    eprintln!("{USAGE}");
+    std::process::exit(steadfast::daemon::EXIT_NEVER_WORKS)
 }
 
 #[tokio::main]
@@ -1040,7 +1044,7 @@ async fn main() {
                 let addr = args.next().unwrap_or_else(|| usage());
                 metrics = Some(addr.parse().unwrap_or_else(|error| {
                     eprintln!("kvd: --metrics-addr {addr}: {error}");
-                    std::process::exit(2)
+                    std::process::exit(steadfast::daemon::EXIT_NEVER_WORKS)
                 }));
             }
             "--commit-window-ms" => {
@@ -1050,10 +1054,13 @@ async fn main() {
                 timings.commit_window =
                     std::time::Duration::from_millis(ms.parse().unwrap_or_else(|error| {
                         eprintln!("kvd: --commit-window-ms {ms}: {error}");
-                        std::process::exit(2)
+                        std::process::exit(steadfast::daemon::EXIT_NEVER_WORKS)
                     }));
             }
-            "-h" | "--help" => usage(),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0)
+            }
             _ => usage(),
         }
     }
@@ -1061,7 +1068,7 @@ async fn main() {
     // ./kvd-data. A later edit that moves it is refused (a held failure).
     // The file is read the way every resolve reads it (regular files only,
     // opened non-blocking, 1 MiB at most). A `--config` that names no file
-    // is a mistake said at once (exit 2); a file that exists but cannot be
+    // is a mistake said at once (exit 78, `EXIT_NEVER_WORKS`); a file that exists but cannot be
     // used (a FIFO, a device, too big, bad TOML) is left to the boot, which
     // holds on it with the reason `steadfastctl status` shows.
     let from_file = match &config {
@@ -1078,7 +1085,7 @@ async fn main() {
                 }),
             Err(error @ steadfast::config::ConfigError::Missing { .. }) => {
                 eprintln!("kvd: {error}");
-                std::process::exit(2);
+                std::process::exit(steadfast::daemon::EXIT_NEVER_WORKS);
             }
             Err(_) => None,
         },
@@ -1107,7 +1114,7 @@ async fn main() {
         Ok(started) => started,
         Err(error) => {
             tracing::error!(target: "kvd", %error, "not started");
-            std::process::exit(1);
+            std::process::exit(error.exit_code());
         }
     };
     // A later start does not run the binary a `replace` selected: say so.
@@ -1142,12 +1149,12 @@ async fn main() {
     if let Some(addr) = metrics {
         options = options.metrics_http(addr);
     }
-    let intent = match steadfast::daemon::run_with(supervisor, handle, options).await {
-        Ok(intent) => intent,
+    let ended = match steadfast::daemon::run_with(supervisor, handle, options).await {
+        Ok(ended) => ended,
         // `run_with` logged why (as an error, naming the path or address
         // and the fix); it returns it for an application that logs nothing.
-        Err(_) => std::process::exit(1),
+        Err(error) => std::process::exit(error.exit_code()),
     };
-    tracing::info!(target: "kvd", "exiting ({}, code {})", intent.name(), intent.code());
-    std::process::exit(intent.code());
+    tracing::info!(target: "kvd", "exiting ({}, code {})", ended.name(), ended.code());
+    std::process::exit(ended.code());
 }
