@@ -120,7 +120,10 @@ impl Kvd {
     fn exit(mut self) {
         let out = processes::ctl(&self.data, &["exit"]);
         assert_eq!(out.status.code(), Some(0), "{out:?}");
-        assert_eq!(processes::wait_exit(&mut self.child), Some(0));
+        assert_eq!(
+            processes::wait_exit(&mut self.child),
+            Some(steadfast::daemon::EXIT_HALT)
+        );
     }
 }
 
