@@ -867,6 +867,12 @@ async fn exit_on_signal(
     let mut asked = by_signal.lock().await;
     match handle.exit(ExitIntent::Halt).await {
         Ok(_) => *asked = true,
+        // `exit` is carried out even when its journal record is not
+        // durable: the drain is still this signal's.
+        Err(error @ CommandError::Durability(_)) => {
+            *asked = true;
+            tracing::warn!(%error, "{name}: exiting, but the exit was not journaled");
+        }
         Err(error) => tracing::warn!(%error, "{name}: exit refused"),
     }
 }
