@@ -48,9 +48,18 @@
 //!
 //!   Datagrams are sent in order from a thread of their own: a blocking
 //!   `send` to a full socket waits there, never on a runtime worker.
-//! - [`run`] returns the [`ExitIntent`]; `std::process::exit(intent.code())`
-//!   gives 0 (halt: stay down) or 75 (relaunch: `Restart=on-failure` starts a
-//!   new process).
+//! - [`run`] returns how the daemon [`Ended`];
+//!   `std::process::exit(ended.code())` gives the code its service manager
+//!   reads (`spec/exit-codes.md`): [`EXIT_DRAINED`] (0) when SIGTERM or
+//!   SIGINT drained it (the manager stopped it) or a replacement took
+//!   over, [`EXIT_HALT`] (80) for `steadfastctl exit` (stay down),
+//!   [`EXIT_RELAUNCH`] (75) for `exit --relaunch` (start me again). A
+//!   daemon that cannot start exits with its error's `exit_code()`:
+//!   [`EXIT_NEVER_WORKS`] (78, `EX_CONFIG`) when a restart would only
+//!   repeat it (a refused data dir, a bad command line), else
+//!   [`EXIT_START_FAILED`] (1). The two halts are told apart so a manager
+//!   can restart what it stopped (`sv restart`) and leave down what an
+//!   operator halted.
 //! - [`run_with`] first raises the process's soft `RLIMIT_NOFILE` to its
 //!   hard limit, as systemd advises daemons to (its soft default, 1024, is
 //!   for programs that use `select(2)`; tokio uses epoll), logged at debug.
@@ -284,6 +293,142 @@ impl Default for DaemonOptions {
     }
 }
 
+/// The exit code of a daemon that SIGTERM or SIGINT drained (its service
+/// manager stopped it), or that handed its data dir over to a replacement:
+/// 0, clean to every manager. Under runit the service then does what `sv`
+/// asked (`sv restart`: up again; `sv down`: down).
+pub const EXIT_DRAINED: i32 = 0;
+
+/// The exit code of `steadfastctl exit` (halt): an operator asked the
+/// daemon to stay down. Not 0, so that a manager's own stop (SIGTERM,
+/// [`EXIT_DRAINED`]) can be told from it: the shipped snippets leave 80
+/// down (runit's `finish` runs `sv down`, supervisord's `exitcodes`,
+/// systemd's `SuccessExitStatus=` and `RestartPreventExitStatus=`).
+pub const EXIT_HALT: i32 = 80;
+
+/// The exit code of `steadfastctl exit --relaunch`, and of a daemon whose
+/// control socket cannot be served again: 75 (`EX_TEMPFAIL`), "start a
+/// fresh process".
+pub const EXIT_RELAUNCH: i32 = 75;
+
+/// The exit code of a daemon that cannot start and never will as it is
+/// configured: a refused data dir, a bad flag or command line, a corrupt
+/// control file, a control plane that cannot be served as asked. 78
+/// (`EX_CONFIG`): the shipped snippets do not restart it (runit: `sv
+/// down`; systemd: `RestartPreventExitStatus=`; supervisord: failed
+/// starts, then `FATAL`) until an operator fixes the cause and starts it.
+pub const EXIT_NEVER_WORKS: i32 = 78;
+
+/// The exit code of a daemon that could not start for a reason a later
+/// start may not meet (another daemon holds the data dir, an I/O error
+/// other than a refusal, a port in use): 1, which every manager treats as
+/// a failure and restarts, like a crash.
+pub const EXIT_START_FAILED: i32 = 1;
+
+/// How [`run_with`] ended: what the daemon's process should exit with
+/// ([`Ended::code`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Ended {
+    /// SIGTERM or SIGINT drained it: its service manager (or a terminal)
+    /// stopped it. Exit [`EXIT_DRAINED`] (0).
+    Drained,
+    /// `exit` (halt), asked over the control plane or through the handle:
+    /// stay down. Exit [`EXIT_HALT`] (80).
+    Halt,
+    /// `exit --relaunch`, or the control socket was lost: start a fresh
+    /// process. Exit [`EXIT_RELAUNCH`] (75).
+    Relaunch,
+    /// A committed replacement took the data dir over; the successor
+    /// runs. Exit [`EXIT_DRAINED`] (0).
+    HandedOver,
+}
+
+impl Ended {
+    /// The process exit code (`spec/exit-codes.md`).
+    #[must_use]
+    pub const fn code(self) -> i32 {
+        match self {
+            Self::Drained | Self::HandedOver => EXIT_DRAINED,
+            Self::Halt => EXIT_HALT,
+            Self::Relaunch => EXIT_RELAUNCH,
+        }
+    }
+
+    /// The name it is logged by: `drained`, `halt`, `relaunch`,
+    /// `handed_over`.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Drained => "drained",
+            Self::Halt => "halt",
+            Self::Relaunch => "relaunch",
+            Self::HandedOver => "handed_over",
+        }
+    }
+
+    /// The exit intent the lifecycle ended on (a drain by a signal, and a
+    /// handover, end as `halt`).
+    #[must_use]
+    pub const fn intent(self) -> ExitIntent {
+        match self {
+            Self::Relaunch => ExitIntent::Relaunch,
+            Self::Drained | Self::Halt | Self::HandedOver => ExitIntent::Halt,
+        }
+    }
+}
+
+/// The exit code for an I/O error that kept the daemon from starting:
+/// [`EXIT_NEVER_WORKS`] for a refusal a restart would meet again (no
+/// permission, no such file or directory, a read-only file system, an
+/// address this host does not have), else [`EXIT_START_FAILED`].
+fn io_exit_code(error: &std::io::Error) -> i32 {
+    use std::io::ErrorKind as K;
+    match error.kind() {
+        K::PermissionDenied
+        | K::NotFound
+        | K::NotADirectory
+        | K::IsADirectory
+        | K::ReadOnlyFilesystem
+        | K::InvalidInput
+        | K::InvalidFilename
+        | K::AddrNotAvailable => EXIT_NEVER_WORKS,
+        _ => EXIT_START_FAILED,
+    }
+}
+
+fn control_exit_code(error: &crate::control::ControlError) -> i32 {
+    use crate::control::ControlError as E;
+    match error {
+        E::Io { source, .. } | E::Bind { source, .. } => io_exit_code(source),
+        _ => EXIT_NEVER_WORKS,
+    }
+}
+
+impl crate::SupervisorError {
+    /// The exit code for a daemon whose supervisor could not be built
+    /// (`spec/exit-codes.md`): [`EXIT_NEVER_WORKS`] for a data dir or
+    /// control file steadfast refuses (a link, another user's or a
+    /// world-writable directory, a corrupt journal or marker, no
+    /// permission), [`EXIT_START_FAILED`] when a later start may succeed
+    /// (another daemon holds the data dir, another I/O error, a failed
+    /// handover).
+    #[must_use]
+    pub fn exit_code(&self) -> i32 {
+        use steadfast_actors::control_dir::ControlDirError as C;
+        match self {
+            Self::ControlDir(
+                C::Unsafe(_)
+                | C::CorruptJournal { .. }
+                | C::BadJournalHeader { .. }
+                | C::BadMarker { .. },
+            ) => EXIT_NEVER_WORKS,
+            Self::ControlDir(C::Io { source, .. }) => io_exit_code(source),
+            _ => EXIT_START_FAILED,
+        }
+    }
+}
+
 /// Why [`run_with`] did not run the daemon: a control plane it was asked to
 /// serve cannot be served. The supervisor was not started.
 #[derive(Debug, thiserror::Error)]
@@ -304,6 +449,20 @@ pub enum DaemonError {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl DaemonError {
+    /// The exit code for a daemon whose control plane could not be served
+    /// (`spec/exit-codes.md`): [`EXIT_NEVER_WORKS`] unless a later start
+    /// may succeed (a port in use, an I/O error other than a refusal:
+    /// [`EXIT_START_FAILED`]).
+    #[must_use]
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Self::ControlSocket(error) | Self::ControlPort(error) => control_exit_code(error),
+            Self::MetricsHttp { source, .. } => io_exit_code(source),
+        }
+    }
 }
 
 /// Serve the TCP control port `options` ask for, if any.
@@ -343,10 +502,7 @@ fn serve_tcp(
 ///
 /// # Errors
 /// As [`run_with`].
-pub async fn run(
-    supervisor: Supervisor,
-    handle: SupervisorHandle,
-) -> Result<ExitIntent, DaemonError> {
+pub async fn run(supervisor: Supervisor, handle: SupervisorHandle) -> Result<Ended, DaemonError> {
     run_with(
         supervisor,
         handle,
@@ -360,12 +516,13 @@ pub async fn run(
 ///
 /// # Errors
 /// [`DaemonError`] when a control plane asked for cannot be served (say it
-/// on stderr and exit non-zero); the supervisor was not run.
+/// on stderr and exit with [`DaemonError::exit_code`]); the supervisor was
+/// not run.
 pub async fn run_with(
     supervisor: Supervisor,
     handle: SupervisorHandle,
     options: DaemonOptions,
-) -> Result<ExitIntent, DaemonError> {
+) -> Result<Ended, DaemonError> {
     warm_blocking_pool();
     if options.logging {
         init_logging(options.log_format);
@@ -404,12 +561,12 @@ pub async fn run_with(
                 },
             )?),
         };
-    let intent = run_serving(supervisor, handle, control, control_tcp, options.signals).await;
+    let ended = run_serving(supervisor, handle, control, control_tcp, options.signals).await;
     if let Some(tls) = control_tls {
         tls.shutdown(ANSWER_GRACE).await;
     }
     drop(metrics);
-    Ok(intent)
+    Ok(ended)
 }
 
 /// How many blocking-pool threads a launch starts before it needs them.
@@ -475,12 +632,17 @@ async fn run_serving(
     control: Option<crate::control::ServerGuard>,
     control_tcp: Option<crate::control::TcpServerGuard>,
     signals: bool,
-) -> ExitIntent {
+) -> Ended {
+    // Whether the exit the daemon ends on was a signal's (SIGTERM,
+    // SIGINT): held while a signal's `exit` is asked, so the end waits
+    // for its answer before it reads it.
+    let by_signal = std::sync::Arc::new(tokio::sync::Mutex::new(false));
     let signals = tokio::spawn({
         let handle = handle.clone();
+        let by_signal = by_signal.clone();
         async move {
             if signals {
-                answer_signals(handle).await;
+                answer_signals(handle, &by_signal).await;
             }
         }
     });
@@ -523,8 +685,21 @@ async fn run_serving(
             drop(control);
             tell_stopping("handed over");
             flush(FLUSH_PATIENCE).await;
-            return ExitIntent::Halt;
+            return Ended::HandedOver;
         }
+    };
+    // A halt a signal asked for is a drain the service manager (or a
+    // terminal) wanted; one an operator asked for says "stay down". An
+    // exit asked during the drain replaces the intent (the lifecycle's
+    // last word); a signal's exit that was accepted marks the halt as
+    // drained.
+    let drained = tokio::time::timeout(ANSWER_GRACE, by_signal.lock())
+        .await
+        .is_ok_and(|asked| *asked);
+    let ended = match intent {
+        ExitIntent::Relaunch => Ended::Relaunch,
+        ExitIntent::Halt if drained => Ended::Drained,
+        ExitIntent::Halt => Ended::Halt,
     };
     signals.abort();
     lost.abort();
@@ -546,7 +721,7 @@ async fn run_serving(
     if SYSTEMD.on.load(Ordering::SeqCst) {
         flush(FLUSH_PATIENCE).await;
     }
-    intent
+    ended
 }
 
 /// How long a stopping daemon lets its control connections finish the
@@ -636,7 +811,7 @@ pub fn catch_signals() {
     }
 }
 
-async fn answer_signals(handle: SupervisorHandle) {
+async fn answer_signals(handle: SupervisorHandle, by_signal: &tokio::sync::Mutex<bool>) {
     let early = CAUGHT
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -652,8 +827,8 @@ async fn answer_signals(handle: SupervisorHandle) {
     };
     loop {
         tokio::select! {
-            _ = term.recv() => exit_on_signal(&handle, "SIGTERM").await,
-            _ = int.recv() => exit_on_signal(&handle, "SIGINT").await,
+            _ = term.recv() => exit_on_signal(&handle, "SIGTERM", by_signal).await,
+            _ = int.recv() => exit_on_signal(&handle, "SIGINT", by_signal).await,
             _ = hup.recv() => {
                 tracing::info!("SIGHUP: re-reading the config");
                 if let Err(error) = reload(&handle).await {
@@ -684,10 +859,24 @@ async fn relaunch_when_lost(
     }
 }
 
-async fn exit_on_signal(handle: &SupervisorHandle, name: &str) {
+/// Exit (halt) after a drain, marking the end as drained by a signal
+/// once the lifecycle accepted it.
+async fn exit_on_signal(
+    handle: &SupervisorHandle,
+    name: &str,
+    by_signal: &tokio::sync::Mutex<bool>,
+) {
     tracing::info!("{name}: exiting after a drain");
-    if let Err(error) = handle.exit(ExitIntent::Halt).await {
-        tracing::warn!(%error, "{name}: exit refused");
+    let mut asked = by_signal.lock().await;
+    match handle.exit(ExitIntent::Halt).await {
+        Ok(_) => *asked = true,
+        // `exit` is carried out even when its journal record is not
+        // durable: the drain is still this signal's.
+        Err(error @ CommandError::Durability(_)) => {
+            *asked = true;
+            tracing::warn!(%error, "{name}: exiting, but the exit was not journaled");
+        }
+        Err(error) => tracing::warn!(%error, "{name}: exit refused"),
     }
 }
 

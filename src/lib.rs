@@ -49,8 +49,9 @@
 //!         .defaults_toml("listen_addr = \"127.0.0.1:7071\"")
 //!         .declared_file("/etc/app.toml");
 //!     let (supervisor, handle) = Supervisor::builder("/var/lib/app", App).config(config).build()?;
-//!     let intent = run_with(supervisor, handle, DaemonOptions::new().control_socket(true)).await?;
-//!     std::process::exit(intent.code())
+//!     // 0 drained by SIGTERM, 80 halt, 75 relaunch (`spec/exit-codes.md`).
+//!     let ended = run_with(supervisor, handle, DaemonOptions::new().control_socket(true)).await?;
+//!     std::process::exit(ended.code())
 //! }
 //! ```
 //!

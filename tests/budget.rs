@@ -66,5 +66,8 @@ fn a_crash_looping_kvd_is_held_after_five_failed_boots_and_retry_resumes() {
     assert_eq!(up["budget"]["failures"], 0, "the retry emptied the count");
     let exit = processes::ctl(&data, &["exit"]);
     assert_eq!(exit.status.code(), Some(0));
-    assert_eq!(processes::wait_exit(&mut child), Some(0));
+    assert_eq!(
+        processes::wait_exit(&mut child),
+        Some(steadfast::daemon::EXIT_HALT)
+    );
 }

@@ -17,8 +17,8 @@
 //! - a 50 MB file is refused naming the cap
 //!   (`a_config_over_the_cap_is_held_naming_the_cap`), a directory naming
 //!   what it is (`a_directory_config_is_held`);
-//! - a `--config` that names no file exits 2 naming it
-//!   (`a_missing_config_file_exits_2_naming_it`);
+//! - a `--config` that names no file exits 78 (never works) naming it
+//!   (`a_missing_config_file_exits_78_naming_it`);
 //! - a file declared with `declared_file` that does not exist is held
 //!   naming it, and boots once it is created
 //!   (`a_declared_file_that_is_missing_holds_naming_it`, with `minimal`).
@@ -229,10 +229,11 @@ fn a_directory_config_is_held() {
 }
 
 /// A `--config` naming no file: before the fix kvd ran on its defaults
-/// without a word. Now it exits 2 at once, naming the file and the fix, and
+/// without a word. Now it exits 78 (never works as configured: a service
+/// manager does not restart it) at once, naming the file and the fix, and
 /// creates nothing.
 #[test]
-fn a_missing_config_file_exits_2_naming_it() {
+fn a_missing_config_file_exits_78_naming_it() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let data = tmp.path().join("data");
     let config: PathBuf = tmp.path().join("absent.toml");
@@ -241,7 +242,7 @@ fn a_missing_config_file_exits_2_naming_it() {
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.0.stderr.take().expect("stderr"), &mut stderr)
         .expect("stderr");
-    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(code, Some(steadfast::daemon::EXIT_NEVER_WORKS), "{stderr}");
     assert!(
         stderr.contains(&format!("config file {} does not exist", config.display())),
         "{stderr}"

@@ -945,7 +945,7 @@ async fn a_daemon_serves_tls_through_its_options() {
         .expect("the daemon ends")
         .expect("task")
         .expect("the control planes were served");
-    assert_eq!(intent, ExitIntent::Halt);
+    assert_eq!(intent, steadfast::daemon::Ended::Halt);
 }
 
 /// `steadfastctl --inventory` over TLS: two daemons served over mutual

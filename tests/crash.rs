@@ -297,7 +297,7 @@ fn chain(points: usize) {
         current.drain();
         let killed = status.signal() == Some(9);
         assert!(
-            killed || status.code() == Some(0),
+            killed || status.code() == Some(steadfast::daemon::EXIT_HALT),
             "[{:?}] crashd ended with {status:?}: {:?}",
             current.crash_at,
             current.seen
@@ -329,7 +329,7 @@ fn chain(points: usize) {
     current.drain();
     assert_eq!(
         status.code(),
-        Some(0),
+        Some(steadfast::daemon::EXIT_HALT),
         "the last daemon exits halt: {:?}",
         current.seen
     );
@@ -431,7 +431,10 @@ fn a_checkpointed_step_is_skipped_after_a_crash_only_if_still_present() {
     // runs again.
     std::fs::remove_file(data_dir.join("prepared")).expect("remove");
     let mut third = Daemon::spawn(&data_dir, None);
-    assert_eq!(third.child.wait().expect("wait").code(), Some(0));
+    assert_eq!(
+        third.child.wait().expect("wait").code(),
+        Some(steadfast::daemon::EXIT_HALT)
+    );
     third.drain();
     assert_eq!(third.values("expect_skip prepare "), ["no"]);
     assert_eq!(third.values("phase 1 prepare "), ["completed"]);
@@ -477,7 +480,10 @@ fn a_child_process_never_inherits_the_lock() {
     // ...and the child it spawned has none of them.
     let inherited = open_files(&child).expect("the child is alive during the pause");
     assert!(!holds(&inherited), "the child inherited {inherited:?}");
-    assert_eq!(daemon.child.wait().expect("wait").code(), Some(0));
+    assert_eq!(
+        daemon.child.wait().expect("wait").code(),
+        Some(steadfast::daemon::EXIT_HALT)
+    );
 }
 
 #[test]
@@ -510,7 +516,10 @@ fn a_journal_write_that_fails_is_never_acknowledged() {
     // The next daemon: the journal decodes (a short write's torn tail is
     // cut, never read as a record), the run counts as crashed, and it runs.
     let mut next = Daemon::spawn(&data_dir, None);
-    assert_eq!(next.child.wait().expect("wait").code(), Some(0));
+    assert_eq!(
+        next.child.wait().expect("wait").code(),
+        Some(steadfast::daemon::EXIT_HALT)
+    );
     next.drain();
     assert!(
         next.values("journal ")[0].starts_with("ok "),
@@ -538,7 +547,10 @@ fn a_destroy_that_reports_success_but_leaves_the_resource_is_a_survivor() {
     // `prepare`'s destroy answers Ok and leaves the file: only observation
     // can tell.
     let mut daemon = Daemon::spawn_with(&data_dir, None, &[("CRASHD_KEEP_FILE", "1")]);
-    assert_eq!(daemon.child.wait().expect("wait").code(), Some(0));
+    assert_eq!(
+        daemon.child.wait().expect("wait").code(),
+        Some(steadfast::daemon::EXIT_HALT)
+    );
     daemon.drain();
     // The restart's drain did not clear it, so the next boot of the same
     // process observed it present and skipped the step.

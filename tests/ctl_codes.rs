@@ -51,7 +51,7 @@ fn status_exits_0_running_3_not_running_4_unknown() {
     }
 
     assert_eq!(ctl(&data, &["exit"]).status.code(), Some(0));
-    assert_eq!(wait_exit(&mut daemon), Some(0));
+    assert_eq!(wait_exit(&mut daemon), Some(steadfast::daemon::EXIT_HALT));
     let out = ctl(&data, &["status"]);
     assert_eq!(out.status.code(), Some(4), "no daemon: unknown: {out:?}");
     assert!(text(&out.stderr).contains("cannot connect"), "{out:?}");
@@ -70,7 +70,7 @@ fn status_of_a_held_failure_exits_3() {
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     assert!(text(&out.stdout).contains("failed"), "{out:?}");
     assert_eq!(ctl(&data, &["exit"]).status.code(), Some(0));
-    assert_eq!(wait_exit(&mut daemon), Some(0));
+    assert_eq!(wait_exit(&mut daemon), Some(steadfast::daemon::EXIT_HALT));
 }
 
 /// `watch --until running` on a daemon that exits instead says so, and
@@ -104,7 +104,7 @@ fn watch_until_says_the_daemon_exited() {
         "the watcher saw the daemon"
     );
     assert_eq!(ctl(&data, &["exit"]).status.code(), Some(0));
-    assert_eq!(wait_exit(&mut daemon), Some(0));
+    assert_eq!(wait_exit(&mut daemon), Some(steadfast::daemon::EXIT_HALT));
     let code = wait_exit(&mut watcher);
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut watcher.stderr.take().expect("stderr"), &mut stderr)
@@ -150,7 +150,7 @@ fn watch_and_stop_take_a_timeout() {
     assert_eq!(state(&after), "running", "{after:#}");
 
     assert_eq!(ctl(&data, &["exit"]).status.code(), Some(0));
-    assert_eq!(wait_exit(&mut daemon), Some(0));
+    assert_eq!(wait_exit(&mut daemon), Some(steadfast::daemon::EXIT_HALT));
 }
 
 /// `steadfastctl` run with `env` and `args` (the environment of the child
@@ -194,7 +194,7 @@ fn the_data_dir_may_come_from_the_environment() {
     assert!(text(&out.stdout).contains("running"), "{out:?}");
 
     assert_eq!(ctl(&data, &["exit"]).status.code(), Some(0));
-    assert_eq!(wait_exit(&mut daemon), Some(0));
+    assert_eq!(wait_exit(&mut daemon), Some(steadfast::daemon::EXIT_HALT));
 }
 
 /// `restart --wait` and `start --wait` return once the boot they started
@@ -241,5 +241,5 @@ fn restart_and_start_wait_for_the_boot_they_started() {
     let out = ctl(&data, &["retry", "--wait"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(ctl(&data, &["exit"]).status.code(), Some(0));
-    assert_eq!(wait_exit(&mut daemon), Some(0));
+    assert_eq!(wait_exit(&mut daemon), Some(steadfast::daemon::EXIT_HALT));
 }

@@ -128,7 +128,7 @@ fn a_daemon_s_text_cannot_forge_a_line_or_reach_the_terminal() {
         }
     }
     assert_eq!(ctl(&data, &["exit"]).status.code(), Some(0));
-    assert_eq!(wait_exit(&mut daemon), Some(0));
+    assert_eq!(wait_exit(&mut daemon), Some(steadfast::daemon::EXIT_HALT));
 }
 
 /// `steadfastctl ARGS…` with its stdout a pipe whose reader is gone: the
@@ -206,7 +206,7 @@ fn a_closed_stdout_ends_the_command_quietly() {
         assert_eq!(out.status.code(), Some(3), "{stderr}");
     }
     assert_eq!(ctl(&data, &["exit"]).status.code(), Some(0));
-    assert_eq!(wait_exit(&mut daemon), Some(0));
+    assert_eq!(wait_exit(&mut daemon), Some(steadfast::daemon::EXIT_HALT));
 }
 
 /// A FIFO at `path` (nobody ever opens its write end).

@@ -109,7 +109,7 @@ fn a_daemon_notifies_systemd_and_exits_cleanly_on_sigterm() {
         "STOPPING=1 never came: {seen:?}"
     );
     let exit = child.wait().expect("the daemon ends");
-    assert_eq!(exit.code(), Some(0), "SIGTERM means exit(halt): code 0");
+    assert_eq!(exit.code(), Some(0), "SIGTERM means a drained exit: code 0");
     // The run marker says the next daemon follows a clean stop.
     let run =
         std::fs::read(tmp.path().join("data").join(".steadfast").join("run")).expect("run marker");
@@ -370,7 +370,11 @@ async fn run_with_signals_off_leaves_the_dispositions_alone() {
         .await
         .expect("exit");
     let intent = daemon.await.expect("task").expect("the daemon ran");
-    assert_eq!(intent, steadfast::ExitIntent::Halt);
+    assert_eq!(
+        intent,
+        steadfast::daemon::Ended::Halt,
+        "a halt asked through the handle"
+    );
 }
 
 /// A service with nothing to boot.

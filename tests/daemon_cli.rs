@@ -20,6 +20,7 @@ use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose, SanType,
 };
+use steadfast::daemon::{EXIT_HALT, EXIT_NEVER_WORKS};
 
 /// The variables the daemon command line reads: removed from every child,
 /// so only the test's flags say what it serves.
@@ -211,7 +212,7 @@ fn status_stop_start_exit(transport: &[String], kvd: Daemon, port: u16) {
     let out = ctl(&with(transport, &["exit"]));
     assert_eq!(out.status.code(), Some(0), "exit accepted");
     let (code, stderr) = ended(kvd);
-    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(code, Some(EXIT_HALT), "{stderr}");
 }
 
 /// The README's TCP lines: kvd with `--control-tcp --control-token-file
@@ -326,9 +327,9 @@ fn kvd_serves_steadfastctl_over_tls_from_its_flags() {
 }
 
 /// A value that does not parse is refused by the command line, naming the
-/// flag: exit 2, and no data dir is created.
+/// flag: exit 78 (never works), and no data dir is created.
 #[test]
-fn a_bad_flag_value_exits_2_naming_the_flag() {
+fn a_bad_flag_value_exits_78_naming_the_flag() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (data, config, _) = kvd_setup(tmp.path());
     for (flag, value) in [
@@ -349,7 +350,7 @@ fn a_bad_flag_value_exits_2_naming_the_flag() {
             ],
         );
         let (code, stderr) = ended(kvd);
-        assert_eq!(code, Some(2), "{flag}: {stderr}");
+        assert_eq!(code, Some(EXIT_NEVER_WORKS), "{flag}: {stderr}");
         assert!(stderr.contains(flag) && stderr.contains(value), "{stderr}");
         assert!(!data.exists(), "{flag}: nothing was created");
     }
@@ -364,17 +365,17 @@ fn a_bad_flag_value_exits_2_naming_the_flag() {
         ],
     );
     let (code, stderr) = ended(kvd);
-    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(code, Some(EXIT_NEVER_WORKS), "{stderr}");
     assert!(stderr.contains("--control-token-file"), "{stderr}");
     assert!(!data.exists());
 }
 
 /// A file a flag names that cannot be used — a TLS key others may read, a
 /// missing certificate, a token file others may read, a missing client
-/// CA — is refused before the supervisor is built: exit 2, the message
+/// CA — is refused before the supervisor is built: exit 78 (never works), the message
 /// names the flag and the file, and the data dir is not created.
 #[test]
-fn an_unusable_file_exits_2_naming_the_flag_and_the_file() {
+fn an_unusable_file_exits_78_naming_the_flag_and_the_file() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
     let (data, config, _) = kvd_setup(dir);
@@ -443,7 +444,7 @@ fn an_unusable_file_exits_2_naming_the_flag_and_the_file() {
         ];
         args.extend(flags);
         let (code, stderr) = ended(spawn("kvd", &args));
-        assert_eq!(code, Some(2), "{flag}: {stderr}");
+        assert_eq!(code, Some(EXIT_NEVER_WORKS), "{flag}: {stderr}");
         assert!(
             stderr.contains(&format!("kvd: {flag}: ")),
             "{flag} named: {stderr}"
@@ -458,11 +459,11 @@ fn an_unusable_file_exits_2_naming_the_flag_and_the_file() {
 }
 
 /// `minimal` with no data dir (no argument, no flag, no variable, no
-/// default) says so and exits 2; `--version` prints the version, exit 0.
+/// default) says so and exits 78 (never works); `--version` prints the version, exit 0.
 #[test]
-fn no_data_dir_exits_2_and_version_answers() {
+fn no_data_dir_exits_78_and_version_answers() {
     let (code, stderr) = ended(spawn("minimal", &[]));
-    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(code, Some(EXIT_NEVER_WORKS), "{stderr}");
     assert!(stderr.contains("--data-dir"), "{stderr}");
 
     let out = Command::new(example("kvd"))
@@ -512,12 +513,12 @@ fn the_log_level_flag_holds_until_the_config_sets_one() {
     let out = ctl(&with(&socket, &["exit"]));
     assert_eq!(out.status.code(), Some(0));
     let (code, stderr) = ended(kvd);
-    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(code, Some(EXIT_HALT), "{stderr}");
 }
 
 /// `STEADFAST_DATA_DIR` names the data dir for kvd as it does for
 /// `steadfastctl`: one exported variable points both at it. Set but
-/// empty, it is refused (exit 2), as `steadfastctl` refuses it.
+/// empty, it is refused (exit 78, never works), as `steadfastctl` refuses it.
 #[test]
 fn steadfast_data_dir_names_the_data_dir_for_kvd_and_steadfastctl() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -544,14 +545,14 @@ fn steadfast_data_dir_names_the_data_dir_for_kvd_and_steadfastctl() {
     assert!(data.join("store.log").exists(), "the store is under it");
     let out = ctl(&["--data-dir".to_owned(), s(&data), "exit".to_owned()]);
     assert_eq!(out.status.code(), Some(0));
-    assert_eq!(ended(kvd).0, Some(0));
+    assert_eq!(ended(kvd).0, Some(EXIT_HALT));
 
     let (code, stderr) = ended(spawn_with(
         "kvd",
         &["--config".to_owned(), s(&config)],
         &[("STEADFAST_DATA_DIR", Path::new(""))],
     ));
-    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(code, Some(EXIT_NEVER_WORKS), "{stderr}");
     assert!(
         stderr.contains("STEADFAST_DATA_DIR is set but empty"),
         "{stderr}"

@@ -164,5 +164,5 @@ fn a_connection_opened_before_stop_is_not_served_after_it() {
     );
     assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
     let _ = ctl(&data, &["exit"]);
-    assert_eq!(wait_exit(&mut daemon), Some(0));
+    assert_eq!(wait_exit(&mut daemon), Some(steadfast::daemon::EXIT_HALT));
 }

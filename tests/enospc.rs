@@ -175,7 +175,11 @@ fn spawn_kvd(disk: &Disk, port: u16, run: u32) -> Kvd {
 /// Ask kvd to exit and wait for it.
 fn exit(mut kvd: Kvd) {
     let _ = ctl(&kvd.data, &["exit"]);
-    assert_eq!(processes::wait_exit(&mut kvd.child), Some(0), "kvd exits 0");
+    assert_eq!(
+        processes::wait_exit(&mut kvd.child),
+        Some(steadfast::daemon::EXIT_HALT),
+        "kvd exits 80 (halt)"
+    );
 }
 
 /// kvd's `Store` invariants (`examples/kvd/main.rs`): a `SET` that

@@ -692,6 +692,9 @@ fn a_sigstopped_kvd_is_reported_at_the_deadline() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     for (mut child, data) in kvds {
         assert_eq!(processes::ctl(&data, &["exit"]).status.code(), Some(0));
-        assert_eq!(processes::wait_exit(&mut child), Some(0));
+        assert_eq!(
+            processes::wait_exit(&mut child),
+            Some(steadfast::daemon::EXIT_HALT)
+        );
     }
 }

@@ -101,7 +101,7 @@ fn a_configmap_swap_boots_a_held_kvd_and_applies_in_place() {
     assert_eq!(kv(port, "GET k"), "v");
 
     assert_eq!(ctl(&data, &["exit"]).status.code(), Some(0));
-    assert_eq!(wait_exit(&mut daemon), Some(0));
+    assert_eq!(wait_exit(&mut daemon), Some(steadfast::daemon::EXIT_HALT));
 }
 
 fn manifest() -> PathBuf {

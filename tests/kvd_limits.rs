@@ -52,7 +52,11 @@ fn start(dir: &Path, run: u32, port: u16, extra: &str) -> Child {
 
 fn exit(dir: &Path, mut daemon: Child) {
     let _ = ctl(&dir.join("data"), &["exit"]);
-    assert_eq!(wait_exit(&mut daemon), Some(0), "kvd exits 0");
+    assert_eq!(
+        wait_exit(&mut daemon),
+        Some(steadfast::daemon::EXIT_HALT),
+        "kvd exits 80 (halt)"
+    );
 }
 
 /// One request; `None` if the connection is refused or closed unanswered.

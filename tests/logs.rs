@@ -120,7 +120,10 @@ impl Kvd {
     fn exit(mut self) {
         let out = processes::ctl(&self.data, &["exit"]);
         assert_eq!(out.status.code(), Some(0), "{out:?}");
-        assert_eq!(processes::wait_exit(&mut self.child), Some(0));
+        assert_eq!(
+            processes::wait_exit(&mut self.child),
+            Some(steadfast::daemon::EXIT_HALT)
+        );
     }
 }
 
@@ -227,7 +230,8 @@ fn the_configured_level_applies_in_place() {
 
 /// A control socket that cannot be served (a regular file where it goes)
 /// is logged once, as an error, with the path and the fix, before kvd exits
-/// 1. Before the fix it was silent unless the application printed it.
+/// 78 (never works as configured). Before the fix it was silent unless the
+/// application printed it.
 #[test]
 fn a_failed_control_socket_bind_is_logged() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -241,7 +245,10 @@ fn a_failed_control_socket_bind_is_logged() {
     let path = control.join("control.sock");
     std::fs::write(&path, b"not a socket").expect("plant");
     let mut kvd = Kvd::spawn(tmp.path(), "", &[]);
-    assert_eq!(processes::wait_exit(&mut kvd.child), Some(1));
+    assert_eq!(
+        processes::wait_exit(&mut kvd.child),
+        Some(steadfast::daemon::EXIT_NEVER_WORKS)
+    );
     let text = kvd.text();
     let lines: Vec<&str> = text
         .lines()

@@ -250,7 +250,10 @@ fn the_metrics_follow_a_stop_start_fail_sequence() {
     drop(taken);
     let out = processes::ctl(&data, &["exit"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert_eq!(processes::wait_exit(&mut child.0), Some(0));
+    assert_eq!(
+        processes::wait_exit(&mut child.0),
+        Some(steadfast::daemon::EXIT_HALT)
+    );
 }
 
 /// One HTTP request to `port`: the status line, the headers and the body.
@@ -298,5 +301,8 @@ fn the_http_endpoint_serves_openmetrics() {
     assert_eq!(status, "HTTP/1.1 404 Not Found");
     let out = processes::ctl(&data, &["exit"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert_eq!(processes::wait_exit(&mut child.0), Some(0));
+    assert_eq!(
+        processes::wait_exit(&mut child.0),
+        Some(steadfast::daemon::EXIT_HALT)
+    );
 }

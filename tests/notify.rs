@@ -147,7 +147,7 @@ fn exit_once(data: &Path, child: &mut Child, notify: &mut Notify) {
         );
         notify.pump();
     }
-    assert_eq!(wait_exit(child), Some(0));
+    assert_eq!(wait_exit(child), Some(steadfast::daemon::EXIT_HALT));
     // The child has exited: everything it sent is in the socket.
     notify.pump();
     assert_eq!(
@@ -221,7 +221,7 @@ fn ready_when_held_at_startup() {
     until(&data, "running", |s| s["lifecycle"]["state"] == "running");
     assert_eq!(ctl(&data, &["stop", "--hold"]).status.code(), Some(0));
     assert_eq!(ctl(&data, &["exit"]).status.code(), Some(0));
-    assert_eq!(wait_exit(&mut first), Some(0));
+    assert_eq!(wait_exit(&mut first), Some(steadfast::daemon::EXIT_HALT));
 
     let mut notify = Notify::bind(tmp.path());
     let mut child = kvd(&data, &config, &notify, &[]);

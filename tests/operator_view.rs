@@ -175,7 +175,10 @@ fn a_lean_status_with_32_attempts_and_the_journal_with_the_daemon_down() {
 
     // The daemon goes down; the journal is read from the file.
     ctl_ok(&data, &["exit"]);
-    assert_eq!(processes::wait_exit(&mut child), Some(0));
+    assert_eq!(
+        processes::wait_exit(&mut child),
+        Some(steadfast::daemon::EXIT_HALT)
+    );
     let control = data.join(".steadfast");
     let listing = |dir: &Path| {
         let mut names: Vec<String> = std::fs::read_dir(dir)
@@ -334,7 +337,10 @@ fn watch_answers_only_what_changed() {
         "{stdout}"
     );
     ctl_ok(&data, &["exit"]);
-    assert_eq!(processes::wait_exit(&mut child), Some(0));
+    assert_eq!(
+        processes::wait_exit(&mut child),
+        Some(steadfast::daemon::EXIT_HALT)
+    );
 }
 
 /// Absolute RFC 3339 times (UTC with `--utc`, else the local zone) beside
@@ -410,7 +416,10 @@ fn times_schema_and_the_phase_total() {
         assert_eq!(answer["schema"], SCHEMA, "{args:?}: {answer}");
     }
     ctl_ok(&data, &["exit"]);
-    assert_eq!(processes::wait_exit(&mut child), Some(0));
+    assert_eq!(
+        processes::wait_exit(&mut child),
+        Some(steadfast::daemon::EXIT_HALT)
+    );
 }
 
 /// A config whose unknown leaf has a newline in its (quoted) name fails
@@ -463,5 +472,8 @@ fn a_multi_line_error_is_indented() {
         lines[phase + 1]
     );
     ctl_ok(&data, &["exit"]);
-    assert_eq!(processes::wait_exit(&mut child), Some(0));
+    assert_eq!(
+        processes::wait_exit(&mut child),
+        Some(steadfast::daemon::EXIT_HALT)
+    );
 }

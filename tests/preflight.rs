@@ -112,7 +112,7 @@ fn a_broken_config_refuses_the_restart_and_kvd_keeps_serving() {
     assert!(attempts(&held) > attempts(&up), "the forced restart booted");
 
     let _ = ctl(&data, &["exit"]);
-    assert_eq!(wait_exit(&mut daemon), Some(0));
+    assert_eq!(wait_exit(&mut daemon), Some(steadfast::daemon::EXIT_HALT));
 }
 
 /// A source that resolves `good` until armed, then blocks each resolve

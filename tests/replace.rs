@@ -220,7 +220,7 @@ fn an_exclusive_upgrade_leaves_kvd_serving_the_new_binary() {
     assert_shown_in_order(&printed, &order);
     assert!(printed.contains("outcome: Complete"), "{printed}");
 
-    // The incumbent exits with halt (0); the candidate serves, same data.
+    // The incumbent exits 0 (handed over); the candidate serves, same data.
     assert_eq!(wait_exit(&mut kvd.child), Some(0), "log: {}", kvd.log());
     let after = until(&kvd.data, "the candidate running", running);
     assert_ne!(pid_of(&after), old_pid);
@@ -277,7 +277,7 @@ fn an_exclusive_upgrade_leaves_kvd_serving_the_new_binary() {
         "{log}"
     );
     assert_eq!(ctl(&kvd.data, &["exit"]).status.code(), Some(0));
-    assert_eq!(wait_exit(&mut again), Some(0));
+    assert_eq!(wait_exit(&mut again), Some(steadfast::daemon::EXIT_HALT));
 }
 
 #[test]
@@ -807,7 +807,7 @@ fn replace_is_refused_as_pid_1_of_a_container() {
     );
     assert!(running(&status(&data).expect("still serving")));
     assert_eq!(ctl(&data, &["exit"]).status.code(), Some(0));
-    assert_eq!(wait_exit(&mut child), Some(0));
+    assert_eq!(wait_exit(&mut child), Some(steadfast::daemon::EXIT_HALT));
 }
 
 fn assert_shown_in_order(printed: &str, order: &[&str]) {

@@ -107,7 +107,11 @@ fn record_path(data: &Path) -> PathBuf {
 
 fn stop_kvd(mut child: Child, data: &Path) {
     let _ = ctl(data, &["exit"], true);
-    assert_eq!(processes::wait_exit(&mut child), Some(0), "kvd exits 0");
+    assert_eq!(
+        processes::wait_exit(&mut child),
+        Some(steadfast::daemon::EXIT_HALT),
+        "kvd exits 80 (halt)"
+    );
 }
 
 #[test]
@@ -281,7 +285,10 @@ fn a_killed_daemons_record_is_never_shown_running() {
         std::thread::sleep(Duration::from_millis(5));
     }
     let _ = ctl(&data, &["exit"], true);
-    assert_eq!(processes::wait_exit(&mut child), Some(0));
+    assert_eq!(
+        processes::wait_exit(&mut child),
+        Some(steadfast::daemon::EXIT_HALT)
+    );
 }
 
 /// The daemon's record `original` (as it wrote it: the planted forgeries

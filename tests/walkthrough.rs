@@ -234,7 +234,7 @@ fn the_readme_walkthrough_runs_as_written() {
     assert_eq!(kv(port, "GET greeting"), "hello");
 
     // 6. A setting applied in place, the journal, a confirmed wipe (the
-    //    printed confirmation line ran as printed), and exit 0.
+    //    printed confirmation line ran as printed), and exit (halt: 80).
     let out = run(5);
     contains_all(
         &out,
@@ -244,7 +244,7 @@ fn the_readme_walkthrough_runs_as_written() {
             "steadfastctl --data-dir kvd-data reinit --confirm reinit-",
             "reinit_complete",
             "NOT_FOUND",
-            "kvd exited with 0",
+            "kvd exited with 80",
         ],
     );
     assert!(status(&data).is_none(), "no daemon after exit");
@@ -278,7 +278,7 @@ fn the_readme_walkthrough_runs_as_written() {
             "request=GET greeting answer=NOT_FOUND",
             "steadfast_state{",
             "steadfast_boots",
-            "kvd exited with 0",
+            "kvd exited with 80",
         ],
     );
     let request = out
@@ -300,7 +300,12 @@ fn the_readme_walkthrough_runs_as_written() {
     );
     assert!(status(&data).is_none(), "no daemon after exit");
     let log = terminal_log(dir);
-    assert!(log.contains("code 75") && log.contains("code 0"), "{log}");
+    assert!(
+        log.contains("exiting (relaunch, code 75)")
+            && log.contains("exiting (halt, code 80)")
+            && log.contains("exiting (handed_over, code 0)"),
+        "{log}"
+    );
     eprintln!("the walkthrough took {:?}", started.elapsed());
 }
 

@@ -6,7 +6,7 @@
 //! [--control-tcp ADDR --control-token-file FILE] [--control-tls ADDR …]
 //! [--commit-window-ms MS]`: the flags of `steadfast::daemon::cli` (`--help`
 //! lists them) and kvd's own. `--config` names a regular file that must
-//! exist: a missing one exits 2; the data dir defaults to the file's
+//! exist: a missing one, like a bad flag, exits 78; the data dir defaults to the file's
 //! `data_dir`, else `./kvd-data`; `--metrics-addr` serves `GET /metrics` in
 //! OpenMetrics text there.
 //!
@@ -57,8 +57,9 @@
 //! directive such as `debug`), which then applies in place, at boot and on
 //! `steadfastctl config set log_level debug`; `config unset log_level`
 //! goes back to `RUST_LOG`. Each request is a debug line. Under systemd
-//! the lines carry syslog priorities (`tests/logs.rs`). The process exits with its exit intent's
-//! code: 0 for halt, 75 for relaunch.
+//! the lines carry syslog priorities (`tests/logs.rs`). The process exits with how it
+//! ended (`steadfast::daemon::Ended::code`): 0 drained by SIGTERM, 80 halt,
+//! 75 relaunch (`spec/exit-codes.md`).
 //!
 //! `store.log` and `store.lock` are private (0600) and opened without
 //! following a link, in a data dir no other user can write, through

@@ -225,7 +225,7 @@ pub trait Control {
     async fn restart(force: bool) -> ControlAnswer;
     /// Retry a failed boot now.
     async fn retry() -> ControlAnswer;
-    /// End the process after a drain: `halt` (exit 0) or `relaunch` (75).
+    /// End the process after a drain: `halt` (exit 80) or `relaunch` (75).
     async fn exit(intent: ExitIntent) -> ControlAnswer;
     /// The supervisor's metrics, as OpenMetrics text ending `# EOF`
     /// (`spec/control.md`, "Metrics").

@@ -126,7 +126,10 @@ pub enum FailureClass {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ExitIntent {
-    /// Exit 0: stay down. A unit with `Restart=on-failure` leaves it down.
+    /// Exit 80: stay down, as an operator asked (`steadfastctl exit`). The
+    /// shipped service-manager snippets leave it down (`spec/exit-codes.md`);
+    /// a daemon drained by its manager's SIGTERM exits 0 instead
+    /// (`steadfast::daemon::Ended`).
     Halt,
     /// Exit 75 (`EX_TEMPFAIL`): a failure exit, so the service manager
     /// starts a fresh process.
@@ -138,7 +141,7 @@ impl ExitIntent {
     #[must_use]
     pub const fn code(self) -> i32 {
         match self {
-            Self::Halt => 0,
+            Self::Halt => 80,
             Self::Relaunch => 75,
         }
     }

@@ -33,7 +33,7 @@
 //! | flag | variable | what |
 //! |---|---|---|
 //! | `--data-dir DIR` | `STEADFAST_DATA_DIR` | the data directory; else the config file's `data_dir`, else the daemon's default ([`Launch::default_data_dir`]), else an error |
-//! | `--config FILE` | `STEADFAST_CONFIG` | the config file: it must exist (a missing one is an error, exit 2) and is watched |
+//! | `--config FILE` | `STEADFAST_CONFIG` | the config file: it must exist (a missing one is an error, exit 78) and is watched |
 //! | `--log-format plain\|json` | `STEADFAST_LOG_FORMAT` | how log lines are written |
 //! | `--log-level LEVEL` | (`RUST_LOG`) | the level until the config sets one ([`set_configured_log_level`]) |
 //! | `--metrics-addr ADDR` | `STEADFAST_METRICS_ADDR` | serve `GET /metrics` there |
@@ -64,9 +64,10 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser as _};
-use steadfast_protocol::lifecycle::ExitIntent;
 
-use super::{DaemonError, DaemonOptions, LogFormat, LogLevel, LogLevelError};
+use super::{
+    DaemonError, DaemonOptions, EXIT_NEVER_WORKS, Ended, LogFormat, LogLevel, LogLevelError,
+};
 use crate::config::{ConfigError, TomlFileSource};
 use crate::control::{Fingerprint, Role, TlsError, TlsServerConfig, Token, TokenError};
 use crate::supervisor::{Supervisor, SupervisorBuilder, SupervisorError, SupervisorHandle};
@@ -74,15 +75,6 @@ use crate::supervisor::{Supervisor, SupervisorBuilder, SupervisorError, Supervis
 /// The variable that names the data directory when `--data-dir` does not
 /// (`steadfastctl`'s too).
 pub const DATA_DIR_ENV: &str = "STEADFAST_DATA_DIR";
-
-/// Exit code of a command line that can never work as given (a bad value,
-/// a file a flag names that is missing or unusable): what clap exits with
-/// for a flag it refuses, and what a service manager should not retry.
-pub const EXIT_USAGE: i32 = 2;
-
-/// Exit code of a daemon that could not start for a reason that may pass
-/// (its data directory held by another process, a port in use).
-pub const EXIT_NOT_STARTED: i32 = 1;
 
 /// The standard daemon flags: `#[command(flatten)]` them into the
 /// daemon's own `clap::Parser`. See the module doc for each.
@@ -218,13 +210,32 @@ fn parse_fingerprint(text: &str) -> Result<Fingerprint, String> {
 
 /// Parse the process's command line into `P` (a parser that flattens
 /// [`DaemonArgs`]), with `version` as what `--version` prints. A refused
-/// flag is said on stderr with the usage and exits [`EXIT_USAGE`];
+/// flag is said on stderr with the usage and exits [`EXIT_NEVER_WORKS`]
+/// (a command line a restart would only repeat: `spec/exit-codes.md`);
 /// `--help` and `--version` print and exit 0.
 #[must_use]
 pub fn parse<P: clap::Parser>(version: impl Into<String>) -> P {
     let mut command = P::command().version(version.into());
-    let matches = command.get_matches_mut();
-    P::from_arg_matches(&matches).unwrap_or_else(|error| error.format(&mut command).exit())
+    let parsed = command
+        .try_get_matches_from_mut(std::env::args_os())
+        .and_then(|matches| P::from_arg_matches(&matches))
+        .map_err(|error| error.format(&mut command));
+    parsed.unwrap_or_else(|error| refused(&error))
+}
+
+/// Say `error` (clap's words, with the usage) and exit: 0 after `--help`
+/// or `--version`, [`EXIT_NEVER_WORKS`] for a refused command line.
+fn refused(error: &clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    match error.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => error.exit(),
+        _ => {
+            let _ = error.print();
+            std::process::exit(EXIT_NEVER_WORKS)
+        }
+    }
 }
 
 /// Why the flags could not be applied, or the daemon not started. Each
@@ -281,36 +292,40 @@ pub enum CliError {
 
 impl CliError {
     /// The process's exit code for this error — the one place a startup
-    /// error is mapped to one: [`EXIT_USAGE`] for a command line that can
-    /// never work as given, [`EXIT_NOT_STARTED`] for what may pass.
+    /// error is mapped to one (`spec/exit-codes.md`): [`EXIT_NEVER_WORKS`]
+    /// for a command line that can never work as given; the supervisor's
+    /// and the listeners' own codes otherwise (never works, or
+    /// [`super::EXIT_START_FAILED`] for what may pass: a data directory
+    /// held by another process, a port in use).
     #[must_use]
-    pub const fn exit_code(&self) -> i32 {
+    pub fn exit_code(&self) -> i32 {
         match self {
             Self::NoDataDir
             | Self::EmptyDataDirEnv
             | Self::Config(_)
             | Self::Token { .. }
             | Self::Tls { .. }
-            | Self::LogLevel(_) => EXIT_USAGE,
-            Self::Supervisor(_) | Self::Daemon { .. } => EXIT_NOT_STARTED,
+            | Self::LogLevel(_) => EXIT_NEVER_WORKS,
+            Self::Supervisor(error) => error.exit_code(),
+            Self::Daemon { source, .. } => source.exit_code(),
         }
     }
 }
 
-/// Exit the process: with the intent's code ([`ExitIntent::code`]: 0 halt,
-/// 75 relaunch), or, for an error, after saying it on stderr as
+/// Exit the process: with how the daemon ended ([`Ended::code`]: 0 drained
+/// by a signal, 80 halt, 75 relaunch), or, for an error, after saying it on stderr as
 /// `NAME: error` (a [`CliError::Daemon`] is logged already: only its flag
 /// is said), with [`CliError::exit_code`].
-pub fn exit(name: &str, outcome: Result<ExitIntent, CliError>) -> ! {
+pub fn exit(name: &str, outcome: Result<Ended, CliError>) -> ! {
     let code = match outcome {
-        Ok(intent) => {
+        Ok(ended) => {
             tracing::info!(
                 daemon = name,
                 "exiting ({}, code {})",
-                intent.name(),
-                intent.code()
+                ended.name(),
+                ended.code()
             );
-            intent.code()
+            ended.code()
         }
         // A listener that could not be served was logged by `run_with`
         // already (as an error, naming the path or address and the fix):
@@ -465,7 +480,7 @@ impl Launch {
     pub async fn run(
         self,
         build: impl FnOnce(&Path, TomlFileSource) -> SupervisorBuilder,
-    ) -> Result<ExitIntent, CliError> {
+    ) -> Result<Ended, CliError> {
         self.prepare()?.start(build)?.run().await
     }
 }
@@ -547,7 +562,7 @@ impl Started {
     ///
     /// # Errors
     /// [`CliError::Daemon`] when a listener a flag asks for cannot be served.
-    pub async fn run(self) -> Result<ExitIntent, CliError> {
+    pub async fn run(self) -> Result<Ended, CliError> {
         let Prepared {
             options, tcp, tls, ..
         } = self.prepared;
@@ -753,7 +768,13 @@ mod tests {
             let error = parse(args).expect_err("refused");
             let text = error.to_string();
             assert!(text.contains(names), "{args:?}: {text}");
-            assert_eq!(error.exit_code(), super::EXIT_USAGE, "{args:?}");
+            assert!(
+                !matches!(
+                    error.kind(),
+                    clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+                ),
+                "{args:?}: a refusal, not help"
+            );
         }
     }
 

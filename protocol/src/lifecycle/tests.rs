@@ -1000,7 +1000,7 @@ fn wire_names_match_serde_names() {
     for intent in [ExitIntent::Halt, ExitIntent::Relaunch] {
         assert_eq!(serde_json::to_value(intent).expect("json"), intent.name());
     }
-    assert_eq!(ExitIntent::Halt.code(), 0);
+    assert_eq!(ExitIntent::Halt.code(), 80);
     assert_eq!(ExitIntent::Relaunch.code(), 75);
 }
 
