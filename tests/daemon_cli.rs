@@ -6,20 +6,16 @@
 //! created. Certificates are made here with rcgen, as in
 //! `tests/control_tls.rs`.
 
+mod pki;
 mod processes;
 
-use std::io::Write as _;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use processes::{PATIENCE, example, free_port, kv, steadfastctl, wait_exit};
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose, SanType,
-};
+use pki::{Ca, write_private};
 use steadfast::daemon::{EXIT_HALT, EXIT_NEVER_WORKS};
 
 /// The variables the daemon command line reads: removed from every child,
@@ -278,9 +274,9 @@ fn kvd_serves_steadfastctl_over_tls_from_its_flags() {
     let (data, config, port) = kvd_setup(dir);
     let server_ca = Ca::new(dir, "server-ca");
     let client_ca = Ca::new(dir, "client-ca");
-    let (cert, key) = server_ca.leaf(dir, "daemon", true);
-    let operator = client_ca.leaf(dir, "operator", false);
-    let dashboard = client_ca.leaf(dir, "dashboard", false);
+    let (cert, key) = server_ca.leaf(dir, "daemon", true, false);
+    let operator = client_ca.leaf(dir, "operator", false, false);
+    let dashboard = client_ca.leaf(dir, "dashboard", false, false);
     let addr = format!("127.0.0.1:{}", free_port());
     let kvd = spawn(
         "kvd",
@@ -381,7 +377,7 @@ fn an_unusable_file_exits_78_naming_the_flag_and_the_file() {
     let (data, config, _) = kvd_setup(dir);
     let server_ca = Ca::new(dir, "server-ca");
     let client_ca = Ca::new(dir, "client-ca");
-    let (cert, key) = server_ca.leaf(dir, "daemon", true);
+    let (cert, key) = server_ca.leaf(dir, "daemon", true, false);
     let loose_key = dir.join("loose.key");
     std::fs::copy(&key, &loose_key).expect("copy the key");
     std::fs::set_permissions(
@@ -590,66 +586,3 @@ fn a_control_port_in_use_exits_1_naming_the_flag() {
     );
 }
 
-/// Write `text` to `path`, mode 0600 from creation (a key or a token must be).
-fn write_private(path: &Path, text: &str) {
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .expect("create");
-    file.write_all(text.as_bytes()).expect("write");
-    file.sync_all().expect("fsync");
-}
-
-/// A certificate authority made for the test, its certificate in
-/// `<dir>/<name>.ca.pem` (as `tests/control_tls.rs` makes one).
-struct Ca {
-    issuer: CertifiedIssuer<'static, KeyPair>,
-    pem: PathBuf,
-}
-
-impl Ca {
-    fn new(dir: &Path, name: &str) -> Self {
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let issuer =
-            CertifiedIssuer::self_signed(params, KeyPair::generate().expect("a key")).expect("ca");
-        let pem = dir.join(format!("{name}.ca.pem"));
-        std::fs::write(&pem, issuer.pem()).expect("write the CA");
-        Self { issuer, pem }
-    }
-
-    /// A leaf certificate and its key (0600) in `<dir>/<name>.pem` and
-    /// `<dir>/<name>.key`: for a server (127.0.0.1, `localhost`) or a
-    /// client.
-    fn leaf(&self, dir: &Path, name: &str, server: bool) -> (PathBuf, PathBuf) {
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-        params.distinguished_name.push(DnType::CommonName, name);
-        if server {
-            params.subject_alt_names = vec![
-                SanType::IpAddress(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)),
-                SanType::DnsName("localhost".try_into().expect("a name")),
-            ];
-            params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        } else {
-            params.subject_alt_names = vec![SanType::DnsName(name.try_into().expect("a name"))];
-            params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        }
-        let key = KeyPair::generate().expect("a key");
-        let cert = params.signed_by(&key, &self.issuer).expect("signed");
-        let (cert_path, key_path) = (
-            dir.join(format!("{name}.pem")),
-            dir.join(format!("{name}.key")),
-        );
-        std::fs::write(&cert_path, cert.pem()).expect("write the certificate");
-        write_private(&key_path, &key.serialize_pem());
-        (cert_path, key_path)
-    }
-}
