@@ -425,8 +425,8 @@ async fn commands_go_only_to_the_daemons_named() {
     until(d1, "d01 on attempt 2", running_at(2)).await;
     until(d2, "d02 on attempt 3", running_at(3)).await;
 
-    // Refused everywhere (start while running): 3, each named.
-    let out = ctl(&file, &["start", "--all"]).await;
+    // Refused everywhere (start --strict while running): 3, each named.
+    let out = ctl(&file, &["start", "--all", "--strict"]).await;
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
     let stderr = text(&out.stderr);
     assert!(stderr.contains("3 refused: d00, d01, d02"), "{stderr}");
@@ -542,10 +542,18 @@ async fn a_daemon_that_never_answers_is_reported_at_the_deadline() {
     let out = ctl(&file, &["metrics", "--timeout", "2"]).await;
     assert_eq!(out.status.code(), Some(1));
     let stdout = text(&out.stdout);
-    assert!(stdout.contains("# daemon d00 ("), "{stdout}");
-    assert!(stdout.contains("# daemon d01 ("), "{stdout}");
-    assert!(stdout.contains("# EOF"), "{stdout}");
-    assert!(stdout.contains("# no_answer:"), "{stdout}");
+    assert!(stdout.contains("{daemon=\"d00\""), "{stdout}");
+    assert!(stdout.contains("{daemon=\"d01\""), "{stdout}");
+    assert!(
+        stdout.contains("steadfastctl_fleet_up{daemon=\"silent\"} 0"),
+        "{stdout}"
+    );
+    assert_eq!(stdout.matches("# EOF").count(), 1, "{stdout}");
+    assert!(
+        text(&out.stderr).contains("silent: no_answer: "),
+        "{}",
+        text(&out.stderr)
+    );
     let out = ctl(&file, &["journal", "-n", "1", "--timeout", "2", "--json"]).await;
     assert_eq!(out.status.code(), Some(1));
     let doc = json(&out);

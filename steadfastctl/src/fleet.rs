@@ -984,6 +984,18 @@ fn report(
     let merged = match ask {
         Ask::Metrics if !cli.json => {
             let merged = merge_metrics(entries, replies);
+            // The exposition says only 0 for a daemon that did not answer:
+            // why is said here.
+            for (entry, reply) in entries.iter().zip(replies) {
+                if let Err(failure) = reply {
+                    errln!(
+                        "steadfastctl: {}: {}: {}",
+                        escape(&entry.name),
+                        failure.kind(),
+                        escape(failure.text())
+                    );
+                }
+            }
             for (i, why) in &merged.left_out {
                 verdicts[*i] = Verdict::Unreachable;
                 errln!(

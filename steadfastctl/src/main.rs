@@ -1038,7 +1038,7 @@ enum Applied {
     /// The runtime is not running (the state): its next boot reads it.
     AtNextBoot(&'static str),
     /// The runtime could not take it: the daemon's error.
-    NotApplied(String),
+    Refused(String),
 }
 
 impl Applied {
@@ -1047,7 +1047,7 @@ impl Applied {
             Self::InPlace => "in_place",
             Self::AtRestart(_) => "at_restart",
             Self::AtNextBoot(_) => "at_next_boot",
-            Self::NotApplied(_) => "not_applied",
+            Self::Refused(_) => "not_applied",
         }
     }
 }
@@ -1102,7 +1102,7 @@ async fn config_changed(
             .as_ref()
             .filter(|e| answered.error.as_ref() != Some(*e))
         {
-            Applied::NotApplied(error.clone())
+            Applied::Refused(error.clone())
         } else {
             match (&next.lifecycle, &next.pending) {
                 (
@@ -1132,7 +1132,7 @@ async fn config_changed(
         Applied::AtNextBoot(state) => {
             outln!("{leaf}: {done}; the runtime is {state}: takes effect when it next boots");
         }
-        Applied::NotApplied(error) => outln!(
+        Applied::Refused(error) => outln!(
             "{leaf}: {done}; the running runtime did not take it: {}",
             out::block(&error, 4)
         ),
