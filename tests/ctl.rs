@@ -80,7 +80,11 @@ async fn a_refused_command_exits_3_with_the_reason_and_accepted_ones_0() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (run, handle, _server) = running_with_socket(tmp.path()).await;
 
-    let refused = ctl(tmp.path(), &["start"]).await;
+    // `start` of a running runtime is accepted (already running); with
+    // `--strict`, the lifecycle's refusal.
+    let already = ctl(tmp.path(), &["start"]).await;
+    assert_eq!(already.status.code(), Some(0), "{}", text(&already.stderr));
+    let refused = ctl(tmp.path(), &["start", "--strict"]).await;
     assert_eq!(refused.status.code(), Some(3));
     let stderr = text(&refused.stderr);
     assert!(stderr.contains("runtime_running"), "{stderr}");

@@ -243,3 +243,80 @@ fn restart_and_start_wait_for_the_boot_they_started() {
     assert_eq!(ctl(&data, &["exit"]).status.code(), Some(0));
     assert_eq!(wait_exit(&mut daemon), Some(steadfast::daemon::EXIT_HALT));
 }
+
+/// `start` of a runtime already running and `stop` of one already stopped
+/// are no errors (as `systemctl start` of a started unit): exit 0 and one
+/// line saying so, or with `--json` the snapshot. `--strict` keeps the
+/// refusal (3, with the reason). A refusal for another reason stays one:
+/// `start` of a held failure, `stop --hold` of a runtime stopped without a
+/// hold (the hold asked for was not taken). Before: 3 for all of them.
+#[test]
+fn start_when_running_and_stop_when_stopped_exit_0() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let mut daemon = processes::kvd(&data, &config(tmp.path(), free_port()), Stdio::null());
+    until(&data, "running", |s| state(s) == "running");
+
+    let out = ctl(&data, &["start"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let said = text(&out.stdout);
+    assert_eq!(said.lines().count(), 1, "one line: {said}");
+    assert!(said.trim_end().ends_with(": already running"), "{said}");
+    let out = ctl(&data, &["start", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let snapshot: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(state(&snapshot), "running", "{snapshot:#}");
+    let out = ctl(&data, &["start", "--wait"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let out = ctl(&data, &["start", "--strict"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(text(&out.stderr).contains("runtime_running"), "{out:?}");
+
+    assert_eq!(ctl(&data, &["stop"]).status.code(), Some(0));
+    let out = ctl(&data, &["stop"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let said = text(&out.stdout);
+    assert_eq!(said.lines().count(), 1, "one line: {said}");
+    assert!(said.trim_end().ends_with(": already stopped"), "{said}");
+    let out = ctl(&data, &["stop", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let snapshot: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(state(&snapshot), "stopped", "{snapshot:#}");
+    let out = ctl(&data, &["stop", "--strict"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(text(&out.stderr).contains("runtime_not_running"), "{out:?}");
+    // A hold is taken only by a stop that stops: asked of a stopped
+    // runtime without one, it is refused, and says why.
+    let out = ctl(&data, &["stop", "--hold"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(text(&out.stderr).contains("not held"), "{out:?}");
+    let after = until(&data, "an answer", |_| true);
+    assert_eq!(after["hold"], false, "{after:#}");
+
+    // Held: `stop --hold` of it is already where it was asked to be.
+    assert_eq!(ctl(&data, &["start"]).status.code(), Some(0));
+    until(&data, "running", |s| state(s) == "running");
+    assert_eq!(ctl(&data, &["stop", "--hold"]).status.code(), Some(0));
+    let out = ctl(&data, &["stop", "--hold"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        text(&out.stdout).contains("already stopped (held across relaunch)"),
+        "{out:?}"
+    );
+
+    assert_eq!(ctl(&data, &["exit"]).status.code(), Some(0));
+    assert_eq!(wait_exit(&mut daemon), Some(0));
+
+    // A held failure is not running, nor stopped: `start` stays refused.
+    let bad = tmp.path().join("bad.toml");
+    std::fs::write(&bad, "listen_addr = [broken\n").expect("config");
+    let held = tmp.path().join("held");
+    let mut daemon = processes::kvd(&held, &bad, Stdio::null());
+    until(&held, "a held failure", |s| state(s) == "failed");
+    let out = ctl(&held, &["start"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(text(&out.stderr).contains("runtime_not_stopped"), "{out:?}");
+    assert!(!text(&out.stdout).contains("already"), "{out:?}");
+    assert_eq!(ctl(&held, &["exit"]).status.code(), Some(0));
+    assert_eq!(wait_exit(&mut daemon), Some(0));
+}

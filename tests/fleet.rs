@@ -425,8 +425,8 @@ async fn commands_go_only_to_the_daemons_named() {
     until(d1, "d01 on attempt 2", running_at(2)).await;
     until(d2, "d02 on attempt 3", running_at(3)).await;
 
-    // Refused everywhere (start while running): 3, each named.
-    let out = ctl(&file, &["start", "--all"]).await;
+    // Refused everywhere (start --strict while running): 3, each named.
+    let out = ctl(&file, &["start", "--all", "--strict"]).await;
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
     let stderr = text(&out.stderr);
     assert!(stderr.contains("3 refused: d00, d01, d02"), "{stderr}");
@@ -542,10 +542,18 @@ async fn a_daemon_that_never_answers_is_reported_at_the_deadline() {
     let out = ctl(&file, &["metrics", "--timeout", "2"]).await;
     assert_eq!(out.status.code(), Some(1));
     let stdout = text(&out.stdout);
-    assert!(stdout.contains("# daemon d00 ("), "{stdout}");
-    assert!(stdout.contains("# daemon d01 ("), "{stdout}");
-    assert!(stdout.contains("# EOF"), "{stdout}");
-    assert!(stdout.contains("# no_answer:"), "{stdout}");
+    assert!(stdout.contains("{daemon=\"d00\""), "{stdout}");
+    assert!(stdout.contains("{daemon=\"d01\""), "{stdout}");
+    assert!(
+        stdout.contains("steadfastctl_fleet_up{daemon=\"silent\"} 0"),
+        "{stdout}"
+    );
+    assert_eq!(stdout.matches("# EOF").count(), 1, "{stdout}");
+    assert!(
+        text(&out.stderr).contains("silent: no_answer: "),
+        "{}",
+        text(&out.stderr)
+    );
     let out = ctl(&file, &["journal", "-n", "1", "--timeout", "2", "--json"]).await;
     assert_eq!(out.status.code(), Some(1));
     let doc = json(&out);
@@ -696,5 +704,196 @@ fn a_sigstopped_kvd_is_reported_at_the_deadline() {
             processes::wait_exit(&mut child),
             Some(steadfast::daemon::EXIT_HALT)
         );
+    }
+}
+
+/// The samples of OpenMetrics `text` as Python's `prometheus_client`
+/// parser reads them (the parser `tests/metrics.rs` holds the daemon's
+/// text to): `[family, type, sample name, labels, value]`.
+fn parse_openmetrics(exposition: &str) -> Vec<serde_json::Value> {
+    use std::io::Write as _;
+    const PARSE: &str = "
+import json, sys
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+out = []
+for family in text_string_to_metric_families(sys.stdin.read()):
+    for s in family.samples:
+        out.append([family.name, family.type, s.name, s.labels, s.value])
+print(json.dumps(out))
+";
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", PARSE])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(exposition.as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("python3");
+    assert!(
+        out.status.success(),
+        "the OpenMetrics parser refused the text ({}):\n{exposition}",
+        text(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+/// `--inventory … metrics` prints ONE OpenMetrics exposition: each family
+/// once, one `# EOF`, every sample with `daemon="NAME"` (the inventory's
+/// name), and `steadfastctl_fleet_up` 1 for each daemon that answered, 0
+/// for one that did not (exit 1, named on stderr). It parses with the
+/// real OpenMetrics parser. Before: the texts one after another under
+/// comment lines, several `# EOF`, each family once per daemon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fleet_metrics_are_one_exposition() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let daemons = fleet(tmp.path(), 3).await;
+    // One of them stopped, so the daemons' samples differ.
+    daemons[1].handle.stop(Hold::None).await.expect("stop");
+    let mut entries = entries_of(&daemons);
+    let file = inventory(&tmp.path().join("fleet.toml"), &entries);
+
+    let out = ctl(&file, &["metrics"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let exposition = text(&out.stdout);
+    assert_eq!(exposition.matches("# EOF").count(), 1, "{exposition}");
+    assert!(exposition.ends_with("# EOF\n"), "{exposition}");
+    let mut types = std::collections::BTreeSet::new();
+    for line in exposition.lines().filter(|l| l.starts_with("# TYPE ")) {
+        assert!(types.insert(line.to_owned()), "{line} twice:\n{exposition}");
+    }
+    let samples = parse_openmetrics(&exposition);
+    let names: Vec<&str> = daemons.iter().map(|d| d.name.as_str()).collect();
+    for sample in &samples {
+        let daemon = sample[3]["daemon"].as_str().unwrap_or_default();
+        assert!(names.contains(&daemon), "{sample}");
+    }
+    // Each daemon's own counters, under its name.
+    let value = |family: &str, daemon: &str, labels: &[(&str, &str)]| -> Option<f64> {
+        samples
+            .iter()
+            .find(|s| {
+                s[0] == family
+                    && s[3]["daemon"] == daemon
+                    && labels.iter().all(|(k, v)| s[3][*k] == *v)
+            })
+            .and_then(|s| s[4].as_f64())
+    };
+    for name in &names {
+        assert!(
+            value("steadfast_boots", name, &[]).is_some_and(|boots| boots >= 1.0),
+            "{name}'s boots: {exposition}"
+        );
+        assert_eq!(
+            value("steadfastctl_fleet_up", name, &[]),
+            Some(1.0),
+            "{exposition}"
+        );
+        assert!(
+            samples
+                .iter()
+                .any(|s| s[3]["daemon"] == *name && s[0] != "steadfastctl_fleet_up"),
+            "{name}'s own samples: {exposition}"
+        );
+    }
+
+    // A daemon that does not answer: 0, named, exit 1; the others still
+    // one exposition.
+    let ghost = tmp.path().join("ghost");
+    std::fs::create_dir(&ghost).expect("dir");
+    entries.push(data_dir_entry("ghost", &ghost));
+    let file = inventory(&tmp.path().join("fleet.toml"), &entries);
+    let out = ctl(&file, &["metrics"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("ghost"), "{}", text(&out.stderr));
+    let exposition = text(&out.stdout);
+    let samples = parse_openmetrics(&exposition);
+    assert!(
+        samples
+            .iter()
+            .any(|s| s[0] == "steadfastctl_fleet_up" && s[3]["daemon"] == "ghost" && s[4] == 0.0),
+        "{exposition}"
+    );
+    assert!(
+        samples
+            .iter()
+            .all(|s| s[0] == "steadfastctl_fleet_up" || s[3]["daemon"] != "ghost"),
+        "{exposition}"
+    );
+    exit_all(daemons).await;
+}
+
+/// `--inventory … exit` ends the daemons named (`--only`, or `--all`),
+/// as the single `exit` does (`--relaunch`: exit 75 for a relaunch), and
+/// refuses without either; `start` of a running fleet and `stop` of a
+/// stopped one are accepted (`already running`), and refused with
+/// `--strict`. Before: `exit` did not go with `--inventory` (exit 2), and
+/// `start --all` of a running fleet was refused (3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_fleet_exits_and_starts_what_already_runs() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut daemons = fleet(tmp.path(), 3).await;
+    let file = inventory(&tmp.path().join("fleet.toml"), &entries_of(&daemons));
+
+    let out = ctl(&file, &["start", "--all"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        line_of(&stdout, "d01").contains("start: already running"),
+        "{stdout}"
+    );
+    let out = ctl(&file, &["start", "--all", "--json"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let doc = json(&out);
+    assert_eq!(doc["daemons"][0]["already"], true, "{doc:#}");
+    assert_eq!(doc["daemons"][0]["state"], "running", "{doc:#}");
+    let out = ctl(&file, &["start", "--only", "d00", "--strict"]).await;
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    daemons[2].handle.stop(Hold::None).await.expect("stop");
+    let out = ctl(&file, &["stop", "--only", "d02"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        line_of(&text(&out.stdout), "d02").contains("stop: already stopped"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let out = ctl(&file, &["exit"]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("nothing was sent"));
+    assert!(daemons.iter().all(|d| !d.run.is_finished()));
+
+    let out = ctl(&file, &["exit", "--relaunch", "--only", "d01"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        line_of(&text(&out.stdout), "d01").contains("exit:"),
+        "{}",
+        text(&out.stdout)
+    );
+    let d01 = daemons.remove(1);
+    let intent = tokio::time::timeout(PATIENCE, d01.run)
+        .await
+        .expect("d01 ends")
+        .expect("its task");
+    assert_eq!(intent, ExitIntent::Relaunch);
+    assert!(daemons.iter().all(|d| !d.run.is_finished()), "only d01");
+
+    let out = ctl(
+        &inventory(&tmp.path().join("rest.toml"), &entries_of(&daemons)),
+        &["exit", "--all"],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    for daemon in daemons {
+        let intent = tokio::time::timeout(PATIENCE, daemon.run)
+            .await
+            .expect("it ends")
+            .expect("its task");
+        assert_eq!(intent, ExitIntent::Halt, "{}", daemon.name);
     }
 }

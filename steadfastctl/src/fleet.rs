@@ -17,13 +17,19 @@
 //!   [`QUERY_TIMEOUT`]): a daemon that has not answered by then is
 //!   reported as such, and the others as they answered; the lines come in
 //!   inventory order. `tests/fleet.rs::a_daemon_that_never_answers_is_reported_at_the_deadline`.
-//! - A command (`start`, `stop`, `restart`, `retry`) goes only to the
+//! - A command (`start`, `stop`, `restart`, `retry`, `exit`) goes only to the
 //!   daemons named (`--only a,b`) or, with `--all`, to every one; without
 //!   either, nothing is sent (exit 2). At most `--parallel` (default
 //!   [`COMMAND_PARALLEL`]) calls are in flight at once, each with its own
 //!   `--timeout`, as that many single `steadfastctl` calls would (with
 //!   `--wait`: the boot it started followed to its end, within it).
-//!   `tests/fleet.rs::commands_go_only_to_the_daemons_named`.
+//!   `tests/fleet.rs::commands_go_only_to_the_daemons_named`. A `start`
+//!   of a daemon already running, a `stop` of one already stopped, is
+//!   accepted (`start: already running`) unless `--strict`, as the single
+//!   command's.
+//! - `metrics` prints ONE OpenMetrics exposition ([`merge_metrics`]): each
+//!   family once, each sample with `daemon="NAME"`, one `# EOF`.
+//!   `tests/fleet.rs::fleet_metrics_are_one_exposition`.
 //! - [`endpoint_of`] is the one place an inventory transport becomes a
 //!   client [`Endpoint`]; a `tls` entry whose files cannot be read, or
 //!   whose host does not resolve, makes that daemon alone unreachable.
@@ -90,7 +96,7 @@ pub struct FleetArgs {
     /// `data_dir`, `socket`, `tcp` + `token_file`, `tls` + `ca` + `cert` +
     /// `key`): `status`, `probe`, `metrics`, `journal` ask them all at once
     /// under one `--timeout` (default 10 s); `start`, `stop`, `restart`,
-    /// `retry` need `--only` or `--all`.
+    /// `retry`, `exit` need `--only` or `--all`.
     #[arg(
         long,
         value_name = "FILE",
@@ -510,14 +516,16 @@ enum Ask {
     Metrics,
     /// `journal -n N`.
     Journal(u32),
-    /// `start [--wait]`.
-    Start(bool),
-    /// `stop [--hold]`.
-    Stop(bool),
+    /// `start [--wait] [--strict]`.
+    Start(bool, bool),
+    /// `stop [--hold] [--strict]`.
+    Stop(bool, bool),
     /// `restart [--force] [--wait]`.
     Restart(bool, bool),
     /// `retry [--wait]`.
     Retry(bool),
+    /// `exit [--relaunch]`.
+    Exit(bool),
 }
 
 impl Ask {
@@ -527,17 +535,18 @@ impl Ask {
             Self::Probe(_) => "probe",
             Self::Metrics => "metrics",
             Self::Journal(_) => "journal",
-            Self::Start(_) => "start",
-            Self::Stop(_) => "stop",
+            Self::Start(..) => "start",
+            Self::Stop(..) => "stop",
             Self::Restart(..) => "restart",
             Self::Retry(_) => "retry",
+            Self::Exit(_) => "exit",
         }
     }
 
     const fn is_command(self) -> bool {
         matches!(
             self,
-            Self::Start(_) | Self::Stop(_) | Self::Restart(..) | Self::Retry(_)
+            Self::Start(..) | Self::Stop(..) | Self::Restart(..) | Self::Retry(_) | Self::Exit(_)
         )
     }
 
@@ -545,7 +554,7 @@ impl Ask {
     const fn waits(self) -> bool {
         matches!(
             self,
-            Self::Start(true) | Self::Restart(_, true) | Self::Retry(true)
+            Self::Start(true, _) | Self::Restart(_, true) | Self::Retry(true)
         )
     }
 }
@@ -555,6 +564,9 @@ impl Ask {
 enum Answer {
     /// A snapshot (`status`, `probe`, and every command's answer).
     Snapshot(Box<Snapshot>),
+    /// A `start` or `stop` found the runtime already in its target state
+    /// (not `--strict`): accepted, with the snapshot asked for after.
+    Already(Box<Snapshot>),
     /// OpenMetrics text.
     Metrics(String),
     /// The journal's attempts; `offline` when read from the file because
@@ -640,14 +652,15 @@ pub async fn run(cli: &Cli) -> ExitCode {
         Cmd::Probe { what } => Ask::Probe(*what),
         Cmd::Metrics => Ask::Metrics,
         Cmd::Journal { limit } => Ask::Journal(*limit),
-        Cmd::Start { wait } => Ask::Start(*wait),
-        Cmd::Stop { hold } => Ask::Stop(*hold),
+        Cmd::Start { wait, strict } => Ask::Start(*wait, *strict),
+        Cmd::Stop { hold, strict } => Ask::Stop(*hold, *strict),
         Cmd::Restart { force, wait } => Ask::Restart(*force, *wait),
         Cmd::Retry { wait } => Ask::Retry(*wait),
+        Cmd::Exit { relaunch } => Ask::Exit(*relaunch),
         other => {
             return usage(&format!(
                 "{} does not go with --inventory (it does: status, probe, metrics, journal, \
-                 start, stop, restart, retry)",
+                 start, stop, restart, retry, exit)",
                 command_name(other)
             ));
         }
@@ -697,6 +710,8 @@ const fn command_name(cmd: &Cmd) -> &'static str {
         Cmd::Config(_) => "config",
         Cmd::Reinit { .. } => "reinit",
         Cmd::Replace { .. } => "replace",
+        Cmd::Completions { .. } => "completions",
+        Cmd::Man { .. } => "man",
     }
 }
 
@@ -851,8 +866,30 @@ async fn call(target: &Target, ask: Ask, timeout: Duration) -> Result<Answer, Fa
                 offline: None,
             })
             .map_err(|e| Failure::of(&e)),
-        Ask::Stop(hold) => snapshot(client.stop(Hold::from(hold)).await),
-        Ask::Start(_) | Ask::Restart(..) | Ask::Retry(_) => {
+        Ask::Exit(relaunch) => snapshot(
+            client
+                .exit(if relaunch {
+                    steadfast::ExitIntent::Relaunch
+                } else {
+                    steadfast::ExitIntent::Halt
+                })
+                .await,
+        ),
+        Ask::Stop(hold, strict) => match client.stop(Hold::from(hold)).await {
+            Err(error) if !strict && super::already(&error, super::Already::Stopped) => {
+                let now = client.snapshot().await.map_err(|e| Failure::of(&e))?;
+                if hold && !now.hold {
+                    return Err(Failure::Refused(format!(
+                        "{} (already stopped but not held: `stop --hold` holds a runtime it \
+                         stops)",
+                        one_line(&error.to_string())
+                    )));
+                }
+                Ok(Answer::Already(Box::new(now)))
+            }
+            answer => snapshot(answer),
+        },
+        Ask::Start(..) | Ask::Restart(..) | Ask::Retry(_) => {
             let answer = match ask {
                 Ask::Restart(false, _) => client.restart().await,
                 Ask::Restart(true, _) => client.restart_forced().await,
@@ -860,6 +897,16 @@ async fn call(target: &Target, ask: Ask, timeout: Duration) -> Result<Answer, Fa
                 _ => client.start().await,
             };
             match answer {
+                Err(error)
+                    if matches!(ask, Ask::Start(_, false))
+                        && super::already(&error, super::Already::Running) =>
+                {
+                    client
+                        .snapshot()
+                        .await
+                        .map(|s| Answer::Already(Box::new(s)))
+                        .map_err(|e| Failure::of(&e))
+                }
                 Ok(answered) if ask.waits() => snapshot(settled(&client, answered).await),
                 answer => snapshot(answer),
             }
@@ -907,7 +954,7 @@ fn verdict(ask: Ask, reply: &Result<Answer, Failure>) -> Verdict {
         Ok(Answer::Snapshot(snapshot)) => match ask {
             Ask::Status
             | Ask::Probe(ProbeKind::Ready)
-            | Ask::Start(true)
+            | Ask::Start(true, _)
             | Ask::Restart(_, true)
             | Ask::Retry(true)
                 if !matches!(snapshot.lifecycle, LifecycleState::Running { .. }) =>
@@ -931,7 +978,36 @@ fn report(
     cli: &Cli,
     timeout: Duration,
 ) -> ExitCode {
-    let verdicts: Vec<Verdict> = replies.iter().map(|r| verdict(ask, r)).collect();
+    let mut verdicts: Vec<Verdict> = replies.iter().map(|r| verdict(ask, r)).collect();
+    // `metrics` (text): one exposition of them all; a daemon whose text
+    // cannot join it did not answer usably.
+    let merged = match ask {
+        Ask::Metrics if !cli.json => {
+            let merged = merge_metrics(entries, replies);
+            // The exposition says only 0 for a daemon that did not answer:
+            // why is said here.
+            for (entry, reply) in entries.iter().zip(replies) {
+                if let Err(failure) = reply {
+                    errln!(
+                        "steadfastctl: {}: {}: {}",
+                        escape(&entry.name),
+                        failure.kind(),
+                        escape(failure.text())
+                    );
+                }
+            }
+            for (i, why) in &merged.left_out {
+                verdicts[*i] = Verdict::Unreachable;
+                errln!(
+                    "steadfastctl: {}: its metrics are left out: {}",
+                    escape(&entries[*i].name),
+                    escape(why)
+                );
+            }
+            Some(merged.text)
+        }
+        _ => None,
+    };
     let worst = verdicts.iter().copied().max().unwrap_or(Verdict::Ok);
     let code = match (ask, worst) {
         (_, Verdict::Ok) => 0,
@@ -947,7 +1023,7 @@ fn report(
     } else {
         match ask {
             Ask::Probe(_) if !cli.verbose => {}
-            Ask::Metrics => print_metrics(entries, replies),
+            Ask::Metrics => out!("{}", merged.unwrap_or_default()),
             Ask::Journal(_) => print_journals(entries, replies, cli.utc),
             _ => out!("{}", table(entries, replies, ask)),
         }
@@ -1002,7 +1078,7 @@ fn table(entries: &[Entry], replies: &[Result<Answer, Failure>], ask: Ask) -> St
         .zip(replies)
         .map(|(entry, reply)| {
             let (state, attempt, pid, detail) = match reply {
-                Ok(Answer::Snapshot(snapshot)) => {
+                Ok(Answer::Snapshot(snapshot) | Answer::Already(snapshot)) => {
                     let now = snapshot.now.map_or_else(super::now_ms, |t| t.as_millis());
                     let since = super::since(&snapshot.lifecycle)
                         .map(|at| format!("since {}", super::ago(now, at)))
@@ -1033,10 +1109,10 @@ fn table(entries: &[Entry], replies: &[Result<Answer, Failure>], ask: Ask) -> St
                     escape(&one_line(failure.text())).into_owned(),
                 ),
             };
-            let state = if ask.is_command() && reply.is_ok() {
-                format!("{}: {state}", ask.name())
-            } else {
-                state
+            let state = match reply {
+                Ok(Answer::Already(_)) => format!("{}: already {state}", ask.name()),
+                Ok(_) if ask.is_command() => format!("{}: {state}", ask.name()),
+                _ => state,
             };
             [
                 escape(&entry.name).into_owned(),
@@ -1085,24 +1161,233 @@ fn attempt_of(snapshot: &Snapshot) -> Option<u32> {
     super::attempt_of(&snapshot.lifecycle).or_else(|| snapshot.attempts.last().map(|a| a.attempt))
 }
 
-/// `metrics`: each daemon's text under a `# daemon NAME (ENDPOINT)` comment
-/// line (Prometheus's text format allows comments; a scraper wants one
-/// daemon at a time).
-fn print_metrics(entries: &[Entry], replies: &[Result<Answer, Failure>]) {
-    for (entry, reply) in entries.iter().zip(replies) {
-        outln!(
-            "# daemon {} ({})",
-            escape(&entry.name),
-            escape(&entry.target.to_string())
-        );
-        match reply {
-            Ok(Answer::Metrics(text)) => {
-                out!("{}", text.trim_end_matches('\n').to_owned() + "\n")
+/// The fleet's `metrics`: one OpenMetrics exposition, and the daemons
+/// whose text could not join it (their index and why).
+struct Merged {
+    text: String,
+    left_out: Vec<(usize, String)>,
+}
+
+/// One metric family of an exposition: its name, its `# HELP`/`# TYPE`/
+/// `# UNIT` lines, its type, and its sample lines.
+#[derive(Debug, Default)]
+struct Family {
+    name: String,
+    meta: Vec<String>,
+    kind: Option<String>,
+    samples: Vec<String>,
+}
+
+/// The family the fleet's `metrics` adds: whether each daemon answered
+/// (with text that could be merged).
+const UP_FAMILY: &str = "steadfastctl_fleet_up";
+
+/// Every daemon's OpenMetrics text merged into ONE exposition, as a
+/// scraper of the whole fleet reads it: each family once (its metadata as
+/// the first daemon that has it gives it), the samples of every daemon
+/// under it in inventory order, each with `daemon="NAME"` added (NAME: the
+/// inventory entry's), then [`UP_FAMILY`] (1 answered, 0 not, for every
+/// daemon asked) and one `# EOF`. A daemon whose text does not fit (not
+/// OpenMetrics, a family another daemon gives another type, a sample that
+/// already has a `daemon` label) is left out whole and named.
+fn merge_metrics(entries: &[Entry], replies: &[Result<Answer, Failure>]) -> Merged {
+    let mut families: Vec<Family> = Vec::new();
+    let mut index: BTreeMap<String, usize> = BTreeMap::new();
+    let mut left_out = Vec::new();
+    let mut up = Vec::new();
+    for (i, (entry, reply)) in entries.iter().zip(replies).enumerate() {
+        let Ok(Answer::Metrics(text)) = reply else {
+            up.push((entry, false));
+            continue;
+        };
+        let parsed = parse_exposition(text, &entry.name).and_then(|parsed| {
+            for family in &parsed {
+                if family.name == UP_FAMILY {
+                    return Err(format!(
+                        "it has a family named {UP_FAMILY}, the fleet's own"
+                    ));
+                }
+                if let Some(&at) = index.get(&family.name)
+                    && families[at].kind != family.kind
+                {
+                    return Err(format!(
+                        "its family {} is a {}, another daemon's a {}",
+                        family.name,
+                        family.kind.as_deref().unwrap_or("(untyped)"),
+                        families[at].kind.as_deref().unwrap_or("(untyped)")
+                    ));
+                }
             }
-            Ok(_) => {}
-            Err(failure) => outln!("# {}: {}", failure.kind(), escape(failure.text())),
+            Ok(parsed)
+        });
+        match parsed {
+            Ok(parsed) => {
+                up.push((entry, true));
+                for family in parsed {
+                    match index.get(&family.name) {
+                        Some(&at) => families[at].samples.extend(family.samples),
+                        None => {
+                            index.insert(family.name.clone(), families.len());
+                            families.push(family);
+                        }
+                    }
+                }
+            }
+            Err(why) => {
+                up.push((entry, false));
+                left_out.push((i, why));
+            }
         }
     }
+    let mut text = String::new();
+    for family in &families {
+        for line in family.meta.iter().chain(&family.samples) {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    text.push_str(&format!(
+        "# HELP {UP_FAMILY} Whether the daemon answered steadfastctl's metrics call with text that \
+         is merged here (1) or not (0).\n# TYPE {UP_FAMILY} gauge\n"
+    ));
+    for (entry, answered) in up {
+        text.push_str(&format!(
+            "{UP_FAMILY}{{daemon=\"{}\"}} {}\n",
+            label_value(&entry.name),
+            u8::from(answered)
+        ));
+    }
+    text.push_str("# EOF\n");
+    Merged { text, left_out }
+}
+
+/// A label value as OpenMetrics writes it between its quotes.
+fn label_value(text: &str) -> String {
+    text.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// One daemon's exposition as families, each sample with
+/// `daemon="DAEMON"` added; or why it is not one this can merge.
+fn parse_exposition(text: &str, daemon: &str) -> Result<Vec<Family>, String> {
+    let mut families: Vec<Family> = Vec::new();
+    let mut ended = false;
+    for line in text.lines() {
+        if ended {
+            return Err("it has lines after `# EOF`".to_owned());
+        }
+        if line.is_empty() {
+            continue;
+        }
+        if line == "# EOF" {
+            ended = true;
+            continue;
+        }
+        if let Some(comment) = line.strip_prefix("# ") {
+            let mut words = comment.splitn(3, ' ');
+            let (Some(what @ ("HELP" | "TYPE" | "UNIT")), Some(name)) =
+                (words.next(), words.next())
+            else {
+                return Err(format!("the line `{line}` is not OpenMetrics"));
+            };
+            if families.last().is_none_or(|f| f.name != name) {
+                if families.iter().any(|f| f.name == name) {
+                    return Err(format!("its family {name} is given twice"));
+                }
+                families.push(Family {
+                    name: name.to_owned(),
+                    ..Family::default()
+                });
+            }
+            let family = families.last_mut().expect("a family");
+            if what == "TYPE" {
+                family.kind = words.next().map(str::to_owned);
+            }
+            family.meta.push(line.to_owned());
+            continue;
+        }
+        if line.starts_with('#') {
+            return Err(format!("the line `{line}` is not OpenMetrics"));
+        }
+        let sample = with_daemon(line, daemon)?;
+        match families.last_mut() {
+            Some(family) => family.samples.push(sample),
+            None => {
+                // A sample before any metadata: a family of its own, untyped.
+                let name = line.split(['{', ' ']).next().unwrap_or(line);
+                families.push(Family {
+                    name: name.to_owned(),
+                    samples: vec![sample],
+                    ..Family::default()
+                });
+            }
+        }
+    }
+    Ok(families)
+}
+
+/// Sample `line` (`name{labels} value …` or `name value …`) with
+/// `daemon="DAEMON"` first among its labels; refused when it has a
+/// `daemon` label already or its labels do not parse.
+fn with_daemon(line: &str, daemon: &str) -> Result<String, String> {
+    let label = format!("daemon=\"{}\"", label_value(daemon));
+    let Some(cut) = line.find(['{', ' ']) else {
+        return Err(format!("the sample `{line}` has no value"));
+    };
+    let (name, rest) = line.split_at(cut);
+    let Some(labels) = rest.strip_prefix('{') else {
+        return Ok(format!("{name}{{{label}}}{rest}"));
+    };
+    // The label names, to refuse a `daemon` of the daemon's own; quoted
+    // values may hold any of `,}="` escaped.
+    let mut chars = labels.char_indices().peekable();
+    let mut names = Vec::new();
+    let end = loop {
+        match chars.peek() {
+            Some(&(at, '}')) => break at,
+            None => return Err(format!("the sample `{line}` has unclosed labels")),
+            _ => {}
+        }
+        let mut label_name = String::new();
+        for (_, c) in chars.by_ref() {
+            if c == '=' {
+                break;
+            }
+            label_name.push(c);
+        }
+        if chars.next().map(|(_, c)| c) != Some('"') {
+            return Err(format!(
+                "the sample `{line}` has a label without a quoted value"
+            ));
+        }
+        let mut escaped = false;
+        let mut closed = false;
+        for (_, c) in chars.by_ref() {
+            match (escaped, c) {
+                (false, '\\') => escaped = true,
+                (false, '"') => {
+                    closed = true;
+                    break;
+                }
+                _ => escaped = false,
+            }
+        }
+        if !closed {
+            return Err(format!("the sample `{line}` has an unclosed label value"));
+        }
+        names.push(label_name.trim().to_owned());
+        if chars.peek().map(|&(_, c)| c) == Some(',') {
+            chars.next();
+        }
+    };
+    if names.iter().any(|n| n == "daemon") {
+        return Err(format!(
+            "the sample `{line}` has a `daemon` label already (the fleet adds its own)"
+        ));
+    }
+    let separator = if end == 0 { "" } else { "," };
+    Ok(format!("{name}{{{label}{separator}{labels}"))
 }
 
 /// `journal`: each daemon's attempts under its name.
@@ -1169,7 +1454,10 @@ fn document(
             });
             let fields = object.as_object_mut().expect("an object");
             match reply {
-                Ok(Answer::Snapshot(snapshot)) => {
+                Ok(Answer::Snapshot(snapshot) | Answer::Already(snapshot)) => {
+                    if matches!(reply, Ok(Answer::Already(_))) {
+                        fields.insert("already".into(), json!(true));
+                    }
                     fields.insert("state".into(), json!(snapshot.lifecycle.name()));
                     fields.insert("attempt".into(), json!(attempt_of(snapshot)));
                     fields.insert("pid".into(), json!(snapshot.pid));

@@ -5,9 +5,11 @@
 //! `--token-file`, or a TLS port with `--tls`, `--ca` and `--cert`/`--key`
 //! or `--token-file`, also from `--client-config FILE`), how a snapshot reads to a human (like
 //! `systemctl status`) or a script (`--json`), and the exit codes:
-//! 0 accepted, 1 cannot connect (or the call failed on the way), 2 usage
-//! (clap's), 3 refused (the reason on stderr), 4 a replacement failed, 5
-//! `--timeout` passed while `watch --until` or `stop` waited. `status`
+//! 0 accepted (and a `start` or `stop` that finds the runtime already
+//! there, unless `--strict`), 1 cannot connect (or the call failed on the
+//! way), 2 usage (clap's), 3 refused (the reason on stderr), 4 a
+//! replacement failed, 5 `--timeout` passed while `watch --until` or `stop`
+//! waited. `status`
 //! answers like `systemctl status` and LSB: 0 running, 3 not running, 4
 //! unknown (no daemon answered). `probe` is silent unless `--verbose` and
 //! exits 0 or 1 only. `--inventory FILE` asks many daemons at once
@@ -44,8 +46,9 @@ use out::{errln, escape, out, outln};
 /// Drive and watch a steadfast daemon over its control socket (or its TCP
 /// control port).
 ///
-/// Exit codes: 0 accepted, 1 cannot connect (or the token was refused), 2
-/// usage, 3 refused, 4 a replacement failed, 5 `--timeout` passed (`watch
+/// Exit codes: 0 accepted (also `start` when already running, `stop` when
+/// already stopped, unless --strict), 1 cannot connect (or the token was
+/// refused), 2 usage, 3 refused, 4 a replacement failed, 5 `--timeout` passed (`watch
 /// --until`, `stop`). `status`: 0 running, 3 not running (stopped, failed,
 /// wedged, or on its way), 4 unknown (no daemon answered).
 ///
@@ -78,15 +81,17 @@ struct Cli {
     /// a looser file is refused).
     #[arg(long, value_name = "PATH", global = true)]
     token_file: Option<PathBuf>,
-    /// The daemon's TLS control address, IP:PORT, instead of the socket;
-    /// needs --ca, and --cert with --key (mutual TLS) or --token-file.
+    /// The daemon's TLS control address, HOST:PORT (a name, resolved here,
+    /// or an IP; `[IPv6]:PORT`), instead of the socket; needs --ca, and
+    /// --cert with --key (mutual TLS) or --token-file.
     #[arg(
         long,
-        value_name = "ADDR",
+        value_name = "HOST:PORT",
         global = true,
+        value_parser = host_port,
         conflicts_with_all = ["data_dir", "socket", "tcp"]
     )]
-    tls: Option<SocketAddr>,
+    tls: Option<String>,
     /// --tls: the CA (PEM) the daemon's certificate must be signed by.
     #[arg(long, value_name = "FILE", global = true)]
     ca: Option<PathBuf>,
@@ -98,11 +103,12 @@ struct Cli {
     #[arg(long, value_name = "FILE", global = true)]
     key: Option<PathBuf>,
     /// --tls: the name the daemon's certificate must be for (default: the
-    /// IP address of --tls).
+    /// host of --tls, a name or an IP address).
     #[arg(long, value_name = "NAME", global = true)]
     server_name: Option<String>,
     /// A TOML file with any of `tls`, `ca`, `cert`, `key`, `token_file`,
-    /// `server_name` (the flags of the same names win over it).
+    /// `server_name` (the flags of the same names win over it); its
+    /// relative paths are the file's directory's.
     #[arg(
         long,
         value_name = "FILE",
@@ -149,18 +155,27 @@ enum Cmd {
         #[arg(long, value_name = "N")]
         history: Option<u32>,
     },
-    /// Boot a stopped runtime (clears a hold).
+    /// Boot a stopped runtime (clears a hold). A runtime already running
+    /// is no error: it says so and exits 0 (unless --strict).
     Start {
         /// Return once the boot settled: 0 running, 3 failed, wedged or
         /// stopped (the reason on stderr), 5 at `--timeout`.
         #[arg(long)]
         wait: bool,
+        /// Refuse (exit 3) when the runtime is already running.
+        #[arg(long)]
+        strict: bool,
     },
-    /// Stop the runtime; returns once the drain has settled.
+    /// Stop the runtime; returns once the drain has settled. A runtime
+    /// already stopped is no error: it says so and exits 0 (unless
+    /// --strict).
     Stop {
         /// Keep it stopped across a relaunch of the daemon.
         #[arg(long)]
         hold: bool,
+        /// Refuse (exit 3) when the runtime is already stopped.
+        #[arg(long)]
+        strict: bool,
     },
     /// Stop the runtime and boot it again. The daemon resolves the new
     /// config first: one that does not resolve is refused (exit 3,
@@ -181,7 +196,8 @@ enum Cmd {
         #[arg(long)]
         wait: bool,
     },
-    /// End the daemon's process after a drain (exit 0: stays down).
+    /// End the daemon's process after a drain (exit 0: stays down). With
+    /// --inventory, to the daemons --only names, or --all.
     Exit {
         /// Exit 75 instead, so the service manager starts it again.
         #[arg(long)]
@@ -194,6 +210,19 @@ enum Cmd {
         /// daemon exits first, 5 if `--timeout` passes first.
         #[arg(long, value_name = "STATE")]
         until: Option<StateName>,
+    },
+    /// Print a shell completion script for steadfastctl (e.g.
+    /// `steadfastctl completions bash > /etc/bash_completion.d/steadfastctl`).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print steadfastctl's manual page (roff; `steadfastctl man | man -l -`),
+    /// or a subcommand's (`steadfastctl man start`: steadfastctl-start(1)).
+    Man {
+        /// The subcommand whose page to print.
+        #[arg(value_name = "COMMAND")]
+        command: Option<String>,
     },
     /// Re-read the config now, as SIGHUP does (a held failure is retried, a
     /// running runtime applies the change); under systemd with
@@ -252,7 +281,8 @@ enum Cmd {
 #[derive(Debug, Subcommand)]
 enum ConfigCmd {
     /// Set a leaf: a running runtime applies it in place or reports that a
-    /// restart is needed; a held failure is retried.
+    /// restart is needed (said in one line, naming the leaves a restart
+    /// needs); a held failure is retried.
     Set {
         /// The dotted leaf, e.g. `log.level`.
         leaf: String,
@@ -340,6 +370,9 @@ const DATA_DIR_ENV: &str = "STEADFAST_DATA_DIR";
 
 fn main() -> ExitCode {
     let cli = parse();
+    if let Some(code) = generated(&cli.command) {
+        return code;
+    }
     if let Some(code) = from_record(&cli) {
         return code;
     }
@@ -360,6 +393,85 @@ fn main() -> ExitCode {
     // of a ~2 ms command (issue 16).
     std::mem::forget(runtime);
     code
+}
+
+/// `completions SHELL` and `man`: text generated from the clap command
+/// (`clap_complete`, `clap_mangen`), printed; no daemon is asked. `None`
+/// for every other command, which never builds what these need.
+fn generated(command: &Cmd) -> Option<ExitCode> {
+    use clap::CommandFactory;
+    let mut text = Vec::new();
+    match command {
+        Cmd::Completions { shell } => {
+            let mut command = Cli::command();
+            clap_complete::generate(*shell, &mut command, "steadfastctl", &mut text);
+        }
+        Cmd::Man { command: sub } => {
+            let mut command = Cli::command();
+            // The subcommands' flags are built on demand (`defer`): build
+            // them all (the global flags copied into each), so the pages
+            // list them.
+            command.build();
+            let page = match sub {
+                None => command,
+                Some(name) => {
+                    let Some(found) = command.find_subcommand(name) else {
+                        let known: Vec<&str> = command
+                            .get_subcommands()
+                            .map(clap::Command::get_name)
+                            .collect();
+                        say(&format!(
+                            "man {name}: no such command (it has a page: {})",
+                            known.join(", ")
+                        ));
+                        return Some(ExitCode::from(EXIT_USAGE));
+                    };
+                    // Named as the main page's SUBCOMMANDS section names it
+                    // (clap takes a `'static` name; the process ends after
+                    // printing the page).
+                    let page_name: &'static str =
+                        Box::leak(format!("steadfastctl-{name}").into_boxed_str());
+                    found.clone().name(page_name)
+                }
+            };
+            if let Err(error) = clap_mangen::Man::new(page).render(&mut text) {
+                say(&format!("cannot render the manual page: {error}"));
+                return Some(ExitCode::FAILURE);
+            }
+        }
+        _ => return None,
+    }
+    out::raw(&text);
+    Some(ExitCode::SUCCESS)
+}
+
+/// `--tls`'s value: `HOST:PORT` (a name or an IP address; an IPv6
+/// address in brackets), checked for its shape only (it is resolved when
+/// it is dialed).
+fn host_port(text: &str) -> Result<String, String> {
+    match text.rsplit_once(':') {
+        Some((host, port))
+            if !host.is_empty()
+                && port.parse::<u16>().is_ok()
+                && (host.starts_with('[') == host.ends_with(']'))
+                && (host.starts_with('[') || !host.contains(':')) =>
+        {
+            Ok(text.to_owned())
+        }
+        _ => Err(format!(
+            "`{text}` is not HOST:PORT (e.g. daemon.example:7443, 192.0.2.7:7443, [2001:db8::7]:7443)"
+        )),
+    }
+}
+
+/// The host of a `HOST:PORT` checked by [`host_port`] (an IPv6 address
+/// without its brackets): the name the daemon's certificate must carry
+/// unless `--server-name` says otherwise.
+fn host_of(addr: &str) -> &str {
+    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+    host.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
 }
 
 /// `status` and `probe ready` answered from the daemon's status record
@@ -511,11 +623,12 @@ fn read_own_file(path: &std::path::Path) -> Result<String, String> {
     String::from_utf8(bytes).map_err(|_| "it is not UTF-8 text".to_owned())
 }
 
-/// `--client-config FILE`: the TLS flags, from a file.
+/// `--client-config FILE`: the TLS flags, from a file; its relative paths
+/// are the file's directory's ([`ClientConfig::read`]).
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ClientConfig {
-    tls: Option<SocketAddr>,
+    tls: Option<String>,
     ca: Option<PathBuf>,
     cert: Option<PathBuf>,
     key: Option<PathBuf>,
@@ -523,20 +636,45 @@ struct ClientConfig {
     server_name: Option<String>,
 }
 
+impl ClientConfig {
+    /// Read `path`: TOML of the keys above, `tls` a `HOST:PORT`, and every
+    /// relative path in it (`ca`, `cert`, `key`, `token_file`) taken from
+    /// the file's directory, as `--inventory`'s are, so the file means the
+    /// same from any working directory.
+    fn read(path: &std::path::Path) -> Result<Self, String> {
+        let text = read_own_file(path)?;
+        let mut config: Self = toml::from_str(&text).map_err(|e| e.to_string())?;
+        if let Some(tls) = &config.tls {
+            host_port(tls).map_err(|e| format!("`tls`: {e}"))?;
+        }
+        let base = path.parent().unwrap_or_else(|| std::path::Path::new(""));
+        for file in [
+            &mut config.ca,
+            &mut config.cert,
+            &mut config.key,
+            &mut config.token_file,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if file.is_relative() {
+                *file = base.join(&*file);
+            }
+        }
+        Ok(config)
+    }
+}
+
 /// The TLS endpoint `--tls` (or `--client-config`) names, flags winning
-/// over the file; `None` when neither asks for TLS.
-fn tls_endpoint(cli: &Cli) -> Result<Option<Endpoint>, Unreached> {
+/// over the file, its host resolved within `timeout`; `None` when neither
+/// asks for TLS.
+async fn tls_endpoint(cli: &Cli, timeout: Duration) -> Result<Option<Vec<Endpoint>>, Unreached> {
     let file = match &cli.client_config {
         None => ClientConfig::default(),
-        Some(path) => {
-            let text = read_own_file(path).map_err(|e| {
-                Unreached::Usage(format!("--client-config {}: {e}", path.display()))
-            })?;
-            toml::from_str(&text)
-                .map_err(|e| Unreached::Usage(format!("--client-config {}: {e}", path.display())))?
-        }
+        Some(path) => ClientConfig::read(path)
+            .map_err(|e| Unreached::Usage(format!("--client-config {}: {e}", path.display())))?,
     };
-    let Some(addr) = cli.tls.or(file.tls) else {
+    let Some(addr) = cli.tls.clone().or(file.tls) else {
         if cli.client_config.is_some() {
             return Err(Unreached::Usage(
                 "--client-config names no `tls` address".to_owned(),
@@ -578,20 +716,59 @@ fn tls_endpoint(cli: &Cli) -> Result<Option<Endpoint>, Unreached> {
         .server_name
         .clone()
         .or(file.server_name)
-        .unwrap_or_else(|| addr.ip().to_string());
-    Ok(Some(Endpoint::Tls {
-        addr,
-        server_name,
-        tls,
-        token,
-    }))
+        .unwrap_or_else(|| host_of(&addr).to_owned());
+    let resolved = match tokio::time::timeout(timeout, tokio::net::lookup_host(addr.as_str())).await
+    {
+        Ok(Ok(addrs)) => {
+            let mut unique: Vec<SocketAddr> = Vec::new();
+            for addr in addrs {
+                if !unique.contains(&addr) {
+                    unique.push(addr);
+                }
+            }
+            unique
+        }
+        Ok(Err(error)) => {
+            return Err(Unreached::Connect(
+                format!("--tls {addr}: cannot resolve {}: {error}", host_of(&addr)),
+                false,
+            ));
+        }
+        Err(_) => {
+            return Err(Unreached::Connect(
+                format!(
+                    "--tls {addr}: {} did not resolve within {} s",
+                    host_of(&addr),
+                    timeout.as_secs_f64()
+                ),
+                true,
+            ));
+        }
+    };
+    if resolved.is_empty() {
+        return Err(Unreached::Connect(
+            format!("--tls {addr}: {} resolves to no address", host_of(&addr)),
+            false,
+        ));
+    }
+    Ok(Some(
+        resolved
+            .into_iter()
+            .map(|resolved| Endpoint::Tls {
+                addr: resolved,
+                server_name: server_name.clone(),
+                tls: tls.clone(),
+                token: token.clone(),
+            })
+            .collect(),
+    ))
 }
 
 /// Connect over TLS (`--tls` …), TCP (`--tcp`, `--token-file`) or the Unix
 /// socket.
 async fn connect(cli: &Cli) -> Result<ControlClient, Unreached> {
     let timeout = timeout_of(cli).map_err(Unreached::Usage)?;
-    let tls = tls_endpoint(cli)?;
+    let tls = tls_endpoint(cli, timeout).await?;
     if tls.is_none()
         && cli.tcp.is_none()
         && (cli.token_file.is_some() || cli.ca.is_some() || cli.cert.is_some() || cli.key.is_some())
@@ -600,29 +777,47 @@ async fn connect(cli: &Cli) -> Result<ControlClient, Unreached> {
             "--token-file goes with --tcp or --tls; --ca, --cert and --key with --tls".to_owned(),
         ));
     }
-    let endpoint = match (tls, cli.tcp, &cli.token_file) {
+    let endpoints = match (tls, cli.tcp, &cli.token_file) {
         (Some(tls), _, _) => tls,
         (None, Some(addr), Some(token_file)) => {
             let token = Token::read_file(token_file)
                 .map_err(|e| Unreached::Connect(e.to_string(), false))?;
-            Endpoint::Tcp { addr, token }
+            vec![Endpoint::Tcp { addr, token }]
         }
         // clap requires both together; this is only a guard.
         (None, Some(_), None) => {
             return Err(Unreached::Usage("--tcp needs --token-file".to_owned()));
         }
-        _ => Endpoint::Unix(socket_path(cli).map_err(Unreached::Usage)?),
+        _ => vec![Endpoint::Unix(socket_path(cli).map_err(Unreached::Usage)?)],
     };
     // One call, one round trip: the request goes without waiting for the
     // Unix server's first byte (`ControlClient::connect_pipelined`; every
     // check of the socket and its listener is made before it). `journal`
     // dials as before: when no daemon serves it, it reads the file itself.
-    let connected = if matches!(cli.command, Cmd::Journal { .. }) {
-        ControlClient::connect_within(endpoint, timeout).await
-    } else {
-        ControlClient::connect_pipelined(endpoint, timeout).await
-    };
-    connected.map_err(|e| Unreached::Connect(e.to_string(), e.is_deadline()))
+    // A TLS host name may resolve to several addresses (`localhost`: ::1
+    // and 127.0.0.1): each is dialed in turn while the one before could not
+    // be connected to at all (nothing was sent to it), as `ssh` does.
+    let started = tokio::time::Instant::now();
+    let mut first_error = None;
+    for endpoint in endpoints {
+        let left = timeout.saturating_sub(started.elapsed());
+        let connected = if matches!(cli.command, Cmd::Journal { .. }) {
+            ControlClient::connect_within(endpoint, left).await
+        } else {
+            ControlClient::connect_pipelined(endpoint, left).await
+        };
+        match connected {
+            Ok(client) => return Ok(client),
+            Err(error @ ClientError::Connect { .. }) if !error.is_deadline() => {
+                first_error.get_or_insert(error);
+            }
+            Err(error) => {
+                return Err(Unreached::Connect(error.to_string(), error.is_deadline()));
+            }
+        }
+    }
+    let error = first_error.map_or_else(|| "no address to dial".to_owned(), |e| e.to_string());
+    Err(Unreached::Connect(error, false))
 }
 
 async fn run(cli: Cli) -> ExitCode {
@@ -663,8 +858,13 @@ async fn run(cli: Cli) -> ExitCode {
         Cmd::Status { history } => {
             return status(&client, *history, cli.json, cli.utc).await;
         }
-        Cmd::Start { .. } => client.start().await,
-        Cmd::Stop { hold } => return stop(&client, *hold, &cli).await,
+        Cmd::Start { strict, .. } => match client.start().await {
+            Err(error) if !strict && already(&error, Already::Running) => {
+                return already_there(&client, &cli, Already::Running).await;
+            }
+            answer => answer,
+        },
+        Cmd::Stop { hold, strict } => return stop(&client, *hold, *strict, &cli).await,
         Cmd::Reload => client.reload().await,
         Cmd::Restart { force: false, .. } => client.restart().await,
         Cmd::Restart { force: true, .. } => client.restart_forced().await,
@@ -696,8 +896,31 @@ async fn run(cli: Cli) -> ExitCode {
         Cmd::Config(ConfigCmd::Show { leaf }) => {
             return config_show(&client, leaf.as_deref(), cli.json).await;
         }
-        Cmd::Config(ConfigCmd::Set { leaf, value }) => client.config_set(leaf, value).await,
-        Cmd::Config(ConfigCmd::Unset { leaf }) => client.config_unset(leaf).await,
+        Cmd::Config(ConfigCmd::Set { leaf, value }) => {
+            let asked = tokio::time::Instant::now();
+            let answer = client.config_set(leaf, value).await;
+            let took = asked.elapsed();
+            return config_changed(&client, leaf, true, (answer, took), &cli).await;
+        }
+        Cmd::Config(ConfigCmd::Unset { leaf }) => {
+            // Whether the override tier sets it: an unset of a leaf it does
+            // not set changes nothing (and publishes nothing).
+            let was_set = client
+                .config_show(Some(leaf))
+                .await
+                .map_or(true, |view| view.overrides.iter().any(|(l, _)| l == leaf));
+            let asked = tokio::time::Instant::now();
+            let answer = client.config_unset(leaf).await;
+            let took = asked.elapsed();
+            if !was_set && answer.is_ok() {
+                return config_unchanged(leaf, answer.ok(), &cli);
+            }
+            return config_changed(&client, leaf, false, (answer, took), &cli).await;
+        }
+        Cmd::Completions { .. } | Cmd::Man { .. } => {
+            // Answered in `main` before anything is dialed.
+            return generated(&cli.command).unwrap_or(ExitCode::SUCCESS);
+        }
         Cmd::Reinit { confirm: None } => {
             return reinit_prepare(&client, &connection_flags(&cli), cli.json).await;
         }
@@ -723,7 +946,7 @@ async fn run(cli: Cli) -> ExitCode {
     };
     let wait = matches!(
         cli.command,
-        Cmd::Start { wait: true } | Cmd::Restart { wait: true, .. } | Cmd::Retry { wait: true }
+        Cmd::Start { wait: true, .. } | Cmd::Restart { wait: true, .. } | Cmd::Retry { wait: true }
     );
     match answer {
         Ok(snapshot) if wait => wait_settled(&client, snapshot, &cli).await,
@@ -796,6 +1019,172 @@ async fn wait_settled(client: &ControlClient, answered: Snapshot, cli: &Cli) -> 
     }
 }
 
+/// The least and the most `config set` waits for the daemon to publish
+/// how a running runtime took the change ([`config_changed`]).
+const APPLY_SETTLE_MIN: Duration = Duration::from_secs(1);
+const APPLY_SETTLE_MAX: Duration = Duration::from_secs(10);
+
+/// A `config set`/`unset`'s answer, and how long the call took.
+type ConfigCall = (Result<Snapshot, ClientError>, Duration);
+
+/// What became of a `config set` / `config unset`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Applied {
+    /// The running runtime took it in place.
+    InPlace,
+    /// The running runtime needs a restart for these leaves (the change's
+    /// among them).
+    AtRestart(Vec<String>),
+    /// The runtime is not running (the state): its next boot reads it.
+    AtNextBoot(&'static str),
+    /// The runtime could not take it: the daemon's error.
+    Refused(String),
+}
+
+impl Applied {
+    const fn kind(&self) -> &'static str {
+        match self {
+            Self::InPlace => "in_place",
+            Self::AtRestart(_) => "at_restart",
+            Self::AtNextBoot(_) => "at_next_boot",
+            Self::Refused(_) => "not_applied",
+        }
+    }
+}
+
+/// `config set` / `config unset` (`set`: which) says in one line what
+/// became of the change: applied in place, at the next restart (naming
+/// the leaves a restart needs: the snapshot's `pending`), at the next boot
+/// (not running). `--json`: the snapshot, with `change: {leaf, applied,
+/// restart_needed}` added.
+///
+/// The daemon answers once the override tier is durable and the running
+/// runtime has applied what it could; the outcome (`pending`) is
+/// published just after, and only when it changes `pending`: nothing is
+/// published when the runtime took the change in place and `pending` is
+/// as it was. So a newer snapshot within a settle window is the outcome,
+/// and none means `pending` stayed as answered. The window is three times
+/// what the call took (its override write and fsync; the outcome's
+/// journal record needs one too), within [`APPLY_SETTLE_MIN`] and
+/// [`APPLY_SETTLE_MAX`] and `--timeout`. A leaf the answer already names
+/// in `pending` needs no wait.
+async fn config_changed(
+    client: &ControlClient,
+    leaf: &str,
+    set: bool,
+    (answer, took): ConfigCall,
+    cli: &Cli,
+) -> ExitCode {
+    let answered = match answer {
+        Ok(snapshot) => snapshot,
+        Err(error) => return fail(&error),
+    };
+    let pending_leaf = |snapshot: &Snapshot| match &snapshot.pending {
+        steadfast::protocol::lifecycle::PendingApply::RestartNeeded { leaves } => {
+            leaves.iter().any(|l| l == leaf)
+        }
+        steadfast::protocol::lifecycle::PendingApply::InSync => false,
+    };
+    let (settled, applied) = if matches!(answered.lifecycle, LifecycleState::Running { .. }) {
+        let next = if pending_leaf(&answered) {
+            answered.clone()
+        } else {
+            let wait = (took * 3)
+                .clamp(APPLY_SETTLE_MIN, APPLY_SETTLE_MAX)
+                .min(timeout_of(cli).unwrap_or(DEFAULT_TIMEOUT));
+            match client.watch(&answered, wait).await {
+                Ok(next) => next,
+                Err(error) => return fail(&error),
+            }
+        };
+        let applied = if let Some(error) = next
+            .error
+            .as_ref()
+            .filter(|e| answered.error.as_ref() != Some(*e))
+        {
+            Applied::Refused(error.clone())
+        } else {
+            match (&next.lifecycle, &next.pending) {
+                (
+                    LifecycleState::Running { .. },
+                    steadfast::protocol::lifecycle::PendingApply::RestartNeeded { leaves },
+                ) if leaves.iter().any(|l| l == leaf) => Applied::AtRestart(leaves.clone()),
+                (LifecycleState::Running { .. }, _) => Applied::InPlace,
+                (other, _) => Applied::AtNextBoot(other.name()),
+            }
+        };
+        (next, applied)
+    } else {
+        let state = answered.lifecycle.name();
+        (answered, Applied::AtNextBoot(state))
+    };
+    if cli.json {
+        return print_change(&settled, leaf, applied.kind());
+    }
+    let done = if set { "set" } else { "unset" };
+    let leaf = escape(leaf);
+    match applied {
+        Applied::InPlace => outln!("{leaf}: {done}; applied in place"),
+        Applied::AtRestart(leaves) => outln!(
+            "{leaf}: {done}; takes effect at the next restart (restart needed: {})",
+            escape(&leaves.join(", "))
+        ),
+        Applied::AtNextBoot(state) => {
+            outln!("{leaf}: {done}; the runtime is {state}: takes effect when it next boots");
+        }
+        Applied::Refused(error) => outln!(
+            "{leaf}: {done}; the running runtime did not take it: {}",
+            out::block(&error, 4)
+        ),
+    }
+    ExitCode::SUCCESS
+}
+
+/// `config unset` of a leaf the override tier does not set: nothing
+/// changed, said so (`--json`: the answer, `applied: unchanged`).
+fn config_unchanged(leaf: &str, answered: Option<Snapshot>, cli: &Cli) -> ExitCode {
+    match answered {
+        Some(snapshot) if cli.json => print_change(&snapshot, leaf, "unchanged"),
+        _ => {
+            outln!(
+                "{}: unchanged (the override tier does not set it)",
+                escape(leaf)
+            );
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+/// `config set`/`unset --json`: `snapshot` with `change: {leaf, applied,
+/// restart_needed}` added (`restart_needed`: its `pending` leaves).
+fn print_change(snapshot: &Snapshot, leaf: &str, applied: &str) -> ExitCode {
+    let mut value = match serde_json::to_value(snapshot) {
+        Ok(value) => value,
+        Err(error) => {
+            say(&error);
+            return ExitCode::FAILURE;
+        }
+    };
+    if let serde_json::Value::Object(fields) = &mut value {
+        let restart_needed = match &snapshot.pending {
+            steadfast::protocol::lifecycle::PendingApply::RestartNeeded { leaves } => {
+                leaves.clone()
+            }
+            steadfast::protocol::lifecycle::PendingApply::InSync => Vec::new(),
+        };
+        fields.insert(
+            "change".to_owned(),
+            serde_json::json!({
+                "leaf": leaf,
+                "applied": applied,
+                "restart_needed": restart_needed,
+            }),
+        );
+    }
+    print_json(&value);
+    ExitCode::SUCCESS
+}
+
 /// The snapshot a command answered, as `--json` or as `status` prints it.
 fn print_answer(snapshot: &Snapshot, cli: &Cli) {
     if cli.json {
@@ -818,13 +1207,108 @@ const fn status_code(lifecycle: &LifecycleState) -> u8 {
     }
 }
 
-/// `stop [--hold]`: answered once the drain settled; with `--timeout`, exit
-/// 5 when it has not settled by then.
-async fn stop(client: &ControlClient, hold: bool, cli: &Cli) -> ExitCode {
+/// The state a `start` or `stop` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Already {
+    /// `start`: the runtime running.
+    Running,
+    /// `stop`: the runtime stopped.
+    Stopped,
+}
+
+impl Already {
+    const fn name(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Stopped => "stopped",
+        }
+    }
+}
+
+/// Whether `error` is the lifecycle's refusal of a command whose target
+/// state the runtime is already in: a `start` while running
+/// (`runtime_running`), a `stop` while stopped (`runtime_not_running` in
+/// `stopped`). Every other refusal (a `stop` while resolving, a `start`
+/// while booting, draining or failed) is not.
+fn already(error: &ClientError, target: Already) -> bool {
+    use steadfast::protocol::lifecycle::RefusedBecause;
+    error.refused().is_some_and(|refused| match target {
+        Already::Running => refused.reason == RefusedBecause::RuntimeRunning,
+        Already::Stopped => {
+            refused.reason == RefusedBecause::RuntimeNotRunning && refused.state == "stopped"
+        }
+    })
+}
+
+/// What the daemon this invocation reached is called in a one-line answer:
+/// as the command line named it (its data directory, socket, address, or
+/// client config file).
+fn daemon_name(cli: &Cli) -> String {
+    let named = if let Some(socket) = &cli.socket {
+        socket.display().to_string()
+    } else if let Some(addr) = &cli.tcp {
+        addr.to_string()
+    } else if let Some(addr) = &cli.tls {
+        addr.clone()
+    } else if let Some(file) = &cli.client_config {
+        file.display().to_string()
+    } else {
+        data_dir_of(cli).map_or_else(|_| ".".to_owned(), |d| d.display().to_string())
+    };
+    escape(&named).into_owned()
+}
+
+/// A `start` or `stop` found the runtime already `target`: exit 0 as
+/// `systemctl start` of a started unit does, saying so in one line
+/// (`NAME: already running`), or with `--json` printing the snapshot as
+/// an accepted command does (and `start --wait` its settled one).
+async fn already_there(client: &ControlClient, cli: &Cli, target: Already) -> ExitCode {
+    let snapshot = match client.snapshot().await {
+        Ok(snapshot) => snapshot,
+        Err(error) => return fail(&error),
+    };
+    if cli.json {
+        print_json(&snapshot);
+    } else {
+        outln!(
+            "{}: already {}{}",
+            daemon_name(cli),
+            target.name(),
+            if target == Already::Stopped && snapshot.hold {
+                " (held across relaunch)"
+            } else {
+                ""
+            }
+        );
+    }
+    ExitCode::SUCCESS
+}
+
+/// `stop [--hold] [--strict]`: answered once the drain settled; with
+/// `--timeout`, exit 5 when it has not settled by then. A runtime already
+/// stopped is exit 0 (`--strict`: 3) — but not for `--hold` when it is not
+/// held: the hold asked for was not taken, and that is a refusal.
+async fn stop(client: &ControlClient, hold: bool, strict: bool, cli: &Cli) -> ExitCode {
     match client.stop(Hold::from(hold)).await {
         Ok(snapshot) => {
             print_answer(&snapshot, cli);
             ExitCode::SUCCESS
+        }
+        Err(error) if !strict && already(&error, Already::Stopped) => {
+            if hold {
+                match client.snapshot().await {
+                    Ok(snapshot) if snapshot.hold => {}
+                    Ok(_) => {
+                        say(&format!(
+                            "{error} (already stopped but not held: `stop --hold` holds a \
+                             runtime it stops; `start`, then `stop --hold`, to hold this one)"
+                        ));
+                        return ExitCode::from(EXIT_REFUSED);
+                    }
+                    Err(error) => return fail(&error),
+                }
+            }
+            already_there(client, cli, Already::Stopped).await
         }
         Err(error) if error.is_deadline() => {
             let secs = cli.timeout.unwrap_or(DEFAULT_TIMEOUT.as_secs_f64());
@@ -1094,7 +1578,7 @@ fn connection_flags(cli: &Cli) -> String {
         ]);
     }
     if let Some(tls) = &cli.tls {
-        flags.extend(["--tls".to_owned(), tls.to_string()]);
+        flags.extend(["--tls".to_owned(), shell_word(tls)]);
     }
     for (flag, path) in [
         ("--client-config", &cli.client_config),
@@ -1244,9 +1728,19 @@ fn timed_out(
     ExitCode::from(EXIT_TIMED_OUT)
 }
 
+/// The width of [`clock`]'s text and the space after it: where a `watch`
+/// line's continuation lines start.
+const CLOCK_WIDTH: usize = "14:03:07.123 ".len();
+
 /// The lines `watch` prints for the step from `before` to `now`: a
-/// transition, and each phase that started or ended.
+/// transition, and each phase that started or ended, each after the
+/// wall-clock time it happened (local, or UTC with `--utc`, as
+/// `journalctl -o short`: `14:03:07.123`): a phase's start or end, the
+/// state's `since`, else when the daemon answered.
 fn changes(before: Option<&Snapshot>, now: &Snapshot, utc: bool) -> Vec<String> {
+    let answered = now.now.map_or_else(now_ms, |t| t.as_millis());
+    let stamped =
+        |at: u64, line: &str| format!("{} {}", clock(at, utc), out::block(line, 4 + CLOCK_WIDTH));
     let mut lines = Vec::new();
     let state_changed = before.is_none_or(|b| b.lifecycle != now.lifecycle);
     for attempt in &now.attempts {
@@ -1263,6 +1757,7 @@ fn changes(before: Option<&Snapshot>, now: &Snapshot, utc: bool) -> Vec<String> 
                 continue;
             }
             let position = position(phase);
+            let at = phase.started_at.as_millis() + phase.duration_ms.unwrap_or(0);
             let line = match (&phase.outcome, phase.duration_ms) {
                 (PhaseOutcome::Running, _) => {
                     format!(
@@ -1282,13 +1777,31 @@ fn changes(before: Option<&Snapshot>, now: &Snapshot, utc: bool) -> Vec<String> 
                         .unwrap_or_default()
                 ),
             };
-            lines.push(out::block(&line, 4));
+            lines.push(stamped(at, &line));
         }
     }
     if state_changed {
-        lines.push(format!("→ {}", state_line(now)));
+        let at = since(&now.lifecycle).unwrap_or(answered);
+        lines.push(stamped(at, &format!("→ {}", state_line(now))));
     }
     lines
+}
+
+/// `ms` since the epoch as a wall-clock time of day with milliseconds
+/// (`14:03:07.123`), in the local time zone or in UTC.
+fn clock(ms: u64, utc: bool) -> String {
+    let Some(at) = i64::try_from(ms)
+        .ok()
+        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+    else {
+        return format!("{:>12}", "?");
+    };
+    let zone = if utc {
+        jiff::tz::TimeZone::UTC
+    } else {
+        local_zone().clone()
+    };
+    at.to_zoned(zone).strftime("%H:%M:%S%.3f").to_string()
 }
 
 /// A phase's place in the plan: `2/5`, or `1/?` while the plan is not
@@ -1708,6 +2221,12 @@ mod tests {
             &["retry", "--wait"],
             &["stop"],
             &["stop", "--hold"],
+            &["start", "--strict"],
+            &["start", "--wait", "--strict"],
+            &["start", "--strict", "--wait"],
+            &["stop", "--strict"],
+            &["stop", "--hold", "--strict"],
+            &["stop", "--strict", "--hold"],
         ];
         let globals: &[&[&str]] = &[
             &["--data-dir", "/d"],
@@ -1841,6 +2360,13 @@ mod tests {
             &["status", "--wait"],
             &["start", "--force"],
             &["stop", "--wait"],
+            &["start", "--strict", "--strict"],
+            &["stop", "--strict=true"],
+            &["--strict", "stop"],
+            &["restart", "--strict"],
+            &["completions", "bash"],
+            &["man"],
+            &["man", "start"],
             &["--", "status"],
             &["status", "--"],
             &["-", "status"],
@@ -1902,6 +2428,29 @@ mod tests {
             &["-v", "probe", "live"],
             &["start", "--wait"],
             &["stop", "--hold"],
+            &["stop", "--hold", "--strict"],
+            &["start", "--strict", "--wait"],
+            &["completions", "zsh"],
+            &["man"],
+            &["man", "stop"],
+            &[
+                "--tls",
+                "daemon.example:7443",
+                "--ca",
+                "/ca",
+                "--token-file",
+                "/t",
+                "status",
+            ],
+            &[
+                "--tls",
+                "[::1]:7443",
+                "--ca",
+                "/ca",
+                "--token-file",
+                "/t",
+                "status",
+            ],
             &["watch", "--until", "running", "--timeout", "3"],
             &["journal", "-n", "5"],
             &["config", "set", "log.level", "-1"],
@@ -1919,6 +2468,26 @@ mod tests {
             &["--data-dir", "/d", "--socket", "/s", "status"],
             &["--tcp", "127.0.0.1:7433", "status"],
             &["--tcp", "not-an-address", "--token-file", "/t", "status"],
+            &[
+                "--tls",
+                "no-port",
+                "--ca",
+                "/ca",
+                "--token-file",
+                "/t",
+                "status",
+            ],
+            &[
+                "--tls",
+                "::1:7443",
+                "--ca",
+                "/ca",
+                "--token-file",
+                "/t",
+                "status",
+            ],
+            &["completions", "nosuchshell"],
+            &["stop", "--strict", "--strict"],
             &["--timeout", "soon", "status"],
             &["watch", "--until", "sleeping"],
             &["--only", "a", "--all", "status"],

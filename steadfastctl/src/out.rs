@@ -81,10 +81,15 @@ pub(crate) fn exit_code_if_closed(code: u8) {
 /// breaks, [`lines`]); a closed stdout exits quietly, another failure says
 /// so on stderr and exits 1.
 pub(crate) fn stdout(text: &str) {
+    raw(lines(text).as_bytes());
+}
+
+/// Write `bytes` to stdout as they are: text steadfastctl made itself from
+/// its own definitions (a completion script, a manual page), which may
+/// hold a tab. A closed stdout is handled as [`stdout`] does.
+pub(crate) fn raw(bytes: &[u8]) {
     let mut out = std::io::stdout().lock();
-    let written = out
-        .write_all(lines(text).as_bytes())
-        .and_then(|()| out.flush());
+    let written = out.write_all(bytes).and_then(|()| out.flush());
     match written {
         Ok(()) => {}
         Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {

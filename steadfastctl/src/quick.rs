@@ -9,9 +9,9 @@
 //! - the global flags `--data-dir DIR`, `--socket PATH`, `--timeout SECS`
 //!   (each also as `--flag=VALUE`), `--json`, `--utc`, `-v`/`--verbose`,
 //!   anywhere on the line, each at most once;
-//! - one of `status`, `probe ready|live`, `start [--wait]`,
-//!   `restart [--force] [--wait]`, `retry [--wait]`, `stop [--hold]`, a
-//!   subcommand's own flags after its name.
+//! - one of `status`, `probe ready|live`, `start [--wait] [--strict]`,
+//!   `restart [--force] [--wait]`, `retry [--wait]`,
+//!   `stop [--hold] [--strict]`, a subcommand's own flags after its name.
 //!
 //! Invariant: on every line it accepts, [`parse`] gives the very [`Cli`]
 //! clap gives; anything else (another command, `--help`, `--version`, a
@@ -36,6 +36,7 @@ enum Sub {
     Probe(Option<ProbeKind>),
     Start {
         wait: bool,
+        strict: bool,
     },
     Restart {
         force: bool,
@@ -46,6 +47,7 @@ enum Sub {
     },
     Stop {
         hold: bool,
+        strict: bool,
     },
 }
 
@@ -96,10 +98,10 @@ pub(super) fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Option<Cli> {
     let command = match sub? {
         Sub::Status => Cmd::Status { history: None },
         Sub::Probe(what) => Cmd::Probe { what: what? },
-        Sub::Start { wait } => Cmd::Start { wait },
+        Sub::Start { wait, strict } => Cmd::Start { wait, strict },
         Sub::Restart { force, wait } => Cmd::Restart { force, wait },
         Sub::Retry { wait } => Cmd::Retry { wait },
-        Sub::Stop { hold } => Cmd::Stop { hold },
+        Sub::Stop { hold, strict } => Cmd::Stop { hold, strict },
     };
     Some(Cli {
         data_dir,
@@ -131,13 +133,19 @@ fn positional(sub: Option<Sub>, word: &[u8]) -> Option<Sub> {
     Some(match (sub, word) {
         (None, b"status") => Sub::Status,
         (None, b"probe") => Sub::Probe(None),
-        (None, b"start") => Sub::Start { wait: false },
+        (None, b"start") => Sub::Start {
+            wait: false,
+            strict: false,
+        },
         (None, b"restart") => Sub::Restart {
             force: false,
             wait: false,
         },
         (None, b"retry") => Sub::Retry { wait: false },
-        (None, b"stop") => Sub::Stop { hold: false },
+        (None, b"stop") => Sub::Stop {
+            hold: false,
+            strict: false,
+        },
         (Some(Sub::Probe(None)), b"ready") => Sub::Probe(Some(ProbeKind::Ready)),
         (Some(Sub::Probe(None)), b"live") => Sub::Probe(Some(ProbeKind::Live)),
         _ => return None,
@@ -148,7 +156,14 @@ fn positional(sub: Option<Sub>, word: &[u8]) -> Option<Sub> {
 fn own_flag(sub: Sub, flag: &[u8]) -> Option<Sub> {
     let once = |seen: bool| (!seen).then_some(true);
     Some(match (sub, flag) {
-        (Sub::Start { wait }, b"wait") => Sub::Start { wait: once(wait)? },
+        (Sub::Start { wait, strict }, b"wait") => Sub::Start {
+            wait: once(wait)?,
+            strict,
+        },
+        (Sub::Start { wait, strict }, b"strict") => Sub::Start {
+            wait,
+            strict: once(strict)?,
+        },
         (Sub::Restart { force, wait }, b"wait") => Sub::Restart {
             force,
             wait: once(wait)?,
@@ -158,7 +173,14 @@ fn own_flag(sub: Sub, flag: &[u8]) -> Option<Sub> {
             wait,
         },
         (Sub::Retry { wait }, b"wait") => Sub::Retry { wait: once(wait)? },
-        (Sub::Stop { hold }, b"hold") => Sub::Stop { hold: once(hold)? },
+        (Sub::Stop { hold, strict }, b"hold") => Sub::Stop {
+            hold: once(hold)?,
+            strict,
+        },
+        (Sub::Stop { hold, strict }, b"strict") => Sub::Stop {
+            hold,
+            strict: once(strict)?,
+        },
         _ => return None,
     })
 }
