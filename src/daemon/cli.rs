@@ -312,10 +312,10 @@ impl CliError {
     }
 }
 
-/// Exit the process: with how the daemon ended ([`Ended::code`]: 0 drained
-/// by a signal, 80 halt, 75 relaunch), or, for an error, after saying it on stderr as
-/// `NAME: error` (a [`CliError::Daemon`] is logged already: only its flag
-/// is said), with [`CliError::exit_code`].
+/// Exit the process: with how the daemon ended ([`Ended::code`]: 0
+/// drained by a signal, 80 halt, 75 relaunch), or, for an error, after
+/// saying it on stderr as `NAME: error` (a [`CliError::Daemon`] is logged
+/// already: only its flag is said), with [`CliError::exit_code`].
 pub fn exit(name: &str, outcome: Result<Ended, CliError>) -> ! {
     let code = match outcome {
         Ok(ended) => {

@@ -196,7 +196,7 @@ enum Cmd {
         #[arg(long)]
         wait: bool,
     },
-    /// End the daemon's process after a drain (exit 0: stays down). With
+    /// End the daemon's process after a drain (exit 80: stays down). With
     /// --inventory, to the daemons --only names, or --all.
     Exit {
         /// Exit 75 instead, so the service manager starts it again.
