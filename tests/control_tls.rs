@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use common::*;
 use pki::{Ca, write_private};
+use rcgen::KeyPair;
 use steadfast::Hold;
 use steadfast::control::{
     ClientError, ControlClient, ControlError, Endpoint, Fingerprint, Role, ServerLimits, TlsClient,

@@ -98,6 +98,18 @@ fn config_set_says_whether_it_applied_or_needs_a_restart() {
         "{answer:#}"
     );
     assert_eq!(answer["pending"]["kind"], "restart_needed", "{answer:#}");
+    // A later change applied in place does not forget the restart the
+    // address still needs: the runtime still listens where it booted.
+    let out = ctl(&data, &["config", "set", "log_level", "debug", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(answer["change"]["applied"], "in_place", "{answer:#}");
+    assert_eq!(answer["pending"]["kind"], "restart_needed", "{answer:#}");
+    assert_eq!(
+        answer["pending"]["leaves"],
+        serde_json::json!(["listen_addr"]),
+        "{answer:#}"
+    );
 
     // Removing a leaf the override tier does not set changes nothing.
     let out = ctl(&data, &["config", "unset", "max_connections"]);
@@ -116,7 +128,7 @@ fn config_set_says_whether_it_applied_or_needs_a_restart() {
     );
 
     assert_eq!(ctl(&data, &["exit"]).status.code(), Some(0));
-    assert_eq!(wait_exit(&mut daemon), Some(0));
+    assert_eq!(wait_exit(&mut daemon), Some(steadfast::daemon::EXIT_HALT));
 }
 
 /// Whether `line` starts with a wall-clock time, `HH:MM:SS.mmm `.
@@ -223,7 +235,7 @@ fn watch_lines_carry_their_time() {
     }
 
     assert_eq!(ctl(&data, &["exit"]).status.code(), Some(0));
-    assert_eq!(wait_exit(&mut daemon), Some(0));
+    assert_eq!(wait_exit(&mut daemon), Some(steadfast::daemon::EXIT_HALT));
 }
 
 /// Write `text` to `path`, mode 0600 from creation (a key must be).

@@ -305,7 +305,7 @@ fn start_when_running_and_stop_when_stopped_exit_0() {
     );
 
     assert_eq!(ctl(&data, &["exit"]).status.code(), Some(0));
-    assert_eq!(wait_exit(&mut daemon), Some(0));
+    assert_eq!(wait_exit(&mut daemon), Some(steadfast::daemon::EXIT_HALT));
 
     // A held failure is not running, nor stopped: `start` stays refused.
     let bad = tmp.path().join("bad.toml");
@@ -318,5 +318,5 @@ fn start_when_running_and_stop_when_stopped_exit_0() {
     assert!(text(&out.stderr).contains("runtime_not_stopped"), "{out:?}");
     assert!(!text(&out.stdout).contains("already"), "{out:?}");
     assert_eq!(ctl(&held, &["exit"]).status.code(), Some(0));
-    assert_eq!(wait_exit(&mut daemon), Some(0));
+    assert_eq!(wait_exit(&mut daemon), Some(steadfast::daemon::EXIT_HALT));
 }

@@ -14,8 +14,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use processes::{PATIENCE, example, free_port, kv, steadfastctl, wait_exit};
 use pki::{Ca, write_private};
+use processes::{PATIENCE, example, free_port, kv, steadfastctl, wait_exit};
 use steadfast::daemon::{EXIT_HALT, EXIT_NEVER_WORKS};
 
 /// The variables the daemon command line reads: removed from every child,
@@ -585,4 +585,3 @@ fn a_control_port_in_use_exits_1_naming_the_flag() {
         "the flag: {stderr}"
     );
 }
-

@@ -539,7 +539,9 @@ fn every_line_names_its_process() {
     let new_ident = format!("kvd[{new}]");
     let out = processes::ctl(&kvd.data, &["exit"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let text = kvd.wait_for(&format!("{new_ident}  INFO kvd: exiting"));
+    let text = kvd.wait_for(&format!(
+        "{new_ident}  INFO steadfast::daemon::cli: exiting"
+    ));
     for line in text.lines() {
         assert!(starts_as_a_record(line, false), "{line:?} in {text}");
         let ident = ident_of(line);

@@ -441,6 +441,13 @@ pub struct LifecycleActorState {
     stop_waiters: Vec<RpcReplyPort<Result<Snapshot, CommandError>>>,
     /// A re-initialization waiting for its wipe to settle.
     reinit_waiter: Option<RpcReplyPort<Result<Snapshot, CommandError>>>,
+    /// `config set`/`unset` commands whose change the running runtime is
+    /// applying: answered once its outcome (`ConfigApplied`: in place, or
+    /// the leaves a restart needs) is stepped, so the answer says which.
+    apply_waiters: Vec<RpcReplyPort<Result<Snapshot, CommandError>>>,
+    /// Set when [`Self::apply_config`] hands its outcome on as a
+    /// `ConfigApplied` message (cleared before each override's step).
+    apply_outcome_sent: bool,
     /// Bumped by every change to the override tier.
     overrides_generation: u64,
     /// `overrides_generation` when the current boot started: a held
@@ -520,6 +527,8 @@ impl Actor for LifecycleActor {
             identity: None,
             stop_waiters: Vec::new(),
             reinit_waiter: None,
+            apply_waiters: Vec::new(),
+            apply_outcome_sent: false,
             overrides_generation: 0,
             boot_overrides_generation: 0,
             unacknowledged: None,
@@ -643,6 +652,9 @@ impl Actor for LifecycleActor {
                             .fire(&myself, LifecycleEvent::ConfigApplied { pending })
                             .await
                             .ok();
+                    }
+                    for waiter in state.apply_waiters.drain(..) {
+                        let _ = waiter.send(Ok(state.snapshot.clone()));
                     }
                 }
                 LifecycleMsg::BootCrashed { reason } => {
@@ -1570,6 +1582,7 @@ impl LifecycleActorState {
         self.overrides_generation += 1;
         let at = self.shared.clock.now();
         self.unacknowledged = None;
+        self.apply_outcome_sent = false;
         if self
             .fire(myself, LifecycleEvent::ConfigChanged { at })
             .await
@@ -1581,6 +1594,8 @@ impl LifecycleActorState {
             Some(error) => {
                 let _ = reply.send(Err(CommandError::Durability(error)));
             }
+            // The running runtime applied it: answer with the outcome.
+            None if self.apply_outcome_sent => self.apply_waiters.push(reply),
             None => {
                 let _ = reply.send(Ok(self.snapshot.clone()));
             }
@@ -1611,21 +1626,24 @@ impl LifecycleActorState {
         let attempt = live.attempt;
         self.config = Some(new);
         self.clear_error(ErrorSource::ConfigApply);
-        let pending = if leaves.is_empty() {
+        // Leaves a restart needs accumulate until the restart, whatever
+        // later changes apply in place: the runtime still runs with what
+        // it booted with for them.
+        let mut all = match &self.snapshot.pending {
+            PendingApply::RestartNeeded { leaves } => leaves.clone(),
+            PendingApply::InSync => Vec::new(),
+        };
+        all.extend(leaves);
+        all.sort();
+        all.dedup();
+        let pending = if all.is_empty() {
             PendingApply::InSync
         } else {
-            // Leaves that still differ from what the runtime booted with
-            // accumulate until a restart.
-            let mut all = match &self.snapshot.pending {
-                PendingApply::RestartNeeded { leaves } => leaves.clone(),
-                PendingApply::InSync => Vec::new(),
-            };
-            all.extend(leaves);
-            all.sort();
-            all.dedup();
             PendingApply::RestartNeeded { leaves: all }
         };
-        let _ = myself.cast(LifecycleMsg::ConfigApplied { attempt, pending });
+        self.apply_outcome_sent = myself
+            .cast(LifecycleMsg::ConfigApplied { attempt, pending })
+            .is_ok();
     }
 
     /// Append `records`; whether they are durable. A failure is reported

@@ -897,10 +897,8 @@ async fn run(cli: Cli) -> ExitCode {
             return config_show(&client, leaf.as_deref(), cli.json).await;
         }
         Cmd::Config(ConfigCmd::Set { leaf, value }) => {
-            let asked = tokio::time::Instant::now();
             let answer = client.config_set(leaf, value).await;
-            let took = asked.elapsed();
-            return config_changed(&client, leaf, true, (answer, took), &cli).await;
+            return config_changed(leaf, true, answer, &cli);
         }
         Cmd::Config(ConfigCmd::Unset { leaf }) => {
             // Whether the override tier sets it: an unset of a leaf it does
@@ -909,13 +907,11 @@ async fn run(cli: Cli) -> ExitCode {
                 .config_show(Some(leaf))
                 .await
                 .map_or(true, |view| view.overrides.iter().any(|(l, _)| l == leaf));
-            let asked = tokio::time::Instant::now();
             let answer = client.config_unset(leaf).await;
-            let took = asked.elapsed();
             if !was_set && answer.is_ok() {
                 return config_unchanged(leaf, answer.ok(), &cli);
             }
-            return config_changed(&client, leaf, false, (answer, took), &cli).await;
+            return config_changed(leaf, false, answer, &cli);
         }
         Cmd::Completions { .. } | Cmd::Man { .. } => {
             // Answered in `main` before anything is dialed.
@@ -1019,13 +1015,9 @@ async fn wait_settled(client: &ControlClient, answered: Snapshot, cli: &Cli) -> 
     }
 }
 
-/// The least and the most `config set` waits for the daemon to publish
-/// how a running runtime took the change ([`config_changed`]).
-const APPLY_SETTLE_MIN: Duration = Duration::from_secs(1);
-const APPLY_SETTLE_MAX: Duration = Duration::from_secs(10);
-
-/// A `config set`/`unset`'s answer, and how long the call took.
-type ConfigCall = (Result<Snapshot, ClientError>, Duration);
+/// How the daemon's snapshot error of a change a running runtime could not
+/// apply begins.
+const NOT_APPLIED: &str = "a config change was not applied";
 
 /// What became of a `config set` / `config unset`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1055,68 +1047,34 @@ impl Applied {
 /// `config set` / `config unset` (`set`: which) says in one line what
 /// became of the change: applied in place, at the next restart (naming
 /// the leaves a restart needs: the snapshot's `pending`), at the next boot
-/// (not running). `--json`: the snapshot, with `change: {leaf, applied,
-/// restart_needed}` added.
+/// (not running), or not taken (the daemon's error). `--json`: the
+/// snapshot, with `change: {leaf, applied, restart_needed}` added.
 ///
-/// The daemon answers once the override tier is durable and the running
-/// runtime has applied what it could; the outcome (`pending`) is
-/// published just after, and only when it changes `pending`: nothing is
-/// published when the runtime took the change in place and `pending` is
-/// as it was. So a newer snapshot within a settle window is the outcome,
-/// and none means `pending` stayed as answered. The window is three times
-/// what the call took (its override write and fsync; the outcome's
-/// journal record needs one too), within [`APPLY_SETTLE_MIN`] and
-/// [`APPLY_SETTLE_MAX`] and `--timeout`. A leaf the answer already names
-/// in `pending` needs no wait.
-async fn config_changed(
-    client: &ControlClient,
+/// The daemon answers a change to a running runtime once the runtime has
+/// applied it and the outcome is stepped, so the answer's `pending` is
+/// the outcome; an apply that failed answers with its error in the
+/// snapshot (`a config change was not applied: …`).
+fn config_changed(
     leaf: &str,
     set: bool,
-    (answer, took): ConfigCall,
+    answer: Result<Snapshot, ClientError>,
     cli: &Cli,
 ) -> ExitCode {
-    let answered = match answer {
+    let settled = match answer {
         Ok(snapshot) => snapshot,
         Err(error) => return fail(&error),
     };
-    let pending_leaf = |snapshot: &Snapshot| match &snapshot.pending {
-        steadfast::protocol::lifecycle::PendingApply::RestartNeeded { leaves } => {
-            leaves.iter().any(|l| l == leaf)
-        }
-        steadfast::protocol::lifecycle::PendingApply::InSync => false,
-    };
-    let (settled, applied) = if matches!(answered.lifecycle, LifecycleState::Running { .. }) {
-        let next = if pending_leaf(&answered) {
-            answered.clone()
-        } else {
-            let wait = (took * 3)
-                .clamp(APPLY_SETTLE_MIN, APPLY_SETTLE_MAX)
-                .min(timeout_of(cli).unwrap_or(DEFAULT_TIMEOUT));
-            match client.watch(&answered, wait).await {
-                Ok(next) => next,
-                Err(error) => return fail(&error),
-            }
-        };
-        let applied = if let Some(error) = next
-            .error
-            .as_ref()
-            .filter(|e| answered.error.as_ref() != Some(*e))
-        {
+    let applied = match (&settled.lifecycle, &settled.pending, &settled.error) {
+        (LifecycleState::Running { .. }, _, Some(error)) if error.starts_with(NOT_APPLIED) => {
             Applied::Refused(error.clone())
-        } else {
-            match (&next.lifecycle, &next.pending) {
-                (
-                    LifecycleState::Running { .. },
-                    steadfast::protocol::lifecycle::PendingApply::RestartNeeded { leaves },
-                ) if leaves.iter().any(|l| l == leaf) => Applied::AtRestart(leaves.clone()),
-                (LifecycleState::Running { .. }, _) => Applied::InPlace,
-                (other, _) => Applied::AtNextBoot(other.name()),
-            }
-        };
-        (next, applied)
-    } else {
-        let state = answered.lifecycle.name();
-        (answered, Applied::AtNextBoot(state))
+        }
+        (
+            LifecycleState::Running { .. },
+            steadfast::protocol::lifecycle::PendingApply::RestartNeeded { leaves },
+            _,
+        ) if leaves.iter().any(|l| l == leaf) => Applied::AtRestart(leaves.clone()),
+        (LifecycleState::Running { .. }, _, _) => Applied::InPlace,
+        (other, _, _) => Applied::AtNextBoot(other.name()),
     };
     if cli.json {
         return print_change(&settled, leaf, applied.kind());
