@@ -9,7 +9,7 @@ the disk) on a port of its own. Each round sends one `SET` and then one
 `GET` to every build in turn, on a kept connection with TCP_NODELAY, the
 order shifted by one each round. So the builds see the same machine load
 and the same drift of the disk's fsync latency. That is what a change worth
-tens of microseconds per request needs on a noisy machine (issue 16: kvd's
+tens of microseconds per request needs on a noisy machine (kvd's
 `SET` went from `spawn_blocking` to `block_in_place`). The script prints
 each build's medians, and each build's ratio to the first.
 """

@@ -9,7 +9,7 @@ round launches runsv once, and kvd and minimal of every build once, in an
 order shuffled each round (seeded), each polled the way
 `compare_peers.py`'s launch section polls (a check, 1 ms, a check, ...), so
 the builds see the same machine load. Prints each median and
-its ratio to runsv until `sv status` says `run:` in the same run (issue 16).
+its ratio to runsv until `sv status` says `run:` in the same run.
 """
 import os
 import random

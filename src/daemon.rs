@@ -580,7 +580,7 @@ const WARM_BLOCKING_THREADS: usize = 1;
 /// thread's start-up, a few hundred microseconds to milliseconds on a
 /// loaded 2-core machine, moves off the path from exec to `running` and
 /// overlaps the control socket's bind and the supervision tree's start
-/// (issue 16). Each pool ends an idle thread after its keep-alive (10 s);
+///. Each pool ends an idle thread after its keep-alive (10 s);
 /// nothing waits for them. One device thread
 /// (`steadfast_actors::device::warm`) and [`WARM_BLOCKING_THREADS`] of
 /// tokio's, by a task that does nothing (best effort: a runtime whose pool

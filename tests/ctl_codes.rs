@@ -1,4 +1,4 @@
-//! The exit codes scripts expect (issue 13, item 5; `spec/control.md`,
+//! The exit codes scripts expect (`spec/control.md`,
 //! "steadfastctl"), through the real `steadfastctl` against a real kvd:
 //! - `status` exits 0 running, 3 not running (stopped, failed, …), 4
 //!   unknown (no daemon answered), as LSB init scripts and

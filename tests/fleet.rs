@@ -1,4 +1,4 @@
-//! `steadfastctl --inventory FILE …` (issue 17, item 4), the real binary,
+//! `steadfastctl --inventory FILE …`, the real binary,
 //! against fleets of real in-process supervisors, each over its own data
 //! dir with its control socket served in this process: one line (or one
 //! JSON object) per daemon in inventory order, the exit codes (`status`: 0

@@ -1,4 +1,4 @@
-//! What kvd prints, with real kvd children (issue 14, item 1): `RUST_LOG`
+//! What kvd prints, with real kvd children: `RUST_LOG`
 //! and the configured `log_level` change it, the configured level in place
 //! (no restart), a control socket that cannot be served is logged as an
 //! error, and under journald (`JOURNAL_STREAM` naming stderr) every line

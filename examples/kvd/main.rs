@@ -102,7 +102,7 @@ idle_timeout_secs = 60
 /// catches up too, under a shared `flock`. Only complete lines are ever
 /// applied.
 ///
-/// Invariants (issue 11, item 1; `tests/enospc.rs`):
+/// Invariants (`tests/enospc.rs`):
 /// - **A write is answered `OK` only after its fsync returned**; any error
 ///   is answered `ERR`
 ///   (`enospc::an_acknowledged_set_survives_a_full_disk_and_a_relaunch`).
@@ -986,7 +986,7 @@ fn answer(line: &str, store: &Shared) -> String {
 /// runtime it would panic). The answer goes out from the thread the fsync
 /// returned on: no wake-up of a blocking-pool thread before the fsync, nor
 /// of a worker after it, sits between the request and its `OK`, as with
-/// `spawn_blocking` (issue 16: a `SET` within 1.5× its fsync). An I/O
+/// `spawn_blocking` (a `SET` within 1.5× its fsync). An I/O
 /// error is answered `ERR`, never `OK`; so is a panic in the write.
 fn durable(write: impl FnOnce() -> std::io::Result<String>) -> String {
     let written = tokio::task::block_in_place(|| {

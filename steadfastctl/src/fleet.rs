@@ -1,5 +1,4 @@
-//! `steadfastctl --inventory FILE …`: one view of many daemons (issue 17,
-//! item 4).
+//! `steadfastctl --inventory FILE …`: one view of many daemons.
 //!
 //! The inventory is a TOML file of `[[daemon]]` entries, each a `name` and
 //! exactly one transport: `data_dir`, `socket`, `tcp` (with `token_file`)
@@ -140,7 +139,7 @@ pub enum Target {
         /// The token file.
         token_file: PathBuf,
     },
-    /// Its TLS control port (issue 17, item 1), with the CA that signs the
+    /// Its TLS control port, with the CA that signs the
     /// daemon's certificate and this client's certificate and key (or a
     /// token to present inside the session).
     Tls {

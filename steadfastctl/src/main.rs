@@ -144,7 +144,7 @@ struct Cli {
 }
 
 // `defer`: a subcommand's own flags are built only when it is the one
-// given (issue 16: the command line's cost is mostly clap's).
+// given (the command line's cost is mostly clap's).
 #[derive(Debug, Subcommand)]
 #[command(defer = true)]
 enum Cmd {
@@ -257,7 +257,7 @@ enum Cmd {
         #[arg(long, value_name = "TOKEN")]
         confirm: Option<String>,
     },
-    /// Replace the daemon's binary (issue 7): print each step as it happens
+    /// Replace the daemon's binary: print each step as it happens
     /// and end with the outcome. Exit 0 when it completed (or nothing needed
     /// replacing), 4 when it failed (the message says whether the candidate
     /// was committed anyway).
@@ -390,7 +390,7 @@ fn main() -> ExitCode {
     // The process ends here, and its exit closes the connection and frees
     // everything: shutting the runtime down first (its drivers and the
     // connection) is work the exit does anyway, ~40–80 µs
-    // of a ~2 ms command (issue 16).
+    // of a ~2 ms command.
     std::mem::forget(runtime);
     code
 }
@@ -526,7 +526,7 @@ fn unreached(cli: &Cli, error: &str) -> ExitCode {
 /// …) are read by hand ([`quick::parse`]), giving the [`Cli`] clap would
 /// give without building clap's command. Everything else is clap's. Before it parses, clap copies each
 /// global flag (17, with their help text) into every subcommand (16): most
-/// of a `status`'s time went there (issue 16). So the first parse is with a
+/// of a `status`'s time went there. So the first parse is with a
 /// command whose flags carry no help text; when it does not give a [`Cli`]
 /// (a usage error, `--help`, `--version`), the whole command parses again
 /// and answers as clap always did. The two commands differ in help text

@@ -1,4 +1,4 @@
-//! The common command lines, read by hand before clap sees them (issue 16).
+//! The common command lines, read by hand before clap sees them.
 //!
 //! `steadfastctl status` runs for about as long as `sv status`, and building
 //! clap's command (17 global flags copied into 16 subcommands) was the

@@ -2,7 +2,7 @@
 //! (`.steadfast/status`, `spec/control-dir.md`, "The status record"),
 //! without a runtime, without a round trip and without waking the daemon
 //! (no connect: an accept is two context switches of the daemon's), as
-//! runit's `sv status` reads `supervise/status` (issue 16).
+//! runit's `sv status` reads `supervise/status`.
 //!
 //! The record is trusted only when all of these hold, else the command asks
 //! the daemon as it always did (silently: that path is correct, only
