@@ -11,19 +11,16 @@
 //! - `completions SHELL` and `man` come from the clap definition.
 
 mod common;
+mod pki;
 mod processes;
 
 use std::io::Write as _;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use common::*;
+use pki::Ca;
 use processes::{ctl, free_port, wait_exit};
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose, SanType,
-};
 use steadfast::ExitIntent;
 use steadfast::control::{Role, TlsServerConfig, serve_tls};
 
@@ -238,61 +235,13 @@ fn watch_lines_carry_their_time() {
     assert_eq!(wait_exit(&mut daemon), Some(steadfast::daemon::EXIT_HALT));
 }
 
-/// Write `text` to `path`, mode 0600 from creation (a key must be).
-fn write_private(path: &Path, text: &str) {
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .expect("create");
-    file.write_all(text.as_bytes()).expect("write");
-}
-
 /// A CA, and a certificate it signs, written under `dir` as
 /// `<name>.ca.pem`, `<name>.pem`, `<name>.key`.
-fn issue(
-    dir: &Path,
-    name: &str,
-    server: bool,
-) -> (CertifiedIssuer<'static, KeyPair>, PathBuf, PathBuf, PathBuf) {
-    let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(DnType::CommonName, format!("{name} CA"));
-    params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().expect("a key")).expect("ca");
-    let ca_pem = dir.join(format!("{name}.ca.pem"));
-    std::fs::write(&ca_pem, ca.pem()).expect("write the CA");
-    let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-    params.distinguished_name.push(DnType::CommonName, name);
-    if server {
-        // The daemon's certificate is for the name `localhost` and the
-        // loopback addresses it resolves to.
-        params.subject_alt_names = vec![
-            SanType::DnsName("localhost".try_into().expect("a name")),
-            SanType::IpAddress(std::net::Ipv4Addr::LOCALHOST.into()),
-            SanType::IpAddress(std::net::Ipv6Addr::LOCALHOST.into()),
-        ];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    } else {
-        params.subject_alt_names = vec![SanType::DnsName(name.try_into().expect("a name"))];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    }
-    let key = KeyPair::generate().expect("a key");
-    let cert = params.signed_by(&key, &ca).expect("signed");
-    let (cert_pem, key_pem) = (
-        dir.join(format!("{name}.pem")),
-        dir.join(format!("{name}.key")),
-    );
-    std::fs::write(&cert_pem, cert.pem()).expect("write the certificate");
-    write_private(&key_pem, &key.serialize_pem());
-    (ca, ca_pem, cert_pem, key_pem)
+fn issue(dir: &Path, name: &str, server: bool) -> (Ca, PathBuf, PathBuf, PathBuf) {
+    let ca = Ca::new(dir, name);
+    let (cert, key) = ca.leaf(dir, name, server, false);
+    let pem = ca.pem.clone();
+    (ca, pem, cert, key)
 }
 
 /// `--tls localhost:PORT` (before: refused by the parser, an IP:PORT

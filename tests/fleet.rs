@@ -711,7 +711,6 @@ fn a_sigstopped_kvd_is_reported_at_the_deadline() {
 /// parser reads them (the parser `tests/metrics.rs` holds the daemon's
 /// text to): `[family, type, sample name, labels, value]`.
 fn parse_openmetrics(exposition: &str) -> Vec<serde_json::Value> {
-    use std::io::Write as _;
     const PARSE: &str = "
 import json, sys
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
@@ -721,26 +720,10 @@ for family in text_string_to_metric_families(sys.stdin.read()):
         out.append([family.name, family.type, s.name, s.labels, s.value])
 print(json.dumps(out))
 ";
-    let mut child = std::process::Command::new("python3")
-        .args(["-c", PARSE])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("python3 runs");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(exposition.as_bytes())
-        .expect("write");
-    let out = child.wait_with_output().expect("python3");
-    assert!(
-        out.status.success(),
-        "the OpenMetrics parser refused the text ({}):\n{exposition}",
-        text(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("json")
+    match processes::python_json(PARSE, exposition) {
+        serde_json::Value::Array(samples) => samples,
+        other => panic!("not a list of samples: {other}"),
+    }
 }
 
 /// `--inventory … metrics` prints ONE OpenMetrics exposition: each family

@@ -25,27 +25,8 @@ print(json.dumps(out))
 
 /// The samples of `text`, as the real parser reads them.
 fn parse(text: &str) -> Vec<(String, serde_json::Map<String, serde_json::Value>, f64)> {
-    let mut child = Command::new("python3")
-        .args(["-c", PARSE])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3 runs");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(text.as_bytes())
-        .expect("write");
-    let out = child.wait_with_output().expect("python3");
-    assert!(
-        out.status.success(),
-        "the OpenMetrics parser refused the text ({}):\n{text}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let samples: Vec<(String, serde_json::Map<String, serde_json::Value>, f64)> =
-        serde_json::from_slice(&out.stdout).expect("json");
+        serde_json::from_value(processes::python_json(PARSE, text)).expect("samples");
     assert!(!samples.is_empty(), "{text}");
     samples
 }

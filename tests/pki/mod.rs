@@ -50,7 +50,7 @@ impl Ca {
     }
 
     /// A leaf certificate and its key, written to `<dir>/<name>.pem` and
-    /// `<dir>/<name>.key` (0600): for a server (IP 127.0.0.1 and
+    /// `<dir>/<name>.key` (0600): for a server (the loopback IPs and
     /// `localhost`) or a client; `expired`: valid in 2020 only.
     pub fn leaf(&self, dir: &Path, name: &str, server: bool, expired: bool) -> (PathBuf, PathBuf) {
         let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
@@ -58,6 +58,7 @@ impl Ca {
         if server {
             params.subject_alt_names = vec![
                 SanType::IpAddress(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)),
+                SanType::IpAddress(std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)),
                 SanType::DnsName("localhost".try_into().expect("a name")),
             ];
             params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];

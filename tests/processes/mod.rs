@@ -289,3 +289,31 @@ pub fn tool(name: &str) -> Option<PathBuf> {
     }
     found
 }
+
+/// Run `python3 -c script` with `input` on its stdin and read what it
+/// printed as JSON: how the tests hold a text to a real parser (Python's
+/// `prometheus_client` for OpenMetrics). A script that fails (the parser
+/// refused `input`) fails the test, with its stderr and the input.
+pub fn python_json(script: &str, input: &str) -> serde_json::Value {
+    use std::io::Write as _;
+    let mut child = Command::new("python3")
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("python3");
+    assert!(
+        out.status.success(),
+        "the parser refused the text ({}):\n{input}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("json")
+}
