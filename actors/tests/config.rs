@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use ractor::{Actor, ActorRef};
-use steadfast_actors::config::{ConfigError, Fingerprint, TomlFileSource};
+use steadfast_actors::config::{ConfigError, ConfigSource, Fingerprint, TomlFileSource};
 use steadfast_actors::config_watcher::{
     ConfigWatcherActor, ConfigWatcherArgs, ConfigWatcherMsg, DEFAULT_DEBOUNCE, WRITER_PATIENCE,
 };
@@ -356,6 +356,13 @@ async fn a_change_to_the_declared_file_lets_a_held_resolve_succeed() {
         .into_source();
     source.resolve().expect_err("held on a broken file");
 
+    resolved_once_written(&source, &file).await;
+}
+
+/// Watch `file` with the real watcher, resolving `source` again on each
+/// change (as a held boot is retried), write `workers = 8` to it, and wait
+/// until a resolve reads it.
+async fn resolved_once_written(source: &ConfigSource, file: &Path) {
     let outcome: Arc<Mutex<Option<Result<i64, String>>>> = Arc::default();
     let seen = outcome.clone();
     let retry = source.clone();
@@ -363,7 +370,7 @@ async fn a_change_to_the_declared_file_lets_a_held_resolve_succeed() {
         None,
         ConfigWatcherActor,
         ConfigWatcherArgs {
-            path: file.clone(),
+            path: file.to_owned(),
             debounce: DEFAULT_DEBOUNCE,
             on_change: Arc::new(move || {
                 let result = retry
@@ -375,10 +382,9 @@ async fn a_change_to_the_declared_file_lets_a_held_resolve_succeed() {
         },
     )
     .await
-    .expect("the watcher starts");
-
-    std::fs::write(&file, "[server]\nworkers = 8\n").expect("fix the file");
-    until("a resolve that succeeds", || {
+    .expect("the watcher starts (on the directory of a missing file, too)");
+    std::fs::write(file, "[server]\nworkers = 8\n").expect("write the file");
+    until("a resolve that reads the written file", || {
         matches!(
             *outcome.lock().unwrap_or_else(PoisonError::into_inner),
             Some(Ok(8))
@@ -429,36 +435,7 @@ async fn a_missing_declared_file_holds_until_it_appears_unless_optional() {
         .declared_file(&file)
         .into_source();
     assert_eq!(source.declared_path(), Some(file.as_path()), "watched");
-    let outcome: Arc<Mutex<Option<Result<i64, String>>>> = Arc::default();
-    let seen = outcome.clone();
-    let retry = source.clone();
-    let (actor, join) = Actor::spawn(
-        None,
-        ConfigWatcherActor,
-        ConfigWatcherArgs {
-            path: file.clone(),
-            debounce: DEFAULT_DEBOUNCE,
-            on_change: Arc::new(move || {
-                let result = retry
-                    .resolve()
-                    .map(|r| r.config["server"]["workers"].as_integer().unwrap_or(-1))
-                    .map_err(|e| e.to_string());
-                *seen.lock().unwrap_or_else(PoisonError::into_inner) = Some(result);
-            }),
-        },
-    )
-    .await
-    .expect("the watcher starts on the missing file's directory");
-    std::fs::write(&file, "[server]\nworkers = 8\n").expect("create the file");
-    until("the created file resolved", || {
-        matches!(
-            *outcome.lock().unwrap_or_else(PoisonError::into_inner),
-            Some(Ok(8))
-        )
-    })
-    .await;
-    actor.stop(None);
-    join.await.expect("the watcher stops cleanly");
+    resolved_once_written(&source, &file).await;
 }
 
 /// `steadfastctl config set` values: TOML where the text is TOML, else the
