@@ -50,7 +50,8 @@ struct Cli {
     /// The data directory (as --data-dir; one or the other).
     #[arg(value_name = "DATA_DIR", conflicts_with = "data_dir")]
     dir: Option<std::path::PathBuf>,
-    /// A config file that may be missing (an empty tier while it is).
+    /// A config file, watched (a missing one holds the boot until it
+    /// appears).
     #[arg(value_name = "FILE")]
     file: Option<std::path::PathBuf>,
 }
@@ -63,7 +64,7 @@ async fn main() {
     steadfast::daemon::catch_signals();
     let mut cli: Cli = steadfast::daemon::cli::parse(env!("CARGO_PKG_VERSION"));
     cli.daemon.data_dir = cli.daemon.data_dir.or(cli.dir);
-    let launch = cli.daemon.launch("minimal").optional_config(cli.file);
+    let launch = cli.daemon.launch("minimal").positional_config(cli.file);
     let launch = launch.defaults_toml("listen_addr = \"127.0.0.1:7071\"");
     let run = launch.run(|data_dir, config| Supervisor::builder(data_dir, Hello).config(config));
     steadfast::daemon::cli::exit("minimal", run.await)

@@ -579,8 +579,8 @@ const WARM_BLOCKING_THREADS: usize = 1;
 /// running instead of waiting for one to be created and scheduled: a
 /// thread's start-up, a few hundred microseconds to milliseconds on a
 /// loaded 2-core machine, moves off the path from exec to `running` and
-/// overlaps the control socket's bind and the supervision tree's start
-///. Each pool ends an idle thread after its keep-alive (10 s);
+/// overlaps the control socket's bind and the supervision tree's start.
+/// Each pool ends an idle thread after its keep-alive (10 s);
 /// nothing waits for them. One device thread
 /// (`steadfast_actors::device::warm`) and [`WARM_BLOCKING_THREADS`] of
 /// tokio's, by a task that does nothing (best effort: a runtime whose pool

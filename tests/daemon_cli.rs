@@ -51,15 +51,7 @@ impl Daemon {
 
     /// Its stderr once `needle` is in it, within [`PATIENCE`].
     fn wait_for(&self, needle: &str) -> String {
-        let deadline = Instant::now() + PATIENCE;
-        while Instant::now() < deadline {
-            let text = self.text();
-            if text.contains(needle) {
-                return text;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("{needle:?} never logged: {}", self.text())
+        processes::logged(needle, || self.text())
     }
 }
 

@@ -12,7 +12,6 @@ mod processes;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 /// A kvd child whose stderr goes to a file the test reads as it grows.
 struct Kvd {
@@ -94,15 +93,7 @@ impl Kvd {
 
     /// Wait until the log holds `needle`; the log.
     fn wait_for(&self, needle: &str) -> String {
-        let deadline = Instant::now() + processes::PATIENCE;
-        while Instant::now() < deadline {
-            let text = self.text();
-            if text.contains(needle) {
-                return text;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("{needle:?} never logged: {}", self.text())
+        processes::logged(needle, || self.text())
     }
 
     fn running(&self) -> serde_json::Value {

@@ -354,7 +354,7 @@ pub struct Launch {
     name: String,
     defaults: Option<String>,
     default_data_dir: Option<PathBuf>,
-    optional_config: Option<PathBuf>,
+    positional_config: Option<PathBuf>,
 }
 
 impl DaemonArgs {
@@ -365,7 +365,7 @@ impl DaemonArgs {
             name: name.into(),
             defaults: None,
             default_data_dir: None,
-            optional_config: None,
+            positional_config: None,
         }
     }
 }
@@ -384,11 +384,12 @@ impl Launch {
         self
     }
 
-    /// A config file the daemon names another way (a positional argument)
-    /// that may be missing: while it is, it is an empty tier. `--config`
-    /// wins over it.
-    pub fn optional_config(mut self, file: Option<PathBuf>) -> Self {
-        self.optional_config = file;
+    /// A config file the daemon names another way (a positional argument):
+    /// declared and watched like `--config`'s, except that a missing one is
+    /// not refused at start: the boot holds on it, naming it, and boots
+    /// once it appears. `--config` wins over it.
+    pub fn positional_config(mut self, file: Option<PathBuf>) -> Self {
+        self.positional_config = file;
         self
     }
 
@@ -435,12 +436,10 @@ impl Launch {
         if let Some(defaults) = &self.defaults {
             source = source.defaults_toml(defaults.clone());
         }
-        // `--config` is required once given: if the file disappears later,
-        // the next resolve holds on it instead of quietly falling back to
-        // the defaults.
-        if let Some(path) = &args.config {
-            source = source.required_file(path);
-        } else if let Some(path) = &self.optional_config {
+        // A declared file is required: if it disappears later, the next
+        // resolve holds on it instead of quietly falling back to the
+        // defaults.
+        if let Some(path) = args.config.as_ref().or(self.positional_config.as_ref()) {
             source = source.declared_file(path);
         }
         let mut options = DaemonOptions::new()

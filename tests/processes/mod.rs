@@ -317,3 +317,18 @@ pub fn python_json(script: &str, input: &str) -> serde_json::Value {
     );
     serde_json::from_slice(&out.stdout).expect("json")
 }
+
+/// What `read` returns (a log, a child's stderr) once it holds `needle`,
+/// read again every 50 ms for [`PATIENCE`]; a panic with what it held
+/// otherwise.
+pub fn logged(needle: &str, read: impl Fn() -> String) -> String {
+    let deadline = Instant::now() + PATIENCE;
+    while Instant::now() < deadline {
+        let text = read();
+        if text.contains(needle) {
+            return text;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{needle:?} never logged: {}", read())
+}
