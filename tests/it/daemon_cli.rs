@@ -1,0 +1,579 @@
+//! The standard daemon command line (`steadfast::daemon::cli`) through the
+//! real example binaries: kvd started with the TCP flags and with the TLS
+//! flags, then driven by the real `steadfastctl` over each transport as
+//! the README writes it (status, stop, start); flags that can never work
+//! refused with the flag and the file named, a non-zero exit, and nothing
+//! created. Certificates are made here with rcgen, as in
+//! `tests/it/control_tls.rs`.
+
+use crate::support::pki;
+use crate::support::processes;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use pki::{Ca, write_private};
+use processes::{PATIENCE, example, free_port, kv, steadfastctl, wait_exit};
+use steadfast::daemon::{EXIT_HALT, EXIT_NEVER_WORKS};
+
+/// The variables the daemon command line reads: removed from every child,
+/// so only the test's flags say what it serves.
+const ENV: [&str; 10] = [
+    "STEADFAST_DATA_DIR",
+    "STEADFAST_CONFIG",
+    "STEADFAST_LOG_FORMAT",
+    "STEADFAST_METRICS_ADDR",
+    "STEADFAST_CONTROL_TCP",
+    "STEADFAST_CONTROL_TOKEN_FILE",
+    "STEADFAST_CONTROL_TLS",
+    "STEADFAST_TLS_CERT",
+    "STEADFAST_TLS_KEY",
+    "STEADFAST_TLS_CLIENT_CA",
+];
+
+/// A running example, killed if the test ends (or fails) before it exits;
+/// its stderr collected as it comes.
+struct Daemon {
+    child: Child,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Daemon {
+    /// Its stderr so far.
+    fn text(&self) -> String {
+        self.stderr
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Its stderr once `needle` is in it, within [`PATIENCE`].
+    fn wait_for(&self, needle: &str) -> String {
+        processes::logged(needle, || self.text())
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `name ARGS…` (an example) with `env` set, stdin and stdout closed,
+/// stderr collected; none of the daemon command line's variables (nor
+/// `RUST_LOG`) set otherwise.
+fn spawn_with(name: &str, args: &[String], env: &[(&str, &Path)]) -> Daemon {
+    let mut command = Command::new(example(name));
+    for var in ENV.iter().chain(&["RUST_LOG"]) {
+        command.env_remove(var);
+    }
+    for (var, value) in env {
+        command.env(var, value);
+    }
+    let mut child = command
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the example starts");
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let mut pipe = child.stderr.take().expect("stderr");
+    let collected = Arc::clone(&stderr);
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = std::io::Read::read(&mut pipe, &mut buf) {
+            if n == 0 {
+                return;
+            }
+            collected
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    Daemon { child, stderr }
+}
+
+fn spawn(name: &str, args: &[String]) -> Daemon {
+    spawn_with(name, args, &[])
+}
+
+/// The daemon's exit code and its whole stderr, once it exits.
+fn ended(mut daemon: Daemon) -> (Option<i32>, String) {
+    let code = wait_exit(&mut daemon.child);
+    // The pipe is closed once the process is gone: the reader ends.
+    let deadline = Instant::now() + PATIENCE;
+    while Arc::strong_count(&daemon.stderr) > 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    (code, daemon.text())
+}
+
+/// The real `steadfastctl ARGS…`, without `STEADFAST_DATA_DIR`.
+fn ctl(args: &[String]) -> Output {
+    Command::new(steadfastctl())
+        .args(args)
+        .env_remove("STEADFAST_DATA_DIR")
+        .output()
+        .expect("steadfastctl runs")
+}
+
+/// `transport ++ rest` as owned strings.
+fn with(transport: &[String], rest: &[&str]) -> Vec<String> {
+    let mut args = transport.to_vec();
+    args.extend(rest.iter().map(|&a| a.to_owned()));
+    args
+}
+
+fn s(path: &Path) -> String {
+    path.to_str().expect("a UTF-8 path").to_owned()
+}
+
+/// `status --json` over `transport` until the lifecycle is `state`
+/// (`status` exits 0 running, 3 answered but not running, 4 unreachable
+/// while the daemon starts).
+fn until_state(transport: &[String], state: &str) -> serde_json::Value {
+    let deadline = Instant::now() + PATIENCE;
+    let mut last = None;
+    while Instant::now() < deadline {
+        let out = ctl(&with(transport, &["status", "--json"]));
+        if matches!(out.status.code(), Some(0 | 3))
+            && let Ok(snapshot) = serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        {
+            if snapshot["lifecycle"]["state"] == state {
+                return snapshot;
+            }
+            last = Some(snapshot);
+        } else {
+            last = Some(serde_json::Value::String(
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("timed out waiting for {state} over {transport:?}; last: {last:#?}")
+}
+
+/// A data dir path (not created) and a kvd config listening on a free port.
+fn kvd_setup(dir: &Path) -> (PathBuf, PathBuf, u16) {
+    let data = dir.join("data");
+    let config = dir.join("kvd.toml");
+    let port = free_port();
+    std::fs::write(&config, format!("listen_addr = \"127.0.0.1:{port}\"\n")).expect("config");
+    (data, config, port)
+}
+
+/// Status, stop and start over `transport`, each answered and done, and
+/// the store served again after the start; then `exit`: kvd exits 0.
+fn status_stop_start_exit(transport: &[String], kvd: Daemon, port: u16) {
+    let snapshot = until_state(transport, "running");
+    assert_eq!(snapshot["lifecycle"]["state"], "running");
+    let out = ctl(&with(transport, &["status"]));
+    assert_eq!(out.status.code(), Some(0), "status: running");
+    assert_eq!(kv(port, "SET k v"), "OK");
+
+    let out = ctl(&with(transport, &["stop"]));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stop: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = ctl(&with(transport, &["status"]));
+    assert_eq!(out.status.code(), Some(3), "status: not running");
+    until_state(transport, "stopped");
+
+    let out = ctl(&with(transport, &["start", "--wait"]));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "start: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    until_state(transport, "running");
+    assert_eq!(kv(port, "GET k"), "v", "the store is served again");
+
+    let out = ctl(&with(transport, &["exit"]));
+    assert_eq!(out.status.code(), Some(0), "exit accepted");
+    let (code, stderr) = ended(kvd);
+    assert_eq!(code, Some(EXIT_HALT), "{stderr}");
+}
+
+/// The README's TCP lines: kvd with `--control-tcp --control-token-file
+/// --create-token`, then `steadfastctl --tcp ADDR --token-file FILE`
+/// status, stop, start. The token file is created private; the control
+/// socket is served beside the port.
+#[test]
+fn kvd_serves_steadfastctl_over_tcp_from_its_flags() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (data, config, port) = kvd_setup(tmp.path());
+    let token = tmp.path().join("control.token");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let kvd = spawn(
+        "kvd",
+        &[
+            "--data-dir".to_owned(),
+            s(&data),
+            "--config".to_owned(),
+            s(&config),
+            "--control-tcp".to_owned(),
+            addr.clone(),
+            "--control-token-file".to_owned(),
+            s(&token),
+            "--create-token".to_owned(),
+        ],
+    );
+    let transport = [
+        "--tcp".to_owned(),
+        addr,
+        "--token-file".to_owned(),
+        s(&token),
+    ];
+    until_state(&transport, "running");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&token)
+            .expect("the token file")
+            .permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600, "the created token file is private");
+    let socket = ["--data-dir".to_owned(), s(&data)];
+    assert_eq!(ctl(&with(&socket, &["status"])).status.code(), Some(0));
+
+    // A wrong token is refused.
+    let wrong = tmp.path().join("wrong.token");
+    write_private(&wrong, &format!("{}\n", "ab".repeat(32)));
+    let out = ctl(&with(
+        &[transport[0].clone(), transport[1].clone()],
+        &["--token-file", &s(&wrong), "status"],
+    ));
+    assert_eq!(out.status.code(), Some(4), "a wrong token reaches nothing");
+
+    status_stop_start_exit(&transport, kvd, port);
+}
+
+/// The README's TLS lines: kvd with `--control-tls --tls-cert --tls-key
+/// --tls-client-ca --tls-read-only-cert`, then `steadfastctl --tls ADDR
+/// --ca --cert --key` status, stop, start with an operator's
+/// certificate; the read-only certificate reads and is refused a command.
+#[test]
+fn kvd_serves_steadfastctl_over_tls_from_its_flags() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let (data, config, port) = kvd_setup(dir);
+    let server_ca = Ca::new(dir, "server-ca");
+    let client_ca = Ca::new(dir, "client-ca");
+    let (cert, key) = server_ca.leaf(dir, "daemon", true, false);
+    let operator = client_ca.leaf(dir, "operator", false, false);
+    let dashboard = client_ca.leaf(dir, "dashboard", false, false);
+    let addr = format!("127.0.0.1:{}", free_port());
+    let kvd = spawn(
+        "kvd",
+        &[
+            "--data-dir".to_owned(),
+            s(&data),
+            "--config".to_owned(),
+            s(&config),
+            "--control-tls".to_owned(),
+            addr.clone(),
+            "--tls-cert".to_owned(),
+            s(&cert),
+            "--tls-key".to_owned(),
+            s(&key),
+            "--tls-client-ca".to_owned(),
+            s(&client_ca.pem),
+            "--tls-read-only-cert".to_owned(),
+            s(&dashboard.0),
+        ],
+    );
+    let tls = |who: &(PathBuf, PathBuf)| {
+        [
+            "--tls".to_owned(),
+            addr.clone(),
+            "--ca".to_owned(),
+            s(&server_ca.pem),
+            "--cert".to_owned(),
+            s(&who.0),
+            "--key".to_owned(),
+            s(&who.1),
+        ]
+    };
+    until_state(&tls(&operator), "running");
+
+    let out = ctl(&with(&tls(&dashboard), &["status"]));
+    assert_eq!(out.status.code(), Some(0), "a read-only certificate reads");
+    let out = ctl(&with(&tls(&dashboard), &["stop"]));
+    assert_eq!(out.status.code(), Some(3), "and is refused a command");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("forbidden"), "{stderr}");
+    until_state(&tls(&operator), "running");
+
+    status_stop_start_exit(&tls(&operator), kvd, port);
+}
+
+/// A value that does not parse is refused by the command line, naming the
+/// flag: exit 78 (never works), and no data dir is created.
+#[test]
+fn a_bad_flag_value_exits_78_naming_the_flag() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (data, config, _) = kvd_setup(tmp.path());
+    for (flag, value) in [
+        ("--control-tcp", "localhost:7433"),
+        ("--metrics-addr", "nowhere"),
+        ("--log-format", "xml"),
+        ("--log-level", "kvd=loud"),
+    ] {
+        let kvd = spawn(
+            "kvd",
+            &[
+                "--data-dir".to_owned(),
+                s(&data),
+                "--config".to_owned(),
+                s(&config),
+                flag.to_owned(),
+                value.to_owned(),
+            ],
+        );
+        let (code, stderr) = ended(kvd);
+        assert_eq!(code, Some(EXIT_NEVER_WORKS), "{flag}: {stderr}");
+        assert!(stderr.contains(flag) && stderr.contains(value), "{stderr}");
+        assert!(!data.exists(), "{flag}: nothing was created");
+    }
+    // A listener without its companion flag is refused the same way.
+    let kvd = spawn(
+        "kvd",
+        &[
+            "--data-dir".to_owned(),
+            s(&data),
+            "--control-tcp".to_owned(),
+            "127.0.0.1:7433".to_owned(),
+        ],
+    );
+    let (code, stderr) = ended(kvd);
+    assert_eq!(code, Some(EXIT_NEVER_WORKS), "{stderr}");
+    assert!(stderr.contains("--control-token-file"), "{stderr}");
+    assert!(!data.exists());
+}
+
+/// A file a flag names that cannot be used — a TLS key others may read, a
+/// missing certificate, a token file others may read, a missing client
+/// CA — is refused before the supervisor is built: exit 78 (never works), the message
+/// names the flag and the file, and the data dir is not created.
+#[test]
+fn an_unusable_file_exits_78_naming_the_flag_and_the_file() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let (data, config, _) = kvd_setup(dir);
+    let server_ca = Ca::new(dir, "server-ca");
+    let client_ca = Ca::new(dir, "client-ca");
+    let (cert, key) = server_ca.leaf(dir, "daemon", true, false);
+    let loose_key = dir.join("loose.key");
+    std::fs::copy(&key, &loose_key).expect("copy the key");
+    std::fs::set_permissions(
+        &loose_key,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .expect("chmod");
+    let loose_token = dir.join("loose.token");
+    std::fs::write(&loose_token, format!("{}\n", "cd".repeat(32))).expect("token");
+    std::fs::set_permissions(
+        &loose_token,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .expect("chmod");
+    let missing = dir.join("missing.pem");
+    let tls = |cert: &Path, key: &Path, ca: &Path| {
+        vec![
+            "--control-tls".to_owned(),
+            format!("127.0.0.1:{}", free_port()),
+            "--tls-cert".to_owned(),
+            s(cert),
+            "--tls-key".to_owned(),
+            s(key),
+            "--tls-client-ca".to_owned(),
+            s(ca),
+        ]
+    };
+    let tcp = vec![
+        "--control-tcp".to_owned(),
+        format!("127.0.0.1:{}", free_port()),
+        "--control-token-file".to_owned(),
+        s(&loose_token),
+    ];
+    for (flags, flag, file, why) in [
+        (
+            tls(&cert, &loose_key, &client_ca.pem),
+            "--tls-key",
+            &loose_key,
+            "mode 644",
+        ),
+        (
+            tls(&missing, &key, &client_ca.pem),
+            "--tls-cert",
+            &missing,
+            "No such file",
+        ),
+        (
+            tls(&cert, &key, &missing),
+            "--tls-client-ca",
+            &missing,
+            "No such file",
+        ),
+        (tcp, "--control-token-file", &loose_token, "mode 644"),
+    ] {
+        let mut args = vec![
+            "--data-dir".to_owned(),
+            s(&data),
+            "--config".to_owned(),
+            s(&config),
+        ];
+        args.extend(flags);
+        let (code, stderr) = ended(spawn("kvd", &args));
+        assert_eq!(code, Some(EXIT_NEVER_WORKS), "{flag}: {stderr}");
+        assert!(
+            stderr.contains(&format!("kvd: {flag}: ")),
+            "{flag} named: {stderr}"
+        );
+        assert!(
+            stderr.contains(&s(file)),
+            "{flag}: the file named: {stderr}"
+        );
+        assert!(stderr.contains(why), "{flag}: why: {stderr}");
+        assert!(!data.exists(), "{flag}: nothing was created");
+    }
+}
+
+/// `minimal` with no data dir (no argument, no flag, no variable, no
+/// default) says so and exits 78 (never works); `--version` prints the version, exit 0.
+#[test]
+fn no_data_dir_exits_78_and_version_answers() {
+    let (code, stderr) = ended(spawn("minimal", &[]));
+    assert_eq!(code, Some(EXIT_NEVER_WORKS), "{stderr}");
+    assert!(stderr.contains("--data-dir"), "{stderr}");
+
+    let out = Command::new(example("kvd"))
+        .arg("--version")
+        .output()
+        .expect("kvd runs");
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.starts_with("kvd ") && stdout.contains(env!("CARGO_PKG_VERSION")),
+        "{stdout}"
+    );
+}
+
+/// `--log-level debug` logs kvd's requests (debug lines) from the start,
+/// without `RUST_LOG`; a level the config sets replaces it in place, and
+/// unsetting that goes back to the flag's level, not to `info`.
+#[test]
+fn the_log_level_flag_holds_until_the_config_sets_one() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (data, config, port) = kvd_setup(tmp.path());
+    let kvd = spawn(
+        "kvd",
+        &[
+            "--data-dir".to_owned(),
+            s(&data),
+            "--config".to_owned(),
+            s(&config),
+            "--log-level".to_owned(),
+            "debug".to_owned(),
+        ],
+    );
+    let socket = ["--data-dir".to_owned(), s(&data)];
+    until_state(&socket, "running");
+    assert_eq!(kv(port, "GET flagged"), "NOT_FOUND");
+    kvd.wait_for("request=GET flagged");
+
+    let set = ctl(&with(&socket, &["config", "set", "log_level", "info"]));
+    assert_eq!(set.status.code(), Some(0), "{set:?}");
+    kvd.wait_for("log level set level=info");
+    let unset = ctl(&with(&socket, &["config", "unset", "log_level"]));
+    assert_eq!(unset.status.code(), Some(0), "{unset:?}");
+    kvd.wait_for("log level set level=debug");
+    assert_eq!(kv(port, "GET again"), "NOT_FOUND");
+    kvd.wait_for("request=GET again");
+
+    let out = ctl(&with(&socket, &["exit"]));
+    assert_eq!(out.status.code(), Some(0));
+    let (code, stderr) = ended(kvd);
+    assert_eq!(code, Some(EXIT_HALT), "{stderr}");
+}
+
+/// `STEADFAST_DATA_DIR` names the data dir for kvd as it does for
+/// `steadfastctl`: one exported variable points both at it. Set but
+/// empty, it is refused (exit 78, never works), as `steadfastctl` refuses it.
+#[test]
+fn steadfast_data_dir_names_the_data_dir_for_kvd_and_steadfastctl() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (data, config, port) = kvd_setup(tmp.path());
+    let kvd = spawn_with(
+        "kvd",
+        &["--config".to_owned(), s(&config)],
+        &[("STEADFAST_DATA_DIR", &data)],
+    );
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let out = Command::new(steadfastctl())
+            .arg("status")
+            .env("STEADFAST_DATA_DIR", &data)
+            .output()
+            .expect("steadfastctl runs");
+        if out.status.code() == Some(0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never running: {}", kvd.text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(kv(port, "SET k v"), "OK");
+    assert!(data.join("store.log").exists(), "the store is under it");
+    let out = ctl(&["--data-dir".to_owned(), s(&data), "exit".to_owned()]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(ended(kvd).0, Some(EXIT_HALT));
+
+    let (code, stderr) = ended(spawn_with(
+        "kvd",
+        &["--config".to_owned(), s(&config)],
+        &[("STEADFAST_DATA_DIR", Path::new(""))],
+    ));
+    assert_eq!(code, Some(EXIT_NEVER_WORKS), "{stderr}");
+    assert!(
+        stderr.contains("STEADFAST_DATA_DIR is set but empty"),
+        "{stderr}"
+    );
+}
+
+/// A control port that cannot be bound (the address is in use) stops the
+/// daemon before it runs: exit 1, the error logged with the address, and
+/// the flag named.
+#[test]
+fn a_control_port_in_use_exits_1_naming_the_flag() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (data, config, _) = kvd_setup(tmp.path());
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = taken.local_addr().expect("addr").to_string();
+    let (code, stderr) = ended(spawn(
+        "kvd",
+        &[
+            "--data-dir".to_owned(),
+            s(&data),
+            "--config".to_owned(),
+            s(&config),
+            "--control-tcp".to_owned(),
+            addr.clone(),
+            "--control-token-file".to_owned(),
+            s(&tmp.path().join("control.token")),
+            "--create-token".to_owned(),
+        ],
+    ));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains(&addr), "the address: {stderr}");
+    assert!(
+        stderr.contains("kvd: not started: --control-tcp cannot be served"),
+        "the flag: {stderr}"
+    );
+}
