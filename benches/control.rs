@@ -222,7 +222,6 @@ async fn wire_snapshot(
     client: &WireClient,
 ) -> Result<steadfast::protocol::control::ControlAnswer, tarpc::client::RpcError> {
     use steadfast::protocol::control::{ControlRequest, ControlResponse};
-    use tarpc::client::stub::Stub;
     match client
         .call(tarpc::context::current(), ControlRequest::Snapshot {})
         .await?
