@@ -976,9 +976,11 @@ impl ControlClient {
     }
 
     /// Call `command` and wait for its answer: the one way every method is
-    /// called. A [`REPLAYABLE`](steadfast_protocol::control::Command::REPLAYABLE) one (a read) is sent once more on a
-    /// new connection if the connection breaks under it; a command is sent
-    /// once, on a served connection (see [`Self::send`]).
+    /// called. A
+    /// [`REPLAYABLE`](steadfast_protocol::control::Command::REPLAYABLE) one
+    /// (a read) is sent once more on a new connection if the connection
+    /// breaks under it; a command is sent once, on a connection the daemon
+    /// has not closed, never twice (it may have been applied).
     ///
     /// # Errors
     /// [`ClientError::Command`] with the daemon's reason, or the transport's

@@ -1,5 +1,7 @@
 //! The control plane's server: serves a [`SupervisorHandle`] as the
-//! [`Control`] service over a Unix socket (`spec/control.md`).
+//! control service over a Unix socket (`spec/control.md`): every request
+//! goes to [`steadfast_protocol::control::dispatch`], which runs its
+//! command's `Execute` impl (`control/execute/`).
 //!
 //! Invariants, and the tests that check them (all in `tests/control.rs`
 //! unless named otherwise):
