@@ -211,6 +211,26 @@ fn frame(body: &[u8]) -> Vec<u8> {
 }
 
 /// One round trip: the request frame (one write), then the answer frame.
+/// The control service's bare tarpc channel (no reconnects, no checks).
+type WireClient = tarpc::client::Channel<
+    steadfast::protocol::control::ControlRequest,
+    steadfast::protocol::control::ControlResponse,
+>;
+
+/// `snapshot` over the bare channel: the call, and its answer.
+async fn wire_snapshot(
+    client: &WireClient,
+) -> Result<steadfast::protocol::control::ControlAnswer, tarpc::client::RpcError> {
+    use steadfast::protocol::control::{ControlRequest, ControlResponse};
+    match client
+        .call(tarpc::context::current(), ControlRequest::Snapshot {})
+        .await?
+    {
+        ControlResponse::Snapshot(answer) => Ok(answer),
+        other => panic!("the daemon answered another method: {other:?}"),
+    }
+}
+
 async fn ping<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     request: &[u8],
@@ -445,11 +465,9 @@ fn bench(c: &mut Criterion) {
                 steadfast::control::codec::framed(stream),
                 steadfast::control::codec::Bincode1::client(),
             );
-            let wire_client = steadfast::protocol::control::ControlClient::new(
-                tarpc::client::Config::default(),
-                transport,
-            )
-            .spawn();
+            // The bare tarpc channel of the control service's wire enums.
+            let wire_client: WireClient =
+                tarpc::client::new(tarpc::client::Config::default(), transport).spawn();
             let tcp_client = ControlClient::connect_tcp(tcp_server.local_addr(), token.clone())
                 .await
                 .expect("connects over tcp");
@@ -488,7 +506,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("snapshot_wire_unix", |b| {
         b.iter(|| {
             client_rt
-                .block_on(wire_client.snapshot(tarpc::context::current()))
+                .block_on(wire_snapshot(&wire_client))
                 .expect("answered")
                 .expect("a snapshot")
         });
@@ -537,7 +555,7 @@ fn bench(c: &mut Criterion) {
         }
         Paired::Wire => {
             client_rt
-                .block_on(wire_client.snapshot(tarpc::context::current()))
+                .block_on(wire_snapshot(&wire_client))
                 .expect("answered")
                 .expect("a snapshot");
         }

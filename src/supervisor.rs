@@ -462,7 +462,10 @@ impl SupervisorHandle {
         self.snapshots.clone()
     }
 
-    async fn send(&self, command: Command) -> Result<Snapshot, CommandError> {
+    /// Hand `command` to the Lifecycle actor and wait for its answer (a
+    /// refusal is logged and counted): what each control command that
+    /// is a lifecycle event becomes (`control::execute`).
+    pub(crate) async fn send(&self, command: Command) -> Result<Snapshot, CommandError> {
         let name = command.name();
         let (tx, rx) = oneshot::channel();
         self.commands

@@ -1,6 +1,7 @@
-//! The control plane's client: [`ControlClient`] calls a daemon's
-//! [`Control`](steadfast_protocol::control::Control) service over its Unix
-//! socket or its TCP port and hands back typed [`Snapshot`]s.
+//! The control plane's client: [`ControlClient`] calls any command of a
+//! daemon's control service ([`ControlClient::call`] with a
+//! [`steadfast_protocol::control::cmd`] value) over its Unix socket, its
+//! TCP or TLS port, and hands back its typed answer ([`Snapshot`]s).
 //!
 //! Invariants:
 //! - A refusal comes back as [`ClientError::Command`] carrying the
@@ -67,12 +68,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use steadfast_protocol::control::{
-    ChangesError, CommandError, ControlAnswer, ControlRequest, ControlResponse,
-    MAX_WATCH_TIMEOUT_MS, ReinitPrepared, WireChanges,
+    ChangesError, ControlRequest, ControlResponse, MAX_WATCH_TIMEOUT_MS, Registered,
+    ReinitPrepared, WireChanges, WireSnapshot, cmd,
 };
 use steadfast_protocol::history::JournalAttempt;
-use steadfast_protocol::lifecycle::{ExitIntent, Refused};
+use steadfast_protocol::lifecycle::ExitIntent;
 use steadfast_protocol::snapshot::{ConfigView, Snapshot};
+#[cfg(doc)]
+use steadfast_protocol::{control::CommandError, lifecycle::Refused};
 use tarpc::ServerError;
 use tarpc::client::RpcError;
 use tokio::net::UnixStream;
@@ -81,6 +84,9 @@ use tokio::sync::{Mutex, watch};
 use super::auth::Token;
 use super::codec::{self, Bincode1};
 use super::conn::Wire;
+pub use super::error::ClientError;
+use super::error::dial_again;
+use super::limits::{self, MAX_SOCKET_PATH};
 use steadfast_actors::lifecycle::Hold;
 
 /// How long a command may take by default (a stop waits for the drain).
@@ -89,154 +95,12 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(120);
 /// Extra time a `watch` call is given beyond its own wait.
 const WATCH_MARGIN: Duration = Duration::from_secs(10);
 
-/// The `$variant` answer of a call's [`ControlResponse`]; another method's
-/// answer (a daemon that answers out of turn) is an error, not a panic.
-macro_rules! answer {
-    ($response:expr, $variant:ident) => {
-        match $response {
-            Ok(ControlResponse::$variant(answer)) => Ok(answer),
-            Ok(other) => Err(out_of_turn(&other, stringify!($variant))),
-            Err(error) => Err(error),
-        }
-    };
-}
-
 /// A daemon that answered another method than the one called.
 fn out_of_turn(answer: &ControlResponse, method: &str) -> ClientError {
     ClientError::Rpc(RpcError::Server(ServerError::new(
         io::ErrorKind::InvalidData,
         format!("the daemon answered another method than {method}: {answer:?}"),
     )))
-}
-
-/// Why a control call did not give a snapshot.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    /// The daemon could not be reached (no daemon, wrong path or address,
-    /// no permission, the handshake timed out).
-    #[error("cannot connect to {endpoint}: {source}")]
-    Connect {
-        /// The socket's path or the TCP address.
-        endpoint: String,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
-    /// TCP or TLS: the daemon refused the token (missing, wrong, or not a
-    /// steadfast hello).
-    #[error("{endpoint} refused the token (is --token-file the daemon's token file?)")]
-    Auth {
-        /// The TCP address.
-        endpoint: String,
-    },
-    /// The daemon answered busy (every slot is held by a connection with a
-    /// call in flight) until the call's deadline; nothing was executed.
-    #[error(
-        "{endpoint} has too many control calls in flight; nothing was executed: try again later"
-    )]
-    Busy {
-        /// The socket's path or the TCP address.
-        endpoint: String,
-    },
-    /// The socket is not one this user may trust with a command (another
-    /// user owns it, or its directory, or may write in its directory); no
-    /// byte was sent to it.
-    #[error("{path}: not trusted, nothing was sent: {why}")]
-    Untrusted {
-        /// The socket's path.
-        path: PathBuf,
-        /// Why, and the fix.
-        why: String,
-    },
-    /// TLS: the daemon's certificate is not trusted (not signed by the CA
-    /// given, expired, or not for the name dialled); nothing was sent.
-    #[error("{endpoint}: the daemon's certificate is not trusted, nothing was sent: {why}")]
-    ServerUntrusted {
-        /// The address.
-        endpoint: String,
-        /// Why, in words.
-        why: String,
-    },
-    /// TLS: the daemon refused this client's certificate (expired, from a
-    /// CA it does not trust, missing, or given no role).
-    #[error("{endpoint} refused this client's certificate: {why}")]
-    CertificateRefused {
-        /// The address.
-        endpoint: String,
-        /// Why, in words.
-        why: String,
-    },
-    /// The daemon was reached and refused the command (or could not
-    /// acknowledge it): the daemon's own [`CommandError`], unchanged.
-    #[error("{0}")]
-    Command(CommandError),
-    /// The call failed on the way: the transport (the connection closed,
-    /// the deadline passed, the server shed it). The next call dials again.
-    #[error("the call failed: {0}")]
-    Rpc(#[from] RpcError),
-    /// The daemon answered something that is not a snapshot.
-    #[error("the daemon's snapshot does not parse: {0}")]
-    Malformed(#[from] serde_json::Error),
-}
-
-impl ClientError {
-    /// Whether the daemon refused the call for this peer's role (a `read`
-    /// peer asked for a command): [`CommandError::Forbidden`].
-    #[must_use]
-    pub const fn is_forbidden(&self) -> bool {
-        matches!(self, Self::Command(CommandError::Forbidden { .. }))
-    }
-
-    /// The lifecycle's refusal, when the daemon answered one.
-    #[must_use]
-    pub const fn refused(&self) -> Option<&Refused> {
-        match self {
-            Self::Command(error) => error.refused(),
-            _ => None,
-        }
-    }
-
-    /// Whether the daemon was reached and refused (as opposed to not
-    /// reached at all).
-    #[must_use]
-    pub const fn is_refusal(&self) -> bool {
-        matches!(self, Self::Command(_))
-    }
-
-    /// Whether the deadline passed before an answer came: the call's, or
-    /// the dial's (the daemon accepted no connection, or never said its
-    /// first byte, in time: nothing was sent).
-    #[must_use]
-    pub fn is_deadline(&self) -> bool {
-        match self {
-            Self::Rpc(RpcError::DeadlineExceeded) => true,
-            Self::Connect { source, .. } => source.kind() == io::ErrorKind::TimedOut,
-            _ => false,
-        }
-    }
-
-    /// Whether a dial that met this error gives up with it rather than
-    /// dialling again until its deadline: everything but a daemon that
-    /// said busy and a way in that was full. So an error of
-    /// [`socket_file`] that ends a dial is the very answer a dial would
-    /// give at that moment, without a runtime or a connect.
-    #[must_use]
-    pub fn ends_a_dial(&self) -> bool {
-        !dial_again(self)
-    }
-
-    /// Whether the daemon is gone: it cannot be dialled, or the connection
-    /// closed under the call (and, for a read, under its one retry).
-    #[must_use]
-    pub fn is_gone(&self) -> bool {
-        match self {
-            Self::Connect { .. } => !self.is_deadline(),
-            _ => matches!(
-                self,
-                Self::Rpc(RpcError::Shutdown | RpcError::Channel(_) | RpcError::Send(_))
-            ),
-        }
-    }
 }
 
 /// Where a daemon's control plane is.
@@ -599,17 +463,17 @@ fn through_proc(dir_fd: &OwnedFd, name: &std::ffi::OsStr) -> Option<PathBuf> {
     use std::os::unix::ffi::OsStrExt as _;
     let mut through = format!("/proc/self/fd/{}/", dir_fd.as_raw_fd()).into_bytes();
     through.extend_from_slice(name.as_bytes());
-    (through.len() <= super::server::MAX_SOCKET_PATH).then(|| {
+    (through.len() <= MAX_SOCKET_PATH).then(|| {
         PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(through))
     })
 }
 
-/// [`super::server::through_dir`] for the socket at `path`, opened as
+/// [`limits::through_dir`] for the socket at `path`, opened as
 /// `dir_fd`: through `/proc` when it is mounted and the path fits, else
 /// `path` itself when it fits.
 fn through_dir(dir_fd: &OwnedFd, path: &Path) -> Result<PathBuf, ClientError> {
     let name = path.file_name().unwrap_or_default();
-    super::server::through_dir(dir_fd, name, path).map_err(|e| ClientError::Connect {
+    limits::through_dir(dir_fd, name, path).map_err(|e| ClientError::Connect {
         endpoint: path.display().to_string(),
         source: io::Error::new(io::ErrorKind::InvalidInput, e.to_string()),
     })
@@ -647,19 +511,6 @@ pub fn socket_file(path: &Path) -> Result<SocketFile, ClientError> {
         id: (stat.st_dev, stat.st_ino),
         uid: stat.st_uid,
     })
-}
-
-/// Whether a failed dial may be tried again: the daemon said busy before
-/// anything was sent, or the way in was full.
-fn dial_again(error: &ClientError) -> bool {
-    match error {
-        ClientError::Busy { .. } => true,
-        ClientError::Connect { source, .. } => matches!(
-            source.kind(),
-            io::ErrorKind::WouldBlock | io::ErrorKind::ConnectionAborted
-        ),
-        _ => false,
-    }
 }
 
 /// Dial `endpoint` once. Unix socket: every check, connect, and the
@@ -1066,7 +917,7 @@ impl ControlClient {
     /// (`replay`) is sent once more on a new connection, and a command's
     /// error is the caller's (it may have been applied). The next call
     /// dials either way.
-    async fn call(
+    async fn send(
         &self,
         replay: bool,
         timeout: Duration,
@@ -1105,27 +956,6 @@ impl ControlClient {
         }
     }
 
-    /// A call that changes nothing: retried once on a new connection if the
-    /// connection breaks under it.
-    async fn read_only(
-        &self,
-        timeout: Duration,
-        request: impl Fn() -> ControlRequest,
-    ) -> Result<ControlResponse, ClientError> {
-        self.call(true, timeout, request).await
-    }
-
-    /// A command: sent once on a served connection (one the daemon has not
-    /// closed, as far as the kernel knows). If the connection breaks under
-    /// it, the error is the caller's (it may have been applied) and the
-    /// next call dials.
-    async fn command(
-        &self,
-        request: impl Fn() -> ControlRequest,
-    ) -> Result<ControlResponse, ClientError> {
-        self.call(false, self.timeout, request).await
-    }
-
     /// Read this client's clock `offset_ms` milliseconds off (negative:
     /// behind) on the connections it dials from now on (the current one
     /// is let go): a test's stand-in for a client machine whose clock is
@@ -1145,19 +975,45 @@ impl ControlClient {
         self
     }
 
-    fn unwrap(answer: Result<ControlAnswer, ClientError>) -> Result<Snapshot, ClientError> {
-        Ok(answer?.map_err(ClientError::Command)?.into_snapshot()?)
+    /// Call `command` and wait for its answer: the one way every method is
+    /// called. A
+    /// [`REPLAYABLE`](steadfast_protocol::control::Command::REPLAYABLE) one
+    /// (a read) is sent once more on a new connection if the connection
+    /// breaks under it; a command is sent once, on a connection the daemon
+    /// has not closed, never twice (it may have been applied).
+    ///
+    /// # Errors
+    /// [`ClientError::Command`] with the daemon's reason, or the transport's
+    /// [`ClientError`].
+    pub async fn call<C: Registered>(&self, command: C) -> Result<C::Reply, ClientError> {
+        self.call_within(command, self.timeout).await
     }
 
-    /// A command answered with a snapshot: the call, and the answer's
-    /// variant (its method's).
-    async fn snapshot_command(
+    /// [`Self::call`] with `timeout` as its deadline.
+    async fn call_within<C: Registered>(
         &self,
-        request: impl Fn() -> ControlRequest,
-        answer: fn(ControlResponse) -> Result<ControlAnswer, Box<ControlResponse>>,
+        command: C,
+        timeout: Duration,
+    ) -> Result<C::Reply, ClientError> {
+        let response = self
+            .send(C::REPLAYABLE, timeout, || command.clone().into_request())
+            .await?;
+        C::answer(response)
+            .map_err(|other| out_of_turn(&other, C::NAME))?
+            .map_err(ClientError::Command)
+    }
+
+    /// [`Self::call`] of a command answered with a snapshot (`start`,
+    /// `restart`, `config_set`, …): the snapshot after it.
+    ///
+    /// # Errors
+    /// As [`Self::call`]; [`ClientError::Malformed`] when the snapshot does
+    /// not parse.
+    pub async fn command<C: Registered<Reply = WireSnapshot>>(
+        &self,
+        command: C,
     ) -> Result<Snapshot, ClientError> {
-        let response = self.command(request).await?;
-        Self::unwrap(answer(response).map_err(|other| out_of_turn(&other, "snapshot")))
+        Ok(self.call(command).await?.into_snapshot()?)
     }
 
     /// The latest snapshot.
@@ -1165,11 +1021,7 @@ impl ControlClient {
     /// # Errors
     /// [`ClientError`]: the call failed on the way.
     pub async fn snapshot(&self) -> Result<Snapshot, ClientError> {
-        Self::unwrap(answer!(
-            self.read_only(self.timeout, || ControlRequest::Snapshot {})
-                .await,
-            Snapshot
-        ))
+        self.command(cmd::Snapshot).await
     }
 
     /// The first snapshot whose version is greater than `have`'s, or the
@@ -1206,11 +1058,11 @@ impl ControlClient {
             .unwrap_or(u64::MAX)
             .min(MAX_WATCH_TIMEOUT_MS);
         let wait = Duration::from_millis(ms) + WATCH_MARGIN;
-        let request = || ControlRequest::Watch {
+        let command = cmd::Watch {
             after_version,
             timeout_ms: ms,
         };
-        answer!(self.read_only(wait, request).await, Watch)?.map_err(ClientError::Command)
+        self.call_within(command, wait).await
     }
 
     /// Boot a stopped runtime (clears a hold).
@@ -1219,14 +1071,7 @@ impl ControlClient {
     /// [`ClientError::Command`] with the lifecycle's reason, or as
     /// [`Self::snapshot`].
     pub async fn start(&self) -> Result<Snapshot, ClientError> {
-        self.snapshot_command(
-            || ControlRequest::Start {},
-            |r| match r {
-                ControlResponse::Start(a) => Ok(a),
-                other => Err(Box::new(other)),
-            },
-        )
-        .await
+        self.command(cmd::Start).await
     }
 
     /// Stop the runtime; answered once the drain has settled.
@@ -1234,14 +1079,7 @@ impl ControlClient {
     /// # Errors
     /// As [`Self::start`].
     pub async fn stop(&self, hold: Hold) -> Result<Snapshot, ClientError> {
-        self.snapshot_command(
-            || ControlRequest::Stop { hold },
-            |r| match r {
-                ControlResponse::Stop(a) => Ok(a),
-                other => Err(Box::new(other)),
-            },
-        )
-        .await
+        self.command(cmd::Stop { hold }).await
     }
 
     /// Stop the runtime and boot it again, once the daemon has resolved the
@@ -1252,7 +1090,7 @@ impl ControlClient {
     /// # Errors
     /// As [`Self::start`].
     pub async fn restart(&self) -> Result<Snapshot, ClientError> {
-        self.restart_with(false).await
+        self.command(cmd::Restart { force: false }).await
     }
 
     /// [`Self::restart`] without the preflight (`restart --force`): drains
@@ -1261,18 +1099,7 @@ impl ControlClient {
     /// # Errors
     /// As [`Self::start`].
     pub async fn restart_forced(&self) -> Result<Snapshot, ClientError> {
-        self.restart_with(true).await
-    }
-
-    async fn restart_with(&self, force: bool) -> Result<Snapshot, ClientError> {
-        self.snapshot_command(
-            || ControlRequest::Restart { force },
-            |r| match r {
-                ControlResponse::Restart(a) => Ok(a),
-                other => Err(Box::new(other)),
-            },
-        )
-        .await
+        self.command(cmd::Restart { force: true }).await
     }
 
     /// Retry a failed boot now.
@@ -1280,14 +1107,7 @@ impl ControlClient {
     /// # Errors
     /// As [`Self::start`].
     pub async fn retry(&self) -> Result<Snapshot, ClientError> {
-        self.snapshot_command(
-            || ControlRequest::Retry {},
-            |r| match r {
-                ControlResponse::Retry(a) => Ok(a),
-                other => Err(Box::new(other)),
-            },
-        )
-        .await
+        self.command(cmd::Retry).await
     }
 
     /// Re-read the config now, as SIGHUP does.
@@ -1295,14 +1115,7 @@ impl ControlClient {
     /// # Errors
     /// As [`Self::start`].
     pub async fn reload(&self) -> Result<Snapshot, ClientError> {
-        self.snapshot_command(
-            || ControlRequest::Reload {},
-            |r| match r {
-                ControlResponse::Reload(a) => Ok(a),
-                other => Err(Box::new(other)),
-            },
-        )
-        .await
+        self.command(cmd::Reload).await
     }
 
     /// End the daemon's process after a drain.
@@ -1310,14 +1123,7 @@ impl ControlClient {
     /// # Errors
     /// As [`Self::start`].
     pub async fn exit(&self, intent: ExitIntent) -> Result<Snapshot, ClientError> {
-        self.snapshot_command(
-            || ControlRequest::Exit { intent },
-            |r| match r {
-                ControlResponse::Exit(a) => Ok(a),
-                other => Err(Box::new(other)),
-            },
-        )
-        .await
+        self.command(cmd::Exit { intent }).await
     }
 
     /// The daemon's metrics, as OpenMetrics text (ending `# EOF`).
@@ -1325,10 +1131,7 @@ impl ControlClient {
     /// # Errors
     /// As [`Self::snapshot`].
     pub async fn metrics(&self) -> Result<String, ClientError> {
-        let answer = self
-            .read_only(self.timeout, || ControlRequest::Metrics {})
-            .await;
-        answer!(answer, Metrics)?.map_err(ClientError::Command)
+        self.call(cmd::Metrics).await
     }
 
     /// The last `limit` attempts the journal records, with their phases,
@@ -1338,12 +1141,7 @@ impl ControlClient {
     /// [`ClientError::Command`] when the daemon cannot read its journal, or
     /// as [`Self::snapshot`].
     pub async fn journal(&self, limit: u32) -> Result<Vec<JournalAttempt>, ClientError> {
-        let answer = self
-            .read_only(self.timeout, || ControlRequest::Journal { limit })
-            .await;
-        Ok(answer!(answer, Journal)?
-            .map_err(ClientError::Command)?
-            .into_attempts()?)
+        Ok(self.call(cmd::Journal { limit }).await?.into_attempts()?)
     }
 
     /// Set `leaf` of the daemon's override tier to `value` (TOML text; a
@@ -1353,16 +1151,10 @@ impl ControlClient {
     /// [`ClientError::Command`] for a malformed leaf or no override tier, or
     /// as [`Self::start`].
     pub async fn config_set(&self, leaf: &str, value: &str) -> Result<Snapshot, ClientError> {
-        self.snapshot_command(
-            || ControlRequest::ConfigSet {
-                leaf: leaf.to_owned(),
-                value: value.to_owned(),
-            },
-            |r| match r {
-                ControlResponse::ConfigSet(a) => Ok(a),
-                other => Err(Box::new(other)),
-            },
-        )
+        self.command(cmd::ConfigSet {
+            leaf: leaf.to_owned(),
+            value: value.to_owned(),
+        })
         .await
     }
 
@@ -1371,15 +1163,9 @@ impl ControlClient {
     /// # Errors
     /// As [`Self::config_set`].
     pub async fn config_unset(&self, leaf: &str) -> Result<Snapshot, ClientError> {
-        self.snapshot_command(
-            || ControlRequest::ConfigUnset {
-                leaf: leaf.to_owned(),
-            },
-            |r| match r {
-                ControlResponse::ConfigUnset(a) => Ok(a),
-                other => Err(Box::new(other)),
-            },
-        )
+        self.command(cmd::ConfigUnset {
+            leaf: leaf.to_owned(),
+        })
         .await
     }
 
@@ -1388,11 +1174,10 @@ impl ControlClient {
     /// # Errors
     /// As [`Self::config_set`].
     pub async fn config_show(&self, leaf: Option<&str>) -> Result<ConfigView, ClientError> {
-        let request = || ControlRequest::ConfigShow {
+        self.call(cmd::ConfigShow {
             leaf: leaf.map(str::to_owned),
-        };
-        answer!(self.read_only(self.timeout, request).await, ConfigShow)?
-            .map_err(ClientError::Command)
+        })
+        .await
     }
 
     /// Prepare a re-initialization: the confirmation for [`Self::reinit`].
@@ -1401,10 +1186,7 @@ impl ControlClient {
     /// [`ClientError::Command`] unless the runtime is stopped, or as
     /// [`Self::snapshot`].
     pub async fn reinit_prepare(&self) -> Result<ReinitPrepared, ClientError> {
-        let answer = self
-            .read_only(self.timeout, || ControlRequest::ReinitPrepare {})
-            .await;
-        answer!(answer, ReinitPrepare)?.map_err(ClientError::Command)
+        self.call(cmd::ReinitPrepare).await
     }
 
     /// Re-initialize the stopped runtime with a confirmation from
@@ -1415,15 +1197,9 @@ impl ControlClient {
     /// epoch), [`ClientError::Command`] when the wipe failed, or as
     /// [`Self::snapshot`].
     pub async fn reinit(&self, token: &str) -> Result<Snapshot, ClientError> {
-        self.snapshot_command(
-            || ControlRequest::Reinit {
-                token: token.to_owned(),
-            },
-            |r| match r {
-                ControlResponse::Reinit(a) => Ok(a),
-                other => Err(Box::new(other)),
-            },
-        )
+        self.command(cmd::Reinit {
+            token: token.to_owned(),
+        })
         .await
     }
 
@@ -1441,12 +1217,7 @@ impl ControlClient {
     ) -> Result<steadfast_protocol::control::ReplaceStatus, ClientError> {
         // A command: never replayed after a broken connection (the
         // transaction may have started).
-        let answer = self
-            .command(|| ControlRequest::Replace {
-                request: request.clone(),
-            })
-            .await;
-        answer!(answer, Replace)?.map_err(ClientError::Command)
+        self.call(request).await
     }
 
     /// The replacement status once its report's `seq` passes `after_seq`, or
@@ -1464,11 +1235,11 @@ impl ControlClient {
             .unwrap_or(u64::MAX)
             .min(MAX_WATCH_TIMEOUT_MS);
         let wait = Duration::from_millis(ms).max(self.timeout.min(WATCH_MARGIN)) + WATCH_MARGIN;
-        let request = || ControlRequest::ReplaceStatus {
+        let command = cmd::ReplaceStatus {
             after_seq,
             timeout_ms: ms,
         };
-        answer!(self.read_only(wait, request).await, ReplaceStatus)?.map_err(ClientError::Command)
+        self.call_within(command, wait).await
     }
 }
 

@@ -1,5 +1,7 @@
 //! The control plane's server: serves a [`SupervisorHandle`] as the
-//! [`Control`] service over a Unix socket (`spec/control.md`).
+//! control service over a Unix socket (`spec/control.md`): every request
+//! goes to [`steadfast_protocol::control::dispatch`], which runs its
+//! command's `Execute` impl (`control/execute/`).
 //!
 //! Invariants, and the tests that check them (all in `tests/control.rs`
 //! unless named otherwise):
@@ -93,7 +95,7 @@
 
 use std::fs;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -103,15 +105,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use steadfast_actors::accept::AcceptBackoff;
-use steadfast_actors::config::parse_value;
-use steadfast_actors::lifecycle::Hold;
-use steadfast_protocol::control::{
-    CommandError, Control, ControlAnswer, MAX_JOURNAL_ATTEMPTS, ReinitPrepared, WireChanges,
-    WireJournal, WireSnapshot, clamp_watch_timeout,
-};
-use steadfast_protocol::control::{ControlRequest, ControlResponse, Role, forbidden};
-use steadfast_protocol::lifecycle::ExitIntent;
-use steadfast_protocol::snapshot::{ConfigView, Snapshot};
+use steadfast_protocol::control::{ControlRequest, ControlResponse, Role, dispatch, forbidden};
 use tarpc::ServerError;
 use tarpc::context::Context;
 use tarpc::server::{BaseChannel, Channel, Serve};
@@ -124,136 +118,16 @@ use tokio_util::sync::CancellationToken;
 use super::auth;
 use super::bounds::{Activity, Evict, Pool, Slot};
 use super::codec::{self, ArrivalNotes, Bincode1};
+pub use super::error::ControlError;
+use super::error::io_err;
+use super::execute::ControlService;
+use super::limits::through_dir;
+pub use super::limits::{MAX_SOCKET_PATH, ServerLimits};
 use super::rewake::Rewake;
 use crate::supervisor::SupervisorHandle;
 
 /// The mode of the control socket.
 pub const SOCKET_MODE: u32 = 0o600;
-
-/// Why the control server could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum ControlError {
-    /// The socket could not be bound, given its mode or put in place.
-    #[error("the control socket {path}: {source}")]
-    Io {
-        /// The path involved.
-        path: PathBuf,
-        /// What failed.
-        #[source]
-        source: io::Error,
-    },
-    /// Something other than a socket sits where the socket goes; it is left
-    /// alone.
-    #[error(
-        "{path} is {what}, not a socket; it is left alone: move it away (or remove it) \
-         and start the daemon again"
-    )]
-    NotASocket {
-        /// The socket's path.
-        path: PathBuf,
-        /// What is there: "a regular file", "a directory", "a symbolic link", …
-        what: &'static str,
-    },
-    /// The socket's path is over `sun_path`'s limit and `/proc/self/fd`
-    /// (the way around it) is not available.
-    #[error(
-        "the control socket path {path} is {len} bytes, over the {max}-byte limit of a unix \
-         socket path, and /proc is not mounted to bind it through its directory: use a \
-         shorter data directory path"
-    )]
-    PathTooLong {
-        /// The socket's path.
-        path: PathBuf,
-        /// Its length in bytes.
-        len: usize,
-        /// The most a socket address holds.
-        max: usize,
-    },
-    /// The path has no parent directory or no file name.
-    #[error("{0} is not a usable socket path")]
-    BadPath(PathBuf),
-    /// The TCP address could not be bound.
-    #[error("the control port {addr}: {source}")]
-    Bind {
-        /// The address asked for.
-        addr: std::net::SocketAddr,
-        /// What failed.
-        #[source]
-        source: io::Error,
-    },
-    /// The TCP transport's token could not be read (or created).
-    #[error(transparent)]
-    Token(#[from] super::auth::TokenError),
-    /// The TLS transport's certificate, key, client CA or tokens could not
-    /// be used.
-    #[error("the TLS control port: {0}")]
-    Tls(#[from] super::tls::TlsError),
-}
-
-fn io_err(path: &Path) -> impl FnOnce(io::Error) -> ControlError + '_ {
-    move |source| ControlError::Io {
-        path: path.to_owned(),
-        source,
-    }
-}
-
-/// The server's bounds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ServerLimits {
-    /// Connections served at once; more are closed as they are accepted.
-    pub max_connections: usize,
-    /// Connections served at once from one peer (one uid on the Unix
-    /// socket, one IP address over TCP); more are closed as they are
-    /// accepted.
-    pub max_connections_per_peer: usize,
-    /// Requests in flight on one connection; more are answered with
-    /// tarpc's throttle error.
-    pub max_in_flight_per_connection: usize,
-    /// A connection with no request in flight, none started or answered
-    /// for this long, is closed (bytes that make no whole request do not
-    /// count). Keep it above the longest call a client waits on (a `watch`
-    /// waits at most 60 s).
-    pub idle_timeout: Duration,
-    /// A frame must be whole within this long of its first byte, or its
-    /// connection is closed: a peer that trickles a frame holds nothing.
-    pub frame_timeout: Duration,
-    /// Slots of [`Self::max_connections`], and of
-    /// [`Self::max_connections_per_peer`], that `read` peers may not hold
-    /// (TLS: kept for `operate` callers; the Unix socket's and plain TCP's
-    /// peers are all `operate`).
-    pub operate_reserve: usize,
-    /// TCP only: how long a new connection has to send its whole hello
-    /// (`auth::HELLO_LEN` bytes) before it is closed.
-    pub handshake_timeout: Duration,
-    /// A served connection admitted, or whose request started or was
-    /// answered, this recently is not evicted to make room (such a client
-    /// is about to send); past it, an idle or long-polling one may be.
-    pub evict_grace: Duration,
-    /// TCP only: connections still in their token handshake, in all. They
-    /// have their own pool (never an authenticated client's slots); when
-    /// it is full the oldest of them is closed to make room.
-    pub max_handshakes: usize,
-    /// TCP only: connections in their handshake from one IP address (the
-    /// oldest of that address is closed to make room).
-    pub max_handshakes_per_peer: usize,
-}
-
-impl Default for ServerLimits {
-    fn default() -> Self {
-        Self {
-            max_connections: 64,
-            max_connections_per_peer: 32,
-            max_in_flight_per_connection: 32,
-            idle_timeout: Duration::from_secs(600),
-            frame_timeout: Duration::from_secs(5),
-            operate_reserve: 4,
-            handshake_timeout: Duration::from_secs(5),
-            evict_grace: Duration::from_millis(500),
-            max_handshakes: 256,
-            max_handshakes_per_peer: 128,
-        }
-    }
-}
 
 /// A running control server. Dropping it stops accepting, closes every
 /// connection, unnames the socket in the status record and removes the
@@ -621,38 +495,6 @@ impl Rebind {
     }
 }
 
-/// The most bytes of a path a Unix socket address holds (`sun_path` is 108
-/// bytes, one of them the terminating NUL).
-pub const MAX_SOCKET_PATH: usize = 107;
-
-/// A path naming `name` in the directory open as `dir_fd` that fits a
-/// socket address: `/proc/self/fd/<fd>/<name>` (it resolves through the
-/// open directory, so neither a long path nor a renamed parent matters),
-/// or `path` itself when `/proc` is not mounted and `path` fits.
-///
-/// # Errors
-/// [`ControlError::PathTooLong`] when neither fits.
-pub(crate) fn through_dir(
-    dir_fd: &impl AsRawFd,
-    name: &std::ffi::OsStr,
-    path: &Path,
-) -> Result<PathBuf, ControlError> {
-    let fd_dir = PathBuf::from(format!("/proc/self/fd/{}", dir_fd.as_raw_fd()));
-    let short = fd_dir.join(name);
-    if fd_dir.is_dir() && short.as_os_str().len() <= MAX_SOCKET_PATH {
-        return Ok(short);
-    }
-    let len = path.as_os_str().len();
-    if len <= MAX_SOCKET_PATH {
-        return Ok(path.to_owned());
-    }
-    Err(ControlError::PathTooLong {
-        path: path.to_owned(),
-        len,
-        max: MAX_SOCKET_PATH,
-    })
-}
-
 /// What a file type is, in words.
 const fn describe(kind: rustix::fs::FileType) -> &'static str {
     match kind {
@@ -966,12 +808,11 @@ async fn serve_connection<S>(
         codec::framed(stream),
         Bincode1::server_noting(Arc::clone(&notes)),
     );
+    let service = ControlService::new(handle);
     let serve = Guarded {
-        inner: ControlService {
-            handle,
-            sent: Arc::default(),
-        }
-        .serve(),
+        inner: tarpc::server::serve(move |_: Context, request| async move {
+            Ok(dispatch(service, request).await)
+        }),
         activity,
         role,
         notes,
@@ -1008,11 +849,7 @@ where
     type Resp = S::Resp;
 
     async fn serve(self, cx: Context, request: ControlRequest) -> Result<S::Resp, ServerError> {
-        let long_poll = matches!(
-            request,
-            ControlRequest::Watch { .. } | ControlRequest::ReplaceStatus { .. }
-        );
-        let _in_flight = self.activity.request(long_poll);
+        let _in_flight = self.activity.request(request.is_long_poll());
         if let Some(refusal) = forbidden(&request, self.role) {
             tracing::warn!(role = %self.role, "a control request its peer's role does not permit; refused");
             return Ok(refusal);
@@ -1034,218 +871,5 @@ where
             ));
         }
         self.inner.serve(cx, request).await
-    }
-}
-
-/// The [`Control`] service over one supervisor, for one connection.
-#[derive(Clone)]
-struct ControlService {
-    handle: SupervisorHandle,
-    /// The snapshot last answered on this connection, as sent: what a
-    /// `watch` after its version is diffed against.
-    sent: Arc<std::sync::Mutex<Option<Snapshot>>>,
-}
-
-impl ControlService {
-    /// `snapshot` as this connection sends it: lean (the current attempt
-    /// only), stamped with the daemon's clock.
-    fn lean(&self, snapshot: &Snapshot) -> Snapshot {
-        let mut lean = snapshot.lean();
-        lean.now = Some(self.handle.now());
-        lean
-    }
-
-    /// Remember `lean` as the snapshot last sent, for `watch`.
-    fn remember(&self, lean: Snapshot) {
-        if let Ok(mut sent) = self.sent.lock() {
-            *sent = Some(lean);
-        }
-    }
-
-    /// `snapshot` on the wire (see [`Self::lean`]), remembered for `watch`.
-    fn send(&self, snapshot: &Snapshot) -> WireSnapshot {
-        let lean = self.lean(snapshot);
-        let wire = WireSnapshot::from_snapshot(&lean);
-        self.remember(lean);
-        wire
-    }
-
-    fn answer(&self, result: Result<Snapshot, CommandError>) -> ControlAnswer {
-        result.map(|snapshot| self.send(&snapshot))
-    }
-}
-
-impl Control for ControlService {
-    async fn snapshot(self, _: Context) -> ControlAnswer {
-        // Straight from the latest published snapshot (the handle's watch
-        // channel; no round trip to the Lifecycle actor), cloning only what
-        // the lean form keeps.
-        let lean = self.lean(&self.handle.watch().borrow());
-        let wire = WireSnapshot::from_snapshot(&lean);
-        self.remember(lean);
-        Ok(wire)
-    }
-
-    async fn watch(
-        self,
-        _: Context,
-        after_version: u64,
-        timeout_ms: u64,
-    ) -> Result<WireChanges, CommandError> {
-        let mut snapshots = self.handle.watch();
-        let newer = async {
-            loop {
-                if snapshots.borrow_and_update().version > after_version {
-                    return;
-                }
-                if snapshots.changed().await.is_err() {
-                    // The supervisor is gone: answer what it last published.
-                    return;
-                }
-            }
-        };
-        let wait = Duration::from_millis(clamp_watch_timeout(timeout_ms));
-        let _ = tokio::time::timeout(wait, newer).await;
-        let lean = self.lean(&snapshots.borrow());
-        let base = self
-            .sent
-            .lock()
-            .ok()
-            .and_then(|mut sent| sent.take())
-            .filter(|sent| sent.version == after_version);
-        let changes = WireChanges::between(base.as_ref(), &lean);
-        self.remember(lean);
-        Ok(changes)
-    }
-
-    async fn start(self, _: Context) -> ControlAnswer {
-        self.answer(self.handle.start().await)
-    }
-
-    async fn stop(self, _: Context, hold: Hold) -> ControlAnswer {
-        self.answer(self.handle.stop(hold).await)
-    }
-
-    async fn restart(self, _: Context, force: bool) -> ControlAnswer {
-        if force {
-            self.answer(self.handle.restart_forced().await)
-        } else {
-            self.answer(self.handle.restart().await)
-        }
-    }
-
-    async fn retry(self, _: Context) -> ControlAnswer {
-        self.answer(self.handle.retry().await)
-    }
-
-    async fn exit(self, _: Context, intent: ExitIntent) -> ControlAnswer {
-        self.answer(self.handle.exit(intent).await)
-    }
-
-    async fn reload(self, _: Context) -> ControlAnswer {
-        // Through the daemon's systemd side, so `steadfastctl reload` and
-        // SIGHUP say the same `RELOADING=1` … `READY=1`.
-        self.answer(crate::daemon::reload(&self.handle).await)
-    }
-
-    async fn metrics(self, _: Context) -> Result<String, CommandError> {
-        Ok(self.handle.metrics())
-    }
-
-    async fn journal(self, _: Context, limit: u32) -> Result<WireJournal, CommandError> {
-        let limit = limit.min(MAX_JOURNAL_ATTEMPTS) as usize;
-        self.handle
-            .journal(limit)
-            .await
-            .map(|attempts| WireJournal::from_attempts(&attempts))
-    }
-
-    async fn config_set(self, _: Context, leaf: String, value: String) -> ControlAnswer {
-        self.answer(self.handle.config_set(&leaf, parse_value(&value)).await)
-    }
-
-    async fn config_unset(self, _: Context, leaf: String) -> ControlAnswer {
-        self.answer(self.handle.config_unset(&leaf).await)
-    }
-
-    async fn config_show(
-        self,
-        _: Context,
-        leaf: Option<String>,
-    ) -> Result<ConfigView, CommandError> {
-        self.handle.config_show(leaf.as_deref()).await
-    }
-
-    async fn reinit_prepare(self, _: Context) -> Result<ReinitPrepared, CommandError> {
-        self.handle.reinit_prepare().await.map(|c| ReinitPrepared {
-            token: c.token,
-            epoch: c.epoch,
-        })
-    }
-
-    async fn reinit(self, _: Context, token: String) -> ControlAnswer {
-        self.answer(self.handle.reinit(&token).await)
-    }
-
-    // -- Replacement --
-    async fn replace(
-        self,
-        _: Context,
-        request: steadfast_protocol::control::ReplaceRequest,
-    ) -> steadfast_protocol::control::ReplaceAnswer {
-        let budgets = steadfast_protocol::replacement::Budgets {
-            setup: Duration::from_millis(request.setup_budget_ms),
-            drain: request.drain_budget_ms.map(Duration::from_millis),
-        };
-        let report = crate::replace::replace_binary(
-            &self.handle,
-            request.binary.into(),
-            request.mode,
-            budgets,
-        )
-        .await
-        .map_err(CommandError::Replace)?;
-        Ok(replace_status(&self.handle, Some(report)))
-    }
-
-    async fn replace_status(
-        self,
-        _: Context,
-        after_seq: u64,
-        timeout_ms: u64,
-    ) -> steadfast_protocol::control::ReplaceAnswer {
-        let mut reports = self.handle.replace_reports();
-        let newer = async {
-            loop {
-                if reports
-                    .borrow_and_update()
-                    .as_ref()
-                    .is_some_and(|r| r.seq > after_seq)
-                {
-                    return;
-                }
-                if reports.changed().await.is_err() {
-                    return;
-                }
-            }
-        };
-        let wait = Duration::from_millis(clamp_watch_timeout(timeout_ms));
-        let _ = tokio::time::timeout(wait, newer).await;
-        let report = reports.borrow().clone();
-        Ok(replace_status(&self.handle, report))
-    }
-}
-
-/// Who answers, and `report`.
-fn replace_status(
-    handle: &SupervisorHandle,
-    report: Option<steadfast_protocol::replacement::Report>,
-) -> steadfast_protocol::control::ReplaceStatus {
-    let snapshot = handle.snapshot();
-    steadfast_protocol::control::ReplaceStatus {
-        pid: snapshot.pid,
-        identity: snapshot.identity,
-        version: handle.version().map(str::to_owned),
-        report,
     }
 }

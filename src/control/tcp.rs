@@ -57,8 +57,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::auth::{self, HELLO_LEN, Token};
 use super::bounds::{Evict, Pool, Slot};
-use super::client::ClientError;
-use super::server::{ControlError, ServerLimits, serve_admitted};
+use super::error::{ClientError, ControlError};
+use super::limits::ServerLimits;
+use super::server::serve_admitted;
 use crate::supervisor::SupervisorHandle;
 use steadfast_protocol::control::Role;
 

@@ -67,10 +67,12 @@ use tokio_util::sync::CancellationToken;
 #[cfg(doc)]
 use steadfast_protocol::control::CommandError;
 
-use super::auth::{self, HELLO_LEN, Token, TokenError};
+use super::auth::{self, HELLO_LEN, Token};
 use super::bounds::{Evict, Over, Pool};
-use super::client::ClientError;
-use super::server::{ControlError, ServerLimits, serve_admitted};
+pub use super::error::TlsError;
+use super::error::{ClientError, ControlError};
+use super::limits::ServerLimits;
+use super::server::serve_admitted;
 use super::tcp::accept_handshakes;
 use crate::supervisor::SupervisorHandle;
 
@@ -83,69 +85,6 @@ const MAX_PEM_LEN: u64 = 1 << 20;
 /// The crypto provider every builder is given: rustls's `ring`.
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// Why a TLS file or configuration could not be used.
-#[derive(Debug, thiserror::Error)]
-pub enum TlsError {
-    /// A file could not be opened or read.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// What failed.
-        #[source]
-        source: io::Error,
-    },
-    /// The private key can be read or written by group or others.
-    #[error("the private key {path} has mode {mode:o}; it must be 0600 (chmod 600 it)")]
-    KeyTooOpen {
-        /// The file.
-        path: PathBuf,
-        /// Its permission bits.
-        mode: u32,
-    },
-    /// The private key belongs to another user.
-    #[error("the private key {path} is owned by uid {owner}, not by this user ({me})")]
-    KeyNotOwner {
-        /// The file.
-        path: PathBuf,
-        /// Its owner.
-        owner: u32,
-        /// This process's effective uid.
-        me: u32,
-    },
-    /// Not a regular file (a FIFO, a device, a directory).
-    #[error("{0} is not a regular file")]
-    NotAFile(PathBuf),
-    /// Over 1 MiB: not read.
-    #[error("{path} holds {len} bytes, over the 1 MiB limit for a PEM file")]
-    TooLarge {
-        /// The file.
-        path: PathBuf,
-        /// Its length (at least this much).
-        len: u64,
-    },
-    /// The file holds no PEM item of the kind wanted, or a malformed one.
-    #[error("{path} holds no usable {what} (PEM): {why}")]
-    Pem {
-        /// The file.
-        path: PathBuf,
-        /// What was looked for: "certificate", "private key".
-        what: &'static str,
-        /// Why.
-        why: String,
-    },
-    /// rustls refused the configuration (a key that does not match the
-    /// certificate, a CA it cannot use).
-    #[error("the TLS configuration is refused: {0}")]
-    Config(String),
-    /// A token file of the configuration.
-    #[error(transparent)]
-    Token(#[from] TokenError),
-    /// Neither a client CA nor a token: no client could ever be authorized.
-    #[error("a TLS control port needs a client CA or a token file to authorize its clients")]
-    NoClientAuth,
 }
 
 /// A certificate's SHA-256 over its DER bytes: how a client certificate is

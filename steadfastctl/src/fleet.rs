@@ -53,6 +53,7 @@ use std::time::Duration;
 
 use steadfast::Hold;
 use steadfast::control::{ClientError, ControlClient, Endpoint, TlsClient, Token};
+use steadfast::protocol::control::cmd;
 use steadfast::protocol::history::JournalAttempt;
 use steadfast::protocol::lifecycle::LifecycleState;
 use steadfast::protocol::snapshot::{SCHEMA, Snapshot};
@@ -890,8 +891,7 @@ async fn call(target: &Target, ask: Ask, timeout: Duration) -> Result<Answer, Fa
         },
         Ask::Start(..) | Ask::Restart(..) | Ask::Retry(_) => {
             let answer = match ask {
-                Ask::Restart(false, _) => client.restart().await,
-                Ask::Restart(true, _) => client.restart_forced().await,
+                Ask::Restart(force, _) => client.command(cmd::Restart { force }).await,
                 Ask::Retry(_) => client.retry().await,
                 _ => client.start().await,
             };

@@ -29,6 +29,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand, ValueEnum};
 use steadfast::control::{ClientError, ControlClient, Endpoint, TlsClient, Token};
+use steadfast::protocol::control::cmd;
 use steadfast::protocol::history::JournalAttempt;
 use steadfast::protocol::lifecycle::LifecycleState;
 use steadfast::protocol::snapshot::{
@@ -866,8 +867,7 @@ async fn run(cli: Cli) -> ExitCode {
         },
         Cmd::Stop { hold, strict } => return stop(&client, *hold, *strict, &cli).await,
         Cmd::Reload => client.reload().await,
-        Cmd::Restart { force: false, .. } => client.restart().await,
-        Cmd::Restart { force: true, .. } => client.restart_forced().await,
+        Cmd::Restart { force, .. } => client.command(cmd::Restart { force: *force }).await,
         Cmd::Retry { .. } => client.retry().await,
         Cmd::Exit { relaunch } => {
             let intent = if *relaunch {

@@ -1,11 +1,20 @@
-//! The control plane's service: the tarpc trait [`Control`] and the values
-//! that cross the wire (`spec/control.md` is the authority on both).
+//! The control plane's service (`spec/control.md` is the authority): one
+//! type per method ([`Command`]: its wire name, the role it needs, its
+//! arguments and its answer; each in its own file of this folder, all in
+//! [`cmd`]), the registry that makes the tarpc wire enums of them
+//! ([`ControlRequest`], [`ControlResponse`]) and the values that cross the
+//! wire.
 //!
 //! This module owns the *shapes*, not the transport: no socket, no clock.
-//! The facade (`steadfast::control`) serves the trait over a Unix socket and
-//! drives a client of it.
+//! The facade (`steadfast::control`) carries each command out (an
+//! [`Execute`] impl, run by [`dispatch`]) over a Unix socket, TCP or TLS,
+//! and calls any of them from its client.
 //!
 //! Invariants:
+//! - The wire is the one the tarpc service macro gave before the commands
+//!   became types: a command's variant sits at the same position, with the
+//!   same fields in the same order, so old and new peers understand each
+//!   other. Checked by `control::tests::the_wire_keeps_its_tags_and_fields`.
 //! - Every answer is bincode-safe. bincode 1.3 cannot decode internally
 //!   tagged enums (`LifecycleState`, `PreviousRun`, … are
 //!   `#[serde(tag = …)]`), so a snapshot travels as its JSON text inside
@@ -22,8 +31,7 @@
 use serde::{Deserialize, Serialize};
 
 pub use crate::command::{CommandError, Role};
-use crate::lifecycle::ExitIntent;
-use crate::replacement::{Mode, Report};
+use crate::replacement::Report;
 use crate::snapshot::Snapshot;
 
 /// The longest a `watch` waits, in milliseconds, whatever the client asks.
@@ -157,10 +165,6 @@ impl WireChanges {
     }
 }
 
-/// What every control method answers: the snapshot after the call, or why
-/// not.
-pub type ControlAnswer = Result<WireSnapshot, CommandError>;
-
 /// The journal's attempts as they cross the wire: a JSON array of
 /// [`crate::history::JournalAttempt`] (their phases carry tagged enums).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -203,146 +207,233 @@ pub struct ReinitPrepared {
 /// The most attempts `journal` answers, whatever the client asks.
 pub const MAX_JOURNAL_ATTEMPTS: u32 = 1_000;
 
-/// The control plane. Every method answers the snapshot after it took
-/// effect (commands are answered once durable), or a [`CommandError`].
-#[tarpc::service]
-pub trait Control {
-    /// The latest snapshot.
-    async fn snapshot() -> ControlAnswer;
-    /// Long-poll: what changed up to the first snapshot whose version is
-    /// greater than `after_version`, or up to the current one once
-    /// `timeout_ms` (capped at [`MAX_WATCH_TIMEOUT_MS`]) has passed.
-    async fn watch(after_version: u64, timeout_ms: u64) -> Result<WireChanges, CommandError>;
-    /// Boot a stopped runtime (clears a hold).
-    async fn start() -> ControlAnswer;
-    /// Stop the runtime; `hold` keeps it stopped across a relaunch.
-    /// Answered once the drain has settled.
-    async fn stop(hold: crate::command::Hold) -> ControlAnswer;
-    /// Stop the runtime and boot it again. The new config is resolved
-    /// first; if it does not resolve the restart is refused
-    /// (`config_invalid`, with the error) and the runtime keeps serving,
-    /// unless `force`, which drains anyway.
-    async fn restart(force: bool) -> ControlAnswer;
-    /// Retry a failed boot now.
-    async fn retry() -> ControlAnswer;
-    /// End the process after a drain: `halt` (exit 80) or `relaunch` (75).
-    async fn exit(intent: ExitIntent) -> ControlAnswer;
-    /// The supervisor's metrics, as OpenMetrics text ending `# EOF`
-    /// (`spec/control.md`, "Metrics").
-    async fn metrics() -> Result<String, CommandError>;
-    /// The last `limit` attempts the journal records (capped at
-    /// [`MAX_JOURNAL_ATTEMPTS`]), with their phases, oldest first.
-    async fn journal(limit: u32) -> Result<WireJournal, CommandError>;
-    /// Set `leaf` of the override tier to `value` (TOML text; a bare word
-    /// is a string), durably, then `config_changed`.
-    async fn config_set(leaf: String, value: String) -> ControlAnswer;
-    /// Remove `leaf` from the override tier, durably, then
-    /// `config_changed`.
-    async fn config_unset(leaf: String) -> ControlAnswer;
-    /// The override tier (or one leaf of it) and the effective value.
-    async fn config_show(leaf: Option<String>)
-    -> Result<crate::snapshot::ConfigView, CommandError>;
-    /// Prepare a re-initialization: a confirmation bound to the current
-    /// epoch. Refused unless the runtime is stopped.
-    async fn reinit_prepare() -> Result<ReinitPrepared, CommandError>;
-    /// Re-initialize the stopped runtime (the service's wipe step) with a
-    /// confirmation from `reinit_prepare`; answered once it settled.
-    async fn reinit(token: String) -> ControlAnswer;
-
-    // -- Replacement --
-    /// Replace this daemon's binary by `request.binary`, in `request.mode`.
-    /// Answered as soon as the transaction started (or was refused), with
-    /// its report; follow it with `replace_status`.
-    async fn replace(request: ReplaceRequest) -> ReplaceAnswer;
-    /// Long-poll: the replacement status once the report's `seq` is greater
-    /// than `after_seq`, or as it is after `timeout_ms` (capped at
-    /// [`MAX_WATCH_TIMEOUT_MS`]). Also the live proof a replacement asks a
-    /// candidate for: its pid, identity and version.
-    async fn replace_status(after_seq: u64, timeout_ms: u64) -> ReplaceAnswer;
-
-    // -- Reload --
-    /// Re-read the config now, as SIGHUP does (a `config_changed`: a held
-    /// failure is retried, a running runtime applies the change). Under
-    /// systemd the daemon says `RELOADING=1` before and `READY=1` after.
-    async fn reload() -> ControlAnswer;
+/// One method of the control plane: its wire name, the role a peer needs
+/// to call it, its arguments (the implementing type's fields) and its
+/// answer. Each lives in its own file of this folder; the registry
+/// (`commands!` below) gives it its place in [`ControlRequest`] and
+/// [`ControlResponse`] (the tarpc service's wire enums), and
+/// [`required_role`], [`forbidden`] and [`dispatch`] follow from it. The
+/// half that runs it is the facade's (`steadfast::control`, an
+/// [`Execute`] impl); the client calls any of them the same way.
+pub trait Command: Serialize + for<'de> Deserialize<'de> + Clone + std::fmt::Debug + Send {
+    /// The method's wire name (`spec/control.md`), e.g. `restart`.
+    const NAME: &'static str;
+    /// The role a peer needs to call it.
+    const ROLE: Role;
+    /// It changes nothing: a client sends it once more on a new connection
+    /// when the connection broke under it (a command never is: it may have
+    /// been applied).
+    const REPLAYABLE: bool = false;
+    /// It waits for a change (a long-poll): a full server may evict its
+    /// connection to make room.
+    const LONG_POLL: bool = false;
+    /// What it answers when carried out.
+    type Reply: Serialize + for<'de> Deserialize<'de> + std::fmt::Debug + Send;
 }
 
-/// The role a request needs, and its method's wire name: the reads
-/// (`snapshot`, `watch`, `metrics`, `journal`, `config_show`,
-/// `replace_status`) need [`Role::Read`], everything else (every command,
-/// and `reinit_prepare`, the first half of one) [`Role::Operate`]. The
-/// match is exhaustive, so a new method cannot be added without being
-/// classified here. Checked by `control::tests::reads_and_commands_are_classified`.
-#[must_use]
-pub const fn required_role(request: &ControlRequest) -> (Role, &'static str) {
-    match request {
-        ControlRequest::Snapshot {} => (Role::Read, "snapshot"),
-        ControlRequest::Watch { .. } => (Role::Read, "watch"),
-        ControlRequest::Metrics {} => (Role::Read, "metrics"),
-        ControlRequest::Journal { .. } => (Role::Read, "journal"),
-        ControlRequest::ConfigShow { .. } => (Role::Read, "config_show"),
-        ControlRequest::ReplaceStatus { .. } => (Role::Read, "replace_status"),
-        ControlRequest::Start {} => (Role::Operate, "start"),
-        ControlRequest::Stop { .. } => (Role::Operate, "stop"),
-        ControlRequest::Restart { .. } => (Role::Operate, "restart"),
-        ControlRequest::Retry {} => (Role::Operate, "retry"),
-        ControlRequest::Exit { .. } => (Role::Operate, "exit"),
-        ControlRequest::ConfigSet { .. } => (Role::Operate, "config_set"),
-        ControlRequest::ConfigUnset { .. } => (Role::Operate, "config_unset"),
-        ControlRequest::ReinitPrepare {} => (Role::Operate, "reinit_prepare"),
-        ControlRequest::Reinit { .. } => (Role::Operate, "reinit"),
-        ControlRequest::Replace { .. } => (Role::Operate, "replace"),
-        ControlRequest::Reload {} => (Role::Operate, "reload"),
-    }
+/// What a [`Command`] answers: its reply, or why not.
+pub type Answer<C> = Result<<C as Command>::Reply, CommandError>;
+
+/// What every method answered by a snapshot answers.
+pub type ControlAnswer = Result<WireSnapshot, CommandError>;
+
+/// A [`Command`] as it travels: the [`ControlRequest`] it becomes, and
+/// where its answer is in a [`ControlResponse`]. Implemented by the
+/// registry for every registered command.
+pub trait Registered: Command {
+    /// The request that carries it.
+    fn into_request(self) -> ControlRequest;
+    /// Its answer, when `response` is its method's.
+    ///
+    /// # Errors
+    /// The response back, when it is another method's (a peer that
+    /// answered out of turn).
+    fn answer(response: ControlResponse) -> Result<Answer<Self>, Box<ControlResponse>>;
 }
 
-/// The answer to `request` when its peer's role does not permit it: the
-/// method's own response carrying [`CommandError::Forbidden`]; `None` when
-/// `role` permits it.
-#[must_use]
-pub fn forbidden(request: &ControlRequest, role: Role) -> Option<ControlResponse> {
-    let (needed, method) = required_role(request);
-    if role.permits(needed) {
-        return None;
-    }
-    let error = CommandError::Forbidden {
-        method: method.to_owned(),
-        role,
-        needed,
+/// Carries out command `C`: the facade's half of a command.
+pub trait Execute<C: Command> {
+    /// Run `command`; its answer.
+    fn execute(self, command: C) -> impl Future<Output = Answer<C>> + Send;
+}
+
+/// The [`ControlRequest`] pattern of one registered command: `{}` (no
+/// arguments) or `(Type)`.
+macro_rules! request_pattern {
+    ($variant:ident {} $binding:ident) => {
+        ControlRequest::$variant {}
     };
-    Some(match request {
-        ControlRequest::Snapshot {} => ControlResponse::Snapshot(Err(error)),
-        ControlRequest::Watch { .. } => ControlResponse::Watch(Err(error)),
-        ControlRequest::Metrics {} => ControlResponse::Metrics(Err(error)),
-        ControlRequest::Journal { .. } => ControlResponse::Journal(Err(error)),
-        ControlRequest::ConfigShow { .. } => ControlResponse::ConfigShow(Err(error)),
-        ControlRequest::ReplaceStatus { .. } => ControlResponse::ReplaceStatus(Err(error)),
-        ControlRequest::Start {} => ControlResponse::Start(Err(error)),
-        ControlRequest::Stop { .. } => ControlResponse::Stop(Err(error)),
-        ControlRequest::Restart { .. } => ControlResponse::Restart(Err(error)),
-        ControlRequest::Retry {} => ControlResponse::Retry(Err(error)),
-        ControlRequest::Exit { .. } => ControlResponse::Exit(Err(error)),
-        ControlRequest::ConfigSet { .. } => ControlResponse::ConfigSet(Err(error)),
-        ControlRequest::ConfigUnset { .. } => ControlResponse::ConfigUnset(Err(error)),
-        ControlRequest::ReinitPrepare {} => ControlResponse::ReinitPrepare(Err(error)),
-        ControlRequest::Reinit { .. } => ControlResponse::Reinit(Err(error)),
-        ControlRequest::Replace { .. } => ControlResponse::Replace(Err(error)),
-        ControlRequest::Reload {} => ControlResponse::Reload(Err(error)),
-    })
+    ($variant:ident ($ty:ty) $binding:ident) => {
+        ControlRequest::$variant($binding)
+    };
 }
 
-/// A `replace` request.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReplaceRequest {
-    /// The candidate binary, as a path on the daemon's machine.
-    pub binary: String,
-    /// Overlap or exclusive.
-    pub mode: Mode,
-    /// The setup budget in milliseconds (must not be 0).
-    pub setup_budget_ms: u64,
-    /// The drain budget in milliseconds; `None`: unbounded.
-    pub drain_budget_ms: Option<u64>,
+/// The command a [`request_pattern!`] matched.
+macro_rules! command_of {
+    ({} $ty:ty, $binding:ident) => {
+        <$ty as Default>::default()
+    };
+    (($_ty:ty) $ty:ty, $binding:ident) => {
+        $binding
+    };
 }
+
+/// The [`ControlRequest`] of a command value.
+macro_rules! request_of {
+    ($variant:ident {} $value:ident) => {{
+        let _ = $value;
+        ControlRequest::$variant {}
+    }};
+    ($variant:ident ($_ty:ty) $value:ident) => {
+        ControlRequest::$variant($value)
+    };
+}
+
+/// The registry: one line a command, `file => Variant {}` (no arguments)
+/// or `file => Variant(cmd::Variant)`: its file (`file.rs` in this folder,
+/// which defines `Variant`), its variant in the wire enums. Its order is
+/// the wire's (bincode tags a variant by its position): a new command goes
+/// at the end.
+macro_rules! commands {
+    ($( $file:ident => $variant:ident $body:tt, )*) => {
+        $( mod $file; )*
+
+        /// The commands, one type each (each in its own file of this
+        /// folder).
+        pub mod cmd {
+            $( pub use super::$file::$variant; )*
+        }
+
+        commands!(@wire $( $variant $body => cmd::$variant, )*);
+    };
+    (@wire $( $variant:ident $body:tt => $ty:ty, )*) => {
+        /// A request, as it crosses the wire: one variant per command, in
+        /// the registry's order.
+        #[derive(Debug, Clone, Serialize, Deserialize)]
+        pub enum ControlRequest {
+            $(
+                #[doc = concat!("`", stringify!($ty), "`")]
+                $variant $body,
+            )*
+        }
+
+        /// An answer, as it crosses the wire: the variant of the request's
+        /// command.
+        #[derive(Debug, Serialize, Deserialize)]
+        pub enum ControlResponse {
+            $(
+                #[doc = concat!("`", stringify!($ty), "`'s answer.")]
+                $variant(Answer<$ty>),
+            )*
+        }
+
+        impl tarpc::RequestName for ControlRequest {
+            fn name(&self) -> &'static str {
+                self.method()
+            }
+        }
+
+        impl ControlRequest {
+            /// The method's wire name ([`Command::NAME`]).
+            #[must_use]
+            pub const fn method(&self) -> &'static str {
+                required_role(self).1
+            }
+
+            /// Whether it is a long-poll ([`Command::LONG_POLL`]).
+            #[must_use]
+            pub const fn is_long_poll(&self) -> bool {
+                match self {
+                    $( request_pattern!($variant $body _c) => <$ty as Command>::LONG_POLL, )*
+                }
+            }
+        }
+
+        $(
+            impl Registered for $ty {
+                fn into_request(self) -> ControlRequest {
+                    let value = self;
+                    request_of!($variant $body value)
+                }
+
+                fn answer(response: ControlResponse) -> Result<Answer<Self>, Box<ControlResponse>> {
+                    match response {
+                        ControlResponse::$variant(answer) => Ok(answer),
+                        other => Err(Box::new(other)),
+                    }
+                }
+            }
+        )*
+
+        /// The role a request needs, and its method's wire name: its
+        /// command's [`Command::ROLE`] and [`Command::NAME`]. Checked by
+        /// `control::tests::reads_and_commands_are_classified`.
+        #[must_use]
+        pub const fn required_role(request: &ControlRequest) -> (Role, &'static str) {
+            match request {
+                $( request_pattern!($variant $body _c) => (<$ty as Command>::ROLE, <$ty as Command>::NAME), )*
+            }
+        }
+
+        /// The answer to `request` when its peer's role does not permit it:
+        /// the method's own response carrying [`CommandError::Forbidden`];
+        /// `None` when `role` permits it.
+        #[must_use]
+        pub fn forbidden(request: &ControlRequest, role: Role) -> Option<ControlResponse> {
+            let (needed, method) = required_role(request);
+            if role.permits(needed) {
+                return None;
+            }
+            let error = CommandError::Forbidden {
+                method: method.to_owned(),
+                role,
+                needed,
+            };
+            Some(match request {
+                $( request_pattern!($variant $body _c) => ControlResponse::$variant(Err(error)), )*
+            })
+        }
+
+        /// What carries out every registered command.
+        pub trait Executor: Send $( + Execute<$ty> )* {}
+
+        impl<E: Send $( + Execute<$ty> )*> Executor for E {}
+
+        /// Run `request`'s command on `executor`, answered in its method's
+        /// variant.
+        pub async fn dispatch<E: Executor>(executor: E, request: ControlRequest) -> ControlResponse {
+            match request {
+                $(
+                    request_pattern!($variant $body command) => ControlResponse::$variant(
+                        Execute::<$ty>::execute(executor, command_of!($body $ty, command)).await,
+                    ),
+                )*
+            }
+        }
+    };
+}
+
+commands! {
+    snapshot => Snapshot {},
+    watch => Watch(cmd::Watch),
+    start => Start {},
+    stop => Stop(cmd::Stop),
+    restart => Restart(cmd::Restart),
+    retry => Retry {},
+    exit => Exit(cmd::Exit),
+    metrics => Metrics {},
+    journal => Journal(cmd::Journal),
+    config_set => ConfigSet(cmd::ConfigSet),
+    config_unset => ConfigUnset(cmd::ConfigUnset),
+    config_show => ConfigShow(cmd::ConfigShow),
+    reinit_prepare => ReinitPrepare {},
+    reinit => Reinit(cmd::Reinit),
+    replace => Replace(cmd::Replace),
+    replace_status => ReplaceStatus(cmd::ReplaceStatus),
+    reload => Reload {},
+}
+
+pub use replace::ReplaceRequest;
 
 /// What `replace` and `replace_status` answer: who answered, and the latest
 /// replacement report.
@@ -367,8 +458,9 @@ mod tests {
 
     use super::*;
     use crate::Timestamp;
-    use crate::lifecycle::{LifecycleState, PendingApply};
+    use crate::lifecycle::{ExitIntent, LifecycleState, PendingApply};
     use crate::lifecycle::{Refused, RefusedBecause};
+    use crate::replacement::Mode;
     use crate::replacement::ReplaceRefusal;
     use crate::snapshot::PreviousRun;
     use bincode::Options;
@@ -452,15 +544,15 @@ mod tests {
             let answer: ControlAnswer = Err(refusal);
             assert_eq!(round_trip(&answer), answer);
         }
-        let request = ControlRequest::Exit {
+        let request = ControlRequest::Exit(cmd::Exit {
             intent: ExitIntent::Relaunch,
-        };
+        });
         let back = round_trip(&request);
         assert!(matches!(
             back,
-            ControlRequest::Exit {
+            ControlRequest::Exit(cmd::Exit {
                 intent: ExitIntent::Relaunch
-            }
+            })
         ));
     }
 
@@ -493,12 +585,12 @@ mod tests {
 
     #[test]
     fn reads_and_commands_are_classified() {
-        let read = ControlRequest::Journal { limit: 3 };
+        let read = ControlRequest::Journal(cmd::Journal { limit: 3 });
         assert_eq!(required_role(&read), (Role::Read, "journal"));
         assert!(forbidden(&read, Role::Read).is_none());
-        let stop = ControlRequest::Stop {
+        let stop = ControlRequest::Stop(cmd::Stop {
             hold: crate::command::Hold::None,
-        };
+        });
         assert!(forbidden(&stop, Role::Operate).is_none());
         let Some(ControlResponse::Stop(Err(error))) = forbidden(&stop, Role::Read) else {
             panic!("a read peer's stop is forbidden, in stop's own response");
@@ -512,6 +604,69 @@ mod tests {
         assert!(Role::Operate.permits(Role::Read) && !Role::Read.permits(Role::Operate));
         assert_eq!(Role::parse("read"), Some(Role::Read));
         assert_eq!(Role::parse("admin"), None);
+    }
+
+    /// Each request encodes as the service macro encoded it: the method's
+    /// position as its tag (a varint), then its arguments in order.
+    #[test]
+    fn the_wire_keeps_its_tags_and_fields() {
+        let options = bincode::DefaultOptions::new().with_limit(MAX_FRAME_LEN as u64);
+        let bytes = |request: ControlRequest| options.serialize(&request).expect("encodes");
+        let cases: [(ControlRequest, &[u8]); 8] = [
+            (ControlRequest::Snapshot {}, &[0]),
+            (
+                cmd::Watch {
+                    after_version: 5,
+                    timeout_ms: 300,
+                }
+                .into_request(),
+                &[1, 5, 251, 0x2c, 0x01],
+            ),
+            (cmd::Start.into_request(), &[2]),
+            (cmd::Restart { force: true }.into_request(), &[4, 1]),
+            (
+                cmd::ConfigSet {
+                    leaf: "a".into(),
+                    value: "1".into(),
+                }
+                .into_request(),
+                &[9, 1, b'a', 1, b'1'],
+            ),
+            (cmd::ConfigShow { leaf: None }.into_request(), &[11, 0]),
+            (
+                cmd::Replace {
+                    binary: "b".into(),
+                    mode: Mode::Exclusive,
+                    setup_budget_ms: 7,
+                    drain_budget_ms: None,
+                }
+                .into_request(),
+                &[14, 1, b'b', 1, 7, 0],
+            ),
+            (cmd::Reload.into_request(), &[16]),
+        ];
+        for (request, wire) in cases {
+            let name = request.method();
+            assert_eq!(bytes(request), wire, "{name}");
+        }
+        // Each command's answer is found in its own variant only.
+        let answer = ControlResponse::Restart(Err(CommandError::Unavailable));
+        assert!(cmd::Start::answer(answer).is_err());
+        let answer = ControlResponse::Restart(Err(CommandError::Unavailable));
+        assert_eq!(
+            cmd::Restart::answer(answer).expect("its own"),
+            Err(CommandError::Unavailable)
+        );
+        assert_eq!(ControlRequest::Snapshot {}.method(), "snapshot");
+        assert!(
+            cmd::Watch {
+                after_version: 0,
+                timeout_ms: 0
+            }
+            .into_request()
+            .is_long_poll()
+        );
+        assert!(!ControlRequest::Snapshot {}.is_long_poll());
     }
 
     #[test]

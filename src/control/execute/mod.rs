@@ -1,0 +1,90 @@
+//! The control plane's half of each command that runs it: one file per
+//! command, each an [`Execute`](steadfast_protocol::control::Execute) impl
+//! of [`ControlService`] (its pure half — name, role, arguments, answer —
+//! is `steadfast_protocol::control::cmd`). The server hands every request
+//! to [`steadfast_protocol::control::dispatch`], which picks the impl.
+
+use std::sync::Arc;
+
+use steadfast_protocol::control::{CommandError, ControlAnswer, ReplaceStatus, WireSnapshot};
+use steadfast_protocol::replacement::Report;
+use steadfast_protocol::snapshot::Snapshot;
+
+use crate::supervisor::SupervisorHandle;
+
+mod config_set;
+mod config_show;
+mod config_unset;
+mod exit;
+mod journal;
+mod metrics;
+mod reinit;
+mod reinit_prepare;
+mod reload;
+mod replace;
+mod replace_status;
+mod restart;
+mod retry;
+mod snapshot;
+mod start;
+mod stop;
+mod watch;
+
+/// The control service over one supervisor, for one connection.
+#[derive(Clone)]
+pub(super) struct ControlService {
+    /// The supervisor the commands go to.
+    pub(super) handle: SupervisorHandle,
+    /// The snapshot last answered on this connection, as sent: what a
+    /// `watch` after its version is diffed against.
+    pub(super) sent: Arc<std::sync::Mutex<Option<Snapshot>>>,
+}
+
+impl ControlService {
+    /// The service for one new connection to `handle`.
+    pub(super) fn new(handle: SupervisorHandle) -> Self {
+        Self {
+            handle,
+            sent: Arc::default(),
+        }
+    }
+
+    /// `snapshot` as this connection sends it: lean (the current attempt
+    /// only), stamped with the daemon's clock.
+    fn lean(&self, snapshot: &Snapshot) -> Snapshot {
+        let mut lean = snapshot.lean();
+        lean.now = Some(self.handle.now());
+        lean
+    }
+
+    /// Remember `lean` as the snapshot last sent, for `watch`.
+    fn remember(&self, lean: Snapshot) {
+        if let Ok(mut sent) = self.sent.lock() {
+            *sent = Some(lean);
+        }
+    }
+
+    /// `snapshot` on the wire (see [`Self::lean`]), remembered for `watch`.
+    fn send(&self, snapshot: &Snapshot) -> WireSnapshot {
+        let lean = self.lean(snapshot);
+        let wire = WireSnapshot::from_snapshot(&lean);
+        self.remember(lean);
+        wire
+    }
+
+    /// A command's answer on the wire: the snapshot after it, or why not.
+    fn answer(&self, result: Result<Snapshot, CommandError>) -> ControlAnswer {
+        result.map(|snapshot| self.send(&snapshot))
+    }
+
+    /// Who answers, and `report`.
+    fn replace_status(&self, report: Option<Report>) -> ReplaceStatus {
+        let snapshot = self.handle.snapshot();
+        ReplaceStatus {
+            pid: snapshot.pid,
+            identity: snapshot.identity,
+            version: self.handle.version().map(str::to_owned),
+            report,
+        }
+    }
+}
