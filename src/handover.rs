@@ -247,6 +247,17 @@ fn receive(path: &Path) -> Result<(DirKey, Handed), HandoverError> {
     Ok((key, Handed { incumbent, files }))
 }
 
+/// Why [`open_control_dir`] could not open a control directory.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OpenError {
+    /// The incumbent's handover could not be received.
+    #[error(transparent)]
+    Handover(#[from] HandoverError),
+    /// The control directory could not be opened (or another daemon holds it).
+    #[error(transparent)]
+    ControlDir(#[from] steadfast_actors::control_dir::ControlDirError),
+}
+
 /// Open `data_dir`'s control directory, as `SupervisorBuilder::build` does: with
 /// the lock the incumbent handed over for this data dir when this process
 /// is its candidate, else by taking the lock. A handover for another data
@@ -257,7 +268,7 @@ fn receive(path: &Path) -> Result<(DirKey, Handed), HandoverError> {
 /// control directory could not be opened (or another daemon holds it).
 pub(crate) fn open_control_dir(
     data_dir: &Path,
-) -> Result<steadfast_actors::control_dir::ControlDir, crate::supervisor::SupervisorError> {
+) -> Result<steadfast_actors::control_dir::ControlDir, OpenError> {
     use steadfast_actors::control_dir::ControlDir;
     Ok(match take_for(data_dir, LOCK)? {
         Some((lock, incumbent)) => {

@@ -436,7 +436,7 @@ async fn within<T: Send + 'static>(
 fn panicked(panic: &(dyn std::any::Any + Send)) -> ConfigError {
     ConfigError::Invalid(format!(
         "the config source panicked: {}",
-        crate::service::panic_message(panic)
+        crate::panics::panic_message(panic)
     ))
 }
 

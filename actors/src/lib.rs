@@ -55,6 +55,7 @@ pub mod ledger;
 pub mod lifecycle;
 pub mod lock_watch;
 pub mod metrics;
+mod panics;
 pub mod replace_runner;
 pub mod replacement;
 pub mod root;
