@@ -90,11 +90,11 @@ use crate::store::StoreLock;
 /// One boot running in a task of its own, as the Lifecycle actor holds it:
 /// how it is cancelled.
 #[derive(Debug)]
-pub struct BootTask {
+pub(crate) struct BootTask {
     cancel: Cancel,
 }
 
-/// Progress and outcome of a boot, from the boot's task ([`crate::boot::start`]).
+/// Progress and outcome of a boot, from the boot's task (`boot::start`).
 pub enum BootReport {
     /// A phase started.
     PhaseStarted {
@@ -198,7 +198,7 @@ impl Cancel {
 /// outcome (exactly one `Booted` or `Failed`) go to `report_to`, its
 /// checkpoints to `journal`; a panic is reported as
 /// [`BootMsg::Crashed`], once the runtime it held is dropped.
-pub fn start(
+pub(crate) fn start(
     shared: Arc<Shared>,
     attempt: u32,
     report_to: DerivedActorRef<BootMsg>,
@@ -222,7 +222,7 @@ impl BootTask {
     /// Cancel the boot: it reports a failure with the probed store, and the
     /// step it was in fails with `reason` (`cancelled`, or the machine's
     /// step-deadline error). A boot that already ended ignores it.
-    pub fn cancel(&self, reason: String) {
+    pub(crate) fn cancel(&self, reason: String) {
         let _ = self.cancel.reason.set(reason);
         self.cancel.token.cancel();
     }

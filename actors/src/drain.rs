@@ -114,7 +114,7 @@ pub enum DrainReport {
 /// in `journal` under `attempt` (the boot that built the runtime); with
 /// `report_to`, the Lifecycle actor puts them in that attempt's phases in
 /// the snapshot, so `watch` shows them.
-pub async fn teardown(
+pub(crate) async fn teardown(
     shared: &Shared,
     journal: Option<&ActorRef<JournalMsg>>,
     report_to: Option<&DerivedActorRef<DrainReport>>,
@@ -228,7 +228,7 @@ pub async fn teardown(
 
 /// Run the service's wipe step with the effective config (if it resolves),
 /// then probe the store. Returns the probed outcome and the wipe's error.
-pub async fn wipe(shared: &Arc<Shared>) -> (StoreOutcome, Option<String>) {
+pub(crate) async fn wipe(shared: &Arc<Shared>) -> (StoreOutcome, Option<String>) {
     let config = match shared
         .source
         .resolve_within(crate::config::RESOLVE_DEADLINE)
@@ -253,7 +253,7 @@ pub async fn wipe(shared: &Arc<Shared>) -> (StoreOutcome, Option<String>) {
 /// [`DrainReport::Drained`] to `report_to`; each confirmed destruction's
 /// `CheckpointCleared` is staged in `journal`. A panic is reported as
 /// [`DrainReport::Crashed`], once the runtime it held is dropped.
-pub fn start(
+pub(crate) fn start(
     shared: Arc<Shared>,
     live: LiveRuntime,
     report_to: DerivedActorRef<DrainReport>,
@@ -288,7 +288,7 @@ pub fn start(
 /// re-initialization) in a task of its own and report
 /// [`DrainReport::Wiped`] to `report_to`; a panic is reported as
 /// [`DrainReport::Crashed`].
-pub fn start_wipe(shared: Arc<Shared>, report_to: DerivedActorRef<DrainReport>) {
+pub(crate) fn start_wipe(shared: Arc<Shared>, report_to: DerivedActorRef<DrainReport>) {
     let crashed = report_to.clone();
     let work = async move {
         let (store, error) = wipe(&shared).await;

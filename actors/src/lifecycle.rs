@@ -213,7 +213,7 @@ pub type CommandRequest = Box<(Command, RpcReplyPort<Result<Snapshot, CommandErr
 
 /// The children the Lifecycle actor hands work to (replaced when Root
 /// restarts one). A boot and a drain are not among them: they run in tasks
-/// of this actor's own ([`crate::boot::start`], [`crate::drain::start`]).
+/// of this actor's own (`boot::start`, `drain::start`).
 #[derive(Clone)]
 pub struct Children {
     /// Makes things durable.
@@ -269,13 +269,13 @@ pub enum LifecycleMsg {
         /// What needs a restart.
         pending: PendingApply,
     },
-    /// The boot's task panicked: its own report ([`crate::boot::start`]).
+    /// The boot's task panicked: its own report (`boot::start`).
     BootCrashed {
         /// The panic, rendered.
         reason: String,
     },
     /// The drain's (or wipe's) task panicked: its own report
-    /// ([`crate::drain::start`]).
+    /// (`drain::start`).
     DrainCrashed {
         /// The panic, rendered.
         reason: String,

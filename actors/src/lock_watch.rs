@@ -32,7 +32,7 @@ type Lost = Box<dyn FnOnce(String) + Send>;
 /// Watches one data-dir lock until dropped.
 #[derive(Debug)]
 #[must_use = "the lock is watched only while the LockWatch lives"]
-pub struct LockWatch {
+pub(crate) struct LockWatch {
     id: u64,
 }
 
@@ -42,7 +42,10 @@ pub struct LockWatch {
 ///
 /// A watch thread that cannot be started is a check that cannot run: `lost`
 /// is called at once, saying so, as for a lock found lost.
-pub fn watch(control: &Arc<ControlDir>, lost: impl FnOnce(String) + Send + 'static) -> LockWatch {
+pub(crate) fn watch(
+    control: &Arc<ControlDir>,
+    lost: impl FnOnce(String) + Send + 'static,
+) -> LockWatch {
     let mut watched = lock();
     let id = watched.next_id;
     watched.next_id += 1;
