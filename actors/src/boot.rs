@@ -4,7 +4,7 @@
 //!
 //! Not an actor (a temporary Boot actor under Root would cost more):
 //! a boot has one caller and no mailbox of its own to serve, and an actor
-//! per attempt cost a spawn, a start-up handshake, a stop and a supervision
+//! per attempt would cost a spawn, a start-up handshake, a stop and a supervision
 //! event to Root on every start: wake-ups on other threads for each
 //! stop+start. Its crash isolation is kept by the task: a panic is caught
 //! in the task and reported to the Lifecycle actor, which it never reaches.

@@ -22,7 +22,7 @@
 //!
 //! Not an actor (a temporary Drain actor under Root would cost more):
 //! a drain has one caller and no mailbox to serve, and an actor per drain
-//! cost a spawn, a stop and a supervision event to Root on every stop.
+//! would cost a spawn, a stop and a supervision event to Root on every stop.
 //!
 //! Each destruction is reported as progress (`destroy:<step>` started,
 //! completed or failed, with index, total and duration) to the journal and

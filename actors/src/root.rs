@@ -12,8 +12,8 @@
 //! attempt and each drain or wipe in a task of its own
 //! (`boot::start`, `drain::start`), which reports its
 //! outcome, or its panic, to it directly. No supervision event goes
-//! through Root for them, and a running supervisor holds neither (issue
-//! 16: memory per supervisor, and the wake-ups of a spawn and a stop per
+//! through Root for them, and a running supervisor holds neither (memory
+//! per supervisor, and the wake-ups of a spawn and a stop per
 //! stop+start).
 //!
 //! What each child's death brings down:
