@@ -38,48 +38,20 @@
 //! current-thread runtime of their own, as `steadfastctl` does, so the
 //! baseline and the real client both do their I/O on the calling thread.
 //!
-//! Where the time goes (the goal: `snapshot_unix` ≤ 1.5× the raw
-//! ping-pong; not met). At the end of a run the bench prints the ratios of
-//! its pairs from that run's medians (`ratio control/… ÷ control/… =`).
-//! The raw side writes each frame with one write and reads it with one
-//! read into a buffer with room to spare, as tarpc's framing does (with
-//! `read_exact` for the prefix and then the body it took two or three
-//! reads a frame, one answered "would block", and looked slower than the
-//! framing it is the baseline of). Counted with `perf stat` (syscalls and
-//! context switches per call): the raw ping-pong costs one send, one
-//! receive and one `epoll_wait` a side; before the connection was wrapped
-//! in `control/rewake.rs`, every snapshot call also woke a parked worker of
-//! the daemon's runtime through a futex (tarpc's channel wakes its own task
-//! as it answers, and tokio reschedules a self-woken task as a yield that
-//! notifies another worker) — gone now (~2 futex calls a call → none).
-//! Then the client's own machinery: tarpc's call and its dispatch task were
-//! two tasks with a channel and a oneshot between them, and the dispatch
-//! task's deadline queue registered a timer per call, which wrote the
-//! runtime's eventfd (one `write` and one more `epoll_wait` a call). The
-//! client now drives its connection on the caller's task
-//! (`src/control/conn.rs`) and reuses one timer per connection: per
-//! snapshot call (both sides, `perf stat -e 'syscalls:sys_enter_*'` over
-//! `control/snapshot_unix`, calls counted as half the `sendto`s) `write`
-//! 1.0 → 0.0, `epoll_wait` 4.3 → 2.3, futex ~0 both; the raw ping-pong's
-//! floor is 2 `epoll_wait`s. What is left is CPU work, mostly tarpc's
-//! server (its spans, deadline queue, response channel, abort handles) and
-//! the JSON: `snapshot_wire_unix` (the plain tarpc client, no JSON parse)
-//! now costs a little *more* than `snapshot_unix`.
+//! The goal: `snapshot_unix` ≤ 1.5× the raw ping-pong. At the end of a run
+//! the bench prints the ratios of its pairs from that run's medians
+//! (`ratio control/… ÷ control/… =`). The raw side writes each frame with
+//! one write and reads it with one read into a buffer with room to spare,
+//! as tarpc's framing does, so it is the baseline of that framing and not
+//! of a slower one.
 //!
 //! The groups run one after another, and on a shared machine the load
-//! moves between them (the raw ping-pong's median has moved 22 → 42 µs
-//! between two runs a minute apart). So the bench also times 3,000
-//! alternated rounds of `snapshot_unix`, `snapshot_wire_unix` and the raw
-//! ping-pong, one call each, and prints their medians and ratios
-//! (`ratio paired …`): the figure to quote. One round (load 6): paired
-//! `snapshot_unix` ÷ raw 1.85–1.92×, `snapshot_wire_unix` ÷ raw
-//! 1.93–2.01×; the goal (1.5×) is not met.
+//! moves between them. So the bench also times 3,000 alternated rounds of
+//! `snapshot_unix`, `snapshot_wire_unix` and the raw ping-pong, one call
+//! each, and prints their medians and ratios (`ratio paired …`): the
+//! figure to quote.
 //!
-//! Another run (the shared 2-core machine, loaded by other builds; one
-//! run, criterion medians): `snapshot_unix` 136 µs, `snapshot_tcp` 137 µs
-//! (1.01×), `snapshot_tls` 178 µs (1.31× the Unix socket); `connect_unix`
-//! 269 µs, `connect_tls` 963 µs (3.6×: the handshake, both certificates
-//! verified, the hello).
+//! Measured results, and where the time of a call goes: `benches/README.md`.
 //!
 //! Run: `cargo bench --bench control`.
 

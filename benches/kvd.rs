@@ -18,14 +18,11 @@
 //! `SET` within 1.5× its fsync. Compare the ratios within one run: the
 //! shared machine's noise is larger than their absolute differences.
 //!
-//! On a VM, where the server's thread wakes decides a round trip: on the
-//! 2-vCPU test machine a loopback ping-pong took ~19 µs when the answering
-//! thread woke on the client's vCPU and ~78 µs on the other one (`taskset`
-//! on a pair of echo processes), and a run gets one or the other by chance,
-//! for the echo thread and kvd alike (unpinned `GET` ratios from 0.14× to
-//! 3.35× in one day). `taskset -c 0 cargo bench --bench kvd` holds the bench,
-//! its echo thread and kvd on one CPU: `GET` 1.22–1.30× in three runs, the
-//! raw ping-pong 22.2–22.8 µs.
+//! On a VM, where the server's thread wakes decides a round trip (on the
+//! client's vCPU or another), and a run gets one or the other by chance,
+//! for the echo thread and kvd alike. `taskset -c 0 cargo bench --bench
+//! kvd` holds the bench, its echo thread and kvd on one CPU. Measured
+//! results: `benches/README.md`.
 //!
 //! Run: `cargo bench --bench kvd` (`cargo test --benches` runs each once).
 

@@ -26,9 +26,8 @@
 //!
 //! Run: `cargo bench --bench supervisor`.
 //!
-//! Where a running supervisor's bytes go, by allocation site (how they were
-//! found: each ractor actor ~7.7 KiB, mostly the first blocks of its
-//! two unbounded channels): `heaptrack target/release/deps/supervisor-<hash>
+//! Where a running supervisor's bytes go, by allocation site (results:
+//! `benches/README.md`): `heaptrack target/release/deps/supervisor-<hash>
 //! --bench thousand`, then `heaptrack_print -f heaptrack.*.zst
 //! --print-peaks 1` (the peak is the 1,000 running), or
 //! `--print-flamegraph FILE --flamegraph-cost-type peak` to sum by frame.

@@ -17,7 +17,7 @@
 //! present), `previous <kind>`, `ack <state>` (a published, hence durable,
 //! transition), `phase <attempt> <step> <outcome>`, `child <pid>`, `done`.
 //!
-//! `cargo run --example crashd -- ./crash-data` (set `STEADFAST_CRASH_AT` to
+//! `cargo run --example crashd --features failpoints -- ./crash-data` (set `STEADFAST_CRASH_AT` to
 //! kill it at a point; `CRASHD_KEEP` sets the attempts the journal keeps).
 
 use std::io::Write;

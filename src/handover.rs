@@ -247,6 +247,17 @@ fn receive(path: &Path) -> Result<(DirKey, Handed), HandoverError> {
     Ok((key, Handed { incumbent, files }))
 }
 
+/// Why [`open_control_dir`] could not open a control directory.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OpenError {
+    /// The incumbent's handover could not be received.
+    #[error(transparent)]
+    Handover(#[from] HandoverError),
+    /// The control directory could not be opened (or another daemon holds it).
+    #[error(transparent)]
+    ControlDir(#[from] steadfast_actors::control_dir::ControlDirError),
+}
+
 /// Open `data_dir`'s control directory, as `SupervisorBuilder::build` does: with
 /// the lock the incumbent handed over for this data dir when this process
 /// is its candidate, else by taking the lock. A handover for another data
@@ -257,7 +268,7 @@ fn receive(path: &Path) -> Result<(DirKey, Handed), HandoverError> {
 /// control directory could not be opened (or another daemon holds it).
 pub(crate) fn open_control_dir(
     data_dir: &Path,
-) -> Result<steadfast_actors::control_dir::ControlDir, crate::supervisor::SupervisorError> {
+) -> Result<steadfast_actors::control_dir::ControlDir, OpenError> {
     use steadfast_actors::control_dir::ControlDir;
     Ok(match take_for(data_dir, LOCK)? {
         Some((lock, incumbent)) => {
@@ -582,6 +593,45 @@ mod tests {
         assert!(share(dir.path(), "", &file).is_err());
     }
 
+    /// Two supervisors of one process offer files under the same name: a
+    /// replacement of either hands over its own data dir's offer only, and
+    /// one withdrawing leaves the other's in place.
+    #[test]
+    fn two_supervisors_in_one_process_offer_apart() {
+        use std::os::unix::fs::MetadataExt;
+        let dirs = tempfile::tempdir().expect("tempdir");
+        let (a, b) = (dirs.path().join("a"), dirs.path().join("b"));
+        std::fs::create_dir(&a).expect("a");
+        std::fs::create_dir(&b).expect("b");
+        let file_a = File::create(a.join("store")).expect("a's file");
+        let file_b = File::create(b.join("store")).expect("b's file");
+        share(&a, "app:store", &file_a).expect("a offers");
+        share(&b, "app:store", &file_b).expect("b offers");
+        let ino = |fd: &OwnedFd| {
+            File::from(fd.try_clone().expect("dup"))
+                .metadata()
+                .expect("stat")
+                .ino()
+        };
+        let offered = |dir: &Path| -> Vec<(String, u64)> {
+            shared_files(DirKey::of(dir).expect("key"))
+                .expect("offers")
+                .iter()
+                .map(|(name, fd)| (name.clone(), ino(fd)))
+                .collect()
+        };
+        let (ino_a, ino_b) = (
+            file_a.metadata().expect("a").ino(),
+            file_b.metadata().expect("b").ino(),
+        );
+        assert_eq!(offered(&a), vec![("app:store".to_owned(), ino_a)]);
+        assert_eq!(offered(&b), vec![("app:store".to_owned(), ino_b)]);
+        withdraw(&a, "app:store").expect("a withdraws");
+        assert_eq!(offered(&a), Vec::new());
+        assert_eq!(offered(&b), vec![("app:store".to_owned(), ino_b)]);
+        withdraw(&b, "app:store").expect("b withdraws");
+    }
+
     /// Set in the candidate `two_supervisors_in_a_candidate_each_get_their_own_lock`
     /// runs (this test binary again): the directory holding data dirs `a`
     /// and `b`.
@@ -594,9 +644,7 @@ mod tests {
 
     /// A candidate process that runs two supervisors, with a handover for
     /// data dir `a`: the supervisor of `b` opens first and takes `b`'s own
-    /// lock (not `a`'s), and `a`'s then gets the handed-over lock. Before
-    /// the handover was keyed by data dir, `b` took `a`'s lock and failed
-    /// (`Locked(b/.steadfast/lock)`) and `a` found none and failed too.
+    /// lock (not `a`'s), and `a`'s then gets the handed-over lock.
     #[tokio::test(flavor = "multi_thread")]
     async fn two_supervisors_in_a_candidate_each_get_their_own_lock() {
         if let Some(dirs) = std::env::var_os(CHILD_ENV) {

@@ -124,6 +124,15 @@ impl From<crate::handover::HandoverError> for SupervisorError {
     }
 }
 
+impl From<crate::handover::OpenError> for SupervisorError {
+    fn from(error: crate::handover::OpenError) -> Self {
+        match error {
+            crate::handover::OpenError::Handover(error) => error.into(),
+            crate::handover::OpenError::ControlDir(error) => error.into(),
+        }
+    }
+}
+
 impl From<ControlDirError> for SupervisorError {
     fn from(error: ControlDirError) -> Self {
         match error {

@@ -4,7 +4,7 @@
 //!
 //! Not an actor (a temporary Boot actor under Root would cost more):
 //! a boot has one caller and no mailbox of its own to serve, and an actor
-//! per attempt cost a spawn, a start-up handshake, a stop and a supervision
+//! per attempt would cost a spawn, a start-up handshake, a stop and a supervision
 //! event to Root on every start: wake-ups on other threads for each
 //! stop+start. Its crash isolation is kept by the task: a panic is caught
 //! in the task and reported to the Lifecycle actor, which it never reaches.
@@ -46,7 +46,7 @@
 //!   before its work begins, and every failure before the probe or teardown
 //!   that follows it; a phase's successful end travels with what comes next
 //!   (the next phase's start, or `booted`), one message to each actor
-//!   ([`LifecycleMsg::BootReports`]). The journal gets every record before
+//!   ([`BootMsg::Reports`]). The journal gets every record before
 //!   the append that follows it.
 //! - A boot that fails or is cancelled tears down what it built (reverse
 //!   order, confirmed by observation) and reports the *probed* store outcome.
@@ -55,7 +55,7 @@
 //! - A boot task that panics is a failed boot of class backoff with a
 //!   probed store outcome, not a dead Lifecycle actor: the panic is caught
 //!   in the task (the runtime it held is dropped while unwinding) and
-//!   reported as [`LifecycleMsg::BootCrashed`]
+//!   reported as [`BootMsg::Crashed`]
 //!   (`supervisor::a_panicking_boot_step_is_a_failed_boot_not_a_crashed_process`,
 //!   `attempts::a_boot_that_panics_ends_in_the_journal`).
 //! - A running supervisor holds nothing of a boot: its task ends with its
@@ -70,17 +70,17 @@ use std::convert::Infallible;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use ractor::ActorRef;
+use ractor::{ActorRef, DerivedActorRef};
 use steadfast_protocol::journal::Record;
 use steadfast_protocol::lifecycle::{FailureClass, FailureReport, Phase, StoreOutcome};
 use steadfast_protocol::snapshot::PhaseOutcome;
+use steadfast_protocol::time::Timestamp;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Fingerprint;
 use crate::context::Shared;
 use crate::drain::teardown;
 use crate::journal::JournalMsg;
-use crate::lifecycle::{BootReport, LifecycleMsg};
 use crate::service::{
     Checkpoint, Completed, LiveRuntime, Observation, Runtime, StepEnv, StepError, StepProgress,
     spawn_watched,
@@ -90,8 +90,91 @@ use crate::store::StoreLock;
 /// One boot running in a task of its own, as the Lifecycle actor holds it:
 /// how it is cancelled.
 #[derive(Debug)]
-pub struct BootTask {
+pub(crate) struct BootTask {
     cancel: Cancel,
+}
+
+/// Progress and outcome of a boot, from the boot's task (`boot::start`).
+pub enum BootReport {
+    /// A phase started.
+    PhaseStarted {
+        /// Which boot.
+        attempt: u32,
+        /// Which phase.
+        phase: Phase,
+        /// Its position, from 1.
+        index: u32,
+        /// Phases in the plan (0 while unknown).
+        total: u32,
+        /// When.
+        at: Timestamp,
+    },
+    /// The running step reported progress (coalesced by the boot: the
+    /// latest report's moment).
+    Progress {
+        /// Which boot.
+        attempt: u32,
+        /// When the step last reported.
+        at: Timestamp,
+    },
+    /// A phase ended.
+    PhaseEnded {
+        /// Which boot.
+        attempt: u32,
+        /// Which phase.
+        phase: Phase,
+        /// When.
+        at: Timestamp,
+        /// How long it took.
+        duration_ms: u64,
+        /// How it went.
+        outcome: PhaseOutcome,
+        /// The plan's phases, when the phase learned them (`resolve_config`
+        /// makes the plan); 0 otherwise.
+        total: u32,
+    },
+    /// The boot finished: the runtime is serving.
+    Booted {
+        /// The runtime.
+        live: LiveRuntime,
+        /// The config it booted with.
+        config: toml::Table,
+        /// The declared file's fingerprint before the boot read it.
+        fingerprint: Option<Fingerprint>,
+        /// When.
+        at: Timestamp,
+    },
+    /// The boot failed (or was cancelled) and tore down what it built.
+    Failed {
+        /// Which boot.
+        attempt: u32,
+        /// What, where, when.
+        report: FailureReport,
+        /// Whether waiting can fix it.
+        class: FailureClass,
+        /// The probed store outcome.
+        store: StoreOutcome,
+        /// The declared file's fingerprint before the boot read it.
+        fingerprint: Option<Fingerprint>,
+        /// Whether it ended because it was cancelled.
+        cancelled: bool,
+    },
+}
+
+/// What a boot's task tells its owner (the Lifecycle actor, through a
+/// [`DerivedActorRef`]): its reports, one at a time or several that came
+/// together, and its own panic.
+pub enum BootMsg {
+    /// A boot's progress or outcome.
+    Report(BootReport),
+    /// Reports that came together (a phase's end and the next one's start;
+    /// the last step's end and `booted`), in their order.
+    Reports(Vec<BootReport>),
+    /// The boot's task panicked (the runtime it held was dropped).
+    Crashed {
+        /// The panic, rendered.
+        reason: String,
+    },
 }
 
 /// How a boot is cancelled: the token its task watches, and the reason the
@@ -114,11 +197,11 @@ impl Cancel {
 /// Start boot number `attempt` in a task of its own. Its progress and its
 /// outcome (exactly one `Booted` or `Failed`) go to `report_to`, its
 /// checkpoints to `journal`; a panic is reported as
-/// [`LifecycleMsg::BootCrashed`], once the runtime it held is dropped.
-pub fn start(
+/// [`BootMsg::Crashed`], once the runtime it held is dropped.
+pub(crate) fn start(
     shared: Arc<Shared>,
     attempt: u32,
-    report_to: ActorRef<LifecycleMsg>,
+    report_to: DerivedActorRef<BootMsg>,
     journal: ActorRef<JournalMsg>,
 ) -> BootTask {
     let cancel = Cancel::default();
@@ -128,7 +211,7 @@ pub fn start(
         move |panic| {
             if let Some(panic) = panic {
                 let reason = format!("boot attempt {attempt} panicked: {panic}");
-                let _ = crashed.cast(LifecycleMsg::BootCrashed { reason });
+                let _ = crashed.cast(BootMsg::Crashed { reason });
             }
         },
     );
@@ -139,7 +222,7 @@ impl BootTask {
     /// Cancel the boot: it reports a failure with the probed store, and the
     /// step it was in fails with `reason` (`cancelled`, or the machine's
     /// step-deadline error). A boot that already ended ignores it.
-    pub fn cancel(&self, reason: String) {
+    pub(crate) fn cancel(&self, reason: String) {
         let _ = self.cancel.reason.set(reason);
         self.cancel.token.cancel();
     }
@@ -168,7 +251,7 @@ impl Drop for BootTask {
 struct Reporter<'a> {
     shared: &'a Shared,
     attempt: u32,
-    to: ActorRef<LifecycleMsg>,
+    to: DerivedActorRef<BootMsg>,
     journal: ActorRef<JournalMsg>,
     /// Held back until the next flush: records to stage, reports to send.
     pending: std::sync::Mutex<(Vec<Record>, Vec<BootReport>)>,
@@ -202,8 +285,8 @@ impl Reporter<'_> {
         }
         let message = match reports.len() {
             0 => return,
-            1 => reports.pop().map(LifecycleMsg::Boot),
-            _ => Some(LifecycleMsg::BootReports(reports)),
+            1 => reports.pop().map(BootMsg::Report),
+            _ => Some(BootMsg::Reports(reports)),
         };
         if let Some(message) = message {
             let _ = self.to.cast(message);
@@ -348,7 +431,7 @@ async fn run_attempt(
     shared: Arc<Shared>,
     attempt: u32,
     cancellation: Cancel,
-    report_to: ActorRef<LifecycleMsg>,
+    report_to: DerivedActorRef<BootMsg>,
     journal: ActorRef<JournalMsg>,
 ) {
     let cancel = &cancellation.token;

@@ -73,7 +73,7 @@ pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(20);
 /// reported anyway (a writer that never closes must not hide its change).
 pub const WRITER_PATIENCE: Duration = Duration::from_secs(2);
 
-/// The config watcher actor (stateless; see [`ConfigWatcherState`]).
+/// The config watcher actor (stateless; see `ConfigWatcherState`).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ConfigWatcherActor;
 

@@ -12,7 +12,7 @@
 //! is waited out, never read as held: [`StoreLock::observe`]). The work runs in a task of its own
 //! ([`start`]), so the Lifecycle actor is never blocked by it; a drain that
 //! panics is caught in its task and reported to the Lifecycle actor as
-//! [`LifecycleMsg::DrainCrashed`], which settles it as a probed `drained`
+//! [`DrainReport::Crashed`], which settles it as a probed `drained`
 //! (the runtime was dropped while unwinding, which aborts its tasks):
 //! `supervisor::a_panicking_drain_settles_on_a_probed_store`. The service's
 //! wipe step for a confirmed re-initialization ([`start_wipe`]) is the
@@ -22,7 +22,7 @@
 //!
 //! Not an actor (a temporary Drain actor under Root would cost more):
 //! a drain has one caller and no mailbox to serve, and an actor per drain
-//! cost a spawn, a stop and a supervision event to Root on every stop.
+//! would cost a spawn, a stop and a supervision event to Root on every stop.
 //!
 //! Each destruction is reported as progress (`destroy:<step>` started,
 //! completed or failed, with index, total and duration) to the journal and
@@ -33,16 +33,70 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use ractor::ActorRef;
+use ractor::{ActorRef, DerivedActorRef};
 use steadfast_protocol::journal::Record;
 use steadfast_protocol::lifecycle::{Phase, StoreOutcome};
 use steadfast_protocol::snapshot::PhaseOutcome;
+use steadfast_protocol::time::Timestamp;
 
 use crate::context::Shared;
 use crate::journal::JournalMsg;
-use crate::lifecycle::{BootReport, LifecycleMsg};
 use crate::service::{Completed, LiveRuntime, Observation, Runtime, spawn_watched};
 use crate::store::StoreLock;
+
+/// What a drain's task tells its owner (the Lifecycle actor, through a
+/// [`DerivedActorRef`]): each destruction's progress, how the drain or the
+/// wipe settled, and its own panic.
+pub enum DrainReport {
+    /// A destruction started.
+    PhaseStarted {
+        /// The boot that built the runtime.
+        attempt: u32,
+        /// `destroy:<step>`.
+        phase: Phase,
+        /// Its position among the destructions, from 1.
+        index: u32,
+        /// How many destructions.
+        total: u32,
+        /// When.
+        at: Timestamp,
+    },
+    /// A destruction ended: confirmed gone, or a survivor.
+    PhaseEnded {
+        /// The boot that built the runtime.
+        attempt: u32,
+        /// `destroy:<step>`.
+        phase: Phase,
+        /// When.
+        at: Timestamp,
+        /// How long it took.
+        duration_ms: u64,
+        /// Confirmed gone (completed) or not (failed).
+        outcome: PhaseOutcome,
+    },
+    /// The drain settled.
+    Drained {
+        /// Which boot's runtime.
+        attempt: u32,
+        /// The probed store outcome.
+        store: StoreOutcome,
+        /// What could not be confirmed gone.
+        survivors: Vec<String>,
+    },
+    /// The wipe of a re-initialization finished.
+    Wiped {
+        /// The probed store outcome.
+        store: StoreOutcome,
+        /// The wipe step's error, if it failed.
+        error: Option<String>,
+    },
+    /// The drain's (or wipe's) task panicked (the runtime it held was
+    /// dropped).
+    Crashed {
+        /// The panic, rendered.
+        reason: String,
+    },
+}
 
 /// Destroy `checkpoints` in reverse order over `runtime`, confirming each by
 /// observation, then drop the runtime and probe the store. Returns the
@@ -60,10 +114,10 @@ use crate::store::StoreLock;
 /// in `journal` under `attempt` (the boot that built the runtime); with
 /// `report_to`, the Lifecycle actor puts them in that attempt's phases in
 /// the snapshot, so `watch` shows them.
-pub async fn teardown(
+pub(crate) async fn teardown(
     shared: &Shared,
     journal: Option<&ActorRef<JournalMsg>>,
-    report_to: Option<&ActorRef<LifecycleMsg>>,
+    report_to: Option<&DerivedActorRef<DrainReport>>,
     attempt: u32,
     mut runtime: Runtime,
     checkpoints: Vec<Completed>,
@@ -73,9 +127,9 @@ pub async fn teardown(
             let _ = journal.cast(JournalMsg::Stage(vec![record]));
         }
     };
-    let report = |report: BootReport| {
+    let report = |report: DrainReport| {
         if let Some(to) = report_to {
-            let _ = to.cast(LifecycleMsg::Boot(report));
+            let _ = to.cast(report);
         }
     };
     let total = u32::try_from(checkpoints.len()).unwrap_or(u32::MAX);
@@ -99,7 +153,7 @@ pub async fn teardown(
             total,
             at_ms: at.as_millis(),
         });
-        report(BootReport::PhaseStarted {
+        report(DrainReport::PhaseStarted {
             attempt,
             phase: phase.clone(),
             index,
@@ -154,13 +208,12 @@ pub async fn teardown(
                 PhaseOutcome::Failed { error }
             }
         };
-        report(BootReport::PhaseEnded {
+        report(DrainReport::PhaseEnded {
             attempt,
             phase,
             at,
             duration_ms,
             outcome,
-            total: 0,
         });
     }
     drop(runtime);
@@ -175,7 +228,7 @@ pub async fn teardown(
 
 /// Run the service's wipe step with the effective config (if it resolves),
 /// then probe the store. Returns the probed outcome and the wipe's error.
-pub async fn wipe(shared: &Arc<Shared>) -> (StoreOutcome, Option<String>) {
+pub(crate) async fn wipe(shared: &Arc<Shared>) -> (StoreOutcome, Option<String>) {
     let config = match shared
         .source
         .resolve_within(crate::config::RESOLVE_DEADLINE)
@@ -197,13 +250,13 @@ pub async fn wipe(shared: &Arc<Shared>) -> (StoreOutcome, Option<String>) {
 }
 
 /// Tear `live` down in a task of its own and report
-/// [`LifecycleMsg::Drained`] to `report_to`; each confirmed destruction's
+/// [`DrainReport::Drained`] to `report_to`; each confirmed destruction's
 /// `CheckpointCleared` is staged in `journal`. A panic is reported as
-/// [`LifecycleMsg::DrainCrashed`], once the runtime it held is dropped.
-pub fn start(
+/// [`DrainReport::Crashed`], once the runtime it held is dropped.
+pub(crate) fn start(
     shared: Arc<Shared>,
     live: LiveRuntime,
-    report_to: ActorRef<LifecycleMsg>,
+    report_to: DerivedActorRef<DrainReport>,
     journal: ActorRef<JournalMsg>,
 ) {
     let LiveRuntime {
@@ -222,7 +275,7 @@ pub fn start(
             checkpoints,
         )
         .await;
-        let _ = report_to.cast(LifecycleMsg::Drained {
+        let _ = report_to.cast(DrainReport::Drained {
             attempt,
             store,
             survivors,
@@ -233,20 +286,20 @@ pub fn start(
 
 /// Run the service's wipe step over the released store (a confirmed
 /// re-initialization) in a task of its own and report
-/// [`LifecycleMsg::Wiped`] to `report_to`; a panic is reported as
-/// [`LifecycleMsg::DrainCrashed`].
-pub fn start_wipe(shared: Arc<Shared>, report_to: ActorRef<LifecycleMsg>) {
+/// [`DrainReport::Wiped`] to `report_to`; a panic is reported as
+/// [`DrainReport::Crashed`].
+pub(crate) fn start_wipe(shared: Arc<Shared>, report_to: DerivedActorRef<DrainReport>) {
     let crashed = report_to.clone();
     let work = async move {
         let (store, error) = wipe(&shared).await;
-        let _ = report_to.cast(LifecycleMsg::Wiped { store, error });
+        let _ = report_to.cast(DrainReport::Wiped { store, error });
     };
     spawn_watched(work, move |panic| report_crash(&crashed, panic));
 }
 
-fn report_crash(to: &ActorRef<LifecycleMsg>, panic: Option<String>) {
+fn report_crash(to: &DerivedActorRef<DrainReport>, panic: Option<String>) {
     if let Some(panic) = panic {
         let reason = format!("drain panicked: {panic}");
-        let _ = to.cast(LifecycleMsg::DrainCrashed { reason });
+        let _ = to.cast(DrainReport::Crashed { reason });
     }
 }

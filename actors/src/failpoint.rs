@@ -3,7 +3,11 @@
 //! between a write and its fsync, between an fsync and a rename, mid-step or
 //! mid-drain, and check what the next daemon makes of it.
 //!
-//! A point is armed only by the environment variable [`ENV`], read once:
+//! The points exist only in a build with the cargo feature `failpoints`
+//! (the crash harness's `crashd` example turns it on); without it, [`hit`]
+//! and [`reached`] are empty and a build holds neither the points' names
+//! nor [`ENV`]'s. With it, a point is armed only by the environment
+//! variable [`ENV`], read once:
 //! `STEADFAST_CRASH_AT=<point>:<nth>` kills the process the `nth` time
 //! (counting from 1) `<point>` is reached. Unset, [`hit`] is one atomic load and a branch.
 //! The points ([`POINTS`]) are named where they sit; nothing else in the
@@ -13,7 +17,9 @@
 //! no unwinding: what a power cut or `kill -9` leaves), and an unarmed or
 //! unknown point does nothing. Checked by `tests/crash.rs`.
 
+#[cfg(feature = "failpoints")]
 use std::sync::OnceLock;
+#[cfg(feature = "failpoints")]
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The environment variable that arms a failpoint: `<point>:<nth>`.
@@ -45,12 +51,14 @@ pub const POINTS: &[&str] = &[
     "compact.before_dir_fsync",
 ];
 
+#[cfg(feature = "failpoints")]
 struct Armed {
     point: String,
     nth: u32,
     seen: AtomicU32,
 }
 
+#[cfg(feature = "failpoints")]
 fn armed() -> Option<&'static Armed> {
     static ARMED: OnceLock<Option<Armed>> = OnceLock::new();
     ARMED
@@ -68,6 +76,7 @@ fn armed() -> Option<&'static Armed> {
 
 /// Reached `point`: if it is the armed one and this is its `nth` time, the
 /// process dies of `SIGKILL` here.
+#[inline]
 pub fn hit(point: &'static str) {
     if reached(point) {
         kill();
@@ -79,6 +88,7 @@ pub fn hit(point: &'static str) {
 /// kill). The crash harness reads it where the point alone is ambiguous —
 /// which marker a `marker.before_dir_fsync` left renamed into place —
 /// instead of inferring it from output the process may not have flushed.
+#[inline]
 pub fn hit_doing(point: &'static str, what: impl FnOnce() -> String) {
     if reached(point) {
         use std::io::Write as _;
@@ -90,11 +100,21 @@ pub fn hit_doing(point: &'static str, what: impl FnOnce() -> String) {
 /// Count a pass through `point`; `true` if it is the armed one and this is
 /// its `nth` time (the caller then does its part of the damage, say a torn
 /// write, and calls [`kill`]).
+/// Always `false` without the `failpoints` feature.
 #[must_use]
+#[inline]
 pub fn reached(point: &'static str) -> bool {
-    armed().is_some_and(|armed| {
-        armed.point == point && armed.seen.fetch_add(1, Ordering::SeqCst) + 1 == armed.nth
-    })
+    #[cfg(feature = "failpoints")]
+    {
+        armed().is_some_and(|armed| {
+            armed.point == point && armed.seen.fetch_add(1, Ordering::SeqCst) + 1 == armed.nth
+        })
+    }
+    #[cfg(not(feature = "failpoints"))]
+    {
+        let _ = point;
+        false
+    }
 }
 
 /// Die of `SIGKILL` now.

@@ -35,11 +35,11 @@ use crate::control_dir::{ControlDir, JournalFile, RunMarker};
 
 /// The Journal actor.
 #[derive(Debug, Default)]
-pub struct JournalActor;
+pub(crate) struct JournalActor;
 
 /// The Journal actor's arguments: the control directory and the journal
 /// file opened (and repaired) at startup.
-pub struct JournalArgs {
+pub(crate) struct JournalArgs {
     /// The locked control directory.
     pub control: Arc<ControlDir>,
     /// The open journal, or `None` to reopen it (after a restart).
@@ -49,7 +49,7 @@ pub struct JournalArgs {
 }
 
 /// The Journal actor's state.
-pub struct JournalState {
+pub(crate) struct JournalState {
     control: Arc<ControlDir>,
     /// Where appends are counted and timed.
     metrics: Arc<crate::metrics::Metrics>,
@@ -177,7 +177,7 @@ impl JournalState {
 }
 
 /// What a journal write answers: `Ok` once durable, or the error rendered.
-pub type Durable<T = ()> = Result<T, String>;
+pub(crate) type Durable<T = ()> = Result<T, String>;
 
 /// What the Journal actor is asked.
 pub enum JournalMsg {
@@ -352,7 +352,7 @@ impl Actor for JournalActor {
 }
 
 /// Ask `journal` to do something and wait for the durable answer.
-pub async fn ask<T: Send + 'static>(
+pub(crate) async fn ask<T: Send + 'static>(
     journal: &ActorRef<JournalMsg>,
     timeout: Duration,
     msg: impl FnOnce(RpcReplyPort<Durable<T>>) -> JournalMsg,
@@ -369,7 +369,7 @@ pub async fn ask<T: Send + 'static>(
 }
 
 /// Write `records` without waiting for an fsync ([`JournalMsg::Write`]).
-pub async fn write(
+pub(crate) async fn write(
     journal: &ActorRef<JournalMsg>,
     records: Vec<Record>,
     timeout: Duration,
@@ -378,12 +378,12 @@ pub async fn write(
 }
 
 /// Make everything written so far durable ([`JournalMsg::Sync`]).
-pub async fn sync(journal: &ActorRef<JournalMsg>, timeout: Duration) -> Durable {
+pub(crate) async fn sync(journal: &ActorRef<JournalMsg>, timeout: Duration) -> Durable {
     ask(journal, timeout, JournalMsg::Sync).await
 }
 
 /// Append `records` and wait until they are durable.
-pub async fn append(
+pub(crate) async fn append(
     journal: &ActorRef<JournalMsg>,
     records: Vec<Record>,
     timeout: Duration,

@@ -8,13 +8,13 @@
 //!   down.
 //! - [`lifecycle`]: the Lifecycle actor, the only place a transition is
 //!   decided (through `steadfast_protocol::lifecycle::step`).
-//! - [`boot`], [`drain`]: run one attempt, or tear a runtime down, in a task
+//! - `boot`, `drain`: run one attempt, or tear a runtime down, in a task
 //!   of the Lifecycle actor's (not actors: the two files of work that is
 //!   not an actor).
-//! - [`journal`]: the sole writer of the control directory.
+//! - `journal`: the sole writer of the control directory.
 //! - [`ledger`]: the checkpoints outstanding across processes, which a boot
 //!   reconciles against observation.
-//! - [`config_watcher`]: notify on the declared config file.
+//! - `config_watcher`: notify on the declared config file.
 //! - [`control_dir`], [`store`], [`config`]: the file formats and helpers the
 //!   actors share (blocking I/O, run on blocking threads).
 //! - [`service`]: what an embedding application implements.
@@ -26,7 +26,7 @@
 //! - [`status_record`]: the status record (`.steadfast/status`), rewritten
 //!   before each snapshot is published.
 //! - [`device`]: device work on the blocking pool, a bounded number at a
-//!   time; [`lock_watch`]: the one thread that checks every data-dir lock
+//!   time; `lock_watch`: the one thread that checks every data-dir lock
 //!   of the process each second.
 //! - [`accept`]: the pause an accept loop takes on a failed `accept` (a
 //!   full descriptor table), so no accept loop ever ends on one.
@@ -34,30 +34,49 @@
 //!   (the data dir, the control dir, every file in them).
 //! - [`failpoint`]: `SIGKILL` at a named point, armed by an environment
 //!   variable, for the crash harness.
+//!
+//! # Surface
+//! Only what the facade (`steadfast`: its library, tests, benches and
+//! examples) uses is public; the modules named without a link above are
+//! the crate's own (`pub(crate)`), and `panics` renders a caught panic for
+//! all of them. `testing` (hidden) re-exports the ConfigWatcher actor for
+//! this crate's own integration tests.
 
 #![warn(unreachable_pub)]
 
 pub use steadfast_protocol as protocol;
 
 pub mod accept;
-pub mod boot;
+pub(crate) mod boot;
 pub mod clock;
 pub mod config;
-pub mod config_watcher;
+pub(crate) mod config_watcher;
 pub mod context;
 pub mod control_dir;
 pub mod device;
-pub mod drain;
+pub(crate) mod drain;
 pub mod failpoint;
 pub mod fsx;
-pub mod journal;
+pub(crate) mod journal;
 pub mod ledger;
 pub mod lifecycle;
-pub mod lock_watch;
+pub(crate) mod lock_watch;
 pub mod metrics;
+pub(crate) mod panics;
 pub mod replace_runner;
 pub mod replacement;
 pub mod root;
 pub mod service;
 pub mod status_record;
 pub mod store;
+
+/// What `actors/tests/` drive directly and the facade does not use: the
+/// ConfigWatcher actor (the facade reaches it only through Root). Not part
+/// of the crate's interface.
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::config_watcher::{
+        ConfigWatcherActor, ConfigWatcherArgs, ConfigWatcherMsg, DEFAULT_DEBOUNCE, WRITER_PATIENCE,
+        entries_resolved_through,
+    };
+}

@@ -114,10 +114,12 @@ use steadfast_protocol::snapshot::{
 };
 use tokio::sync::{mpsc, watch};
 
-use crate::boot::BootTask;
+pub use crate::boot::BootReport;
+use crate::boot::{BootMsg, BootTask};
 use crate::config::{Fingerprint, Overrides, RESOLVE_DEADLINE};
 use crate::context::Shared;
 use crate::control_dir::RunMarker;
+use crate::drain::DrainReport;
 use crate::journal::{self, JournalMsg};
 use crate::service::{LiveRuntime, TaskEnded};
 use crate::store::StoreLock;
@@ -209,76 +211,9 @@ pub use steadfast_protocol::command::CommandError;
 /// 16: memory per supervisor).
 pub type CommandRequest = Box<(Command, RpcReplyPort<Result<Snapshot, CommandError>>)>;
 
-/// Progress and outcome of a boot, from the boot's task ([`crate::boot::start`]).
-pub enum BootReport {
-    /// A phase started.
-    PhaseStarted {
-        /// Which boot.
-        attempt: u32,
-        /// Which phase.
-        phase: Phase,
-        /// Its position, from 1.
-        index: u32,
-        /// Phases in the plan (0 while unknown).
-        total: u32,
-        /// When.
-        at: Timestamp,
-    },
-    /// The running step reported progress (coalesced by the boot: the
-    /// latest report's moment).
-    Progress {
-        /// Which boot.
-        attempt: u32,
-        /// When the step last reported.
-        at: Timestamp,
-    },
-    /// A phase ended.
-    PhaseEnded {
-        /// Which boot.
-        attempt: u32,
-        /// Which phase.
-        phase: Phase,
-        /// When.
-        at: Timestamp,
-        /// How long it took.
-        duration_ms: u64,
-        /// How it went.
-        outcome: PhaseOutcome,
-        /// The plan's phases, when the phase learned them (`resolve_config`
-        /// makes the plan); 0 otherwise.
-        total: u32,
-    },
-    /// The boot finished: the runtime is serving.
-    Booted {
-        /// The runtime.
-        live: LiveRuntime,
-        /// The config it booted with.
-        config: toml::Table,
-        /// The declared file's fingerprint before the boot read it.
-        fingerprint: Option<Fingerprint>,
-        /// When.
-        at: Timestamp,
-    },
-    /// The boot failed (or was cancelled) and tore down what it built.
-    Failed {
-        /// Which boot.
-        attempt: u32,
-        /// What, where, when.
-        report: FailureReport,
-        /// Whether waiting can fix it.
-        class: FailureClass,
-        /// The probed store outcome.
-        store: StoreOutcome,
-        /// The declared file's fingerprint before the boot read it.
-        fingerprint: Option<Fingerprint>,
-        /// Whether it ended because it was cancelled.
-        cancelled: bool,
-    },
-}
-
 /// The children the Lifecycle actor hands work to (replaced when Root
 /// restarts one). A boot and a drain are not among them: they run in tasks
-/// of this actor's own ([`crate::boot::start`], [`crate::drain::start`]).
+/// of this actor's own (`boot::start`, `drain::start`).
 #[derive(Clone)]
 pub struct Children {
     /// Makes things durable.
@@ -334,13 +269,13 @@ pub enum LifecycleMsg {
         /// What needs a restart.
         pending: PendingApply,
     },
-    /// The boot's task panicked: its own report ([`crate::boot::start`]).
+    /// The boot's task panicked: its own report (`boot::start`).
     BootCrashed {
         /// The panic, rendered.
         reason: String,
     },
     /// The drain's (or wipe's) task panicked: its own report
-    /// ([`crate::drain::start`]).
+    /// (`drain::start`).
     DrainCrashed {
         /// The panic, rendered.
         reason: String,
@@ -931,7 +866,7 @@ impl LifecycleActorState {
                 self.boot = Some(crate::boot::start(
                     Arc::clone(&self.shared),
                     attempt.get(),
-                    myself.clone(),
+                    myself.get_derived(),
                     self.children.journal.clone(),
                 ));
             }
@@ -957,7 +892,7 @@ impl LifecycleActorState {
                 Some(live) => crate::drain::start(
                     Arc::clone(&self.shared),
                     live,
-                    myself.clone(),
+                    myself.get_derived(),
                     self.children.journal.clone(),
                 ),
                 None => {
@@ -972,7 +907,9 @@ impl LifecycleActorState {
                 }
             },
             Effect::ApplyConfig => self.apply_config(myself).await,
-            Effect::Wipe => crate::drain::start_wipe(Arc::clone(&self.shared), myself.clone()),
+            Effect::Wipe => {
+                crate::drain::start_wipe(Arc::clone(&self.shared), myself.get_derived())
+            }
             Effect::Exit(intent) => {
                 let marker = RunMarker::Released {
                     at_ms: self.shared.clock.now().as_millis(),
@@ -2008,5 +1945,128 @@ fn label(state: &LifecycleState) -> String {
     match state {
         LifecycleState::Draining { then, .. } => format!("draining({})", then.name()),
         other => other.name().to_owned(),
+    }
+}
+
+/// A boot's messages are the Lifecycle actor's (the boot holds a
+/// [`ractor::DerivedActorRef`] of it, not the actor's whole reference).
+impl From<BootMsg> for LifecycleMsg {
+    fn from(message: BootMsg) -> Self {
+        match message {
+            BootMsg::Report(report) => Self::Boot(report),
+            BootMsg::Reports(reports) => Self::BootReports(reports),
+            BootMsg::Crashed { reason } => Self::BootCrashed { reason },
+        }
+    }
+}
+
+/// The inverse of `From<BootMsg>`: what a send to a stopped actor hands back.
+impl TryFrom<LifecycleMsg> for BootMsg {
+    type Error = LifecycleMsg;
+
+    fn try_from(message: LifecycleMsg) -> Result<Self, LifecycleMsg> {
+        match message {
+            LifecycleMsg::Boot(report) => Ok(Self::Report(report)),
+            LifecycleMsg::BootReports(reports) => Ok(Self::Reports(reports)),
+            LifecycleMsg::BootCrashed { reason } => Ok(Self::Crashed { reason }),
+            other => Err(other),
+        }
+    }
+}
+
+/// A drain's messages are the Lifecycle actor's: its destructions are
+/// phases of the attempt that built the runtime.
+impl From<DrainReport> for LifecycleMsg {
+    fn from(report: DrainReport) -> Self {
+        match report {
+            DrainReport::PhaseStarted {
+                attempt,
+                phase,
+                index,
+                total,
+                at,
+            } => Self::Boot(BootReport::PhaseStarted {
+                attempt,
+                phase,
+                index,
+                total,
+                at,
+            }),
+            DrainReport::PhaseEnded {
+                attempt,
+                phase,
+                at,
+                duration_ms,
+                outcome,
+            } => Self::Boot(BootReport::PhaseEnded {
+                attempt,
+                phase,
+                at,
+                duration_ms,
+                outcome,
+                total: 0,
+            }),
+            DrainReport::Drained {
+                attempt,
+                store,
+                survivors,
+            } => Self::Drained {
+                attempt,
+                store,
+                survivors,
+            },
+            DrainReport::Wiped { store, error } => Self::Wiped { store, error },
+            DrainReport::Crashed { reason } => Self::DrainCrashed { reason },
+        }
+    }
+}
+
+/// The inverse of `From<DrainReport>`: what a send to a stopped actor hands
+/// back.
+impl TryFrom<LifecycleMsg> for DrainReport {
+    type Error = LifecycleMsg;
+
+    fn try_from(message: LifecycleMsg) -> Result<Self, LifecycleMsg> {
+        match message {
+            LifecycleMsg::Boot(BootReport::PhaseStarted {
+                attempt,
+                phase,
+                index,
+                total,
+                at,
+            }) => Ok(Self::PhaseStarted {
+                attempt,
+                phase,
+                index,
+                total,
+                at,
+            }),
+            LifecycleMsg::Boot(BootReport::PhaseEnded {
+                attempt,
+                phase,
+                at,
+                duration_ms,
+                outcome,
+                total: 0,
+            }) => Ok(Self::PhaseEnded {
+                attempt,
+                phase,
+                at,
+                duration_ms,
+                outcome,
+            }),
+            LifecycleMsg::Drained {
+                attempt,
+                store,
+                survivors,
+            } => Ok(Self::Drained {
+                attempt,
+                store,
+                survivors,
+            }),
+            LifecycleMsg::Wiped { store, error } => Ok(Self::Wiped { store, error }),
+            LifecycleMsg::DrainCrashed { reason } => Ok(Self::Crashed { reason }),
+            other => Err(other),
+        }
     }
 }

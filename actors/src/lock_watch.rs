@@ -3,11 +3,13 @@
 //! Each running supervisor must notice when its lock stops guarding its data
 //! dir ([`ControlDir::check_lock`]). A check is a few `stat`s, which may wait
 //! on the device (a network mount), so it cannot run on a runtime worker.
-//! Each supervisor once took a blocking-pool thread for it every
-//! [`LOCK_CHECK_PERIOD`]: 1,000 supervisors in one process made 1,000
-//! timer wake-ups and 1,000 thread hand-offs a second at rest, and the
-//! bursts grew the blocking pool. Here one thread per process sweeps every
-//! watched lock each period, and is gone once nothing is watched.
+//! A blocking-pool thread per supervisor every [`LOCK_CHECK_PERIOD`] would
+//! cost each supervisor a timer wake-up and a thread hand-off a second at
+//! rest, and their bursts would grow the blocking pool. So one thread per
+//! process sweeps every watched lock each period, and is gone once nothing
+//! is watched. The registry is process-wide on purpose, and holds nothing
+//! a supervisor could see of another: an entry is one supervisor's weak
+//! reference to its own control directory and its own `lost` callback.
 //!
 //! The period is wall-clock time (`std::thread::sleep`), not the runtime's
 //! clock: a paused test clock neither speeds the checks up nor holds them.
@@ -32,7 +34,7 @@ type Lost = Box<dyn FnOnce(String) + Send>;
 /// Watches one data-dir lock until dropped.
 #[derive(Debug)]
 #[must_use = "the lock is watched only while the LockWatch lives"]
-pub struct LockWatch {
+pub(crate) struct LockWatch {
     id: u64,
 }
 
@@ -42,7 +44,10 @@ pub struct LockWatch {
 ///
 /// A watch thread that cannot be started is a check that cannot run: `lost`
 /// is called at once, saying so, as for a lock found lost.
-pub fn watch(control: &Arc<ControlDir>, lost: impl FnOnce(String) + Send + 'static) -> LockWatch {
+pub(crate) fn watch(
+    control: &Arc<ControlDir>,
+    lost: impl FnOnce(String) + Send + 'static,
+) -> LockWatch {
     let mut watched = lock();
     let id = watched.next_id;
     watched.next_id += 1;

@@ -10,10 +10,10 @@
 //!
 //! **A boot and a drain are not actors**: the Lifecycle actor runs each
 //! attempt and each drain or wipe in a task of its own
-//! ([`crate::boot::start`], [`crate::drain::start`]), which reports its
+//! (`boot::start`, `drain::start`), which reports its
 //! outcome, or its panic, to it directly. No supervision event goes
-//! through Root for them, and a running supervisor holds neither (issue
-//! 16: memory per supervisor, and the wake-ups of a spawn and a stop per
+//! through Root for them, and a running supervisor holds neither (memory
+//! per supervisor, and the wake-ups of a spawn and a stop per
 //! stop+start).
 //!
 //! What each child's death brings down:
@@ -34,7 +34,7 @@
 //! supervisor's `run` returns the exit intent.
 //!
 //! **The data-dir lock is watched.** Every [`LOCK_CHECK_PERIOD`] the
-//! process's lock-watch thread ([`crate::lock_watch`], one for every
+//! process's lock-watch thread (`lock_watch`, one for every
 //! supervisor of the process) checks that Root's lock still guards the data dir
 //! ([`ControlDir::check_lock`]: `lock` still names the locked file, the
 //! control dir's path still names the directory it opened).

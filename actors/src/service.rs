@@ -53,6 +53,7 @@ use tokio::task::{AbortHandle, JoinHandle};
 pub use tokio_util::sync::CancellationToken;
 
 use crate::config::{ConfigError, typed};
+pub use crate::panics::panic_message;
 
 mod tasks;
 
@@ -886,16 +887,6 @@ impl<F: Future> Future for CatchUnwind<F> {
             Err(payload) => std::task::Poll::Ready(Err(payload)),
         }
     }
-}
-
-/// A panic payload, rendered.
-#[must_use]
-pub fn panic_message(payload: &(dyn Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-string panic payload".to_owned())
 }
 
 /// A booted runtime and the checkpoints of the steps that built it: what the

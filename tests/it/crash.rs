@@ -65,7 +65,7 @@ impl Daemon {
     }
 
     fn spawn_with(data_dir: &Path, crash_at: Option<String>, env: &[(&str, &str)]) -> Self {
-        let mut command = Command::new(processes::example("crashd"));
+        let mut command = Command::new(processes::example_with_features("crashd", "failpoints"));
         command.envs(env.iter().copied());
         command
             .arg(data_dir)

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use ractor::{Actor, ActorRef};
 use steadfast_actors::config::{ConfigError, ConfigSource, Fingerprint, TomlFileSource};
-use steadfast_actors::config_watcher::{
+use steadfast_actors::testing::{
     ConfigWatcherActor, ConfigWatcherArgs, ConfigWatcherMsg, DEFAULT_DEBOUNCE, WRITER_PATIENCE,
 };
 use tokio::task::JoinHandle;
@@ -667,7 +667,7 @@ async fn a_configmap_style_data_swap_fires() {
     kubelet_update(dir.path(), "service.toml", "a = 0\n", 0);
     let file = dir.path().join("service.toml");
     assert_eq!(
-        steadfast_actors::config_watcher::entries_resolved_through(&file, dir.path()),
+        steadfast_actors::testing::entries_resolved_through(&file, dir.path()),
         vec![
             file.clone(),
             dir.path().join("..data"),

@@ -999,8 +999,8 @@ fn a_hard_linked_journal_is_refused() {
     );
 }
 
-/// A 0777 data dir: anyone could plant links in it. It was accepted
-/// silently; now refused naming the path and the fix, creating nothing.
+/// A 0777 data dir: anyone could plant links in it. It is refused naming
+/// the path and the fix, creating nothing.
 #[test]
 fn a_world_writable_data_dir_is_refused() {
     let a = arena();
@@ -1030,7 +1030,7 @@ fn a_world_writable_data_dir_is_refused() {
 }
 
 /// A data dir another user owns: they could swap `.steadfast` at will. It
-/// was accepted; now refused naming the owner and the fix.
+/// is refused naming the owner and the fix.
 #[test]
 fn a_data_dir_owned_by_another_user_is_refused() {
     let a = arena();
@@ -1209,8 +1209,8 @@ fn an_unlinked_or_replaced_lock_file_loses_the_lock() {
 /// Two writers of the run marker in one process (the Journal actor's
 /// attempt note and a replacement's hand-over marker) share its one temp
 /// file name: neither may unlink or rename the other's half-written temp
-/// file. Before marker writes were serialized, writers racing like this
-/// failed (`rename`: no such file) or left a marker of the other's bytes.
+/// file. Unserialized, writers racing like this fail (`rename`: no such
+/// file) or leave a marker of the other's bytes.
 #[test]
 fn concurrent_run_marker_writes_never_fail_or_tear() {
     let tmp = tempfile::tempdir().unwrap();

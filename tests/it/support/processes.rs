@@ -32,6 +32,16 @@ pub fn example(name: &str) -> PathBuf {
     built(name, &["--example", name], Path::new("examples"))
 }
 
+/// [`example`], built with the package's cargo `features` (comma
+/// separated): `crashd` needs `failpoints`.
+pub fn example_with_features(name: &str, features: &str) -> PathBuf {
+    built(
+        name,
+        &["--example", name, "--features", features],
+        Path::new("examples"),
+    )
+}
+
 /// The up-to-date `steadfastctl` (its own package, so no
 /// `CARGO_BIN_EXE_steadfastctl` here), as this test process's own hard
 /// link: built like the examples.

@@ -1,0 +1,578 @@
+//! The journal's one writer ([`JournalFile`]): appends acknowledged only
+//! after their fsync, a failed append cut back before the next one, and
+//! the crash-safe compaction; what it writes through ([`JournalSink`]) and
+//! how an open found the file ([`Recovery`]). Opening and repairing the
+//! file is [`ControlDir::open_journal`]'s.
+use super::*;
+
+/// How [`ControlDir::open_journal`] found the journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recovery {
+    /// There was no journal (or an empty file): a header was written.
+    Fresh,
+    /// The journal ended cleanly after its last record.
+    Clean,
+    /// The journal ended in a torn record (or header); the original file was
+    /// copied to `broken_copy` and the journal truncated at `offset`.
+    RepairedTornTail {
+        /// Byte offset of the torn record: the journal's new length (0 for a
+        /// torn header, after which a fresh header was written).
+        offset: usize,
+        /// Where the whole original file was copied.
+        broken_copy: PathBuf,
+    },
+}
+
+/// Where a [`JournalFile`] writes: the journal file itself, or a stand-in in
+/// tests that fails on purpose.
+///
+/// A torn tail left by a crash is repaired in [`ControlDir::open_journal`]
+/// before a writer exists; the fragment of a failed append is cut by the
+/// writer itself ([`JournalSink::cut_back`]) before its next append.
+pub trait JournalSink: Write + Send {
+    /// Flush written data to stable storage (`fdatasync`).
+    ///
+    /// # Errors
+    /// The OS error; the caller never retries it for the same bytes.
+    fn sync_data(&mut self) -> io::Result<()>;
+
+    /// The file's length now, in bytes (`fstat`): where the next
+    /// (`O_APPEND`) write lands.
+    ///
+    /// # Errors
+    /// The OS error.
+    fn current_len(&mut self) -> io::Result<u64>;
+
+    /// Cut the file back to `len` bytes and make the new length durable
+    /// (`ftruncate`, then `fsync`). Refuses to *grow* a file that is
+    /// shorter than `len`.
+    ///
+    /// # Errors
+    /// The OS error, or [`io::ErrorKind::InvalidData`] if the file is
+    /// shorter than `len`.
+    fn cut_back(&mut self, len: u64) -> io::Result<()>;
+}
+
+impl JournalSink for File {
+    fn sync_data(&mut self) -> io::Result<()> {
+        File::sync_data(self)
+    }
+
+    fn current_len(&mut self) -> io::Result<u64> {
+        self.metadata().map(|m| m.len())
+    }
+
+    fn cut_back(&mut self, len: u64) -> io::Result<()> {
+        let now = self.current_len()?;
+        if now < len {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("the file is {now} bytes, shorter than its last acknowledged length {len}"),
+            ));
+        }
+        self.set_len(len)?;
+        self.sync_all()
+    }
+}
+
+/// Why a [`JournalFile`] refuses appends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Poison {
+    /// A write or fsync failed: the file is cut back to `cut_to` (where the
+    /// failed append began) before the next append.
+    FailedAppend {
+        /// The failure, rendered.
+        cause: String,
+        /// The file's length when the failed append began: every byte
+        /// before it was acknowledged (or was there at open), every byte
+        /// after it belongs to the failed append.
+        cut_to: u64,
+    },
+    /// A compaction failed after its rename: this writer's file may no
+    /// longer be the journal, so it is never written again in this process.
+    Compaction {
+        /// The failure, rendered.
+        cause: String,
+    },
+    /// The control directory's fsync that was to make the journal's own
+    /// name durable (with its first append) failed: whether the name is
+    /// on disk is unknown, and a later fsync that succeeds would not say,
+    /// so this writer is never written again in this process.
+    DirEntry {
+        /// The failure, rendered.
+        cause: String,
+    },
+}
+
+/// The journal's one writer: appends records and acknowledges them only
+/// after they are fsynced.
+pub struct JournalFile<S: JournalSink = File> {
+    /// Where the frames go.
+    pub(super) sink: S,
+    /// The journal's path, for errors.
+    pub(super) path: PathBuf,
+    /// Bytes known durable: the length at open, then the file's length
+    /// after each acknowledged append (which includes another writer's
+    /// records during a replacement).
+    pub(super) len: u64,
+    /// The file's length after the last write ([`Self::write`]): past
+    /// [`Self::len`] while written records wait for their fsync.
+    pub(super) end: u64,
+    /// Where the first write not yet fsynced began ([`Self::write`] without
+    /// [`Self::sync`]): every byte from here is in the page cache only, so
+    /// a failed fsync cuts the file back to here. `None` when every written
+    /// byte is durable.
+    pub(super) unsynced: Option<u64>,
+    /// Set by a failed write or fsync (or a compaction that failed after its
+    /// rename); cleared once the failed append's bytes are cut back.
+    pub(super) poison: Option<Poison>,
+    /// The control directory's lock, kept alive so no writer outlives it,
+    /// and checked before every append (`None` for a sink built in tests).
+    pub(super) lock: Option<Arc<HeldLock>>,
+    /// The control directory's "a writer is out" flag, cleared when this
+    /// writer is dropped so the journal can be reopened (a restarted Journal
+    /// actor) — never while this writer lives.
+    pub(super) _slot: Option<WriterSlot>,
+    /// How many attempts compaction keeps (`None`: never compact).
+    pub(super) keep_attempts: Option<usize>,
+    /// How many `AttemptStarted` records the file holds: decides when to
+    /// compact.
+    pub(super) attempts: usize,
+    /// Set while another process may append to the same journal (a
+    /// replacement in progress): compaction waits, since a rename would
+    /// leave the other writer appending to the old file.
+    pub(super) shared: Option<Arc<AtomicBool>>,
+    /// The incumbent this process took the data dir over from; while it
+    /// lives it may still append, so compaction waits for it to be gone.
+    pub(super) shared_with: Option<u32>,
+    /// A journal created at open has its name made durable by the control
+    /// directory's next fsync; if none came before the first append, the
+    /// append makes it (`None` for a sink built in tests).
+    pub(super) names: Option<UnsyncedNames>,
+}
+
+/// Clears the control directory's one-writer flag on drop.
+#[derive(Debug)]
+pub(super) struct WriterSlot(pub(super) Arc<AtomicBool>);
+
+impl Drop for WriterSlot {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
+impl<S: JournalSink> std::fmt::Debug for JournalFile<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JournalFile")
+            .field("path", &self.path)
+            .field("len", &self.len)
+            .field("poison", &self.poison)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: JournalSink> JournalFile<S> {
+    /// A writer over any sink, already holding `len` durable bytes (at least
+    /// the header). For tests of I/O failure; daemons use
+    /// [`ControlDir::open_journal`].
+    pub fn with_sink(sink: S, path: PathBuf, len: u64) -> Self {
+        Self {
+            sink,
+            path,
+            len,
+            end: len,
+            unsynced: None,
+            poison: None,
+            lock: None,
+            _slot: None,
+            keep_attempts: None,
+            attempts: 0,
+            shared: None,
+            shared_with: None,
+            names: None,
+        }
+    }
+
+    /// Append `records` durably: every frame is encoded into one buffer,
+    /// written with one `write_all`, then `sync_data`. `Ok` means the fsync
+    /// returned; only then may the records be acknowledged. The fsync also
+    /// makes durable every record [`Self::write`] wrote before.
+    ///
+    /// After a failed write or fsync, the next append first cuts the file
+    /// back to where the failed append began ([`JournalSink::cut_back`]:
+    /// `ftruncate` + `fsync`), so that every append starts on a record
+    /// boundary; if the cut fails, this append is refused and the next one
+    /// tries again. An empty append is a repair attempt and an fsync of
+    /// what was written before it, and nothing else.
+    ///
+    /// # Errors
+    /// [`ControlDirError::RecordNotEncoded`] if a record cannot be framed
+    /// (nothing written); [`ControlDirError::Io`] if the write or fsync failed,
+    /// which poisons the writer; [`ControlDirError::JournalPoisoned`] while
+    /// the failed append's bytes cannot be cut back (the cut failed, another
+    /// process may be appending, or a compaction failed after its rename).
+    pub fn append(&mut self, records: &[Record]) -> Result<(), ControlDirError> {
+        // `write` checked the lock and repaired a poisoned writer.
+        self.write(records)?;
+        self.sync_written()
+    }
+
+    /// Write `records` (one buffer, one `write_all`) without an fsync: they
+    /// are in the file (a `kill -9` keeps them) but not yet durable, and
+    /// may not be acknowledged until a [`Self::sync`] (or an
+    /// [`Self::append`]) returns. A failed write poisons as an append does
+    /// (its own bytes are cut back before the next write; earlier written
+    /// records stay, to be made durable by the next fsync).
+    ///
+    /// # Errors
+    /// As [`Self::append`].
+    pub fn write(&mut self, records: &[Record]) -> Result<(), ControlDirError> {
+        self.check_lock()?;
+        self.repair()?;
+        let mut buf = Vec::new();
+        for record in records {
+            let frame = journal::encode_record(record).map_err(|source| {
+                ControlDirError::RecordNotEncoded {
+                    path: self.path.clone(),
+                    source,
+                }
+            })?;
+            buf.extend_from_slice(&frame);
+        }
+        if buf.is_empty() {
+            return Ok(());
+        }
+        // Where this write lands (`O_APPEND`): the cut-back point if it
+        // fails. Nothing is written yet, so a failed fstat poisons nothing.
+        let start = self.sink.current_len().map_err(io_err(&self.path))?;
+        if let Err(source) = self.write_frames(&buf) {
+            return Err(self.failed("write", source, start));
+        }
+        self.unsynced.get_or_insert(start);
+        self.end = start + buf.len() as u64;
+        self.attempts += journal::attempts_in(records);
+        Ok(())
+    }
+
+    /// Make every record written so far durable (`sync_data`); nothing to do
+    /// (no fsync) when every written record is durable already.
+    ///
+    /// # Errors
+    /// As [`Self::append`]. A failed fsync is never retried: the unsynced
+    /// records are cut back before the next write (after a failed fsync
+    /// the kernel may have dropped their pages: they are not known to be
+    /// on disk), and the caller must not acknowledge them.
+    pub fn sync(&mut self) -> Result<(), ControlDirError> {
+        self.check_lock()?;
+        self.repair()?;
+        self.sync_written()
+    }
+
+    /// [`Self::sync`] once the lock is checked and the writer repaired.
+    fn sync_written(&mut self) -> Result<(), ControlDirError> {
+        let Some(from) = self.unsynced else {
+            return Ok(());
+        };
+        if let Err(source) = self.sync_frames() {
+            self.unsynced = None;
+            return Err(self.failed("fsync", source, from));
+        }
+        // A journal created at open whose name no fsync of the control
+        // directory has made durable yet (none has run since): made durable
+        // now, before anything is acknowledged. A failure poisons for good.
+        if let Some(names) = &self.names
+            && let Err(error) = names.sync_if_pending()
+        {
+            let cause = error.to_string();
+            tracing::error!(path = %self.path.display(), %cause,
+                "the control directory could not be fsynced after the journal's first append; nothing acknowledged");
+            self.poison = Some(Poison::DirEntry { cause });
+            return Err(error.into());
+        }
+        self.unsynced = None;
+        self.len = self.end;
+        Ok(())
+    }
+
+    /// A `what` (write or fsync) failed: poison this writer so that the
+    /// next append first cuts the file back to `cut_to`, and say so.
+    fn failed(&mut self, what: &str, source: io::Error, cut_to: u64) -> ControlDirError {
+        self.poison = Some(Poison::FailedAppend {
+            cause: source.to_string(),
+            cut_to,
+        });
+        tracing::error!(path = %self.path.display(), error = %source,
+            "journal {what} failed; nothing acknowledged, cut back before the next append");
+        ControlDirError::Io {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// Whether records were written that no fsync has made durable yet.
+    #[must_use]
+    pub const fn has_unsynced(&self) -> bool {
+        self.unsynced.is_some()
+    }
+
+    /// If a failed append poisoned this writer, cut its bytes off and clear
+    /// the poison; else say why not.
+    fn repair(&mut self) -> Result<(), ControlDirError> {
+        let refused = |cause: &str, repair: String| ControlDirError::JournalPoisoned {
+            path: self.path.clone(),
+            cause: cause.to_owned(),
+            repair,
+        };
+        let (cause, cut_to) = match &self.poison {
+            None => return Ok(()),
+            Some(Poison::Compaction { cause }) => {
+                return Err(refused(
+                    cause,
+                    "a compaction failed after renaming the new journal into place, so this \
+                     writer may hold the old file; relaunch the daemon to reopen the journal"
+                        .to_owned(),
+                ));
+            }
+            Some(Poison::DirEntry { cause }) => {
+                return Err(refused(
+                    cause,
+                    "the control directory could not be fsynced to make the journal's name \
+                     durable; relaunch the daemon to reopen the journal"
+                        .to_owned(),
+                ));
+            }
+            Some(Poison::FailedAppend { cause, cut_to, .. }) => (cause.clone(), *cut_to),
+        };
+        if self.is_shared() {
+            // Another process may have appended after the fragment: cutting
+            // would remove its records.
+            return Err(refused(
+                &cause,
+                format!(
+                    "another process may be appending to it (a replacement in progress), so it \
+                     is not cut back to {cut_to} bytes until it is this process's alone; \
+                     tried again at the next append"
+                ),
+            ));
+        }
+        match self.sink.cut_back(cut_to) {
+            Ok(()) => {
+                tracing::warn!(path = %self.path.display(), len = cut_to, %cause,
+                    "journal cut back to its last acknowledged length after a failed append; appending again");
+                self.poison = None;
+                // The cut's own fsync (`sync_all`) made every byte before
+                // `cut_to` durable, a write waiting for its fsync included.
+                self.len = cut_to;
+                self.end = cut_to;
+                self.unsynced = None;
+                Ok(())
+            }
+            Err(error) => {
+                let repair = format!(
+                    "cutting it back to its last acknowledged length of {cut_to} bytes failed \
+                     ({error}); tried again at the next append"
+                );
+                Err(refused(&cause, repair))
+            }
+        }
+    }
+
+    /// Whether the data-dir lock still guards the data dir
+    /// ([`ControlDir::check_lock`]); a writer built over a test sink has
+    /// no lock to check.
+    fn check_lock(&self) -> Result<(), ControlDirError> {
+        self.lock.as_ref().map_or(Ok(()), |lock| lock.check())
+    }
+
+    /// One `write_all` of `buf`, with the crash harness's failpoint in it
+    /// (`crate::failpoint`; nothing when unarmed).
+    fn write_frames(&mut self, buf: &[u8]) -> io::Result<()> {
+        if crate::failpoint::reached("journal.mid_write") {
+            let half = buf.len() / 2;
+            self.sink.write_all(buf.get(..half).unwrap_or(buf))?;
+            crate::failpoint::kill();
+        }
+        self.sink.write_all(buf)
+    }
+
+    /// `sync_data`, with the crash harness's failpoints around it.
+    fn sync_frames(&mut self) -> io::Result<()> {
+        crate::failpoint::hit("journal.before_fsync");
+        self.sink.sync_data()?;
+        crate::failpoint::hit("journal.after_fsync");
+        Ok(())
+    }
+
+    /// The journal's durable length in bytes: its length at open, then after
+    /// each acknowledged append (measured, so it counts another writer's
+    /// records during a replacement), or where a failed append was cut back.
+    #[must_use]
+    pub const fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the journal holds no bytes (never true once opened: it has a
+    /// header).
+    #[must_use]
+    pub const fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether a failed write or fsync poisoned this writer (and its bytes
+    /// are not cut back yet).
+    #[must_use]
+    pub const fn is_poisoned(&self) -> bool {
+        self.poison.is_some()
+    }
+
+    /// Whether another process may be appending to this journal now: a
+    /// replacement in progress in this daemon, or the incumbent this
+    /// candidate took over from still alive.
+    fn is_shared(&self) -> bool {
+        self.shared
+            .as_ref()
+            .is_some_and(|shared| shared.load(Ordering::SeqCst))
+            || self
+                .shared_with
+                .is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists())
+    }
+
+    /// The journal's path.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The temp file a compaction writes before renaming it over the journal.
+pub const COMPACT_TMP_NAME: &str = "journal.compact";
+
+/// What a compaction did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compacted {
+    /// Records before.
+    pub records_before: usize,
+    /// Records after (the kept attempts and the outstanding checkpoints).
+    pub records_after: usize,
+    /// The journal's length after, in bytes.
+    pub len: u64,
+}
+
+impl JournalFile<File> {
+    /// The bytes known durable (the file's length after the last
+    /// acknowledged append).
+    #[must_use]
+    pub const fn durable_len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the journal holds more than twice the attempts compaction
+    /// keeps (the slack keeps compaction rare: once per `keep` attempts).
+    #[must_use]
+    pub fn wants_compaction(&self) -> bool {
+        self.keep_attempts
+            .is_some_and(|keep| self.attempts > keep.max(1).saturating_mul(2))
+            && self.unsynced.is_none()
+            && !self.is_shared()
+    }
+
+    /// Rewrite the journal to its last `keep_attempts` attempts and the
+    /// checkpoints still outstanding before them
+    /// ([`journal::compact`]), crash-safely: the new journal is written to
+    /// [`COMPACT_TMP_NAME`] (0600), fsynced, renamed over the journal, and
+    /// the directory fsynced; then this writer appends to the new file. A
+    /// crash at any point leaves either the old journal or the new one, each
+    /// whole, and both leave a resume the same outstanding checkpoints.
+    /// Returns `None` when there was nothing to drop.
+    ///
+    /// # Errors
+    /// [`ControlDirError::JournalPoisoned`] on a poisoned writer;
+    /// [`ControlDirError::CorruptJournal`] / [`ControlDirError::BadJournalHeader`]
+    /// if the file no longer decodes cleanly (nothing is changed);
+    /// [`ControlDirError::Io`] if a step fails. A failure before the rename
+    /// leaves the old journal in use, untouched; a failure after it poisons
+    /// this writer (which file survives a crash is then unknown).
+    pub fn compact(&mut self) -> Result<Option<Compacted>, ControlDirError> {
+        let Some(keep) = self.keep_attempts else {
+            return Ok(None);
+        };
+        self.repair()?;
+        let Some(lock) = self.lock.clone() else {
+            return Ok(None);
+        };
+        let dir = &lock.dir;
+        let path = self.path.clone();
+        let bytes = dir
+            .read(JOURNAL_NAME, u64::MAX)?
+            .ok_or_else(|| io_err(&path)(io::ErrorKind::NotFound.into()))?;
+        let decoded = journal::decode(&bytes).map_err(|e| match e {
+            JournalError::Corrupt { offset } => ControlDirError::CorruptJournal {
+                path: path.clone(),
+                offset,
+            },
+            source => ControlDirError::BadJournalHeader {
+                path: path.clone(),
+                source,
+            },
+        })?;
+        let records_before = decoded.records.len();
+        let Some(kept) = journal::compact(&decoded.records, keep) else {
+            self.attempts = journal::attempts_in(&decoded.records);
+            return Ok(None);
+        };
+        let mut out = journal::encode_header().to_vec();
+        for record in &kept {
+            let frame = journal::encode_record(record).map_err(|source| {
+                ControlDirError::RecordNotEncoded {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+            out.extend_from_slice(&frame);
+        }
+        let tmp = dir.join(COMPACT_TMP_NAME);
+        if let Some(names) = &self.names {
+            // The new file's fsync and the directory's.
+            names.fsyncs.fetch_add(2, Ordering::Relaxed);
+        }
+        let written = dir
+            .create_temp(COMPACT_TMP_NAME)
+            .map_err(ControlDirError::from)
+            .and_then(|mut file| {
+                file.write_all(&out).map_err(io_err(&tmp))?;
+                crate::failpoint::hit("compact.before_fsync");
+                file.sync_all().map_err(io_err(&tmp))?;
+                crate::failpoint::hit("compact.before_rename");
+                Ok(dir.rename(COMPACT_TMP_NAME, JOURNAL_NAME)?)
+            });
+        if let Err(e) = written {
+            let _ = dir.unlink(COMPACT_TMP_NAME);
+            return Err(e);
+        }
+        // The old file is unlinked: from here on, a failure poisons.
+        crate::failpoint::hit("compact.before_dir_fsync");
+        let reopened = dir
+            .sync()
+            .and_then(|()| dir.open(JOURNAL_NAME, Access::Append))
+            .map_err(ControlDirError::from);
+        match reopened {
+            Ok(file) => {
+                self.sink = file;
+                self.len = out.len() as u64;
+                self.end = self.len;
+                self.attempts = journal::attempts_in(&kept);
+                Ok(Some(Compacted {
+                    records_before,
+                    records_after: kept.len(),
+                    len: self.len,
+                }))
+            }
+            Err(error) => {
+                self.poison = Some(Poison::Compaction {
+                    cause: error.to_string(),
+                });
+                Err(error)
+            }
+        }
+    }
+}
