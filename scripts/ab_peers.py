@@ -31,7 +31,13 @@ def main():
     n = int(sys.argv[1])
     work = tempfile.mkdtemp(prefix="ab-peers-")
     try:
-        builds = [(os.path.basename(os.path.normpath(d)), cp.Steadfast(d, work)) for d in sys.argv[2:]]
+        builds = []
+        for i, d in enumerate(sys.argv[2:]):
+            # Each build's data dirs under a directory of its own: never one
+            # build's daemon on another's data dir.
+            own = os.path.join(work, str(i))
+            os.mkdir(own)
+            builds.append((os.path.basename(os.path.normpath(d)), cp.Steadfast(d, own)))
         for name, sf in builds:
             print(f"# {name}:")
             cp.describe_build(sf, None)
