@@ -56,16 +56,35 @@ struct Cli {
     file: Option<std::path::PathBuf>,
 }
 
-#[tokio::main]
-async fn main() {
-    // First: SIGTERM, SIGINT and SIGHUP are caught from here on, so one
-    // that arrives while the supervisor is built is answered by `run` (a
-    // drained exit 0), never a death after the run marker was written.
-    steadfast::daemon::catch_signals();
+fn main() {
+    // The command line first, before any thread: a refused one (or `--help`)
+    // exits having started none.
     let mut cli: Cli = steadfast::daemon::cli::parse(env!("CARGO_PKG_VERSION"));
     cli.daemon.data_dir = cli.daemon.data_dir.or(cli.dir);
     let launch = cli.daemon.launch("minimal").positional_config(cli.file);
     let launch = launch.defaults_toml("listen_addr = \"127.0.0.1:7071\"");
-    let run = launch.run(|data_dir, config| Supervisor::builder(data_dir, Hello).config(config));
-    steadfast::daemon::cli::exit("minimal", run.await)
+    let prepared = launch
+        .prepare()
+        .unwrap_or_else(|error| steadfast::daemon::cli::exit("minimal", Err(error)));
+    // One step that binds a port: the whole daemon runs on this thread
+    // (README "Performance": a current-thread runtime starts no workers,
+    // and the launch waits on no thread being scheduled).
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|error| {
+            eprintln!("minimal: no tokio runtime: {error}");
+            std::process::exit(steadfast::daemon::EXIT_START_FAILED)
+        });
+    let ended = runtime.block_on(async {
+        // Before the supervisor is built: SIGTERM, SIGINT and SIGHUP are
+        // answered by `run` (a drained exit 0), never a death after the
+        // run marker was written.
+        steadfast::daemon::catch_signals();
+        prepared
+            .start(|data_dir, config| Supervisor::builder(data_dir, Hello).config(config))?
+            .run()
+            .await
+    });
+    steadfast::daemon::cli::exit("minimal", ended)
 }

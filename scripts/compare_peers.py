@@ -28,18 +28,31 @@ noisy neighbour on the machine slows every side alike):
                    one check that found the daemon not yet running is printed
                    beside the table, since a launch is seen up to one check
                    (plus the pause) late.
+  usage            the `minimal` example with no arguments (it says what it
+                   needs and exits 78): its wall time beside its own CPU time
+                   (user + system, from wait4), and `/bin/true`. A process
+                   whose wall time is far above its CPU time waits on
+                   something (a thread started and scheduled) rather than
+                   working.
   idle RSS         VmRSS of each daemon (and of the peers' `sleep` child) after
                    the run.
 
+First it prints the build it measures: each binary's profile (the directory
+name, and that profile's `lto`/`codegen-units`/`panic` from Cargo.toml),
+whether it is linked statically, whether its relocations are packed
+(DT_RELR), and its size; `--json` keeps them under "build".
+
 The peers supervise `/bin/sleep infinity`, the cheapest child there is.
 
-  python3 scripts/compare_peers.py [--bin target/release] [--ctl target/ctl/steadfastctl] [--rounds 30] [--json FILE]
+  python3 scripts/compare_peers.py [--bin target/release] [--ctl PATH] [--rounds 30] [--json FILE]
   python3 scripts/compare_peers.py --smoke --bin target/debug     (what .ci/run runs)
 
 --bin is a cargo profile dir holding `steadfastctl`, `examples/kvd` and
-`examples/minimal` (`cargo build --release --example kvd --example minimal`);
---ctl names another steadfastctl: `cargo build-ctl` writes the static, LTO
-one to `target/ctl/steadfastctl` (README "Performance").
+`examples/minimal`; by default `target/release`, what the README's set-up
+builds (`cargo build --release --example kvd --example minimal && cargo
+build --release -p steadfastctl`), so the ratios are what a user gets.
+--ctl names another steadfastctl: `cargo build-ctl` writes the statically
+linked one to `target/ctl/steadfastctl` (README "Performance").
 --smoke: 3 rounds; a peer that is not installed is skipped with a line saying
 so; the exit code is non-zero only when a steadfast case fails. Outside
 --smoke a missing peer is an error. Every process started here is stopped by
@@ -131,6 +144,94 @@ def rss_kib(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return None
+
+
+def profile_settings(name):
+    """The `[profile.NAME]` settings of the workspace's Cargo.toml that decide
+    how fast a binary starts, following `inherits` (cargo's defaults where
+    unset); {} when there is no such profile."""
+    import tomllib
+    manifest = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "Cargo.toml")
+    with open(manifest, "rb") as f:
+        profiles = tomllib.load(f).get("profile", {})
+    builtin = {"debug": ("dev", {"opt-level": 0, "lto": False, "codegen-units": 256, "panic": "unwind"}),
+               "release": ("release", {"opt-level": 3, "lto": False, "codegen-units": 16, "panic": "unwind"})}
+    name, base = builtin.get(name, (name, None))
+    chain, seen = [], set()
+    while name and name not in seen:
+        seen.add(name)
+        table = profiles.get(name, {})
+        chain.append(table)
+        if name in ("dev", "release"):
+            base = builtin["debug" if name == "dev" else "release"][1]
+            break
+        name = table.get("inherits")
+    if base is None:
+        return {}
+    settings = dict(base)
+    for table in reversed(chain):
+        settings.update({k: table[k] for k in settings if k in table})
+    return settings
+
+
+def elf_facts(path):
+    """How `path` was linked: {"static", "packed_relocations", "bytes"}, from
+    its program headers (no PT_INTERP: static) and dynamic section (DT_RELR:
+    packed relative relocations)."""
+    import struct
+    with open(path, "rb") as f:
+        data = f.read()
+    facts = {"bytes": len(data), "static": None, "packed_relocations": None}
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:  # 64-bit little-endian only
+        return facts
+    phoff, = struct.unpack_from("<Q", data, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    interp, relr = False, False
+    for i in range(phnum):
+        p_type, _, p_offset, _, _, p_filesz = struct.unpack_from("<IIQQQQ", data, phoff + i * phentsize)
+        if p_type == 3:  # PT_INTERP
+            interp = True
+        elif p_type == 2:  # PT_DYNAMIC
+            for at in range(p_offset, p_offset + p_filesz, 16):
+                tag, _ = struct.unpack_from("<qQ", data, at)
+                if tag == 0:
+                    break
+                if tag == 36:  # DT_RELR
+                    relr = True
+    facts.update(static=not interp, packed_relocations=relr)
+    return facts
+
+
+BUILD = {}
+
+
+def describe_build(sf, bin_dir):
+    """Print (and keep for --json) how every steadfast binary measured was built."""
+    print("== build measured")
+    for name, path in (("steadfastctl", sf.ctl), ("kvd", sf.kvd), ("minimal", sf.minimal)):
+        profile = os.path.basename(os.path.dirname(path if name == "steadfastctl" else os.path.dirname(path)))
+        settings = profile_settings(profile)
+        facts = elf_facts(path)
+        BUILD[name] = {"path": path, "profile": profile, "settings": settings, **facts}
+        shown = ", ".join(f"{k}={v}" for k, v in settings.items()) or "settings unknown"
+        linked = {None: "not ELF", True: "static", False: "dynamic"}[facts["static"]]
+        packed = ", packed relocations" if facts["packed_relocations"] else ""
+        print(f"{name:13s} {path}: profile {profile} ({shown}); {linked}{packed}; "
+              f"{facts['bytes'] / 1e6:.1f} MB")
+    sys.stdout.flush()
+
+
+def run_usage(argv):
+    """Run argv (stdin, stdout and stderr on /dev/null) to its end:
+    (wall seconds, CPU seconds of the process, exit status)."""
+    null = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)]
+    began = time.perf_counter()
+    pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=null)
+    _, status, usage = os.wait4(pid, 0)
+    wall = time.perf_counter() - began
+    if os.WIFSIGNALED(status):
+        raise RuntimeError(f"{argv[0]} was killed by signal {os.WTERMSIG(status)}")
+    return wall, usage.ru_utime + usage.ru_stime, os.WEXITSTATUS(status)
 
 
 def loopback_port():
@@ -385,6 +486,7 @@ def main():
     sides_missing = []
     try:
         sf = Steadfast(args.bin, work, args.ctl)
+        describe_build(sf, args.bin)
         rit = Runit(work) if shutil.which("runsv") and shutil.which("sv") else None
         sup = Supervisord(work)
         if not (sup.daemon and sup.ctl):
@@ -399,7 +501,7 @@ def main():
         failed = steadfast_failed = figures(sf, rit, sup, n, args.smoke)
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"rounds": n, "results": RESULTS, "skipped": sides_missing}, f, indent=1)
+                json.dump({"rounds": n, "build": BUILD, "results": RESULTS, "skipped": sides_missing}, f, indent=1)
         if steadfast_failed:
             print(f"\nsteadfast failed in {failed} case run(s)", file=sys.stderr)
             return 1
@@ -557,6 +659,35 @@ def figures(sf, rit, sup, n, smoke):
             print(f"  {name:50s} {statistics.median(xs) * 1e3:8.3f} ms ({len(xs)} checks)")
             RESULTS.append({"section": "launch poll", "case": name, "n": len(xs),
                             "median_check_ms": statistics.median(xs) * 1e3})
+    bad += steadfast_failures(failures, cases)
+
+    # -- a command line refused: `minimal` with no arguments says what it
+    # needs (a data directory) and exits non-zero. Its wall time beside its own CPU time.
+    cpu = {}
+
+    def usage_case(name, argv, code):
+        def case():
+            wall, spent, status = run_usage(argv)
+            if (status == 0) if code is None else (status != code):
+                raise RuntimeError(f"{argv[0]} exited {status}, not {code or 'non-zero'}")
+            cpu.setdefault(name, []).append(spent)
+            return wall
+        return case
+
+    cases = [("minimal with no arguments (refused)", "steadfast", usage_case("minimal with no arguments (refused)", [sf.minimal], None)),
+             ("/bin/true (the floor of any process)", "floor", usage_case("/bin/true (the floor of any process)", ["/bin/true"], 0))]
+    samples, failures = rounds(cases, n)
+    table("usage, whole process (wall time)", cases, samples, failures, "/bin/true (the floor of any process)")
+    print("(CPU time, user + system, median; wall ÷ CPU:)")
+    for name, _, _ in cases:
+        xs, walls = cpu.get(name), samples[name]
+        if xs and walls:
+            spent = statistics.median(xs)
+            over = f"{statistics.median(walls) / spent:6.2f}x" if spent else "     -"
+            print(f"  {name:50s} {spent * 1e3:8.3f} ms CPU  {over}")
+            RESULTS.append({"section": "usage cpu", "case": name, "n": len(xs),
+                            "median_cpu_ms": spent * 1e3,
+                            "wall_over_cpu": statistics.median(walls) / spent if spent else None})
     bad += steadfast_failures(failures, cases)
 
     # -- idle RSS, after all of the above

@@ -534,6 +534,7 @@ pub async fn run_with(
             tracing::error!(path = %path.display(), %error, "the control socket is not served");
             DaemonError::ControlSocket(error)
         })?;
+        steadfast_actors::launch::mark("control socket bound");
         Some(guard)
     } else {
         None
@@ -584,9 +585,19 @@ const WARM_BLOCKING_THREADS: usize = 1;
 /// nothing waits for them. One device thread
 /// (`steadfast_actors::device::warm`) and [`WARM_BLOCKING_THREADS`] of
 /// tokio's, by a task that does nothing (best effort: a runtime whose pool
-/// is capped runs it on the thread it has).
+/// is capped runs it on the thread it has). On a current-thread runtime the
+/// device work goes to tokio's pool (`steadfast_actors::device`), so no
+/// device thread is started there.
 fn warm_blocking_pool() {
-    steadfast_actors::device::warm(1);
+    let multi_thread = tokio::runtime::Handle::try_current().is_ok_and(|handle| {
+        matches!(
+            handle.runtime_flavor(),
+            tokio::runtime::RuntimeFlavor::MultiThread
+        )
+    });
+    if multi_thread {
+        steadfast_actors::device::warm(1);
+    }
     for _ in 0..WARM_BLOCKING_THREADS {
         drop(tokio::task::spawn_blocking(|| ()));
     }
@@ -671,6 +682,10 @@ async fn run_serving(
             std::future::pending::<()>().await;
         }
     });
+    let _timeline = AbortOnDrop(
+        steadfast_actors::launch::open().then(|| tokio::spawn(launch_timeline(handle.clone()))),
+    );
+    steadfast_actors::launch::mark("supervision tree starting");
     let mut handed_over = handle.handed_over();
     let intent = tokio::select! {
         intent = supervisor.run() => intent,
@@ -788,8 +803,9 @@ static CAUGHT: std::sync::Mutex<Option<Caught>> = std::sync::Mutex::new(None);
 /// Catch SIGTERM, SIGINT and SIGHUP from now on, for [`run`] /
 /// [`run_with`] to answer once the supervisor runs: call it first thing
 /// in the daemon's `main`, inside the tokio runtime that will run
-/// [`run_with`] (the first line of a `#[tokio::main]` body), before the
-/// supervisor is built. A SIGTERM that arrives in between is then a
+/// [`run_with`] (the first line of a `#[tokio::main]` body, or of the
+/// `block_on` of a runtime built after the command line was parsed, as
+/// the examples do), before the supervisor is built. A SIGTERM that arrives in between is then a
 /// drained exit 0, never a death by the default disposition after the
 /// run marker was written (which the next run would read as `crashed`).
 /// A SIGHUP in between is answered as a reload once the daemon runs.
@@ -803,6 +819,7 @@ pub fn catch_signals() {
     if tokio::runtime::Handle::try_current().is_err() {
         return;
     }
+    steadfast_actors::launch::mark("runtime built, signals caught");
     let mut caught = CAUGHT
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -995,6 +1012,26 @@ const fn stopping(lifecycle: &LifecycleState) -> bool {
             matches!(then, steadfast_protocol::lifecycle::AfterDrain::Exit { .. })
         }
         _ => false,
+    }
+}
+
+/// Close the launch timeline at the first settled state (`running`, or
+/// stopped, failed, wedged) the supervisor publishes, and say it at debug
+/// on `steadfast::launch` (`steadfast_actors::launch`).
+async fn launch_timeline(handle: SupervisorHandle) {
+    let mut snapshots = handle.watch();
+    loop {
+        let settled_as = {
+            let snapshot = snapshots.borrow_and_update();
+            settled(&snapshot.lifecycle).then(|| status_line(&snapshot))
+        };
+        if let Some(state) = settled_as {
+            steadfast_actors::launch::publish(format!("published: {state}"));
+            return;
+        }
+        if snapshots.changed().await.is_err() {
+            return;
+        }
     }
 }
 

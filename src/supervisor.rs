@@ -245,6 +245,7 @@ impl Supervisor {
         let declared = source.declared_path().map(std::path::Path::to_path_buf);
         let control =
             crate::handover::open_control_dir(&data_dir)?.with_journal_keep(journal_keep_attempts);
+        steadfast_actors::launch::mark("data dir locked");
         let overrides = Overrides::new();
         let leaves = control.read_overrides()?;
         overrides
@@ -254,6 +255,7 @@ impl Supervisor {
                 reason: error.to_string(),
             })?;
         let (journal, records, recovery) = control.open_journal()?;
+        steadfast_actors::launch::mark("journal open");
         let ledger = Ledger::from_journal(&records);
         tracing::info!(?recovery, data_dir = %data_dir.display(), "opened the control directory");
         let previous_run = control.previous_run().clone();
@@ -294,6 +296,7 @@ impl Supervisor {
         // finds its record, never a killed predecessor's.
         let status =
             steadfast_actors::status_record::StatusRecord::create(control.dir(), &snapshot);
+        steadfast_actors::launch::mark("status record written");
         let (snapshot_tx, snapshot_rx) = watch::channel(snapshot);
         let (command_tx, command_rx) = mpsc::unbounded_channel();
         let journal_path = Arc::new(control.journal_path());

@@ -481,6 +481,7 @@ async fn run_attempt(
     // resolve_config counts in the plan's total, known now.
     let total = u32::try_from(plan.len() + 1).unwrap_or(u32::MAX);
     reporter.ended_of(&phase, started, PhaseOutcome::Completed, total);
+    crate::launch::mark("config resolved");
 
     // ── the service's plan ──────────────────────────────────────────────
     // At most one forwarded progress report per quarter of the deadline
@@ -536,6 +537,7 @@ async fn run_attempt(
         let failure = match result {
             Err(error) => Some(error),
             Ok(resource) => {
+                crate::launch::mark(format!("step {step} executed"));
                 crate::failpoint::hit("boot.before_checkpoint");
                 let checkpoint = Checkpoint {
                     step: step.to_owned(),

@@ -125,6 +125,9 @@ impl JournalState {
                 crate::device::run(move || {
                     let started = std::time::Instant::now();
                     let result = file.append(&records);
+                    if result.is_ok() {
+                        crate::launch::mark_first("first journal record durable");
+                    }
                     metrics.journal_append(
                         records.len(),
                         file.durable_len(),

@@ -12,6 +12,7 @@
 //!   of the Lifecycle actor's (not actors: the two files of work that is
 //!   not an actor).
 //! - `journal`: the sole writer of the control directory.
+//! - [`launch`]: the launch timeline (`steadfast::launch` at debug).
 //! - [`ledger`]: the checkpoints outstanding across processes, which a boot
 //!   reconciles against observation.
 //! - `config_watcher`: notify on the declared config file.
@@ -58,6 +59,7 @@ pub(crate) mod drain;
 pub mod failpoint;
 pub mod fsx;
 pub(crate) mod journal;
+pub mod launch;
 pub mod ledger;
 pub mod lifecycle;
 pub(crate) mod lock_watch;

@@ -982,7 +982,7 @@ fn answer(line: &str, store: &Shared) -> String {
 
 /// Run a write (its append and fsync) on this thread, once tokio has moved
 /// the worker's other tasks to another thread (`block_in_place`: kvd runs
-/// on the multi-thread runtime of `#[tokio::main]`; on a current-thread
+/// on the multi-thread runtime `main` builds; on a current-thread
 /// runtime it would panic). The answer goes out from the thread the fsync
 /// returned on: no wake-up of a blocking-pool thread before the fsync, nor
 /// of a worker after it, sits between the request and its `OK`, as with
@@ -1027,20 +1027,33 @@ struct Cli {
     commit_window_ms: Option<u64>,
 }
 
-#[tokio::main]
-async fn main() {
-    // First: SIGTERM, SIGINT and SIGHUP are caught from here on, so one
-    // that arrives while the supervisor is built is answered by `run` (a
-    // drained exit 0), never a death after the run marker was written.
-    steadfast::daemon::catch_signals();
+fn main() {
+    // The command line first, before any thread: a refused one (or `--help`)
+    // exits having started none.
     let cli: Cli = steadfast::daemon::cli::parse(version());
     let mut timings = steadfast::supervisor::Timings::default();
     if let Some(ms) = cli.commit_window_ms {
         timings.commit_window = Duration::from_millis(ms);
     }
     let launch = cli.daemon.launch("kvd").defaults_toml(DEFAULTS);
-    let run = async {
-        let prepared = launch.default_data_dir("kvd-data").prepare()?;
+    let prepared = launch
+        .default_data_dir("kvd-data")
+        .prepare()
+        .unwrap_or_else(|error| steadfast::daemon::cli::exit("kvd", Err(error)));
+    // The multi-thread runtime: a write's fsync holds its worker
+    // (`durable`), the other connections go on on the others.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|error| {
+            eprintln!("kvd: no tokio runtime: {error}");
+            std::process::exit(steadfast::daemon::EXIT_START_FAILED)
+        });
+    let ended = runtime.block_on(async {
+        // Before the supervisor is built: SIGTERM, SIGINT and SIGHUP are
+        // answered by `run` (a drained exit 0), never a death after the
+        // run marker was written.
+        steadfast::daemon::catch_signals();
         let started = prepared.start(|dir, config| {
             Supervisor::builder(dir, Kvd)
                 .config(config)
@@ -1048,6 +1061,6 @@ async fn main() {
                 .timings(timings)
         })?;
         started.run().await
-    };
-    steadfast::daemon::cli::exit("kvd", run.await)
+    });
+    steadfast::daemon::cli::exit("kvd", ended)
 }

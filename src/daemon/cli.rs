@@ -220,7 +220,9 @@ pub fn parse<P: clap::Parser>(version: impl Into<String>) -> P {
         .try_get_matches_from_mut(std::env::args_os())
         .and_then(|matches| P::from_arg_matches(&matches))
         .map_err(|error| error.format(&mut command));
-    parsed.unwrap_or_else(|error| refused(&error))
+    let parsed = parsed.unwrap_or_else(|error| refused(&error));
+    steadfast_actors::launch::mark("command line parsed");
+    parsed
 }
 
 /// Say `error` (clap's words, with the usage) and exit: 0 after `--help`

@@ -577,3 +577,61 @@ fn a_control_port_in_use_exits_1_naming_the_flag() {
         "the flag: {stderr}"
     );
 }
+
+/// `RUST_LOG=…,steadfast::launch=debug` says the launch's timeline once
+/// the daemon settles: one line a step, from the command line parsed to
+/// the first state published, in the order the steps happened, each with
+/// its microseconds since the first (`at_us`).
+#[test]
+fn the_launch_timeline_is_said_at_debug() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let config = tmp.path().join("minimal.toml");
+    let addr = format!("127.0.0.1:{}", free_port());
+    std::fs::write(&config, format!("listen_addr = \"{addr}\"\n")).expect("config");
+    let daemon = spawn_with(
+        "minimal",
+        &[s(&data), s(&config)],
+        &[("RUST_LOG", Path::new("info,steadfast::launch=debug"))],
+    );
+    let text = daemon.wait_for("published: running");
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|line| line.contains("steadfast::launch"))
+        .collect();
+    let at = |step: &str| {
+        lines
+            .iter()
+            .position(|line| line.contains(&format!("step={step}")))
+            .unwrap_or_else(|| panic!("no {step:?} in the timeline: {text}"))
+    };
+    let order = [
+        "command line parsed",
+        "runtime built, signals caught",
+        "data dir locked",
+        "journal open",
+        "status record written",
+        "control socket bound",
+        "supervision tree starting",
+        "step serve executed",
+        "published: running",
+    ];
+    for pair in order.windows(2) {
+        assert!(at(pair[0]) < at(pair[1]), "{pair:?} out of order: {text}");
+    }
+    for step in ["config resolved", "first journal record durable"] {
+        at(step);
+    }
+    assert!(
+        lines.iter().all(|line| line.contains("at_us=")),
+        "every line says when: {text}"
+    );
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|line| line.contains("published"))
+            .count(),
+        1,
+        "said once: {text}"
+    );
+}
