@@ -113,6 +113,7 @@ use steadfast_protocol::snapshot::{
     Snapshot,
 };
 use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
 
 use crate::boot::BootTask;
 use crate::config::{Fingerprint, Overrides, RESOLVE_DEADLINE};
@@ -326,14 +327,9 @@ pub enum LifecycleMsg {
     },
     /// The declared config file (or the override tier) changed.
     ConfigChanged,
-    /// The running runtime took a config change; `pending` is what it could
-    /// not take.
-    ConfigApplied {
-        /// Which boot's runtime.
-        attempt: u32,
-        /// What needs a restart.
-        pending: PendingApply,
-    },
+    /// The config apply's task ended (applied, not resolved, cancelled or
+    /// panicked), handing the runtime back.
+    ApplyEnded(Box<ApplyEnded>),
     /// The boot's task panicked: its own report ([`crate::boot::start`]).
     BootCrashed {
         /// The panic, rendered.
@@ -384,6 +380,29 @@ struct Deferred {
     flush: tokio::task::AbortHandle,
     /// Why it is not durable, once known.
     error: Option<String>,
+}
+
+/// How a config apply's task ended ([`LifecycleMsg::ApplyEnded`]).
+pub struct ApplyEnded {
+    /// The runtime it held; `None` once a panic dropped it.
+    live: Option<LiveRuntime>,
+    /// The config the runtime now runs with (the new one if applied).
+    config: Option<toml::Table>,
+    /// What happened.
+    outcome: ApplyOutcome,
+}
+
+/// What a config apply did.
+enum ApplyOutcome {
+    /// The runtime took the change, but for these leaves (they need a
+    /// restart).
+    Applied(Vec<String>),
+    /// The config did not resolve: nothing was offered to the runtime.
+    NotResolved(String),
+    /// A drain cancelled it before it finished.
+    Cancelled,
+    /// The service's `apply_config` panicked (the runtime was dropped).
+    Panicked(String),
 }
 
 /// A staged override change and what checking the config it makes found.
@@ -445,9 +464,8 @@ pub struct LifecycleActorState {
     /// applying: answered once its outcome (`ConfigApplied`: in place, or
     /// the leaves a restart needs) is stepped, so the answer says which.
     apply_waiters: Vec<RpcReplyPort<Result<Snapshot, CommandError>>>,
-    /// Set when [`Self::apply_config`] hands its outcome on as a
-    /// `ConfigApplied` message (cleared before each override's step).
-    apply_outcome_sent: bool,
+    /// The config apply in flight (it holds the runtime): its cancel.
+    apply: Option<CancellationToken>,
     /// Bumped by every change to the override tier.
     overrides_generation: u64,
     /// `overrides_generation` when the current boot started: a held
@@ -528,7 +546,7 @@ impl Actor for LifecycleActor {
             stop_waiters: Vec::new(),
             reinit_waiter: None,
             apply_waiters: Vec::new(),
-            apply_outcome_sent: false,
+            apply: None,
             overrides_generation: 0,
             boot_overrides_generation: 0,
             unacknowledged: None,
@@ -564,7 +582,9 @@ impl Actor for LifecycleActor {
                     };
                     state.fire(&myself, event).await.ok();
                 }
-                LifecycleMsg::Command(command, reply) => state.command(&myself, command, reply).await,
+                LifecycleMsg::Command(command, reply) => {
+                    state.command(&myself, command, reply).await
+                }
                 LifecycleMsg::Boot(report) => state.boot_report(&myself, report).await,
                 LifecycleMsg::BootReports(reports) => {
                     for report in reports {
@@ -645,18 +665,7 @@ impl Actor for LifecycleActor {
                             .ok();
                     }
                 }
-                LifecycleMsg::ConfigApplied { attempt, pending } => {
-                    if matches!(state.machine.state, LifecycleState::Running { attempt: a, .. } if a.get() == attempt)
-                    {
-                        state
-                            .fire(&myself, LifecycleEvent::ConfigApplied { pending })
-                            .await
-                            .ok();
-                    }
-                    for waiter in state.apply_waiters.drain(..) {
-                        let _ = waiter.send(Ok(state.snapshot.clone()));
-                    }
-                }
+                LifecycleMsg::ApplyEnded(ended) => state.apply_ended(&myself, *ended).await?,
                 LifecycleMsg::BootCrashed { reason } => {
                     let phase = match &state.machine.state {
                         LifecycleState::Booting { phase, .. } => phase.clone(),
@@ -684,16 +693,16 @@ impl Actor for LifecycleActor {
                 LifecycleMsg::DrainCrashed { reason } => {
                     tracing::error!(%reason, "the drain panicked; probing the store");
                     let store = StoreLock::observe(&state.shared.data_dir).await;
-                    let event = if matches!(state.machine.state, LifecycleState::Reinitializing { .. })
-                    {
-                        LifecycleEvent::Wiped {
-                            at: now,
-                            store,
-                            error: Some(format!("the wipe panicked: {reason}")),
-                        }
-                    } else {
-                        LifecycleEvent::Drained { at: now, store }
-                    };
+                    let event =
+                        if matches!(state.machine.state, LifecycleState::Reinitializing { .. }) {
+                            LifecycleEvent::Wiped {
+                                at: now,
+                                store,
+                                error: Some(format!("the wipe panicked: {reason}")),
+                            }
+                        } else {
+                            LifecycleEvent::Drained { at: now, store }
+                        };
                     state.fire(&myself, event).await.ok();
                 }
                 LifecycleMsg::Wiped { store, error } => {
@@ -728,9 +737,9 @@ impl Actor for LifecycleActor {
                 LifecycleMsg::SetChildren(children) => state.children = children,
                 LifecycleMsg::Flush => state.flush().await,
             }
+            Ok::<(), ActorProcessingErr>(())
         })
-        .await;
-        Ok(())
+        .await
     }
 }
 
@@ -971,7 +980,12 @@ impl LifecycleActorState {
                     });
                 }
             },
-            Effect::ApplyConfig => self.apply_config(myself).await,
+            Effect::ApplyConfig => self.start_apply(myself),
+            Effect::CancelApply => {
+                if let Some(apply) = &self.apply {
+                    apply.cancel();
+                }
+            }
             Effect::Wipe => crate::drain::start_wipe(Arc::clone(&self.shared), myself.clone()),
             Effect::Exit(intent) => {
                 let marker = RunMarker::Released {
@@ -1327,6 +1341,7 @@ impl LifecycleActorState {
         // when the journal cannot take its record; the next daemon reads
         // the disk as it is.
         self.durable_or_nothing = !matches!(event, LifecycleEvent::Exit { .. });
+        let is_change = matches!(event, LifecycleEvent::ConfigChanged { .. });
         let fired = self.fire_with(myself, event, hold, Vec::new()).await;
         self.durable_or_nothing = false;
         match fired {
@@ -1348,6 +1363,9 @@ impl LifecycleActorState {
             Ok(_) if matches!(self.machine.state, LifecycleState::Reinitializing { .. }) => {
                 self.reinit_waiter = Some(reply);
             }
+            // A reload the running runtime applies: answered with the
+            // apply's outcome, once no apply is in flight.
+            Ok(_) if is_change && self.apply.is_some() => self.apply_waiters.push(reply),
             Ok(_) => {
                 let _ = reply.send(Ok(self.snapshot.clone()));
             }
@@ -1582,7 +1600,6 @@ impl LifecycleActorState {
         self.overrides_generation += 1;
         let at = self.shared.clock.now();
         self.unacknowledged = None;
-        self.apply_outcome_sent = false;
         if self
             .fire(myself, LifecycleEvent::ConfigChanged { at })
             .await
@@ -1595,55 +1612,119 @@ impl LifecycleActorState {
                 let _ = reply.send(Err(CommandError::Durability(error)));
             }
             // The running runtime applied it: answer with the outcome.
-            None if self.apply_outcome_sent => self.apply_waiters.push(reply),
+            None if self.apply.is_some() => self.apply_waiters.push(reply),
             None => {
                 let _ = reply.send(Ok(self.snapshot.clone()));
             }
         }
     }
 
-    /// Resolve the config again and hand it to the running runtime.
-    async fn apply_config(&mut self, myself: &ActorRef<LifecycleMsg>) {
-        let new = match resolve_checked(&self.shared).await {
-            Ok(resolved) => resolved.config,
-            Err(error) => {
+    /// Resolve the config again and offer it to the running runtime, in a
+    /// task that holds the runtime until it reports
+    /// ([`LifecycleMsg::ApplyEnded`]): a slow resolve or a service's slow
+    /// `apply_config` never blocks this actor's handler, so `stop`, `exit`
+    /// and `status` are answered meanwhile. The machine decides what
+    /// happens to commands while it runs (a drain cancels it first).
+    fn start_apply(&mut self, myself: &ActorRef<LifecycleMsg>) {
+        let token = CancellationToken::new();
+        self.apply = Some(token.clone());
+        let (live, old) = (self.runtime.take(), self.config.take());
+        let shared = Arc::clone(&self.shared);
+        let lifecycle = myself.clone();
+        let on_panic = myself.clone();
+        crate::service::spawn_watched(
+            async move {
+                let (mut live, mut config) = (live, old);
+                let outcome = tokio::select! {
+                    biased;
+                    () = token.cancelled() => ApplyOutcome::Cancelled,
+                    outcome = apply(&shared, &mut live, &mut config) => outcome,
+                };
+                let _ = lifecycle.cast(LifecycleMsg::ApplyEnded(Box::new(ApplyEnded {
+                    live,
+                    config,
+                    outcome,
+                })));
+            },
+            move |panic| {
+                if let Some(reason) = panic {
+                    let _ = on_panic.cast(LifecycleMsg::ApplyEnded(Box::new(ApplyEnded {
+                        live: None,
+                        config: None,
+                        outcome: ApplyOutcome::Panicked(reason),
+                    })));
+                }
+            },
+        );
+    }
+
+    /// The apply's task ended: take the runtime back, step its outcome as
+    /// `config_applied` (the machine starts a drain that waited for it, or
+    /// applies a change that arrived meanwhile), and answer the commands
+    /// that waited for the outcome once no apply is in flight.
+    ///
+    /// # Errors
+    /// A panic in the service's `apply_config` ends this actor, as one in a
+    /// handler would: the machine is gone and Root ends the process for a
+    /// relaunch (the runtime was dropped while unwinding).
+    async fn apply_ended(
+        &mut self,
+        myself: &ActorRef<LifecycleMsg>,
+        ended: ApplyEnded,
+    ) -> Result<(), ActorProcessingErr> {
+        self.apply = None;
+        let ApplyEnded {
+            live,
+            config,
+            outcome,
+        } = ended;
+        self.runtime = live;
+        if config.is_some() {
+            self.config = config;
+        }
+        let mut leaves = match &self.snapshot.pending {
+            PendingApply::RestartNeeded { leaves } => leaves.clone(),
+            PendingApply::InSync => Vec::new(),
+        };
+        match outcome {
+            ApplyOutcome::Panicked(reason) => {
+                return Err(format!("the service's apply_config panicked: {reason}").into());
+            }
+            ApplyOutcome::Applied(taken) => {
+                self.clear_error(ErrorSource::ConfigApply);
+                // Leaves a restart needs accumulate until the restart,
+                // whatever later changes apply in place: the runtime still
+                // runs with what it booted with for them.
+                leaves.extend(taken);
+                leaves.sort();
+                leaves.dedup();
+            }
+            ApplyOutcome::NotResolved(error) => {
                 self.set_error(
                     ErrorSource::ConfigApply,
                     format!("a config change was not applied: {error}"),
                 );
-                self.publish();
-                return;
             }
-        };
-        let (Some(live), Some(old)) = (self.runtime.as_mut(), self.config.as_ref()) else {
-            return;
-        };
-        let leaves = self
-            .shared
-            .service
-            .apply_config(old, &new, &mut live.runtime)
-            .await;
-        let attempt = live.attempt;
-        self.config = Some(new);
-        self.clear_error(ErrorSource::ConfigApply);
-        // Leaves a restart needs accumulate until the restart, whatever
-        // later changes apply in place: the runtime still runs with what
-        // it booted with for them.
-        let mut all = match &self.snapshot.pending {
-            PendingApply::RestartNeeded { leaves } => leaves.clone(),
-            PendingApply::InSync => Vec::new(),
-        };
-        all.extend(leaves);
-        all.sort();
-        all.dedup();
-        let pending = if all.is_empty() {
+            ApplyOutcome::Cancelled => {}
+        }
+        let pending = if leaves.is_empty() {
             PendingApply::InSync
         } else {
-            PendingApply::RestartNeeded { leaves: all }
+            PendingApply::RestartNeeded { leaves }
         };
-        self.apply_outcome_sent = myself
-            .cast(LifecycleMsg::ConfigApplied { attempt, pending })
-            .is_ok();
+        if self
+            .fire(myself, LifecycleEvent::ConfigApplied { pending })
+            .await
+            .is_err()
+        {
+            self.publish();
+        }
+        if self.apply.is_none() {
+            for waiter in self.apply_waiters.drain(..) {
+                let _ = waiter.send(Ok(self.snapshot.clone()));
+            }
+        }
+        Ok(())
     }
 
     /// Append `records`; whether they are durable. A failure is reported
@@ -1930,6 +2011,28 @@ async fn resolve_checked(
     shared: &Shared,
 ) -> Result<crate::config::ResolvedConfig, crate::config::ConfigError> {
     shared.resolve_config(&shared.overrides).await
+}
+
+/// Resolve the config again and offer it to the runtime: what an apply's
+/// task does. `config` becomes the new config once the runtime took it.
+async fn apply(
+    shared: &Shared,
+    live: &mut Option<LiveRuntime>,
+    config: &mut Option<toml::Table>,
+) -> ApplyOutcome {
+    let new = match resolve_checked(shared).await {
+        Ok(resolved) => resolved.config,
+        Err(error) => return ApplyOutcome::NotResolved(error.to_string()),
+    };
+    let (Some(live), Some(old)) = (live.as_mut(), config.as_ref()) else {
+        return ApplyOutcome::Applied(Vec::new());
+    };
+    let leaves = shared
+        .service
+        .apply_config(old, &new, &mut live.runtime)
+        .await;
+    *config = Some(new);
+    ApplyOutcome::Applied(leaves)
 }
 
 /// How an attempt whose boot was cancelled (or finished while draining)

@@ -1162,8 +1162,12 @@ impl Lifecycle {
         if !self.automatic {
             return None;
         }
-        let from = at.as_millis().saturating_sub(budget.window_ms);
-        self.budget_failures.retain(|t| t.as_millis() > from);
+        // Within the window: less than W before `at`. Measured as a
+        // distance, so the window does not lose its start when `at < W`
+        // (`at − W` would saturate at 0 and drop a failure at 0).
+        let now = at.as_millis();
+        self.budget_failures
+            .retain(|t| now.saturating_sub(t.as_millis()) < budget.window_ms);
         self.budget_failures.push(at);
         let used = self.budget_used();
         (used >= budget.max_failures.get()).then(|| BudgetSpent::new(used, budget.window_ms))

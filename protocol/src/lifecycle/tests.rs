@@ -1522,3 +1522,58 @@ fn progress_pushes_the_step_deadline_back_and_only_back() {
         serde_json::json!({"event": "step_deadline_passed", "attempt": 2, "at": 7})
     );
 }
+
+/// The window is measured as a distance from the latest failure: a
+/// failure at t = 0 stays in the window of one at t < W (`at − W` does not
+/// saturate it out), and with W = 0 the latest failure counts itself.
+#[test]
+fn the_budget_window_keeps_its_start_when_the_failure_is_earlier_than_w() {
+    let policy = LifecyclePolicy {
+        budget: Some(RestartBudget {
+            max_failures: nz(2),
+            window_ms: 10_000,
+        }),
+        ..LifecyclePolicy::default()
+    };
+    let m = Lifecycle::new(t(0), policy);
+    let (m, _) = ok(&m, LifecycleEvent::Start { at: t(0) });
+    let (m, _) = ok(&m, failed(FailureClass::Backoff, 0));
+    assert_eq!(m.budget_used(), 1);
+    let (m, _) = ok(&m, LifecycleEvent::RetryDue { at: t(1_000) });
+    let (m, _) = ok(&m, failed(FailureClass::Backoff, 1_500));
+    assert_eq!(
+        m.budget_used(),
+        2,
+        "the failure at 0 is 1.5 s old: inside W"
+    );
+    assert!(matches!(
+        m.state,
+        LifecycleState::Failed {
+            budget_spent: Some(_),
+            ..
+        }
+    ));
+
+    let zero = LifecyclePolicy {
+        budget: Some(RestartBudget {
+            max_failures: nz(1),
+            window_ms: 0,
+        }),
+        ..LifecyclePolicy::default()
+    };
+    let m = Lifecycle::new(t(0), zero);
+    let (m, _) = ok(&m, LifecycleEvent::Start { at: t(1) });
+    let (m, _) = ok(&m, failed(FailureClass::Backoff, 5));
+    assert_eq!(
+        m.budget_used(),
+        1,
+        "with W = 0 the latest failure counts itself"
+    );
+    assert!(matches!(
+        m.state,
+        LifecycleState::Failed {
+            budget_spent: Some(_),
+            ..
+        }
+    ));
+}
