@@ -151,7 +151,7 @@ impl LifecycleActorState {
             self.publish();
         }
         if self.apply.is_none() {
-            for waiter in self.apply_waiters.drain(..) {
+            for waiter in self.waiters.apply.drain(..) {
                 let _ = waiter.send(Ok(self.snapshot.clone()));
             }
         }

@@ -389,6 +389,20 @@ pub enum LifecycleMsg {
     Flush,
 }
 
+/// Commands answered by an outcome, not by their step: one job, holding
+/// their reply ports until it comes.
+#[derive(Default)]
+struct Waiters {
+    /// Stop commands waiting for the drain to settle.
+    stop: Vec<RpcReplyPort<Result<Snapshot, CommandError>>>,
+    /// A re-initialization waiting for its wipe to settle.
+    reinit: Option<RpcReplyPort<Result<Snapshot, CommandError>>>,
+    /// `config set`/`unset` and `reload` commands whose change the running
+    /// runtime is applying: answered once no apply is in flight, so the
+    /// answer carries its outcome (in place, or the leaves a restart needs).
+    apply: Vec<RpcReplyPort<Result<Snapshot, CommandError>>>,
+}
+
 /// The Lifecycle actor.
 #[derive(Debug, Default)]
 pub struct LifecycleActor;
@@ -426,14 +440,8 @@ pub struct LifecycleActorState {
     /// The identity asked for beside the `booted` append that reaches
     /// running (see [`Self::entering`]), not yet answered.
     identity: Option<ractor::concurrency::OneshotReceiver<journal::Durable<String>>>,
-    /// Stop commands waiting for the drain to settle.
-    stop_waiters: Vec<RpcReplyPort<Result<Snapshot, CommandError>>>,
-    /// A re-initialization waiting for its wipe to settle.
-    reinit_waiter: Option<RpcReplyPort<Result<Snapshot, CommandError>>>,
-    /// `config set`/`unset` commands whose change the running runtime is
-    /// applying: answered once its outcome (`ConfigApplied`: in place, or
-    /// the leaves a restart needs) is stepped, so the answer says which.
-    apply_waiters: Vec<RpcReplyPort<Result<Snapshot, CommandError>>>,
+    /// The commands that wait for an outcome rather than a step.
+    waiters: Waiters,
     /// The config apply in flight (it holds the runtime): its cancel.
     apply: Option<CancellationToken>,
     /// Bumped by every change to the override tier.
@@ -513,9 +521,7 @@ impl Actor for LifecycleActor {
             boot_fingerprint: None,
             open_attempt: None,
             identity: None,
-            stop_waiters: Vec::new(),
-            reinit_waiter: None,
-            apply_waiters: Vec::new(),
+            waiters: Waiters::default(),
             apply: None,
             overrides_generation: 0,
             boot_overrides_generation: 0,
@@ -1073,7 +1079,7 @@ impl LifecycleActorState {
             self.answer_stop_waiters();
         }
         if !matches!(self.machine.state, LifecycleState::Reinitializing { .. })
-            && let Some(waiter) = self.reinit_waiter.take()
+            && let Some(waiter) = self.waiters.reinit.take()
         {
             let answer = match &self.machine.state {
                 LifecycleState::Stopped {
@@ -1323,7 +1329,7 @@ impl LifecycleActorState {
                 let _ = reply.send(Err(CommandError::Durability(error)));
             }
             Ok(_) if is_stop && matches!(self.machine.state, LifecycleState::Draining { .. }) => {
-                self.stop_waiters.push(reply);
+                self.waiters.stop.push(reply);
             }
             Ok(_) if self.deferred.is_some() => {
                 if let Some(deferred) = self.deferred.as_mut() {
@@ -1331,11 +1337,11 @@ impl LifecycleActorState {
                 }
             }
             Ok(_) if matches!(self.machine.state, LifecycleState::Reinitializing { .. }) => {
-                self.reinit_waiter = Some(reply);
+                self.waiters.reinit = Some(reply);
             }
             // A reload the running runtime applies: answered with the
             // apply's outcome, once no apply is in flight.
-            Ok(_) if is_change && self.apply.is_some() => self.apply_waiters.push(reply),
+            Ok(_) if is_change && self.apply.is_some() => self.waiters.apply.push(reply),
             Ok(_) => {
                 let _ = reply.send(Ok(self.snapshot.clone()));
             }

@@ -158,7 +158,7 @@ impl LifecycleActorState {
                 let _ = reply.send(Err(CommandError::Durability(error)));
             }
             // The running runtime applied it: answer with the outcome.
-            None if self.apply.is_some() => self.apply_waiters.push(reply),
+            None if self.apply.is_some() => self.waiters.apply.push(reply),
             None => {
                 let _ = reply.send(Ok(self.snapshot.clone()));
             }

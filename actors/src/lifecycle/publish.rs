@@ -33,7 +33,7 @@ impl LifecycleActorState {
             // Answered by the publish that follows the fsync.
             return;
         }
-        for waiter in self.stop_waiters.drain(..) {
+        for waiter in self.waiters.stop.drain(..) {
             let _ = waiter.send(Ok(self.snapshot.clone()));
         }
     }
@@ -79,7 +79,7 @@ impl LifecycleActorState {
             if let Some(error) = &settled.error
                 && !matches!(self.machine.state, LifecycleState::Draining { .. })
             {
-                for waiter in self.stop_waiters.drain(..) {
+                for waiter in self.waiters.stop.drain(..) {
                     let _ = waiter.send(Err(CommandError::Durability(error.clone())));
                 }
             }
