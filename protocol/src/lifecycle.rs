@@ -620,9 +620,13 @@ pub enum Effect {
     CancelBoot,
     /// Shut the running runtime down (then report `drained`).
     ShutdownRuntime,
-    /// Apply the changed config to the running runtime in place (then report
-    /// `config_applied`).
+    /// Apply the changed config to the running runtime in place, off the
+    /// actor's handler (then report `config_applied`, handing the runtime
+    /// back).
     ApplyConfig,
+    /// Stop the config apply in flight (a drain needs the runtime it holds);
+    /// it reports `config_applied` as it ends, and the drain starts then.
+    CancelApply,
     /// End the process.
     Exit(ExitIntent),
     /// Run the service's wipe step over the released store (then report
@@ -640,6 +644,7 @@ impl Effect {
             Self::CancelBoot => "cancel_boot",
             Self::ShutdownRuntime => "shutdown_runtime",
             Self::ApplyConfig => "apply_config",
+            Self::CancelApply => "cancel_apply",
             Self::Exit(_) => "exit",
             Self::Wipe => "wipe",
         }
@@ -929,6 +934,26 @@ pub struct Lifecycle {
     /// start, or its step's latest progress, plus the policy's deadline).
     #[serde(default)]
     step_deadline_at: Option<Timestamp>,
+    /// Whether a config apply holds the runtime (and whether another
+    /// change arrived meanwhile).
+    #[serde(default)]
+    applying: Applying,
+}
+
+/// Whether a config apply is in flight. The apply holds the running
+/// runtime until it reports `config_applied`: a drain decided meanwhile
+/// cancels it and starts when it reports; a change that arrives meanwhile
+/// is applied once it reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Applying {
+    /// None.
+    #[default]
+    Idle,
+    /// One is.
+    InFlight,
+    /// One is, and a change arrived since it resolved: apply again.
+    Again,
 }
 
 impl Lifecycle {
@@ -963,7 +988,14 @@ impl Lifecycle {
             automatic: false,
             budget_failures: Vec::new(),
             step_deadline_at: None,
+            applying: Applying::Idle,
         }
+    }
+
+    /// Whether a config apply holds the runtime.
+    #[must_use]
+    pub const fn applying(&self) -> Applying {
+        self.applying
     }
 
     /// Boots started by this daemon.
@@ -1130,8 +1162,12 @@ impl Lifecycle {
         if !self.automatic {
             return None;
         }
-        let from = at.as_millis().saturating_sub(budget.window_ms);
-        self.budget_failures.retain(|t| t.as_millis() > from);
+        // Within the window: less than W before `at`. Measured as a
+        // distance, so the window does not lose its start when `at < W`
+        // (`at − W` would saturate at 0 and drop a failure at 0).
+        let now = at.as_millis();
+        self.budget_failures
+            .retain(|t| now.saturating_sub(t.as_millis()) < budget.window_ms);
         self.budget_failures.push(at);
         let used = self.budget_used();
         (used >= budget.max_failures.get()).then(|| BudgetSpent::new(used, budget.window_ms))
@@ -1156,7 +1192,15 @@ impl Lifecycle {
 
     fn drain(&mut self, attempt: NonZeroU32, then: AfterDrain, effect: Effect) -> Effect {
         self.state = LifecycleState::Draining { attempt, then };
-        effect
+        match (effect, self.applying) {
+            // The apply holds the runtime: it is cancelled, and the drain
+            // starts when it hands the runtime back (`config_applied`).
+            (Effect::ShutdownRuntime, Applying::InFlight | Applying::Again) => {
+                self.applying = Applying::InFlight;
+                Effect::CancelApply
+            }
+            _ => effect,
+        }
     }
 
     fn exit(&mut self, intent: ExitIntent) -> Effect {
@@ -1173,6 +1217,7 @@ impl Lifecycle {
         store: &StoreOutcome,
         at: Timestamp,
     ) -> Effect {
+        self.applying = Applying::Idle;
         match (then, store) {
             // A drain that settles released counts as a release even when
             // the process ends next (invariant 4: the epoch counts every
@@ -1337,14 +1382,31 @@ fn transition(m: &Lifecycle, event: &LifecycleEvent) -> Result<(Lifecycle, Effec
         ),
 
         // ── running ─────────────────────────────────────────────────────
-        (S::Running { .. }, E::ConfigChanged { .. }) => Effect::ApplyConfig,
+        // One apply at a time: a change that arrives while one runs is
+        // applied once it reports.
+        (S::Running { .. }, E::ConfigChanged { .. }) => match m.applying {
+            Applying::Idle => {
+                next.applying = Applying::InFlight;
+                Effect::ApplyConfig
+            }
+            Applying::InFlight | Applying::Again => {
+                next.applying = Applying::Again;
+                Effect::None
+            }
+        },
         (S::Running { attempt, since, .. }, E::ConfigApplied { pending }) => {
             next.state = S::Running {
                 attempt: *attempt,
                 since: *since,
                 pending: pending.clone(),
             };
-            Effect::None
+            if m.applying == Applying::Again {
+                next.applying = Applying::InFlight;
+                Effect::ApplyConfig
+            } else {
+                next.applying = Applying::Idle;
+                Effect::None
+            }
         }
         // Only once the stable period has passed: an early timer is refused.
         (S::Running { attempt, since, .. }, E::Stable { attempt: of, at })
@@ -1395,6 +1457,11 @@ fn transition(m: &Lifecycle, event: &LifecycleEvent) -> Result<(Lifecycle, Effec
         }
         (S::Draining { attempt, .. }, E::RuntimeEnded { attempt: of, .. }) if of == attempt => {
             Effect::None
+        }
+        // The cancelled apply handed the runtime back: drain it now.
+        (S::Draining { .. }, E::ConfigApplied { .. }) if m.applying != Applying::Idle => {
+            next.applying = Applying::Idle;
+            Effect::ShutdownRuntime
         }
         (S::Draining { attempt, then }, E::BootFailed { report, store, .. }) => {
             next.settle(*attempt, then.clone(), store, report.at)

@@ -22,6 +22,7 @@
 
 mod support;
 
+mod apply_nonblocking;
 mod attempts;
 mod budget;
 mod config_files;

@@ -260,6 +260,62 @@ fn a_config_change_while_running_is_applied_in_place() {
 }
 
 #[test]
+fn a_change_that_arrives_while_an_apply_runs_is_applied_once_it_reports() {
+    let (m, effect) = ok(&running(), LifecycleEvent::ConfigChanged { at: t(5) });
+    assert_eq!(effect, Effect::ApplyConfig);
+    assert_eq!(m.applying(), Applying::InFlight);
+    // One apply at a time: the second change waits for the first.
+    let (m, effect) = ok(&m, LifecycleEvent::ConfigChanged { at: t(6) });
+    assert_eq!(effect, Effect::None);
+    assert_eq!(m.applying(), Applying::Again);
+    let in_sync = LifecycleEvent::ConfigApplied {
+        pending: PendingApply::InSync,
+    };
+    let (m, effect) = ok(&m, in_sync.clone());
+    assert_eq!(effect, Effect::ApplyConfig);
+    let (m, effect) = ok(&m, in_sync);
+    assert_eq!(effect, Effect::None);
+    assert_eq!(m.applying(), Applying::Idle);
+}
+
+#[test]
+fn a_drain_decided_while_an_apply_runs_cancels_it_and_starts_when_it_reports() {
+    for command in [
+        LifecycleEvent::Stop { at: t(6) },
+        LifecycleEvent::Restart {
+            at: t(6),
+            preflight: Preflight::Skipped,
+        },
+        LifecycleEvent::Exit {
+            intent: ExitIntent::Halt,
+        },
+    ] {
+        let (m, _) = ok(&running(), LifecycleEvent::ConfigChanged { at: t(5) });
+        let (m, effect) = ok(&m, command);
+        assert_eq!(effect, Effect::CancelApply, "the apply holds the runtime");
+        assert_eq!(m.state.name(), "draining");
+        let (m, effect) = ok(
+            &m,
+            LifecycleEvent::ConfigApplied {
+                pending: PendingApply::InSync,
+            },
+        );
+        assert_eq!(effect, Effect::ShutdownRuntime, "the runtime is back");
+        assert_eq!(m.applying(), Applying::Idle);
+        // A second report has no runtime to hand back.
+        assert_eq!(
+            no(
+                &m,
+                LifecycleEvent::ConfigApplied {
+                    pending: PendingApply::InSync
+                }
+            ),
+            RefusedBecause::RuntimeNotRunning
+        );
+    }
+}
+
+#[test]
 fn start_is_refused_while_running_and_from_a_failure() {
     assert_eq!(
         no(&running(), LifecycleEvent::Start { at: t(9) }),
@@ -1465,4 +1521,59 @@ fn progress_pushes_the_step_deadline_back_and_only_back() {
         serde_json::to_value(&event).expect("json"),
         serde_json::json!({"event": "step_deadline_passed", "attempt": 2, "at": 7})
     );
+}
+
+/// The window is measured as a distance from the latest failure: a
+/// failure at t = 0 stays in the window of one at t < W (`at − W` does not
+/// saturate it out), and with W = 0 the latest failure counts itself.
+#[test]
+fn the_budget_window_keeps_its_start_when_the_failure_is_earlier_than_w() {
+    let policy = LifecyclePolicy {
+        budget: Some(RestartBudget {
+            max_failures: nz(2),
+            window_ms: 10_000,
+        }),
+        ..LifecyclePolicy::default()
+    };
+    let m = Lifecycle::new(t(0), policy);
+    let (m, _) = ok(&m, LifecycleEvent::Start { at: t(0) });
+    let (m, _) = ok(&m, failed(FailureClass::Backoff, 0));
+    assert_eq!(m.budget_used(), 1);
+    let (m, _) = ok(&m, LifecycleEvent::RetryDue { at: t(1_000) });
+    let (m, _) = ok(&m, failed(FailureClass::Backoff, 1_500));
+    assert_eq!(
+        m.budget_used(),
+        2,
+        "the failure at 0 is 1.5 s old: inside W"
+    );
+    assert!(matches!(
+        m.state,
+        LifecycleState::Failed {
+            budget_spent: Some(_),
+            ..
+        }
+    ));
+
+    let zero = LifecyclePolicy {
+        budget: Some(RestartBudget {
+            max_failures: nz(1),
+            window_ms: 0,
+        }),
+        ..LifecyclePolicy::default()
+    };
+    let m = Lifecycle::new(t(0), zero);
+    let (m, _) = ok(&m, LifecycleEvent::Start { at: t(1) });
+    let (m, _) = ok(&m, failed(FailureClass::Backoff, 5));
+    assert_eq!(
+        m.budget_used(),
+        1,
+        "with W = 0 the latest failure counts itself"
+    );
+    assert!(matches!(
+        m.state,
+        LifecycleState::Failed {
+            budget_spent: Some(_),
+            ..
+        }
+    ));
 }

@@ -13,12 +13,14 @@ use steadfast_protocol::lifecycle::{
 };
 
 /// The state labels of the spec's table, in its order.
-pub const STATES: [&str; 18] = [
+pub const STATES: [&str; 20] = [
     "resolving",
     "booting",
     "booting(last_of_budget)",
     "running",
+    "running(applying)",
     "draining(stop)",
+    "draining(stop,applying)",
     "draining(restart)",
     "draining(exit)",
     "draining(fail)",
@@ -119,6 +121,12 @@ pub fn state(label: &str) -> Lifecycle {
         "resolving" => drive(&[]),
         "booting" => with(&[]),
         "running" => with(&[booted]),
+        // A config change is being applied in place: the apply holds the
+        // runtime until it reports `config_applied`.
+        "running(applying)" => with(&[booted, E::ConfigChanged { at: at(1_035) }]),
+        // A stop while the apply runs: the apply is cancelled, and the
+        // drain starts once it reports.
+        "draining(stop,applying)" => with(&[booted, E::ConfigChanged { at: at(1_035) }, stop]),
         "draining(stop)" => with(&[booted, stop]),
         "draining(restart)" => with(&[
             booted,
@@ -231,6 +239,8 @@ fn last_of_budget() -> Vec<LifecycleEvent> {
 pub fn reached(label: &str) -> &str {
     match label {
         "booting(last_of_budget)" => "booting",
+        "running(applying)" => "running",
+        "draining(stop,applying)" => "draining(stop)",
         other => other,
     }
 }

@@ -8,6 +8,18 @@
 //! cancel it, hand the runtime to the drain, apply a config, exit). A refused
 //! command is answered with the machine's refusal, unchanged.
 //!
+//! This module owns the actor, its messages and the path of an event
+//! (`fire_with`: step, journal, adopt, publish, arm, perform); its parts:
+//! - `journaling`: a transition's records, appended or written ahead of
+//!   their fsync (group commit), and the deferral that waits for it;
+//! - `publish`: the snapshot's error slots and publishing it, answering
+//!   the commands a settled fsync acknowledged;
+//! - `apply`: a config change applied in place, in a task holding the
+//!   runtime ([`LifecycleMsg::ApplyEnded`]);
+//! - `overrides`: `config set` / `unset` (staged, checked in a task,
+//!   persisted, then `config_changed`);
+//! - `log`: one log line per adopted transition.
+//!
 //! Invariants:
 //! - A transition is acknowledged (published, answered) only after its
 //!   journal record's fsync returned; a journal that fails is reported in the
@@ -113,6 +125,7 @@ use steadfast_protocol::snapshot::{
     Snapshot,
 };
 use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
 
 pub use crate::boot::BootReport;
 use crate::boot::{BootMsg, BootTask};
@@ -123,6 +136,17 @@ use crate::drain::DrainReport;
 use crate::journal::{self, JournalMsg};
 use crate::service::{LiveRuntime, TaskEnded};
 use crate::store::StoreLock;
+
+mod apply;
+mod journaling;
+mod log;
+mod overrides;
+mod publish;
+
+pub use apply::ApplyEnded;
+use journaling::Deferred;
+use log::{label, log_transition};
+pub use overrides::OverrideCheck;
 
 /// How many attempts a snapshot keeps.
 pub const ATTEMPTS_KEPT: usize = 32;
@@ -261,14 +285,9 @@ pub enum LifecycleMsg {
     },
     /// The declared config file (or the override tier) changed.
     ConfigChanged,
-    /// The running runtime took a config change; `pending` is what it could
-    /// not take.
-    ConfigApplied {
-        /// Which boot's runtime.
-        attempt: u32,
-        /// What needs a restart.
-        pending: PendingApply,
-    },
+    /// The config apply's task ended (applied, not resolved, cancelled or
+    /// panicked), handing the runtime back.
+    ApplyEnded(Box<ApplyEnded>),
     /// The boot's task panicked: its own report (`boot::start`).
     BootCrashed {
         /// The panic, rendered.
@@ -305,34 +324,18 @@ pub enum LifecycleMsg {
     Flush,
 }
 
-/// A transition written ahead of its fsync (group commit): its effect
-/// runs; its publish, the answer to the command that caused it and the
-/// run marker naming its attempt wait until it is durable.
-struct Deferred {
-    /// Commands answered once it is durable (with the snapshot published
-    /// then) or not (with the durability error).
-    replies: Vec<RpcReplyPort<Result<Snapshot, CommandError>>>,
-    /// The run marker naming the attempt it started (a marker never refers
-    /// to a record that is not durable).
-    note: Option<RunMarker>,
-    /// The commit window's timer.
-    flush: tokio::task::AbortHandle,
-    /// Why it is not durable, once known.
-    error: Option<String>,
-}
-
-/// A staged override change and what checking the config it makes found.
-pub struct OverrideCheck {
-    /// The dotted leaf.
-    leaf: String,
-    /// Its new value; `None` unsets it.
-    value: Option<toml::Value>,
-    /// The override tier's generation the check was staged from.
-    generation: u64,
-    /// `Err`: the would-be effective config is invalid, why.
-    checked: Result<(), String>,
-    /// Where the command's answer goes.
-    reply: RpcReplyPort<Result<Snapshot, CommandError>>,
+/// Commands answered by an outcome, not by their step: one job, holding
+/// their reply ports until it comes.
+#[derive(Default)]
+struct Waiters {
+    /// Stop commands waiting for the drain to settle.
+    stop: Vec<RpcReplyPort<Result<Snapshot, CommandError>>>,
+    /// A re-initialization waiting for its wipe to settle.
+    reinit: Option<RpcReplyPort<Result<Snapshot, CommandError>>>,
+    /// `config set`/`unset` and `reload` commands whose change the running
+    /// runtime is applying: answered once no apply is in flight, so the
+    /// answer carries its outcome (in place, or the leaves a restart needs).
+    apply: Vec<RpcReplyPort<Result<Snapshot, CommandError>>>,
 }
 
 /// The Lifecycle actor.
@@ -372,17 +375,10 @@ pub struct LifecycleActorState {
     /// The identity asked for beside the `booted` append that reaches
     /// running (see [`Self::entering`]), not yet answered.
     identity: Option<ractor::concurrency::OneshotReceiver<journal::Durable<String>>>,
-    /// Stop commands waiting for the drain to settle.
-    stop_waiters: Vec<RpcReplyPort<Result<Snapshot, CommandError>>>,
-    /// A re-initialization waiting for its wipe to settle.
-    reinit_waiter: Option<RpcReplyPort<Result<Snapshot, CommandError>>>,
-    /// `config set`/`unset` commands whose change the running runtime is
-    /// applying: answered once its outcome (`ConfigApplied`: in place, or
-    /// the leaves a restart needs) is stepped, so the answer says which.
-    apply_waiters: Vec<RpcReplyPort<Result<Snapshot, CommandError>>>,
-    /// Set when [`Self::apply_config`] hands its outcome on as a
-    /// `ConfigApplied` message (cleared before each override's step).
-    apply_outcome_sent: bool,
+    /// The commands that wait for an outcome rather than a step.
+    waiters: Waiters,
+    /// The config apply in flight (it holds the runtime): its cancel.
+    apply: Option<CancellationToken>,
     /// Bumped by every change to the override tier.
     overrides_generation: u64,
     /// `overrides_generation` when the current boot started: a held
@@ -460,10 +456,8 @@ impl Actor for LifecycleActor {
             boot_fingerprint: None,
             open_attempt: None,
             identity: None,
-            stop_waiters: Vec::new(),
-            reinit_waiter: None,
-            apply_waiters: Vec::new(),
-            apply_outcome_sent: false,
+            waiters: Waiters::default(),
+            apply: None,
             overrides_generation: 0,
             boot_overrides_generation: 0,
             unacknowledged: None,
@@ -499,7 +493,9 @@ impl Actor for LifecycleActor {
                     };
                     state.fire(&myself, event).await.ok();
                 }
-                LifecycleMsg::Command(command, reply) => state.command(&myself, command, reply).await,
+                LifecycleMsg::Command(command, reply) => {
+                    state.command(&myself, command, reply).await
+                }
                 LifecycleMsg::Boot(report) => state.boot_report(&myself, report).await,
                 LifecycleMsg::BootReports(reports) => {
                     for report in reports {
@@ -580,18 +576,7 @@ impl Actor for LifecycleActor {
                             .ok();
                     }
                 }
-                LifecycleMsg::ConfigApplied { attempt, pending } => {
-                    if matches!(state.machine.state, LifecycleState::Running { attempt: a, .. } if a.get() == attempt)
-                    {
-                        state
-                            .fire(&myself, LifecycleEvent::ConfigApplied { pending })
-                            .await
-                            .ok();
-                    }
-                    for waiter in state.apply_waiters.drain(..) {
-                        let _ = waiter.send(Ok(state.snapshot.clone()));
-                    }
-                }
+                LifecycleMsg::ApplyEnded(ended) => state.apply_ended(&myself, *ended).await?,
                 LifecycleMsg::BootCrashed { reason } => {
                     let phase = match &state.machine.state {
                         LifecycleState::Booting { phase, .. } => phase.clone(),
@@ -619,16 +604,16 @@ impl Actor for LifecycleActor {
                 LifecycleMsg::DrainCrashed { reason } => {
                     tracing::error!(%reason, "the drain panicked; probing the store");
                     let store = StoreLock::observe(&state.shared.data_dir).await;
-                    let event = if matches!(state.machine.state, LifecycleState::Reinitializing { .. })
-                    {
-                        LifecycleEvent::Wiped {
-                            at: now,
-                            store,
-                            error: Some(format!("the wipe panicked: {reason}")),
-                        }
-                    } else {
-                        LifecycleEvent::Drained { at: now, store }
-                    };
+                    let event =
+                        if matches!(state.machine.state, LifecycleState::Reinitializing { .. }) {
+                            LifecycleEvent::Wiped {
+                                at: now,
+                                store,
+                                error: Some(format!("the wipe panicked: {reason}")),
+                            }
+                        } else {
+                            LifecycleEvent::Drained { at: now, store }
+                        };
                     state.fire(&myself, event).await.ok();
                 }
                 LifecycleMsg::Wiped { store, error } => {
@@ -663,9 +648,9 @@ impl Actor for LifecycleActor {
                 LifecycleMsg::SetChildren(children) => state.children = children,
                 LifecycleMsg::Flush => state.flush().await,
             }
+            Ok::<(), ActorProcessingErr>(())
         })
-        .await;
-        Ok(())
+        .await
     }
 }
 
@@ -906,7 +891,12 @@ impl LifecycleActorState {
                     });
                 }
             },
-            Effect::ApplyConfig => self.apply_config(myself).await,
+            Effect::ApplyConfig => self.start_apply(myself),
+            Effect::CancelApply => {
+                if let Some(apply) = &self.apply {
+                    apply.cancel();
+                }
+            }
             Effect::Wipe => {
                 crate::drain::start_wipe(Arc::clone(&self.shared), myself.get_derived())
             }
@@ -1026,7 +1016,7 @@ impl LifecycleActorState {
             self.answer_stop_waiters();
         }
         if !matches!(self.machine.state, LifecycleState::Reinitializing { .. })
-            && let Some(waiter) = self.reinit_waiter.take()
+            && let Some(waiter) = self.waiters.reinit.take()
         {
             let answer = match &self.machine.state {
                 LifecycleState::Stopped {
@@ -1264,6 +1254,7 @@ impl LifecycleActorState {
         // when the journal cannot take its record; the next daemon reads
         // the disk as it is.
         self.durable_or_nothing = !matches!(event, LifecycleEvent::Exit { .. });
+        let is_change = matches!(event, LifecycleEvent::ConfigChanged { .. });
         let fired = self.fire_with(myself, event, hold, Vec::new()).await;
         self.durable_or_nothing = false;
         match fired {
@@ -1275,7 +1266,7 @@ impl LifecycleActorState {
                 let _ = reply.send(Err(CommandError::Durability(error)));
             }
             Ok(_) if is_stop && matches!(self.machine.state, LifecycleState::Draining { .. }) => {
-                self.stop_waiters.push(reply);
+                self.waiters.stop.push(reply);
             }
             Ok(_) if self.deferred.is_some() => {
                 if let Some(deferred) = self.deferred.as_mut() {
@@ -1283,8 +1274,11 @@ impl LifecycleActorState {
                 }
             }
             Ok(_) if matches!(self.machine.state, LifecycleState::Reinitializing { .. }) => {
-                self.reinit_waiter = Some(reply);
+                self.waiters.reinit = Some(reply);
             }
+            // A reload the running runtime applies: answered with the
+            // apply's outcome, once no apply is in flight.
+            Ok(_) if is_change && self.apply.is_some() => self.waiters.apply.push(reply),
             Ok(_) => {
                 let _ = reply.send(Ok(self.snapshot.clone()));
             }
@@ -1396,355 +1390,6 @@ impl LifecycleActorState {
         }
     }
 
-    /// Change one leaf of the override tier: stage it, then check the
-    /// would-be effective config in a task (it resolves the source, which
-    /// may read a file: never inline in this handler). The outcome comes
-    /// back as [`LifecycleMsg::OverrideChecked`]; nothing is persisted
-    /// before it says the config is valid.
-    fn set_override(
-        &self,
-        myself: &ActorRef<LifecycleMsg>,
-        leaf: String,
-        value: Option<toml::Value>,
-        reply: RpcReplyPort<Result<Snapshot, CommandError>>,
-    ) {
-        let staged = match self.stage_override(&leaf, value.as_ref()) {
-            Err(error) => {
-                let _ = reply.send(Err(error));
-                return;
-            }
-            Ok(None) => {
-                let _ = reply.send(Ok(self.snapshot.clone()));
-                return;
-            }
-            Ok(Some(staged)) => staged,
-        };
-        let shared = Arc::clone(&self.shared);
-        let lifecycle = myself.clone();
-        let generation = self.overrides_generation;
-        tokio::spawn(async move {
-            let checked = shared
-                .resolve_config(&staged)
-                .await
-                .map(drop)
-                .map_err(|error| error.to_string());
-            let _ = lifecycle.cast(LifecycleMsg::OverrideChecked(OverrideCheck {
-                leaf,
-                value,
-                generation,
-                checked,
-                reply,
-            }));
-        });
-    }
-
-    /// The override tier with `leaf` set to `value` (or unset), detached
-    /// from the live one; `None` when that changes nothing.
-    fn stage_override(
-        &self,
-        leaf: &str,
-        value: Option<&toml::Value>,
-    ) -> Result<Option<Overrides>, CommandError> {
-        let staged = self.shared.overrides.clone_detached();
-        let changed = match value {
-            Some(value) => staged.set(leaf, value.clone()).map(|_| true),
-            None => staged.unset_checked(leaf).map(|old| old.is_some()),
-        };
-        match changed {
-            Err(error) => Err(CommandError::Invalid(error.to_string())),
-            Ok(false) => Ok(None),
-            Ok(true) => {
-                let leaves = staged.to_text();
-                crate::control_dir::overrides_fit(&leaves).map_err(CommandError::Invalid)?;
-                Ok(Some(staged))
-            }
-        }
-    }
-
-    /// A staged override change was checked: refuse it if the config it
-    /// makes is invalid; check again if the tier moved meanwhile; otherwise
-    /// make the whole tier durable, adopt it, then step `config_changed` (a
-    /// refusal of that step — a stopped or booting runtime — is no refusal
-    /// of the change: the next boot reads the tier, and a boot in flight
-    /// settles against it).
-    async fn override_checked(&mut self, myself: &ActorRef<LifecycleMsg>, checked: OverrideCheck) {
-        let OverrideCheck {
-            leaf,
-            value,
-            generation,
-            checked,
-            reply,
-        } = checked;
-        if reply.is_closed() {
-            return;
-        }
-        if let Err(error) = checked {
-            let _ = reply.send(Err(CommandError::Invalid(error)));
-            return;
-        }
-        if generation != self.overrides_generation {
-            return self.set_override(myself, leaf, value, reply);
-        }
-        let staged = match self.stage_override(&leaf, value.as_ref()) {
-            Ok(Some(staged)) => staged,
-            Ok(None) => {
-                let _ = reply.send(Ok(self.snapshot.clone()));
-                return;
-            }
-            Err(error) => {
-                let _ = reply.send(Err(error));
-                return;
-            }
-        };
-        let overrides = self.shared.overrides.clone();
-        let leaves = staged.to_text();
-        if let Err(reason) = crate::control_dir::overrides_fit(&leaves) {
-            let _ = reply.send(Err(CommandError::Invalid(reason)));
-            return;
-        }
-        let timeout = self.shared.timings.journal_timeout;
-        if let Err(error) = journal::ask(&self.children.journal, timeout, |r| {
-            JournalMsg::WriteOverrides(leaves, r)
-        })
-        .await
-        {
-            let error = format!("the override tier could not be written: {error}");
-            self.fail_durability(ErrorSource::Overrides, error.clone());
-            self.publish();
-            let _ = reply.send(Err(CommandError::Durability(error)));
-            return;
-        }
-        overrides.replace_with(&staged);
-        self.clear_error(ErrorSource::Overrides);
-        self.overrides_generation += 1;
-        let at = self.shared.clock.now();
-        self.unacknowledged = None;
-        self.apply_outcome_sent = false;
-        if self
-            .fire(myself, LifecycleEvent::ConfigChanged { at })
-            .await
-            .is_err()
-        {
-            self.publish();
-        }
-        match self.unacknowledged.take() {
-            Some(error) => {
-                let _ = reply.send(Err(CommandError::Durability(error)));
-            }
-            // The running runtime applied it: answer with the outcome.
-            None if self.apply_outcome_sent => self.apply_waiters.push(reply),
-            None => {
-                let _ = reply.send(Ok(self.snapshot.clone()));
-            }
-        }
-    }
-
-    /// Resolve the config again and hand it to the running runtime.
-    async fn apply_config(&mut self, myself: &ActorRef<LifecycleMsg>) {
-        let new = match resolve_checked(&self.shared).await {
-            Ok(resolved) => resolved.config,
-            Err(error) => {
-                self.set_error(
-                    ErrorSource::ConfigApply,
-                    format!("a config change was not applied: {error}"),
-                );
-                self.publish();
-                return;
-            }
-        };
-        let (Some(live), Some(old)) = (self.runtime.as_mut(), self.config.as_ref()) else {
-            return;
-        };
-        let leaves = self
-            .shared
-            .service
-            .apply_config(old, &new, &mut live.runtime)
-            .await;
-        let attempt = live.attempt;
-        self.config = Some(new);
-        self.clear_error(ErrorSource::ConfigApply);
-        // Leaves a restart needs accumulate until the restart, whatever
-        // later changes apply in place: the runtime still runs with what
-        // it booted with for them.
-        let mut all = match &self.snapshot.pending {
-            PendingApply::RestartNeeded { leaves } => leaves.clone(),
-            PendingApply::InSync => Vec::new(),
-        };
-        all.extend(leaves);
-        all.sort();
-        all.dedup();
-        let pending = if all.is_empty() {
-            PendingApply::InSync
-        } else {
-            PendingApply::RestartNeeded { leaves: all }
-        };
-        self.apply_outcome_sent = myself
-            .cast(LifecycleMsg::ConfigApplied { attempt, pending })
-            .is_ok();
-    }
-
-    /// Append `records`; whether they are durable. A failure is reported
-    /// in the snapshot's `error`; the next append that succeeds clears it.
-    /// On failure a command's records are dropped (its transition is not
-    /// adopted); a fact's are staged in the Journal actor, so they are
-    /// written, in order, before whatever comes next (a boot's progress,
-    /// its checkpoints) once the disk lets the journal repair itself.
-    async fn record(&mut self, records: Vec<Record>) -> bool {
-        if records.is_empty() {
-            return true;
-        }
-        let timeout = self.shared.timings.journal_timeout;
-        match journal::append(&self.children.journal, records.clone(), timeout).await {
-            Ok(()) => {
-                self.journal_written();
-                self.settle(None);
-                true
-            }
-            Err(error) => {
-                self.journal_failed(error, records);
-                self.sync_deferred().await;
-                false
-            }
-        }
-    }
-
-    /// Whether a transition's `records` are written ahead of their fsync
-    /// (see [`Deferred`]): a transition into a boot or a drain, with no
-    /// hold marker to follow it, while the journal writes and the commit
-    /// window is not zero.
-    fn writes_ahead(&self, records: &[Record], effect: Effect, hold: Option<bool>) -> bool {
-        !records.is_empty()
-            && hold.is_none()
-            && self.journal_error.is_none()
-            && !self.shared.timings.commit_window.is_zero()
-            && matches!(effect, Effect::StartBoot { .. } | Effect::ShutdownRuntime)
-    }
-
-    /// Write `records` without waiting for their fsync, and open (or
-    /// extend) the deferral that waits for it; whether they were written.
-    async fn write_ahead(&mut self, myself: &ActorRef<LifecycleMsg>, records: Vec<Record>) -> bool {
-        let timeout = self.shared.timings.journal_timeout;
-        match journal::write(&self.children.journal, records.clone(), timeout).await {
-            Ok(()) => {
-                if self.deferred.is_none() {
-                    let flush = myself
-                        .send_after(self.shared.timings.commit_window, || LifecycleMsg::Flush)
-                        .abort_handle();
-                    self.deferred = Some(Deferred {
-                        replies: Vec::new(),
-                        note: None,
-                        flush,
-                        error: None,
-                    });
-                }
-                true
-            }
-            Err(error) => {
-                self.journal_failed(error, records);
-                self.sync_deferred().await;
-                false
-            }
-        }
-    }
-
-    /// The commit window passed: make the deferred transitions durable and
-    /// publish them (at once, with no fsync, when an append since, such as
-    /// a boot's checkpoint, made them durable already).
-    async fn flush(&mut self) {
-        if self.deferred.is_some() {
-            self.sync_deferred().await;
-            self.publish();
-        }
-    }
-
-    /// Make the deferred transitions durable (an fsync of what was written;
-    /// after a failed write, its bytes are cut back first, which makes the
-    /// records written before it durable) and settle them.
-    async fn sync_deferred(&mut self) {
-        if self.deferred.is_none() {
-            return;
-        }
-        let timeout = self.shared.timings.journal_timeout;
-        match journal::sync(&self.children.journal, timeout).await {
-            Ok(()) => {
-                self.journal_written();
-                self.settle(None);
-            }
-            Err(error) => {
-                let error = format!("the journal could not be written: {error}");
-                self.fail_durability(ErrorSource::Journal, error.clone());
-                self.journal_error = Some(error.clone());
-                self.settle(Some(error));
-            }
-        }
-    }
-
-    /// An append or fsync succeeded: a journal error it left is cleared.
-    fn journal_written(&mut self) {
-        if self.journal_error.take().is_some() && self.clear_error(ErrorSource::Journal) {
-            tracing::info!("the journal is written again; clearing the error");
-        }
-    }
-
-    /// An append or a write failed: reported, and `records` (a fact's)
-    /// staged again unless a command's (not adopted).
-    fn journal_failed(&mut self, error: String, records: Vec<Record>) {
-        let error = format!("the journal could not be written: {error}");
-        self.fail_durability(ErrorSource::Journal, error.clone());
-        self.journal_error = Some(error);
-        if !self.durable_or_nothing && !records.is_empty() {
-            let _ = self.children.journal.cast(JournalMsg::Stage(records));
-        }
-    }
-
-    /// The deferred transitions are durable (`None`) or not: the run marker
-    /// naming their attempt is written (only if durable), and their
-    /// commands wait for the next publish to be answered.
-    fn settle(&mut self, error: Option<String>) {
-        let Some(mut deferred) = self.deferred.take() else {
-            return;
-        };
-        deferred.flush.abort();
-        if let Some(marker) = deferred.note.take()
-            && error.is_none()
-        {
-            let _ = self.children.journal.cast(JournalMsg::NoteRun(marker));
-        }
-        deferred.error = error;
-        match self.settled.as_mut() {
-            Some(settled) => {
-                settled.replies.append(&mut deferred.replies);
-                if settled.error.is_none() {
-                    settled.error = deferred.error;
-                }
-            }
-            None => self.settled = Some(deferred),
-        }
-    }
-
-    fn fail_durability(&mut self, source: ErrorSource, error: String) {
-        tracing::error!(%error, "durability failure");
-        self.unacknowledged = Some(error.clone());
-        self.set_error(source, error);
-    }
-
-    /// `source` failed with `error`: the snapshot's `error` shows it (from
-    /// the next publish) until `source` next succeeds.
-    fn set_error(&mut self, source: ErrorSource, error: String) {
-        if self.errors.set(source, error) {
-            self.snapshot.error = self.errors.render();
-        }
-    }
-
-    /// `source` succeeded: its error goes (and only its). Whether one went.
-    fn clear_error(&mut self, source: ErrorSource) -> bool {
-        let cleared = self.errors.clear(source);
-        if cleared {
-            self.snapshot.error = self.errors.render();
-        }
-        cleared
-    }
-
     /// A reload whose control-plane files were refused (the old ones stay
     /// in use): counted, kept in the snapshot's `error`, and answered
     /// with it, after the config part of the reload (`config_changed`) was
@@ -1799,64 +1444,6 @@ impl LifecycleActorState {
             last.result = result;
         }
     }
-
-    fn answer_stop_waiters(&mut self) {
-        if self.deferred.is_some() {
-            // Answered by the publish that follows the fsync.
-            return;
-        }
-        for waiter in self.stop_waiters.drain(..) {
-            let _ = waiter.send(Ok(self.snapshot.clone()));
-        }
-    }
-
-    /// Publish the current state as a new snapshot version, then answer
-    /// the commands whose deferred transitions an fsync settled. Nothing is
-    /// published while a transition waits for its fsync: watchers and
-    /// readers see only what is durable.
-    fn publish(&mut self) {
-        if self.deferred.is_some() {
-            return;
-        }
-        self.snapshot.version += 1;
-        self.snapshot.lifecycle = self.machine.state.clone();
-        self.snapshot.epoch = self.machine.epoch();
-        self.snapshot.streak = self.machine.streak();
-        self.snapshot.budget = self.machine.policy().budget.map(|b| BudgetStatus {
-            max_failures: b.max_failures.get(),
-            window_ms: b.window_ms,
-            failures: self.machine.budget_used(),
-        });
-        self.snapshot.pending = match &self.machine.state {
-            LifecycleState::Running { pending, .. } => pending.clone(),
-            _ => PendingApply::InSync,
-        };
-        // The record first: whoever sees this version published finds it
-        // (or a later one) in the status record.
-        self.shared.status.write(&self.snapshot);
-        self.shared
-            .metrics
-            .publish(&self.snapshot, self.shared.clock.now());
-        self.snapshots.send_replace(self.snapshot.clone());
-        if let Some(settled) = self.settled.take() {
-            for reply in settled.replies {
-                let answer = match &settled.error {
-                    None => Ok(self.snapshot.clone()),
-                    Some(error) => Err(CommandError::Durability(error.clone())),
-                };
-                let _ = reply.send(answer);
-            }
-            // A stop whose drain settled but whose record did not become
-            // durable is not acknowledged.
-            if let Some(error) = &settled.error
-                && !matches!(self.machine.state, LifecycleState::Draining { .. })
-            {
-                for waiter in self.stop_waiters.drain(..) {
-                    let _ = waiter.send(Err(CommandError::Durability(error.clone())));
-                }
-            }
-        }
-    }
 }
 
 /// Resolve the effective config as a boot's `resolve_config` does: bounded
@@ -1879,72 +1466,6 @@ fn cancelled_result(state: &LifecycleState) -> AttemptResult {
             ..
         } => AttemptResult::Failed,
         _ => AttemptResult::Cancelled,
-    }
-}
-
-/// A state's label for the journal: its name, with the drain's purpose.
-/// Log one adopted transition, once, with its structured fields: `from`,
-/// `event`, `state`, `attempt`, `phase`, `reason`. A failed boot is a
-/// warning, a wedge an error, a move between phases of one boot (or any
-/// step that stays in its state) a debug line, anything else an info line.
-fn log_transition(from: &LifecycleState, event: &LifecycleEvent, to: &LifecycleState) {
-    let from_label = label(from);
-    let state = label(to);
-    let event = event.name();
-    match to {
-        LifecycleState::Booting { attempt, phase, .. }
-            if matches!(from, LifecycleState::Booting { .. }) =>
-        {
-            tracing::debug!(event, state, attempt, %phase, "boot phase");
-        }
-        LifecycleState::Booting { attempt, phase, .. } => {
-            tracing::info!(from = %from_label, event, state, attempt, %phase, "transition");
-        }
-        // A step inside one state (a drain's phases): no transition to
-        // speak of at info.
-        _ if from_label == state => tracing::debug!(event, state, "step"),
-        LifecycleState::Running { attempt, .. } | LifecycleState::Draining { attempt, .. } => {
-            tracing::info!(from = %from_label, event, state, attempt, "transition");
-        }
-        LifecycleState::Failed {
-            attempt,
-            report,
-            retry,
-            budget_spent,
-            ..
-        } => {
-            let retry = match (retry, budget_spent) {
-                (_, Some(spent)) => format!("held: {}", spent.reason),
-                (steadfast_protocol::lifecycle::RetryClass::Hold, None) => "hold".to_owned(),
-                (steadfast_protocol::lifecycle::RetryClass::Backoff { delay_ms, .. }, None) => {
-                    format!("backoff {delay_ms} ms")
-                }
-            };
-            tracing::warn!(
-                from = %from_label,
-                event,
-                state,
-                attempt,
-                phase = %report.phase,
-                reason = %report.error,
-                retry,
-                "transition: the boot failed"
-            );
-        }
-        LifecycleState::Stopped { reason, .. } => {
-            tracing::info!(from = %from_label, event, state, reason = reason.name(), "transition");
-        }
-        LifecycleState::Wedged { cause, .. } => {
-            tracing::error!(from = %from_label, event, state, reason = %cause, "transition: wedged");
-        }
-        _ => tracing::info!(from = %from_label, event, state, "transition"),
-    }
-}
-
-fn label(state: &LifecycleState) -> String {
-    match state {
-        LifecycleState::Draining { then, .. } => format!("draining({})", then.name()),
-        other => other.name().to_owned(),
     }
 }
 

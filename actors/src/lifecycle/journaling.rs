@@ -1,0 +1,171 @@
+//! Journaling a transition: appended and awaited, or written ahead of its
+//! fsync (group commit) with its publish and answers deferred until durable.
+
+#[allow(clippy::wildcard_imports)]
+use super::*;
+
+/// A transition written ahead of its fsync (group commit): its effect
+/// runs; its publish, the answer to the command that caused it and the
+/// run marker naming its attempt wait until it is durable.
+pub(super) struct Deferred {
+    /// Commands answered once it is durable (with the snapshot published
+    /// then) or not (with the durability error).
+    pub(super) replies: Vec<RpcReplyPort<Result<Snapshot, CommandError>>>,
+    /// The run marker naming the attempt it started (a marker never refers
+    /// to a record that is not durable).
+    pub(super) note: Option<RunMarker>,
+    /// The commit window's timer.
+    pub(super) flush: tokio::task::AbortHandle,
+    /// Why it is not durable, once known.
+    pub(super) error: Option<String>,
+}
+
+impl LifecycleActorState {
+    /// Append `records`; whether they are durable. A failure is reported
+    /// in the snapshot's `error`; the next append that succeeds clears it.
+    /// On failure a command's records are dropped (its transition is not
+    /// adopted); a fact's are staged in the Journal actor, so they are
+    /// written, in order, before whatever comes next (a boot's progress,
+    /// its checkpoints) once the disk lets the journal repair itself.
+    pub(super) async fn record(&mut self, records: Vec<Record>) -> bool {
+        if records.is_empty() {
+            return true;
+        }
+        let timeout = self.shared.timings.journal_timeout;
+        match journal::append(&self.children.journal, records.clone(), timeout).await {
+            Ok(()) => {
+                self.journal_written();
+                self.settle(None);
+                true
+            }
+            Err(error) => {
+                self.journal_failed(error, records);
+                self.sync_deferred().await;
+                false
+            }
+        }
+    }
+
+    /// Whether a transition's `records` are written ahead of their fsync
+    /// (see [`Deferred`]): a transition into a boot or a drain, with no
+    /// hold marker to follow it, while the journal writes and the commit
+    /// window is not zero.
+    pub(super) fn writes_ahead(
+        &self,
+        records: &[Record],
+        effect: Effect,
+        hold: Option<bool>,
+    ) -> bool {
+        !records.is_empty()
+            && hold.is_none()
+            && self.journal_error.is_none()
+            && !self.shared.timings.commit_window.is_zero()
+            && matches!(effect, Effect::StartBoot { .. } | Effect::ShutdownRuntime)
+    }
+
+    /// Write `records` without waiting for their fsync, and open (or
+    /// extend) the deferral that waits for it; whether they were written.
+    pub(super) async fn write_ahead(
+        &mut self,
+        myself: &ActorRef<LifecycleMsg>,
+        records: Vec<Record>,
+    ) -> bool {
+        let timeout = self.shared.timings.journal_timeout;
+        match journal::write(&self.children.journal, records.clone(), timeout).await {
+            Ok(()) => {
+                if self.deferred.is_none() {
+                    let flush = myself
+                        .send_after(self.shared.timings.commit_window, || LifecycleMsg::Flush)
+                        .abort_handle();
+                    self.deferred = Some(Deferred {
+                        replies: Vec::new(),
+                        note: None,
+                        flush,
+                        error: None,
+                    });
+                }
+                true
+            }
+            Err(error) => {
+                self.journal_failed(error, records);
+                self.sync_deferred().await;
+                false
+            }
+        }
+    }
+
+    /// The commit window passed: make the deferred transitions durable and
+    /// publish them (at once, with no fsync, when an append since, such as
+    /// a boot's checkpoint, made them durable already).
+    pub(super) async fn flush(&mut self) {
+        if self.deferred.is_some() {
+            self.sync_deferred().await;
+            self.publish();
+        }
+    }
+
+    /// Make the deferred transitions durable (an fsync of what was written;
+    /// after a failed write, its bytes are cut back first, which makes the
+    /// records written before it durable) and settle them.
+    pub(super) async fn sync_deferred(&mut self) {
+        if self.deferred.is_none() {
+            return;
+        }
+        let timeout = self.shared.timings.journal_timeout;
+        match journal::sync(&self.children.journal, timeout).await {
+            Ok(()) => {
+                self.journal_written();
+                self.settle(None);
+            }
+            Err(error) => {
+                let error = format!("the journal could not be written: {error}");
+                self.fail_durability(ErrorSource::Journal, error.clone());
+                self.journal_error = Some(error.clone());
+                self.settle(Some(error));
+            }
+        }
+    }
+
+    /// An append or fsync succeeded: a journal error it left is cleared.
+    pub(super) fn journal_written(&mut self) {
+        if self.journal_error.take().is_some() && self.clear_error(ErrorSource::Journal) {
+            tracing::info!("the journal is written again; clearing the error");
+        }
+    }
+
+    /// An append or a write failed: reported, and `records` (a fact's)
+    /// staged again unless a command's (not adopted).
+    pub(super) fn journal_failed(&mut self, error: String, records: Vec<Record>) {
+        let error = format!("the journal could not be written: {error}");
+        self.fail_durability(ErrorSource::Journal, error.clone());
+        self.journal_error = Some(error);
+        if !self.durable_or_nothing && !records.is_empty() {
+            let _ = self.children.journal.cast(JournalMsg::Stage(records));
+        }
+    }
+
+    /// The deferred transitions are durable (`None`) or not: the run marker
+    /// naming their attempt is written (only if durable), and their
+    /// commands wait for the next publish to be answered.
+    pub(super) fn settle(&mut self, error: Option<String>) {
+        let Some(mut deferred) = self.deferred.take() else {
+            return;
+        };
+        deferred.flush.abort();
+        if let Some(marker) = deferred.note.take()
+            && error.is_none()
+        {
+            let _ = self.children.journal.cast(JournalMsg::NoteRun(marker));
+        }
+        deferred.error = error;
+        match self.settled.as_mut() {
+            Some(settled) => {
+                settled.replies.append(&mut deferred.replies);
+                if settled.error.is_none() {
+                    settled.error = deferred.error;
+                }
+            }
+            None => self.settled = Some(deferred),
+        }
+    }
+}
