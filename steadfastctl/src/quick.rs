@@ -26,7 +26,8 @@
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 
-use super::{Cli, Cmd, ProbeKind, fleet::FleetArgs};
+use crate::cli::{Cli, Cmd, ProbeKind};
+use crate::fleet::FleetArgs;
 
 /// The subcommand read so far.
 #[derive(Clone, Copy)]
