@@ -402,15 +402,17 @@ pub fn host_of(addr: &str) -> &str {
 
 /// The command line. The common forms (`status`, `probe`, `restart --wait`
 /// …) are read by hand ([`quick::parse`]), giving the [`Cli`] clap would
-/// give without building clap's command. Everything else is clap's. Before it parses, clap copies each
-/// global flag (17, with their help text) into every subcommand (16): most
-/// of a `status`'s time went there. So the first parse is with a
-/// command whose flags carry no help text; when it does not give a [`Cli`]
-/// (a usage error, `--help`, `--version`), the whole command parses again
-/// and answers as clap always did. The two commands differ in help text
-/// only, which no parse reads: what is accepted, and what it means, is the
-/// same (`tests::the_lean_parse_is_clap_s`). The parsed command is not
-/// dropped: the exit frees it.
+/// give without building clap's command. Everything else is clap's. Before
+/// it parses, clap copies each global flag (17, with their help text) into
+/// every subcommand (16): most of a clap parse's time went there. So the
+/// first clap parse is with a lean command ([`lean_parse`]): the same root
+/// and flags without their help text, holding only the subcommands a word
+/// of the line names. When it does not give a [`Cli`] (a usage error,
+/// `--help`, `--version`), the whole command parses again and answers as
+/// clap always did. What is accepted, and what it means, is the same
+/// (`tests::the_lean_parse_is_clap_s`, and every form of
+/// `tests::the_quick_parse_is_clap_s`). The parsed command is not dropped:
+/// the exit frees it.
 pub fn parse() -> Cli {
     if let Some(cli) = quick::parse(std::env::args_os()) {
         return cli;
@@ -421,17 +423,42 @@ pub fn parse() -> Cli {
     Cli::parse()
 }
 
-/// [`parse`]'s first try: the command without its flags' help text.
+/// [`parse`]'s first try: [`Cli`]'s command without its flags' help text,
+/// and with only the subcommands that a word of `args` names. A subcommand
+/// is chosen by its exact name (none has an alias, none is inferred from a
+/// prefix), so the one clap would pick is among them; the others cannot
+/// match and only cost their copies of the global flags. A line that names
+/// none parses with the whole (lean) command.
 pub fn lean_parse<I, T>(args: I) -> Result<Cli, clap::Error>
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
     use clap::{CommandFactory, FromArgMatches};
-    let mut lean = Cli::command().mut_args(|arg| arg.help(None).long_help(None));
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    let whole = Cli::command();
+    let named: Vec<&clap::Command> = whole
+        .get_subcommands()
+        .filter(|sub| args.iter().skip(1).any(|word| word == sub.get_name()))
+        .collect();
+    let lean = if named.is_empty() {
+        whole.clone()
+    } else {
+        let mut root = clap::Command::new("steadfastctl")
+            .version(whole.get_version().unwrap_or_default().to_owned())
+            .subcommand_required(whole.is_subcommand_required_set())
+            .arg_required_else_help(whole.is_arg_required_else_help_set())
+            .args(whole.get_arguments().cloned())
+            .groups(whole.get_groups().cloned());
+        for sub in named {
+            root = root.subcommand(sub.clone());
+        }
+        root
+    };
+    let mut lean = lean.mut_args(|arg| arg.help(None).long_help(None));
     let mut matches = lean.try_get_matches_from_mut(args)?;
     let cli = Cli::from_arg_matches_mut(&mut matches)?;
-    std::mem::forget((lean, matches));
+    std::mem::forget((lean, matches, whole));
     Ok(cli)
 }
 
@@ -536,12 +563,14 @@ mod tests {
                 .map(Into::into)
                 .collect();
             let quick = quick::parse(argv.clone());
+            let lean = lean_parse(argv.clone());
             let whole = Cli::try_parse_from(argv);
-            match (&quick, &whole) {
-                (Some(quick), Ok(whole)) => {
+            match (&quick, &lean, &whole) {
+                (Some(quick), Ok(lean), Ok(whole)) => {
                     assert_eq!(format!("{quick:?}"), format!("{whole:?}"), "{form:?}");
+                    assert_eq!(format!("{lean:?}"), format!("{whole:?}"), "{form:?}");
                 }
-                _ => panic!("{form:?}: quick {quick:?}, clap {whole:?}"),
+                _ => panic!("{form:?}: quick {quick:?}, lean {lean:?}, clap {whole:?}"),
             }
         }
         // A path that is not UTF-8 is a path all the same.
@@ -628,7 +657,14 @@ mod tests {
             let argv = std::iter::once("steadfastctl")
                 .chain(form.iter().copied())
                 .map(std::ffi::OsString::from);
-            assert!(quick::parse(argv).is_none(), "{form:?} is clap's");
+            assert!(quick::parse(argv.clone()).is_none(), "{form:?} is clap's");
+            match (lean_parse(argv.clone()), Cli::try_parse_from(argv)) {
+                (Ok(lean), Ok(whole)) => {
+                    assert_eq!(format!("{lean:?}"), format!("{whole:?}"), "{form:?}");
+                }
+                (Err(lean), Err(whole)) => assert_eq!(lean.kind(), whole.kind(), "{form:?}"),
+                (lean, whole) => panic!("{form:?}: lean {lean:?}, whole {whole:?}"),
+            }
         }
     }
 
@@ -732,6 +768,11 @@ mod tests {
             &["watch", "--until", "sleeping"],
             &["--only", "a", "--all", "status"],
             &["status", "--data-dir"],
+            // A flag's value that names another subcommand; two names.
+            &["--data-dir", "stop", "status"],
+            &["--socket", "status", "stop", "--hold"],
+            &["status", "stop"],
+            &["help", "status"],
         ];
         for form in forms {
             let argv = std::iter::once("steadfastctl").chain(form.iter().copied());
