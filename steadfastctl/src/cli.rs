@@ -773,6 +773,9 @@ mod tests {
             &["--socket", "status", "stop", "--hold"],
             &["status", "stop"],
             &["help", "status"],
+            // A subcommand's name as a flag's value, and no subcommand.
+            &["--data-dir", "status"],
+            &["--json", "--socket", "stop"],
         ];
         for form in forms {
             let argv = std::iter::once("steadfastctl").chain(form.iter().copied());
