@@ -61,8 +61,8 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::out::{self, errln, escape, out, outln};
-use super::{Cli, Cmd, ProbeKind};
+use crate::cli::{Cli, Cmd, ProbeKind};
+use crate::out::{self, errln, escape, out, outln};
 
 /// The deadline of a query to many daemons when `--timeout` is not given:
 /// shorter than a single call's, since one silent daemon holds the whole
@@ -256,7 +256,7 @@ pub enum InventoryError {
 /// # Errors
 /// [`InventoryError`], naming the entry and the problem.
 pub fn read_inventory(path: &Path) -> Result<Vec<Entry>, InventoryError> {
-    let text = super::read_own_file(path).map_err(|error| InventoryError::Read {
+    let text = crate::connect::read_own_file(path).map_err(|error| InventoryError::Read {
         path: path.to_owned(),
         error,
     })?;
@@ -628,8 +628,8 @@ fn one_line(text: &str) -> String {
 /// without `--inventory`: a usage error).
 pub async fn run(cli: &Cli) -> ExitCode {
     let usage = |error: &dyn fmt::Display| {
-        super::say(error);
-        ExitCode::from(super::EXIT_USAGE)
+        crate::render::say(error);
+        ExitCode::from(crate::EXIT_USAGE)
     };
     let Some(inventory) = &cli.fleet.inventory else {
         return usage(&"--only, --all and --parallel go with --inventory FILE");
@@ -674,9 +674,9 @@ pub async fn run(cli: &Cli) -> ExitCode {
         Err(error) => return usage(&error),
     };
     let timeout = match cli.timeout {
-        None if ask.is_command() => super::DEFAULT_TIMEOUT,
+        None if ask.is_command() => crate::DEFAULT_TIMEOUT,
         None => QUERY_TIMEOUT,
-        Some(_) => match super::timeout_of(cli) {
+        Some(_) => match crate::connect::timeout_of(cli) {
             Ok(timeout) => timeout,
             Err(error) => return usage(&error),
         },
@@ -876,7 +876,7 @@ async fn call(target: &Target, ask: Ask, timeout: Duration) -> Result<Answer, Fa
                 .await,
         ),
         Ask::Stop(hold, strict) => match client.stop(Hold::from(hold)).await {
-            Err(error) if !strict && super::already(&error, super::Already::Stopped) => {
+            Err(error) if !strict && crate::run::already(&error, crate::run::Already::Stopped) => {
                 let now = client.snapshot().await.map_err(|e| Failure::of(&e))?;
                 if hold && !now.hold {
                     return Err(Failure::Refused(format!(
@@ -898,7 +898,7 @@ async fn call(target: &Target, ask: Ask, timeout: Duration) -> Result<Answer, Fa
             match answer {
                 Err(error)
                     if matches!(ask, Ask::Start(_, false))
-                        && super::already(&error, super::Already::Running) =>
+                        && crate::run::already(&error, crate::run::Already::Running) =>
                 {
                     client
                         .snapshot()
@@ -1011,14 +1011,14 @@ fn report(
     let code = match (ask, worst) {
         (_, Verdict::Ok) => 0,
         (Ask::Probe(_), _) => 1,
-        (Ask::Status, Verdict::NotRunning) => super::EXIT_NOT_RUNNING,
-        (Ask::Status, _) => super::EXIT_UNKNOWN,
-        (_, Verdict::Refused | Verdict::NotRunning) => super::EXIT_REFUSED,
-        (_, Verdict::Unreachable) => super::EXIT_CANNOT_CONNECT,
+        (Ask::Status, Verdict::NotRunning) => crate::EXIT_NOT_RUNNING,
+        (Ask::Status, _) => crate::EXIT_UNKNOWN,
+        (_, Verdict::Refused | Verdict::NotRunning) => crate::EXIT_REFUSED,
+        (_, Verdict::Unreachable) => crate::EXIT_CANNOT_CONNECT,
     };
     out::exit_code_if_closed(code);
     if cli.json {
-        super::print_json(&document(entries, replies, &verdicts, ask, timeout));
+        crate::render::print_json(&document(entries, replies, &verdicts, ask, timeout));
     } else {
         match ask {
             Ask::Probe(_) if !cli.verbose => {}
@@ -1078,11 +1078,13 @@ fn table(entries: &[Entry], replies: &[Result<Answer, Failure>], ask: Ask) -> St
         .map(|(entry, reply)| {
             let (state, attempt, pid, detail) = match reply {
                 Ok(Answer::Snapshot(snapshot) | Answer::Already(snapshot)) => {
-                    let now = snapshot.now.map_or_else(super::now_ms, |t| t.as_millis());
-                    let since = super::since(&snapshot.lifecycle)
-                        .map(|at| format!("since {}", super::ago(now, at)))
+                    let now = snapshot
+                        .now
+                        .map_or_else(crate::render::now_ms, |t| t.as_millis());
+                    let since = crate::render::since(&snapshot.lifecycle)
+                        .map(|at| format!("since {}", crate::render::ago(now, at)))
                         .unwrap_or_default();
-                    let line = super::state_line(snapshot);
+                    let line = crate::render::state_line(snapshot);
                     let detail = if matches!(snapshot.lifecycle, LifecycleState::Running { .. }) {
                         since
                     } else {
@@ -1157,7 +1159,8 @@ fn table(entries: &[Entry], replies: &[Result<Answer, Failure>], ask: Ask) -> St
 /// The attempt a snapshot is on, or its last one (a stopped runtime keeps
 /// the number of the attempt it stopped).
 fn attempt_of(snapshot: &Snapshot) -> Option<u32> {
-    super::attempt_of(&snapshot.lifecycle).or_else(|| snapshot.attempts.last().map(|a| a.attempt))
+    crate::render::attempt_of(&snapshot.lifecycle)
+        .or_else(|| snapshot.attempts.last().map(|a| a.attempt))
 }
 
 /// The fleet's `metrics`: one OpenMetrics exposition, and the daemons
@@ -1413,10 +1416,10 @@ fn print_journals(entries: &[Entry], replies: &[Result<Answer, Failure>], utc: b
                 }
                 out!(
                     "{}",
-                    super::render_journal(
+                    crate::render::render_journal(
                         attempts,
-                        super::Times {
-                            now: super::now_ms(),
+                        crate::render::Times {
+                            now: crate::render::now_ms(),
                             utc
                         }
                     )
@@ -1460,7 +1463,10 @@ fn document(
                     fields.insert("state".into(), json!(snapshot.lifecycle.name()));
                     fields.insert("attempt".into(), json!(attempt_of(snapshot)));
                     fields.insert("pid".into(), json!(snapshot.pid));
-                    fields.insert("since_ms".into(), json!(super::since(&snapshot.lifecycle)));
+                    fields.insert(
+                        "since_ms".into(),
+                        json!(crate::render::since(&snapshot.lifecycle)),
+                    );
                     fields.insert(
                         "snapshot".into(),
                         serde_json::to_value(snapshot).unwrap_or(Value::Null),

@@ -20,13 +20,14 @@
 //! declines, and clap parses the line as it always did, errors and help
 //! included. Nothing here reads the environment: `$STEADFAST_DATA_DIR` is
 //! read after the parse, the same way for both. Checked by
-//! `tests::the_quick_parse_is_clap_s` (main.rs), over every arrangement of
+//! `tests::the_quick_parse_is_clap_s` (cli.rs), over every arrangement of
 //! the accepted forms and a list of declined ones.
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 
-use super::{Cli, Cmd, ProbeKind, fleet::FleetArgs};
+use crate::cli::{Cli, Cmd, ProbeKind};
+use crate::fleet::FleetArgs;
 
 /// The subcommand read so far.
 #[derive(Clone, Copy)]

@@ -105,7 +105,9 @@ fn trusted(file: &SocketFile) -> Option<Snapshot> {
                 if snapshot.pid != writer.pid {
                     return None;
                 }
-                snapshot.now = Some(steadfast::protocol::Timestamp::from_millis(super::now_ms()));
+                snapshot.now = Some(steadfast::protocol::Timestamp::from_millis(
+                    crate::render::now_ms(),
+                ));
                 return Some(snapshot);
             }
             // A write in progress: read again.

@@ -1,0 +1,793 @@
+//! The command line's definition and its parse: the clap types ([`Cli`],
+//! [`Cmd`], the value enums), the checks clap runs on a value
+//! ([`host_port`]), how `argv` becomes a [`Cli`] ([`parse`]: the hand-read
+//! common forms in `quick.rs`, else clap), and the text generated from the
+//! definition (`completions`, `man`). Nothing here dials a daemon.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::EXIT_USAGE;
+use crate::out;
+use crate::render::say;
+use crate::{fleet, quick};
+
+/// Drive and watch a steadfast daemon over its control socket (or its TCP
+/// control port).
+///
+/// Exit codes: 0 accepted (also `start` when already running, `stop` when
+/// already stopped, unless --strict), 1 cannot connect (or the token was
+/// refused), 2 usage, 3 refused, 4 a replacement failed, 5 `--timeout` passed (`watch
+/// --until`, `stop`). `status`: 0 running, 3 not running (stopped, failed,
+/// wedged, or on its way), 4 unknown (no daemon answered).
+///
+/// With `--inventory FILE` (many daemons): `status` 0 all running, 3 some
+/// not running, 4 some unreachable; commands 0 all accepted, 3 some
+/// refused, 1 some not reached; stderr names which.
+#[derive(Debug, Parser)]
+#[command(name = "steadfastctl", version)]
+pub struct Cli {
+    /// The daemon's data directory; its socket is
+    /// `<DIR>/.steadfast/control.sock` (default: `$STEADFAST_DATA_DIR`, else
+    /// the current directory).
+    #[arg(long, value_name = "DIR", global = true, conflicts_with = "socket")]
+    pub data_dir: Option<PathBuf>,
+    /// The control socket's path (instead of --data-dir).
+    #[arg(long, value_name = "PATH", global = true)]
+    pub socket: Option<PathBuf>,
+    /// The daemon's TCP control address, IP:PORT (e.g. 127.0.0.1:7433),
+    /// instead of the socket; needs --token-file.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        global = true,
+        conflicts_with_all = ["data_dir", "socket"],
+        requires = "token_file"
+    )]
+    pub tcp: Option<SocketAddr>,
+    /// The token file for --tcp (or, optionally, --tls): the daemon's
+    /// token (64 hex digits), in a file only its owner may read (mode 0600;
+    /// a looser file is refused).
+    #[arg(long, value_name = "PATH", global = true)]
+    pub token_file: Option<PathBuf>,
+    /// The daemon's TLS control address, HOST:PORT (a name, resolved here,
+    /// or an IP; `[IPv6]:PORT`), instead of the socket; needs --ca, and
+    /// --cert with --key (mutual TLS) or --token-file.
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        global = true,
+        value_parser = host_port,
+        conflicts_with_all = ["data_dir", "socket", "tcp"]
+    )]
+    pub tls: Option<String>,
+    /// --tls: the CA (PEM) the daemon's certificate must be signed by.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub ca: Option<PathBuf>,
+    /// --tls: this client's certificate (PEM), for mutual TLS.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub cert: Option<PathBuf>,
+    /// --tls: this client's private key (PEM; mode 0600, a looser file is
+    /// refused).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub key: Option<PathBuf>,
+    /// --tls: the name the daemon's certificate must be for (default: the
+    /// host of --tls, a name or an IP address).
+    #[arg(long, value_name = "NAME", global = true)]
+    pub server_name: Option<String>,
+    /// A TOML file with any of `tls`, `ca`, `cert`, `key`, `token_file`,
+    /// `server_name` (the flags of the same names win over it); its
+    /// relative paths are the file's directory's.
+    #[arg(
+        long,
+        value_name = "FILE",
+        global = true,
+        conflicts_with_all = ["data_dir", "socket", "tcp"]
+    )]
+    pub client_config: Option<PathBuf>,
+    /// Print JSON for scripts: the snapshot (the shape of `spec/control.md`),
+    /// or the value a command answers (journal, config show, reinit).
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Print absolute times in UTC (`…Z`) instead of the local time zone.
+    #[arg(long, global = true)]
+    pub utc: bool,
+    /// Say more (for `probe`: say why it failed).
+    #[arg(long, short, global = true)]
+    pub verbose: bool,
+    /// Give up after this many seconds (connecting, waiting out a busy
+    /// daemon, and the call; default 120); a command whose deadline passed
+    /// before the daemon could run it is dropped there, never run later.
+    /// `watch` waits without end unless it is given; `watch --until` and
+    /// `stop` exit 5 when it passes. With --inventory: one deadline for
+    /// all the daemons a query asks (default 10), and each command's call.
+    #[arg(long, value_name = "SECS", global = true)]
+    pub timeout: Option<f64>,
+    /// Many daemons at once (`--inventory FILE`, `--only`, `--all`,
+    /// `--parallel`): see `fleet.rs`.
+    #[command(flatten)]
+    pub fleet: fleet::FleetArgs,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+// `defer`: a subcommand's own flags are built only when it is the one
+// given (the command line's cost is mostly clap's).
+#[derive(Debug, Subcommand)]
+#[command(defer = true)]
+pub enum Cmd {
+    /// Show the daemon's state, its counters, its previous run and the
+    /// current attempt (earlier attempts: `--history N`, or `journal`).
+    Status {
+        /// Also show the last N attempts the journal records.
+        #[arg(long, value_name = "N")]
+        history: Option<u32>,
+    },
+    /// Boot a stopped runtime (clears a hold). A runtime already running
+    /// is no error: it says so and exits 0 (unless --strict).
+    Start {
+        /// Return once the boot settled: 0 running, 3 failed, wedged or
+        /// stopped (the reason on stderr), 5 at `--timeout`.
+        #[arg(long)]
+        wait: bool,
+        /// Refuse (exit 3) when the runtime is already running.
+        #[arg(long)]
+        strict: bool,
+    },
+    /// Stop the runtime; returns once the drain has settled. A runtime
+    /// already stopped is no error: it says so and exits 0 (unless
+    /// --strict).
+    Stop {
+        /// Keep it stopped across a relaunch of the daemon.
+        #[arg(long)]
+        hold: bool,
+        /// Refuse (exit 3) when the runtime is already stopped.
+        #[arg(long)]
+        strict: bool,
+    },
+    /// Stop the runtime and boot it again. The daemon resolves the new
+    /// config first: one that does not resolve is refused (exit 3,
+    /// `config_invalid` and the error) and the runtime keeps serving.
+    Restart {
+        /// Drain even when the new config does not resolve (the next boot
+        /// then fails held in `resolve_config`).
+        #[arg(long)]
+        force: bool,
+        /// Return once the new boot settled, as `start --wait` (one process
+        /// for a restart, as `systemctl restart`).
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Retry a failed boot now.
+    Retry {
+        /// Return once the boot settled, as `start --wait`.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// End the daemon's process after a drain (exit 80: stays down). With
+    /// --inventory, to the daemons --only names, or --all.
+    Exit {
+        /// Exit 75 instead, so the service manager starts it again.
+        #[arg(long)]
+        relaunch: bool,
+    },
+    /// Print each transition and each boot phase as they happen; return
+    /// when the daemon exits.
+    Watch {
+        /// Return (exit 0) once the daemon reaches this state; exit 3 if the
+        /// daemon exits first, 5 if `--timeout` passes first.
+        #[arg(long, value_name = "STATE")]
+        until: Option<StateName>,
+    },
+    /// Print a shell completion script for steadfastctl (e.g.
+    /// `steadfastctl completions bash > /etc/bash_completion.d/steadfastctl`).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print steadfastctl's manual page (roff; `steadfastctl man | man -l -`),
+    /// or a subcommand's (`steadfastctl man start`: steadfastctl-start(1)).
+    Man {
+        /// The subcommand whose page to print.
+        #[arg(value_name = "COMMAND")]
+        command: Option<String>,
+    },
+    /// Re-read the config now, as SIGHUP does (a held failure is retried, a
+    /// running runtime applies the change); under systemd with
+    /// `Type=notify-reload`, the daemon says `RELOADING=1` then `READY=1`.
+    Reload,
+    /// Exit 0 when the daemon is ready (running) or live (answering), 1
+    /// otherwise; silent unless --verbose.
+    Probe {
+        /// Which probe.
+        what: ProbeKind,
+    },
+    /// Print the daemon's metrics in OpenMetrics text format (what a
+    /// Prometheus scrape reads; `--json` does not apply).
+    Metrics,
+    /// Show the attempts the journal records (across relaunches), with each
+    /// phase's outcome and duration. When no daemon answers, the journal
+    /// file under --data-dir is read directly (read-only, no lock taken).
+    Journal {
+        /// How many of the most recent attempts.
+        #[arg(long, short = 'n', default_value_t = 20, value_name = "N")]
+        limit: u32,
+    },
+    /// Read or change the override tier (the highest config tier, kept in
+    /// the control directory across relaunches).
+    #[command(subcommand)]
+    Config(ConfigCmd),
+    /// Destroy the stopped runtime's data (the service's wipe step). Without
+    /// --confirm, prints the confirmation token; it is valid until the
+    /// runtime next boots.
+    Reinit {
+        /// The token a previous `steadfastctl reinit` printed.
+        #[arg(long, value_name = "TOKEN")]
+        confirm: Option<String>,
+    },
+    /// Replace the daemon's binary: print each step as it happens
+    /// and end with the outcome. Exit 0 when it completed (or nothing needed
+    /// replacing), 4 when it failed (the message says whether the candidate
+    /// was committed anyway).
+    Replace {
+        /// The candidate binary (a path on the daemon's machine).
+        #[arg(long, value_name = "PATH")]
+        binary: PathBuf,
+        /// Overlap: the candidate starts beside the incumbent; exclusive:
+        /// the incumbent drains first.
+        #[arg(long, value_enum)]
+        mode: ReplaceMode,
+        /// Seconds shared by the setup steps (restarted after a drain).
+        #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+        setup_budget: f64,
+        /// Seconds the drain (and retire) may take; unbounded when absent.
+        #[arg(long, value_name = "SECS")]
+        drain_budget: Option<f64>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCmd {
+    /// Set a leaf: a running runtime applies it in place or reports that a
+    /// restart is needed (said in one line, naming the leaves a restart
+    /// needs); a held failure is retried.
+    Set {
+        /// The dotted leaf, e.g. `log.level`.
+        leaf: String,
+        /// The value as TOML (`8080`, `-1`, `true`, `"text"`, `[1, 2]`); a
+        /// bare word is a string.
+        #[arg(allow_negative_numbers = true)]
+        value: String,
+    },
+    /// Remove a leaf from the override tier (the lower tiers show again).
+    Unset {
+        /// The dotted leaf.
+        leaf: String,
+    },
+    /// Show the override tier and the effective config (or one leaf).
+    Show {
+        /// Only this dotted leaf.
+        leaf: Option<String>,
+    },
+}
+
+/// A replacement's mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReplaceMode {
+    Overlap,
+    Exclusive,
+}
+
+/// A lifecycle state's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum StateName {
+    Resolving,
+    Booting,
+    Running,
+    Draining,
+    Stopped,
+    Failed,
+    Wedged,
+    Exiting,
+    Reinitializing,
+}
+
+impl StateName {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Resolving => "resolving",
+            Self::Booting => "booting",
+            Self::Running => "running",
+            Self::Draining => "draining",
+            Self::Stopped => "stopped",
+            Self::Failed => "failed",
+            Self::Wedged => "wedged",
+            Self::Exiting => "exiting",
+            Self::Reinitializing => "reinitializing",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProbeKind {
+    /// The runtime is running.
+    Ready,
+    /// The daemon answers.
+    Live,
+}
+
+/// `completions SHELL` and `man`: text generated from the clap command
+/// (`clap_complete`, `clap_mangen`), printed; no daemon is asked. `None`
+/// for every other command, which never builds what these need.
+pub fn generated(command: &Cmd) -> Option<ExitCode> {
+    use clap::CommandFactory;
+    let mut text = Vec::new();
+    match command {
+        Cmd::Completions { shell } => {
+            let mut command = Cli::command();
+            clap_complete::generate(*shell, &mut command, "steadfastctl", &mut text);
+        }
+        Cmd::Man { command: sub } => {
+            let mut command = Cli::command();
+            // The subcommands' flags are built on demand (`defer`): build
+            // them all (the global flags copied into each), so the pages
+            // list them.
+            command.build();
+            let page = match sub {
+                None => command,
+                Some(name) => {
+                    let Some(found) = command.find_subcommand(name) else {
+                        let known: Vec<&str> = command
+                            .get_subcommands()
+                            .map(clap::Command::get_name)
+                            .collect();
+                        say(&format!(
+                            "man {name}: no such command (it has a page: {})",
+                            known.join(", ")
+                        ));
+                        return Some(ExitCode::from(EXIT_USAGE));
+                    };
+                    // Named as the main page's SUBCOMMANDS section names it
+                    // (clap takes a `'static` name; the process ends after
+                    // printing the page).
+                    let page_name: &'static str =
+                        Box::leak(format!("steadfastctl-{name}").into_boxed_str());
+                    found.clone().name(page_name)
+                }
+            };
+            if let Err(error) = clap_mangen::Man::new(page).render(&mut text) {
+                say(&format!("cannot render the manual page: {error}"));
+                return Some(ExitCode::FAILURE);
+            }
+        }
+        _ => return None,
+    }
+    out::raw(&text);
+    Some(ExitCode::SUCCESS)
+}
+
+/// `--tls`'s value: `HOST:PORT` (a name or an IP address; an IPv6
+/// address in brackets), checked for its shape only (it is resolved when
+/// it is dialed).
+pub fn host_port(text: &str) -> Result<String, String> {
+    match text.rsplit_once(':') {
+        Some((host, port))
+            if !host.is_empty()
+                && port.parse::<u16>().is_ok()
+                && (host.starts_with('[') == host.ends_with(']'))
+                && (host.starts_with('[') || !host.contains(':')) =>
+        {
+            Ok(text.to_owned())
+        }
+        _ => Err(format!(
+            "`{text}` is not HOST:PORT (e.g. daemon.example:7443, 192.0.2.7:7443, [2001:db8::7]:7443)"
+        )),
+    }
+}
+
+/// The host of a `HOST:PORT` checked by [`host_port`] (an IPv6 address
+/// without its brackets): the name the daemon's certificate must carry
+/// unless `--server-name` says otherwise.
+pub fn host_of(addr: &str) -> &str {
+    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+    host.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
+}
+
+/// The command line. The common forms (`status`, `probe`, `restart --wait`
+/// …) are read by hand ([`quick::parse`]), giving the [`Cli`] clap would
+/// give without building clap's command. Everything else is clap's. Before
+/// it parses, clap copies each global flag (17, with their help text) into
+/// every subcommand (16): most of a clap parse's time went there. So the
+/// first clap parse is with a lean command ([`lean_parse`]): the same root
+/// and flags without their help text, holding only the subcommands a word
+/// of the line names. When it does not give a [`Cli`] (a usage error,
+/// `--help`, `--version`), the whole command parses again and answers as
+/// clap always did. What is accepted, and what it means, is the same
+/// (`tests::the_lean_parse_is_clap_s`, and every form of
+/// `tests::the_quick_parse_is_clap_s`). The parsed command is not dropped:
+/// the exit frees it.
+pub fn parse() -> Cli {
+    if let Some(cli) = quick::parse(std::env::args_os()) {
+        return cli;
+    }
+    if let Ok(cli) = lean_parse(std::env::args_os()) {
+        return cli;
+    }
+    Cli::parse()
+}
+
+/// [`parse`]'s first try: [`Cli`]'s command without its flags' help text,
+/// and with only the subcommands that a word of `args` names. A subcommand
+/// is chosen by its exact name (none has an alias, none is inferred from a
+/// prefix), so the one clap would pick is among them; the others cannot
+/// match and only cost their copies of the global flags. A line that names
+/// none parses with the whole (lean) command.
+pub fn lean_parse<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::{CommandFactory, FromArgMatches};
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    let whole = Cli::command();
+    let named: Vec<&clap::Command> = whole
+        .get_subcommands()
+        .filter(|sub| args.iter().skip(1).any(|word| word == sub.get_name()))
+        .collect();
+    let lean = if named.is_empty() {
+        whole.clone()
+    } else {
+        let mut root = clap::Command::new("steadfastctl")
+            .version(whole.get_version().unwrap_or_default().to_owned())
+            .subcommand_required(whole.is_subcommand_required_set())
+            .arg_required_else_help(whole.is_arg_required_else_help_set())
+            .args(whole.get_arguments().cloned())
+            .groups(whole.get_groups().cloned());
+        for sub in named {
+            root = root.subcommand(sub.clone());
+        }
+        root
+    };
+    let mut lean = lean.mut_args(|arg| arg.help(None).long_help(None));
+    let mut matches = lean.try_get_matches_from_mut(args)?;
+    let cli = Cli::from_arg_matches_mut(&mut matches)?;
+    std::mem::forget((lean, matches, whole));
+    Ok(cli)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`quick::parse`] gives what clap gives on every form it reads:
+    /// each subcommand it knows, each of its global flags in each spelling
+    /// before the subcommand, between it and its own flags, and last, and
+    /// all of them at once in several orders; and it leaves every other
+    /// line to clap.
+    #[test]
+    fn the_quick_parse_is_clap_s() {
+        let commands: &[&[&str]] = &[
+            &["status"],
+            &["probe", "ready"],
+            &["probe", "live"],
+            &["start"],
+            &["start", "--wait"],
+            &["restart"],
+            &["restart", "--wait"],
+            &["restart", "--force"],
+            &["restart", "--force", "--wait"],
+            &["restart", "--wait", "--force"],
+            &["retry"],
+            &["retry", "--wait"],
+            &["stop"],
+            &["stop", "--hold"],
+            &["start", "--strict"],
+            &["start", "--wait", "--strict"],
+            &["start", "--strict", "--wait"],
+            &["stop", "--strict"],
+            &["stop", "--hold", "--strict"],
+            &["stop", "--strict", "--hold"],
+        ];
+        let globals: &[&[&str]] = &[
+            &["--data-dir", "/d"],
+            &["--data-dir=/d =d"],
+            &["--data-dir", "status"],
+            &["--socket", "/s"],
+            &["--socket=s"],
+            &["--json"],
+            &["--utc"],
+            &["-v"],
+            &["--verbose"],
+            &["--timeout", "2.5"],
+            &["--timeout=7"],
+            &["--timeout", "1e3"],
+            &["--timeout", "+3"],
+            &["--timeout=inf"],
+            &["--timeout", "NaN"],
+        ];
+        // One of each kind, in each order of the four kinds.
+        let sets: &[&[usize]] = &[
+            &[0, 5, 6, 7, 9],
+            &[3, 6, 8, 10, 5],
+            &[11, 8, 1, 5, 6],
+            &[6, 4, 5, 7, 11],
+            &[2, 9, 7, 5],
+        ];
+        // A global flag goes before the subcommand (0), between its name
+        // and its own flags or argument (1), or last (2).
+        fn place<'a>(command: &[&'a str], at: usize, flags: &[&[&'a str]]) -> Vec<&'a str> {
+            let flags = flags.iter().flat_map(|f| f.iter().copied());
+            let (name, own) = command.split_at(1);
+            match at {
+                0 => flags.chain(command.iter().copied()).collect(),
+                1 => name
+                    .iter()
+                    .copied()
+                    .chain(flags)
+                    .chain(own.iter().copied())
+                    .collect(),
+                _ => command.iter().copied().chain(flags).collect(),
+            }
+        }
+        let mut accepted = Vec::<Vec<&str>>::new();
+        for command in commands {
+            accepted.push(command.to_vec());
+            for flag in globals {
+                for at in 0..3 {
+                    accepted.push(place(command, at, &[flag]));
+                }
+            }
+            for set in sets {
+                let flags: Vec<&[&str]> = set.iter().map(|&i| globals[i]).collect();
+                for at in 0..3 {
+                    accepted.push(place(command, at, &flags));
+                }
+                // Split: half before the name, half last.
+                let (first, last) = flags.split_at(flags.len() / 2);
+                let mut line: Vec<&str> = first.iter().flat_map(|f| f.iter().copied()).collect();
+                line.extend_from_slice(command);
+                line.extend(last.iter().flat_map(|f| f.iter().copied()));
+                accepted.push(line);
+            }
+        }
+        for form in &accepted {
+            let argv: Vec<std::ffi::OsString> = std::iter::once("steadfastctl")
+                .chain(form.iter().copied())
+                .map(Into::into)
+                .collect();
+            let quick = quick::parse(argv.clone());
+            let lean = lean_parse(argv.clone());
+            let whole = Cli::try_parse_from(argv);
+            match (&quick, &lean, &whole) {
+                (Some(quick), Ok(lean), Ok(whole)) => {
+                    assert_eq!(format!("{quick:?}"), format!("{whole:?}"), "{form:?}");
+                    assert_eq!(format!("{lean:?}"), format!("{whole:?}"), "{form:?}");
+                }
+                _ => panic!("{form:?}: quick {quick:?}, lean {lean:?}, clap {whole:?}"),
+            }
+        }
+        // A path that is not UTF-8 is a path all the same.
+        let odd =
+            <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(b"/d\xff".to_vec());
+        let argv: Vec<std::ffi::OsString> = vec![
+            "steadfastctl".into(),
+            "--data-dir".into(),
+            odd,
+            "status".into(),
+        ];
+        let quick = quick::parse(argv.clone()).expect("a non-UTF-8 path");
+        let whole = Cli::try_parse_from(argv).expect("a non-UTF-8 path");
+        assert_eq!(format!("{quick:?}"), format!("{whole:?}"));
+
+        // Everything else is clap's: its errors, its help, the other
+        // commands and flags, and anything read two ways.
+        let declined: &[&[&str]] = &[
+            &[],
+            &["--help"],
+            &["-h"],
+            &["--version"],
+            &["-V"],
+            &["help"],
+            &["help", "status"],
+            &["status", "--help"],
+            &["probe"],
+            &["probe", "sleepy"],
+            &["probe", "ready", "live"],
+            &["probe", "Ready"],
+            &["status", "extra"],
+            &["Status"],
+            &["stat"],
+            &["status", "--history", "3"],
+            &["--json", "--json", "status"],
+            &["--json", "status", "--json"],
+            &["-v", "--verbose", "status"],
+            &["-vv", "status"],
+            &["-vj", "status"],
+            &["--json=true", "status"],
+            &["--data-dir", "/d", "--socket", "/s", "status"],
+            &["--data-dir", "/d", "status", "--socket", "/s"],
+            &["--data-dir", "/d", "--data-dir", "/e", "status"],
+            &["--data-dir=", "status"],
+            &["--data-dir", "", "status"],
+            &["--data-dir", "-d", "status"],
+            &["--data-dir=-d", "status"],
+            &["status", "--data-dir"],
+            &["--timeout", "soon", "status"],
+            &["--timeout=-1", "status"],
+            &["--timeout", "-1", "status"],
+            &["--timeout", "", "status"],
+            &["--wait", "restart"],
+            &["restart", "--wait", "--wait"],
+            &["restart", "--wait=true"],
+            &["status", "--wait"],
+            &["start", "--force"],
+            &["stop", "--wait"],
+            &["start", "--strict", "--strict"],
+            &["stop", "--strict=true"],
+            &["--strict", "stop"],
+            &["restart", "--strict"],
+            &["completions", "bash"],
+            &["man"],
+            &["man", "start"],
+            &["--", "status"],
+            &["status", "--"],
+            &["-", "status"],
+            &["--data", "/d", "status"],
+            &["--tcp", "127.0.0.1:7433", "--token-file", "/t", "status"],
+            &["--tls", "127.0.0.1:7433", "--ca", "/ca", "status"],
+            &["--client-config", "/c", "status"],
+            &["--inventory", "/i", "status"],
+            &["--only", "a", "status"],
+            &["watch"],
+            &["journal"],
+            &["reload"],
+            &["metrics"],
+            &["config", "show"],
+            &["exit"],
+            &["reinit"],
+        ];
+        for form in declined {
+            let argv = std::iter::once("steadfastctl")
+                .chain(form.iter().copied())
+                .map(std::ffi::OsString::from);
+            assert!(quick::parse(argv.clone()).is_none(), "{form:?} is clap's");
+            match (lean_parse(argv.clone()), Cli::try_parse_from(argv)) {
+                (Ok(lean), Ok(whole)) => {
+                    assert_eq!(format!("{lean:?}"), format!("{whole:?}"), "{form:?}");
+                }
+                (Err(lean), Err(whole)) => assert_eq!(lean.kind(), whole.kind(), "{form:?}"),
+                (lean, whole) => panic!("{form:?}: lean {lean:?}, whole {whole:?}"),
+            }
+        }
+    }
+
+    /// [`lean_parse`] accepts exactly what clap's whole command accepts,
+    /// and means the same by it: the common forms, flags before and after
+    /// the subcommand, and the malformed ones (which both refuse, with the
+    /// same kind of error, so the whole command's message is what prints).
+    #[test]
+    fn the_lean_parse_is_clap_s() {
+        let forms: &[&[&str]] = &[
+            &["status"],
+            &["--data-dir", "/d", "status"],
+            &["status", "--data-dir", "/d", "--json"],
+            &["--json", "--utc", "status", "--history", "3"],
+            &["--socket", "/s", "restart", "--wait"],
+            &[
+                "--data-dir",
+                "/d",
+                "restart",
+                "--force",
+                "--wait",
+                "--timeout",
+                "2.5",
+            ],
+            &["restart", "--wait", "--json", "--data-dir", "/d"],
+            &["--tcp", "127.0.0.1:7433", "--token-file", "/t", "status"],
+            &[
+                "--tls",
+                "127.0.0.1:7433",
+                "--ca",
+                "/ca",
+                "--token-file",
+                "/t",
+                "probe",
+                "ready",
+            ],
+            &["-v", "probe", "live"],
+            &["start", "--wait"],
+            &["stop", "--hold"],
+            &["stop", "--hold", "--strict"],
+            &["start", "--strict", "--wait"],
+            &["completions", "zsh"],
+            &["man"],
+            &["man", "stop"],
+            &[
+                "--tls",
+                "daemon.example:7443",
+                "--ca",
+                "/ca",
+                "--token-file",
+                "/t",
+                "status",
+            ],
+            &[
+                "--tls",
+                "[::1]:7443",
+                "--ca",
+                "/ca",
+                "--token-file",
+                "/t",
+                "status",
+            ],
+            &["watch", "--until", "running", "--timeout", "3"],
+            &["journal", "-n", "5"],
+            &["config", "set", "log.level", "-1"],
+            &["config", "show"],
+            &["--inventory", "/i", "status", "--only", "a,b"],
+            &["--inventory", "/i", "restart", "--all", "--parallel", "2"],
+            &["replace", "--binary", "/b", "--mode", "overlap"],
+            // Refused by both.
+            &[],
+            &["--help"],
+            &["status", "--help"],
+            &["--version"],
+            &["status", "--nosuch"],
+            &["nosuch"],
+            &["--data-dir", "/d", "--socket", "/s", "status"],
+            &["--tcp", "127.0.0.1:7433", "status"],
+            &["--tcp", "not-an-address", "--token-file", "/t", "status"],
+            &[
+                "--tls",
+                "no-port",
+                "--ca",
+                "/ca",
+                "--token-file",
+                "/t",
+                "status",
+            ],
+            &[
+                "--tls",
+                "::1:7443",
+                "--ca",
+                "/ca",
+                "--token-file",
+                "/t",
+                "status",
+            ],
+            &["completions", "nosuchshell"],
+            &["stop", "--strict", "--strict"],
+            &["--timeout", "soon", "status"],
+            &["watch", "--until", "sleeping"],
+            &["--only", "a", "--all", "status"],
+            &["status", "--data-dir"],
+            // A flag's value that names another subcommand; two names.
+            &["--data-dir", "stop", "status"],
+            &["--socket", "status", "stop", "--hold"],
+            &["status", "stop"],
+            &["help", "status"],
+            // A subcommand's name as a flag's value, and no subcommand.
+            &["--data-dir", "status"],
+            &["--json", "--socket", "stop"],
+        ];
+        for form in forms {
+            let argv = std::iter::once("steadfastctl").chain(form.iter().copied());
+            let lean = lean_parse(argv.clone());
+            let whole = Cli::try_parse_from(argv);
+            match (&lean, &whole) {
+                (Ok(lean), Ok(whole)) => {
+                    assert_eq!(format!("{lean:?}"), format!("{whole:?}"), "{form:?}");
+                }
+                (Err(lean), Err(whole)) => assert_eq!(lean.kind(), whole.kind(), "{form:?}"),
+                _ => panic!("{form:?}: lean {lean:?}, whole {whole:?}"),
+            }
+        }
+    }
+}
