@@ -1,4 +1,4 @@
-//! The crash harness's daemon (`tests/crash.rs`): a supervisor over a plan
+//! The crash harness's daemon (`tests/it/crash.rs`): a supervisor over a plan
 //! whose first step leaves a durable resource, driven through a fixed script
 //! (boot, restart, exit halt) and killable with `SIGKILL` at any failpoint of
 //! `steadfast_actors::failpoint` (`STEADFAST_CRASH_AT=<point>:<nth>`).

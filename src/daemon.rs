@@ -19,7 +19,7 @@
 //!   previous run left it.
 //!   `daemon::a_sigterm_from_the_first_moment_is_a_drained_exit_or_touches_nothing`.
 //! - When `NOTIFY_SOCKET` is set, systemd hears that *the daemon is up above
-//!   its runtime* (`tests/notify.rs`, one test per startup path):
+//!   its runtime* (`tests/it/notify.rs`, one test per startup path):
 //!   - `READY=1` once, at the first *settled* state — `running`, `stopped`
 //!     (e.g. `held_at_startup` after `stop --hold`), `failed` (held on a bad
 //!     config, or on backoff) or `wedged` — with a `STATUS=` that names it.
@@ -88,7 +88,7 @@
 //!   the daemon's `main` says it on stderr and exits non-zero — a tracing
 //!   event alone would be lost where no subscriber is installed, and a
 //!   daemon nobody can stop or watch is worse than one that did not start.
-//!   `tests/control_hostile.rs::a_daemon_refuses_to_run_without_its_control_socket`.
+//!   `tests/it/control_hostile.rs::a_daemon_refuses_to_run_without_its_control_socket`.
 //!
 //! - With [`DaemonOptions::logging`] (on by default), [`init_logging`]
 //!   installs the process's subscriber unless there is one: `RUST_LOG`, a
@@ -102,7 +102,7 @@
 //!   outcome can be read over the control socket): the successor owns the
 //!   data directory, and this process must exit without writing to it.
 //!
-//! Checked by `tests/daemon.rs`, which runs a real child process under a
+//! Checked by `tests/it/daemon.rs`, which runs a real child process under a
 //! fake `NOTIFY_SOCKET` and sends it real signals.
 
 use std::net::SocketAddr;

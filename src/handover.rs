@@ -36,7 +36,7 @@
 //! `another_peer_gets_nothing`, `no_socket_is_not_found`,
 //! `two_supervisors_in_a_candidate_each_get_their_own_lock`: a real
 //! candidate process with two data dirs) and by
-//! `tests/replace.rs` (real kvd processes). A [`HANDOVER_ENV`] naming a
+//! `tests/it/replace.rs` (real kvd processes). A [`HANDOVER_ENV`] naming a
 //! socket nobody serves (an inherited environment, a dead incumbent) hands
 //! nothing over: the data dir's lock alone decides who runs.
 

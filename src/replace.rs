@@ -23,7 +23,7 @@
 //! [`crate::daemon::run_with`] returns `halt` so the process exits without
 //! touching the data directory again.
 //!
-//! Checked end to end with kvd processes by `tests/replace.rs`.
+//! Checked end to end with kvd processes by `tests/it/replace.rs`.
 
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;

@@ -17,7 +17,7 @@
 //!
 //! Invariant: an accept loop built on [`AcceptBackoff`] never ends on an
 //! accept error. Checked by `accept::tests::an_exhausted_table_pauses_and_recovers`
-//! here and, over a real full descriptor table, by `tests/fds.rs`.
+//! here and, over a real full descriptor table, by `tests/it/fds.rs`.
 
 use std::io;
 use std::time::Duration;

@@ -25,7 +25,7 @@
 //! - Resume: a step with an outstanding checkpoint (`crate::ledger`) is
 //!   skipped only if its step's `Step::observe` says its resource is still present
 //!   (reported `skipped`, with the observation's duration); otherwise it
-//!   runs again. Checked by `tests/crash.rs`
+//!   runs again. Checked by `tests/it/crash.rs`
 //!   (`a_checkpointed_step_is_skipped_after_a_crash_only_if_still_present`).
 //! - The step deadline is not decided here: it is the lifecycle machine's
 //!   (`Timings::step_deadline`, in its policy). A step's
@@ -38,9 +38,9 @@
 //!   boot's teardown is the supervisor's work, not the step's: the boot
 //!   reports progress while it runs, so the deadline never replaces the
 //!   step's own failure. Checked by
-//!   `tests/timing.rs`
+//!   `tests/it/timing.rs`
 //!   (`a_stalled_step_fails_at_its_deadline_and_a_reporting_one_boots_on_virtual_time`)
-//!   and `tests/durability.rs`
+//!   and `tests/it/durability.rs`
 //!   (`a_step_past_its_deadline_fails_unless_it_reports_progress`).
 //! - Every phase's start is reported (journal staged, Lifecycle actor told)
 //!   before its work begins, and every failure before the probe or teardown
@@ -62,7 +62,7 @@
 //!   outcome (memory per supervisor), and no actor is spawned
 //!   for it (`supervision::a_running_supervisor_keeps_no_idle_boot_drain_or_replacement_actor`).
 //!
-//! Checked by `tests/supervisor.rs` (`a_boot_that_cannot_bind_is_retried_until_the_port_frees`,
+//! Checked by `tests/it/supervisor.rs` (`a_boot_that_cannot_bind_is_retried_until_the_port_frees`,
 //! `a_panicking_boot_step_is_a_failed_boot_not_a_crashed_process`,
 //! `a_change_that_lands_during_a_failing_boot_is_not_lost`).
 

@@ -32,7 +32,7 @@
 //! - **A swap of a link the path resolves through fires**, again and again:
 //!   the kubelet's `..data` rename, with the file itself a link into it.
 //!   Checked by `config::a_configmap_style_data_swap_fires` and, over a real
-//!   kvd held on a bad config, `tests/kubernetes.rs`.
+//!   kvd held on a bad config, `tests/it/kubernetes.rs`.
 //! - **Nothing else fires**: events for sibling files, and the reads
 //!   `on_change` itself makes (inotify reports opens), are ignored. Checked by
 //!   `config::writes_to_a_sibling_file_do_not_fire` and

@@ -17,7 +17,7 @@
 //! `supervisor::a_panicking_drain_settles_on_a_probed_store`. The service's
 //! wipe step for a confirmed re-initialization ([`start_wipe`]) is the
 //! other destructive job, with the same probed outcome. Checked by
-//! `tests/supervisor.rs`
+//! `tests/it/supervisor.rs`
 //! (`a_drain_that_cannot_release_wedges_and_only_exit_is_accepted`).
 //!
 //! Not an actor (a temporary Drain actor under Root would cost more):
@@ -27,7 +27,7 @@
 //! Each destruction is reported as progress (`destroy:<step>` started,
 //! completed or failed, with index, total and duration) to the journal and
 //! the snapshot; a confirmed one clears its checkpoint, a survivor's stays
-//! outstanding. Checked by `tests/crash.rs`
+//! outstanding. Checked by `tests/it/crash.rs`
 //! (`a_destroy_that_reports_success_but_leaves_the_resource_is_a_survivor`).
 
 use std::sync::Arc;

@@ -1,5 +1,5 @@
 //! Crash failpoints: named places where a test process kills itself with
-//! `SIGKILL`, so the crash harness (`tests/crash.rs`) can stop a real daemon
+//! `SIGKILL`, so the crash harness (`tests/it/crash.rs`) can stop a real daemon
 //! between a write and its fsync, between an fsync and a rename, mid-step or
 //! mid-drain, and check what the next daemon makes of it.
 //!
@@ -15,7 +15,7 @@
 //!
 //! Invariant: an armed point kills with `SIGKILL` (no destructor, no flush,
 //! no unwinding: what a power cut or `kill -9` leaves), and an unarmed or
-//! unknown point does nothing. Checked by `tests/crash.rs`.
+//! unknown point does nothing. Checked by `tests/it/crash.rs`.
 
 #[cfg(feature = "failpoints")]
 use std::sync::OnceLock;

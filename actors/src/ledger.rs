@@ -8,7 +8,7 @@
 //! boot reconciles against: a step with an outstanding checkpoint is skipped
 //! only if [`crate::service::Step::observe`] says its resource is still
 //! present (seed 003, "reconcile recorded state against observation").
-//! Checked by `tests/crash.rs` (`a_checkpointed_step_is_skipped_after_a_crash_only_if_still_present`).
+//! Checked by `tests/it/crash.rs` (`a_checkpointed_step_is_skipped_after_a_crash_only_if_still_present`).
 
 use std::sync::{Mutex, PoisonError};
 

@@ -23,7 +23,7 @@
 //! (a refused event or an unadopted command changes nothing), except the
 //! control directory's fsync count, a count of the disk work, and the
 //! reload failures, a count of files refused.
-//! `tests/metrics.rs::the_metrics_follow_a_stop_start_fail_sequence`
+//! `tests/it/metrics.rs::the_metrics_follow_a_stop_start_fail_sequence`
 //! parses the text with Python's `prometheus_client` OpenMetrics parser.
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -23,7 +23,7 @@
 //! The caller holds the upgrade lock for the whole transaction (the
 //! Replacement actor does); the runners never see it.
 //!
-//! Checked by the scripted-driver tests in `tests/replace_runner.rs`: a
+//! Checked by the scripted-driver tests in `tests/it/replace_runner.rs`: a
 //! failure at every step in both modes, before and after commit
 //! (`every_step_failure_reports_its_step_and_commit`), the budget rules
 //! (`setup_budget_expiry_fails_uncommitted`,

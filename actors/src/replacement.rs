@@ -10,7 +10,7 @@
 //! [`ReplaceDriver::settle`] are over. The work runs in that task, so the
 //! actor stays free to refuse a second request.
 //!
-//! Invariants, and the tests that hold them (`tests/replacement_actor.rs`):
+//! Invariants, and the tests that hold them (`tests/it/replacement_actor.rs`):
 //! - **One replacement at a time.** A request while one runs is refused with
 //!   [`ReplaceRefusal::InProgress`]; a request while another process holds
 //!   the upgrade lock is refused with [`ReplaceRefusal::Locked`]

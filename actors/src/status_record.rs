@@ -21,7 +21,7 @@
 //!   only while that socket file is the one it names, so a successor's
 //!   socket never vouches for it; a process whose start time cannot be read
 //!   keeps no record. `the_writer_names_the_socket_beside_the_record_only`
-//!   (below), `tests/status_record.rs`.
+//!   (below), `tests/it/status_record.rs`.
 //! - Each daemon writes a file of its own: [`StatusRecord::create`] unlinks
 //!   whatever had the name (a killed daemon's record, a planted link) and
 //!   creates it afresh (0600, `O_EXCL`, through the control dir's
@@ -36,7 +36,7 @@
 //! - A failed write (a full disk) fails nothing: it is logged once, the file
 //!   is truncated to nothing (unlinked if even that fails) so readers fall
 //!   back to the control plane, and the next publish tries again.
-//!   `tests/enospc.rs::a_full_disk_leaves_the_status_record_unusable_not_the_daemon`.
+//!   `tests/it/enospc.rs::a_full_disk_leaves_the_status_record_unusable_not_the_daemon`.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;

@@ -21,8 +21,8 @@
 //! `serve` — and `log_level`, `max_connections` and `idle_timeout_secs`
 //! apply in place while `listen_addr` needs a restart.
 //!
-//! Connections (`serve_connection`; `tests/kvd_limits.rs`,
-//! `tests/drain_owns.rs`):
+//! Connections (`serve_connection`; `tests/it/kvd_limits.rs`,
+//! `tests/it/drain_owns.rs`):
 //! - Every connection is a task of the runtime's
 //!   (`Runtime::accept_loop`), so a drain ends it: once the runtime's
 //!   shutdown begins (a stop, a restart, any drain), a request being
@@ -57,7 +57,7 @@
 //! directive such as `debug`), which then applies in place, at boot and on
 //! `steadfastctl config set log_level debug`; `config unset log_level`
 //! goes back to `RUST_LOG`. Each request is a debug line. Under systemd
-//! the lines carry syslog priorities (`tests/logs.rs`). The process exits with how it
+//! the lines carry syslog priorities (`tests/it/logs.rs`). The process exits with how it
 //! ended (`steadfast::daemon::Ended::code`): 0 drained by SIGTERM, 80 halt,
 //! 75 relaunch (`spec/exit-codes.md`).
 //!
@@ -102,7 +102,7 @@ idle_timeout_secs = 60
 /// catches up too, under a shared `flock`. Only complete lines are ever
 /// applied.
 ///
-/// Invariants (`tests/enospc.rs`):
+/// Invariants (`tests/it/enospc.rs`):
 /// - **A write is answered `OK` only after its fsync returned**; any error
 ///   is answered `ERR`
 ///   (`enospc::an_acknowledged_set_survives_a_full_disk_and_a_relaunch`).

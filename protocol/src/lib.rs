@@ -10,7 +10,7 @@
 //! # Layout
 //! - [`lifecycle`]: states, events, effects, refusals and the pure
 //!   [`lifecycle::step`]; the table it is held to is `spec/lifecycle.md`
-//!   (checked by `tests/spec_table.rs`).
+//!   (checked by `tests/it/spec_table.rs`).
 //! - [`replacement`]: the upgrade transaction's ordering as a pure machine.
 //! - [`journal`]: the control directory journal's record types and framing.
 //! - [`history`]: attempts folded from journal records, and the

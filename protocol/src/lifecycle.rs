@@ -5,7 +5,7 @@
 //! [`Refused`] that names the reason with a stable spelling. It does no I/O and
 //! reads no clock: every moment arrives on the event, so every transition is
 //! testable by value and replayable from the journal. `spec/lifecycle.md` is
-//! the table this module is held to, pair by pair (`tests/spec_table.rs`).
+//! the table this module is held to, pair by pair (`tests/it/spec_table.rs`).
 //!
 //! The one invariant it exists to hold: **a boot starts only over a released
 //! store.** The store may be open exactly in `booting`, `running`,
@@ -15,7 +15,7 @@
 //! was released, emits [`Effect::StartBoot`] only from a resting state or on
 //! such an outcome, and sends an outcome that says the store is still held
 //! to `wedged`, which only [`LifecycleEvent::Exit`] leaves.
-//! `tests/lifecycle_props.rs` checks this over arbitrary event sequences,
+//! `tests/it/lifecycle_props.rs` checks this over arbitrary event sequences,
 //! together with: attempts grow by exactly one per boot, the epoch grows by
 //! exactly one on every observed release and on nothing else
 //! (`invariants_hold_after_every_step_of_arbitrary_sequences`), and
@@ -50,7 +50,7 @@
 //!   before the deadline (progress moved it), is refused. Checked by
 //!   `lifecycle_props::no_step_deadline_fails_a_boot_that_reports_progress_in_time`,
 //!   `spec_table` (the `step_deadline_passed` and `progress` rows, the
-//!   "Timers" table) and end to end by `tests/timing.rs`.
+//!   "Timers" table) and end to end by `tests/it/timing.rs`.
 //! - The restart budget ([`RestartBudget`], in the [`LifecyclePolicy`]): the
 //!   N-th failed automatic boot within the window W is held
 //!   (`retry: hold`, `budget_spent` set) instead of backed off, so no window
@@ -60,14 +60,14 @@
 //!   `lifecycle_props::no_window_holds_more_than_n_failed_automatic_boots`
 //!   and the invariants run (wakes, early timers, an operator's retry),
 //!   `spec_table` (the `failed(budget)` rows and the "Timers" table), and
-//!   end to end by `tests/timing.rs` and `tests/budget.rs`.
+//!   end to end by `tests/it/timing.rs` and `tests/it/budget.rs`.
 //! - Every event in `exiting` is refused as `exiting`.
 //! - [`LifecycleEvent::Restart`] carries its [`Preflight`]: a restart whose
 //!   new config does not resolve is refused as `config_invalid` (with the
 //!   error) wherever it would drain, so the runtime keeps serving; a forced
 //!   one (`skipped`) drains anyway. Checked by
 //!   `tests::a_restart_whose_config_does_not_resolve_is_refused_and_keeps_running`
-//!   and `tests/lifecycle_props.rs`
+//!   and `tests/it/lifecycle_props.rs`
 //!   (`a_restart_whose_preflight_is_invalid_never_leaves_running`).
 
 use std::borrow::Cow;

@@ -39,7 +39,7 @@
 //! Every one is checked over *every* adapter answer sequence up to 17 answers
 //! long, in both modes, by `every_overlap_answer_sequence_keeps_the_promises`
 //! and `every_exclusive_answer_sequence_keeps_the_promises` in
-//! `tests/replacement_exhaustive.rs`; the unit test named with each is the
+//! `tests/it/replacement_exhaustive.rs`; the unit test named with each is the
 //! readable example.
 //! - Selection once committed is never withdrawn (`committed` never goes back
 //!   to `false`): `commit_sets_committed_and_later_failures_say_so`.

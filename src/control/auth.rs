@@ -18,11 +18,11 @@
 //! - A token file readable or writable by group or others, or owned by
 //!   another uid, is refused with [`TokenError::TooOpen`] /
 //!   [`TokenError::NotOwner`] before its content is read.
-//!   `tests/control_tcp.rs::a_token_file_with_a_loose_mode_is_refused`.
+//!   `tests/it/control_tcp.rs::a_token_file_with_a_loose_mode_is_refused`.
 //! - A token file is opened `O_NONBLOCK` and must be a regular file of at
 //!   most 256 bytes ([`TokenError::NotAFile`], [`TokenError::TooLarge`]):
 //!   a FIFO or a device at the path neither hangs nor floods the reader.
-//!   `tests/ctl_output.rs::the_ctl_refuses_files_it_cannot_read_safely`.
+//!   `tests/it/ctl_output.rs::the_ctl_refuses_files_it_cannot_read_safely`.
 //! - A new token file is created with mode 0600 at creation (`O_EXCL`, no
 //!   chmod afterwards), written, fsynced, and its directory fsynced.
 //!   `auth::tests::a_created_token_file_is_private_and_reads_back`.
@@ -32,7 +32,7 @@
 //! - The handshake is exactly [`HELLO_LEN`] bytes read into a stack array
 //!   under a deadline: a silent or hostile peer can neither hold the
 //!   connection past the deadline nor make the server allocate.
-//!   `tests/control_tcp.rs::a_hostile_handshake_is_closed_and_the_server_still_answers`.
+//!   `tests/it/control_tcp.rs::a_hostile_handshake_is_closed_and_the_server_still_answers`.
 
 use std::fmt;
 use std::fs;

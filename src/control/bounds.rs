@@ -19,7 +19,7 @@
 //!   needs; an `operate` connection may take any slot. A `read` newcomer
 //!   over its role's share evicts only a `read` connection.
 //!   `bounds::tests::read_peers_never_take_the_operate_reserve`, and over
-//!   TLS `tests/control_tls.rs::read_peers_cannot_take_the_operate_slots`.
+//!   TLS `tests/it/control_tls.rs::read_peers_cannot_take_the_operate_slots`.
 //! - When a bound is full, [`Pool::admit`] evicts before it refuses, under
 //!   the pool's [`Evict`] rule: [`Evict::Oldest`] (the handshake stage: the
 //!   connection that has had the longest to say its hello goes), or
@@ -37,7 +37,7 @@
 //!   newcomer) and its [`Slot::evicted`] token is cancelled, which closes
 //!   it. `bounds::tests::idle_then_long_polls_are_evicted_never_busy_ones`,
 //!   `bounds::tests::the_oldest_handshake_is_evicted`, and over real
-//!   sockets `tests/control_hostile.rs`.
+//!   sockets `tests/it/control_hostile.rs`.
 
 use std::collections::HashMap;
 use std::hash::Hash;

@@ -9,8 +9,8 @@
 //!   [`Refused`]), and *not reaching* a daemon is
 //!   always [`ClientError::Connect`], [`ClientError::Auth`],
 //!   [`ClientError::Busy`] or [`ClientError::Rpc`] — never a refusal.
-//!   Checked by `tests/control.rs::a_refusal_arrives_typed` and
-//!   `tests/control.rs::no_daemon_is_a_connect_error`.
+//!   Checked by `tests/it/control.rs::a_refusal_arrives_typed` and
+//!   `tests/it/control.rs::no_daemon_is_a_connect_error`.
 //! - The client reconnects: once its connection is known to be broken (the
 //!   daemon closed it, restarted, was relaunched), the next call dials
 //!   again. A call that finds the connection already ended before sending
@@ -22,8 +22,8 @@
 //!   applied before the connection broke, and applying `stop` or `exit`
 //!   twice is not the caller's intent — it gets [`ClientError::Rpc`] and
 //!   decides (read the snapshot, then act). Checked by
-//!   `tests/control.rs::the_client_reconnects_after_a_server_restart` and
-//!   `tests/control.rs::reads_are_retried_once_and_commands_never`.
+//!   `tests/it/control.rs::the_client_reconnects_after_a_server_restart` and
+//!   `tests/it/control.rs::reads_are_retried_once_and_commands_never`.
 //! - A busy daemon is waited out: a dial answered busy (the server's first
 //!   byte is `2`: the server read nothing, so nothing ran), a Unix socket whose
 //!   accept queue is full, or a TCP handshake closed unanswered (evicted
@@ -31,7 +31,7 @@
 //!   pause, until the call's deadline; commands too, since the answer
 //!   proves they were not executed. Only then does the caller get
 //!   [`ClientError::Busy`].
-//!   `tests/control_hostile.rs::a_burst_of_1000_calls_is_all_answered`.
+//!   `tests/it/control_hostile.rs::a_burst_of_1000_calls_is_all_answered`.
 //! - Over the Unix socket the first request does not wait for the server's
 //!   first byte: it is sent once the socket and its listener are checked,
 //!   and `Admitting` reads the byte in front of the answer (one round trip
@@ -45,8 +45,8 @@
 //!   in the socket: the server's greeting then fails and the request is
 //!   never read (a request's time left is measured from its arrival, so
 //!   nothing else would tell the server it waited).
-//!   `tests/control.rs::a_pipelined_request_goes_before_the_first_byte`,
-//!   `tests/control.rs::a_pipelined_call_waits_out_busy_and_is_answered`.
+//!   `tests/it/control.rs::a_pipelined_request_goes_before_the_first_byte`,
+//!   `tests/it/control.rs::a_pipelined_call_waits_out_busy_and_is_answered`.
 //! - Nothing is sent to a socket the client does not trust: before it
 //!   connects, the socket's directory must be owned by this user or root
 //!   and writable by no one else, and the socket (not a link) owned by this
@@ -57,7 +57,7 @@
 //!   owns the data dir above the socket's directory when no one else can
 //!   write it (a daemon run as a service user). Else
 //!   [`ClientError::Untrusted`] names the path, why, and the fix.
-//!   `tests/control_hostile.rs::a_socket_planted_by_another_user_gets_nothing`.
+//!   `tests/it/control_hostile.rs::a_socket_planted_by_another_user_gets_nothing`.
 
 use std::fmt;
 use std::io;
@@ -365,7 +365,7 @@ impl ServiceUser {
 /// dir's owner can have made the control dir in it, so its socket is the
 /// daemon's, not another user's. For any other client, `None`: the server
 /// drops a peer that is neither the daemon's uid nor root anyway.
-/// `tests/control_hostile.rs::a_root_operator_reaches_a_service_users_daemon`.
+/// `tests/it/control_hostile.rs::a_root_operator_reaches_a_service_users_daemon`.
 fn service_user(dir_fd: &OwnedFd) -> Option<u32> {
     if rustix::process::geteuid().as_raw() != 0 {
         return None;
@@ -844,7 +844,7 @@ impl ControlClient {
     /// before its first byte fails the call with [`ClientError::Connect`].
     /// TCP and TLS dial as [`Self::connect_within`] (the token or the
     /// certificate is answered before any frame is sent).
-    /// `tests/control.rs::a_pipelined_call_waits_out_busy_and_is_answered`.
+    /// `tests/it/control.rs::a_pipelined_call_waits_out_busy_and_is_answered`.
     ///
     /// # Errors
     /// As [`Self::connect_within`], but a busy daemon is only known at the

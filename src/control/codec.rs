@@ -6,13 +6,13 @@
 //!   prefix is checked by [`LengthDelimitedCodec`] before anything is
 //!   buffered, and bincode decodes with the same byte limit, so a hostile
 //!   length inside a frame cannot allocate either. Checked by
-//!   `tests/control.rs::a_frame_over_the_limit_closes_that_connection_only`
-//!   and `tests/control.rs::random_frames_do_not_hurt_the_daemon`.
+//!   `tests/it/control.rs::a_frame_over_the_limit_closes_that_connection_only`
+//!   and `tests/it/control.rs::random_frames_do_not_hurt_the_daemon`.
 //! - A request's deadline travels as the time *left* (tarpc's own relative
 //!   deadline, in its bincode), and the server measures it from the
 //!   frame's arrival on its own monotonic clock: no wall clock takes part,
 //!   so a client whose clock is off by any amount is served alike.
-//!   `tests/control_hostile.rs::a_client_whose_clock_is_off_is_answered`.
+//!   `tests/it/control_hostile.rs::a_client_whose_clock_is_off_is_answered`.
 //! - Time a frame spent waiting (in the socket while the daemon was
 //!   stopped, behind a full socket) is taken off what it has left: every
 //!   client → server frame starts with 8 bytes, [`STAMPED`] (the top bit)
@@ -26,7 +26,7 @@
 //!   baseline (its lag is 0): an abandoned first frame is covered by the
 //!   greeting instead (`spec/control.md`).
 //!   `codec::tests::the_deadline_travels_as_the_time_left`,
-//!   `tests/control_hostile.rs::an_abandoned_exit_of_a_connected_client_is_dropped`.
+//!   `tests/it/control_hostile.rs::an_abandoned_exit_of_a_connected_client_is_dropped`.
 //! - An older client's frame (top bit clear) carries its absolute
 //!   wall-clock deadline (milliseconds since the Unix epoch; 0 in a frame
 //!   that is not a request) and is served as before: what is left is
@@ -37,7 +37,7 @@
 //!   tarpc turns it into an `Instant` (tarpc adds the relative deadline to
 //!   `Instant::now()`, which panics on overflow). Checked by
 //!   `codec::tests::an_absurd_deadline_is_clamped` and
-//!   `tests/control.rs::a_deadline_of_u64_max_seconds_is_still_answered`.
+//!   `tests/it/control.rs::a_deadline_of_u64_max_seconds_is_still_answered`.
 
 use std::io;
 use std::marker::PhantomData;

@@ -19,13 +19,13 @@
 //!   the call that polled it last, the *driver*; a driver that leaves (its
 //!   answer came, its deadline passed, it was dropped) while other calls
 //!   wait wakes one of them, which polls and becomes the driver: no answer
-//!   is left unread. `tests/control.rs::concurrent_calls_share_one_connection`
+//!   is left unread. `tests/it/control.rs::concurrent_calls_share_one_connection`
 //!   (a `watch` long-poll and snapshots on one client at once).
 //! - The server is given the call's deadline less a margin (an eighth of
 //!   the time left, at most 1 s: [`for_the_server`]), so a frame that
 //!   arrives after its caller gave up finds no time left there.
 //!   `conn::tests::the_server_gets_the_deadline_less_a_margin`,
-//!   `tests/control_hostile.rs::an_abandoned_exit_of_a_connected_client_is_dropped`.
+//!   `tests/it/control_hostile.rs::an_abandoned_exit_of_a_connected_client_is_dropped`.
 //! - A call's deadline is its own: past it the call ends with
 //!   [`RpcError::DeadlineExceeded`], and an answer that comes later is
 //!   dropped, as tarpc's client does. The timer is kept by the connection
@@ -38,7 +38,7 @@
 //!   server has not served yet (its first byte unread:
 //!   [`Wire::unserved_while`]), shuts the connection down instead: the
 //!   frame is never read late (the server's greeting fails).
-//!   `tests/control_hostile.rs::an_abandoned_pipelined_exit_is_never_read`.
+//!   `tests/it/control_hostile.rs::an_abandoned_pipelined_exit_is_never_read`.
 //! - A read or write error, or the end of the stream, breaks the
 //!   connection for every call on it: [`RpcError::Channel`] or
 //!   [`RpcError::Shutdown`], as tarpc's dispatch ends them, and the caller

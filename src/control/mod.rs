@@ -17,8 +17,8 @@
 //!
 //! The service trait and its wire values live in the pure core,
 //! [`steadfast_protocol::control`]. Checked end to end by
-//! `tests/control.rs`, `tests/control_tcp.rs`, `tests/control_tls.rs` and
-//! `tests/ctl.rs`.
+//! `tests/it/control.rs`, `tests/it/control_tcp.rs`, `tests/it/control_tls.rs` and
+//! `tests/it/ctl.rs`.
 
 pub mod auth;
 mod bounds;

@@ -3,7 +3,7 @@
 //! goes to [`steadfast_protocol::control::dispatch`], which runs its
 //! command's `Execute` impl (`control/execute/`).
 //!
-//! Invariants, and the tests that check them (all in `tests/control.rs`
+//! Invariants, and the tests that check them (all in `tests/it/control.rs`
 //! unless named otherwise):
 //! - The socket file is mode 0600 from the moment it has its name: it is
 //!   bound under a temporary name in the same (0700) directory, given mode
@@ -24,29 +24,29 @@
 //!   a slot while one is held by an idle, trickling or long-polling
 //!   connection. A frame not whole within [`ServerLimits::frame_timeout`]
 //!   of its first byte closes its connection.
-//!   `tests/control_hostile.rs::trickling_connections_do_not_lock_the_operator_out`,
-//!   `tests/control_hostile.rs::trickling_tcp_connections_do_not_lock_the_operator_out`.
+//!   `tests/it/control_hostile.rs::trickling_connections_do_not_lock_the_operator_out`,
+//!   `tests/it/control_hostile.rs::trickling_tcp_connections_do_not_lock_the_operator_out`.
 //!   Only a
 //!   bound full of connections with other requests in flight refuses, and
 //!   then with a typed answer: every accepted connection first gets one
 //!   byte from the server, `0` (served) or `2` (busy, then closed), before
 //!   the client sends anything — so a busy answer proves nothing was
 //!   executed and the client retries, commands included.
-//!   `tests/control_hostile.rs::idle_connections_do_not_lock_the_operator_out`,
-//!   `tests/control_hostile.rs::watchers_do_not_make_probe_live_fail`,
-//!   `tests/control_hostile.rs::a_burst_of_1000_calls_is_all_answered`,
-//!   `tests/control.rs::in_flight_and_connection_bounds_hold`.
+//!   `tests/it/control_hostile.rs::idle_connections_do_not_lock_the_operator_out`,
+//!   `tests/it/control_hostile.rs::watchers_do_not_make_probe_live_fail`,
+//!   `tests/it/control_hostile.rs::a_burst_of_1000_calls_is_all_answered`,
+//!   `tests/it/control.rs::in_flight_and_connection_bounds_hold`.
 //! - A connection whose peer closed (the read side ended) is closed at once
 //!   with its requests in flight, so a killed `steadfastctl watch` gives its
 //!   slot back without waiting out its long-poll.
-//!   `tests/control_hostile.rs::a_killed_watcher_gives_its_slot_back_at_once`.
+//!   `tests/it/control_hostile.rs::a_killed_watcher_gives_its_slot_back_at_once`.
 //! - A request whose deadline passed before it would run (the daemon was
 //!   stopped, the frame waited in the socket) is answered with an error
 //!   that says why, and never executed: the check is the last thing before
 //!   the service method (`codec` carries the time left, less what the
 //!   frame spent waiting).
-//!   `tests/control_hostile.rs::an_abandoned_exit_of_a_connected_client_is_dropped`,
-//!   `tests/control_hostile.rs::an_abandoned_exit_and_stop_from_steadfastctl_are_not_run`.
+//!   `tests/it/control_hostile.rs::an_abandoned_exit_of_a_connected_client_is_dropped`,
+//!   `tests/it/control_hostile.rs::an_abandoned_exit_and_stop_from_steadfastctl_are_not_run`.
 //! - The socket is bound through the opened control directory (opened
 //!   without following a link)
 //!   (`/proc/self/fd/<fd>/…`, so a path over `sun_path`'s 108 bytes still
@@ -55,8 +55,8 @@
 //!   (stale, left by a crashed daemon: replaced, we hold the data-dir lock)
 //!   or nothing, else [`ControlError::NotASocket`] naming the path, what is
 //!   there and the fix.
-//!   `tests/control_hostile.rs::a_daemon_refuses_to_run_without_its_control_socket`,
-//!   `tests/control_hostile.rs::a_socket_path_over_108_bytes_is_served`.
+//!   `tests/it/control_hostile.rs::a_daemon_refuses_to_run_without_its_control_socket`,
+//!   `tests/it/control_hostile.rs::a_socket_path_over_108_bytes_is_served`.
 //! - A socket file removed or replaced while served (`rm control.sock`, a
 //!   file or another socket put at its path) is noticed within
 //!   [`SOCKET_CHECK`] (the path's `(st_dev, st_ino)`, looked at without
@@ -68,7 +68,7 @@
 //!   (`daemon::run_with`) exits for a relaunch, as it would not have
 //!   started. Not while a replacement runs (its candidate may hold the
 //!   path) or after one handed the daemon over.
-//!   `tests/daemon.rs::a_removed_or_replaced_control_socket_is_bound_again`
+//!   `tests/it/daemon.rs::a_removed_or_replaced_control_socket_is_bound_again`
 //!   (a removed file, another socket, then a regular file: exit 75).
 //! - At most
 //!   [`ServerLimits::max_in_flight_per_connection`] requests in flight on
@@ -85,7 +85,7 @@
 //! - Each connection answers lean snapshots (the current attempt only),
 //!   stamped with the daemon's `now`, and remembers the last one it sent:
 //!   `watch` answers the fields that changed since it (`WireChanges`).
-//!   Checked by `tests/operator_view.rs::watch_answers_only_what_changed`.
+//!   Checked by `tests/it/operator_view.rs::watch_answers_only_what_changed`.
 //!   `snapshot` reads the latest published snapshot (the handle's watch
 //!   channel, no round trip to the Lifecycle actor) and clones only what
 //!   the lean form keeps.

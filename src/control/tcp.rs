@@ -14,7 +14,7 @@
 //! TLS. Bind loopback (the default the daemon options document); a
 //! non-loopback address is served with a warning in the log.
 //!
-//! Invariants, and the tests that check them (`tests/control_tcp.rs`):
+//! Invariants, and the tests that check them (`tests/it/control_tcp.rs`):
 //! - No request frame is decoded before the hello carried the right token:
 //!   `no_token_or_a_wrong_token_is_refused_and_the_right_one_answered`.
 //! - A silent, short, oversized or garbage hello is closed within the
@@ -31,7 +31,7 @@
 //!   an idle or long-polling connection is evicted before a newcomer is
 //!   answered busy (`2`, after its hello: nothing was executed).
 //!   `connections_per_peer_are_bounded`,
-//!   `tests/control_hostile.rs::silent_tcp_connections_do_not_lock_the_operator_out`.
+//!   `tests/it/control_hostile.rs::silent_tcp_connections_do_not_lock_the_operator_out`.
 //! - Frames over 1 MiB close that connection and memory stays flat:
 //!   `oversized_frames_keep_memory_flat`.
 //! - After the handshake a connection is served exactly as on the Unix
@@ -41,7 +41,7 @@
 //!   again, never ends it, for TCP and TLS alike (`accept_handshakes`,
 //!   on `steadfast_actors::accept::AcceptBackoff`): its pacing is
 //!   `accept::tests::an_exhausted_table_pauses_and_recovers`; the same
-//!   backoff over a real full table is `tests/fds.rs`.
+//!   backoff over a real full table is `tests/it/fds.rs`.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};

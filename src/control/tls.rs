@@ -16,7 +16,7 @@
 //! `read` peer's command is answered [`CommandError::Forbidden`]
 //! (`steadfast_protocol::control::forbidden`), never run.
 //!
-//! Invariants, and the tests that check them (`tests/control_tls.rs`):
+//! Invariants, and the tests that check them (`tests/it/control_tls.rs`):
 //! - Nothing is decoded before the TLS handshake completed, the client
 //!   certificate (if any) verified, and the hello authorized the peer:
 //!   `a_certificate_from_another_ca_is_refused`, `an_expired_client_certificate_is_refused`,

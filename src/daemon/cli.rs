@@ -57,7 +57,7 @@
 //! do not parse (an address, a fingerprint, a level) are refused by clap,
 //! naming the flag. [`exit`] says an error on stderr and exits with
 //! [`CliError::exit_code`], the one place a startup error is mapped to an
-//! exit code. `tests/daemon_cli.rs`.
+//! exit code. `tests/it/daemon_cli.rs`.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

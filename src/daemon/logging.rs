@@ -6,13 +6,13 @@
 //!   configured level with [`set_log_level`], which applies in place through
 //!   a reload handle: the next event is filtered by the new level, nothing
 //!   restarts. `set_log_level(None)` goes back to the environment's filter.
-//!   `tests/logs.rs::the_configured_level_applies_in_place`.
+//!   `tests/it/logs.rs::the_configured_level_applies_in_place`.
 //! - A level without a target (`debug`) is for steadfast's crates and the
 //!   application: the libraries steadfast runs on ([`LIBRARY_TARGETS`]:
 //!   tarpc, ractor, rustls, tokio, notify, …) stay at `warn` unless a
 //!   directive names them (`debug,tarpc=debug`), so `debug` shows what the
 //!   daemon does, not every frame tarpc reads.
-//!   `tests/logs.rs::debug_is_ours_and_a_library_only_by_name`.
+//!   `tests/it/logs.rs::debug_is_ours_and_a_library_only_by_name`.
 //! - Every line says which process wrote it: plain lines carry
 //!   `name[pid]` after the timestamp (as `journalctl -o short` writes
 //!   them), JSON lines a `pid` field; so during a `replace`, when the old
@@ -21,13 +21,13 @@
 //!   replacement's successor: it writes on the stream its predecessor
 //!   opened, which the journal keeps attributing to the predecessor, so
 //!   its lines carry `name[pid]` too.
-//!   `tests/logs.rs::every_line_names_its_process`.
+//!   `tests/it/logs.rs::every_line_names_its_process`.
 //! - Under systemd (`JOURNAL_STREAM` names the stream stderr is) every line
 //!   starts with its syslog priority (`<3>` error, `<4>` warning, `<6>` info,
 //!   `<7>` debug and trace, sd-daemon(3)) and carries no timestamp (the
 //!   journal stamps it); elsewhere lines are plain text, or JSON objects one
 //!   a line with [`LogFormat::Json`].
-//!   `tests/logs.rs::under_journald_lines_carry_their_priority`.
+//!   `tests/it/logs.rs::under_journald_lines_carry_their_priority`.
 //! - A `RUST_LOG` that does not parse is not dropped silently: the filter
 //!   falls back to `info` and the first line says why.
 //! - One event is one line, whatever its text: in plain and journald lines
@@ -38,7 +38,7 @@
 //!   can neither forge a record (`<0>` emergency, a fake `ERROR`) nor reach
 //!   a terminal as a control sequence. JSON lines escape by JSON's rules.
 //!   `logging::tests::a_field_or_message_cannot_break_the_line`,
-//!   `tests/logs.rs::a_config_value_cannot_forge_a_log_line`.
+//!   `tests/it/logs.rs::a_config_value_cannot_forge_a_log_line`.
 //!
 //! The reload handle is process-wide state, on purpose: a process has one
 //! global subscriber, however many supervisors it runs.

@@ -5,7 +5,7 @@
 //! authenticated either). Each response is the supervisor's metrics in
 //! OpenMetrics text (`SupervisorHandle::metrics`), then the connection
 //! closes. Anything but `GET /metrics` gets 404.
-//! `tests/metrics.rs::the_http_endpoint_serves_openmetrics`.
+//! `tests/it/metrics.rs::the_http_endpoint_serves_openmetrics`.
 //!
 //! Anyone who can reach the port can open connections to it, so it is
 //! bounded like the control plane (`spec/control.md`, "Metrics"):
@@ -16,14 +16,14 @@
 //!   once and is answered as soon as it is read, still gets through
 //!   (closing the newest instead would keep every scrape out while the
 //!   flood's connections wait out their deadline).
-//!   `tests/fds.rs::an_idle_metrics_flood_is_held_to_the_cap`.
+//!   `tests/it/fds.rs::an_idle_metrics_flood_is_held_to_the_cap`.
 //! - **Deadlines.** A request head over 8 KiB, or not complete within 5 s
 //!   of the accept, is dropped; an answer not written within 5 s more is
 //!   dropped too. So no connection holds a task or a descriptor past 10 s.
 //! - **A failed accept pauses, never ends the endpoint**
 //!   ([`AcceptBackoff`]): out of descriptors (`EMFILE`), the loop waits
 //!   (10 ms doubling to 1 s) and accepts again, with bounded warnings.
-//!   `tests/fds.rs::a_descriptor_flood_never_wedges_the_daemon`.
+//!   `tests/it/fds.rs::a_descriptor_flood_never_wedges_the_daemon`.
 //!
 //! [`DaemonOptions::metrics_http`]: super::DaemonOptions::metrics_http
 

@@ -21,7 +21,7 @@ use super::*;
 ///
 /// Checked by `tests::a_config_path_that_is_not_a_regular_file_is_refused`,
 /// `tests::a_config_over_the_cap_is_refused_unread` and, over real
-/// processes, `tests/config_files.rs`.
+/// processes, `tests/it/config_files.rs`.
 pub fn read_config_file(path: &Path) -> Result<Vec<u8>, ConfigError> {
     use rustix::fs::{Mode, OFlags};
     use std::io::Read as _;

@@ -55,7 +55,7 @@
 //!   `tests::a_config_path_that_is_not_a_regular_file_is_refused`,
 //!   `tests::a_config_over_the_cap_is_refused_unread`,
 //!   `config::a_source_that_blocks_is_given_up_at_the_deadline` and, over
-//!   real kvd processes, `tests/config_files.rs`.
+//!   real kvd processes, `tests/it/config_files.rs`.
 //! - **A parse error says where**: it names the file and toml's line and
 //!   column. Checked by `tests::a_parse_error_names_the_file_and_the_line`.
 //! - **The leaf diff is exact and sorted**: [`changed_leaves`] lists every leaf

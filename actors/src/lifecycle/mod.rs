@@ -28,7 +28,7 @@
 //!   effect and wake unchanged: the runtime's task ending while it is
 //!   shut down) is neither published nor awaited: its record is staged and
 //!   rides the next append (group commit,
-//!   `tests/group_commit.rs::fsyncs_per_stop_start_and_restart`).
+//!   `tests/it/group_commit.rs::fsyncs_per_stop_start_and_restart`).
 //! - A transition into a boot or a drain is *written ahead*: its record is
 //!   written (a full disk refuses it here, before anything is done) and its
 //!   effect starts at once, but it is published, its command answered and
@@ -72,26 +72,26 @@
 //!   machine and ignored here (an early one re-arms the wake). A step's
 //!   progress, forwarded coalesced by the boot, is the machine's `progress`
 //!   (moving the deadline it wants); a deadline that passes cancels the boot
-//!   with the machine's reason. Checked by `tests/timing.rs`
+//!   with the machine's reason. Checked by `tests/it/timing.rs`
 //!   (`a_stalled_step_fails_at_its_deadline_and_a_reporting_one_boots_on_virtual_time`).
 //! - Every attempt ends exactly once: the `AttemptEnded` record (and the
 //!   snapshot's result) comes only from `end_attempt`, journaled with the
 //!   transition that ends the attempt — booted, booted while draining
 //!   (cancelled), failed or cancelled, or panicked. Checked by
-//!   `tests/attempts.rs` (`a_boot_that_completes_as_a_stop_lands_still_ends`,
+//!   `tests/it/attempts.rs` (`a_boot_that_completes_as_a_stop_lands_still_ends`,
 //!   `a_boot_that_panics_ends_in_the_journal`).
 //! - A command whose caller gave up before it was stepped (its reply port
 //!   is closed: a control request past its deadline, a closed connection,
 //!   a dropped future) is dropped, never stepped.
-//!   `tests/control_hostile.rs::a_command_whose_caller_gave_up_is_not_stepped`.
+//!   `tests/it/control_hostile.rs::a_command_whose_caller_gave_up_is_not_stepped`.
 //!
 //! - A `restart` (unless forced) never drains for a config that does not
 //!   resolve: the resolve runs in a spawned task (bounded by
 //!   `RESOLVE_DEADLINE`), never in this actor's handler, and comes back as
 //!   [`LifecycleMsg::RestartPreflighted`]; the `restart` event carries the
 //!   outcome and the machine refuses (`config_invalid`) or drains.
-//!   `tests/preflight.rs::a_broken_config_refuses_the_restart_and_kvd_keeps_serving`,
-//!   `tests/preflight.rs::the_preflight_runs_in_a_task_and_the_actor_keeps_answering`.
+//!   `tests/it/preflight.rs::a_broken_config_refuses_the_restart_and_kvd_keeps_serving`,
+//!   `tests/it/preflight.rs::the_preflight_runs_in_a_task_and_the_actor_keeps_answering`.
 //!
 //! - The snapshot's `error` is this actor's [`Errors`]: one slot per
 //!   operation ([`ErrorSource`]: the journal, the markers, the override
@@ -103,7 +103,7 @@
 //!   `enospc::a_config_error_clears_once_the_file_is_restored`,
 //!   `control_tls::a_refused_reload_is_an_error_until_a_good_one`.
 //!
-//! Checked by `tests/supervisor.rs` end to end; the durability rules by
+//! Checked by `tests/it/supervisor.rs` end to end; the durability rules by
 //! `enospc::a_journal_append_that_hit_enospc_recovers_without_a_relaunch`
 //! (a real daemon on a full tmpfs) and
 //! `crash::a_journal_write_that_fails_is_never_acknowledged`.

@@ -16,7 +16,7 @@
 //! `service::tests::dropping_a_runtime_aborts_its_tracked_tasks`,
 //! `service::tests::an_accept_loop_owns_its_connections`, and end to end
 //! (kvd, across `stop` → `reinit` → `start`) by
-//! `tests/drain_owns.rs`.
+//! `tests/it/drain_owns.rs`.
 //!
 //! The accept loop never ends on an accept error (it waits with
 //! [`AcceptBackoff`]: a full descriptor table pauses it), stops accepting
