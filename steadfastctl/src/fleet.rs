@@ -10,25 +10,25 @@
 //!   an unknown key, a duplicate name, an entry with no transport or two,
 //!   a key of another transport, a malformed address; the error names the
 //!   entry (its number and name) and the problem.
-//!   `tests/fleet.rs::a_bad_inventory_is_refused_naming_the_entry`.
+//!   `tests/it/fleet.rs::a_bad_inventory_is_refused_naming_the_entry`.
 //! - A query (`status`, `probe`, `metrics`, `journal`) asks every daemon
 //!   at once under ONE deadline (`--timeout`, default
 //!   [`QUERY_TIMEOUT`]): a daemon that has not answered by then is
 //!   reported as such, and the others as they answered; the lines come in
-//!   inventory order. `tests/fleet.rs::a_daemon_that_never_answers_is_reported_at_the_deadline`.
+//!   inventory order. `tests/it/fleet.rs::a_daemon_that_never_answers_is_reported_at_the_deadline`.
 //! - A command (`start`, `stop`, `restart`, `retry`, `exit`) goes only to the
 //!   daemons named (`--only a,b`) or, with `--all`, to every one; without
 //!   either, nothing is sent (exit 2). At most `--parallel` (default
 //!   [`COMMAND_PARALLEL`]) calls are in flight at once, each with its own
 //!   `--timeout`, as that many single `steadfastctl` calls would (with
 //!   `--wait`: the boot it started followed to its end, within it).
-//!   `tests/fleet.rs::commands_go_only_to_the_daemons_named`. A `start`
+//!   `tests/it/fleet.rs::commands_go_only_to_the_daemons_named`. A `start`
 //!   of a daemon already running, a `stop` of one already stopped, is
 //!   accepted (`start: already running`) unless `--strict`, as the single
 //!   command's.
 //! - `metrics` prints ONE OpenMetrics exposition ([`merge_metrics`]): each
 //!   family once, each sample with `daemon="NAME"`, one `# EOF`.
-//!   `tests/fleet.rs::fleet_metrics_are_one_exposition`.
+//!   `tests/it/fleet.rs::fleet_metrics_are_one_exposition`.
 //! - [`endpoint_of`] is the one place an inventory transport becomes a
 //!   client [`Endpoint`]; a `tls` entry whose files cannot be read, or
 //!   whose host does not resolve, makes that daemon alone unreachable.

@@ -27,8 +27,8 @@
 //! (`--inventory`), `out.rs` (writing to stdout/stderr). This file holds
 //! the exit codes and `main`.
 //!
-//! Checked by `tests/ctl.rs`, which runs this binary against a real
-//! in-process supervisor, and `tests/operator_view.rs` against real kvd.
+//! Checked by `tests/it/ctl.rs`, which runs this binary against a real
+//! in-process supervisor, and `tests/it/operator_view.rs` against real kvd.
 
 use std::process::ExitCode;
 use std::time::Duration;

@@ -13,7 +13,7 @@
 //!   column. JSON answers keep JSON's escapes, with DEL and C1 written as
 //!   `\u00XX` too ([`json`]).
 //!   `tests::escaping_keeps_our_lines_and_nothing_else`,
-//!   `tests/ctl_output.rs::a_daemon_s_text_cannot_forge_a_line_or_reach_the_terminal`.
+//!   `tests/it/ctl_output.rs::a_daemon_s_text_cannot_forge_a_line_or_reach_the_terminal`.
 //! - **A closed stdout ends the command quietly.** When the reader goes
 //!   away (`steadfastctl status | head -1`, `watch | grep -q`), the write
 //!   fails with `EPIPE` (Rust ignores `SIGPIPE`), and steadfastctl exits
@@ -21,7 +21,7 @@
 //!   ([`exit_code_if_closed`]; 0 unless said), as a C tool killed by
 //!   `SIGPIPE` is silent. Before, `println!` panicked: "Broken pipe", exit
 //!   101, a backtrace. A closed stderr is ignored.
-//!   `tests/ctl_output.rs::a_closed_stdout_ends_the_command_quietly`.
+//!   `tests/it/ctl_output.rs::a_closed_stdout_ends_the_command_quietly`.
 
 use std::borrow::Cow;
 use std::io::Write as _;

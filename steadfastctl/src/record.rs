@@ -44,7 +44,7 @@
 //! `probe live` keeps asking the daemon: it is meant to catch a daemon that
 //! no longer answers, which a record cannot show.
 //!
-//! Checked by `tests/status_record.rs`.
+//! Checked by `tests/it/status_record.rs`.
 
 use std::io::Read as _;
 use std::os::fd::OwnedFd;
