@@ -25,6 +25,15 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// The environment variable that arms a failpoint: `<point>:<nth>`.
 pub const ENV: &str = "STEADFAST_CRASH_AT";
 
+/// Stall points: armed like a failpoint (`<point>:<nth>`), they park the
+/// code that reaches them forever instead of killing the process — a wedge
+/// a test can place where no user code runs (see [`stall`]).
+pub const STALLS: &[&str] = &[
+    // The Lifecycle actor's handler, answering a `ping` (the systemd
+    // watchdog's round trip): the actor is wedged from there on.
+    "lifecycle.ping",
+];
+
 /// Every failpoint, in the order a boot, a drain and a compaction reach them.
 pub const POINTS: &[&str] = &[
     // `JournalFile::append`: half of the frames written, the process dies.
@@ -114,6 +123,18 @@ pub fn reached(point: &'static str) -> bool {
     {
         let _ = point;
         false
+    }
+}
+
+/// Reached stall point `point` (one of [`STALLS`]): if it is the armed one
+/// and this is its `nth` time, say `failpoint <point>: stalling` on
+/// standard error and never complete. Ready at once otherwise, and always
+/// without the `failpoints` feature.
+pub async fn stall(point: &'static str) {
+    if reached(point) {
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), "failpoint {point}: stalling");
+        std::future::pending::<()>().await;
     }
 }
 

@@ -395,83 +395,30 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// The child side of [`a_wedged_lifecycle_actor_is_not_pinged`]: set in the
-/// child's environment only.
-const WEDGE_CHILD: &str = "STEADFAST_TEST_WEDGE_CHILD";
-
-/// A service whose `apply_config` never returns once the config says
-/// `hang = true`: it runs inside the Lifecycle actor's handler, so the
-/// actor is wedged (a deadlock in user code).
-struct Hangs;
-
-impl steadfast::Service for Hangs {
-    type Config = toml::Table;
-
-    fn plan(&self, _config: &toml::Table) -> steadfast::Plan<toml::Table> {
-        steadfast::Plan::new()
-    }
-
-    async fn apply_config(
-        &self,
-        change: steadfast::ConfigChange<'_, toml::Table>,
-        _runtime: &mut steadfast::Runtime,
-    ) -> Vec<String> {
-        if change.new.get("hang").and_then(toml::Value::as_bool) == Some(true) {
-            use std::io::Write;
-            println!("apply_config: hanging");
-            let _ = std::io::stdout().flush();
-            std::future::pending::<()>().await;
-        }
-        Vec::new()
-    }
-}
-
-/// The daemon in the child: `run_with` over [`Hangs`], its config file
-/// watched.
-fn wedge_child(dir: &Path) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async {
-        let config = dir.join("hangs.toml");
-        let source = steadfast::TomlFileSource::new().required_file(&config);
-        let (supervisor, handle) = steadfast::Supervisor::builder(dir.join("data"), Hangs)
-            .config(source)
-            .build()
-            .expect("a supervisor");
-        let options = steadfast::daemon::DaemonOptions::new().signals(false);
-        let _ = steadfast::daemon::run_with(supervisor, handle, options).await;
-    });
-}
-
 /// The watchdog proves the Lifecycle actor answers: `WATCHDOG=1` comes
-/// while it runs, and stops once a service's `apply_config` deadlocks the
-/// actor (before, a timer in a task of its own kept pinging a wedged tree).
-/// The daemon is this test binary run again as a child, so the socket and
-/// `WATCHDOG_USEC` are in the child's environment only.
+/// while it runs, and stops once the actor is wedged (before, a timer in a
+/// task of its own kept pinging a wedged tree). No user code runs on the
+/// actor's handler, so the wedge is the stall point `lifecycle.ping` of a
+/// kvd built with the `failpoints` feature: its 50th ping never returns.
 #[test]
 fn a_wedged_lifecycle_actor_is_not_pinged() {
-    if let Some(dir) = std::env::var_os(WEDGE_CHILD) {
-        wedge_child(Path::new(&dir));
-        return;
-    }
     let tmp = tempfile::tempdir().expect("tempdir");
-    let config = tmp.path().join("hangs.toml");
-    std::fs::write(&config, "hang = false\n").expect("config");
+    let (data, config) = (tmp.path().join("data"), tmp.path().join("kvd.toml"));
+    write_config(&config, free_port());
     let mut notify = Notify::bind(tmp.path());
-    let name = crate::support::test_name(module_path!(), "a_wedged_lifecycle_actor_is_not_pinged");
-    let child = Command::new(std::env::current_exe().expect("the test binary"))
-        .args([name.as_str(), "--exact", "--test-threads=1", "--nocapture"])
-        .env(WEDGE_CHILD, tmp.path())
+    let child = Command::new(processes::example_with_features("kvd", "failpoints"))
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("--config")
+        .arg(&config)
         .env("NOTIFY_SOCKET", &notify.path)
         .env("WATCHDOG_USEC", "200000")
+        .env(steadfast_actors::failpoint::ENV, "lifecycle.ping:50")
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
-        .expect("the child runs");
+        .expect("kvd starts");
     let mut child = KillOnDrop(child);
     ready_with(&mut notify, "running", |s| s.starts_with("running"));
     let before = notify.count("WATCHDOG=1");
@@ -481,16 +428,12 @@ fn a_wedged_lifecycle_actor_is_not_pinged() {
         notify.pump();
     }
 
-    // Wedge the actor: the watcher sees the change, the lifecycle applies
-    // it in place, and `apply_config` never returns.
-    std::fs::write(&config, "hang = true\n").expect("config");
-    let stdout = child.0.stdout.take().expect("stdout");
-    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
-    let hanging = lines
-        .by_ref()
+    // The actor wedges at its 50th ping.
+    let stderr = child.0.stderr.take().expect("stderr");
+    let stalled = std::io::BufRead::lines(std::io::BufReader::new(stderr))
         .map_while(Result::ok)
-        .any(|l| l.contains("apply_config: hanging"));
-    assert!(hanging, "the child never reached apply_config");
+        .any(|l| l.contains("failpoint lifecycle.ping: stalling"));
+    assert!(stalled, "kvd never reached the stall point");
     // A ping answered just before the wedge may still be on its way.
     std::thread::sleep(Duration::from_millis(500));
     notify.pump();

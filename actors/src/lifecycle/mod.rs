@@ -1151,6 +1151,7 @@ impl LifecycleActorState {
                 return self.set_override(myself, leaf, None, reply);
             }
             Command::Ping => {
+                crate::failpoint::stall("lifecycle.ping").await;
                 let _ = reply.send(Ok(self.snapshot.clone()));
                 return;
             }

@@ -35,7 +35,8 @@ pub fn example(name: &str) -> PathBuf {
 /// [`example`], built with the package's cargo `features` (comma
 /// separated): `crashd` needs `failpoints`.
 pub fn example_with_features(name: &str, features: &str) -> PathBuf {
-    built(
+    built_as(
+        &format!("{name}+{}", features.replace(',', "+")),
         name,
         &["--example", name, "--features", features],
         Path::new("examples"),
@@ -56,9 +57,15 @@ pub fn steadfastctl() -> PathBuf {
 /// `cargo build --quiet BUILD` under the build lock, then this process's
 /// own hard link of `target/debug/UNDER/NAME`.
 fn built(name: &str, build: &[&str], under: &Path) -> PathBuf {
+    built_as(name, name, build, under)
+}
+
+/// [`built`], remembered and linked as `key`: one binary built with
+/// different features is a different binary here.
+fn built_as(key: &str, name: &str, build: &[&str], under: &Path) -> PathBuf {
     static BUILT: Mutex<BTreeMap<String, PathBuf>> = Mutex::new(BTreeMap::new());
     let mut built = BUILT.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(path) = built.get(name) {
+    if let Some(path) = built.get(key) {
         return path.clone();
     }
     let exe = std::env::current_exe().expect("current exe");
@@ -80,10 +87,10 @@ fn built(name: &str, build: &[&str], under: &Path) -> PathBuf {
     remove_ended(&bins);
     let own = bins.join(std::process::id().to_string());
     std::fs::create_dir_all(&own).expect("the test bins dir");
-    let path = own.join(name);
+    let path = own.join(key);
     let _ = std::fs::remove_file(&path);
     std::fs::hard_link(debug_dir.join(under).join(name), &path).expect("link the binary");
-    built.insert(name.to_owned(), path.clone());
+    built.insert(key.to_owned(), path.clone());
     path
 }
 
