@@ -1,10 +1,12 @@
 //! The command line's definition and its parse: the clap types ([`Cli`],
 //! [`Cmd`], the value enums), the checks clap runs on a value
-//! ([`host_port`]), how `argv` becomes a [`Cli`] ([`parse`]: the hand-read
-//! common forms in `quick.rs`, else clap), and the text generated from the
-//! definition (`completions`, `man`). Nothing here dials a daemon.
+//! ([`host_port`]), clap's lean parse ([`lean_parse`]; `main.rs` tries the
+//! hand-read common forms of `quick.rs` first, then this, then the whole
+//! command), and the text generated from the definition (`completions`,
+//! `man`). Nothing here dials a daemon.
 
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -12,8 +14,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::EXIT_USAGE;
 use crate::out;
-use crate::render::say;
-use crate::{fleet, quick};
+use crate::out::say;
 
 /// Drive and watch a steadfast daemon over its control socket (or its TCP
 /// control port).
@@ -109,7 +110,7 @@ pub struct Cli {
     /// Many daemons at once (`--inventory FILE`, `--only`, `--all`,
     /// `--parallel`): see `fleet.rs`.
     #[command(flatten)]
-    pub fleet: fleet::FleetArgs,
+    pub fleet: FleetArgs,
     /// What to do.
     #[command(subcommand)]
     pub command: Cmd,
@@ -400,30 +401,7 @@ pub fn host_of(addr: &str) -> &str {
         .unwrap_or(host)
 }
 
-/// The command line. The common forms (`status`, `probe`, `restart --wait`
-/// …) are read by hand ([`quick::parse`]), giving the [`Cli`] clap would
-/// give without building clap's command. Everything else is clap's. Before
-/// it parses, clap copies each global flag (17, with their help text) into
-/// every subcommand (16): most of a clap parse's time went there. So the
-/// first clap parse is with a lean command ([`lean_parse`]): the same root
-/// and flags without their help text, holding only the subcommands a word
-/// of the line names. When it does not give a [`Cli`] (a usage error,
-/// `--help`, `--version`), the whole command parses again and answers as
-/// clap always did. What is accepted, and what it means, is the same
-/// (`tests::the_lean_parse_is_clap_s`, and every form of
-/// `tests::the_quick_parse_is_clap_s`). The parsed command is not dropped:
-/// the exit frees it.
-pub fn parse() -> Cli {
-    if let Some(cli) = quick::parse(std::env::args_os()) {
-        return cli;
-    }
-    if let Ok(cli) = lean_parse(std::env::args_os()) {
-        return cli;
-    }
-    Cli::parse()
-}
-
-/// [`parse`]'s first try: [`Cli`]'s command without its flags' help text,
+/// `parse`'s first try (`main.rs`): [`Cli`]'s command without its flags' help text,
 /// and with only the subcommands that a word of `args` names. A subcommand
 /// is chosen by its exact name (none has an alias, none is inferred from a
 /// prefix), so the one clap would pick is among them; the others cannot
@@ -462,332 +440,39 @@ where
     Ok(cli)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// The flags of the fleet view (flattened into [`Cli`]).
+#[derive(Debug, clap::Args)]
+pub struct FleetArgs {
+    /// A TOML file listing daemons (`[[daemon]]` entries: `name` and one of
+    /// `data_dir`, `socket`, `tcp` + `token_file`, `tls` + `ca` + `cert` +
+    /// `key`): `status`, `probe`, `metrics`, `journal` ask them all at once
+    /// under one `--timeout` (default 10 s); `start`, `stop`, `restart`,
+    /// `retry`, `exit` need `--only` or `--all`.
+    #[arg(
+        long,
+        value_name = "FILE",
+        global = true,
+        conflicts_with_all = ["data_dir", "socket", "tcp", "token_file", "tls", "client_config"]
+    )]
+    pub inventory: Option<PathBuf>,
+    /// With --inventory: only these daemons (their names, comma-separated).
+    #[arg(long, value_name = "NAMES", global = true, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// With --inventory: every daemon listed (a command needs this or
+    /// --only).
+    #[arg(long, global = true, conflicts_with = "only")]
+    pub all: bool,
+    /// With --inventory: how many daemons are called at once (default 8
+    /// for a command, 64 for a query).
+    #[arg(long, value_name = "N", global = true)]
+    pub parallel: Option<NonZeroUsize>,
+}
 
-    /// [`quick::parse`] gives what clap gives on every form it reads:
-    /// each subcommand it knows, each of its global flags in each spelling
-    /// before the subcommand, between it and its own flags, and last, and
-    /// all of them at once in several orders; and it leaves every other
-    /// line to clap.
-    #[test]
-    fn the_quick_parse_is_clap_s() {
-        let commands: &[&[&str]] = &[
-            &["status"],
-            &["probe", "ready"],
-            &["probe", "live"],
-            &["start"],
-            &["start", "--wait"],
-            &["restart"],
-            &["restart", "--wait"],
-            &["restart", "--force"],
-            &["restart", "--force", "--wait"],
-            &["restart", "--wait", "--force"],
-            &["retry"],
-            &["retry", "--wait"],
-            &["stop"],
-            &["stop", "--hold"],
-            &["start", "--strict"],
-            &["start", "--wait", "--strict"],
-            &["start", "--strict", "--wait"],
-            &["stop", "--strict"],
-            &["stop", "--hold", "--strict"],
-            &["stop", "--strict", "--hold"],
-        ];
-        let globals: &[&[&str]] = &[
-            &["--data-dir", "/d"],
-            &["--data-dir=/d =d"],
-            &["--data-dir", "status"],
-            &["--socket", "/s"],
-            &["--socket=s"],
-            &["--json"],
-            &["--utc"],
-            &["-v"],
-            &["--verbose"],
-            &["--timeout", "2.5"],
-            &["--timeout=7"],
-            &["--timeout", "1e3"],
-            &["--timeout", "+3"],
-            &["--timeout=inf"],
-            &["--timeout", "NaN"],
-        ];
-        // One of each kind, in each order of the four kinds.
-        let sets: &[&[usize]] = &[
-            &[0, 5, 6, 7, 9],
-            &[3, 6, 8, 10, 5],
-            &[11, 8, 1, 5, 6],
-            &[6, 4, 5, 7, 11],
-            &[2, 9, 7, 5],
-        ];
-        // A global flag goes before the subcommand (0), between its name
-        // and its own flags or argument (1), or last (2).
-        fn place<'a>(command: &[&'a str], at: usize, flags: &[&[&'a str]]) -> Vec<&'a str> {
-            let flags = flags.iter().flat_map(|f| f.iter().copied());
-            let (name, own) = command.split_at(1);
-            match at {
-                0 => flags.chain(command.iter().copied()).collect(),
-                1 => name
-                    .iter()
-                    .copied()
-                    .chain(flags)
-                    .chain(own.iter().copied())
-                    .collect(),
-                _ => command.iter().copied().chain(flags).collect(),
-            }
-        }
-        let mut accepted = Vec::<Vec<&str>>::new();
-        for command in commands {
-            accepted.push(command.to_vec());
-            for flag in globals {
-                for at in 0..3 {
-                    accepted.push(place(command, at, &[flag]));
-                }
-            }
-            for set in sets {
-                let flags: Vec<&[&str]> = set.iter().map(|&i| globals[i]).collect();
-                for at in 0..3 {
-                    accepted.push(place(command, at, &flags));
-                }
-                // Split: half before the name, half last.
-                let (first, last) = flags.split_at(flags.len() / 2);
-                let mut line: Vec<&str> = first.iter().flat_map(|f| f.iter().copied()).collect();
-                line.extend_from_slice(command);
-                line.extend(last.iter().flat_map(|f| f.iter().copied()));
-                accepted.push(line);
-            }
-        }
-        for form in &accepted {
-            let argv: Vec<std::ffi::OsString> = std::iter::once("steadfastctl")
-                .chain(form.iter().copied())
-                .map(Into::into)
-                .collect();
-            let quick = quick::parse(argv.clone());
-            let lean = lean_parse(argv.clone());
-            let whole = Cli::try_parse_from(argv);
-            match (&quick, &lean, &whole) {
-                (Some(quick), Ok(lean), Ok(whole)) => {
-                    assert_eq!(format!("{quick:?}"), format!("{whole:?}"), "{form:?}");
-                    assert_eq!(format!("{lean:?}"), format!("{whole:?}"), "{form:?}");
-                }
-                _ => panic!("{form:?}: quick {quick:?}, lean {lean:?}, clap {whole:?}"),
-            }
-        }
-        // A path that is not UTF-8 is a path all the same.
-        let odd =
-            <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(b"/d\xff".to_vec());
-        let argv: Vec<std::ffi::OsString> = vec![
-            "steadfastctl".into(),
-            "--data-dir".into(),
-            odd,
-            "status".into(),
-        ];
-        let quick = quick::parse(argv.clone()).expect("a non-UTF-8 path");
-        let whole = Cli::try_parse_from(argv).expect("a non-UTF-8 path");
-        assert_eq!(format!("{quick:?}"), format!("{whole:?}"));
-
-        // Everything else is clap's: its errors, its help, the other
-        // commands and flags, and anything read two ways.
-        let declined: &[&[&str]] = &[
-            &[],
-            &["--help"],
-            &["-h"],
-            &["--version"],
-            &["-V"],
-            &["help"],
-            &["help", "status"],
-            &["status", "--help"],
-            &["probe"],
-            &["probe", "sleepy"],
-            &["probe", "ready", "live"],
-            &["probe", "Ready"],
-            &["status", "extra"],
-            &["Status"],
-            &["stat"],
-            &["status", "--history", "3"],
-            &["--json", "--json", "status"],
-            &["--json", "status", "--json"],
-            &["-v", "--verbose", "status"],
-            &["-vv", "status"],
-            &["-vj", "status"],
-            &["--json=true", "status"],
-            &["--data-dir", "/d", "--socket", "/s", "status"],
-            &["--data-dir", "/d", "status", "--socket", "/s"],
-            &["--data-dir", "/d", "--data-dir", "/e", "status"],
-            &["--data-dir=", "status"],
-            &["--data-dir", "", "status"],
-            &["--data-dir", "-d", "status"],
-            &["--data-dir=-d", "status"],
-            &["status", "--data-dir"],
-            &["--timeout", "soon", "status"],
-            &["--timeout=-1", "status"],
-            &["--timeout", "-1", "status"],
-            &["--timeout", "", "status"],
-            &["--wait", "restart"],
-            &["restart", "--wait", "--wait"],
-            &["restart", "--wait=true"],
-            &["status", "--wait"],
-            &["start", "--force"],
-            &["stop", "--wait"],
-            &["start", "--strict", "--strict"],
-            &["stop", "--strict=true"],
-            &["--strict", "stop"],
-            &["restart", "--strict"],
-            &["completions", "bash"],
-            &["man"],
-            &["man", "start"],
-            &["--", "status"],
-            &["status", "--"],
-            &["-", "status"],
-            &["--data", "/d", "status"],
-            &["--tcp", "127.0.0.1:7433", "--token-file", "/t", "status"],
-            &["--tls", "127.0.0.1:7433", "--ca", "/ca", "status"],
-            &["--client-config", "/c", "status"],
-            &["--inventory", "/i", "status"],
-            &["--only", "a", "status"],
-            &["watch"],
-            &["journal"],
-            &["reload"],
-            &["metrics"],
-            &["config", "show"],
-            &["exit"],
-            &["reinit"],
-        ];
-        for form in declined {
-            let argv = std::iter::once("steadfastctl")
-                .chain(form.iter().copied())
-                .map(std::ffi::OsString::from);
-            assert!(quick::parse(argv.clone()).is_none(), "{form:?} is clap's");
-            match (lean_parse(argv.clone()), Cli::try_parse_from(argv)) {
-                (Ok(lean), Ok(whole)) => {
-                    assert_eq!(format!("{lean:?}"), format!("{whole:?}"), "{form:?}");
-                }
-                (Err(lean), Err(whole)) => assert_eq!(lean.kind(), whole.kind(), "{form:?}"),
-                (lean, whole) => panic!("{form:?}: lean {lean:?}, whole {whole:?}"),
-            }
-        }
-    }
-
-    /// [`lean_parse`] accepts exactly what clap's whole command accepts,
-    /// and means the same by it: the common forms, flags before and after
-    /// the subcommand, and the malformed ones (which both refuse, with the
-    /// same kind of error, so the whole command's message is what prints).
-    #[test]
-    fn the_lean_parse_is_clap_s() {
-        let forms: &[&[&str]] = &[
-            &["status"],
-            &["--data-dir", "/d", "status"],
-            &["status", "--data-dir", "/d", "--json"],
-            &["--json", "--utc", "status", "--history", "3"],
-            &["--socket", "/s", "restart", "--wait"],
-            &[
-                "--data-dir",
-                "/d",
-                "restart",
-                "--force",
-                "--wait",
-                "--timeout",
-                "2.5",
-            ],
-            &["restart", "--wait", "--json", "--data-dir", "/d"],
-            &["--tcp", "127.0.0.1:7433", "--token-file", "/t", "status"],
-            &[
-                "--tls",
-                "127.0.0.1:7433",
-                "--ca",
-                "/ca",
-                "--token-file",
-                "/t",
-                "probe",
-                "ready",
-            ],
-            &["-v", "probe", "live"],
-            &["start", "--wait"],
-            &["stop", "--hold"],
-            &["stop", "--hold", "--strict"],
-            &["start", "--strict", "--wait"],
-            &["completions", "zsh"],
-            &["man"],
-            &["man", "stop"],
-            &[
-                "--tls",
-                "daemon.example:7443",
-                "--ca",
-                "/ca",
-                "--token-file",
-                "/t",
-                "status",
-            ],
-            &[
-                "--tls",
-                "[::1]:7443",
-                "--ca",
-                "/ca",
-                "--token-file",
-                "/t",
-                "status",
-            ],
-            &["watch", "--until", "running", "--timeout", "3"],
-            &["journal", "-n", "5"],
-            &["config", "set", "log.level", "-1"],
-            &["config", "show"],
-            &["--inventory", "/i", "status", "--only", "a,b"],
-            &["--inventory", "/i", "restart", "--all", "--parallel", "2"],
-            &["replace", "--binary", "/b", "--mode", "overlap"],
-            // Refused by both.
-            &[],
-            &["--help"],
-            &["status", "--help"],
-            &["--version"],
-            &["status", "--nosuch"],
-            &["nosuch"],
-            &["--data-dir", "/d", "--socket", "/s", "status"],
-            &["--tcp", "127.0.0.1:7433", "status"],
-            &["--tcp", "not-an-address", "--token-file", "/t", "status"],
-            &[
-                "--tls",
-                "no-port",
-                "--ca",
-                "/ca",
-                "--token-file",
-                "/t",
-                "status",
-            ],
-            &[
-                "--tls",
-                "::1:7443",
-                "--ca",
-                "/ca",
-                "--token-file",
-                "/t",
-                "status",
-            ],
-            &["completions", "nosuchshell"],
-            &["stop", "--strict", "--strict"],
-            &["--timeout", "soon", "status"],
-            &["watch", "--until", "sleeping"],
-            &["--only", "a", "--all", "status"],
-            &["status", "--data-dir"],
-            // A flag's value that names another subcommand; two names.
-            &["--data-dir", "stop", "status"],
-            &["--socket", "status", "stop", "--hold"],
-            &["status", "stop"],
-            &["help", "status"],
-            // A subcommand's name as a flag's value, and no subcommand.
-            &["--data-dir", "status"],
-            &["--json", "--socket", "stop"],
-        ];
-        for form in forms {
-            let argv = std::iter::once("steadfastctl").chain(form.iter().copied());
-            let lean = lean_parse(argv.clone());
-            let whole = Cli::try_parse_from(argv);
-            match (&lean, &whole) {
-                (Ok(lean), Ok(whole)) => {
-                    assert_eq!(format!("{lean:?}"), format!("{whole:?}"), "{form:?}");
-                }
-                (Err(lean), Err(whole)) => assert_eq!(lean.kind(), whole.kind(), "{form:?}"),
-                _ => panic!("{form:?}: lean {lean:?}, whole {whole:?}"),
-            }
-        }
+impl FleetArgs {
+    /// Whether any of the fleet's flags is given (clap cannot check
+    /// `requires` across a global flag given before the subcommand and one
+    /// after it: `fleet::run` does).
+    pub fn given(&self) -> bool {
+        self.inventory.is_some() || !self.only.is_empty() || self.all || self.parallel.is_some()
     }
 }

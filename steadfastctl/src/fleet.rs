@@ -61,7 +61,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::cli::{Cli, Cmd, ProbeKind};
+use crate::cli::{Cli, Cmd, FleetArgs, ProbeKind};
 use crate::out::{self, errln, escape, out, outln};
 
 /// The deadline of a query to many daemons when `--timeout` is not given:
@@ -88,43 +88,6 @@ const KEYS: [&str; 9] = [
     "cert",
     "key",
 ];
-
-/// The flags of the fleet view (flattened into [`Cli`]).
-#[derive(Debug, clap::Args)]
-pub struct FleetArgs {
-    /// A TOML file listing daemons (`[[daemon]]` entries: `name` and one of
-    /// `data_dir`, `socket`, `tcp` + `token_file`, `tls` + `ca` + `cert` +
-    /// `key`): `status`, `probe`, `metrics`, `journal` ask them all at once
-    /// under one `--timeout` (default 10 s); `start`, `stop`, `restart`,
-    /// `retry`, `exit` need `--only` or `--all`.
-    #[arg(
-        long,
-        value_name = "FILE",
-        global = true,
-        conflicts_with_all = ["data_dir", "socket", "tcp", "token_file", "tls", "client_config"]
-    )]
-    pub inventory: Option<PathBuf>,
-    /// With --inventory: only these daemons (their names, comma-separated).
-    #[arg(long, value_name = "NAMES", global = true, value_delimiter = ',')]
-    pub only: Vec<String>,
-    /// With --inventory: every daemon listed (a command needs this or
-    /// --only).
-    #[arg(long, global = true, conflicts_with = "only")]
-    pub all: bool,
-    /// With --inventory: how many daemons are called at once (default 8
-    /// for a command, 64 for a query).
-    #[arg(long, value_name = "N", global = true)]
-    pub parallel: Option<NonZeroUsize>,
-}
-
-impl FleetArgs {
-    /// Whether any of the fleet's flags is given (clap cannot check
-    /// `requires` across a global flag given before the subcommand and one
-    /// after it: [`run`] does).
-    pub fn given(&self) -> bool {
-        self.inventory.is_some() || !self.only.is_empty() || self.all || self.parallel.is_some()
-    }
-}
 
 /// Where one daemon of the inventory is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -876,7 +839,7 @@ async fn call(target: &Target, ask: Ask, timeout: Duration) -> Result<Answer, Fa
                 .await,
         ),
         Ask::Stop(hold, strict) => match client.stop(Hold::from(hold)).await {
-            Err(error) if !strict && crate::run::already(&error, crate::run::Already::Stopped) => {
+            Err(error) if !strict && crate::already(&error, crate::Already::Stopped) => {
                 let now = client.snapshot().await.map_err(|e| Failure::of(&e))?;
                 if hold && !now.hold {
                     return Err(Failure::Refused(format!(
@@ -898,7 +861,7 @@ async fn call(target: &Target, ask: Ask, timeout: Duration) -> Result<Answer, Fa
             match answer {
                 Err(error)
                     if matches!(ask, Ask::Start(_, false))
-                        && crate::run::already(&error, crate::run::Already::Running) =>
+                        && crate::already(&error, crate::Already::Running) =>
                 {
                     client
                         .snapshot()

@@ -25,12 +25,18 @@
 //! (`--wait` and `watch`), `render.rs` (text and `--json` output),
 //! `record.rs` (the status record read without a round trip), `fleet.rs`
 //! (`--inventory`), `out.rs` (writing to stdout/stderr). This file holds
-//! the exit codes and `main`.
+//! the exit codes, what a failed call ends as (`fail`, `already`), the
+//! order of the parse (`parse`), and `main`: the parts use it, and none of
+//! them uses a part that uses it back (`scripts/import_cycles.py`).
 //!
 //! Checked by `tests/it/ctl.rs`, which runs this binary against a real
 //! in-process supervisor, and `tests/it/operator_view.rs` against real kvd.
 
 use std::process::ExitCode;
+
+use clap::Parser as _;
+use steadfast::control::ClientError;
+
 use std::time::Duration;
 
 mod cli;
@@ -43,8 +49,8 @@ mod render;
 mod run;
 mod wait;
 
-use cli::{generated, parse};
-use out::errln;
+use cli::{Cli, generated, lean_parse};
+use out::{errln, say};
 use run::{from_record, run};
 
 /// Exit code of a replacement that failed.
@@ -91,4 +97,72 @@ fn main() -> ExitCode {
     // of a ~2 ms command.
     std::mem::forget(runtime);
     code
+}
+
+/// The state a `start` or `stop` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Already {
+    /// `start`: the runtime running.
+    Running,
+    /// `stop`: the runtime stopped.
+    Stopped,
+}
+
+impl Already {
+    /// The state's word, as a status line says it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Stopped => "stopped",
+        }
+    }
+}
+
+/// Whether `error` is the lifecycle's refusal of a command whose target
+/// state the runtime is already in: a `start` while running
+/// (`runtime_running`), a `stop` while stopped (`runtime_not_running` in
+/// `stopped`). Every other refusal (a `stop` while resolving, a `start`
+/// while booting, draining or failed) is not.
+pub fn already(error: &ClientError, target: Already) -> bool {
+    use steadfast::protocol::lifecycle::RefusedBecause;
+    error.refused().is_some_and(|refused| match target {
+        Already::Running => refused.reason == RefusedBecause::RuntimeRunning,
+        Already::Stopped => {
+            refused.reason == RefusedBecause::RuntimeNotRunning && refused.state == "stopped"
+        }
+    })
+}
+
+/// A call that failed: said on stderr; exit 3 for a refusal, 4 for no
+/// answer.
+pub fn fail(error: &ClientError) -> ExitCode {
+    say(error);
+    if error.is_refusal() {
+        ExitCode::from(EXIT_REFUSED)
+    } else {
+        ExitCode::from(EXIT_CANNOT_CONNECT)
+    }
+}
+
+/// The command line. The common forms (`status`, `probe`, `restart --wait`
+/// …) are read by hand ([`quick::parse`]), giving the [`Cli`] clap would
+/// give without building clap's command. Everything else is clap's. Before
+/// it parses, clap copies each global flag (17, with their help text) into
+/// every subcommand (16): most of a clap parse's time went there. So the
+/// first clap parse is with a lean command ([`lean_parse`]): the same root
+/// and flags without their help text, holding only the subcommands a word
+/// of the line names. When it does not give a [`Cli`] (a usage error,
+/// `--help`, `--version`), the whole command parses again and answers as
+/// clap always did. What is accepted, and what it means, is the same
+/// (`quick::tests::the_lean_parse_is_clap_s`, and every form of
+/// `quick::tests::the_quick_parse_is_clap_s`). The parsed command is not dropped:
+/// the exit frees it.
+fn parse() -> Cli {
+    if let Some(cli) = quick::parse(std::env::args_os()) {
+        return cli;
+    }
+    if let Ok(cli) = lean_parse(std::env::args_os()) {
+        return cli;
+    }
+    Cli::parse()
 }

@@ -135,6 +135,12 @@ macro_rules! errln {
 
 pub(crate) use {errln, out, outln};
 
+/// An error on stderr after `steadfastctl: `, its continuation lines (a
+/// daemon's refusal may quote a parse error of several) under its column.
+pub fn say(error: &dyn std::fmt::Display) {
+    errln!("steadfastctl: {}", block(&error.to_string(), 14));
+}
+
 #[cfg(test)]
 mod tests {
     use super::{block, escape, json, lines};

@@ -15,6 +15,7 @@ use steadfast::protocol::snapshot::{
 
 use crate::EXIT_NOT_RUNNING;
 use crate::cli::{Cli, ProbeKind};
+pub use crate::out::say;
 use crate::out::{self, errln, escape, out, outln};
 
 /// `config set`/`unset --json`: `snapshot` with `change: {leaf, applied,
@@ -296,12 +297,6 @@ pub fn ago(now: u64, at: u64) -> String {
 /// escaped ([`out::escape`]).
 pub fn state_line(snapshot: &Snapshot) -> String {
     escape(&steadfast::daemon::status_line(snapshot)).into_owned()
-}
-
-/// An error on stderr after `steadfastctl: `, its continuation lines (a
-/// daemon's refusal may quote a parse error of several) under its column.
-pub fn say(error: &dyn std::fmt::Display) {
-    errln!("steadfastctl: {}", out::block(&error.to_string(), 14));
 }
 
 pub fn since(lifecycle: &LifecycleState) -> Option<u64> {

@@ -23,11 +23,11 @@ use crate::render::{
     print_status, probe_answer, say,
 };
 use crate::wait::{wait_settled, watch};
+use crate::{Already, already, fail, fleet, record};
 use crate::{
     DEFAULT_TIMEOUT, EXIT_CANNOT_CONNECT, EXIT_REFUSED, EXIT_REPLACE_FAILED, EXIT_TIMED_OUT,
     EXIT_UNKNOWN, EXIT_USAGE,
 };
-use crate::{fleet, record};
 
 /// `status` and `probe ready` answered from the daemon's status record
 /// ([`record`]), without a runtime or a round trip, and so is "no daemon"
@@ -308,39 +308,6 @@ pub fn config_unchanged(leaf: &str, answered: Option<Snapshot>, cli: &Cli) -> Ex
     }
 }
 
-/// The state a `start` or `stop` asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Already {
-    /// `start`: the runtime running.
-    Running,
-    /// `stop`: the runtime stopped.
-    Stopped,
-}
-
-impl Already {
-    pub const fn name(self) -> &'static str {
-        match self {
-            Self::Running => "running",
-            Self::Stopped => "stopped",
-        }
-    }
-}
-
-/// Whether `error` is the lifecycle's refusal of a command whose target
-/// state the runtime is already in: a `start` while running
-/// (`runtime_running`), a `stop` while stopped (`runtime_not_running` in
-/// `stopped`). Every other refusal (a `stop` while resolving, a `start`
-/// while booting, draining or failed) is not.
-pub fn already(error: &ClientError, target: Already) -> bool {
-    use steadfast::protocol::lifecycle::RefusedBecause;
-    error.refused().is_some_and(|refused| match target {
-        Already::Running => refused.reason == RefusedBecause::RuntimeRunning,
-        Already::Stopped => {
-            refused.reason == RefusedBecause::RuntimeNotRunning && refused.state == "stopped"
-        }
-    })
-}
-
 /// What the daemon this invocation reached is called in a one-line answer:
 /// as the command line named it (its data directory, socket, address, or
 /// client config file).
@@ -421,15 +388,6 @@ pub async fn stop(client: &ControlClient, hold: bool, strict: bool, cli: &Cli) -
             ExitCode::from(EXIT_TIMED_OUT)
         }
         Err(error) => fail(&error),
-    }
-}
-
-pub fn fail(error: &ClientError) -> ExitCode {
-    say(error);
-    if error.is_refusal() {
-        ExitCode::from(EXIT_REFUSED)
-    } else {
-        ExitCode::from(EXIT_CANNOT_CONNECT)
     }
 }
 

@@ -12,12 +12,12 @@ use steadfast::protocol::snapshot::{PhaseOutcome, Snapshot};
 
 use crate::cli::{Cli, StateName};
 use crate::connect::timeout_of;
+use crate::fail;
 use crate::out::{self, errln, escape, outln};
 use crate::render::{
     absolute, clock, now_ms, outcome_text, position, print_answer, print_json_line, say, since,
     state_line,
 };
-use crate::run::fail;
 use crate::{EXIT_NOT_RUNNING, EXIT_TIMED_OUT, EXIT_USAGE};
 
 /// `--wait`: follow the boot the command started (its answer is a booting
