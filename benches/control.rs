@@ -25,7 +25,9 @@
 //!   once per connection and not measured).
 //! - `control/snapshot_tls`: the same call over loopback TLS 1.3 (mutual
 //!   TLS, a client certificate; the handshake is paid once per connection
-//!   and not measured here), beside `snapshot_unix` and `snapshot_tcp`.
+//!   and not measured here), beside `snapshot_unix` and `snapshot_tcp`;
+//!   with the cargo feature `tls` (a workspace build has it, through
+//!   `steadfastctl`).
 //! - `control/connect_tls` and `control/connect_unix`: a new connection and
 //!   one `snapshot` on it (what one `steadfastctl` invocation pays): the TLS
 //!   handshake with both certificates verified, the hello, the call.
@@ -66,6 +68,7 @@ use criterion::{Criterion, Throughput, criterion_group};
 use steadfast::Supervisor;
 use steadfast::control::codec::options;
 use steadfast::control::{ControlClient, serve_unix};
+#[cfg(feature = "tls")]
 use steadfast::control::{Endpoint, Role, TlsClient, TlsServerConfig, serve_tls};
 use steadfast::control::{Token, serve_tcp_with};
 use steadfast::protocol::control::{CommandError, WireSnapshot};
@@ -291,6 +294,7 @@ async fn many_calls(clients: &[ControlClient]) {
 
 /// A CA, a server certificate for 127.0.0.1 and a client certificate in
 /// `dir`: the server's configuration and a client's.
+#[cfg(feature = "tls")]
 fn pki(dir: &std::path::Path) -> (TlsServerConfig, TlsClient) {
     use rcgen::{
         BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa,
@@ -402,8 +406,11 @@ fn bench(c: &mut Criterion) {
         .expect("serves tcp");
         (tcp_server, raw_tcp_addr)
     });
+    #[cfg(feature = "tls")]
     let pki_dir = tempfile::tempdir().expect("tempdir");
+    #[cfg(feature = "tls")]
     let (tls_config, tls_client_config) = pki(pki_dir.path());
+    #[cfg(feature = "tls")]
     let tls_server = rt.block_on(async {
         serve_tls(
             handle.clone(),
@@ -412,7 +419,9 @@ fn bench(c: &mut Criterion) {
         )
         .expect("serves tls")
     });
+    #[cfg(feature = "tls")]
     let tls_endpoint = Endpoint::tls(tls_server.local_addr(), tls_client_config, None);
+    #[cfg(feature = "tls")]
     let tls_client = client_rt
         .block_on(ControlClient::connect(tls_endpoint.clone()))
         .expect("connects over tls");
@@ -497,6 +506,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("raw_pingpong_tcp_same_size", |b| {
         b.iter(|| client_rt.block_on(ping(&mut raw_tcp, &request, &mut buf)));
     });
+    #[cfg(feature = "tls")]
     group.bench_function("snapshot_tls", |b| {
         b.iter(|| client_rt.block_on(tls_client.snapshot()).expect("answered"));
     });
@@ -510,6 +520,7 @@ fn bench(c: &mut Criterion) {
             })
         });
     });
+    #[cfg(feature = "tls")]
     group.bench_function("connect_tls", |b| {
         b.iter(|| {
             client_rt.block_on(async {

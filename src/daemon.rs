@@ -188,7 +188,9 @@ pub struct DaemonOptions {
     /// does not exist.
     pub create_token: bool,
     /// Serve the control plane over TLS 1.3 on this address too (off by
-    /// default); its files are re-read at each reload.
+    /// default; the cargo feature `tls`); its files are re-read at each
+    /// reload.
+    #[cfg(feature = "tls")]
     pub control_tls: Option<(SocketAddr, crate::control::TlsServerConfig)>,
     /// Log to stderr through a `tracing-subscriber` filtered by `RUST_LOG`
     /// (default `info`) — on by default, and only if the application has
@@ -210,6 +212,7 @@ impl DaemonOptions {
             control_socket: false,
             control_tcp: None,
             create_token: false,
+            #[cfg(feature = "tls")]
             control_tls: None,
             logging: true,
             log_format: LogFormat::Plain,
@@ -268,7 +271,9 @@ impl DaemonOptions {
     /// Serve the control plane over TLS 1.3 at `addr` with `config`'s
     /// certificate, key and client authorization (mutual TLS, tokens;
     /// each with a role): see [`crate::control::tls`]. Any address may be
-    /// used. SIGHUP and the `reload` method re-read its files.
+    /// used. SIGHUP and the `reload` method re-read its files. With the
+    /// cargo feature `tls`.
+    #[cfg(feature = "tls")]
     #[must_use]
     pub fn control_tls(
         mut self,
@@ -543,6 +548,7 @@ pub async fn run_with(
         let addr = options.control_tcp.as_ref().map(|(addr, _)| *addr);
         tracing::error!(?addr, %error, "the control port is not served");
     })?;
+    #[cfg(feature = "tls")]
     let control_tls = match options.control_tls.clone() {
         None => None,
         Some((addr, config)) => Some(
@@ -563,6 +569,7 @@ pub async fn run_with(
             )?),
         };
     let ended = run_serving(supervisor, handle, control, control_tcp, options.signals).await;
+    #[cfg(feature = "tls")]
     if let Some(tls) = control_tls {
         tls.shutdown(ANSWER_GRACE).await;
     }

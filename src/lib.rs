@@ -123,7 +123,9 @@ pub use supervisor::{Hold, Supervisor, SupervisorError, SupervisorHandle};
 
 /// The README's Rust blocks, compiled as they are written (`use` lines
 /// included) by `cargo test --doc`: a snippet that stops compiling fails
-/// the doc tests. Blocks fenced `rust ignore` are not compiled.
-#[cfg(doctest)]
+/// the doc tests. Blocks fenced `rust ignore` are not compiled. The
+/// README shows the TLS transport too: its blocks compile with the cargo
+/// feature `tls` (as a workspace build has it).
+#[cfg(all(doctest, feature = "tls"))]
 #[doc = include_str!("../README.md")]
 mod readme {}

@@ -427,7 +427,9 @@ impl SupervisorHandle {
     }
 
     /// Run `hook` at each reload (SIGHUP, the `reload` method) for as long
-    /// as it lives.
+    /// as it lives (the TLS transport's files: with the cargo feature
+    /// `tls`).
+    #[cfg(feature = "tls")]
     pub(crate) fn on_reload(&self, hook: ReloadHook) {
         let mut hooks = self
             .reload_hooks

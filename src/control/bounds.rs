@@ -267,7 +267,9 @@ impl<K: Hash + Eq + Clone> Pool<K> {
     }
 
     /// Keep `reserve` slots of the total, and of each peer's cap, for
-    /// `operate` connections.
+    /// `operate` connections (the TLS transport's pools: with the cargo
+    /// feature `tls`).
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
     pub(crate) const fn with_operate_reserve(mut self, reserve: usize) -> Self {
         self.operate_reserve = reserve;
         self

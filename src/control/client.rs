@@ -115,7 +115,8 @@ pub enum Endpoint {
         /// The token.
         token: Token,
     },
-    /// Its TLS control port.
+    /// Its TLS control port (the cargo feature `tls`).
+    #[cfg(feature = "tls")]
     Tls {
         /// The address.
         addr: SocketAddr,
@@ -130,6 +131,7 @@ pub enum Endpoint {
     },
 }
 
+#[cfg(feature = "tls")]
 impl Endpoint {
     /// A TLS endpoint whose certificate must be for `addr`'s IP address.
     #[must_use]
@@ -148,6 +150,7 @@ impl fmt::Display for Endpoint {
         match self {
             Self::Unix(path) => write!(f, "{}", path.display()),
             Self::Tcp { addr, .. } => write!(f, "{addr}"),
+            #[cfg(feature = "tls")]
             Self::Tls { addr, .. } => write!(f, "tls://{addr}"),
         }
     }
@@ -570,6 +573,7 @@ async fn dial_once(
                 clock_offset_ms,
             ))
         }
+        #[cfg(feature = "tls")]
         Endpoint::Tls {
             addr,
             server_name,

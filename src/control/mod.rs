@@ -39,9 +39,9 @@ pub use server::{ControlError, ServerGuard, ServerLimits, serve_unix, serve_unix
 pub use steadfast_protocol::control::Role;
 pub use steadfast_protocol::control::WireSnapshot;
 pub use tcp::{TcpServerGuard, serve_tcp, serve_tcp_with};
-pub use tls::{
-    Fingerprint, TlsClient, TlsError, TlsServerConfig, TlsServerGuard, serve_tls, serve_tls_with,
-};
+pub use tls::{Fingerprint, TlsError, TlsServerConfig};
+#[cfg(feature = "tls")]
+pub use tls::{TlsClient, TlsServerGuard, serve_tls, serve_tls_with};
 
 /// Where the control socket of the daemon over `data_dir` is:
 /// `<data_dir>/.steadfast/control.sock`.

@@ -69,7 +69,9 @@ use super::{
     DaemonError, DaemonOptions, EXIT_NEVER_WORKS, Ended, LogFormat, LogLevel, LogLevelError,
 };
 use crate::config::{ConfigError, TomlFileSource};
-use crate::control::{Fingerprint, Role, TlsError, TlsServerConfig, Token, TokenError};
+use crate::control::{Fingerprint, TlsError, Token, TokenError};
+#[cfg(feature = "tls")]
+use crate::control::{Role, TlsServerConfig};
 use crate::supervisor::{Supervisor, SupervisorBuilder, SupervisorError, SupervisorHandle};
 
 /// The variable that names the data directory when `--data-dir` does not
@@ -275,6 +277,12 @@ pub enum CliError {
         #[source]
         source: TlsError,
     },
+    /// `--control-tls` asked of a daemon built without the cargo feature
+    /// `tls`.
+    #[error(
+        "--control-tls: this daemon was built without TLS (build it with steadfast's cargo feature `tls`)"
+    )]
+    TlsNotBuilt,
     /// `--log-level` could not be applied.
     #[error("--log-level: {0}")]
     LogLevel(#[source] LogLevelError),
@@ -307,6 +315,7 @@ impl CliError {
             | Self::Config(_)
             | Self::Token { .. }
             | Self::Tls { .. }
+            | Self::TlsNotBuilt
             | Self::LogLevel(_) => EXIT_NEVER_WORKS,
             Self::Supervisor(error) => error.exit_code(),
             Self::Daemon { source, .. } => source.exit_code(),
@@ -455,6 +464,7 @@ impl Launch {
             // Created above when asked for: `run_with` reads it.
             options = options.control_tcp(addr, file);
         }
+        #[cfg(feature = "tls")]
         if let Some(addr) = args.control_tls {
             let config = tls_config(args)?;
             crate::control::tls::check(&config).map_err(|source| CliError::Tls {
@@ -462,6 +472,10 @@ impl Launch {
                 source,
             })?;
             options = options.control_tls(addr, config);
+        }
+        #[cfg(not(feature = "tls"))]
+        if args.control_tls.is_some() {
+            return Err(CliError::TlsNotBuilt);
         }
         Ok(Prepared {
             name: self.name,
@@ -630,6 +644,7 @@ fn check_token(file: &Path, create: bool, flag: &'static str) -> Result<(), CliE
 
 /// The TLS configuration the flags name; the read-only certificate files
 /// are read here (for their fingerprints).
+#[cfg(feature = "tls")]
 fn tls_config(args: &DaemonArgs) -> Result<TlsServerConfig, CliError> {
     let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
         // clap requires both with --control-tls.
@@ -662,6 +677,7 @@ fn tls_config(args: &DaemonArgs) -> Result<TlsServerConfig, CliError> {
 }
 
 /// The flag naming the file a TLS error is about.
+#[cfg(feature = "tls")]
 fn tls_flag(args: &DaemonArgs, error: &TlsError) -> &'static str {
     let path = match error {
         TlsError::Io { path, .. }

@@ -10,7 +10,9 @@
 //! - `--client-config FILE`'s relative paths are the file's directory's;
 //! - `completions SHELL` and `man` come from the clap definition.
 
+#[cfg(feature = "tls")]
 use crate::support::common;
+#[cfg(feature = "tls")]
 use crate::support::pki;
 use crate::support::processes;
 
@@ -18,10 +20,14 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+#[cfg(feature = "tls")]
 use common::*;
+#[cfg(feature = "tls")]
 use pki::Ca;
 use processes::{ctl, free_port, wait_exit};
+#[cfg(feature = "tls")]
 use steadfast::ExitIntent;
+#[cfg(feature = "tls")]
 use steadfast::control::{Role, TlsServerConfig, serve_tls};
 
 fn state(s: &serde_json::Value) -> &str {
@@ -237,6 +243,7 @@ fn watch_lines_carry_their_time() {
 
 /// A CA, and a certificate it signs, written under `dir` as
 /// `<name>.ca.pem`, `<name>.pem`, `<name>.key`.
+#[cfg(feature = "tls")]
 fn issue(dir: &Path, name: &str, server: bool) -> (Ca, PathBuf, PathBuf, PathBuf) {
     let ca = Ca::new(dir, name);
     let (cert, key) = ca.leaf(dir, name, server, false);
@@ -250,6 +257,7 @@ fn issue(dir: &Path, name: &str, server: bool) -> (Ca, PathBuf, PathBuf, PathBuf
 /// not resolve is said so (status: 4, unknown). And a `--client-config`
 /// file's relative paths are the file's directory's, from any working
 /// directory (before: the working directory's).
+#[cfg(feature = "tls")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tls_takes_a_host_name_and_a_client_config_its_own_paths() {
     let tmp = tempfile::tempdir().expect("tempdir");

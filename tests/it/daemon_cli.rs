@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use pki::{Ca, write_private};
-use processes::{PATIENCE, example, free_port, kv, steadfastctl, wait_exit};
+use processes::{PATIENCE, example, example_with_features, free_port, kv, steadfastctl, wait_exit};
 use steadfast::daemon::{EXIT_HALT, EXIT_NEVER_WORKS};
 
 /// The variables the daemon command line reads: removed from every child,
@@ -62,11 +62,20 @@ impl Drop for Daemon {
     }
 }
 
+/// The example `name`, or `name+FEATURES` built with those cargo features
+/// (`kvd+tls` serves `--control-tls`).
+fn built(name: &str) -> PathBuf {
+    match name.split_once('+') {
+        Some((name, features)) => example_with_features(name, features),
+        None => example(name),
+    }
+}
+
 /// `name ARGS…` (an example) with `env` set, stdin and stdout closed,
 /// stderr collected; none of the daemon command line's variables (nor
 /// `RUST_LOG`) set otherwise.
 fn spawn_with(name: &str, args: &[String], env: &[(&str, &Path)]) -> Daemon {
-    let mut command = Command::new(example(name));
+    let mut command = Command::new(built(name));
     for var in ENV.iter().chain(&["RUST_LOG"]) {
         command.env_remove(var);
     }
@@ -271,7 +280,7 @@ fn kvd_serves_steadfastctl_over_tls_from_its_flags() {
     let dashboard = client_ca.leaf(dir, "dashboard", false, false);
     let addr = format!("127.0.0.1:{}", free_port());
     let kvd = spawn(
-        "kvd",
+        "kvd+tls",
         &[
             "--data-dir".to_owned(),
             s(&data),
@@ -431,7 +440,7 @@ fn an_unusable_file_exits_78_naming_the_flag_and_the_file() {
             s(&config),
         ];
         args.extend(flags);
-        let (code, stderr) = ended(spawn("kvd", &args));
+        let (code, stderr) = ended(spawn("kvd+tls", &args));
         assert_eq!(code, Some(EXIT_NEVER_WORKS), "{flag}: {stderr}");
         assert!(
             stderr.contains(&format!("kvd: {flag}: ")),
@@ -444,6 +453,37 @@ fn an_unusable_file_exits_78_naming_the_flag_and_the_file() {
         assert!(stderr.contains(why), "{flag}: why: {stderr}");
         assert!(!data.exists(), "{flag}: nothing was created");
     }
+}
+
+/// A daemon built without the cargo feature `tls` refuses `--control-tls`
+/// by name, exit 78 (never works), creating nothing: it never starts
+/// without the port it was asked to serve.
+#[test]
+fn a_build_without_tls_refuses_control_tls_by_name() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let (data, config, _port) = kvd_setup(dir);
+    let args = [
+        "--data-dir".to_owned(),
+        s(&data),
+        "--config".to_owned(),
+        s(&config),
+        "--control-tls".to_owned(),
+        format!("127.0.0.1:{}", free_port()),
+        "--tls-cert".to_owned(),
+        s(&dir.join("cert.pem")),
+        "--tls-key".to_owned(),
+        s(&dir.join("key.pem")),
+        "--tls-token-file".to_owned(),
+        s(&dir.join("token")),
+    ];
+    let (code, stderr) = ended(spawn("kvd", &args));
+    assert_eq!(code, Some(EXIT_NEVER_WORKS), "{stderr}");
+    assert!(
+        stderr.contains("kvd: --control-tls: ") && stderr.contains("without TLS"),
+        "{stderr}"
+    );
+    assert!(!data.exists(), "nothing was created");
 }
 
 /// `minimal` with no data dir (no argument, no flag, no variable, no

@@ -30,6 +30,9 @@ mod control;
 mod control_hostile;
 mod control_methods;
 mod control_tcp;
+// The TLS transport exists with the cargo feature `tls` (a workspace
+// build has it, through steadfastctl).
+#[cfg(feature = "tls")]
 mod control_tls;
 mod crash;
 mod ctl;

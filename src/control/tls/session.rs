@@ -1,55 +1,13 @@
-//! The control plane over TLS 1.3 (opt-in; `spec/control.md`, "TLS"): the
-//! same tarpc service and frames as the Unix socket, inside a TLS session
-//! (rustls through tokio-rustls, the `ring` provider passed explicitly to
-//! every builder: no process-wide default provider is installed or read).
-//!
-//! The daemon proves itself with its certificate. A client is authorized
-//! inside the session, before any frame is decoded, by one of:
-//! - a client certificate from the configured CA (mutual TLS), then the
-//!   40-byte certificate hello ([`auth::certificate_hello`]); its role is
-//!   the one given to its SHA-256 [`Fingerprint`], else the CA's role;
-//! - a token ([`Token`]'s 40-byte hello, as over plain TCP), whose role is
-//!   the token file's.
-//!
-//! The server answers the hello with one byte, as over TCP (`0` accepted,
-//! `1` refused, `2` busy). A peer's [`Role`] decides what it may call: a
-//! `read` peer's command is answered [`CommandError::Forbidden`]
-//! (`steadfast_protocol::control::forbidden`), never run.
-//!
-//! Invariants, and the tests that check them (`tests/it/control_tls.rs`):
-//! - Nothing is decoded before the TLS handshake completed, the client
-//!   certificate (if any) verified, and the hello authorized the peer:
-//!   `a_certificate_from_another_ca_is_refused`, `an_expired_client_certificate_is_refused`,
-//!   `no_client_certificate_is_refused`, `a_token_inside_tls_is_accepted_and_a_wrong_one_refused`.
-//! - The TLS handshake and the hello together run under
-//!   [`ServerLimits::handshake_timeout`] and hold a slot of the handshake
-//!   pool only (as TCP's: the oldest is closed to make room), never an
-//!   authorized client's: `a_pre_handshake_flood_does_not_lock_the_operator_out`.
-//! - An authorized peer takes a served slot in its role: `read` peers never
-//!   hold the slots kept for `operate` ([`ServerLimits::operate_reserve`]):
-//!   `read_peers_cannot_take_the_operate_slots`.
-//! - A `read` peer's command is refused, typed, and not run; its reads are
-//!   answered: `a_read_only_peer_reads_but_is_refused_a_command`.
-//! - A peer that closes without TLS's `close_notify` (a killed
-//!   `steadfastctl watch`) is closed at once with its calls in flight, as
-//!   on the other transports: `a_killed_tls_watcher_gives_its_slot_back_at_once`.
-//! - The private key is refused when group or others may read it, or
-//!   another user owns it, before its content is read:
-//!   `a_loose_private_key_is_refused`.
-//! - [`TlsServerGuard::reload`] (and SIGHUP, the `reload` method, through
-//!   the handle's reload hooks) re-reads every file; new connections get the
-//!   new certificate, established sessions go on; a reload that fails keeps
-//!   the old configuration: `a_reload_serves_the_new_certificate_and_keeps_sessions`.
-//!   Through the handle, such a failure is the reload's answer (an error
-//!   naming the file and why), the snapshot's `error` until a reload whose
-//!   files are all taken, and `steadfast_reload_failures_total`:
-//!   `a_refused_reload_is_an_error_until_a_good_one`.
+//! The TLS session of the control plane (the cargo feature `tls`):
+//! rustls's configurations built from the files of a [`TlsServerConfig`],
+//! the accept loop, the handshake and hello under the handshake pool, the
+//! reloadable server and the client's dial.
 
 use std::fmt;
 use std::io::{self, Read};
 use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -67,13 +25,13 @@ use tokio_util::sync::CancellationToken;
 #[cfg(doc)]
 use steadfast_protocol::control::CommandError;
 
-use super::auth::{self, HELLO_LEN, Token};
-use super::bounds::{Evict, Over, Pool};
-pub use super::error::TlsError;
-use super::error::{ClientError, ControlError};
-use super::limits::ServerLimits;
-use super::server::serve_admitted;
-use super::tcp::accept_handshakes;
+use super::{Fingerprint, TlsServerConfig};
+use crate::control::auth::{self, HELLO_LEN, Token};
+use crate::control::bounds::{Evict, Over, Pool};
+use crate::control::error::{ClientError, ControlError, TlsError};
+use crate::control::limits::ServerLimits;
+use crate::control::server::serve_admitted;
+use crate::control::tcp::accept_handshakes;
 use crate::supervisor::SupervisorHandle;
 
 /// How long a client waits for the TLS handshake and the hello's answer.
@@ -85,24 +43,6 @@ const MAX_PEM_LEN: u64 = 1 << 20;
 /// The crypto provider every builder is given: rustls's `ring`.
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// A certificate's SHA-256 over its DER bytes: how a client certificate is
-/// given a role of its own (`openssl x509 -noout -fingerprint -sha256`
-/// prints the same bytes, colon-separated).
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Fingerprint([u8; 32]);
-
-impl fmt::Debug for Fingerprint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Fingerprint({})", self.to_hex())
-    }
-}
-
-impl fmt::Display for Fingerprint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.to_hex())
-    }
 }
 
 impl Fingerprint {
@@ -123,92 +63,6 @@ impl Fingerprint {
         let path = path.as_ref();
         let chain = certificates(path)?;
         Ok(Self::of_der(chain[0].as_ref()))
-    }
-
-    /// 64 lowercase hex digits.
-    #[must_use]
-    pub fn to_hex(&self) -> String {
-        use fmt::Write as _;
-        self.0.iter().fold(String::with_capacity(64), |mut out, b| {
-            let _ = write!(out, "{b:02x}");
-            out
-        })
-    }
-
-    /// Parse 64 hex digits, colons allowed between bytes (as `openssl`
-    /// prints them), case ignored.
-    #[must_use]
-    pub fn from_hex(text: &str) -> Option<Self> {
-        let digits: Vec<u8> = text.trim().bytes().filter(|b| *b != b':').collect();
-        if digits.len() != 64 {
-            return None;
-        }
-        let mut bytes = [0u8; 32];
-        for (byte, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
-            let hex = std::str::from_utf8(pair).ok()?;
-            *byte = u8::from_str_radix(hex, 16).ok()?;
-        }
-        Some(Self(bytes))
-    }
-}
-
-/// What a TLS control port serves and whom it lets in. Paths are read at
-/// [`serve_tls`] and again at each reload.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsServerConfig {
-    /// The daemon's certificate chain (PEM, leaf first).
-    pub cert: PathBuf,
-    /// Its private key (PEM; mode 0600, owned by the daemon's user).
-    pub key: PathBuf,
-    /// The CA (PEM, one or more certificates) whose client certificates
-    /// are accepted (mutual TLS); `None`: no client certificate is asked
-    /// for, clients present a token.
-    pub client_ca: Option<PathBuf>,
-    /// The role of a client certificate from `client_ca` that
-    /// `cert_roles` does not name.
-    pub cert_role: Role,
-    /// Roles of particular client certificates, by fingerprint.
-    pub cert_roles: Vec<(Fingerprint, Role)>,
-    /// Token files (each 0600, as [`Token::read_file`]) accepted inside
-    /// the session, each with its role.
-    pub tokens: Vec<(PathBuf, Role)>,
-}
-
-impl TlsServerConfig {
-    /// Serve with `cert` and `key`; add a client CA or a token file.
-    #[must_use]
-    pub fn new(cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
-        Self {
-            cert: cert.into(),
-            key: key.into(),
-            client_ca: None,
-            cert_role: Role::Operate,
-            cert_roles: Vec::new(),
-            tokens: Vec::new(),
-        }
-    }
-
-    /// Accept client certificates from the CA in `ca` (PEM), with `role`
-    /// unless [`Self::cert_role`] names the certificate.
-    #[must_use]
-    pub fn client_ca(mut self, ca: impl Into<PathBuf>, role: Role) -> Self {
-        self.client_ca = Some(ca.into());
-        self.cert_role = role;
-        self
-    }
-
-    /// Give the client certificate with `fingerprint` the role `role`.
-    #[must_use]
-    pub fn cert_role(mut self, fingerprint: Fingerprint, role: Role) -> Self {
-        self.cert_roles.push((fingerprint, role));
-        self
-    }
-
-    /// Accept the token in `path` inside the session, with `role`.
-    #[must_use]
-    pub fn token_file(mut self, path: impl Into<PathBuf>, role: Role) -> Self {
-        self.tokens.push((path.into(), role));
-        self
     }
 }
 
@@ -475,9 +329,10 @@ impl TlsServerGuard {
 
     /// Stop accepting, let served connections finish their calls for up
     /// to `grace`, then close the rest (as
-    /// [`TcpServerGuard::shutdown`](super::TcpServerGuard::shutdown)).
+    /// [`TcpServerGuard::shutdown`](crate::control::TcpServerGuard::shutdown)).
     pub async fn shutdown(mut self, grace: Duration) {
-        super::bounds::stop_serving(&mut self.task, &self.served, &self.cancel, grace).await;
+        crate::control::bounds::stop_serving(&mut self.task, &self.served, &self.cancel, grace)
+            .await;
     }
 }
 
