@@ -21,6 +21,10 @@
 //! (`invariants_hold_after_every_step_of_arbitrary_sequences`), and
 //! `exiting` is terminal.
 //!
+//! [`Lifecycle::ready`] is [`step`] plus everything the shell does for the
+//! step (what to journal and how, when to answer, what to publish): a
+//! transition is data the Lifecycle actor executes (`lifecycle/ready.rs`).
+//!
 //! Beyond the reference machine:
 //! - [`LifecycleEvent::RuntimeEnded`]: a runtime that ends while running
 //!   drains (then: fail) and lands in `failed` with backoff, or in `wedged`
@@ -62,10 +66,14 @@
 //!   `spec_table` (the `failed(budget)` rows and the "Timers" table), and
 //!   end to end by `tests/it/timing.rs` and `tests/it/budget.rs`.
 //! - Every event in `exiting` is refused as `exiting`.
-//! - [`LifecycleEvent::Restart`] carries its [`Preflight`]: a restart whose
-//!   new config does not resolve is refused as `config_invalid` (with the
-//!   error) wherever it would drain, so the runtime keeps serving; a forced
-//!   one (`skipped`) drains anyway. Checked by
+//! - [`LifecycleEvent::Restart`] carries its [`Preflight`]: an operator's
+//!   restart arrives `unchecked`, and where it would drain the machine
+//!   moves nothing and asks for the check ([`Effect::Preflight`]); the
+//!   outcome comes back as [`LifecycleEvent::PreflightDone`], stepped as
+//!   the restart it answers. A restart whose new config does not resolve is
+//!   refused as `config_invalid` (with the error) wherever it would drain,
+//!   so the runtime keeps serving; a forced one (`skipped`) drains anyway.
+//!   Checked by
 //!   `tests::a_restart_whose_config_does_not_resolve_is_refused_and_keeps_running`
 //!   and `tests/it/lifecycle_props.rs`
 //!   (`a_restart_whose_preflight_is_invalid_never_leaves_running`).
@@ -406,6 +414,10 @@ pub enum Preflight {
     },
     /// Not checked: the operator forced the restart (`restart --force`).
     Skipped,
+    /// Not checked yet: where the restart would drain, the machine asks for
+    /// the check ([`Effect::Preflight`]) and decides once its outcome comes
+    /// back ([`LifecycleEvent::PreflightDone`]).
+    Unchecked,
 }
 
 impl Preflight {
@@ -416,6 +428,7 @@ impl Preflight {
             Self::Ok => "ok",
             Self::Invalid { .. } => "invalid",
             Self::Skipped => "skipped",
+            Self::Unchecked => "unchecked",
         }
     }
 }
@@ -526,6 +539,16 @@ pub enum LifecycleEvent {
         /// What resolving the new config before the drain found.
         preflight: Preflight,
     },
+    /// What a restart's preflight ([`Effect::Preflight`]) found: stepped
+    /// as the `restart` it answers, carrying that outcome, in whatever
+    /// state the lifecycle is in when it comes back. Refusals and the
+    /// journal name it `restart`.
+    PreflightDone {
+        /// When.
+        at: Timestamp,
+        /// Why the new config does not resolve; `None`: it resolves.
+        error: Option<String>,
+    },
     /// End the process.
     Exit {
         /// Halt or relaunch.
@@ -579,6 +602,7 @@ impl LifecycleEvent {
             Self::Stable { .. } => "stable",
             Self::Stop { .. } => "stop",
             Self::Restart { .. } => "restart",
+            Self::PreflightDone { .. } => "preflight_done",
             Self::Exit { .. } => "exit",
             Self::Drained { .. } => "drained",
             Self::Reinit { .. } => "reinit",
@@ -632,6 +656,10 @@ pub enum Effect {
     /// Run the service's wipe step over the released store (then report
     /// `wiped`).
     Wipe,
+    /// Resolve the config a restart would boot with, off the actor's
+    /// handler (then report `preflight_done`, answering the restart with
+    /// its step).
+    Preflight,
 }
 
 impl Effect {
@@ -647,6 +675,7 @@ impl Effect {
             Self::CancelApply => "cancel_apply",
             Self::Exit(_) => "exit",
             Self::Wipe => "wipe",
+            Self::Preflight => "preflight",
         }
     }
 }
@@ -1267,6 +1296,16 @@ fn transition(m: &Lifecycle, event: &LifecycleEvent) -> Result<(Lifecycle, Effec
     use LifecycleEvent as E;
     use LifecycleState as S;
 
+    if let E::PreflightDone { at, error } = event {
+        // The restart the preflight answers, decided where it lands.
+        let preflight = match error {
+            None => Preflight::Ok,
+            Some(error) => Preflight::Invalid {
+                error: error.clone(),
+            },
+        };
+        return transition(m, &E::Restart { at: *at, preflight });
+    }
     let mut next = m.clone();
     let effect = match (&m.state, event) {
         (S::Exiting { .. }, _) => return Err(refused(m, event, RefusedBecause::Exiting)),
@@ -1372,6 +1411,15 @@ fn transition(m: &Lifecycle, event: &LifecycleEvent) -> Result<(Lifecycle, Effec
                 ..refused(m, event, RefusedBecause::ConfigInvalid)
             });
         }
+        // Where it would drain, an unchecked restart first asks for its
+        // preflight; nothing moves until `preflight_done`.
+        (
+            S::Booting { .. } | S::Running { .. },
+            E::Restart {
+                preflight: Preflight::Unchecked,
+                ..
+            },
+        ) => Effect::Preflight,
         (S::Booting { attempt, .. }, E::Restart { .. }) => {
             next.drain(*attempt, AfterDrain::Restart, Effect::CancelBoot)
         }
@@ -1555,6 +1603,12 @@ fn refusal(state: &LifecycleState, event: &LifecycleEvent) -> RefusedBecause {
         _ => RefusedBecause::Unexpected,
     }
 }
+
+mod ready;
+
+pub use ready::{
+    AttemptEnd, Entered, Journaling, Origin, Ready, RecordKind, Records, Reply, Settled, WipeEnd,
+};
 
 #[cfg(test)]
 mod tests;

@@ -900,6 +900,9 @@ impl LifecycleActorState {
             Effect::Wipe => {
                 crate::drain::start_wipe(Arc::clone(&self.shared), myself.get_derived())
             }
+            // Asked for only by a restart stepped unchecked, which this
+            // actor does not send: it preflights before stepping.
+            Effect::Preflight => {}
             Effect::Exit(intent) => {
                 let marker = RunMarker::Released {
                     at_ms: self.shared.clock.now().as_millis(),
