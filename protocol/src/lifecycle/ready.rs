@@ -27,7 +27,8 @@ pub enum Origin {
     /// disk): it stands even when its records are not durable.
     Fact,
     /// A boot's end reported by its task (`boot_failed`): the attempt ends
-    /// with the transition. `cancelled`: the boot ended on a cancel.
+    /// with the transition. `cancelled`: the boot ended on a cancel. With
+    /// any other event, a fact.
     BootEnd {
         /// Whether the boot ended because it was cancelled.
         cancelled: bool,
@@ -229,14 +230,12 @@ impl Lifecycle {
         };
 
         let mut records = Records::default();
-        if let Origin::BootEnd { cancelled } = origin {
-            let at = match event {
-                LifecycleEvent::BootFailed { report, .. } => Some(report.at),
-                _ => None,
-            };
+        if let (Origin::BootEnd { cancelled }, LifecycleEvent::BootFailed { report, .. }) =
+            (origin, event)
+        {
             records.push(RecordKind::AttemptEnded {
                 result: self.boot_end(cancelled),
-                at,
+                at: Some(report.at),
             });
         }
         // A boot's phases and progress are journaled by the boot itself;
