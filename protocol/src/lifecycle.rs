@@ -463,6 +463,26 @@ pub enum LifecycleEvent {
         /// When.
         at: Timestamp,
     },
+    /// The watcher saw the configuration written (the declared file, or the
+    /// override tier) and does not know yet whether its bytes changed.
+    /// Where a failure is held on its config, the machine asks whether what
+    /// the failed boot read changed ([`Effect::CheckConfig`]); elsewhere it
+    /// is a `config_changed`. The journal calls it `config_changed`.
+    ConfigTouched {
+        /// When.
+        at: Timestamp,
+    },
+    /// What [`Effect::CheckConfig`] found: whether the configuration the
+    /// last boot read changed since. Changed, it is a `config_changed`;
+    /// unchanged, a failure held on its config stays held (a retry would
+    /// read the same bytes and fail again). The journal calls it
+    /// `config_changed`.
+    ConfigChecked {
+        /// When.
+        at: Timestamp,
+        /// Whether it changed (or cannot be told apart: no declared file).
+        changed: bool,
+    },
     /// A configuration change reached the running runtime: what it took in
     /// place it now reflects, and `pending` is what it reflects only after a
     /// restart.
@@ -592,6 +612,8 @@ impl LifecycleEvent {
             Self::Retry { .. } => "retry",
             Self::RetryDue { .. } => "retry_due",
             Self::ConfigChanged { .. } => "config_changed",
+            Self::ConfigTouched { .. } => "config_touched",
+            Self::ConfigChecked { .. } => "config_checked",
             Self::ConfigApplied { .. } => "config_applied",
             Self::Phase { .. } => "phase",
             Self::Progress { .. } => "progress",
@@ -607,6 +629,19 @@ impl LifecycleEvent {
             Self::Drained { .. } => "drained",
             Self::Reinit { .. } => "reinit",
             Self::Wiped { .. } => "wiped",
+        }
+    }
+
+    /// The name the journal, the logs and a refusal give this event: the
+    /// event it stands for (a preflight's outcome is the `restart` it
+    /// answers; a touched or checked config is a `config_changed`), its
+    /// own name otherwise.
+    #[must_use]
+    pub const fn recorded_as(&self) -> &'static str {
+        match self {
+            Self::PreflightDone { .. } => "restart",
+            Self::ConfigTouched { .. } | Self::ConfigChecked { .. } => "config_changed",
+            other => other.name(),
         }
     }
 
@@ -660,6 +695,10 @@ pub enum Effect {
     /// handler (then report `preflight_done`, answering the restart with
     /// its step).
     Preflight,
+    /// Tell whether the configuration the last boot read changed since
+    /// (its declared file's fingerprint, the override tier's generation),
+    /// then report `config_checked`.
+    CheckConfig,
 }
 
 impl Effect {
@@ -676,6 +715,7 @@ impl Effect {
             Self::Exit(_) => "exit",
             Self::Wipe => "wipe",
             Self::Preflight => "preflight",
+            Self::CheckConfig => "check_config",
         }
     }
 }
@@ -1305,6 +1345,23 @@ fn transition(m: &Lifecycle, event: &LifecycleEvent) -> Result<(Lifecycle, Effec
             },
         };
         return transition(m, &E::Restart { at: *at, preflight });
+    }
+    // A failure held on its config is retried only if what its boot read
+    // changed: asked where it matters, a `config_changed` everywhere else.
+    let held = matches!(
+        m.state,
+        S::Failed {
+            retry: RetryClass::Hold,
+            ..
+        }
+    );
+    match event {
+        E::ConfigTouched { .. } if held => return Ok((m.clone(), Effect::CheckConfig)),
+        E::ConfigChecked { changed: false, .. } if held => return Ok((m.clone(), Effect::None)),
+        E::ConfigTouched { at } | E::ConfigChecked { at, .. } => {
+            return transition(m, &E::ConfigChanged { at: *at });
+        }
+        _ => {}
     }
     let mut next = m.clone();
     let effect = match (&m.state, event) {

@@ -66,9 +66,14 @@
 //! - A held failure is settled against the declared file as it is when the
 //!   failure lands: if its fingerprint differs from the one taken before the
 //!   boot read it, the change is not lost (`config_changed` is stepped at
-//!   once). A boot that reaches running is settled the same way, off the
-//!   actor once running is published: a change that landed after the boot
-//!   read the file (its event refused while booting) is applied
+//!   once). A watcher's change reaches the machine as `config_touched`;
+//!   where a failure is held on its config the machine asks whether what
+//!   the boot read changed ([`Effect::CheckConfig`]) and this actor answers
+//!   `config_checked` from the fingerprint, so a write of the same bytes
+//!   never retries it. A boot that reaches running is settled the same
+//!   way, off the actor once running is published: a change that landed
+//!   after the boot read the file (its event refused while booting) is
+//!   applied
 //!   (`supervisor::a_change_that_lands_during_a_successful_boot_is_applied`).
 //! - The machine owns its timers: every step hands back the next wake it
 //!   wants ([`steadfast_protocol::lifecycle::Wake`]: retry due, stable
@@ -128,7 +133,7 @@ use steadfast_protocol::journal::{AttemptResult as JournalResult, Record};
 use steadfast_protocol::lifecycle::{
     AttemptEnd, Effect, Entered, ExitIntent, FailureClass, FailureReport, Journaling, Lifecycle,
     LifecycleEvent, LifecycleState, Origin, PendingApply, Phase, Preflight, Ready, RecordKind,
-    Refused, Reply, RetryClass, Settled, StoreOutcome, Timer, Wake, WipeEnd,
+    Refused, Reply, Settled, StoreOutcome, Timer, Wake, WipeEnd,
 };
 use steadfast_protocol::snapshot::{
     AttemptRecord, AttemptResult, BudgetStatus, ErrorSource, Errors, PhaseOutcome, PhaseRecord,
@@ -571,15 +576,16 @@ impl Actor for LifecycleActor {
                     }
                 }
                 LifecycleMsg::ConfigChanged => {
-                    if state.held_on_the_bytes_it_read().await {
-                        tracing::debug!(
-                            "the declared file holds the bytes the held boot read: not retried"
-                        );
-                    } else {
-                        state
-                            .fire(&myself, LifecycleEvent::ConfigChanged { at: now })
-                            .await
-                            .ok();
+                    let touched = LifecycleEvent::ConfigTouched { at: now };
+                    if let Ok(Effect::CheckConfig) = state.fire(&myself, touched).await {
+                        let changed = state.changed_since_boot().await != Some(false);
+                        if !changed {
+                            tracing::debug!(
+                                "the declared file holds the bytes the held boot read: not retried"
+                            );
+                        }
+                        let checked = LifecycleEvent::ConfigChecked { at: now, changed };
+                        state.fire(&myself, checked).await.ok();
                     }
                 }
                 LifecycleMsg::ApplyEnded(ended) => state.apply_ended(&myself, *ended).await?,
@@ -896,6 +902,9 @@ impl LifecycleActorState {
             // Performed with the restart's answer, which travels with it
             // (`Reply::WithPreflight`, in `run_command`).
             Effect::Preflight => {}
+            // Answered by the handler that stepped the change, at once
+            // (`LifecycleMsg::ConfigChanged`).
+            Effect::CheckConfig => {}
             Effect::Exit(intent) => {
                 let marker = RunMarker::Released {
                     at_ms: self.shared.clock.now().as_millis(),
@@ -919,21 +928,6 @@ impl LifecycleActorState {
                 myself.stop(Some(format!("exit({})", intent.name())));
             }
         }
-    }
-
-    /// Whether a change event would retry a boot held on its config for
-    /// nothing: nothing it read changed (the event is of a write it already
-    /// saw, arriving after its quiet period, or of the same bytes written
-    /// again), so a retry would read the same bytes and fail again. An
-    /// operator's `reload` is a command and is not asked this.
-    async fn held_on_the_bytes_it_read(&self) -> bool {
-        matches!(
-            self.machine.state,
-            LifecycleState::Failed {
-                retry: RetryClass::Hold,
-                ..
-            }
-        ) && self.changed_since_boot().await == Some(false)
     }
 
     /// Whether what the last boot read changed since: an override, or the

@@ -112,7 +112,8 @@ impl Records {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Journaling {
     /// There are none (a boot's phase or progress: the boot journals its
-    /// own; a restart waiting for its preflight moves nothing).
+    /// own; a step waiting for the shell's answer, or whose answer changed
+    /// nothing, moves nothing).
     Nothing,
     /// Staged: a fact that changes nothing (machine, effect and wake as
     /// they were) is written with the next acknowledged append and nothing
@@ -238,15 +239,23 @@ impl Lifecycle {
                 at: Some(report.at),
             });
         }
-        // A boot's phases and progress are journaled by the boot itself;
-        // a restart waiting for its preflight moves nothing.
-        let moves = !matches!(
-            event,
-            LifecycleEvent::Phase { .. } | LifecycleEvent::Progress { .. }
-        ) && effect != Effect::Preflight;
-        if moves {
+        // A step that asks the shell a question first (a restart's
+        // preflight, whether a held failure's config changed), or whose
+        // answer leaves all as it was, moves nothing: nothing to journal or
+        // publish.
+        let quiet = matches!(effect, Effect::Preflight | Effect::CheckConfig)
+            || (matches!(event, LifecycleEvent::ConfigChecked { changed: false, .. })
+                && effect == Effect::None
+                && self.unchanged(&next));
+        // A boot's phases and progress are journaled by the boot itself.
+        let journaled = !quiet
+            && !matches!(
+                event,
+                LifecycleEvent::Phase { .. } | LifecycleEvent::Progress { .. }
+            );
+        if journaled {
             records.push(RecordKind::Transition {
-                event: recorded_as(event),
+                event: event.recorded_as(),
             });
         }
         if let LifecycleEvent::Booted { .. } = event {
@@ -295,7 +304,7 @@ impl Lifecycle {
         };
 
         let publish = journaling != Journaling::Staged
-            && effect != Effect::Preflight
+            && !quiet
             && !matches!(event, LifecycleEvent::Progress { .. });
         let entered = if std::mem::discriminant(&self.state) == std::mem::discriminant(&next.state)
         {
@@ -399,15 +408,6 @@ impl Lifecycle {
             && self.applying == next.applying
             && self.step_deadline_at == next.step_deadline_at
             && self.state == next.state
-    }
-}
-
-/// The name a transition record gives `event`: a preflight's outcome is
-/// the restart it answers.
-const fn recorded_as(event: &LifecycleEvent) -> &'static str {
-    match event {
-        LifecycleEvent::PreflightDone { .. } => "restart",
-        other => other.name(),
     }
 }
 

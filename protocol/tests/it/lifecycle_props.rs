@@ -714,7 +714,8 @@ fn no_step_deadline_fails_a_boot_that_reports_progress_in_time() {
 }
 
 /// What `ready` adds to `step`, from every origin, over arbitrary
-/// sequences that include unchecked restarts and preflight outcomes: the
+/// sequences that include unchecked restarts, preflight outcomes and
+/// touched or checked configs: the
 /// same next, effect and wake (or the same refusal), and extras that keep
 /// their rules (`spec/lifecycle.md`, "Vocabulary", Ready).
 #[test]
@@ -728,6 +729,9 @@ fn ready_is_step_plus_data_over_arbitrary_sequences() {
         }),
         1 => (0u64..200_000, prop::option::of(Just("kvd.toml: bad".to_owned())))
             .prop_map(|(at, error)| LifecycleEvent::PreflightDone { at: Timestamp(at), error }),
+        1 => (0u64..200_000).prop_map(|at| LifecycleEvent::ConfigTouched { at: Timestamp(at) }),
+        1 => (0u64..200_000, any::<bool>())
+            .prop_map(|(at, changed)| LifecycleEvent::ConfigChecked { at: Timestamp(at), changed }),
     ];
     let origin = prop_oneof![
         2 => Just(Origin::Fact),
@@ -795,6 +799,27 @@ fn ready_is_step_plus_data_over_arbitrary_sequences() {
                             .any(|r| matches!(r, RecordKind::AttemptStarted { .. })),
                         matches!(ready.effect, Effect::StartBoot { .. })
                     );
+                    // A touched or checked config is a change, except in a
+                    // failure held on its config.
+                    if let LifecycleEvent::ConfigTouched { at }
+                    | LifecycleEvent::ConfigChecked { at, .. } = event
+                        && !matches!(
+                            m.state,
+                            LifecycleState::Failed {
+                                retry: RetryClass::Hold,
+                                ..
+                            }
+                        )
+                    {
+                        let change = LifecycleEvent::ConfigChanged { at: *at };
+                        let (next, effect, _) = m.step(&change).expect("accepted as the change");
+                        prop_assert_eq!(&ready.next, &next);
+                        prop_assert_eq!(ready.effect, effect);
+                    }
+                    if ready.effect == Effect::CheckConfig {
+                        prop_assert_eq!(&ready.next, &m);
+                        prop_assert!(ready.records.is_empty() && !ready.publish);
+                    }
                     if ready.effect == Effect::Preflight {
                         prop_assert_eq!(&ready.next, &m);
                         prop_assert!(ready.records.is_empty() && !ready.publish);

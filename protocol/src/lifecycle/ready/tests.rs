@@ -435,3 +435,49 @@ fn a_crashed_drain_or_wipe_and_a_boots_phase_are_read_off_the_machine() {
         }
     );
 }
+
+#[test]
+fn a_touched_config_is_checked_only_where_a_failure_is_held_on_it() {
+    let hold = LifecycleEvent::BootFailed {
+        report: report(20),
+        class: FailureClass::Hold,
+        store: StoreOutcome::Released,
+    };
+    let held = go(&booting(), &hold, Origin::BootEnd { cancelled: false }).next;
+    let touched = LifecycleEvent::ConfigTouched { at: t(30) };
+    let ready = go(&held, &touched, FACT);
+    assert_eq!(ready.next, held);
+    assert_eq!(ready.effect, Effect::CheckConfig);
+    assert_eq!(ready.journaling, Journaling::Nothing);
+    assert!(!ready.publish);
+    let same = LifecycleEvent::ConfigChecked {
+        at: t(31),
+        changed: false,
+    };
+    let ready = go(&held, &same, FACT);
+    assert_eq!(
+        (ready.effect, ready.journaling),
+        (Effect::None, Journaling::Nothing)
+    );
+    assert_eq!(ready.next, held);
+    assert!(!ready.publish);
+    let changed = LifecycleEvent::ConfigChecked {
+        at: t(31),
+        changed: true,
+    };
+    let ready = go(&held, &changed, FACT);
+    assert_eq!(ready.effect, Effect::StartBoot { attempt: nz(2) });
+    assert_eq!(
+        records(&ready),
+        [
+            transition_record("config_changed"),
+            RecordKind::AttemptStarted { attempt: nz(2) }
+        ]
+    );
+    // Elsewhere a touch is a change: applied in place while running,
+    // refused (as `config_changed`) while booting.
+    assert_eq!(go(&running(), &touched, FACT).effect, Effect::ApplyConfig);
+    let refused = booting().ready(&touched, FACT).expect_err("busy");
+    assert_eq!(refused.reason, RefusedBecause::LifecycleBusy);
+    assert_eq!(refused.event, "config_changed");
+}

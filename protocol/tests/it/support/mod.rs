@@ -37,7 +37,7 @@ pub const STATES: [&str; 20] = [
 ];
 
 /// The event labels of the spec's table, in its order.
-pub const EVENTS: [&str; 37] = [
+pub const EVENTS: [&str; 40] = [
     "held_at_startup",
     "start",
     "retry",
@@ -45,6 +45,9 @@ pub const EVENTS: [&str; 37] = [
     "retry_due(early)",
     "config_changed",
     "config_applied",
+    "config_touched",
+    "config_checked",
+    "config_checked(same)",
     "phase",
     "progress",
     "progress(stale)",
@@ -289,6 +292,9 @@ pub fn event(label: &str, m: &Lifecycle) -> LifecycleEvent {
                 leaves: vec!["listen_addr".into()],
             },
         },
+        "config_touched" => E::ConfigTouched { at },
+        "config_checked" => E::ConfigChecked { at, changed: true },
+        "config_checked(same)" => E::ConfigChecked { at, changed: false },
         "phase" => E::Phase {
             phase: Phase::new("open_store"),
             at,
