@@ -65,6 +65,12 @@
 //!   and the invariants run (wakes, early timers, an operator's retry),
 //!   `spec_table` (the `failed(budget)` rows and the "Timers" table), and
 //!   end to end by `tests/it/timing.rs` and `tests/it/budget.rs`.
+//! - A change the watcher saw arrives as [`LifecycleEvent::ConfigTouched`]:
+//!   where a failure is held on its config the machine asks whether what
+//!   the boot read changed ([`Effect::CheckConfig`]) and retries only on a
+//!   [`LifecycleEvent::ConfigChecked`] that says so; elsewhere it is a
+//!   `config_changed`. Checked by `ready::tests` and `spec_table` (the
+//!   `config_touched` and `config_checked` rows).
 //! - Every event in `exiting` is refused as `exiting`.
 //! - [`LifecycleEvent::Restart`] carries its [`Preflight`]: an operator's
 //!   restart arrives `unchecked`, and where it would drain the machine
