@@ -7,11 +7,13 @@
 //! executes this value in order and decides none of it.
 //!
 //! The invariant it holds: **`ready` is `step` plus data.** Its `next`,
-//! `effect` and `wake` are exactly [`step`]'s, and a refusal is the same
-//! refusal (`ready::tests::ready_agrees_with_step_on_every_fixture`); every
-//! extra is a function of the lifecycle, the event and the [`Origin`], so
-//! the shell's choices (what is written ahead, what is staged, what a
-//! reply waits for) are tested here by value
+//! `effect` and `wake` are exactly [`step`](super::step)'s, and a refusal
+//! is the same refusal (`ready::tests::ready_agrees_with_step_on_every_fixture`,
+//! and over arbitrary sequences from every origin
+//! `lifecycle_props::ready_is_step_plus_data_over_arbitrary_sequences`);
+//! every extra is a function of the lifecycle, the event and the
+//! [`Origin`], so the shell's choices (what is written ahead, what is
+//! staged, what a reply waits for) are tested here by value
 //! (`ready::tests`, one test per decision).
 
 use super::{
@@ -218,10 +220,10 @@ pub struct Ready {
 
 impl Lifecycle {
     /// Take one step and say everything the shell does for it: see
-    /// [`Ready`]. `next`, `effect` and `wake` are [`step`]'s.
+    /// [`Ready`]. `next`, `effect` and `wake` are [`step`](super::step)'s.
     ///
     /// # Errors
-    /// [`Refused`], exactly as [`step`].
+    /// [`Refused`], exactly as [`step`](super::step).
     pub fn ready(&self, event: &LifecycleEvent, origin: Origin) -> Result<Ready, Refused> {
         let (next, effect) = transition(self, event)?;
         let wake = next.wake();
