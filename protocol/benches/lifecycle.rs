@@ -1,8 +1,9 @@
-//! Time per event through `lifecycle::step` over a realistic mixed sequence:
+//! Time per event through `lifecycle::step` (and `Lifecycle::ready`, the
+//! same step with what the shell does for it) over a realistic mixed sequence:
 //! boots with their phases, a failure and its backoff retry, config changes
 //! applied in place, a runtime that ends, stop/start and restart, and the
 //! refusals an operator's stray commands meet. Report: the median of
-//! `mixed_sequence` divided by `EVENTS_PER_ROUND` (criterion prints the
+//! `mixed_sequence` (or `ready_sequence`) divided by `EVENTS_PER_ROUND` (criterion prints the
 //! per-element rate too, from the declared throughput).
 //!
 //! Run: `cargo bench -p steadfast-protocol --bench lifecycle`.
@@ -13,7 +14,8 @@ use std::num::NonZeroU32;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use steadfast_protocol::Timestamp;
 use steadfast_protocol::lifecycle::{
-    FailureClass, FailureReport, Lifecycle, LifecycleEvent as E, PendingApply, Phase, StoreOutcome,
+    FailureClass, FailureReport, Lifecycle, LifecycleEvent as E, Origin, PendingApply, Phase,
+    StoreOutcome,
 };
 
 /// One round of a daemon's life, in events; every round starts and ends in
@@ -148,6 +150,20 @@ fn bench(c: &mut Criterion) {
                 if let Ok((next, effect, _)) = black_box(&m).step(black_box(e)) {
                     black_box(effect);
                     m = next;
+                }
+            }
+            m
+        });
+    });
+    // The same sequence through `ready`: the step plus what the shell does
+    // for it (records, journaling, reply, publish, entered, settled).
+    group.bench_function("ready_sequence", |b| {
+        b.iter(|| {
+            let mut m = start.clone();
+            for e in &events {
+                if let Ok(ready) = black_box(&m).ready(black_box(e), Origin::Fact) {
+                    black_box((ready.effect, ready.records, ready.journaling));
+                    m = ready.next;
                 }
             }
             m

@@ -21,6 +21,10 @@
 //! (`invariants_hold_after_every_step_of_arbitrary_sequences`), and
 //! `exiting` is terminal.
 //!
+//! [`Lifecycle::ready`] is [`step`] plus everything the shell does for the
+//! step (what to journal and how, when to answer, what to publish): a
+//! transition is data the Lifecycle actor executes (`lifecycle/ready.rs`).
+//!
 //! Beyond the reference machine:
 //! - [`LifecycleEvent::RuntimeEnded`]: a runtime that ends while running
 //!   drains (then: fail) and lands in `failed` with backoff, or in `wedged`
@@ -61,11 +65,21 @@
 //!   and the invariants run (wakes, early timers, an operator's retry),
 //!   `spec_table` (the `failed(budget)` rows and the "Timers" table), and
 //!   end to end by `tests/it/timing.rs` and `tests/it/budget.rs`.
+//! - A change the watcher saw arrives as [`LifecycleEvent::ConfigTouched`]:
+//!   where a failure is held on its config the machine asks whether what
+//!   the boot read changed ([`Effect::CheckConfig`]) and retries only on a
+//!   [`LifecycleEvent::ConfigChecked`] that says so; elsewhere it is a
+//!   `config_changed`. Checked by `ready::tests` and `spec_table` (the
+//!   `config_touched` and `config_checked` rows).
 //! - Every event in `exiting` is refused as `exiting`.
-//! - [`LifecycleEvent::Restart`] carries its [`Preflight`]: a restart whose
-//!   new config does not resolve is refused as `config_invalid` (with the
-//!   error) wherever it would drain, so the runtime keeps serving; a forced
-//!   one (`skipped`) drains anyway. Checked by
+//! - [`LifecycleEvent::Restart`] carries its [`Preflight`]: an operator's
+//!   restart arrives `unchecked`, and where it would drain the machine
+//!   moves nothing and asks for the check ([`Effect::Preflight`]); the
+//!   outcome comes back as [`LifecycleEvent::PreflightDone`], stepped as
+//!   the restart it answers. A restart whose new config does not resolve is
+//!   refused as `config_invalid` (with the error) wherever it would drain,
+//!   so the runtime keeps serving; a forced one (`skipped`) drains anyway.
+//!   Checked by
 //!   `tests::a_restart_whose_config_does_not_resolve_is_refused_and_keeps_running`
 //!   and `tests/it/lifecycle_props.rs`
 //!   (`a_restart_whose_preflight_is_invalid_never_leaves_running`).
@@ -406,6 +420,10 @@ pub enum Preflight {
     },
     /// Not checked: the operator forced the restart (`restart --force`).
     Skipped,
+    /// Not checked yet: where the restart would drain, the machine asks for
+    /// the check ([`Effect::Preflight`]) and decides once its outcome comes
+    /// back ([`LifecycleEvent::PreflightDone`]).
+    Unchecked,
 }
 
 impl Preflight {
@@ -416,6 +434,7 @@ impl Preflight {
             Self::Ok => "ok",
             Self::Invalid { .. } => "invalid",
             Self::Skipped => "skipped",
+            Self::Unchecked => "unchecked",
         }
     }
 }
@@ -449,6 +468,26 @@ pub enum LifecycleEvent {
     ConfigChanged {
         /// When.
         at: Timestamp,
+    },
+    /// The watcher saw the configuration written (the declared file, or the
+    /// override tier) and does not know yet whether its bytes changed.
+    /// Where a failure is held on its config, the machine asks whether what
+    /// the failed boot read changed ([`Effect::CheckConfig`]); elsewhere it
+    /// is a `config_changed`. The journal calls it `config_changed`.
+    ConfigTouched {
+        /// When.
+        at: Timestamp,
+    },
+    /// What [`Effect::CheckConfig`] found: whether the configuration the
+    /// last boot read changed since. Changed, it is a `config_changed`;
+    /// unchanged, a failure held on its config stays held (a retry would
+    /// read the same bytes and fail again). The journal calls it
+    /// `config_changed`.
+    ConfigChecked {
+        /// When.
+        at: Timestamp,
+        /// Whether it changed (or cannot be told apart: no declared file).
+        changed: bool,
     },
     /// A configuration change reached the running runtime: what it took in
     /// place it now reflects, and `pending` is what it reflects only after a
@@ -526,6 +565,16 @@ pub enum LifecycleEvent {
         /// What resolving the new config before the drain found.
         preflight: Preflight,
     },
+    /// What a restart's preflight ([`Effect::Preflight`]) found: stepped
+    /// as the `restart` it answers, carrying that outcome, in whatever
+    /// state the lifecycle is in when it comes back. Refusals and the
+    /// journal name it `restart`.
+    PreflightDone {
+        /// When.
+        at: Timestamp,
+        /// Why the new config does not resolve; `None`: it resolves.
+        error: Option<String>,
+    },
     /// End the process.
     Exit {
         /// Halt or relaunch.
@@ -569,6 +618,8 @@ impl LifecycleEvent {
             Self::Retry { .. } => "retry",
             Self::RetryDue { .. } => "retry_due",
             Self::ConfigChanged { .. } => "config_changed",
+            Self::ConfigTouched { .. } => "config_touched",
+            Self::ConfigChecked { .. } => "config_checked",
             Self::ConfigApplied { .. } => "config_applied",
             Self::Phase { .. } => "phase",
             Self::Progress { .. } => "progress",
@@ -579,10 +630,24 @@ impl LifecycleEvent {
             Self::Stable { .. } => "stable",
             Self::Stop { .. } => "stop",
             Self::Restart { .. } => "restart",
+            Self::PreflightDone { .. } => "preflight_done",
             Self::Exit { .. } => "exit",
             Self::Drained { .. } => "drained",
             Self::Reinit { .. } => "reinit",
             Self::Wiped { .. } => "wiped",
+        }
+    }
+
+    /// The name the journal, the logs and a refusal give this event: the
+    /// event it stands for (a preflight's outcome is the `restart` it
+    /// answers; a touched or checked config is a `config_changed`), its
+    /// own name otherwise.
+    #[must_use]
+    pub const fn recorded_as(&self) -> &'static str {
+        match self {
+            Self::PreflightDone { .. } => "restart",
+            Self::ConfigTouched { .. } | Self::ConfigChecked { .. } => "config_changed",
+            other => other.name(),
         }
     }
 
@@ -632,6 +697,14 @@ pub enum Effect {
     /// Run the service's wipe step over the released store (then report
     /// `wiped`).
     Wipe,
+    /// Resolve the config a restart would boot with, off the actor's
+    /// handler (then report `preflight_done`, answering the restart with
+    /// its step).
+    Preflight,
+    /// Tell whether the configuration the last boot read changed since
+    /// (its declared file's fingerprint, the override tier's generation),
+    /// then report `config_checked`.
+    CheckConfig,
 }
 
 impl Effect {
@@ -647,6 +720,8 @@ impl Effect {
             Self::CancelApply => "cancel_apply",
             Self::Exit(_) => "exit",
             Self::Wipe => "wipe",
+            Self::Preflight => "preflight",
+            Self::CheckConfig => "check_config",
         }
     }
 }
@@ -1267,6 +1342,33 @@ fn transition(m: &Lifecycle, event: &LifecycleEvent) -> Result<(Lifecycle, Effec
     use LifecycleEvent as E;
     use LifecycleState as S;
 
+    if let E::PreflightDone { at, error } = event {
+        // The restart the preflight answers, decided where it lands.
+        let preflight = match error {
+            None => Preflight::Ok,
+            Some(error) => Preflight::Invalid {
+                error: error.clone(),
+            },
+        };
+        return transition(m, &E::Restart { at: *at, preflight });
+    }
+    // A failure held on its config is retried only if what its boot read
+    // changed: asked where it matters, a `config_changed` everywhere else.
+    let held = matches!(
+        m.state,
+        S::Failed {
+            retry: RetryClass::Hold,
+            ..
+        }
+    );
+    match event {
+        E::ConfigTouched { .. } if held => return Ok((m.clone(), Effect::CheckConfig)),
+        E::ConfigChecked { changed: false, .. } if held => return Ok((m.clone(), Effect::None)),
+        E::ConfigTouched { at } | E::ConfigChecked { at, .. } => {
+            return transition(m, &E::ConfigChanged { at: *at });
+        }
+        _ => {}
+    }
     let mut next = m.clone();
     let effect = match (&m.state, event) {
         (S::Exiting { .. }, _) => return Err(refused(m, event, RefusedBecause::Exiting)),
@@ -1372,6 +1474,15 @@ fn transition(m: &Lifecycle, event: &LifecycleEvent) -> Result<(Lifecycle, Effec
                 ..refused(m, event, RefusedBecause::ConfigInvalid)
             });
         }
+        // Where it would drain, an unchecked restart first asks for its
+        // preflight; nothing moves until `preflight_done`.
+        (
+            S::Booting { .. } | S::Running { .. },
+            E::Restart {
+                preflight: Preflight::Unchecked,
+                ..
+            },
+        ) => Effect::Preflight,
         (S::Booting { attempt, .. }, E::Restart { .. }) => {
             next.drain(*attempt, AfterDrain::Restart, Effect::CancelBoot)
         }
@@ -1555,6 +1666,12 @@ fn refusal(state: &LifecycleState, event: &LifecycleEvent) -> RefusedBecause {
         _ => RefusedBecause::Unexpected,
     }
 }
+
+mod ready;
+
+pub use ready::{
+    AttemptEnd, Entered, Journaling, Origin, Ready, RecordKind, Records, Reply, Settled, WipeEnd,
+};
 
 #[cfg(test)]
 mod tests;

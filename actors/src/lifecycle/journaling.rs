@@ -23,11 +23,12 @@ pub(super) struct Deferred {
 impl LifecycleActorState {
     /// Append `records`; whether they are durable. A failure is reported
     /// in the snapshot's `error`; the next append that succeeds clears it.
-    /// On failure a command's records are dropped (its transition is not
-    /// adopted); a fact's are staged in the Journal actor, so they are
+    /// On failure the records of a step that stands only once durable
+    /// (`durable_or_nothing`: a command's) are dropped (its transition is
+    /// not adopted); a fact's are staged in the Journal actor, so they are
     /// written, in order, before whatever comes next (a boot's progress,
     /// its checkpoints) once the disk lets the journal repair itself.
-    pub(super) async fn record(&mut self, records: Vec<Record>) -> bool {
+    pub(super) async fn record(&mut self, records: Vec<Record>, durable_or_nothing: bool) -> bool {
         if records.is_empty() {
             return true;
         }
@@ -39,28 +40,19 @@ impl LifecycleActorState {
                 true
             }
             Err(error) => {
-                self.journal_failed(error, records);
+                self.journal_failed(error, records, durable_or_nothing);
                 self.sync_deferred().await;
                 false
             }
         }
     }
 
-    /// Whether a transition's `records` are written ahead of their fsync
-    /// (see [`Deferred`]): a transition into a boot or a drain, with no
-    /// hold marker to follow it, while the journal writes and the commit
-    /// window is not zero.
-    pub(super) fn writes_ahead(
-        &self,
-        records: &[Record],
-        effect: Effect,
-        hold: Option<bool>,
-    ) -> bool {
-        !records.is_empty()
-            && hold.is_none()
-            && self.journal_error.is_none()
-            && !self.shared.timings.commit_window.is_zero()
-            && matches!(effect, Effect::StartBoot { .. } | Effect::ShutdownRuntime)
+    /// Whether a step the machine says to write ahead of its fsync
+    /// ([`Journaling::WrittenAhead`], see [`Deferred`]) can be: while the
+    /// journal writes and the commit window is not zero; otherwise it is
+    /// awaited.
+    pub(super) fn can_write_ahead(&self) -> bool {
+        self.journal_error.is_none() && !self.shared.timings.commit_window.is_zero()
     }
 
     /// Write `records` without waiting for their fsync, and open (or
@@ -69,6 +61,7 @@ impl LifecycleActorState {
         &mut self,
         myself: &ActorRef<LifecycleMsg>,
         records: Vec<Record>,
+        durable_or_nothing: bool,
     ) -> bool {
         let timeout = self.shared.timings.journal_timeout;
         match journal::write(&self.children.journal, records.clone(), timeout).await {
@@ -87,7 +80,7 @@ impl LifecycleActorState {
                 true
             }
             Err(error) => {
-                self.journal_failed(error, records);
+                self.journal_failed(error, records, durable_or_nothing);
                 self.sync_deferred().await;
                 false
             }
@@ -134,12 +127,18 @@ impl LifecycleActorState {
     }
 
     /// An append or a write failed: reported, and `records` (a fact's)
-    /// staged again unless a command's (not adopted).
-    pub(super) fn journal_failed(&mut self, error: String, records: Vec<Record>) {
+    /// staged again unless they stand only once durable (a command's: not
+    /// adopted).
+    pub(super) fn journal_failed(
+        &mut self,
+        error: String,
+        records: Vec<Record>,
+        durable_or_nothing: bool,
+    ) {
         let error = format!("the journal could not be written: {error}");
         self.fail_durability(ErrorSource::Journal, error.clone());
         self.journal_error = Some(error);
-        if !self.durable_or_nothing && !records.is_empty() {
+        if !durable_or_nothing && !records.is_empty() {
             let _ = self.children.journal.cast(JournalMsg::Stage(records));
         }
     }

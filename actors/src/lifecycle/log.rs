@@ -11,7 +11,7 @@ use super::*;
 pub(super) fn log_transition(from: &LifecycleState, event: &LifecycleEvent, to: &LifecycleState) {
     let from_label = label(from);
     let state = label(to);
-    let event = event.name();
+    let event = event.recorded_as();
     match to {
         LifecycleState::Booting { attempt, phase, .. }
             if matches!(from, LifecycleState::Booting { .. }) =>

@@ -3,13 +3,21 @@
 //! Every event — an operator's command, a boot's progress, a drain's outcome,
 //! a timer, a config change, a boot or drain task that panicked — arrives here
 //! as a [`LifecycleMsg`], is stepped through the pure machine
-//! ([`steadfast_protocol::lifecycle::step`]), journaled, adopted, published
-//! as a new [`Snapshot`], and only then is its effect performed (start a boot,
-//! cancel it, hand the runtime to the drain, apply a config, exit). A refused
-//! command is answered with the machine's refusal, unchanged.
+//! ([`Lifecycle::ready`], with the event's [`Origin`]), journaled, adopted,
+//! published as a new [`Snapshot`], and only then is its effect performed
+//! (start a boot, cancel it, hand the runtime to the drain, apply a config,
+//! preflight a restart, exit). A refused command is answered with the
+//! machine's refusal, unchanged.
+//!
+//! This actor is an executor: what to journal and how (staged, written
+//! ahead, awaited), whether a step stands only once durable, when a command
+//! is answered, what to publish and what entering a state asks all come in
+//! the step's [`Ready`]; `execute` performs it in order, and the handler
+//! only turns messages into events.
 //!
 //! This module owns the actor, its messages and the path of an event
-//! (`fire_with`: step, journal, adopt, publish, arm, perform); its parts:
+//! (`fire_with`: step, then `execute`: journal, adopt, publish, arm,
+//! perform); its parts:
 //! - `journaling`: a transition's records, appended or written ahead of
 //!   their fsync (group commit), and the deferral that waits for it;
 //! - `publish`: the snapshot's error slots and publishing it, answering
@@ -58,9 +66,14 @@
 //! - A held failure is settled against the declared file as it is when the
 //!   failure lands: if its fingerprint differs from the one taken before the
 //!   boot read it, the change is not lost (`config_changed` is stepped at
-//!   once). A boot that reaches running is settled the same way, off the
-//!   actor once running is published: a change that landed after the boot
-//!   read the file (its event refused while booting) is applied
+//!   once). A watcher's change reaches the machine as `config_touched`;
+//!   where a failure is held on its config the machine asks whether what
+//!   the boot read changed ([`Effect::CheckConfig`]) and this actor answers
+//!   `config_checked` from the fingerprint, so a write of the same bytes
+//!   never retries it. A boot that reaches running is settled the same
+//!   way, off the actor once running is published: a change that landed
+//!   after the boot read the file (its event refused while booting) is
+//!   applied
 //!   (`supervisor::a_change_that_lands_during_a_successful_boot_is_applied`).
 //! - The machine owns its timers: every step hands back the next wake it
 //!   wants ([`steadfast_protocol::lifecycle::Wake`]: retry due, stable
@@ -86,10 +99,12 @@
 //!   `tests/it/control_hostile.rs::a_command_whose_caller_gave_up_is_not_stepped`.
 //!
 //! - A `restart` (unless forced) never drains for a config that does not
-//!   resolve: the resolve runs in a spawned task (bounded by
-//!   `RESOLVE_DEADLINE`), never in this actor's handler, and comes back as
-//!   [`LifecycleMsg::RestartPreflighted`]; the `restart` event carries the
-//!   outcome and the machine refuses (`config_invalid`) or drains.
+//!   resolve: it is stepped `unchecked`, the machine asks for the
+//!   preflight ([`Effect::Preflight`]) where it would drain, the resolve
+//!   runs in a spawned task (bounded by `RESOLVE_DEADLINE`), never in this
+//!   actor's handler, and comes back as [`LifecycleMsg::PreflightDone`];
+//!   the machine steps that outcome as the restart and refuses
+//!   (`config_invalid`) or drains.
 //!   `tests/it/preflight.rs::a_broken_config_refuses_the_restart_and_kvd_keeps_serving`,
 //!   `tests/it/preflight.rs::the_preflight_runs_in_a_task_and_the_actor_keeps_answering`.
 //!
@@ -116,9 +131,9 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use steadfast_protocol::Timestamp;
 use steadfast_protocol::journal::{AttemptResult as JournalResult, Record};
 use steadfast_protocol::lifecycle::{
-    AfterDrain, Effect, ExitIntent, FailureClass, FailureReport, Lifecycle, LifecycleEvent,
-    LifecycleState, PendingApply, Phase, Preflight, Refused, RetryClass, StopReason, StoreOutcome,
-    Timer, Wake,
+    AttemptEnd, Effect, Entered, ExitIntent, FailureClass, FailureReport, Journaling, Lifecycle,
+    LifecycleEvent, LifecycleState, Origin, PendingApply, Phase, Preflight, Ready, RecordKind,
+    Refused, Reply, Settled, StoreOutcome, Timer, Wake, WipeEnd,
 };
 use steadfast_protocol::snapshot::{
     AttemptRecord, AttemptResult, BudgetStatus, ErrorSource, Errors, PhaseOutcome, PhaseRecord,
@@ -306,11 +321,11 @@ pub enum LifecycleMsg {
         /// The wipe step's error, if it failed.
         error: Option<String>,
     },
-    /// A restart's config preflight finished (it ran in a task): step the
-    /// `restart` with its outcome.
-    RestartPreflighted {
-        /// What resolving the new config found.
-        preflight: Preflight,
+    /// A restart's config preflight finished (it ran in a task): step
+    /// `preflight_done` with its outcome.
+    PreflightDone {
+        /// Why the new config does not resolve; `None`: it resolves.
+        error: Option<String>,
         /// Where the restart's answer goes.
         reply: RpcReplyPort<Result<Snapshot, CommandError>>,
     },
@@ -387,9 +402,6 @@ pub struct LifecycleActorState {
     /// The durability failure met while handling the current event, if any:
     /// a command whose transition was not made durable is not acknowledged.
     unacknowledged: Option<String>,
-    /// Set while an operator's command (other than `exit`) is being fired:
-    /// its transition is adopted only once its records are durable.
-    durable_or_nothing: bool,
     /// The journal error a failed append or fsync left, cleared by the
     /// next one that succeeds (its slot of `errors` with it).
     journal_error: Option<String>,
@@ -461,7 +473,6 @@ impl Actor for LifecycleActor {
             overrides_generation: 0,
             boot_overrides_generation: 0,
             unacknowledged: None,
-            durable_or_nothing: false,
             journal_error: None,
             errors: Errors::default(),
             exit,
@@ -565,22 +576,23 @@ impl Actor for LifecycleActor {
                     }
                 }
                 LifecycleMsg::ConfigChanged => {
-                    if state.held_on_the_bytes_it_read().await {
-                        tracing::debug!(
-                            "the declared file holds the bytes the held boot read: not retried"
-                        );
-                    } else {
-                        state
-                            .fire(&myself, LifecycleEvent::ConfigChanged { at: now })
-                            .await
-                            .ok();
+                    let touched = LifecycleEvent::ConfigTouched { at: now };
+                    if let Ok(Effect::CheckConfig) = state.fire(&myself, touched).await {
+                        let changed = state.changed_since_boot().await != Some(false);
+                        if !changed {
+                            tracing::debug!(
+                                "the declared file holds the bytes the held boot read: not retried"
+                            );
+                        }
+                        let checked = LifecycleEvent::ConfigChecked { at: now, changed };
+                        state.fire(&myself, checked).await.ok();
                     }
                 }
                 LifecycleMsg::ApplyEnded(ended) => state.apply_ended(&myself, *ended).await?,
                 LifecycleMsg::BootCrashed { reason } => {
-                    let phase = match &state.machine.state {
-                        LifecycleState::Booting { phase, .. } => phase.clone(),
-                        _ => state
+                    let phase = match state.machine.boot_phase() {
+                        Some(phase) => phase.clone(),
+                        None => state
                             .current_attempt()
                             .and_then(|a| a.phases.last())
                             .map_or(Phase::RESOLVE_CONFIG, |p| p.phase.clone()),
@@ -595,25 +607,15 @@ impl Actor for LifecycleActor {
                         class: FailureClass::Backoff,
                         store,
                     };
-                    let ended = state.end_attempt(AttemptResult::Failed, now);
                     state
-                        .fire_with(&myself, event, None, ended.into_iter().collect())
+                        .fire_with(&myself, event, Origin::BootEnd { cancelled: false })
                         .await
                         .ok();
                 }
                 LifecycleMsg::DrainCrashed { reason } => {
                     tracing::error!(%reason, "the drain panicked; probing the store");
                     let store = StoreLock::observe(&state.shared.data_dir).await;
-                    let event =
-                        if matches!(state.machine.state, LifecycleState::Reinitializing { .. }) {
-                            LifecycleEvent::Wiped {
-                                at: now,
-                                store,
-                                error: Some(format!("the wipe panicked: {reason}")),
-                            }
-                        } else {
-                            LifecycleEvent::Drained { at: now, store }
-                        };
+                    let event = state.machine.task_crashed(now, store, &reason);
                     state.fire(&myself, event).await.ok();
                 }
                 LifecycleMsg::Wiped { store, error } => {
@@ -638,9 +640,9 @@ impl Actor for LifecycleActor {
                         .await
                         .ok();
                 }
-                LifecycleMsg::RestartPreflighted { preflight, reply } => {
-                    let event = LifecycleEvent::Restart { at: now, preflight };
-                    state.run_command(&myself, event, None, false, reply).await;
+                LifecycleMsg::PreflightDone { error, reply } => {
+                    let event = LifecycleEvent::PreflightDone { at: now, error };
+                    state.run_command(&myself, event, None, reply).await;
                 }
                 LifecycleMsg::OverrideChecked(checked) => {
                     state.override_checked(&myself, checked).await;
@@ -655,114 +657,121 @@ impl Actor for LifecycleActor {
 }
 
 impl LifecycleActorState {
-    /// Step `event`; journal, adopt, publish, then perform the effect.
+    /// Step a fact; journal, adopt, publish, then perform the effect.
     async fn fire(
         &mut self,
         myself: &ActorRef<LifecycleMsg>,
         event: LifecycleEvent,
     ) -> Result<Effect, Refused> {
-        self.fire_with(myself, event, None, Vec::new()).await
+        self.fire_with(myself, event, Origin::Fact).await
     }
 
-    /// As [`Self::fire`], with a hold-marker change made durable after the
-    /// machine accepted the event and before it is adopted, and `extra`
-    /// records journaled with the transition (in the same fsync).
+    /// Step `event` sent by `origin` and execute what the step says.
     async fn fire_with(
         &mut self,
         myself: &ActorRef<LifecycleMsg>,
         event: LifecycleEvent,
-        hold: Option<bool>,
-        extra: Vec<Record>,
+        origin: Origin,
     ) -> Result<Effect, Refused> {
-        let (next, effect, wake) = match self.machine.step(&event) {
-            Ok(stepped) => stepped,
-            Err(refused) => {
-                // Internal events (a stale timer) are refused routinely; an
-                // operator's refused command is logged by the handle.
-                tracing::debug!(%refused, "event refused");
-                return Err(refused);
+        let ready = self.step(&event, origin)?;
+        Ok(self.execute(myself, &event, ready).await)
+    }
+
+    /// The machine's step for `event` sent by `origin`. A boot's end that
+    /// is refused still ends its attempt in the snapshot (its record goes
+    /// with no transition).
+    fn step(&mut self, event: &LifecycleEvent, origin: Origin) -> Result<Ready, Refused> {
+        self.machine.ready(event, origin).inspect_err(|refused| {
+            // Internal events (a stale timer) are refused routinely; an
+            // operator's refused command is logged by the handle.
+            tracing::debug!(%refused, "event refused");
+            if let Origin::BootEnd { cancelled } = origin {
+                let _ = self.end_attempt(self.machine.boot_end(cancelled), self.shared.clock.now());
             }
-        };
+        })
+    }
+
+    /// Execute a step, in the order [`Ready`] gives: journal its records as
+    /// it says (staged, written ahead or awaited), write the hold marker,
+    /// adopt, publish, arm the wake, perform the effect, then what entering
+    /// a state and settling waiters asks. A step that must stand only once
+    /// durable and did not become durable is not adopted: the effect is
+    /// then [`Effect::None`].
+    async fn execute(
+        &mut self,
+        myself: &ActorRef<LifecycleMsg>,
+        event: &LifecycleEvent,
+        ready: Ready,
+    ) -> Effect {
+        let Ready {
+            next,
+            effect,
+            wake,
+            records: kinds,
+            journaling,
+            durable_or_nothing,
+            hold,
+            reply: _,
+            publish,
+            entered,
+            settled,
+        } = ready;
         let at = self.shared.clock.now();
-        let mut records = extra;
-        // A boot's phases and progress are journaled by the boot itself
-        // (its progress not at all): they move no state the journal keeps.
-        if !matches!(
-            event,
-            LifecycleEvent::Phase { .. } | LifecycleEvent::Progress { .. }
-        ) {
-            records.push(Record::Transition {
-                at_ms: at.as_millis(),
-                from: label(&self.machine.state),
-                event: event.name().to_owned(),
-                to: label(&next.state),
-            });
+        let mut records = Vec::with_capacity(kinds.len());
+        for kind in kinds.iter() {
+            match kind {
+                RecordKind::Transition { event } => records.push(Record::Transition {
+                    at_ms: at.as_millis(),
+                    from: label(&self.machine.state),
+                    event: event.to_owned(),
+                    to: label(&next.state),
+                }),
+                RecordKind::AttemptEnded { result, at: ended } => {
+                    records.extend(self.end_attempt(result, ended.unwrap_or(at)));
+                }
+                RecordKind::AttemptStarted { attempt } => {
+                    records.push(Record::AttemptStarted {
+                        attempt: attempt.get(),
+                        at_ms: at.as_millis(),
+                    });
+                    self.open_attempt = Some(attempt.get());
+                }
+            }
         }
-        if let LifecycleEvent::Booted { .. } = event {
-            // Booted while booting: it succeeded. Booted while draining (a
-            // stop, restart or exit landed just before the boot finished):
-            // the runtime is shut down at once; the attempt was cancelled,
-            // as it would have been had the cancel won the race.
-            let result = match next.state {
-                LifecycleState::Running { .. } => AttemptResult::Succeeded,
-                _ => cancelled_result(&next.state),
-            };
-            records.extend(self.end_attempt(result, at));
-        }
-        if let Effect::StartBoot { attempt } = effect {
-            records.push(Record::AttemptStarted {
-                attempt: attempt.get(),
-                at_ms: at.as_millis(),
-            });
-            self.open_attempt = Some(attempt.get());
-        }
-        // A fact that changes nothing (the machine, its effect and its wake
-        // stay as they were: the runtime's task ending while it is shut
-        // down) moves nothing a snapshot or an answer shows: its record is
-        // staged, written in order with the next acknowledged append (the
-        // drain's own), and nothing is published for it. Group commit: one
-        // fsync fewer per stop and per restart.
-        if !self.durable_or_nothing
-            && !records.is_empty()
-            && effect == Effect::None
-            && hold.is_none()
-            && next == self.machine
-            && wake == self.machine.wake()
-        {
+        if journaling == Journaling::Staged {
+            // Nothing a snapshot or an answer shows moved: written in order
+            // with the next acknowledged append (group commit).
             let _ = self.children.journal.cast(JournalMsg::Stage(records));
-            log_transition(&self.machine.state, &event, &next.state);
-            return Ok(effect);
+            log_transition(&self.machine.state, event, &next.state);
+            return effect;
         }
         // The first boot that reaches running creates the identity: asked
         // for before its `booted` append (another file, which no record
         // refers to), so the two writes and their fsyncs overlap; `entering`
         // waits for it before `running` is published.
-        if matches!(event, LifecycleEvent::Booted { .. })
-            && matches!(next.state, LifecycleState::Running { .. })
+        if let Some(Entered::Running { .. }) = entered
             && self.snapshot.identity.is_none()
             && self.identity.is_none()
         {
             self.identity = Some(self.ask_identity(at.as_millis()));
         }
-        // Group commit: a transition into a boot or a drain is written
-        // and its effect started at once; its fsync comes with the
-        // effect's outcome (the drain's `drained`, the boot's first
-        // checkpoint or `booted`) or when the commit window passes, and
+        // Written ahead: the effect starts at once; its fsync comes with
+        // the effect's outcome or when the commit window passes, and
         // nothing is published or answered before it. A full disk still
         // refuses it here, before the effect: the write fails.
-        let ahead = self.writes_ahead(&records, effect, hold);
-        let durable = if ahead {
-            self.write_ahead(myself, records).await
-        } else {
-            self.record(records).await
+        let durable = match journaling {
+            Journaling::WrittenAhead if self.can_write_ahead() => {
+                self.write_ahead(myself, records, durable_or_nothing).await
+            }
+            _ => self.record(records, durable_or_nothing).await,
         };
-        if !durable && self.durable_or_nothing {
+        if !durable && durable_or_nothing {
             // An operator's command whose record is not on disk is not
             // adopted: nothing changes, the command is answered with the
             // durability error, and sending it again (once the disk lets
             // the journal repair itself) does it.
             self.publish();
-            return Ok(Effect::None);
+            return Effect::None;
         }
         // A hold-marker change is made durable after the transition's record
         // (a record is durable before any marker that refers to it) and
@@ -783,30 +792,28 @@ impl LifecycleActorState {
                         ErrorSource::HoldMarker,
                         format!("the hold marker could not be written: {error}"),
                     );
-                    if self.durable_or_nothing {
+                    if durable_or_nothing {
                         self.publish();
-                        return Ok(Effect::None);
+                        return Effect::None;
                     }
                 }
             }
         }
 
-        let entered =
-            std::mem::discriminant(&self.machine.state) != std::mem::discriminant(&next.state);
-        log_transition(&self.machine.state, &event, &next.state);
+        log_transition(&self.machine.state, event, &next.state);
         self.shared
             .metrics
             .transition(&self.machine.state, &next.state, at);
         self.machine = next;
         if let Effect::StartBoot { attempt } = effect {
             // The run marker names the attempt this process is on, so a
-            // crash reads `crashed (pid, attempt N)` at the next start (it
-            // said attempt 0 whatever the attempt). Only that report
-            // depends on it: a failed write is logged (by the Journal
-            // actor), not a durability failure, and nothing published or
-            // answered waits for it. Sent after the transition's append (a
-            // record before any marker that refers to it), and in the
-            // Journal actor's order, before the boot's first checkpoint.
+            // crash reads `crashed (pid, attempt N)` at the next start. Only
+            // that report depends on it: a failed write is logged (by the
+            // Journal actor), not a durability failure, and nothing
+            // published or answered waits for it. Sent after the
+            // transition's append (a record before any marker that refers to
+            // it), and in the Journal actor's order, before the boot's first
+            // checkpoint.
             let marker = RunMarker::Holding {
                 pid: self.shared.pid,
                 attempt: attempt.get(),
@@ -825,18 +832,16 @@ impl LifecycleActorState {
                 self.snapshot.attempts.drain(..excess);
             }
         }
-        if entered {
-            self.entering().await;
+        if let Some(Entered::Running { .. }) = entered {
+            self.entering_running().await;
         }
-        // Progress moves only the machine's deadline, which no snapshot
-        // shows: watchers are not woken for it.
-        if !matches!(event, LifecycleEvent::Progress { .. }) {
+        if publish {
             self.publish();
         }
         self.arm(myself, wake);
         self.perform(myself, effect).await;
-        self.after(myself, entered).await;
-        Ok(effect)
+        self.after(myself, entered, settled).await;
+        effect
     }
 
     /// Perform what the machine handed back.
@@ -858,13 +863,7 @@ impl LifecycleActorState {
             Effect::CancelBoot => {
                 // The step the boot is in fails with the machine's reason: a
                 // step past its deadline says so in its phase record too.
-                let reason = match &self.machine.state {
-                    LifecycleState::Draining {
-                        then: AfterDrain::Fail { report },
-                        ..
-                    } => report.error.clone(),
-                    _ => "cancelled".to_owned(),
-                };
+                let reason = self.machine.cancel_reason().to_owned();
                 if let Some(boot) = &self.boot {
                     // A boot that already ended has its report in this
                     // actor's mailbox: nothing to cancel.
@@ -900,6 +899,12 @@ impl LifecycleActorState {
             Effect::Wipe => {
                 crate::drain::start_wipe(Arc::clone(&self.shared), myself.get_derived())
             }
+            // Performed with the restart's answer, which travels with it
+            // (`Reply::WithPreflight`, in `run_command`).
+            Effect::Preflight => {}
+            // Answered by the handler that stepped the change, at once
+            // (`LifecycleMsg::ConfigChanged`).
+            Effect::CheckConfig => {}
             Effect::Exit(intent) => {
                 let marker = RunMarker::Released {
                     at_ms: self.shared.clock.now().as_millis(),
@@ -923,21 +928,6 @@ impl LifecycleActorState {
                 myself.stop(Some(format!("exit({})", intent.name())));
             }
         }
-    }
-
-    /// Whether a change event would retry a boot held on its config for
-    /// nothing: nothing it read changed (the event is of a write it already
-    /// saw, arriving after its quiet period, or of the same bytes written
-    /// again), so a retry would read the same bytes and fail again. An
-    /// operator's `reload` is a command and is not asked this.
-    async fn held_on_the_bytes_it_read(&self) -> bool {
-        matches!(
-            self.machine.state,
-            LifecycleState::Failed {
-                retry: RetryClass::Hold,
-                ..
-            }
-        ) && self.changed_since_boot().await == Some(false)
     }
 
     /// Whether what the last boot read changed since: an override, or the
@@ -964,24 +954,24 @@ impl LifecycleActorState {
         Some(async move { Fingerprint::of_file_within(&path, RESOLVE_DEADLINE).await != before })
     }
 
-    /// What follows entering a state: timers, the fingerprint check, the
-    /// identity, waiting stop commands.
-    async fn after(&mut self, myself: &ActorRef<LifecycleMsg>, entered: bool) {
-        match &self.machine.state {
-            LifecycleState::Failed { retry, .. } if entered => {
-                match retry {
-                    // Its timer is the machine's wake, armed by `fire_with`.
-                    RetryClass::Backoff { .. } => {}
-                    RetryClass::Hold => {
-                        // Settle against the file as it is now, not against
-                        // the events that happened to arrive.
-                        if self.changed_since_boot().await == Some(true) {
-                            let _ = myself.cast(LifecycleMsg::ConfigChanged);
-                        }
-                    }
+    /// What follows entering a state (the fingerprint check, the runtime's
+    /// end watched) and settling what commands waited for (stop, reinit),
+    /// as the step said.
+    async fn after(
+        &mut self,
+        myself: &ActorRef<LifecycleMsg>,
+        entered: Option<Entered>,
+        settled: Settled,
+    ) {
+        match entered {
+            Some(Entered::HeldFailure) => {
+                // Settle against the file as it is now, not against the
+                // events that happened to arrive.
+                if self.changed_since_boot().await == Some(true) {
+                    let _ = myself.cast(LifecycleMsg::ConfigChanged);
                 }
             }
-            LifecycleState::Running { attempt, .. } if entered => {
+            Some(Entered::Running { attempt }) => {
                 let attempt = attempt.get();
                 if self.overrides_changed_since_boot() {
                     // An override set while this boot ran: apply it now.
@@ -1010,20 +1000,17 @@ impl LifecycleActorState {
                     });
                 }
             }
-            _ => {}
+            Some(Entered::Other) | None => {}
         }
-        if !matches!(self.machine.state, LifecycleState::Draining { .. }) {
+        if settled.drain {
             self.answer_stop_waiters();
         }
-        if !matches!(self.machine.state, LifecycleState::Reinitializing { .. })
+        if let Some(end) = settled.wipe
             && let Some(waiter) = self.waiters.reinit.take()
         {
-            let answer = match &self.machine.state {
-                LifecycleState::Stopped {
-                    reason: StopReason::ReinitComplete,
-                    ..
-                } => Ok(self.snapshot.clone()),
-                _ => Err(CommandError::Failed(
+            let answer = match end {
+                WipeEnd::Complete => Ok(self.snapshot.clone()),
+                WipeEnd::Failed => Err(CommandError::Failed(
                     self.snapshot
                         .error
                         .clone()
@@ -1093,34 +1080,32 @@ impl LifecycleActorState {
         answer
     }
 
-    /// What entering the current state records before it is published.
-    async fn entering(&mut self) {
-        if let LifecycleState::Running { .. } = self.machine.state {
-            // The runtime runs the config its boot resolved: an earlier
-            // change that could not be applied in place is moot.
-            self.clear_error(ErrorSource::ConfigApply);
-            let now = self.shared.clock.now().as_millis();
-            if self.snapshot.identity.is_none() {
-                let timeout = self.shared.timings.journal_timeout;
-                let asked = match self.identity.take() {
-                    Some(asked) => asked,
-                    None => self.ask_identity(now),
-                };
-                let answer = match tokio::time::timeout(timeout, asked).await {
-                    Ok(Ok(answer)) => answer,
-                    Ok(Err(_)) => Err("the journal is not running".to_owned()),
-                    Err(_) => Err(format!("the journal did not answer within {timeout:?}")),
-                };
-                match answer {
-                    Ok(identity) => {
-                        self.snapshot.identity = Some(identity);
-                        self.clear_error(ErrorSource::Identity);
-                    }
-                    Err(error) => self.fail_durability(
-                        ErrorSource::Identity,
-                        format!("the identity could not be written: {error}"),
-                    ),
+    /// What entering running records before it is published.
+    async fn entering_running(&mut self) {
+        // The runtime runs the config its boot resolved: an earlier change
+        // that could not be applied in place is moot.
+        self.clear_error(ErrorSource::ConfigApply);
+        let now = self.shared.clock.now().as_millis();
+        if self.snapshot.identity.is_none() {
+            let timeout = self.shared.timings.journal_timeout;
+            let asked = match self.identity.take() {
+                Some(asked) => asked,
+                None => self.ask_identity(now),
+            };
+            let answer = match tokio::time::timeout(timeout, asked).await {
+                Ok(Ok(answer)) => answer,
+                Ok(Err(_)) => Err("the journal is not running".to_owned()),
+                Err(_) => Err(format!("the journal did not answer within {timeout:?}")),
+            };
+            match answer {
+                Ok(identity) => {
+                    self.snapshot.identity = Some(identity);
+                    self.clear_error(ErrorSource::Identity);
                 }
+                Err(error) => self.fail_durability(
+                    ErrorSource::Identity,
+                    format!("the identity could not be written: {error}"),
+                ),
             }
         }
     }
@@ -1142,7 +1127,6 @@ impl LifecycleActorState {
             return;
         }
         let at = self.shared.clock.now();
-        let is_stop = matches!(command, Command::Stop(_));
         let (event, hold) = match command {
             Command::ConfigSet { leaf, value } => {
                 return self.set_override(myself, leaf, Some(value), reply);
@@ -1182,7 +1166,13 @@ impl LifecycleActorState {
                 },
                 None,
             ),
-            Command::Restart { force: false } => return self.preflight_restart(myself, reply),
+            Command::Restart { force: false } => (
+                LifecycleEvent::Restart {
+                    at,
+                    preflight: Preflight::Unchecked,
+                },
+                None,
+            ),
             Command::Retry => (LifecycleEvent::Retry { at }, None),
             Command::Exit(intent) => (LifecycleEvent::Exit { intent }, None),
             Command::Reload { files: Ok(()) } => {
@@ -1196,50 +1186,36 @@ impl LifecycleActorState {
                 return self.reload_refused(myself, error, reply).await;
             }
         };
-        self.run_command(myself, event, hold, is_stop, reply).await;
+        self.run_command(myself, event, hold, reply).await;
     }
 
     /// Resolve the config a restart would boot with, in a task (a slow or
     /// hanging source never blocks this actor: `resolve_within` bounds it),
-    /// then step the `restart` with the outcome
-    /// ([`LifecycleMsg::RestartPreflighted`]); the machine decides. A
-    /// restart the current state refuses anyway is answered at once,
-    /// without resolving.
-    fn preflight_restart(
+    /// then step `preflight_done` with the outcome
+    /// ([`LifecycleMsg::PreflightDone`]), answering the restart with that
+    /// step: [`Effect::Preflight`].
+    fn preflight(
         &self,
         myself: &ActorRef<LifecycleMsg>,
         reply: RpcReplyPort<Result<Snapshot, CommandError>>,
     ) {
-        let probe = LifecycleEvent::Restart {
-            at: self.shared.clock.now(),
-            preflight: Preflight::Ok,
-        };
-        if let Err(refused) = self.machine.step(&probe) {
-            let _ = reply.send(Err(CommandError::Refused(refused)));
-            return;
-        }
         let shared = Arc::clone(&self.shared);
         let lifecycle = myself.clone();
         tokio::spawn(async move {
-            let preflight = match resolve_checked(&shared).await {
-                Ok(_) => Preflight::Ok,
-                Err(error) => Preflight::Invalid {
-                    error: error.to_string(),
-                },
-            };
+            let error = resolve_checked(&shared).await.err().map(|e| e.to_string());
             // The actor is gone: the reply port drops, and the caller
             // reads that as an unavailable supervisor.
-            let _ = lifecycle.cast(LifecycleMsg::RestartPreflighted { preflight, reply });
+            let _ = lifecycle.cast(LifecycleMsg::PreflightDone { error, reply });
         });
     }
 
-    /// Step an operator's command's `event` and answer it.
+    /// Step an operator's command's `event` and answer it when the step
+    /// says.
     async fn run_command(
         &mut self,
         myself: &ActorRef<LifecycleMsg>,
         event: LifecycleEvent,
         hold: Option<bool>,
-        is_stop: bool,
         reply: RpcReplyPort<Result<Snapshot, CommandError>>,
     ) {
         // Checked again here: a caller may give up while a preflight ran.
@@ -1251,36 +1227,30 @@ impl LifecycleActorState {
             return;
         }
         self.unacknowledged = None;
-        // `exit` is the way out (SIGTERM sends it): it is carried out even
-        // when the journal cannot take its record; the next daemon reads
-        // the disk as it is.
-        self.durable_or_nothing = !matches!(event, LifecycleEvent::Exit { .. });
-        let is_change = matches!(event, LifecycleEvent::ConfigChanged { .. });
-        let fired = self.fire_with(myself, event, hold, Vec::new()).await;
-        self.durable_or_nothing = false;
-        match fired {
+        let ready = match self.step(&event, Origin::Command { hold }) {
+            Ok(ready) => ready,
             Err(refused) => {
                 let _ = reply.send(Err(CommandError::Refused(refused)));
+                return;
             }
-            Ok(_) if self.unacknowledged.is_some() => {
+        };
+        let when = ready.reply;
+        self.execute(myself, &event, ready).await;
+        match when {
+            _ if self.unacknowledged.is_some() => {
                 let error = self.unacknowledged.take().unwrap_or_default();
                 let _ = reply.send(Err(CommandError::Durability(error)));
             }
-            Ok(_) if is_stop && matches!(self.machine.state, LifecycleState::Draining { .. }) => {
-                self.waiters.stop.push(reply);
-            }
-            Ok(_) if self.deferred.is_some() => {
+            Reply::OnDrained => self.waiters.stop.push(reply),
+            Reply::WithPreflight => self.preflight(myself, reply),
+            _ if self.deferred.is_some() => {
                 if let Some(deferred) = self.deferred.as_mut() {
                     deferred.replies.push(reply);
                 }
             }
-            Ok(_) if matches!(self.machine.state, LifecycleState::Reinitializing { .. }) => {
-                self.waiters.reinit = Some(reply);
-            }
-            // A reload the running runtime applies: answered with the
-            // apply's outcome, once no apply is in flight.
-            Ok(_) if is_change && self.apply.is_some() => self.waiters.apply.push(reply),
-            Ok(_) => {
+            Reply::OnWiped => self.waiters.reinit = Some(reply),
+            Reply::OnApplied => self.waiters.apply.push(reply),
+            Reply::OnDurable | Reply::None => {
                 let _ = reply.send(Ok(self.snapshot.clone()));
             }
         }
@@ -1373,18 +1343,12 @@ impl LifecycleActorState {
                 cancelled,
             } => {
                 self.boot_fingerprint = fingerprint;
-                let result = if cancelled {
-                    cancelled_result(&self.machine.state)
-                } else {
-                    AttemptResult::Failed
-                };
-                let ended = self.end_attempt(result, report.at);
                 let event = LifecycleEvent::BootFailed {
                     report,
                     class,
                     store,
                 };
-                self.fire_with(myself, event, None, ended.into_iter().collect())
+                self.fire_with(myself, event, Origin::BootEnd { cancelled })
                     .await
                     .ok();
             }
@@ -1423,14 +1387,14 @@ impl LifecycleActorState {
     /// every attempt the journal started ends exactly once, whichever way
     /// its boot finished (booted, booted during a drain, failed, cancelled,
     /// panicked).
-    fn end_attempt(&mut self, result: AttemptResult, at: Timestamp) -> Option<Record> {
-        self.mark_attempt(result);
-        let attempt = self.open_attempt.take()?;
-        let result = match result {
-            AttemptResult::Succeeded => JournalResult::Succeeded,
-            AttemptResult::Cancelled => JournalResult::Cancelled,
-            AttemptResult::Failed | AttemptResult::InProgress => JournalResult::Failed,
+    fn end_attempt(&mut self, end: AttemptEnd, at: Timestamp) -> Option<Record> {
+        let (shown, result) = match end {
+            AttemptEnd::Succeeded => (AttemptResult::Succeeded, JournalResult::Succeeded),
+            AttemptEnd::Cancelled => (AttemptResult::Cancelled, JournalResult::Cancelled),
+            AttemptEnd::Failed => (AttemptResult::Failed, JournalResult::Failed),
         };
+        self.mark_attempt(shown);
+        let attempt = self.open_attempt.take()?;
         Some(Record::AttemptEnded {
             attempt,
             at_ms: at.as_millis(),
@@ -1455,19 +1419,6 @@ async fn resolve_checked(
     shared: &Shared,
 ) -> Result<crate::config::ResolvedConfig, crate::config::ConfigError> {
     shared.resolve_config(&shared.overrides).await
-}
-
-/// How an attempt whose boot was cancelled (or finished while draining)
-/// ends: `failed` when the machine cancelled it because a step passed its
-/// deadline (a drain into `fail`), `cancelled` otherwise.
-fn cancelled_result(state: &LifecycleState) -> AttemptResult {
-    match state {
-        LifecycleState::Draining {
-            then: AfterDrain::Fail { .. },
-            ..
-        } => AttemptResult::Failed,
-        _ => AttemptResult::Cancelled,
-    }
 }
 
 /// A boot's messages are the Lifecycle actor's (the boot holds a

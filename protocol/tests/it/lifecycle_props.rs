@@ -15,7 +15,9 @@
 //! `no_step_deadline_fails_a_boot_that_reports_progress_in_time`: the step
 //! deadline over a boot's reports in monotonic time, with early and stale
 //! deadline events; and
-//! `a_crash_loop_without_stable_backs_off_geometrically`.
+//! `a_crash_loop_without_stable_backs_off_geometrically`;
+//! `ready_is_step_plus_data_over_arbitrary_sequences`: `Lifecycle::ready`
+//! is `step` plus extras that keep their rules, from every origin.
 
 use std::collections::BTreeSet;
 use std::num::NonZeroU32;
@@ -709,4 +711,136 @@ fn no_step_deadline_fails_a_boot_that_reports_progress_in_time() {
         failed > 200 && booted > 200,
         "{failed} failed, {booted} booted"
     );
+}
+
+/// What `ready` adds to `step`, from every origin, over arbitrary
+/// sequences that include unchecked restarts, preflight outcomes and
+/// touched or checked configs: the
+/// same next, effect and wake (or the same refusal), and extras that keep
+/// their rules (`spec/lifecycle.md`, "Vocabulary", Ready).
+#[test]
+fn ready_is_step_plus_data_over_arbitrary_sequences() {
+    use steadfast_protocol::lifecycle::{Journaling, Origin, RecordKind, Reply};
+    let with_preflights = prop_oneof![
+        6 => event(),
+        1 => (0u64..200_000).prop_map(|at| LifecycleEvent::Restart {
+            at: Timestamp(at),
+            preflight: Preflight::Unchecked,
+        }),
+        1 => (0u64..200_000, prop::option::of(Just("kvd.toml: bad".to_owned())))
+            .prop_map(|(at, error)| LifecycleEvent::PreflightDone { at: Timestamp(at), error }),
+        1 => (0u64..200_000).prop_map(|at| LifecycleEvent::ConfigTouched { at: Timestamp(at) }),
+        1 => (0u64..200_000, any::<bool>())
+            .prop_map(|(at, changed)| LifecycleEvent::ConfigChecked { at: Timestamp(at), changed }),
+    ];
+    let origin = prop_oneof![
+        2 => Just(Origin::Fact),
+        1 => any::<bool>().prop_map(|cancelled| Origin::BootEnd { cancelled }),
+        2 => prop::option::of(any::<bool>()).prop_map(|hold| Origin::Command { hold }),
+    ];
+    let mut runner = TestRunner::new(Config {
+        cases: 2_000,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(
+            &proptest::collection::vec((with_preflights, origin), 1..=MAX_LEN),
+            |steps| {
+                let mut m = Lifecycle::at(Timestamp(0));
+                for (event, origin) in &steps {
+                    let ready = match (m.step(event), m.ready(event, *origin)) {
+                        (Err(a), Err(b)) => {
+                            prop_assert_eq!(a, b);
+                            continue;
+                        }
+                        (Ok((next, effect, wake)), Ok(ready)) => {
+                            prop_assert_eq!(&ready.next, &next);
+                            prop_assert_eq!(ready.effect, effect);
+                            prop_assert_eq!(ready.wake, wake);
+                            ready
+                        }
+                        (a, b) => {
+                            return Err(TestCaseError::fail(format!("step {a:?}, ready {b:?}")));
+                        }
+                    };
+                    let command = matches!(origin, Origin::Command { .. });
+                    prop_assert_eq!(
+                        ready.records.is_empty(),
+                        ready.journaling == Journaling::Nothing
+                    );
+                    prop_assert_eq!(
+                        ready.durable_or_nothing,
+                        command && !matches!(event, LifecycleEvent::Exit { .. })
+                    );
+                    prop_assert_eq!(ready.reply == Reply::None, !command);
+                    if ready.journaling == Journaling::Staged {
+                        prop_assert_eq!(&ready.next, &m);
+                        prop_assert_eq!(ready.effect, Effect::None);
+                        prop_assert!(!ready.durable_or_nothing && !ready.publish);
+                    }
+                    if ready.journaling == Journaling::WrittenAhead {
+                        let into_boot_or_drain = matches!(
+                            ready.effect,
+                            Effect::StartBoot { .. } | Effect::ShutdownRuntime
+                        );
+                        prop_assert!(into_boot_or_drain, "written ahead: {:?}", ready.effect);
+                        prop_assert_eq!(ready.hold, None);
+                    }
+                    prop_assert_eq!(
+                        ready.entered.is_some(),
+                        std::mem::discriminant(&m.state)
+                            != std::mem::discriminant(&ready.next.state)
+                    );
+                    prop_assert_eq!(
+                        ready
+                            .records
+                            .iter()
+                            .any(|r| matches!(r, RecordKind::AttemptStarted { .. })),
+                        matches!(ready.effect, Effect::StartBoot { .. })
+                    );
+                    // A touched or checked config is a change, except in a
+                    // failure held on its config.
+                    if let LifecycleEvent::ConfigTouched { at }
+                    | LifecycleEvent::ConfigChecked { at, .. } = event
+                        && !matches!(
+                            m.state,
+                            LifecycleState::Failed {
+                                retry: RetryClass::Hold,
+                                ..
+                            }
+                        )
+                    {
+                        let change = LifecycleEvent::ConfigChanged { at: *at };
+                        let (next, effect, _) = m.step(&change).expect("accepted as the change");
+                        prop_assert_eq!(&ready.next, &next);
+                        prop_assert_eq!(ready.effect, effect);
+                    }
+                    if ready.effect == Effect::CheckConfig {
+                        prop_assert_eq!(&ready.next, &m);
+                        prop_assert!(ready.records.is_empty() && !ready.publish);
+                    }
+                    if ready.effect == Effect::Preflight {
+                        prop_assert_eq!(&ready.next, &m);
+                        prop_assert!(ready.records.is_empty() && !ready.publish);
+                        prop_assert!(!command || ready.reply == Reply::WithPreflight);
+                    }
+                    if let LifecycleEvent::PreflightDone { at, error } = event {
+                        let preflight = match error {
+                            None => Preflight::Ok,
+                            Some(error) => Preflight::Invalid {
+                                error: error.clone(),
+                            },
+                        };
+                        let restart = LifecycleEvent::Restart { at: *at, preflight };
+                        let (next, effect, _) = m.step(&restart).expect("accepted as the restart");
+                        prop_assert_eq!(&ready.next, &next);
+                        prop_assert_eq!(ready.effect, effect);
+                    }
+                    m = ready.next;
+                }
+                Ok(())
+            },
+        )
+        .unwrap_or_else(|failure| panic!("{failure}"));
 }

@@ -37,7 +37,7 @@ pub const STATES: [&str; 20] = [
 ];
 
 /// The event labels of the spec's table, in its order.
-pub const EVENTS: [&str; 34] = [
+pub const EVENTS: [&str; 40] = [
     "held_at_startup",
     "start",
     "retry",
@@ -45,6 +45,9 @@ pub const EVENTS: [&str; 34] = [
     "retry_due(early)",
     "config_changed",
     "config_applied",
+    "config_touched",
+    "config_checked",
+    "config_checked(same)",
     "phase",
     "progress",
     "progress(stale)",
@@ -64,6 +67,9 @@ pub const EVENTS: [&str; 34] = [
     "restart",
     "restart(invalid)",
     "restart(force)",
+    "restart(unchecked)",
+    "preflight_done",
+    "preflight_done(invalid)",
     "exit",
     "drained(released)",
     "drained(held)",
@@ -286,6 +292,9 @@ pub fn event(label: &str, m: &Lifecycle) -> LifecycleEvent {
                 leaves: vec!["listen_addr".into()],
             },
         },
+        "config_touched" => E::ConfigTouched { at },
+        "config_checked" => E::ConfigChecked { at, changed: true },
+        "config_checked(same)" => E::ConfigChecked { at, changed: false },
         "phase" => E::Phase {
             phase: Phase::new("open_store"),
             at,
@@ -356,6 +365,15 @@ pub fn event(label: &str, m: &Lifecycle) -> LifecycleEvent {
         "restart(force)" => E::Restart {
             at,
             preflight: Preflight::Skipped,
+        },
+        "restart(unchecked)" => E::Restart {
+            at,
+            preflight: Preflight::Unchecked,
+        },
+        "preflight_done" => E::PreflightDone { at, error: None },
+        "preflight_done(invalid)" => E::PreflightDone {
+            at,
+            error: Some("kvd.toml: expected a value".into()),
         },
         "exit" => E::Exit {
             intent: ExitIntent::Halt,
