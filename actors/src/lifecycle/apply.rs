@@ -58,8 +58,8 @@ impl LifecycleActorState {
     /// happens to commands while it runs (a drain cancels it first).
     pub(super) fn start_apply(&mut self, myself: &ActorRef<LifecycleMsg>) {
         let token = CancellationToken::new();
-        self.apply = Some(token.clone());
-        let (live, old) = (self.runtime.take(), self.config.take());
+        self.serving.apply = Some(token.clone());
+        let (live, old) = (self.serving.runtime.take(), self.serving.config.take());
         let shared = Arc::clone(&self.shared);
         let lifecycle = myself.clone();
         let on_panic = myself.clone();
@@ -103,17 +103,17 @@ impl LifecycleActorState {
         myself: &ActorRef<LifecycleMsg>,
         ended: ApplyEnded,
     ) -> Result<(), ActorProcessingErr> {
-        self.apply = None;
+        self.serving.apply = None;
         let ApplyEnded {
             live,
             config,
             outcome,
         } = ended;
-        self.runtime = live;
+        self.serving.runtime = live;
         if config.is_some() {
-            self.config = config;
+            self.serving.config = config;
         }
-        let mut leaves = match &self.snapshot.pending {
+        let mut leaves = match &self.view.snapshot.pending {
             PendingApply::RestartNeeded { leaves } => leaves.clone(),
             PendingApply::InSync => Vec::new(),
         };
@@ -150,9 +150,9 @@ impl LifecycleActorState {
         {
             self.publish();
         }
-        if self.apply.is_none() {
+        if self.serving.apply.is_none() {
             for waiter in self.waiters.apply.drain(..) {
-                let _ = waiter.send(Ok(self.snapshot.clone()));
+                let _ = waiter.send(Ok(self.view.snapshot.clone()));
             }
         }
         Ok(())

@@ -52,7 +52,7 @@ impl LifecycleActorState {
     /// journal writes and the commit window is not zero; otherwise it is
     /// awaited.
     pub(super) fn can_write_ahead(&self) -> bool {
-        self.journal_error.is_none() && !self.shared.timings.commit_window.is_zero()
+        self.view.journal_error.is_none() && !self.shared.timings.commit_window.is_zero()
     }
 
     /// Write `records` without waiting for their fsync, and open (or
@@ -66,11 +66,11 @@ impl LifecycleActorState {
         let timeout = self.shared.timings.journal_timeout;
         match journal::write(&self.children.journal, records.clone(), timeout).await {
             Ok(()) => {
-                if self.deferred.is_none() {
+                if self.durability.deferred.is_none() {
                     let flush = myself
                         .send_after(self.shared.timings.commit_window, || LifecycleMsg::Flush)
                         .abort_handle();
-                    self.deferred = Some(Deferred {
+                    self.durability.deferred = Some(Deferred {
                         replies: Vec::new(),
                         note: None,
                         flush,
@@ -91,7 +91,7 @@ impl LifecycleActorState {
     /// publish them (at once, with no fsync, when an append since, such as
     /// a boot's checkpoint, made them durable already).
     pub(super) async fn flush(&mut self) {
-        if self.deferred.is_some() {
+        if self.durability.deferred.is_some() {
             self.sync_deferred().await;
             self.publish();
         }
@@ -101,7 +101,7 @@ impl LifecycleActorState {
     /// after a failed write, its bytes are cut back first, which makes the
     /// records written before it durable) and settle them.
     pub(super) async fn sync_deferred(&mut self) {
-        if self.deferred.is_none() {
+        if self.durability.deferred.is_none() {
             return;
         }
         let timeout = self.shared.timings.journal_timeout;
@@ -113,7 +113,7 @@ impl LifecycleActorState {
             Err(error) => {
                 let error = format!("the journal could not be written: {error}");
                 self.fail_durability(ErrorSource::Journal, error.clone());
-                self.journal_error = Some(error.clone());
+                self.view.journal_error = Some(error.clone());
                 self.settle(Some(error));
             }
         }
@@ -121,7 +121,7 @@ impl LifecycleActorState {
 
     /// An append or fsync succeeded: a journal error it left is cleared.
     pub(super) fn journal_written(&mut self) {
-        if self.journal_error.take().is_some() && self.clear_error(ErrorSource::Journal) {
+        if self.view.journal_error.take().is_some() && self.clear_error(ErrorSource::Journal) {
             tracing::info!("the journal is written again; clearing the error");
         }
     }
@@ -137,7 +137,7 @@ impl LifecycleActorState {
     ) {
         let error = format!("the journal could not be written: {error}");
         self.fail_durability(ErrorSource::Journal, error.clone());
-        self.journal_error = Some(error);
+        self.view.journal_error = Some(error);
         if !durable_or_nothing && !records.is_empty() {
             let _ = self.children.journal.cast(JournalMsg::Stage(records));
         }
@@ -147,7 +147,7 @@ impl LifecycleActorState {
     /// naming their attempt is written (only if durable), and their
     /// commands wait for the next publish to be answered.
     pub(super) fn settle(&mut self, error: Option<String>) {
-        let Some(mut deferred) = self.deferred.take() else {
+        let Some(mut deferred) = self.durability.deferred.take() else {
             return;
         };
         deferred.flush.abort();
@@ -157,14 +157,14 @@ impl LifecycleActorState {
             let _ = self.children.journal.cast(JournalMsg::NoteRun(marker));
         }
         deferred.error = error;
-        match self.settled.as_mut() {
+        match self.durability.settled.as_mut() {
             Some(settled) => {
                 settled.replies.append(&mut deferred.replies);
                 if settled.error.is_none() {
                     settled.error = deferred.error;
                 }
             }
-            None => self.settled = Some(deferred),
+            None => self.durability.settled = Some(deferred),
         }
     }
 }

@@ -371,56 +371,83 @@ pub struct LifecycleArgs {
     pub exit: Arc<Mutex<Option<ExitIntent>>>,
 }
 
-/// The Lifecycle actor's state.
+/// The Lifecycle actor's state: the machine, and what the shell keeps to
+/// execute its steps, grouped by what each part is about.
 pub struct LifecycleActorState {
     shared: Arc<Shared>,
     machine: Lifecycle,
+    children: Children,
+    exit: Arc<Mutex<Option<ExitIntent>>>,
+    /// What is published, and the errors it shows.
+    view: View,
+    /// The runtime that serves, the config it runs, and an apply in flight.
+    serving: Serving,
+    /// The current attempt: its boot task and what it was started from.
+    attempt: Attempt,
+    /// Transitions written ahead of their fsync, and those it settled.
+    durability: Durability,
+    /// The commands that wait for an outcome rather than a step.
+    waiters: Waiters,
+    /// The wake a timer is armed for (the last one the machine asked for),
+    /// and that timer, aborted when the machine asks for another.
+    armed: Option<(Wake, tokio::task::AbortHandle)>,
+}
+
+/// What is published ([`Snapshot`]) and the errors it shows.
+struct View {
     snapshot: Snapshot,
     snapshots: watch::Sender<Snapshot>,
-    children: Children,
+    /// The errors the snapshot shows, one slot per operation
+    /// ([`LifecycleActorState::set_error`], [`LifecycleActorState::clear_error`]).
+    errors: Errors,
+    /// The journal error a failed append or fsync left, cleared by the
+    /// next one that succeeds (its slot of `errors` with it).
+    journal_error: Option<String>,
+    /// The durability failure met while handling the current event, if any:
+    /// a command whose transition was not made durable is not acknowledged.
+    unacknowledged: Option<String>,
+}
+
+/// The runtime that serves and the config it runs.
+#[derive(Default)]
+struct Serving {
     /// The running (or just booted) runtime.
     runtime: Option<LiveRuntime>,
     /// The config the running runtime booted with (or took in place).
     config: Option<toml::Table>,
-    /// The declared file's fingerprint taken before the last boot read it.
-    boot_fingerprint: Option<Fingerprint>,
-    /// The attempt whose `AttemptStarted` is journaled and whose
-    /// `AttemptEnded` is not yet (see [`Self::end_attempt`]).
-    open_attempt: Option<u32>,
-    /// The identity asked for beside the `booted` append that reaches
-    /// running (see [`Self::entering`]), not yet answered.
-    identity: Option<ractor::concurrency::OneshotReceiver<journal::Durable<String>>>,
-    /// The commands that wait for an outcome rather than a step.
-    waiters: Waiters,
     /// The config apply in flight (it holds the runtime): its cancel.
     apply: Option<CancellationToken>,
     /// Bumped by every change to the override tier.
     overrides_generation: u64,
+}
+
+/// The current attempt, from its `AttemptStarted` to its end.
+#[derive(Default)]
+struct Attempt {
+    /// The attempt whose `AttemptStarted` is journaled and whose
+    /// `AttemptEnded` is not yet (see [`LifecycleActorState::end_attempt`]).
+    open_attempt: Option<u32>,
+    /// The current attempt's boot task (ended once it reported): where a
+    /// cancel goes.
+    boot: Option<BootTask>,
+    /// The declared file's fingerprint taken before the last boot read it.
+    boot_fingerprint: Option<Fingerprint>,
     /// `overrides_generation` when the current boot started: a held
     /// failure settles against the tier as it is when the failure lands.
     boot_overrides_generation: u64,
-    /// The durability failure met while handling the current event, if any:
-    /// a command whose transition was not made durable is not acknowledged.
-    unacknowledged: Option<String>,
-    /// The journal error a failed append or fsync left, cleared by the
-    /// next one that succeeds (its slot of `errors` with it).
-    journal_error: Option<String>,
-    /// The errors the snapshot shows, one slot per operation
-    /// ([`Self::set_error`], [`Self::clear_error`]).
-    errors: Errors,
-    exit: Arc<Mutex<Option<ExitIntent>>>,
-    /// The wake a timer is armed for (the last one the machine asked for),
-    /// and that timer, aborted when the machine asks for another.
-    armed: Option<(Wake, tokio::task::AbortHandle)>,
-    /// Transitions adopted and written but not yet durable: nothing is
-    /// published while this is set.
+    /// The identity asked for beside the `booted` append that reaches
+    /// running (see [`LifecycleActorState::entering`]), not yet answered.
+    identity: Option<ractor::concurrency::OneshotReceiver<journal::Durable<String>>>,
+}
+
+/// Transitions adopted and written but not yet durable.
+#[derive(Default)]
+struct Durability {
+    /// Written, not yet durable: nothing is published while this is set.
     deferred: Option<Deferred>,
     /// Deferred transitions an fsync settled (or failed), answered by the
     /// next publish.
     settled: Option<Deferred>,
-    /// The current attempt's boot task (ended once it reported): where a
-    /// cancel goes.
-    boot: Option<BootTask>,
 }
 
 impl Actor for LifecycleActor {
@@ -460,26 +487,20 @@ impl Actor for LifecycleActor {
         Ok(LifecycleActorState {
             shared,
             machine,
-            snapshot,
-            snapshots,
             children,
-            runtime: None,
-            config: None,
-            boot_fingerprint: None,
-            open_attempt: None,
-            identity: None,
-            waiters: Waiters::default(),
-            apply: None,
-            overrides_generation: 0,
-            boot_overrides_generation: 0,
-            unacknowledged: None,
-            journal_error: None,
-            errors: Errors::default(),
             exit,
+            view: View {
+                snapshot,
+                snapshots,
+                errors: Errors::default(),
+                journal_error: None,
+                unacknowledged: None,
+            },
+            serving: Serving::default(),
+            attempt: Attempt::default(),
+            durability: Durability::default(),
+            waiters: Waiters::default(),
             armed: None,
-            deferred: None,
-            settled: None,
-            boot: None,
         })
     }
 
@@ -497,7 +518,7 @@ impl Actor for LifecycleActor {
             let now = state.shared.clock.now();
             match msg {
                 LifecycleMsg::Begin => {
-                    let event = if state.snapshot.hold {
+                    let event = if state.view.snapshot.hold {
                         LifecycleEvent::HeldAtStartup { at: now }
                     } else {
                         LifecycleEvent::Start { at: now }
@@ -734,7 +755,7 @@ impl LifecycleActorState {
                         attempt: attempt.get(),
                         at_ms: at.as_millis(),
                     });
-                    self.open_attempt = Some(attempt.get());
+                    self.attempt.open_attempt = Some(attempt.get());
                 }
             }
         }
@@ -750,10 +771,10 @@ impl LifecycleActorState {
         // refers to), so the two writes and their fsyncs overlap; `entering`
         // waits for it before `running` is published.
         if let Some(Entered::Running { .. }) = entered
-            && self.snapshot.identity.is_none()
-            && self.identity.is_none()
+            && self.view.snapshot.identity.is_none()
+            && self.attempt.identity.is_none()
         {
-            self.identity = Some(self.ask_identity(at.as_millis()));
+            self.attempt.identity = Some(self.ask_identity(at.as_millis()));
         }
         // Written ahead: the effect starts at once; its fsync comes with
         // the effect's outcome or when the commit window passes, and
@@ -784,7 +805,7 @@ impl LifecycleActorState {
             .await
             {
                 Ok(()) => {
-                    self.snapshot.hold = hold;
+                    self.view.snapshot.hold = hold;
                     self.clear_error(ErrorSource::HoldMarker);
                 }
                 Err(error) => {
@@ -818,18 +839,19 @@ impl LifecycleActorState {
                 pid: self.shared.pid,
                 attempt: attempt.get(),
             };
-            match self.deferred.as_mut() {
+            match self.durability.deferred.as_mut() {
                 Some(deferred) => deferred.note = Some(marker),
                 None => {
                     let _ = self.children.journal.cast(JournalMsg::NoteRun(marker));
                 }
             }
-            self.snapshot
+            self.view
+                .snapshot
                 .attempts
                 .push(AttemptRecord::new(attempt.get(), at));
-            if self.snapshot.attempts.len() > ATTEMPTS_KEPT {
-                let excess = self.snapshot.attempts.len() - ATTEMPTS_KEPT;
-                self.snapshot.attempts.drain(..excess);
+            if self.view.snapshot.attempts.len() > ATTEMPTS_KEPT {
+                let excess = self.view.snapshot.attempts.len() - ATTEMPTS_KEPT;
+                self.view.snapshot.attempts.drain(..excess);
             }
         }
         if let Some(Entered::Running { .. }) = entered {
@@ -850,10 +872,10 @@ impl LifecycleActorState {
         match effect {
             Effect::None => {}
             Effect::StartBoot { attempt } => {
-                self.boot_overrides_generation = self.overrides_generation;
+                self.attempt.boot_overrides_generation = self.serving.overrides_generation;
                 // A task for this attempt alone; it ends when the boot does
                 // (a panic in it is reported as `BootCrashed`).
-                self.boot = Some(crate::boot::start(
+                self.attempt.boot = Some(crate::boot::start(
                     Arc::clone(&self.shared),
                     attempt.get(),
                     myself.get_derived(),
@@ -864,13 +886,13 @@ impl LifecycleActorState {
                 // The step the boot is in fails with the machine's reason: a
                 // step past its deadline says so in its phase record too.
                 let reason = self.machine.cancel_reason().to_owned();
-                if let Some(boot) = &self.boot {
+                if let Some(boot) = &self.attempt.boot {
                     // A boot that already ended has its report in this
                     // actor's mailbox: nothing to cancel.
                     boot.cancel(reason);
                 }
             }
-            Effect::ShutdownRuntime => match self.runtime.take() {
+            Effect::ShutdownRuntime => match self.serving.runtime.take() {
                 // A task for this drain alone (a panic in it is reported as
                 // `DrainCrashed`).
                 Some(live) => crate::drain::start(
@@ -892,7 +914,7 @@ impl LifecycleActorState {
             },
             Effect::ApplyConfig => self.start_apply(myself),
             Effect::CancelApply => {
-                if let Some(apply) = &self.apply {
+                if let Some(apply) = &self.serving.apply {
                     apply.cancel();
                 }
             }
@@ -950,7 +972,7 @@ impl LifecycleActorState {
     /// are settled with.
     fn declared_changed_since_boot(&self) -> Option<impl Future<Output = bool> + Send + 'static> {
         let path = self.shared.declared.clone()?;
-        let before = self.boot_fingerprint?;
+        let before = self.attempt.boot_fingerprint?;
         Some(async move { Fingerprint::of_file_within(&path, RESOLVE_DEADLINE).await != before })
     }
 
@@ -975,7 +997,7 @@ impl LifecycleActorState {
                 let attempt = attempt.get();
                 if self.overrides_changed_since_boot() {
                     // An override set while this boot ran: apply it now.
-                    self.boot_overrides_generation = self.overrides_generation;
+                    self.attempt.boot_overrides_generation = self.serving.overrides_generation;
                     let _ = myself.cast(LifecycleMsg::ConfigChanged);
                 } else if let Some(check) = self.declared_changed_since_boot() {
                     // A change to the declared file that landed after the
@@ -989,7 +1011,7 @@ impl LifecycleActorState {
                         }
                     });
                 }
-                if let Some(live) = self.runtime.as_mut()
+                if let Some(live) = self.serving.runtime.as_mut()
                     && let Some(mut ended) = live.runtime.take_ended()
                 {
                     let watcher = myself.clone();
@@ -1009,9 +1031,10 @@ impl LifecycleActorState {
             && let Some(waiter) = self.waiters.reinit.take()
         {
             let answer = match end {
-                WipeEnd::Complete => Ok(self.snapshot.clone()),
+                WipeEnd::Complete => Ok(self.view.snapshot.clone()),
                 WipeEnd::Failed => Err(CommandError::Failed(
-                    self.snapshot
+                    self.view
+                        .snapshot
                         .error
                         .clone()
                         .unwrap_or_else(|| format!("ended {}", self.machine.state.name())),
@@ -1063,7 +1086,7 @@ impl LifecycleActorState {
     }
 
     fn overrides_changed_since_boot(&self) -> bool {
-        self.overrides_generation != self.boot_overrides_generation
+        self.serving.overrides_generation != self.attempt.boot_overrides_generation
     }
 
     /// Ask the Journal actor for the identity, created at `now_ms` if there
@@ -1086,9 +1109,9 @@ impl LifecycleActorState {
         // that could not be applied in place is moot.
         self.clear_error(ErrorSource::ConfigApply);
         let now = self.shared.clock.now().as_millis();
-        if self.snapshot.identity.is_none() {
+        if self.view.snapshot.identity.is_none() {
             let timeout = self.shared.timings.journal_timeout;
-            let asked = match self.identity.take() {
+            let asked = match self.attempt.identity.take() {
                 Some(asked) => asked,
                 None => self.ask_identity(now),
             };
@@ -1099,7 +1122,7 @@ impl LifecycleActorState {
             };
             match answer {
                 Ok(identity) => {
-                    self.snapshot.identity = Some(identity);
+                    self.view.snapshot.identity = Some(identity);
                     self.clear_error(ErrorSource::Identity);
                 }
                 Err(error) => self.fail_durability(
@@ -1136,14 +1159,14 @@ impl LifecycleActorState {
             }
             Command::Ping => {
                 crate::failpoint::stall("lifecycle.ping").await;
-                let _ = reply.send(Ok(self.snapshot.clone()));
+                let _ = reply.send(Ok(self.view.snapshot.clone()));
                 return;
             }
             Command::ReinitPrepare => {
                 let answer = self
                     .machine
                     .reinit_epoch(at)
-                    .map(|_| self.snapshot.clone())
+                    .map(|_| self.view.snapshot.clone())
                     .map_err(CommandError::Refused);
                 let _ = reply.send(answer);
                 return;
@@ -1155,7 +1178,7 @@ impl LifecycleActorState {
             }
             Command::Start => (
                 LifecycleEvent::Start { at },
-                self.snapshot.hold.then_some(false),
+                self.view.snapshot.hold.then_some(false),
             ),
             Command::Stop(Hold::None) => (LifecycleEvent::Stop { at }, None),
             Command::Stop(Hold::AcrossRelaunch) => (LifecycleEvent::Stop { at }, Some(true)),
@@ -1226,7 +1249,7 @@ impl LifecycleActorState {
             );
             return;
         }
-        self.unacknowledged = None;
+        self.view.unacknowledged = None;
         let ready = match self.step(&event, Origin::Command { hold }) {
             Ok(ready) => ready,
             Err(refused) => {
@@ -1237,21 +1260,21 @@ impl LifecycleActorState {
         let when = ready.reply;
         self.execute(myself, &event, ready).await;
         match when {
-            _ if self.unacknowledged.is_some() => {
-                let error = self.unacknowledged.take().unwrap_or_default();
+            _ if self.view.unacknowledged.is_some() => {
+                let error = self.view.unacknowledged.take().unwrap_or_default();
                 let _ = reply.send(Err(CommandError::Durability(error)));
             }
             Reply::OnDrained => self.waiters.stop.push(reply),
             Reply::WithPreflight => self.preflight(myself, reply),
-            _ if self.deferred.is_some() => {
-                if let Some(deferred) = self.deferred.as_mut() {
+            _ if self.durability.deferred.is_some() => {
+                if let Some(deferred) = self.durability.deferred.as_mut() {
                     deferred.replies.push(reply);
                 }
             }
             Reply::OnWiped => self.waiters.reinit = Some(reply),
             Reply::OnApplied => self.waiters.apply.push(reply),
             Reply::OnDurable | Reply::None => {
-                let _ = reply.send(Ok(self.snapshot.clone()));
+                let _ = reply.send(Ok(self.view.snapshot.clone()));
             }
         }
     }
@@ -1268,7 +1291,7 @@ impl LifecycleActorState {
                 // The boot task staged its progress records in the journal
                 // itself, in its own order; they become durable with the
                 // next acknowledged write.
-                if let Some(record) = self.snapshot.attempt_mut(attempt) {
+                if let Some(record) = self.view.snapshot.attempt_mut(attempt) {
                     record.phases.push(PhaseRecord {
                         phase: phase.clone(),
                         index,
@@ -1304,7 +1327,7 @@ impl LifecycleActorState {
                 outcome,
                 total,
             } => {
-                if let Some(record) = self.snapshot.attempt_mut(attempt) {
+                if let Some(record) = self.view.snapshot.attempt_mut(attempt) {
                     if let Some(p) = record.phase_mut(&phase) {
                         p.duration_ms = Some(duration_ms);
                         p.outcome = outcome;
@@ -1322,16 +1345,16 @@ impl LifecycleActorState {
                 fingerprint,
                 at,
             } => {
-                self.runtime = Some(live);
-                self.config = Some(config);
-                self.boot_fingerprint = fingerprint;
+                self.serving.runtime = Some(live);
+                self.serving.config = Some(config);
+                self.attempt.boot_fingerprint = fingerprint;
                 if self
                     .fire(myself, LifecycleEvent::Booted { at })
                     .await
                     .is_err()
                 {
                     // Refused (the process is ending): drop the runtime.
-                    self.runtime = None;
+                    self.serving.runtime = None;
                 }
             }
             BootReport::Failed {
@@ -1342,7 +1365,7 @@ impl LifecycleActorState {
                 fingerprint,
                 cancelled,
             } => {
-                self.boot_fingerprint = fingerprint;
+                self.attempt.boot_fingerprint = fingerprint;
                 let event = LifecycleEvent::BootFailed {
                     report,
                     class,
@@ -1378,7 +1401,7 @@ impl LifecycleActorState {
     }
 
     fn current_attempt(&self) -> Option<&AttemptRecord> {
-        self.snapshot.attempts.last()
+        self.view.snapshot.attempts.last()
     }
 
     /// The one way an attempt ends: marks it `result` in the snapshot and
@@ -1394,7 +1417,7 @@ impl LifecycleActorState {
             AttemptEnd::Failed => (AttemptResult::Failed, JournalResult::Failed),
         };
         self.mark_attempt(shown);
-        let attempt = self.open_attempt.take()?;
+        let attempt = self.attempt.open_attempt.take()?;
         Some(Record::AttemptEnded {
             attempt,
             at_ms: at.as_millis(),
@@ -1403,7 +1426,7 @@ impl LifecycleActorState {
     }
 
     fn mark_attempt(&mut self, result: AttemptResult) {
-        if let Some(last) = self.snapshot.attempts.last_mut()
+        if let Some(last) = self.view.snapshot.attempts.last_mut()
             && last.result == AttemptResult::InProgress
         {
             last.result = result;

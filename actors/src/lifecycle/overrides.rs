@@ -37,14 +37,14 @@ impl LifecycleActorState {
                 return;
             }
             Ok(None) => {
-                let _ = reply.send(Ok(self.snapshot.clone()));
+                let _ = reply.send(Ok(self.view.snapshot.clone()));
                 return;
             }
             Ok(Some(staged)) => staged,
         };
         let shared = Arc::clone(&self.shared);
         let lifecycle = myself.clone();
-        let generation = self.overrides_generation;
+        let generation = self.serving.overrides_generation;
         tokio::spawn(async move {
             let checked = shared
                 .resolve_config(&staged)
@@ -109,13 +109,13 @@ impl LifecycleActorState {
             let _ = reply.send(Err(CommandError::Invalid(error)));
             return;
         }
-        if generation != self.overrides_generation {
+        if generation != self.serving.overrides_generation {
             return self.set_override(myself, leaf, value, reply);
         }
         let staged = match self.stage_override(&leaf, value.as_ref()) {
             Ok(Some(staged)) => staged,
             Ok(None) => {
-                let _ = reply.send(Ok(self.snapshot.clone()));
+                let _ = reply.send(Ok(self.view.snapshot.clone()));
                 return;
             }
             Err(error) => {
@@ -143,9 +143,9 @@ impl LifecycleActorState {
         }
         overrides.replace_with(&staged);
         self.clear_error(ErrorSource::Overrides);
-        self.overrides_generation += 1;
+        self.serving.overrides_generation += 1;
         let at = self.shared.clock.now();
-        self.unacknowledged = None;
+        self.view.unacknowledged = None;
         if self
             .fire(myself, LifecycleEvent::ConfigChanged { at })
             .await
@@ -153,14 +153,14 @@ impl LifecycleActorState {
         {
             self.publish();
         }
-        match self.unacknowledged.take() {
+        match self.view.unacknowledged.take() {
             Some(error) => {
                 let _ = reply.send(Err(CommandError::Durability(error)));
             }
             // The running runtime applied it: answer with the outcome.
-            None if self.apply.is_some() => self.waiters.apply.push(reply),
+            None if self.serving.apply.is_some() => self.waiters.apply.push(reply),
             None => {
-                let _ = reply.send(Ok(self.snapshot.clone()));
+                let _ = reply.send(Ok(self.view.snapshot.clone()));
             }
         }
     }

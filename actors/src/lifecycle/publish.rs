@@ -7,34 +7,34 @@ use super::*;
 impl LifecycleActorState {
     pub(super) fn fail_durability(&mut self, source: ErrorSource, error: String) {
         tracing::error!(%error, "durability failure");
-        self.unacknowledged = Some(error.clone());
+        self.view.unacknowledged = Some(error.clone());
         self.set_error(source, error);
     }
 
     /// `source` failed with `error`: the snapshot's `error` shows it (from
     /// the next publish) until `source` next succeeds.
     pub(super) fn set_error(&mut self, source: ErrorSource, error: String) {
-        if self.errors.set(source, error) {
-            self.snapshot.error = self.errors.render();
+        if self.view.errors.set(source, error) {
+            self.view.snapshot.error = self.view.errors.render();
         }
     }
 
     /// `source` succeeded: its error goes (and only its). Whether one went.
     pub(super) fn clear_error(&mut self, source: ErrorSource) -> bool {
-        let cleared = self.errors.clear(source);
+        let cleared = self.view.errors.clear(source);
         if cleared {
-            self.snapshot.error = self.errors.render();
+            self.view.snapshot.error = self.view.errors.render();
         }
         cleared
     }
 
     pub(super) fn answer_stop_waiters(&mut self) {
-        if self.deferred.is_some() {
+        if self.durability.deferred.is_some() {
             // Answered by the publish that follows the fsync.
             return;
         }
         for waiter in self.waiters.stop.drain(..) {
-            let _ = waiter.send(Ok(self.snapshot.clone()));
+            let _ = waiter.send(Ok(self.view.snapshot.clone()));
         }
     }
 
@@ -43,33 +43,33 @@ impl LifecycleActorState {
     /// published while a transition waits for its fsync: watchers and
     /// readers see only what is durable.
     pub(super) fn publish(&mut self) {
-        if self.deferred.is_some() {
+        if self.durability.deferred.is_some() {
             return;
         }
-        self.snapshot.version += 1;
-        self.snapshot.lifecycle = self.machine.state.clone();
-        self.snapshot.epoch = self.machine.epoch();
-        self.snapshot.streak = self.machine.streak();
-        self.snapshot.budget = self.machine.policy().budget.map(|b| BudgetStatus {
+        self.view.snapshot.version += 1;
+        self.view.snapshot.lifecycle = self.machine.state.clone();
+        self.view.snapshot.epoch = self.machine.epoch();
+        self.view.snapshot.streak = self.machine.streak();
+        self.view.snapshot.budget = self.machine.policy().budget.map(|b| BudgetStatus {
             max_failures: b.max_failures.get(),
             window_ms: b.window_ms,
             failures: self.machine.budget_used(),
         });
-        self.snapshot.pending = match &self.machine.state {
+        self.view.snapshot.pending = match &self.machine.state {
             LifecycleState::Running { pending, .. } => pending.clone(),
             _ => PendingApply::InSync,
         };
         // The record first: whoever sees this version published finds it
         // (or a later one) in the status record.
-        self.shared.status.write(&self.snapshot);
+        self.shared.status.write(&self.view.snapshot);
         self.shared
             .metrics
-            .publish(&self.snapshot, self.shared.clock.now());
-        self.snapshots.send_replace(self.snapshot.clone());
-        if let Some(settled) = self.settled.take() {
+            .publish(&self.view.snapshot, self.shared.clock.now());
+        self.view.snapshots.send_replace(self.view.snapshot.clone());
+        if let Some(settled) = self.durability.settled.take() {
             for reply in settled.replies {
                 let answer = match &settled.error {
-                    None => Ok(self.snapshot.clone()),
+                    None => Ok(self.view.snapshot.clone()),
                     Some(error) => Err(CommandError::Durability(error.clone())),
                 };
                 let _ = reply.send(answer);
