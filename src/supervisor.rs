@@ -682,8 +682,8 @@ impl SupervisorHandle {
         match self.shared.resolve_config(&self.shared.overrides).await {
             Ok(resolved) => {
                 view.effective = match leaf {
-                    None => toml::to_string(&resolved.config).ok(),
-                    Some(leaf) => lookup(&resolved.config, leaf).map(value_text),
+                    None => toml::to_string(resolved.table()).ok(),
+                    Some(leaf) => lookup(resolved.table(), leaf).map(value_text),
                 };
             }
             Err(error) => view.error = Some(error.to_string()),

@@ -138,7 +138,7 @@ pub enum BootReport {
         /// The runtime.
         live: LiveRuntime,
         /// The config it booted with.
-        config: toml::Table,
+        config: crate::service::LiveConfig,
         /// The declared file's fingerprint before the boot read it.
         fingerprint: Option<Fingerprint>,
         /// When.
@@ -453,8 +453,12 @@ async fn run_attempt(
         // that does not fit is held here, naming the leaf), and one that
         // names a step twice is held here too.
         .and_then(|resolved| {
-            let plan = shared.service.plan(&resolved.config)?;
-            Ok((resolved.config, plan))
+            let config = shared
+                .service
+                .live_config(resolved.config)
+                .map_err(|error| error.to_string())?;
+            let plan = shared.service.plan(&config)?;
+            Ok((config, plan))
         });
     let (config, plan) = match resolved {
         Ok(resolved) => resolved,

@@ -130,10 +130,9 @@ impl Shared {
     pub async fn resolve_config(
         &self,
         overrides: &Overrides,
-    ) -> Result<ResolvedConfig, ConfigError> {
+    ) -> Result<crate::service::LiveConfig, ConfigError> {
         let resolved = self.resolve_tiers(overrides).await?;
-        self.service.check_config(&resolved.config)?;
-        Ok(resolved)
+        self.service.live_config(resolved.config)
     }
 
     /// [`Shared::resolve_config`] short of the config type: the tiers

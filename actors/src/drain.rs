@@ -234,7 +234,13 @@ pub(crate) async fn wipe(shared: &Arc<Shared>) -> (StoreOutcome, Option<String>)
         .resolve_within(crate::config::RESOLVE_DEADLINE)
         .await
     {
-        Ok(resolved) => Some(resolved.config),
+        Ok(resolved) => match shared.service.live_config(resolved.config) {
+            Ok(config) => Some(config),
+            Err(error) => {
+                tracing::warn!(%error, "the config does not fit the service; wiping without it");
+                None
+            }
+        },
         Err(error) => {
             tracing::warn!(%error, "the config does not resolve; wiping without it");
             None

@@ -560,69 +560,103 @@ impl<S: Service> Service for Arc<S> {
     }
 }
 
+/// The effective config as the supervisor keeps it live: the merged TOML
+/// table (for the leaves a change touches, and `config show`) and the
+/// service's typed config, deserialized once, when it resolved. A boot's
+/// plan, a change applied in place and a wipe take the typed value as it
+/// is: nothing deserializes it again.
+#[derive(Clone)]
+pub struct LiveConfig {
+    table: toml::Table,
+    typed: Arc<dyn Any + Send + Sync>,
+}
+
+impl LiveConfig {
+    /// The merged table the typed config was deserialized from.
+    #[must_use]
+    pub const fn table(&self) -> &toml::Table {
+        &self.table
+    }
+
+    /// The typed config, if it is a `C`: always for the service that made
+    /// it ([`AnyService::live_config`]).
+    fn typed<C: Send + Sync + 'static>(&self) -> Result<Arc<C>, String> {
+        Arc::clone(&self.typed)
+            .downcast::<C>()
+            .map_err(|_| "the config was resolved for another service's config type".to_owned())
+    }
+}
+
+impl fmt::Debug for LiveConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LiveConfig")
+            .field("table", &self.table)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A [`Service`] with its type erased: what the supervisor holds
-/// (`Arc<dyn AnyService>`), over the effective config as TOML. Implemented
-/// for every [`Service`]; not implemented by hand.
+/// (`Arc<dyn AnyService>`), over the effective config kept live
+/// ([`LiveConfig`]). Implemented for every [`Service`]; not implemented by
+/// hand.
 pub trait AnyService: Send + Sync + 'static {
-    /// Whether `config` deserializes into [`Service::Config`] (and has no
-    /// leaf it does not know, unless allowed).
+    /// `config` deserialized into [`Service::Config`] (with no leaf it does
+    /// not know, unless allowed), kept beside the table.
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] naming the leaf and the reason, or
     /// [`ConfigError::UnknownLeaves`].
-    fn check_config(&self, config: &toml::Table) -> Result<(), ConfigError>;
+    fn live_config(&self, config: toml::Table) -> Result<LiveConfig, ConfigError>;
     /// [`Service::plan`] for `config`, its steps bound to the typed config.
     ///
     /// # Errors
-    /// As [`AnyService::check_config`], or a plan that names a step twice
-    /// (both hold failures).
-    fn plan(&self, config: &toml::Table) -> Result<Vec<Arc<dyn AnyStep>>, String>;
-    /// [`Service::apply_config`]. A `new` that does not deserialize is
-    /// taken by nothing: every changed leaf is returned.
+    /// A plan that names a step twice (a hold failure).
+    fn plan(&self, config: &LiveConfig) -> Result<Vec<Arc<dyn AnyStep>>, String>;
+    /// [`Service::apply_config`]: the leaves `new` changes from `old`
+    /// offered to the runtime; the ones it did not take are returned.
     fn apply_config<'a>(
         &'a self,
-        old: &'a toml::Table,
-        new: &'a toml::Table,
+        old: &'a LiveConfig,
+        new: &'a LiveConfig,
         runtime: &'a mut Runtime,
     ) -> BoxFuture<'a, Vec<String>>;
-    /// [`Service::wipe`] (`config` is passed only when it deserializes).
+    /// [`Service::wipe`] (`config`: the effective config, when it resolves).
     fn wipe<'a>(
         &'a self,
         data_dir: &'a Path,
-        config: Option<&'a toml::Table>,
+        config: Option<&'a LiveConfig>,
     ) -> BoxFuture<'a, Result<(), StepError>>;
 }
 
 impl<S: Service> AnyService for S {
-    fn check_config(&self, config: &toml::Table) -> Result<(), ConfigError> {
-        typed::<S::Config>(config, S::ALLOW_UNKNOWN_LEAVES).map(drop)
+    fn live_config(&self, config: toml::Table) -> Result<LiveConfig, ConfigError> {
+        let typed = typed::<S::Config>(&config, S::ALLOW_UNKNOWN_LEAVES)?;
+        Ok(LiveConfig {
+            table: config,
+            typed: Arc::new(typed),
+        })
     }
 
-    fn plan(&self, config: &toml::Table) -> Result<Vec<Arc<dyn AnyStep>>, String> {
-        let config = typed::<S::Config>(config, S::ALLOW_UNKNOWN_LEAVES)
-            .map_err(|error| error.to_string())?;
-        Service::plan(self, &config)
-            .bind(Arc::new(config))
+    fn plan(&self, config: &LiveConfig) -> Result<Vec<Arc<dyn AnyStep>>, String> {
+        let typed = config.typed::<S::Config>()?;
+        Service::plan(self, &typed)
+            .bind(typed)
             .map_err(|error| error.message)
     }
 
     fn apply_config<'a>(
         &'a self,
-        old: &'a toml::Table,
-        new: &'a toml::Table,
+        old: &'a LiveConfig,
+        new: &'a LiveConfig,
         runtime: &'a mut Runtime,
     ) -> BoxFuture<'a, Vec<String>> {
         Box::pin(async move {
-            let changed = crate::config::changed_leaves(old, new);
-            let allow = S::ALLOW_UNKNOWN_LEAVES;
-            match (
-                typed::<S::Config>(old, allow),
-                typed::<S::Config>(new, allow),
-            ) {
+            let changed = crate::config::changed_leaves(&old.table, &new.table);
+            match (old.typed::<S::Config>(), new.typed::<S::Config>()) {
                 (Ok(old), Ok(new)) => {
                     let change = ConfigChange {
-                        old: &old,
-                        new: &new,
+                        old: &*old,
+                        new: &*new,
                         changed: &changed,
                     };
                     Service::apply_config(self, change, runtime).await
@@ -635,11 +669,11 @@ impl<S: Service> AnyService for S {
     fn wipe<'a>(
         &'a self,
         data_dir: &'a Path,
-        config: Option<&'a toml::Table>,
+        config: Option<&'a LiveConfig>,
     ) -> BoxFuture<'a, Result<(), StepError>> {
         Box::pin(async move {
-            let config = config.and_then(|c| typed::<S::Config>(c, S::ALLOW_UNKNOWN_LEAVES).ok());
-            Service::wipe(self, data_dir, config.as_ref()).await
+            let typed = config.and_then(|c| c.typed::<S::Config>().ok());
+            Service::wipe(self, data_dir, typed.as_deref()).await
         })
     }
 }

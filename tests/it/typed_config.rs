@@ -9,7 +9,11 @@
 //!   and is reported `restart_needed` where it does not (`port`).
 //! - A declared file that does not fit the type holds the boot in
 //!   `resolve_config`, the error naming the leaf.
+//! - The typed config is kept live: a boot deserializes it once, and a
+//!   change applied in place once (the new config; the old one is the
+//!   live value), counted in-process on a config type that counts.
 
+use crate::support::common;
 use crate::support::processes;
 
 use std::io::Read;
@@ -17,6 +21,111 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use processes::{ctl, free_port, until};
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// How many times [`Counted`] was deserialized (only the test below uses
+/// the type, so no other test moves it).
+static DESERIALIZED: AtomicUsize = AtomicUsize::new(0);
+
+/// A config that counts its deserializations.
+#[derive(Debug)]
+struct Counted {
+    step: i64,
+}
+
+impl<'de> serde::Deserialize<'de> for Counted {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(serde::Deserialize)]
+        struct Raw {
+            step: i64,
+        }
+        let raw = Raw::deserialize(deserializer)?;
+        DESERIALIZED.fetch_add(1, Ordering::SeqCst);
+        Ok(Self { step: raw.step })
+    }
+}
+
+struct Idle;
+
+impl steadfast::Step for Idle {
+    const NAME: &'static str = "idle";
+    type Config = Counted;
+    type Output = ();
+
+    async fn execute(
+        &self,
+        _cx: steadfast::StepContext<'_, Counted>,
+    ) -> Result<steadfast::Made<()>, steadfast::StepError> {
+        Ok(steadfast::Made::new("idle", "", ()))
+    }
+}
+
+/// Takes `step` in place, remembering the old and new values it was
+/// offered.
+#[derive(Default)]
+struct TakesStep {
+    offered: std::sync::Mutex<Vec<(i64, i64)>>,
+}
+
+impl steadfast::Service for TakesStep {
+    type Config = Counted;
+
+    fn plan(&self, _config: &Counted) -> steadfast::Plan<Counted> {
+        steadfast::Plan::new().step(Idle)
+    }
+
+    async fn apply_config(
+        &self,
+        change: steadfast::service::ConfigChange<'_, Counted>,
+        _runtime: &mut steadfast::service::Runtime,
+    ) -> Vec<String> {
+        self.offered
+            .lock()
+            .expect("offered")
+            .push((change.old.step, change.new.step));
+        Vec::new()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typed_config_is_deserialized_once_per_resolve() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    // An in-memory source no watcher sees: only the reload applies.
+    let step = Arc::new(std::sync::atomic::AtomicI64::new(1));
+    let source = {
+        let step = Arc::clone(&step);
+        steadfast::config::ConfigSource::in_place(move || {
+            let mut config = toml::Table::new();
+            config.insert("step".into(), step.load(Ordering::SeqCst).into());
+            Ok(steadfast::config::ResolvedConfig::untracked(config))
+        })
+    };
+    let service = Arc::new(TakesStep::default());
+    let (run, handle) = common::supervise_with(&data, source, None, Arc::clone(&service));
+    common::until(&handle, "running", common::running).await;
+    assert_eq!(
+        DESERIALIZED.load(Ordering::SeqCst),
+        1,
+        "the boot deserializes its config once"
+    );
+
+    step.store(2, Ordering::SeqCst);
+    handle.reload().await.expect("the reload is accepted");
+    assert_eq!(
+        *service.offered.lock().expect("offered"),
+        vec![(1, 2)],
+        "the change is offered, old and new typed"
+    );
+    assert_eq!(
+        DESERIALIZED.load(Ordering::SeqCst),
+        2,
+        "applying the change deserialized only the new config"
+    );
+    common::exit(run, &handle, steadfast::ExitIntent::Halt).await;
+}
 
 /// A connection to the counter: one count, answered after its fsync.
 fn bump(port: u16) -> String {

@@ -9,7 +9,7 @@ pub struct ApplyEnded {
     /// The runtime it held; `None` once a panic dropped it.
     live: Option<LiveRuntime>,
     /// The config the runtime now runs with (the new one if applied).
-    config: Option<toml::Table>,
+    config: Option<LiveConfig>,
     /// What happened.
     outcome: ApplyOutcome,
 }
@@ -32,10 +32,10 @@ pub(super) enum ApplyOutcome {
 pub(super) async fn apply(
     shared: &Shared,
     live: &mut Option<LiveRuntime>,
-    config: &mut Option<toml::Table>,
+    config: &mut Option<LiveConfig>,
 ) -> ApplyOutcome {
     let new = match resolve_checked(shared).await {
-        Ok(resolved) => resolved.config,
+        Ok(resolved) => resolved,
         Err(error) => return ApplyOutcome::NotResolved(error.to_string()),
     };
     let (Some(live), Some(old)) = (live.as_mut(), config.as_ref()) else {

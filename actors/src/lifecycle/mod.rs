@@ -149,7 +149,7 @@ use crate::context::Shared;
 use crate::control_dir::RunMarker;
 use crate::drain::DrainReport;
 use crate::journal::{self, JournalMsg};
-use crate::service::{LiveRuntime, TaskEnded};
+use crate::service::{LiveConfig, LiveRuntime, TaskEnded};
 use crate::store::StoreLock;
 
 mod apply;
@@ -414,7 +414,7 @@ struct Serving {
     /// The running (or just booted) runtime.
     runtime: Option<LiveRuntime>,
     /// The config the running runtime booted with (or took in place).
-    config: Option<toml::Table>,
+    config: Option<LiveConfig>,
     /// The config apply in flight (it holds the runtime): its cancel.
     apply: Option<CancellationToken>,
     /// Bumped by every change to the override tier.
@@ -1438,9 +1438,7 @@ impl LifecycleActorState {
 /// by [`RESOLVE_DEADLINE`], then checked against the daemon's data
 /// directory. Used by the restart preflight and by a change applied in
 /// place.
-async fn resolve_checked(
-    shared: &Shared,
-) -> Result<crate::config::ResolvedConfig, crate::config::ConfigError> {
+async fn resolve_checked(shared: &Shared) -> Result<LiveConfig, crate::config::ConfigError> {
     shared.resolve_config(&shared.overrides).await
 }
 
