@@ -79,7 +79,7 @@
 //!   on a TCP address behind the token handshake (`crate::control::auth`);
 //!   with [`DaemonOptions::create_token`], a missing token file is created
 //!   (0600) first.
-//! - With [`DaemonOptions::control_tls`], the control plane is also served
+//! - With `DaemonOptions::control_tls`, the control plane is also served
 //!   over TLS 1.3 (`crate::control::tls`: mutual TLS or a token inside the
 //!   session, roles); SIGHUP and `reload` re-read its certificate files.
 //! - A control plane that was asked for and cannot be served is never

@@ -6,7 +6,7 @@
 //!   socket (mode 0600, peer uid checked before any frame is read).
 //! - [`tcp`]: [`serve_tcp`] serves it on a TCP port (loopback by default);
 //!   a client presents a token before any frame is decoded.
-//! - [`tls`]: [`serve_tls`] serves it over TLS 1.3 (rustls): mutual TLS
+//! - [`tls`]: `serve_tls` serves it over TLS 1.3 (rustls): mutual TLS
 //!   or a token inside the session, each peer with a role (`read`,
 //!   `operate`); certificates reloaded with the daemon.
 //! - [`auth`]: the token ([`Token`]: its 0600 file, the handshake bytes,

@@ -36,7 +36,7 @@
 //! - The private key is refused when group or others may read it, or
 //!   another user owns it, before its content is read:
 //!   `a_loose_private_key_is_refused`.
-//! - [`TlsServerGuard::reload`] (and SIGHUP, the `reload` method, through
+//! - `TlsServerGuard::reload` (and SIGHUP, the `reload` method, through
 //!   the handle's reload hooks) re-reads every file; new connections get the
 //!   new certificate, established sessions go on; a reload that fails keeps
 //!   the old configuration: `a_reload_serves_the_new_certificate_and_keeps_sessions`.
@@ -59,8 +59,12 @@ use std::path::PathBuf;
 use steadfast_protocol::control::Role;
 
 #[cfg(doc)]
-use super::auth::Token;
+use super::auth::{self, Token};
 pub use super::error::TlsError;
+#[cfg(doc)]
+use super::limits::ServerLimits;
+#[cfg(doc)]
+use steadfast_protocol::control::CommandError;
 
 #[cfg(feature = "tls")]
 mod session;
@@ -116,7 +120,7 @@ impl Fingerprint {
 }
 
 /// What a TLS control port serves and whom it lets in. Paths are read at
-/// [`serve_tls`] and again at each reload.
+/// `serve_tls` and again at each reload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsServerConfig {
     /// The daemon's certificate chain (PEM, leaf first).

@@ -26,11 +26,11 @@
 //!   of a daemon already running, a `stop` of one already stopped, is
 //!   accepted (`start: already running`) unless `--strict`, as the single
 //!   command's.
-//! - `metrics` prints ONE OpenMetrics exposition ([`merge_metrics`]): each
+//! - `metrics` prints ONE OpenMetrics exposition ([`merge_metrics`](metrics::merge_metrics)): each
 //!   family once, each sample with `daemon="NAME"`, one `# EOF`.
 //!   `tests/it/fleet.rs::fleet_metrics_are_one_exposition`.
-//! - [`endpoint_of`] is the one place an inventory transport becomes a
-//!   client [`Endpoint`]; a `tls` entry whose files cannot be read, or
+//! - [`endpoint_of`](inventory::endpoint_of) is the one place an inventory transport becomes a
+//!   client [`Endpoint`](steadfast::control::Endpoint); a `tls` entry whose files cannot be read, or
 //!   whose host does not resolve, makes that daemon alone unreachable.
 //!
 //! Exit codes (`status` as the single-daemon `status`, LSB's): 0 every
