@@ -209,6 +209,11 @@ pub struct Snapshot {
     /// were refused), one a line, oldest first ([`Errors::render`]); each
     /// goes once its own operation next succeeds. `None`: none.
     pub error: Option<String>,
+    /// The same errors, each with the operation it belongs to, oldest
+    /// first: what a script (and `steadfastctl`) tells them apart by,
+    /// never the text. Empty from a daemon that predates it.
+    #[serde(default)]
+    pub errors: Vec<ErrorSlot>,
     /// The restart budget as the machine counts it; `None` when it is off.
     #[serde(default)]
     pub budget: Option<BudgetStatus>,
@@ -262,8 +267,10 @@ impl Snapshot {
 }
 
 /// The operation an error of the snapshot's belongs to: its next success
-/// clears it, and nothing else does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// clears it, and nothing else does. On the wire, its snake_case name
+/// (`config_apply`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ErrorSource {
     /// A journal append or fsync; cleared by the next one that succeeds.
     Journal,
@@ -287,6 +294,16 @@ pub enum ErrorSource {
     /// tokens) refused, the old ones kept; cleared by the next reload
     /// whose files are all taken.
     Reload,
+}
+
+/// One error a supervisor shows ([`Snapshot::errors`]): the operation it
+/// belongs to, and what it said.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorSlot {
+    /// The operation.
+    pub source: ErrorSource,
+    /// What failed, in words.
+    pub error: String,
 }
 
 /// The errors a supervisor shows now: at most one per [`ErrorSource`],
@@ -325,6 +342,19 @@ impl Errors {
             .iter()
             .find(|(s, _)| *s == source)
             .map(|(_, e)| e.as_str())
+    }
+
+    /// What the snapshot's `errors` hold: every current error with its
+    /// operation, oldest first.
+    #[must_use]
+    pub fn slots(&self) -> Vec<ErrorSlot> {
+        self.0
+            .iter()
+            .map(|(source, error)| ErrorSlot {
+                source: *source,
+                error: error.clone(),
+            })
+            .collect()
     }
 
     /// What the snapshot's `error` says: every current error, one a line,

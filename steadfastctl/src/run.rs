@@ -12,7 +12,7 @@ use std::time::Duration;
 use steadfast::control::{ClientError, ControlClient};
 use steadfast::protocol::control::cmd;
 use steadfast::protocol::lifecycle::LifecycleState;
-use steadfast::protocol::snapshot::{SCHEMA, Snapshot};
+use steadfast::protocol::snapshot::{ErrorSource, SCHEMA, Snapshot};
 use steadfast::{ExitIntent, Hold};
 
 use crate::cli::{Cli, Cmd, ConfigCmd, ProbeKind, ReplaceMode, generated};
@@ -210,10 +210,6 @@ pub async fn run(cli: Cli) -> ExitCode {
     }
 }
 
-/// How the daemon's snapshot error of a change a running runtime could not
-/// apply begins.
-pub const NOT_APPLIED: &str = "a config change was not applied";
-
 /// What became of a `config set` / `config unset`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Applied {
@@ -248,7 +244,7 @@ impl Applied {
 /// The daemon answers a change to a running runtime once the runtime has
 /// applied it and the outcome is stepped, so the answer's `pending` is
 /// the outcome; an apply that failed answers with its error in the
-/// snapshot (`a config change was not applied: …`).
+/// snapshot's `config_apply` error slot.
 pub fn config_changed(
     leaf: &str,
     set: bool,
@@ -259,10 +255,13 @@ pub fn config_changed(
         Ok(snapshot) => snapshot,
         Err(error) => return fail(&error),
     };
-    let applied = match (&settled.lifecycle, &settled.pending, &settled.error) {
-        (LifecycleState::Running { .. }, _, Some(error)) if error.starts_with(NOT_APPLIED) => {
-            Applied::Refused(error.clone())
-        }
+    let not_applied = settled
+        .errors
+        .iter()
+        .find(|slot| slot.source == ErrorSource::ConfigApply)
+        .map(|slot| slot.error.clone());
+    let applied = match (&settled.lifecycle, &settled.pending, not_applied) {
+        (LifecycleState::Running { .. }, _, Some(error)) => Applied::Refused(error),
         (
             LifecycleState::Running { .. },
             steadfast::protocol::lifecycle::PendingApply::RestartNeeded { leaves },

@@ -15,7 +15,7 @@ impl LifecycleActorState {
     /// the next publish) until `source` next succeeds.
     pub(super) fn set_error(&mut self, source: ErrorSource, error: String) {
         if self.view.errors.set(source, error) {
-            self.view.snapshot.error = self.view.errors.render();
+            self.show_errors();
         }
     }
 
@@ -23,9 +23,15 @@ impl LifecycleActorState {
     pub(super) fn clear_error(&mut self, source: ErrorSource) -> bool {
         let cleared = self.view.errors.clear(source);
         if cleared {
-            self.view.snapshot.error = self.view.errors.render();
+            self.show_errors();
         }
         cleared
+    }
+
+    /// The snapshot's `error` and `errors` as the slots are now.
+    fn show_errors(&mut self) {
+        self.view.snapshot.error = self.view.errors.render();
+        self.view.snapshot.errors = self.view.errors.slots();
     }
 
     pub(super) fn answer_stop_waiters(&mut self) {
