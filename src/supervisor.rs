@@ -283,6 +283,7 @@ impl Supervisor {
             pending: PendingApply::InSync,
             pid,
             error: None,
+            errors: Vec::new(),
             budget: timings
                 .budget
                 .map(|b| steadfast_protocol::snapshot::BudgetStatus {

@@ -323,6 +323,7 @@ mod tests {
             pending: PendingApply::InSync,
             pid: std::process::id(),
             error: None,
+            errors: Vec::new(),
             budget: None,
         }
     }

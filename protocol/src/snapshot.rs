@@ -253,6 +253,7 @@ impl Snapshot {
             pending: self.pending.clone(),
             pid: self.pid,
             error: self.error.clone(),
+            errors: Vec::new(),
             budget: self.budget,
         }
     }
@@ -433,6 +434,7 @@ mod tests {
             pending: PendingApply::InSync,
             pid: 42,
             error: None,
+            errors: Vec::new(),
             budget: Some(BudgetStatus {
                 max_failures: 5,
                 window_ms: 600_000,
@@ -508,6 +510,7 @@ mod tests {
             pending: PendingApply::InSync,
             pid: 42,
             error: None,
+            errors: Vec::new(),
             budget: None,
         };
         let lean = snapshot.lean();

@@ -670,6 +670,44 @@ async fn a_change_while_running_reports_the_leaves_that_need_a_restart() {
     exit(run, &handle, ExitIntent::Halt).await;
 }
 
+/// A change that does not resolve while running is not applied: the
+/// snapshot's `errors` hold it typed (`config_apply`, the text the
+/// rendered `error` shows), the runtime keeps running, and the next change
+/// that applies clears it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_change_not_applied_is_a_typed_error_slot_until_one_applies() {
+    use steadfast::protocol::snapshot::ErrorSource;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let switch = Switch::new(Some(good()));
+    let (run, handle) = supervise(tmp.path(), switch.source(), None);
+    until(&handle, "running", running).await;
+    switch.set(None);
+    let _ = handle.reload().await;
+    let failed = until(&handle, "the apply's error", |s| !s.errors.is_empty()).await;
+    assert_eq!(failed.errors.len(), 1, "{:?}", failed.errors);
+    assert_eq!(failed.errors[0].source, ErrorSource::ConfigApply);
+    assert_eq!(
+        failed.error.as_deref(),
+        Some(failed.errors[0].error.as_str())
+    );
+    assert!(
+        failed.errors[0].error.contains("does not resolve"),
+        "{:?}",
+        failed.errors
+    );
+    assert!(running(&failed), "still running on the old config");
+    let json = serde_json::to_value(&failed).expect("json");
+    assert_eq!(json["errors"][0]["source"], "config_apply", "{json}");
+
+    switch.set(Some(good()));
+    handle.reload().await.expect("reload accepted");
+    until(&handle, "the error cleared", |s| {
+        s.errors.is_empty() && s.error.is_none()
+    })
+    .await;
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
 /// A plan that names one step twice (its checkpoints and outputs would be
 /// one) is a held failure of `resolve_config` naming the step, not a boot
 /// that runs it twice.

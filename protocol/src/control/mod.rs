@@ -485,6 +485,7 @@ mod tests {
             pending: PendingApply::InSync,
             pid: 42,
             error: None,
+            errors: Vec::new(),
             budget: None,
         }
     }
