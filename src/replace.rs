@@ -333,7 +333,7 @@ impl ProcessDriver {
             .snapshot()
             .attempts
             .last()
-            .map_or(0, |a| a.attempt)
+            .map_or(0, |a| a.attempt.get())
     }
 
     fn recheck(&mut self) -> Progress {

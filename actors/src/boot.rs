@@ -67,6 +67,7 @@
 //! `a_change_that_lands_during_a_failing_boot_is_not_lost`).
 
 use std::convert::Infallible;
+use std::num::NonZeroU32;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -99,7 +100,7 @@ pub enum BootReport {
     /// A phase started.
     PhaseStarted {
         /// Which boot.
-        attempt: u32,
+        attempt: NonZeroU32,
         /// Which phase.
         phase: Phase,
         /// Its position, from 1.
@@ -113,14 +114,14 @@ pub enum BootReport {
     /// latest report's moment).
     Progress {
         /// Which boot.
-        attempt: u32,
+        attempt: NonZeroU32,
         /// When the step last reported.
         at: Timestamp,
     },
     /// A phase ended.
     PhaseEnded {
         /// Which boot.
-        attempt: u32,
+        attempt: NonZeroU32,
         /// Which phase.
         phase: Phase,
         /// When.
@@ -147,7 +148,7 @@ pub enum BootReport {
     /// The boot failed (or was cancelled) and tore down what it built.
     Failed {
         /// Which boot.
-        attempt: u32,
+        attempt: NonZeroU32,
         /// What, where, when.
         report: FailureReport,
         /// Whether waiting can fix it.
@@ -200,7 +201,7 @@ impl Cancel {
 /// [`BootMsg::Crashed`], once the runtime it held is dropped.
 pub(crate) fn start(
     shared: Arc<Shared>,
-    attempt: u32,
+    attempt: NonZeroU32,
     report_to: DerivedActorRef<BootMsg>,
     journal: ActorRef<JournalMsg>,
 ) -> BootTask {
@@ -250,7 +251,7 @@ impl Drop for BootTask {
 /// the journal still gets every record before the append that follows it.
 struct Reporter<'a> {
     shared: &'a Shared,
-    attempt: u32,
+    attempt: NonZeroU32,
     to: DerivedActorRef<BootMsg>,
     journal: ActorRef<JournalMsg>,
     /// Held back until the next flush: records to stage, reports to send.
@@ -429,7 +430,7 @@ impl Reporter<'_> {
 /// `Failed` report (unless it panics: see [`start`]).
 async fn run_attempt(
     shared: Arc<Shared>,
-    attempt: u32,
+    attempt: NonZeroU32,
     cancellation: Cancel,
     report_to: DerivedActorRef<BootMsg>,
     journal: ActorRef<JournalMsg>,

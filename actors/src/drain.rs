@@ -30,6 +30,7 @@
 //! outstanding. Checked by `tests/it/crash.rs`
 //! (`a_destroy_that_reports_success_but_leaves_the_resource_is_a_survivor`).
 
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -51,7 +52,7 @@ pub enum DrainReport {
     /// A destruction started.
     PhaseStarted {
         /// The boot that built the runtime.
-        attempt: u32,
+        attempt: NonZeroU32,
         /// `destroy:<step>`.
         phase: Phase,
         /// Its position among the destructions, from 1.
@@ -64,7 +65,7 @@ pub enum DrainReport {
     /// A destruction ended: confirmed gone, or a survivor.
     PhaseEnded {
         /// The boot that built the runtime.
-        attempt: u32,
+        attempt: NonZeroU32,
         /// `destroy:<step>`.
         phase: Phase,
         /// When.
@@ -76,8 +77,6 @@ pub enum DrainReport {
     },
     /// The drain settled.
     Drained {
-        /// Which boot's runtime.
-        attempt: u32,
         /// The probed store outcome.
         store: StoreOutcome,
         /// What could not be confirmed gone.
@@ -118,7 +117,7 @@ pub(crate) async fn teardown(
     shared: &Shared,
     journal: Option<&ActorRef<JournalMsg>>,
     report_to: Option<&DerivedActorRef<DrainReport>>,
-    attempt: u32,
+    attempt: NonZeroU32,
     mut runtime: Runtime,
     checkpoints: Vec<Completed>,
 ) -> (StoreOutcome, Vec<String>) {
@@ -281,11 +280,7 @@ pub(crate) fn start(
             checkpoints,
         )
         .await;
-        let _ = report_to.cast(DrainReport::Drained {
-            attempt,
-            store,
-            survivors,
-        });
+        let _ = report_to.cast(DrainReport::Drained { store, survivors });
     };
     spawn_watched(work, move |panic| report_crash(&crashed, panic));
 }

@@ -40,6 +40,7 @@ use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
+use std::num::NonZeroU32;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -123,7 +124,7 @@ pub struct Checkpoint {
 /// ([`Service::Config`]).
 pub struct StepContext<'a, C> {
     /// Which boot of this daemon.
-    pub attempt: u32,
+    pub attempt: NonZeroU32,
     /// The effective config this boot resolved, as the service's type.
     pub config: &'a C,
     /// The data directory (fixed for the life of the daemon).
@@ -279,7 +280,7 @@ pub trait Step: Sized + Send + Sync + 'static {
 /// [`StepContext`] without the config, which the erased step carries.
 pub struct StepEnv<'a> {
     /// Which boot of this daemon.
-    pub attempt: u32,
+    pub attempt: NonZeroU32,
     /// The data directory.
     pub data_dir: &'a Path,
     /// The live runtime the earlier steps built.
@@ -928,7 +929,7 @@ impl<F: Future> Future for CatchUnwind<F> {
 #[derive(Debug)]
 pub struct LiveRuntime {
     /// Which boot built it.
-    pub attempt: u32,
+    pub attempt: NonZeroU32,
     /// The live objects and tasks.
     pub runtime: Runtime,
     /// The completed steps, in plan order.
@@ -1026,6 +1027,10 @@ mod tests {
 
     use super::*;
 
+    fn nz(n: u32) -> std::num::NonZeroU32 {
+        std::num::NonZeroU32::new(n).expect("an attempt counts from 1")
+    }
+
     /// Two steps whose outputs are both `String`s.
     struct Left;
     struct Right;
@@ -1066,7 +1071,7 @@ mod tests {
     async fn run(step: &dyn AnyStep, runtime: &mut Runtime) -> Result<ResourceRecord, StepError> {
         let progress = StepProgress::new();
         step.execute(StepEnv {
-            attempt: 1,
+            attempt: nz(1),
             data_dir: Path::new("/nonexistent"),
             runtime,
             prior: &[],

@@ -14,6 +14,8 @@
 //!   salt, so a token is refused by another daemon, in another epoch, or
 //!   when mistyped. Checked by `history::tests::tokens_bind_epoch_and_salt`.
 
+use std::num::NonZeroU32;
+
 use serde::{Deserialize, Serialize};
 
 use crate::Timestamp;
@@ -38,7 +40,7 @@ pub fn attempts(records: &[Record], limit: usize) -> Vec<JournalAttempt> {
     let mut run = 0u32;
     let mut last_attempt = 0u32;
     let mut run_open = false;
-    let find = |out: &mut Vec<JournalAttempt>, run: u32, attempt: u32| -> Option<usize> {
+    let find = |out: &mut Vec<JournalAttempt>, run: u32, attempt: NonZeroU32| -> Option<usize> {
         out.iter()
             .rposition(|a| a.run == run && a.attempt.attempt == attempt)
     };
@@ -50,11 +52,11 @@ pub fn attempts(records: &[Record], limit: usize) -> Vec<JournalAttempt> {
                 last_attempt = 0;
             }
             Record::AttemptStarted { attempt, at_ms } => {
-                if !run_open || *attempt <= last_attempt {
+                if !run_open || attempt.get() <= last_attempt {
                     run += 1;
                     run_open = true;
                 }
-                last_attempt = *attempt;
+                last_attempt = attempt.get();
                 out.push(JournalAttempt {
                     run,
                     attempt: AttemptRecord::new(*attempt, Timestamp(*at_ms)),
@@ -135,7 +137,7 @@ pub fn attempts(records: &[Record], limit: usize) -> Vec<JournalAttempt> {
 fn end_phase(
     out: &mut [JournalAttempt],
     run: u32,
-    attempt: u32,
+    attempt: NonZeroU32,
     phase: &str,
     duration_ms: Option<u64>,
     outcome: PhaseOutcome,
@@ -195,13 +197,20 @@ fn token_check(epoch: u64, salt: &[u8]) -> u32 {
 mod tests {
     use super::*;
 
+    fn nz(n: u32) -> std::num::NonZeroU32 {
+        std::num::NonZeroU32::new(n).expect("an attempt counts from 1")
+    }
+
     fn started(attempt: u32, at_ms: u64) -> Record {
-        Record::AttemptStarted { attempt, at_ms }
+        Record::AttemptStarted {
+            attempt: nz(attempt),
+            at_ms,
+        }
     }
 
     fn phase(attempt: u32, name: &str, index: u32) -> Record {
         Record::PhaseStarted {
-            attempt,
+            attempt: nz(attempt),
             phase: name.into(),
             index,
             total: 2,
@@ -225,7 +234,7 @@ mod tests {
             started(1, 10),
             phase(1, "resolve_config", 1),
             Record::PhaseCompleted {
-                attempt: 1,
+                attempt: nz(1),
                 phase: "resolve_config".into(),
                 at_ms: 11,
                 duration_ms: 1,
@@ -236,21 +245,21 @@ mod tests {
             started(1, 100),
             phase(1, "resolve_config", 1),
             Record::PhaseFailed {
-                attempt: 1,
+                attempt: nz(1),
                 phase: "resolve_config".into(),
                 at_ms: 101,
                 duration_ms: 1,
                 error: "bad toml".into(),
             },
             Record::AttemptEnded {
-                attempt: 1,
+                attempt: nz(1),
                 at_ms: 101,
                 result: JournalResult::Failed,
             },
             // No transition record (an older journal): a non-growing number.
             started(1, 200),
             Record::AttemptEnded {
-                attempt: 1,
+                attempt: nz(1),
                 at_ms: 201,
                 result: JournalResult::Succeeded,
             },

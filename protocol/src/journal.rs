@@ -58,6 +58,8 @@
 //! every later offset, which costs at most a CRC of [`MAX_RECORD_LEN`] bytes
 //! per offset whose length prefix is plausible.
 
+use std::num::NonZeroU32;
+
 use bincode::Options;
 use serde::{Deserialize, Serialize};
 
@@ -91,14 +93,14 @@ pub enum Record {
     /// A boot attempt began.
     AttemptStarted {
         /// Attempt number, from 1 for the life of the daemon process.
-        attempt: u32,
+        attempt: NonZeroU32,
         /// When it began, in milliseconds since the Unix epoch.
         at_ms: u64,
     },
     /// A phase of an attempt's plan began.
     PhaseStarted {
         /// The attempt the phase belongs to.
-        attempt: u32,
+        attempt: NonZeroU32,
         /// The phase's name, as the service names it (the first phase of a
         /// boot is always `resolve_config`).
         phase: String,
@@ -112,7 +114,7 @@ pub enum Record {
     /// A phase finished successfully.
     PhaseCompleted {
         /// The attempt the phase belongs to.
-        attempt: u32,
+        attempt: NonZeroU32,
         /// The phase's name.
         phase: String,
         /// When it finished, in milliseconds since the Unix epoch.
@@ -123,7 +125,7 @@ pub enum Record {
     /// A phase was not run (for example its checkpoint showed it already done).
     PhaseSkipped {
         /// The attempt the phase belongs to.
-        attempt: u32,
+        attempt: NonZeroU32,
         /// The phase's name.
         phase: String,
         /// When it was skipped, in milliseconds since the Unix epoch.
@@ -136,7 +138,7 @@ pub enum Record {
     /// A phase failed, which fails its attempt.
     PhaseFailed {
         /// The attempt the phase belongs to.
-        attempt: u32,
+        attempt: NonZeroU32,
         /// The phase's name.
         phase: String,
         /// When it failed, in milliseconds since the Unix epoch.
@@ -149,7 +151,7 @@ pub enum Record {
     /// A boot attempt ended.
     AttemptEnded {
         /// The attempt that ended.
-        attempt: u32,
+        attempt: NonZeroU32,
         /// When it ended, in milliseconds since the Unix epoch.
         at_ms: u64,
         /// How it ended.
@@ -170,7 +172,7 @@ pub enum Record {
     /// resumed boot can reconcile it against what it observes.
     Checkpoint {
         /// The attempt that acquired it.
-        attempt: u32,
+        attempt: NonZeroU32,
         /// The step that acquired it.
         step: String,
         /// The step's position in the plan, from 0.
@@ -476,7 +478,7 @@ mod byte_buf {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outstanding {
     /// The attempt that acquired it (of the daemon process that wrote it).
-    pub attempt: u32,
+    pub attempt: NonZeroU32,
     /// The step that acquired it.
     pub step: String,
     /// The step's position in that attempt's plan.

@@ -21,6 +21,8 @@
 //! its cause lasts (`spec/control.md`, "The snapshot's error"). Checked by
 //! `snapshot::tests::an_error_clears_with_its_own_operation_only`.
 
+use std::num::NonZeroU32;
+
 use serde::{Deserialize, Serialize};
 
 use crate::Timestamp;
@@ -123,7 +125,7 @@ pub enum AttemptResult {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct AttemptRecord {
     /// Which boot (from 1).
-    pub attempt: u32,
+    pub attempt: NonZeroU32,
     /// When it started.
     pub started_at: Timestamp,
     /// Its phases, in order.
@@ -152,7 +154,7 @@ impl AttemptRecord {
 impl AttemptRecord {
     /// A new attempt, with no phases yet.
     #[must_use]
-    pub const fn new(attempt: u32, started_at: Timestamp) -> Self {
+    pub const fn new(attempt: NonZeroU32, started_at: Timestamp) -> Self {
         Self {
             attempt,
             started_at,
@@ -259,7 +261,7 @@ impl Snapshot {
     }
 
     /// The attempt record for `attempt`, if it is still kept.
-    pub fn attempt_mut(&mut self, attempt: u32) -> Option<&mut AttemptRecord> {
+    pub fn attempt_mut(&mut self, attempt: NonZeroU32) -> Option<&mut AttemptRecord> {
         self.attempts
             .iter_mut()
             .rev()
@@ -379,6 +381,10 @@ impl Errors {
 mod tests {
     use super::*;
 
+    fn nz(n: u32) -> std::num::NonZeroU32 {
+        std::num::NonZeroU32::new(n).expect("an attempt counts from 1")
+    }
+
     /// `spec/control.md`, "The snapshot's error": a success clears its own
     /// operation's error and no other; an error set again moves to the end.
     #[test]
@@ -404,7 +410,7 @@ mod tests {
 
     #[test]
     fn json_shape_is_snake_case_and_tagged() {
-        let mut attempt = AttemptRecord::new(1, Timestamp(5));
+        let mut attempt = AttemptRecord::new(nz(1), Timestamp(5));
         attempt.phases.push(PhaseRecord {
             phase: Phase::RESOLVE_CONFIG,
             index: 1,
@@ -478,7 +484,7 @@ mod tests {
 
     #[test]
     fn resolve_config_counts_in_the_total() {
-        let mut attempt = AttemptRecord::new(1, Timestamp(5));
+        let mut attempt = AttemptRecord::new(nz(1), Timestamp(5));
         attempt.phases.push(phase("resolve_config", 1, 0));
         attempt.count_totals();
         assert_eq!(attempt.phases[0].total, 0, "unknown until a step knows it");
@@ -500,7 +506,7 @@ mod tests {
                 since: Timestamp(1),
             },
             attempts: (1..=32)
-                .map(|n| AttemptRecord::new(n, Timestamp(5)))
+                .map(|n| AttemptRecord::new(nz(n), Timestamp(5)))
                 .collect(),
             previous_run: PreviousRun::FirstEver,
             identity: None,
@@ -515,7 +521,7 @@ mod tests {
         };
         let lean = snapshot.lean();
         assert_eq!(lean.attempts.len(), 1);
-        assert_eq!(lean.attempts[0].attempt, 32);
+        assert_eq!(lean.attempts[0].attempt, nz(32));
         snapshot.attempts.clear();
         assert!(snapshot.lean().attempts.is_empty());
     }

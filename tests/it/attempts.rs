@@ -117,7 +117,7 @@ fn booted_while_draining(records: &[Record]) -> bool {
 
 /// Every `attempt_started` has exactly one `attempt_ended`.
 fn assert_each_attempt_ends_once(records: &[Record]) {
-    let started: Vec<u32> = records
+    let started: Vec<std::num::NonZeroU32> = records
         .iter()
         .filter_map(|r| match r {
             Record::AttemptStarted { attempt, .. } => Some(*attempt),

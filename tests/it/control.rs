@@ -96,7 +96,7 @@ async fn every_method_end_to_end() {
 
     client.restart().await.expect("restart");
     until(&handle, "running after restart", |s| {
-        running(s) && s.attempts.last().is_some_and(|a| a.attempt == 4)
+        running(s) && s.attempts.last().is_some_and(|a| a.attempt == nz(4))
     })
     .await;
 
@@ -1084,4 +1084,8 @@ async fn a_server_that_stopped_accepting_is_not_vouched_for_by_the_record() {
         .expect("the shutdown ends once the client is gone")
         .expect("joined");
     exit(run, &handle, ExitIntent::Halt).await;
+}
+
+fn nz(n: u32) -> std::num::NonZeroU32 {
+    std::num::NonZeroU32::new(n).expect("an attempt counts from 1")
 }

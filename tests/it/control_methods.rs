@@ -56,7 +56,11 @@ async fn the_journal_tells_attempts_and_phases_across_a_relaunch() {
             "one attempt per run so far: {attempts:#?}"
         );
         let last = attempts.last().expect("an attempt");
-        assert_eq!(last.attempt.attempt, 1, "each run counts its boots from 1");
+        assert_eq!(
+            last.attempt.attempt,
+            nz(1),
+            "each run counts its boots from 1"
+        );
         assert_eq!(last.attempt.result, AttemptResult::Succeeded);
         let phases: Vec<_> = last
             .attempt
@@ -314,4 +318,8 @@ async fn a_custom_config_source_still_gets_the_override_tier() {
     assert_eq!(view.overrides, [("a".to_owned(), "1".to_owned())]);
     assert_eq!(view.effective.as_deref(), Some("1"), "{view:?}");
     exit(task, &handle, ExitIntent::Halt).await;
+}
+
+fn nz(n: u32) -> std::num::NonZeroU32 {
+    std::num::NonZeroU32::new(n).expect("an attempt counts from 1")
 }

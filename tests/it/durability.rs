@@ -110,7 +110,7 @@ async fn a_step_past_its_deadline_fails_unless_it_reports_progress() {
 
 fn checkpoint(attempt: u32, step: &str) -> Record {
     Record::Checkpoint {
-        attempt,
+        attempt: nz(attempt),
         step: step.into(),
         index: 2,
         resource: Res {
@@ -131,14 +131,15 @@ fn the_journal_stays_bounded_and_keeps_what_a_resume_needs() {
             .expect("open")
             .with_journal_keep(keep);
         let (mut journal, _, _) = control.open_journal().expect("journal");
-        // A checkpoint no drain ever clears, then 200 attempts that each
+        // A checkpoint no drain ever clears (attempt 1's, written ahead of
+        // its start: an attempt counts from 1), then 200 attempts that each
         // checkpoint and clear a step of their own.
-        journal.append(&[checkpoint(0, "prepare")]).expect("append");
+        journal.append(&[checkpoint(1, "prepare")]).expect("append");
         for attempt in 1..=200u32 {
             journal
                 .append(&[
                     Record::AttemptStarted {
-                        attempt,
+                        attempt: nz(attempt),
                         at_ms: u64::from(attempt),
                     },
                     checkpoint(attempt, "serve"),
@@ -178,10 +179,14 @@ fn the_journal_stays_bounded_and_keeps_what_a_resume_needs() {
     let left = outstanding(&records);
     assert_eq!(left.len(), 1, "{left:?}");
     assert_eq!(left[0].step, "prepare");
-    assert_eq!(left[0].resource.id, "prepare-0");
+    assert_eq!(left[0].resource.id, "prepare-1");
     let last = records.last().expect("records");
     assert!(
         matches!(last, Record::CheckpointCleared { .. }),
         "the newest records are kept: {last:?}"
     );
+}
+
+fn nz(n: u32) -> std::num::NonZeroU32 {
+    std::num::NonZeroU32::new(n).expect("an attempt counts from 1")
 }

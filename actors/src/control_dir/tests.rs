@@ -86,7 +86,7 @@ impl JournalSink for FailingSink {
 
 fn record(n: u32) -> Record {
     Record::AttemptStarted {
-        attempt: n,
+        attempt: nz(n),
         at_ms: u64::from(n) * 1000,
     }
 }
@@ -416,4 +416,8 @@ fn a_settling_job_runs_beside_the_launch_and_keeps_its_failure() {
         assert!(error.contains("EIO on the marker"), "{error}");
     }
     assert!(settling.unsettled());
+}
+
+fn nz(n: u32) -> std::num::NonZeroU32 {
+    std::num::NonZeroU32::new(n).expect("an attempt counts from 1")
 }

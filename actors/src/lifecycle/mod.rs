@@ -272,8 +272,6 @@ pub enum LifecycleMsg {
     BootReports(Vec<BootReport>),
     /// A drain settled.
     Drained {
-        /// Which boot's runtime.
-        attempt: u32,
         /// The probed store outcome.
         store: StoreOutcome,
         /// What could not be confirmed gone.
@@ -282,7 +280,7 @@ pub enum LifecycleMsg {
     /// A task of the running runtime ended.
     RuntimeEnded {
         /// Which boot's runtime.
-        attempt: u32,
+        attempt: NonZeroU32,
         /// Which task, and why.
         ended: TaskEnded,
     },
@@ -291,12 +289,12 @@ pub enum LifecycleMsg {
     /// The stable-period timer of `attempt` fired.
     Stable {
         /// Which boot's runtime.
-        attempt: u32,
+        attempt: NonZeroU32,
     },
     /// The step-deadline timer of boot `attempt` fired.
     StepDeadline {
         /// Which boot.
-        attempt: u32,
+        attempt: NonZeroU32,
     },
     /// The declared config file (or the override tier) changed.
     ConfigChanged,
@@ -426,7 +424,7 @@ struct Serving {
 struct Attempt {
     /// The attempt whose `AttemptStarted` is journaled and whose
     /// `AttemptEnded` is not yet (see [`LifecycleActorState::end_attempt`]).
-    open_attempt: Option<u32>,
+    open_attempt: Option<NonZeroU32>,
     /// The current attempt's boot task (ended once it reported): where a
     /// cancel goes.
     boot: Option<BootTask>,
@@ -549,20 +547,18 @@ impl Actor for LifecycleActor {
                         .ok();
                 }
                 LifecycleMsg::RuntimeEnded { attempt, ended } => {
-                    if let Some(attempt) = NonZeroU32::new(attempt) {
-                        let error = format!("runtime task {} ended: {}", ended.task, ended.error);
-                        state
-                            .fire(
-                                &myself,
-                                LifecycleEvent::RuntimeEnded {
-                                    attempt,
-                                    at: now,
-                                    error,
-                                },
-                            )
-                            .await
-                            .ok();
-                    }
+                    let error = format!("runtime task {} ended: {}", ended.task, ended.error);
+                    state
+                        .fire(
+                            &myself,
+                            LifecycleEvent::RuntimeEnded {
+                                attempt,
+                                at: now,
+                                error,
+                            },
+                        )
+                        .await
+                        .ok();
                 }
                 LifecycleMsg::RetryDue => {
                     if state
@@ -574,24 +570,22 @@ impl Actor for LifecycleActor {
                     }
                 }
                 LifecycleMsg::Stable { attempt } => {
-                    if let Some(attempt) = NonZeroU32::new(attempt)
-                        && state
-                            .fire(&myself, LifecycleEvent::Stable { attempt, at: now })
-                            .await
-                            .is_err()
+                    if state
+                        .fire(&myself, LifecycleEvent::Stable { attempt, at: now })
+                        .await
+                        .is_err()
                     {
                         state.rearm(&myself, now, Timer::Stable { attempt });
                     }
                 }
                 LifecycleMsg::StepDeadline { attempt } => {
-                    if let Some(attempt) = NonZeroU32::new(attempt)
-                        && state
-                            .fire(
-                                &myself,
-                                LifecycleEvent::StepDeadlinePassed { attempt, at: now },
-                            )
-                            .await
-                            .is_err()
+                    if state
+                        .fire(
+                            &myself,
+                            LifecycleEvent::StepDeadlinePassed { attempt, at: now },
+                        )
+                        .await
+                        .is_err()
                     {
                         state.rearm(&myself, now, Timer::StepDeadline { attempt });
                     }
@@ -752,10 +746,10 @@ impl LifecycleActorState {
                 }
                 RecordKind::AttemptStarted { attempt } => {
                     records.push(Record::AttemptStarted {
-                        attempt: attempt.get(),
+                        attempt,
                         at_ms: at.as_millis(),
                     });
-                    self.attempt.open_attempt = Some(attempt.get());
+                    self.attempt.open_attempt = Some(attempt);
                 }
             }
         }
@@ -848,7 +842,7 @@ impl LifecycleActorState {
             self.view
                 .snapshot
                 .attempts
-                .push(AttemptRecord::new(attempt.get(), at));
+                .push(AttemptRecord::new(attempt, at));
             if self.view.snapshot.attempts.len() > ATTEMPTS_KEPT {
                 let excess = self.view.snapshot.attempts.len() - ATTEMPTS_KEPT;
                 self.view.snapshot.attempts.drain(..excess);
@@ -877,7 +871,7 @@ impl LifecycleActorState {
                 // (a panic in it is reported as `BootCrashed`).
                 self.attempt.boot = Some(crate::boot::start(
                     Arc::clone(&self.shared),
-                    attempt.get(),
+                    attempt,
                     myself.get_derived(),
                     self.children.journal.clone(),
                 ));
@@ -906,7 +900,6 @@ impl LifecycleActorState {
                     // drain.
                     let store = StoreLock::observe(&self.shared.data_dir).await;
                     let _ = myself.cast(LifecycleMsg::Drained {
-                        attempt: 0,
                         store,
                         survivors: Vec::new(),
                     });
@@ -994,7 +987,6 @@ impl LifecycleActorState {
                 }
             }
             Some(Entered::Running { attempt }) => {
-                let attempt = attempt.get();
                 if self.overrides_changed_since_boot() {
                     // An override set while this boot ran: apply it now.
                     self.attempt.boot_overrides_generation = self.serving.overrides_generation;
@@ -1063,12 +1055,8 @@ impl LifecycleActorState {
         let wait = self.shared.clock.until(wake.at) + Duration::from_millis(1);
         let message = move || match wake.timer {
             Timer::RetryDue => LifecycleMsg::RetryDue,
-            Timer::Stable { attempt } => LifecycleMsg::Stable {
-                attempt: attempt.get(),
-            },
-            Timer::StepDeadline { attempt } => LifecycleMsg::StepDeadline {
-                attempt: attempt.get(),
-            },
+            Timer::Stable { attempt } => LifecycleMsg::Stable { attempt },
+            Timer::StepDeadline { attempt } => LifecycleMsg::StepDeadline { attempt },
         };
         let timer = myself.send_after(wait, message).abort_handle();
         self.armed = Some((wake, timer));
@@ -1313,11 +1301,9 @@ impl LifecycleActorState {
             BootReport::Progress { attempt, at } => {
                 // Refused when stale (another attempt, a boot that already
                 // ended): nothing to do.
-                if let Some(attempt) = NonZeroU32::new(attempt) {
-                    self.fire(myself, LifecycleEvent::Progress { attempt, at })
-                        .await
-                        .ok();
-                }
+                self.fire(myself, LifecycleEvent::Progress { attempt, at })
+                    .await
+                    .ok();
             }
             BootReport::PhaseEnded {
                 attempt,
@@ -1500,15 +1486,7 @@ impl From<DrainReport> for LifecycleMsg {
                 outcome,
                 total: 0,
             }),
-            DrainReport::Drained {
-                attempt,
-                store,
-                survivors,
-            } => Self::Drained {
-                attempt,
-                store,
-                survivors,
-            },
+            DrainReport::Drained { store, survivors } => Self::Drained { store, survivors },
             DrainReport::Wiped { store, error } => Self::Wiped { store, error },
             DrainReport::Crashed { reason } => Self::DrainCrashed { reason },
         }
@@ -1549,15 +1527,7 @@ impl TryFrom<LifecycleMsg> for DrainReport {
                 duration_ms,
                 outcome,
             }),
-            LifecycleMsg::Drained {
-                attempt,
-                store,
-                survivors,
-            } => Ok(Self::Drained {
-                attempt,
-                store,
-                survivors,
-            }),
+            LifecycleMsg::Drained { store, survivors } => Ok(Self::Drained { store, survivors }),
             LifecycleMsg::Wiped { store, error } => Ok(Self::Wiped { store, error }),
             LifecycleMsg::DrainCrashed { reason } => Ok(Self::Crashed { reason }),
             other => Err(other),

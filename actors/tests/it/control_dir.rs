@@ -29,7 +29,7 @@ const LOCKED_TOKEN: &str = "steadfast-test-holder-locked";
 
 fn record(n: u32) -> Record {
     Record::PhaseStarted {
-        attempt: n,
+        attempt: nz(n),
         phase: format!("phase-{n}"),
         index: n,
         total: 10,
@@ -726,7 +726,10 @@ fn a_shared_journal_is_not_compacted_until_it_is_ours_alone() {
     control.set_journal_shared(true);
     for attempt in 1..=5 {
         writer
-            .append(&[Record::AttemptStarted { attempt, at_ms: 0 }])
+            .append(&[Record::AttemptStarted {
+                attempt: nz(attempt),
+                at_ms: 0,
+            }])
             .unwrap();
     }
     assert!(!writer.wants_compaction(), "shared: compaction waits");
@@ -1487,4 +1490,8 @@ fn the_launch_marker_settles_before_the_first_acknowledgement() {
         cd.read_run().unwrap(),
         MarkerRead::Valid(RunMarker::Released { at_ms: 5, epoch: 1 })
     ));
+}
+
+fn nz(n: u32) -> std::num::NonZeroU32 {
+    std::num::NonZeroU32::new(n).expect("an attempt counts from 1")
 }

@@ -119,48 +119,48 @@ impl SplitMix {
 fn every_variant() -> Vec<Record> {
     vec![
         Record::AttemptStarted {
-            attempt: 1,
+            attempt: nz(1),
             at_ms: 1_700_000_000_000,
         },
         Record::PhaseStarted {
-            attempt: 1,
+            attempt: nz(1),
             phase: "resolve_config".into(),
             index: 0,
             total: 4,
             at_ms: 1_700_000_000_001,
         },
         Record::PhaseCompleted {
-            attempt: 1,
+            attempt: nz(1),
             phase: "resolve_config".into(),
             at_ms: 2,
             duration_ms: 0,
         },
         Record::PhaseSkipped {
-            attempt: u32::MAX,
+            attempt: nz(u32::MAX),
             phase: "open_store".into(),
             at_ms: u64::MAX,
             reason: "checkpoint observed".into(),
             duration_ms: u64::MAX,
         },
         Record::PhaseFailed {
-            attempt: 2,
+            attempt: nz(2),
             phase: "bind".into(),
             at_ms: 3,
             duration_ms: u64::MAX,
             error: "address in use → ünïcode".into(),
         },
         Record::AttemptEnded {
-            attempt: 1,
+            attempt: nz(1),
             at_ms: 4,
             result: AttemptResult::Succeeded,
         },
         Record::AttemptEnded {
-            attempt: 2,
+            attempt: nz(2),
             at_ms: 5,
             result: AttemptResult::Failed,
         },
         Record::AttemptEnded {
-            attempt: 3,
+            attempt: nz(3),
             at_ms: 6,
             result: AttemptResult::Cancelled,
         },
@@ -171,7 +171,7 @@ fn every_variant() -> Vec<Record> {
             to: "running".into(),
         },
         Record::Checkpoint {
-            attempt: 1,
+            attempt: nz(1),
             step: "open_store".into(),
             index: 1,
             resource: ResourceRecord {
@@ -181,7 +181,7 @@ fn every_variant() -> Vec<Record> {
             },
         },
         Record::Checkpoint {
-            attempt: 1,
+            attempt: nz(1),
             step: "bind".into(),
             index: 2,
             resource: ResourceRecord {
@@ -217,39 +217,42 @@ fn varied_records(n: usize, seed: u64) -> Vec<Record> {
     let mut g = SplitMix(seed);
     (0..n)
         .map(|i| {
-            let attempt = g.next() as u32;
+            let attempt = (g.next() as u32).max(1);
             let at_ms = g.next() >> g.below(64);
             match i % VARIANTS {
-                0 => Record::AttemptStarted { attempt, at_ms },
+                0 => Record::AttemptStarted {
+                    attempt: nz(attempt),
+                    at_ms,
+                },
                 1 => Record::PhaseStarted {
-                    attempt,
+                    attempt: nz(attempt),
                     phase: if i == 10 { "p".repeat(300) } else { g.text(40) },
                     index: g.below(10) as u32,
                     total: 10,
                     at_ms,
                 },
                 2 => Record::PhaseCompleted {
-                    attempt,
+                    attempt: nz(attempt),
                     phase: g.text(40),
                     at_ms,
                     duration_ms: g.next(),
                 },
                 3 => Record::PhaseSkipped {
-                    attempt,
+                    attempt: nz(attempt),
                     phase: g.text(40),
                     at_ms,
                     reason: g.text(40),
                     duration_ms: at_ms,
                 },
                 4 => Record::PhaseFailed {
-                    attempt,
+                    attempt: nz(attempt),
                     phase: g.text(40),
                     at_ms,
                     duration_ms: g.below(100_000),
                     error: g.text(40),
                 },
                 5 => Record::AttemptEnded {
-                    attempt,
+                    attempt: nz(attempt),
                     at_ms,
                     result: [
                         AttemptResult::Succeeded,
@@ -266,7 +269,7 @@ fn varied_records(n: usize, seed: u64) -> Vec<Record> {
                 7 => {
                     let len = g.below(601) as usize;
                     Record::Checkpoint {
-                        attempt,
+                        attempt: nz(attempt),
                         step: g.text(40),
                         index: g.below(10) as u32,
                         resource: ResourceRecord {
@@ -672,4 +675,8 @@ proptest! {
             ),
         }
     }
+}
+
+fn nz(n: u32) -> std::num::NonZeroU32 {
+    std::num::NonZeroU32::new(n).expect("an attempt counts from 1")
 }

@@ -9,7 +9,7 @@ use steadfast_protocol::journal::{
 
 fn checkpoint(attempt: u32, step: &str, id: &str) -> Record {
     Record::Checkpoint {
-        attempt,
+        attempt: nz(attempt),
         step: step.into(),
         index: 2,
         resource: ResourceRecord {
@@ -22,7 +22,7 @@ fn checkpoint(attempt: u32, step: &str, id: &str) -> Record {
 
 fn started(attempt: u32) -> Record {
     Record::AttemptStarted {
-        attempt,
+        attempt: nz(attempt),
         at_ms: u64::from(attempt),
     }
 }
@@ -43,7 +43,7 @@ fn outstanding_follows_checkpoints_and_clears() {
     let left = outstanding(&records);
     let steps: Vec<(&str, &str, u32)> = left
         .iter()
-        .map(|o| (o.step.as_str(), o.resource.id.as_str(), o.attempt))
+        .map(|o| (o.step.as_str(), o.resource.id.as_str(), o.attempt.get()))
         .collect();
     // "prepare" was checkpointed again by attempt 2: the later record wins
     // and moves to the end; "open_store" was cleared.
@@ -56,7 +56,7 @@ fn compaction_keeps_the_last_attempts_and_the_outstanding_checkpoints() {
         started(1),
         checkpoint(1, "prepare", "a"),
         Record::AttemptEnded {
-            attempt: 1,
+            attempt: nz(1),
             at_ms: 1,
             result: AttemptResult::Failed,
         },
@@ -127,4 +127,8 @@ proptest! {
             }
         }
     }
+}
+
+fn nz(n: u32) -> std::num::NonZeroU32 {
+    std::num::NonZeroU32::new(n).expect("an attempt counts from 1")
 }

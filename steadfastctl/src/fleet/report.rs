@@ -241,7 +241,7 @@ pub(super) fn table(entries: &[Entry], replies: &[Result<Answer, Failure>], ask:
 /// the number of the attempt it stopped).
 pub(super) fn attempt_of(snapshot: &Snapshot) -> Option<u32> {
     crate::render::attempt_of(&snapshot.lifecycle)
-        .or_else(|| snapshot.attempts.last().map(|a| a.attempt))
+        .or_else(|| snapshot.attempts.last().map(|a| a.attempt.get()))
 }
 
 /// `journal`: each daemon's attempts under its name.
