@@ -82,3 +82,9 @@ pub mod testing {
         entries_resolved_through,
     };
 }
+
+/// Attempt `n` (from 1), for tests.
+#[cfg(test)]
+pub(crate) fn nz(n: u32) -> std::num::NonZeroU32 {
+    std::num::NonZeroU32::new(n).expect("an attempt counts from 1")
+}

@@ -1027,9 +1027,7 @@ mod tests {
 
     use super::*;
 
-    fn nz(n: u32) -> std::num::NonZeroU32 {
-        std::num::NonZeroU32::new(n).expect("an attempt counts from 1")
-    }
+    use crate::nz;
 
     /// Two steps whose outputs are both `String`s.
     struct Left;

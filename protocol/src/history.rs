@@ -196,10 +196,7 @@ fn token_check(epoch: u64, salt: &[u8]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn nz(n: u32) -> std::num::NonZeroU32 {
-        std::num::NonZeroU32::new(n).expect("an attempt counts from 1")
-    }
+    use crate::nz;
 
     fn started(attempt: u32, at_ms: u64) -> Record {
         Record::AttemptStarted {

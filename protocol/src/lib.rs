@@ -39,3 +39,9 @@ pub mod status_record;
 pub mod time;
 
 pub use time::Timestamp;
+
+/// Attempt `n` (from 1), for tests.
+#[cfg(test)]
+pub(crate) fn nz(n: u32) -> std::num::NonZeroU32 {
+    std::num::NonZeroU32::new(n).expect("an attempt counts from 1")
+}

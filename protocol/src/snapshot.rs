@@ -380,10 +380,7 @@ impl Errors {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn nz(n: u32) -> std::num::NonZeroU32 {
-        std::num::NonZeroU32::new(n).expect("an attempt counts from 1")
-    }
+    use crate::nz;
 
     /// `spec/control.md`, "The snapshot's error": a success clears its own
     /// operation's error and no other; an error set again moves to the end.

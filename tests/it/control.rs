@@ -4,6 +4,7 @@
 //! bytes, where the test is about what a hostile or broken peer sends.
 
 use crate::support::common;
+use crate::support::common::nz;
 use crate::support::processes;
 
 use std::io::{Read, Write};
@@ -1084,8 +1085,4 @@ async fn a_server_that_stopped_accepting_is_not_vouched_for_by_the_record() {
         .expect("the shutdown ends once the client is gone")
         .expect("joined");
     exit(run, &handle, ExitIntent::Halt).await;
-}
-
-fn nz(n: u32) -> std::num::NonZeroU32 {
-    std::num::NonZeroU32::new(n).expect("an attempt counts from 1")
 }

@@ -6,6 +6,7 @@
 //! something survives it.
 
 use crate::support::common;
+use crate::support::common::nz;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -318,8 +319,4 @@ async fn a_custom_config_source_still_gets_the_override_tier() {
     assert_eq!(view.overrides, [("a".to_owned(), "1".to_owned())]);
     assert_eq!(view.effective.as_deref(), Some("1"), "{view:?}");
     exit(task, &handle, ExitIntent::Halt).await;
-}
-
-fn nz(n: u32) -> std::num::NonZeroU32 {
-    std::num::NonZeroU32::new(n).expect("an attempt counts from 1")
 }

@@ -3,6 +3,7 @@
 //! reporting progress"), over real files.
 
 use crate::support::common;
+use crate::support::common::nz;
 
 use std::time::Duration;
 
@@ -185,8 +186,4 @@ fn the_journal_stays_bounded_and_keeps_what_a_resume_needs() {
         matches!(last, Record::CheckpointCleared { .. }),
         "the newest records are kept: {last:?}"
     );
-}
-
-fn nz(n: u32) -> std::num::NonZeroU32 {
-    std::num::NonZeroU32::new(n).expect("an attempt counts from 1")
 }

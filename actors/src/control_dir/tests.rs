@@ -4,6 +4,7 @@
 use super::markers::decode_marker;
 use super::settle::SettleJob;
 use super::*;
+use crate::nz;
 use std::sync::Mutex;
 use std::sync::atomic::AtomicUsize;
 
@@ -416,8 +417,4 @@ fn a_settling_job_runs_beside_the_launch_and_keeps_its_failure() {
         assert!(error.contains("EIO on the marker"), "{error}");
     }
     assert!(settling.unsettled());
-}
-
-fn nz(n: u32) -> std::num::NonZeroU32 {
-    std::num::NonZeroU32::new(n).expect("an attempt counts from 1")
 }

@@ -8,6 +8,7 @@
 //! variable names a data dir, in which case they take a lock, print
 //! `LOCKED_TOKEN` and hold it until their stdin closes.
 
+use crate::support::nz;
 use std::fs;
 use std::io::{BufRead, BufReader, Lines, Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -1490,8 +1491,4 @@ fn the_launch_marker_settles_before_the_first_acknowledgement() {
         cd.read_run().unwrap(),
         MarkerRead::Valid(RunMarker::Released { at_ms: 5, epoch: 1 })
     ));
-}
-
-fn nz(n: u32) -> std::num::NonZeroU32 {
-    std::num::NonZeroU32::new(n).expect("an attempt counts from 1")
 }

@@ -3,12 +3,10 @@
 
 use super::*;
 
+use crate::nz;
+
 fn t(ms: u64) -> Timestamp {
     Timestamp(ms)
-}
-
-fn nz(n: u32) -> NonZeroU32 {
-    NonZeroU32::new(n).expect("nonzero")
 }
 
 /// Step, expecting acceptance.

@@ -8,6 +8,7 @@
 //! so every run checks the same cases. A counting global allocator measures
 //! the largest single allocation made while decoding hostile input.
 
+use crate::support::nz;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
@@ -675,8 +676,4 @@ proptest! {
             ),
         }
     }
-}
-
-fn nz(n: u32) -> std::num::NonZeroU32 {
-    std::num::NonZeroU32::new(n).expect("an attempt counts from 1")
 }

@@ -2,6 +2,7 @@
 //! "Compaction"): the outstanding checkpoints, and a compaction that keeps
 //! them while dropping old attempts.
 
+use crate::support::nz;
 use proptest::prelude::*;
 use steadfast_protocol::journal::{
     AttemptResult, Record, ResourceRecord, attempts_in, compact, outstanding,
@@ -127,8 +128,4 @@ proptest! {
             }
         }
     }
-}
-
-fn nz(n: u32) -> std::num::NonZeroU32 {
-    std::num::NonZeroU32::new(n).expect("an attempt counts from 1")
 }

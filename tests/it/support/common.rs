@@ -462,3 +462,8 @@ pub fn alone_in_process(module: &str, name: &str) -> bool {
     );
     false
 }
+
+/// Attempt `n` (from 1).
+pub fn nz(n: u32) -> std::num::NonZeroU32 {
+    std::num::NonZeroU32::new(n).expect("an attempt counts from 1")
+}

@@ -10,3 +10,8 @@ pub fn test_name(module: &str, name: &str) -> String {
         None => name.to_owned(),
     }
 }
+
+/// Attempt `n` (from 1).
+pub fn nz(n: u32) -> std::num::NonZeroU32 {
+    std::num::NonZeroU32::new(n).expect("an attempt counts from 1")
+}

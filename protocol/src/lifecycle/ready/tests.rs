@@ -5,13 +5,10 @@ use super::super::{
     ExitIntent, FailureClass, FailureReport, PendingApply, Preflight, RefusedBecause,
 };
 use super::*;
+use crate::nz;
 
 fn t(ms: u64) -> Timestamp {
     Timestamp(ms)
-}
-
-fn nz(n: u32) -> NonZeroU32 {
-    NonZeroU32::new(n).expect("nonzero")
 }
 
 const FACT: Origin = Origin::Fact;
