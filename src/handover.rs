@@ -16,24 +16,26 @@
 //! `(st_dev, st_ino)`, `DirKey`), taken by the incumbent from its open
 //! control directory's parent.
 //!
-//! The candidate receives it once, on first use (`SupervisorBuilder::build`,
-//! [`take`], [`take_listener`]), and keeps what it received by that data
-//! dir: `SupervisorBuilder::build` takes the lock only when its own data dir is the
-//! one named (the same open file as the incumbent's, so the lock is held
-//! throughout and outlives the incumbent: there is no moment at which a
-//! third daemon could take the data dir), so a process that runs several
-//! supervisors gives each its own lock, and the one a handover does not
-//! name opens its data dir as an ordinary daemon; the application takes its
-//! files by data dir and name.
+//! The candidate receives it once, when its first supervisor is built
+//! (`SupervisorBuilder::build`), and keeps what it received by that data
+//! dir until the supervisor of that data dir is built: that supervisor
+//! takes the lock (the same open file as the incumbent's, so the lock is
+//! held throughout and outlives the incumbent: there is no moment at which
+//! a third daemon could take the data dir) and the files, into its own
+//! [`Handover`]. A process that runs several supervisors gives each its
+//! own, and the one a handover does not name opens its data dir as an
+//! ordinary daemon; the application takes its files by name from its
+//! supervisor's [`Handover`] (`StepContext::handover`).
 //!
 //! What to hand over in overlap (a listening socket, a store's lock) is
-//! offered by the application with [`share`] for its data dir when it opens
-//! it, and withdrawn with [`withdraw`] when it closes it; a replacement of
-//! one data dir's supervisor hands over that data dir's offers only.
-//! Exclusive hands over the lock only.
+//! offered by the application with [`Handover::share`] when it opens it,
+//! and withdrawn with [`Handover::withdraw`] when it closes it; a
+//! replacement hands over its own supervisor's offers only, and they go
+//! with the supervisor. Exclusive hands over the lock only.
 //!
 //! Checked by the unit tests here (`the_expected_peer_receives_the_lock_and_the_shared_files`,
 //! `another_peer_gets_nothing`, `no_socket_is_not_found`,
+//! `a_later_supervisor_of_the_same_data_dir_offers_nothing_of_an_earlier_one`,
 //! `two_supervisors_in_a_candidate_each_get_their_own_lock`: a real
 //! candidate process with two data dirs) and by
 //! `tests/it/replace.rs` (real kvd processes). A [`HANDOVER_ENV`] naming a
@@ -48,6 +50,9 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
+use steadfast_actors::handover::LOCK;
+pub use steadfast_actors::handover::{Handover, HandoverError};
+
 use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
     SendAncillaryMessage, SendFlags, recvmsg, sendmsg,
@@ -58,22 +63,8 @@ use steadfast_actors::accept::AcceptBackoff;
 /// socket is.
 pub const HANDOVER_ENV: &str = "STEADFAST_HANDOVER";
 
-/// The name under which the data dir's lock travels (reserved).
-const LOCK: &str = "steadfast:lock";
-
 /// The most files one handover carries.
 pub const MAX_FILES: usize = 16;
-
-/// A handover could not be received or offered.
-#[derive(Debug, thiserror::Error)]
-#[error("handover: {0}")]
-pub struct HandoverError(#[source] pub std::io::Error);
-
-impl From<std::io::Error> for HandoverError {
-    fn from(error: std::io::Error) -> Self {
-        Self(error)
-    }
-}
 
 fn invalid(message: impl Into<String>) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, message.into())
@@ -141,9 +132,6 @@ struct Handed {
 /// [`HANDOVER_ENV`]; each supervisor takes only what names its data dir.
 static RECEIVED: OnceLock<Mutex<HashMap<DirKey, Handed>>> = OnceLock::new();
 
-/// Files this process offers to a successor, by data dir, then by name.
-static SHARED: OnceLock<Mutex<HashMap<DirKey, HashMap<String, OwnedFd>>>> = OnceLock::new();
-
 fn received() -> Result<&'static Mutex<HashMap<DirKey, Handed>>, HandoverError> {
     // One receiver at a time: the incumbent serves one connection only.
     static RECEIVING: Mutex<()> = Mutex::new(());
@@ -174,24 +162,20 @@ fn received() -> Result<&'static Mutex<HashMap<DirKey, Handed>>, HandoverError> 
     Ok(RECEIVED.get_or_init(|| Mutex::new(by_dir)))
 }
 
-/// Take the file named `name` from what was handed over for `data_dir`.
-fn take_for(data_dir: &Path, name: &str) -> Result<Option<(OwnedFd, Option<u32>)>, HandoverError> {
+/// Take all that was handed over for `data_dir` (its lock among the
+/// files); `None` when this process is not a candidate for `data_dir`.
+fn take_received(data_dir: &Path) -> Result<Option<Handed>, HandoverError> {
     let received = received()?;
     let mut received = received.lock().unwrap_or_else(PoisonError::into_inner);
     if received.is_empty() {
         return Ok(None);
     }
-    let key = match DirKey::of(data_dir) {
-        Ok(key) => key,
+    match DirKey::of(data_dir) {
+        Ok(key) => Ok(received.remove(&key)),
         // A data dir that does not exist yet was handed over by no one.
-        Err(HandoverError(error)) if error.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(None);
-        }
-        Err(error) => return Err(error),
-    };
-    Ok(received
-        .get_mut(&key)
-        .and_then(|handed| Some((handed.files.remove(name)?, handed.incumbent))))
+        Err(HandoverError(error)) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(error),
+    }
 }
 
 /// Connect to the incumbent's handover socket and receive its files.
@@ -260,102 +244,26 @@ pub(crate) enum OpenError {
 
 /// Open `data_dir`'s control directory, as `SupervisorBuilder::build` does: with
 /// the lock the incumbent handed over for this data dir when this process
-/// is its candidate, else by taking the lock. A handover for another data
-/// dir is left to that data dir's supervisor.
+/// is its candidate, else by taking the lock; with the supervisor's
+/// [`Handover`], holding the other files handed over for it. A handover for
+/// another data dir is left to that data dir's supervisor.
 ///
 /// # Errors
 /// [`HANDOVER_ENV`] is set but the handover could not be received; the
 /// control directory could not be opened (or another daemon holds it).
 pub(crate) fn open_control_dir(
     data_dir: &Path,
-) -> Result<steadfast_actors::control_dir::ControlDir, OpenError> {
+) -> Result<(steadfast_actors::control_dir::ControlDir, Handover), OpenError> {
     use steadfast_actors::control_dir::ControlDir;
-    Ok(match take_for(data_dir, LOCK)? {
-        Some((lock, incumbent)) => {
-            ControlDir::open_handed_over(data_dir, File::from(lock), incumbent)?
-        }
+    let Handed {
+        incumbent,
+        mut files,
+    } = take_received(data_dir)?.unwrap_or_default();
+    let control = match files.remove(LOCK) {
+        Some(lock) => ControlDir::open_handed_over(data_dir, File::from(lock), incumbent)?,
         None => ControlDir::open(data_dir)?,
-    })
-}
-
-/// The file the incumbent handed over as `name` (see [`share`]) for the
-/// supervisor of `data_dir`, if this process is a candidate that received
-/// one. Taken once.
-///
-/// # Errors
-/// [`HANDOVER_ENV`] is set but the handover could not be received, or
-/// `data_dir` cannot be examined.
-pub fn take(data_dir: &Path, name: &str) -> Result<Option<OwnedFd>, HandoverError> {
-    Ok(take_for(data_dir, name)?.map(|(fd, _)| fd))
-}
-
-/// The listening socket the incumbent handed over as `name` for the
-/// supervisor of `data_dir`, as a std listener (blocking: set it
-/// non-blocking before giving it to tokio).
-///
-/// # Errors
-/// As [`take`].
-pub fn take_listener(
-    data_dir: &Path,
-    name: &str,
-) -> Result<Option<std::net::TcpListener>, HandoverError> {
-    Ok(take(data_dir, name)?.map(std::net::TcpListener::from))
-}
-
-/// Offer `file` (a listening socket, a store's lock) to the candidate of an
-/// overlap replacement of the supervisor of `data_dir` as `name`; the offer
-/// holds a duplicate of it until [`withdraw`]n, and a candidate receives a
-/// duplicate of that.
-///
-/// # Errors
-/// `name` is reserved or not one line, `data_dir` cannot be examined, or
-/// the file could not be duplicated.
-pub fn share(data_dir: &Path, name: &str, file: &impl AsFd) -> Result<(), HandoverError> {
-    if name == LOCK || name.is_empty() || name.contains('\n') {
-        return Err(invalid(format!("{name:?} cannot name a handed-over file")).into());
-    }
-    let key = DirKey::of(data_dir)?;
-    let fd = file.as_fd().try_clone_to_owned()?;
-    let shared = SHARED.get_or_init(Mutex::default);
-    shared
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .entry(key)
-        .or_default()
-        .insert(name.to_owned(), fd);
-    Ok(())
-}
-
-/// Withdraw the file offered as `name` for `data_dir` (its duplicate is
-/// closed).
-///
-/// # Errors
-/// `data_dir` cannot be examined (nothing is withdrawn).
-pub fn withdraw(data_dir: &Path, name: &str) -> Result<(), HandoverError> {
-    let key = DirKey::of(data_dir)?;
-    if let Some(shared) = SHARED.get()
-        && let Some(files) = shared
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get_mut(&key)
-    {
-        files.remove(name);
-    }
-    Ok(())
-}
-
-/// Duplicates of every file offered now for the data dir `key`, with their
-/// names.
-pub(crate) fn shared_files(key: DirKey) -> Result<Vec<(String, OwnedFd)>, HandoverError> {
-    let Some(shared) = SHARED.get() else {
-        return Ok(Vec::new());
     };
-    let shared = shared.lock().unwrap_or_else(PoisonError::into_inner);
-    let mut out = Vec::new();
-    for (name, fd) in shared.get(&key).into_iter().flatten() {
-        out.push((name.clone(), fd.try_clone()?));
-    }
-    Ok(out)
+    Ok((control, Handover::received(files)))
 }
 
 /// The incumbent's side: a bound handover socket, serving the files to one
@@ -584,52 +492,90 @@ mod tests {
         assert_eq!(error.0.kind(), std::io::ErrorKind::NotFound);
     }
 
-    #[test]
-    fn reserved_and_multiline_names_are_refused() {
-        let file = File::open("/dev/null").expect("open");
-        let dir = tempfile::tempdir().expect("tempdir");
-        assert!(share(dir.path(), LOCK, &file).is_err());
-        assert!(share(dir.path(), "a\nb", &file).is_err());
-        assert!(share(dir.path(), "", &file).is_err());
+    /// A step that offers a file of its data dir as `app:store` through its
+    /// supervisor's handover, and never withdraws it.
+    struct OfferStore;
+
+    impl crate::Step for OfferStore {
+        const NAME: &'static str = "offer_store";
+        type Config = toml::Table;
+        type Output = File;
+
+        async fn execute(
+            &self,
+            cx: crate::StepContext<'_, toml::Table>,
+        ) -> Result<crate::Made<File>, crate::StepError> {
+            let file =
+                File::create(cx.data_dir.join("store")).map_err(crate::StepError::backoff)?;
+            cx.handover
+                .share("app:store", &file)
+                .map_err(crate::StepError::backoff)?;
+            Ok(crate::Made::new("store", "app:store", file))
+        }
     }
 
-    /// Two supervisors of one process offer files under the same name: a
-    /// replacement of either hands over its own data dir's offer only, and
-    /// one withdrawing leaves the other's in place.
-    #[test]
-    fn two_supervisors_in_one_process_offer_apart() {
-        use std::os::unix::fs::MetadataExt;
-        let dirs = tempfile::tempdir().expect("tempdir");
-        let (a, b) = (dirs.path().join("a"), dirs.path().join("b"));
-        std::fs::create_dir(&a).expect("a");
-        std::fs::create_dir(&b).expect("b");
-        let file_a = File::create(a.join("store")).expect("a's file");
-        let file_b = File::create(b.join("store")).expect("b's file");
-        share(&a, "app:store", &file_a).expect("a offers");
-        share(&b, "app:store", &file_b).expect("b offers");
-        let ino = |fd: &OwnedFd| {
-            File::from(fd.try_clone().expect("dup"))
-                .metadata()
-                .expect("stat")
-                .ino()
-        };
-        let offered = |dir: &Path| -> Vec<(String, u64)> {
-            shared_files(DirKey::of(dir).expect("key"))
-                .expect("offers")
-                .iter()
-                .map(|(name, fd)| (name.clone(), ino(fd)))
-                .collect()
-        };
-        let (ino_a, ino_b) = (
-            file_a.metadata().expect("a").ino(),
-            file_b.metadata().expect("b").ino(),
+    /// Offers the store, or (`false`) nothing at all.
+    struct Offering(bool);
+
+    impl crate::Service for Offering {
+        type Config = toml::Table;
+        fn plan(&self, _config: &toml::Table) -> crate::Plan<toml::Table> {
+            if self.0 {
+                crate::Plan::new().step(OfferStore)
+            } else {
+                crate::Plan::new()
+            }
+        }
+    }
+
+    /// Run a supervisor of `service` over `dir` until running; what a
+    /// replacement of it would offer then; and exit it.
+    async fn offered_once_running(dir: &Path, service: Offering) -> Vec<String> {
+        use steadfast_protocol::lifecycle::{ExitIntent, LifecycleState};
+        let (supervisor, handle) = crate::Supervisor::builder(dir, service)
+            .build()
+            .expect("the supervisor builds");
+        let run = tokio::spawn(supervisor.run());
+        let mut snapshots = handle.watch();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            snapshots.wait_for(|s| matches!(s.lifecycle, LifecycleState::Running { .. })),
+        )
+        .await
+        .expect("running within a minute")
+        .expect("the supervisor publishes");
+        let offered = handle
+            .replace_side()
+            .handover
+            .offered()
+            .expect("the offers")
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        handle.exit(ExitIntent::Halt).await.expect("exit");
+        run.await.expect("run");
+        offered
+    }
+
+    /// A supervisor whose service offered a file and never withdrew it
+    /// exits; a later supervisor of the same data dir, in the same process,
+    /// whose service offers nothing, would hand over nothing: the offers
+    /// were the first supervisor's, and went with it (they were once the
+    /// process's, by data dir, and a later replacement handed the stale
+    /// file over).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_later_supervisor_of_the_same_data_dir_offers_nothing_of_an_earlier_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert_eq!(
+            offered_once_running(dir.path(), Offering(true)).await,
+            vec!["app:store".to_owned()],
+            "the first supervisor offers its store"
         );
-        assert_eq!(offered(&a), vec![("app:store".to_owned(), ino_a)]);
-        assert_eq!(offered(&b), vec![("app:store".to_owned(), ino_b)]);
-        withdraw(&a, "app:store").expect("a withdraws");
-        assert_eq!(offered(&a), Vec::new());
-        assert_eq!(offered(&b), vec![("app:store".to_owned(), ino_b)]);
-        withdraw(&b, "app:store").expect("b withdraws");
+        assert_eq!(
+            offered_once_running(dir.path(), Offering(false)).await,
+            Vec::<String>::new(),
+            "the second offers none of the first's"
+        );
     }
 
     /// Set in the candidate `two_supervisors_in_a_candidate_each_get_their_own_lock`
@@ -650,8 +596,8 @@ mod tests {
         if let Some(dirs) = std::env::var_os(CHILD_ENV) {
             // The candidate (the env is the child's own, set at its spawn).
             let dirs = PathBuf::from(dirs);
-            let b = open_control_dir(&dirs.join("b")).expect("b opens with its own lock");
-            let a = open_control_dir(&dirs.join("a")).expect("a opens with the handed lock");
+            let (b, _) = open_control_dir(&dirs.join("b")).expect("b opens with its own lock");
+            let (a, _) = open_control_dir(&dirs.join("a")).expect("a opens with the handed lock");
             println!("candidate: a {} b {}", lock_ino(&a), lock_ino(&b));
             return;
         }

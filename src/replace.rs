@@ -451,7 +451,11 @@ impl ProcessDriver {
             .map(|stat| DirKey::from_stat(&stat))
             .ok_or_else(|| ProcessError::Start("the data dir is gone".into()))?;
         let listeners = if self.mode == Mode::Overlap {
-            crate::handover::shared_files(key).map_err(|e| ProcessError::Start(e.to_string()))?
+            self.handle
+                .replace_side()
+                .handover
+                .offered()
+                .map_err(|e| ProcessError::Start(e.to_string()))?
         } else {
             Vec::new()
         };
@@ -587,7 +591,7 @@ impl ProcessDriver {
             .map_err(|e| ProcessError::Commit(e.to_string()))?;
         // The store is the candidate's from here: the retiring runtime's
         // drain must not read the successor's lock as a wedge.
-        steadfast_actors::store::StoreLock::mark_handed_over(&self.data_dir);
+        self.handle.replace_side().handover.mark_store_handed_over();
         if std::env::var_os("NOTIFY_SOCKET").is_some()
             && let Err(error) = sd_notify::notify(&[sd_notify::NotifyState::MainPid(pid)])
         {

@@ -207,6 +207,9 @@ pub(crate) struct ReplaceSide {
     /// never keeps the data-dir lock alive).
     pub(crate) control: Weak<ControlDir>,
     pub(crate) data_dir: PathBuf,
+    /// The supervisor's handover: what its service offers a successor, and
+    /// whether its store was handed over.
+    pub(crate) handover: Arc<steadfast_actors::handover::Handover>,
     pub(crate) version: Option<String>,
     /// Set once a committed replacement handed the daemon over: the
     /// process must end (see `daemon::run_with`).
@@ -243,8 +246,8 @@ impl Supervisor {
             version,
         } = builder;
         let declared = source.declared_path().map(std::path::Path::to_path_buf);
-        let control =
-            crate::handover::open_control_dir(&data_dir)?.with_journal_keep(journal_keep_attempts);
+        let (control, handover) = crate::handover::open_control_dir(&data_dir)?;
+        let control = control.with_journal_keep(journal_keep_attempts);
         steadfast_actors::launch::mark("data dir locked");
         let overrides = Overrides::new();
         let leaves = control.read_overrides()?;
@@ -316,6 +319,7 @@ impl Supervisor {
             step_deadlines,
             metrics: Arc::new(steadfast_actors::metrics::Metrics::new()),
             status,
+            handover: Arc::new(handover),
         });
         shared.metrics.count_control_dir_fsyncs(control.fsyncs());
         let control = Arc::new(control);
@@ -326,6 +330,7 @@ impl Supervisor {
             reports: report_rx,
             control: Arc::downgrade(&control),
             data_dir: shared.data_dir.clone(),
+            handover: Arc::clone(&shared.handover),
             version,
             handed_over: Arc::new(watch::channel(false).0),
             reclaim: Arc::new(watch::channel(0).0),

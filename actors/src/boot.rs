@@ -527,6 +527,7 @@ async fn run_attempt(
             runtime: &mut runtime,
             prior: &prior,
             progress: &progress,
+            handover: &shared.handover,
         };
         // A cancel before or during the step (an operator's, or the
         // machine's when the step passed its deadline) drops the step's

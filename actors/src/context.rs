@@ -112,6 +112,9 @@ pub struct Shared {
     /// The status record (`.steadfast/status`), rewritten before each
     /// snapshot is published.
     pub status: crate::status_record::StatusRecord,
+    /// This supervisor's handover: what it received as a candidate, what
+    /// its service offers a successor, whether its store was handed over.
+    pub handover: Arc<crate::handover::Handover>,
 }
 
 impl Shared {

@@ -216,7 +216,7 @@ pub(crate) async fn teardown(
         });
     }
     drop(runtime);
-    let store = match StoreLock::observe(&shared.data_dir).await {
+    let store = match observe_store(shared).await {
         StoreOutcome::Held { cause } if !survivors.is_empty() => StoreOutcome::Held {
             cause: format!("{cause}; survivors: {}", survivors.join(", ")),
         },
@@ -251,7 +251,22 @@ pub(crate) async fn wipe(shared: &Arc<Shared>) -> (StoreOutcome, Option<String>)
         .await
         .err()
         .map(|e| e.message);
-    (StoreLock::observe(&shared.data_dir).await, error)
+    (observe_store(shared).await, error)
+}
+
+/// The store outcome a drain settles with: observed by trying its lock,
+/// or `Released` without a probe once this supervisor handed the store
+/// over to a successor
+/// ([`Handover::mark_store_handed_over`](crate::handover::Handover::mark_store_handed_over)).
+async fn observe_store(shared: &Shared) -> StoreOutcome {
+    if shared.handover.store_handed_over() {
+        tracing::info!(
+            data_dir = %shared.data_dir.display(),
+            "the store was handed over to the successor: released by this supervisor"
+        );
+        return StoreOutcome::Released;
+    }
+    StoreLock::observe(&shared.data_dir).await
 }
 
 /// Tear `live` down in a task of its own and report

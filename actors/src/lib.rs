@@ -31,6 +31,8 @@
 //!   of the process each second.
 //! - [`accept`]: the pause an accept loop takes on a failed `accept` (a
 //!   full descriptor table), so no accept loop ever ends on one.
+//! - [`handover`]: one supervisor's files received from an incumbent and
+//!   offered to a successor, and whether it handed its store over.
 //! - [`fsx`]: opening files in a trusted directory without following links
 //!   (the data dir, the control dir, every file in them).
 //! - [`failpoint`]: `SIGKILL` at a named point, armed by an environment
@@ -58,6 +60,7 @@ pub mod device;
 pub(crate) mod drain;
 pub mod failpoint;
 pub mod fsx;
+pub mod handover;
 pub(crate) mod journal;
 pub mod launch;
 pub mod ledger;

@@ -138,6 +138,10 @@ pub struct StepContext<'a, C> {
     /// deadline back to `Timings::step_deadline` from now; a step that passes
     /// it fails with class backoff.
     pub progress: &'a StepProgress,
+    /// This supervisor's handover: take what an incumbent handed over
+    /// ([`Handover::take`](crate::handover::Handover::take)), offer what a
+    /// successor should get ([`Handover::share`](crate::handover::Handover::share)).
+    pub handover: &'a Arc<crate::handover::Handover>,
 }
 
 /// What a step made: the record the journal keeps (handed back to the same
@@ -289,6 +293,8 @@ pub struct StepEnv<'a> {
     pub prior: &'a [Checkpoint],
     /// The step's deadline.
     pub progress: &'a StepProgress,
+    /// This supervisor's handover.
+    pub handover: &'a Arc<crate::handover::Handover>,
 }
 
 /// A [`Step`] with its type erased and its boot's config bound: what the
@@ -349,6 +355,7 @@ impl<S: Step> AnyStep for Bound<S> {
                 runtime,
                 prior,
                 progress,
+                handover,
             } = env;
             let cx = StepContext {
                 attempt,
@@ -357,6 +364,7 @@ impl<S: Step> AnyStep for Bound<S> {
                 runtime: &mut *runtime,
                 prior,
                 progress,
+                handover,
             };
             let made = Step::execute(&*self.step, cx).await?;
             runtime.put::<S>(made.output);
@@ -1074,6 +1082,7 @@ mod tests {
             runtime,
             prior: &[],
             progress: &progress,
+            handover: &Arc::default(),
         })
         .await
     }

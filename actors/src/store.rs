@@ -192,17 +192,6 @@ impl StoreLock {
         }
     }
 
-    /// Note that this process handed the store under `data_dir` over to a
-    /// successor (a replacement committed): from now on this process's
-    /// probes of it read `Released` (see [`Self::probe`]). Kept for the
-    /// life of the process: a retired incumbent never boots again.
-    pub fn mark_handed_over(data_dir: &Path) {
-        handed_over()
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(data_dir.to_path_buf());
-    }
-
     /// The open, locked file (to hand over with the store).
     #[must_use]
     pub const fn file(&self) -> &File {
@@ -224,11 +213,6 @@ impl StoreLock {
     /// pause, for up to [`PROBE_EXHAUSTION_PATIENCE`], then `Held` naming
     /// it; any other failure (a link, an untrusted data dir) → `Held`
     /// naming it.
-    ///
-    /// A store this process handed over ([`Self::mark_handed_over`]) is
-    /// `Released` without a probe: its lock is the successor's now (the
-    /// same open file, shared), so a probe would read `Held` and wedge a
-    /// retiring incumbent over a store it gave away on purpose.
     #[must_use]
     pub fn probe(data_dir: &Path) -> StoreOutcome {
         let mut retry = Retry::new(data_dir);
@@ -258,14 +242,6 @@ impl StoreLock {
     /// the patient tries).
     fn probe_once(data_dir: &Path) -> Probed {
         let path = Self::path_under(data_dir);
-        if handed_over()
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .contains(data_dir)
-        {
-            tracing::info!(path = %path.display(), "the store was handed over to the successor: released by this process");
-            return Probed::Settled(StoreOutcome::Released);
-        }
         let opened = Dir::open_data_dir(data_dir, false)
             .and_then(|dir| dir.open(STORE_LOCK_NAME, Access::Read));
         let file = match opened {
@@ -474,14 +450,6 @@ impl<'a> Retry<'a> {
     const fn next_pause(&self) -> Duration {
         self.pause
     }
-}
-
-/// The data dirs whose store this process handed over
-/// ([`StoreLock::mark_handed_over`]).
-fn handed_over() -> &'static std::sync::Mutex<std::collections::BTreeSet<std::path::PathBuf>> {
-    static HANDED_OVER: std::sync::Mutex<std::collections::BTreeSet<std::path::PathBuf>> =
-        std::sync::Mutex::new(std::collections::BTreeSet::new());
-    &HANDED_OVER
 }
 
 #[cfg(test)]

@@ -76,6 +76,7 @@ use std::sync::{Arc, Mutex, PoisonError, TryLockError};
 use std::time::Duration;
 
 use steadfast::fs::Dir;
+use steadfast::handover::Handover;
 use steadfast::service::{Connection, ResourceRecord, Shutdown, StoreLock};
 use steadfast::{
     ConfigChange, Made, Plan, Runtime, Service, Step, StepContext, StepError, Supervisor,
@@ -446,19 +447,17 @@ const LISTENER_HANDOVER: &str = "kvd:listener";
 const STORE_LOCK_HANDOVER: &str = "kvd:store_lock";
 
 /// A resource kvd offers to an overlap replacement's candidate, with the
-/// data dir the offer is keyed by (`steadfast::handover` keys its offers by
-/// data dir), so `destroy` can withdraw it.
+/// supervisor's handover it is offered through, so `destroy` can withdraw
+/// it.
 struct Offered<T> {
     item: T,
-    data_dir: PathBuf,
+    handover: Arc<Handover>,
 }
 
 impl<T> Offered<T> {
     /// Withdraw the offer of `name`.
     fn withdraw(&self, name: &str) {
-        if let Err(error) = steadfast::handover::withdraw(&self.data_dir, name) {
-            tracing::warn!(%error, name, "could not withdraw a handover offer");
-        }
+        self.handover.withdraw(name);
     }
 }
 
@@ -517,23 +516,21 @@ impl Step for OpenStore {
     async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Made<Self::Output>, StepError> {
         // An overlap replacement's candidate adopts the store lock its
         // incumbent handed over; anyone else takes it.
-        let handed = steadfast::handover::take(cx.data_dir, STORE_LOCK_HANDOVER)
-            .map_err(StepError::backoff)?;
-        let lock = match handed {
+        let lock = match cx.handover.take(STORE_LOCK_HANDOVER) {
             Some(fd) => StoreLock::adopt(cx.data_dir, File::from(fd)),
             None => StoreLock::acquire(cx.data_dir),
         }
         .map_err(StepError::backoff)?;
-        steadfast::handover::share(cx.data_dir, STORE_LOCK_HANDOVER, lock.file())
+        cx.handover
+            .share(STORE_LOCK_HANDOVER, lock.file())
             .map_err(StepError::backoff)?;
         let path = StoreLock::path_under(cx.data_dir).display().to_string();
-        let data_dir = cx.data_dir.to_path_buf();
         Ok(Made::new(
             "store_lock",
             path,
             Offered {
                 item: lock,
-                data_dir,
+                handover: Arc::clone(cx.handover),
             },
         ))
     }
@@ -594,22 +591,20 @@ impl Step for BindListener {
     async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Made<Self::Output>, StepError> {
         let addr = cx.config.listen_addr.as_str();
         // An overlap candidate accepts on its incumbent's socket.
-        let handed = steadfast::handover::take_listener(cx.data_dir, LISTENER_HANDOVER)
-            .map_err(StepError::backoff)?;
-        let listener = match handed {
+        let listener = match cx.handover.take_listener(LISTENER_HANDOVER) {
             Some(listener) => listener
                 .set_nonblocking(true)
                 .and_then(|()| TcpListener::from_std(listener)),
             None => TcpListener::bind(addr).await,
         }
         .map_err(|e| StepError::backoff(format!("cannot bind {addr}: {e}")))?;
-        steadfast::handover::share(cx.data_dir, LISTENER_HANDOVER, &listener)
+        cx.handover
+            .share(LISTENER_HANDOVER, &listener)
             .map_err(StepError::backoff)?;
         let bound = listener.local_addr().map_err(StepError::backoff)?;
-        let data_dir = cx.data_dir.to_path_buf();
         let offered = Offered {
             item: Some(listener),
-            data_dir,
+            handover: Arc::clone(cx.handover),
         };
         Ok(Made::new("listener", bound.to_string(), offered))
     }

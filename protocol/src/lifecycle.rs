@@ -387,6 +387,24 @@ impl LifecycleState {
             | Self::Exiting { .. } => false,
         }
     }
+
+    /// Whether a `stop` waiting for its drain is settled in this state
+    /// (answered, or refused if what settled it is not durable): anywhere
+    /// but draining.
+    #[must_use]
+    pub const fn settles_stops(&self) -> bool {
+        !matches!(self, Self::Draining { .. })
+    }
+
+    /// The apply a snapshot shows: what is pending while running, in sync
+    /// in every other state (nothing serves that a change could miss).
+    #[must_use]
+    pub fn pending(&self) -> PendingApply {
+        match self {
+            Self::Running { pending, .. } => pending.clone(),
+            _ => PendingApply::InSync,
+        }
+    }
 }
 
 /// What a boot, or a drain, did about the store. Decided by observation (a

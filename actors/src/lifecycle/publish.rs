@@ -61,10 +61,7 @@ impl LifecycleActorState {
             window_ms: b.window_ms,
             failures: self.machine.budget_used(),
         });
-        self.view.snapshot.pending = match &self.machine.state {
-            LifecycleState::Running { pending, .. } => pending.clone(),
-            _ => PendingApply::InSync,
-        };
+        self.view.snapshot.pending = self.machine.state.pending();
         // The record first: whoever sees this version published finds it
         // (or a later one) in the status record.
         self.shared.status.write(&self.view.snapshot);
@@ -83,7 +80,7 @@ impl LifecycleActorState {
             // A stop whose drain settled but whose record did not become
             // durable is not acknowledged.
             if let Some(error) = &settled.error
-                && !matches!(self.machine.state, LifecycleState::Draining { .. })
+                && self.machine.state.settles_stops()
             {
                 for waiter in self.waiters.stop.drain(..) {
                     let _ = waiter.send(Err(CommandError::Durability(error.clone())));

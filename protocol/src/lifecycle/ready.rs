@@ -322,7 +322,7 @@ impl Lifecycle {
             })
         };
         let settled = Settled {
-            drain: !matches!(next.state, LifecycleState::Draining { .. }),
+            drain: next.state.settles_stops(),
             wipe: match next.state {
                 LifecycleState::Reinitializing { .. } => None,
                 LifecycleState::Stopped {
