@@ -149,6 +149,14 @@ pub struct JournalFile<S: JournalSink = File> {
     /// directory's next fsync; if none came before the first append, the
     /// append makes it (`None` for a sink built in tests).
     pub(super) names: Option<UnsyncedNames>,
+    /// Where the last successful [`Self::write`] landed: the first byte of
+    /// an append's own records.
+    pub(super) last_write: u64,
+    /// Records written ahead ([`Self::write`]) that a failure outside a
+    /// [`Self::sync`] cut back (an append's failed fsync, a failed cut
+    /// back): nothing may acknowledge them, so the next `sync` answers this
+    /// error instead of `Ok`, and appends are refused until it has.
+    pub(super) cut_written: Option<String>,
 }
 
 /// Clears the control directory's one-writer flag on drop.
@@ -190,6 +198,8 @@ impl<S: JournalSink> JournalFile<S> {
             shared: None,
             shared_with: None,
             names: None,
+            last_write: len,
+            cut_written: None,
         }
     }
 
@@ -212,9 +222,31 @@ impl<S: JournalSink> JournalFile<S> {
     /// the failed append's bytes cannot be cut back (the cut failed, another
     /// process may be appending, or a compaction failed after its rename).
     pub fn append(&mut self, records: &[Record]) -> Result<(), ControlDirError> {
+        if let Some(cause) = &self.cut_written {
+            // Its `Ok` would acknowledge them with its own records.
+            return Err(ControlDirError::JournalPoisoned {
+                path: self.path.clone(),
+                cause: cause.clone(),
+                repair: "records written ahead of their fsync were cut back; the next sync \
+                         answers that, then appends go on"
+                    .to_owned(),
+            });
+        }
         // `write` checked the lock and repaired a poisoned writer.
         self.write(records)?;
-        self.sync_written()
+        // The first unsynced byte, and this append's own first byte (none
+        // for an empty append, which answers for everything before it).
+        let from = self.unsynced;
+        let own = (!records.is_empty()).then_some(self.last_write);
+        let result = self.sync_written();
+        if let (Err(error), Some(from), Some(own)) = (&result, from, own)
+            && from < own
+        {
+            // The failed fsync's cut takes records written ahead before
+            // this append too, which its error does not answer for.
+            self.cut_written = Some(error.to_string());
+        }
+        result
     }
 
     /// Write `records` (one buffer, one `write_all`) without an fsync: they
@@ -222,7 +254,9 @@ impl<S: JournalSink> JournalFile<S> {
     /// may not be acknowledged until a [`Self::sync`] (or an
     /// [`Self::append`]) returns. A failed write poisons as an append does
     /// (its own bytes are cut back before the next write; earlier written
-    /// records stay, to be made durable by the next fsync).
+    /// records stay, to be made durable by the cut's fsync, unless that
+    /// cut fails: then they are not known to be on disk, and the next cut
+    /// takes them too).
     ///
     /// # Errors
     /// As [`Self::append`].
@@ -249,6 +283,7 @@ impl<S: JournalSink> JournalFile<S> {
             return Err(self.failed("write", source, start));
         }
         self.unsynced.get_or_insert(start);
+        self.last_write = start;
         self.end = start + buf.len() as u64;
         self.attempts += journal::attempts_in(records);
         Ok(())
@@ -264,8 +299,20 @@ impl<S: JournalSink> JournalFile<S> {
     /// on disk), and the caller must not acknowledge them.
     pub fn sync(&mut self) -> Result<(), ControlDirError> {
         self.check_lock()?;
-        self.repair()?;
-        self.sync_written()
+        let result = self.repair().and_then(|()| self.sync_written());
+        // This answer is for every record written before it: whatever a
+        // failure since the last one cut back is answered here, once.
+        match (result, self.cut_written.take()) {
+            (Err(error), _) => Err(error),
+            (Ok(()), Some(cause)) => Err(ControlDirError::JournalPoisoned {
+                path: self.path.clone(),
+                cause,
+                repair: "the records written ahead of their fsync were cut back, not made \
+                         durable; appends go on"
+                    .to_owned(),
+            }),
+            (Ok(()), None) => Ok(()),
+        }
     }
 
     /// [`Self::sync`] once the lock is checked and the writer repaired.
@@ -309,10 +356,11 @@ impl<S: JournalSink> JournalFile<S> {
         }
     }
 
-    /// Whether records were written that no fsync has made durable yet.
+    /// Whether records were written that no fsync has made durable yet, or
+    /// were cut back and no [`Self::sync`] has answered for them yet.
     #[must_use]
     pub const fn has_unsynced(&self) -> bool {
-        self.unsynced.is_some()
+        self.unsynced.is_some() || self.cut_written.is_some()
     }
 
     /// If a failed append poisoned this writer, cut its bytes off and clear
@@ -372,6 +420,18 @@ impl<S: JournalSink> JournalFile<S> {
                     "cutting it back to its last acknowledged length of {cut_to} bytes failed \
                      ({error}); tried again at the next append"
                 );
+                // The cut may have failed at its fsync, after which the
+                // records written before the failed append (below
+                // `cut_to`, never acknowledged) are not known to be on
+                // disk: a later cut that succeeds must not take them for
+                // durable. The next one cuts back to what was.
+                if let Some(Poison::FailedAppend { cut_to, .. }) = &mut self.poison
+                    && self.len < *cut_to
+                {
+                    *cut_to = self.len;
+                    self.cut_written = Some(format!("{cause}; then {error}"));
+                }
+                self.unsynced = None;
                 Err(refused(&cause, repair))
             }
         }

@@ -20,4 +20,5 @@ mod config;
 mod control_dir;
 mod replace_runner;
 mod replacement_actor;
+mod sim;
 mod store_exhaustion;
