@@ -518,7 +518,92 @@ pub struct Compacted {
     pub len: u64,
 }
 
-impl JournalFile<File> {
+/// The directory a compaction rewrites the journal in: the control
+/// directory ([`Dir`]), or a simulated one in tests. Each call is one
+/// system call's worth (or one named sequence), so a crash or a fault can
+/// land between any two.
+pub trait JournalDir {
+    /// What an opened journal writes through.
+    type Sink: JournalSink;
+
+    /// The journal's bytes as a read sees them now (`None`: no journal).
+    ///
+    /// # Errors
+    /// The read failed.
+    fn read_journal(&self) -> Result<Option<Vec<u8>>, ControlDirError>;
+
+    /// Create [`COMPACT_TMP_NAME`] afresh (0600, exclusive, nothing
+    /// followed), write `bytes` to it and `fsync` it.
+    ///
+    /// # Errors
+    /// Any step failed (the caller unlinks the temp file).
+    fn write_temp(&self, bytes: &[u8]) -> Result<(), ControlDirError>;
+
+    /// Rename [`COMPACT_TMP_NAME`] over the journal.
+    ///
+    /// # Errors
+    /// The rename failed (the old journal is in place).
+    fn rename_temp(&self) -> Result<(), ControlDirError>;
+
+    /// Remove [`COMPACT_TMP_NAME`], if there is one (best effort).
+    fn unlink_temp(&self);
+
+    /// `fsync` the directory: its entries (the rename) are durable.
+    ///
+    /// # Errors
+    /// The fsync failed.
+    fn sync(&self) -> Result<(), ControlDirError>;
+
+    /// Open the journal for appending.
+    ///
+    /// # Errors
+    /// The open failed.
+    fn open_journal(&self) -> Result<Self::Sink, ControlDirError>;
+}
+
+impl JournalDir for Dir {
+    type Sink = File;
+
+    fn read_journal(&self) -> Result<Option<Vec<u8>>, ControlDirError> {
+        Ok(self.read(JOURNAL_NAME, u64::MAX)?)
+    }
+
+    fn write_temp(&self, bytes: &[u8]) -> Result<(), ControlDirError> {
+        let tmp = self.join(COMPACT_TMP_NAME);
+        let mut file = self.create_temp(COMPACT_TMP_NAME)?;
+        file.write_all(bytes).map_err(io_err(&tmp))?;
+        crate::failpoint::hit("compact.before_fsync");
+        file.sync_all().map_err(io_err(&tmp))
+    }
+
+    fn rename_temp(&self) -> Result<(), ControlDirError> {
+        crate::failpoint::hit("compact.before_rename");
+        Ok(self.rename(COMPACT_TMP_NAME, JOURNAL_NAME)?)
+    }
+
+    fn unlink_temp(&self) {
+        let _ = self.unlink(COMPACT_TMP_NAME);
+    }
+
+    fn sync(&self) -> Result<(), ControlDirError> {
+        Ok(Dir::sync(self)?)
+    }
+
+    fn open_journal(&self) -> Result<File, ControlDirError> {
+        Ok(self.open(JOURNAL_NAME, Access::Append)?)
+    }
+}
+
+impl<S: JournalSink> JournalFile<S> {
+    /// Compact when the journal holds more than twice `keep` attempts
+    /// (`None`: never, the default of [`Self::with_sink`]; daemons set it
+    /// through [`ControlDir::with_journal_keep`]).
+    #[must_use]
+    pub const fn with_keep_attempts(mut self, keep: Option<usize>) -> Self {
+        self.keep_attempts = keep;
+        self
+    }
+
     /// The bytes known durable (the file's length after the last
     /// acknowledged append).
     #[must_use]
@@ -536,34 +621,21 @@ impl JournalFile<File> {
             && !self.is_shared()
     }
 
-    /// Rewrite the journal to its last `keep_attempts` attempts and the
-    /// checkpoints still outstanding before them
-    /// ([`journal::compact`]), crash-safely: the new journal is written to
-    /// [`COMPACT_TMP_NAME`] (0600), fsynced, renamed over the journal, and
-    /// the directory fsynced; then this writer appends to the new file. A
-    /// crash at any point leaves either the old journal or the new one, each
-    /// whole, and both leave a resume the same outstanding checkpoints.
-    /// Returns `None` when there was nothing to drop.
+    /// [`JournalFile::compact`] in `dir`, whatever it is.
     ///
     /// # Errors
-    /// [`ControlDirError::JournalPoisoned`] on a poisoned writer;
-    /// [`ControlDirError::CorruptJournal`] / [`ControlDirError::BadJournalHeader`]
-    /// if the file no longer decodes cleanly (nothing is changed);
-    /// [`ControlDirError::Io`] if a step fails. A failure before the rename
-    /// leaves the old journal in use, untouched; a failure after it poisons
-    /// this writer (which file survives a crash is then unknown).
-    pub fn compact(&mut self) -> Result<Option<Compacted>, ControlDirError> {
+    /// As [`JournalFile::compact`].
+    pub fn compact_in<D: JournalDir<Sink = S>>(
+        &mut self,
+        dir: &D,
+    ) -> Result<Option<Compacted>, ControlDirError> {
         let Some(keep) = self.keep_attempts else {
             return Ok(None);
         };
         self.repair()?;
-        let Some(lock) = self.lock.clone() else {
-            return Ok(None);
-        };
-        let dir = &lock.dir;
         let path = self.path.clone();
         let bytes = dir
-            .read(JOURNAL_NAME, u64::MAX)?
+            .read_journal()?
             .ok_or_else(|| io_err(&path)(io::ErrorKind::NotFound.into()))?;
         let decoded = journal::decode(&bytes).map_err(|e| match e {
             JournalError::Corrupt { offset } => ControlDirError::CorruptJournal {
@@ -590,36 +662,22 @@ impl JournalFile<File> {
             })?;
             out.extend_from_slice(&frame);
         }
-        let tmp = dir.join(COMPACT_TMP_NAME);
         if let Some(names) = &self.names {
             // The new file's fsync and the directory's.
             names.fsyncs.fetch_add(2, Ordering::Relaxed);
         }
-        let written = dir
-            .create_temp(COMPACT_TMP_NAME)
-            .map_err(ControlDirError::from)
-            .and_then(|mut file| {
-                file.write_all(&out).map_err(io_err(&tmp))?;
-                crate::failpoint::hit("compact.before_fsync");
-                file.sync_all().map_err(io_err(&tmp))?;
-                crate::failpoint::hit("compact.before_rename");
-                Ok(dir.rename(COMPACT_TMP_NAME, JOURNAL_NAME)?)
-            });
-        if let Err(e) = written {
-            let _ = dir.unlink(COMPACT_TMP_NAME);
+        if let Err(e) = dir.write_temp(&out).and_then(|()| dir.rename_temp()) {
+            dir.unlink_temp();
             return Err(e);
         }
         // The old file is unlinked: from here on, a failure poisons.
         crate::failpoint::hit("compact.before_dir_fsync");
-        let reopened = dir
-            .sync()
-            .and_then(|()| dir.open(JOURNAL_NAME, Access::Append))
-            .map_err(ControlDirError::from);
-        match reopened {
-            Ok(file) => {
-                self.sink = file;
+        match dir.sync().and_then(|()| dir.open_journal()) {
+            Ok(sink) => {
+                self.sink = sink;
                 self.len = out.len() as u64;
                 self.end = self.len;
+                self.last_write = self.len;
                 self.attempts = journal::attempts_in(&kept);
                 Ok(Some(Compacted {
                     records_before,
@@ -634,5 +692,30 @@ impl JournalFile<File> {
                 Err(error)
             }
         }
+    }
+}
+
+impl JournalFile<File> {
+    /// Rewrite the journal to its last `keep_attempts` attempts and the
+    /// checkpoints still outstanding before them
+    /// ([`journal::compact`]), crash-safely: the new journal is written to
+    /// [`COMPACT_TMP_NAME`] (0600), fsynced, renamed over the journal, and
+    /// the directory fsynced; then this writer appends to the new file. A
+    /// crash at any point leaves either the old journal or the new one, each
+    /// whole, and both leave a resume the same outstanding checkpoints.
+    /// Returns `None` when there was nothing to drop.
+    ///
+    /// # Errors
+    /// [`ControlDirError::JournalPoisoned`] on a poisoned writer;
+    /// [`ControlDirError::CorruptJournal`] / [`ControlDirError::BadJournalHeader`]
+    /// if the file no longer decodes cleanly (nothing is changed);
+    /// [`ControlDirError::Io`] if a step fails. A failure before the rename
+    /// leaves the old journal in use, untouched; a failure after it poisons
+    /// this writer (which file survives a crash is then unknown).
+    pub fn compact(&mut self) -> Result<Option<Compacted>, ControlDirError> {
+        let Some(lock) = self.lock.clone() else {
+            return Ok(None);
+        };
+        self.compact_in(&*lock.dir)
     }
 }

@@ -292,7 +292,9 @@ mod markers;
 mod settle;
 
 use journal_file::WriterSlot;
-pub use journal_file::{COMPACT_TMP_NAME, Compacted, JournalFile, JournalSink, Recovery};
+pub use journal_file::{
+    COMPACT_TMP_NAME, Compacted, JournalDir, JournalFile, JournalSink, Recovery,
+};
 use lock::HeldLock;
 pub use markers::{
     Identity, MarkerRead, PreviousRun, RunMarker, handed_over_run, previous_run_from,

@@ -1,28 +1,37 @@
-//! A simulated disk holding one file (the journal): per byte, what the page
-//! cache holds (what a read, an `fstat` and the next `O_APPEND` write see)
-//! and what is durable (what a crash keeps), with faults drawn from the
-//! run's seed.
+//! A simulated disk holding the control directory's journal: per file
+//! (inode), what the page cache holds (what a read, an `fstat` and the next
+//! `O_APPEND` write see) and what is durable (what a crash keeps); per
+//! directory entry, the same; faults drawn from the run's seed.
 //!
 //! The model, as Linux behaves on ext4/xfs for the calls the writer makes:
 //! - `write` lands in the page cache. A failed write (`ENOSPC`, `EIO`) may
 //!   have landed a prefix first (a torn write); a write may also be short
 //!   (`Ok(n < len)`) with no error.
-//! - `fdatasync` makes the page cache durable. A failed one (`EIO`) leaves
-//!   the durable bytes as they were and, as Linux does, marks the dirty
-//!   pages clean: their bytes stay readable but no later fsync writes them
-//!   (they are *lost*; a crash, or a later successful fsync, leaves zeros
-//!   in their place).
+//! - `fdatasync` makes the file's page cache durable. A failed one (`EIO`)
+//!   leaves the durable bytes as they were and, as Linux does, marks the
+//!   dirty pages clean: their bytes stay readable but no later fsync
+//!   writes them (they are *lost*; a crash, or a later successful fsync,
+//!   leaves zeros in their place).
 //! - `ftruncate` + `fsync` (a cut back) may fail at either call; a
 //!   truncation not yet synced may or may not survive a crash.
-//! - A crash keeps the durable bytes, plus any prefix of the bytes written
-//!   since (the kernel may have written some back), never a lost byte.
+//! - A rename changes the directory's entries in the cache; only a
+//!   directory fsync makes them durable. A crash keeps the durable entries,
+//!   or, for entries changed since, either (the rename may have reached
+//!   the disk on its own).
+//! - A crash keeps each file's durable bytes, plus any prefix of the bytes
+//!   written since (the kernel may have written some back), never a lost
+//!   byte.
 
+use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use steadfast_actors::control_dir::JournalSink;
+use steadfast_actors::control_dir::{COMPACT_TMP_NAME, ControlDirError, JournalDir, JournalSink};
 
 use super::rng::Rng;
+
+/// The journal's name in the simulated directory.
+pub const JOURNAL: &str = "journal";
 
 /// How often each fault is injected, per thousand calls of its kind.
 #[derive(Debug, Clone, Copy)]
@@ -37,27 +46,31 @@ pub struct Faults {
     pub cut_error: u32,
     /// An `fstat` fails.
     pub stat_error: u32,
+    /// A compaction's rename, or the directory's fsync, fails.
+    pub dir_error: u32,
 }
 
 impl Faults {
-    /// Faults far more often than a disk has them: every append meets one
-    /// within a few tries.
     /// None: a disk that fails only where a test says
-    /// ([`SimDisk::fail_next_fsync`]).
+    /// ([`SimDisk::fail_next_fsyncs`], [`SimDisk::fail_next_write`]).
     pub const NONE: Self = Self {
         write_error: 0,
         short_write: 0,
         fsync_error: 0,
         cut_error: 0,
         stat_error: 0,
+        dir_error: 0,
     };
 
+    /// Faults far more often than a disk has them: every append meets one
+    /// within a few tries.
     pub const HEAVY: Self = Self {
         write_error: 60,
         short_write: 80,
         fsync_error: 60,
         cut_error: 80,
         stat_error: 10,
+        dir_error: 60,
     };
 }
 
@@ -70,8 +83,11 @@ pub struct FaultCounts {
     pub fsync_error: u64,
     pub cut_error: u64,
     pub stat_error: u64,
+    pub dir_error: u64,
     pub crash: u64,
     pub crash_kept_unsynced: u64,
+    pub crash_kept_old_entry: u64,
+    pub compactions: u64,
 }
 
 impl FaultCounts {
@@ -82,14 +98,17 @@ impl FaultCounts {
         self.fsync_error += other.fsync_error;
         self.cut_error += other.cut_error;
         self.stat_error += other.stat_error;
+        self.dir_error += other.dir_error;
         self.crash += other.crash;
         self.crash_kept_unsynced += other.crash_kept_unsynced;
+        self.crash_kept_old_entry += other.crash_kept_old_entry;
+        self.compactions += other.compactions;
     }
 }
 
-/// The disk's state: one file.
-#[derive(Debug)]
-struct State {
+/// One file's bytes.
+#[derive(Debug, Default, Clone)]
+struct Inode {
     /// What reads see.
     cache: Vec<u8>,
     /// What a crash keeps (before any unsynced prefix).
@@ -99,6 +118,75 @@ struct State {
     lost: Option<(usize, usize)>,
     /// A truncation below `durable` not yet synced.
     truncated: bool,
+}
+
+impl Inode {
+    fn holding(bytes: Vec<u8>) -> Self {
+        Self {
+            cache: bytes.clone(),
+            durable: bytes,
+            ..Self::default()
+        }
+    }
+
+    /// The page cache made durable, lost bytes as zeros.
+    fn persist(&mut self) {
+        let mut durable = self.cache.clone();
+        if let Some((from, to)) = self.lost {
+            let to = to.min(durable.len());
+            if from < to {
+                durable[from..to].fill(0);
+            }
+        }
+        self.durable = durable;
+        self.truncated = false;
+    }
+
+    /// The dirty pages below `to` lost (a failed fsync).
+    fn lose(&mut self, to: usize) {
+        let from = self.durable.len().min(to);
+        if from < to {
+            self.lost = Some(match self.lost {
+                Some((f, t)) => (f.min(from), t.max(to)),
+                None => (from, to),
+            });
+        }
+    }
+
+    /// What a crash leaves of this file (see the module doc), and whether
+    /// it kept unsynced bytes.
+    fn after_crash(&self, rng: &mut Rng) -> (Vec<u8>, bool) {
+        if self.truncated && rng.chance(500) {
+            // The truncation never reached the disk.
+            return (self.durable.clone(), false);
+        }
+        let mut kept = self.durable.clone();
+        if self.truncated {
+            kept.truncate(self.cache.len());
+        }
+        // A prefix of what was written since the last fsync, up to the
+        // first lost byte.
+        let base = kept.len();
+        let written_up_to = self.lost.map_or(self.cache.len(), |(from, _)| from);
+        let extra = written_up_to.saturating_sub(base);
+        let take = if extra == 0 {
+            0
+        } else {
+            rng.below(extra as u64 + 1) as usize
+        };
+        kept.extend_from_slice(&self.cache[base..base + take]);
+        (kept, take > 0)
+    }
+}
+
+/// The disk's state: files, and the one directory's entries.
+#[derive(Debug)]
+struct State {
+    inodes: Vec<Inode>,
+    /// Names as lookups see them.
+    names: BTreeMap<String, usize>,
+    /// Names as a crash keeps them.
+    durable_names: BTreeMap<String, usize>,
     rng: Rng,
     faults: Faults,
     counts: FaultCounts,
@@ -108,27 +196,55 @@ struct State {
     failing_fsyncs: u32,
     /// Writes to fail next.
     failing_writes: u32,
+    /// A planted defect: the directory fsync does nothing (and says `Ok`).
+    dir_sync_skipped: bool,
+    /// A planted defect: a file's fsync does nothing (and says `Ok`): what
+    /// it answers for is acknowledged before it is durable.
+    fsync_skipped: bool,
 }
 
-/// The simulated disk; [`SimDisk::file`] is the writer's handle on its file.
+impl State {
+    /// Whether this fsync fails: a scripted failure, else the seed's.
+    fn fsync_fails(&mut self, per_mille: u32) -> bool {
+        if self.failing_fsyncs > 0 {
+            self.failing_fsyncs -= 1;
+            return true;
+        }
+        self.rng.chance(per_mille)
+    }
+
+    fn new_inode(&mut self, inode: Inode) -> usize {
+        self.inodes.push(inode);
+        self.inodes.len() - 1
+    }
+}
+
+/// The simulated disk: its directory ([`JournalDir`]) and, through
+/// [`SimDisk::file`], the writer's handle on the journal.
 #[derive(Debug, Clone)]
 pub struct SimDisk(Arc<Mutex<State>>);
 
 impl SimDisk {
-    /// A disk whose file holds `bytes`, all durable.
+    /// A disk whose journal holds `bytes`, all durable.
     pub fn new(bytes: Vec<u8>, rng: Rng, faults: Faults) -> Self {
+        let names = BTreeMap::from([(JOURNAL.to_owned(), 0)]);
         Self(Arc::new(Mutex::new(State {
-            cache: bytes.clone(),
-            durable: bytes,
-            lost: None,
-            truncated: false,
+            inodes: vec![Inode::holding(bytes)],
+            durable_names: names.clone(),
+            names,
             rng,
             faults,
             counts: FaultCounts::default(),
             trace: Vec::new(),
             failing_fsyncs: 0,
             failing_writes: 0,
+            dir_sync_skipped: false,
+            fsync_skipped: false,
         })))
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Fail the next write (`EIO`, a random prefix landed).
@@ -142,75 +258,66 @@ impl SimDisk {
         self.state().failing_fsyncs = n;
     }
 
-    /// Whether this fsync fails: a scripted failure, else the seed's.
-    fn fsync_fails(state: &mut State, per_mille: u32) -> bool {
-        if state.failing_fsyncs > 0 {
-            state.failing_fsyncs -= 1;
-            return true;
-        }
-        state.rng.chance(per_mille)
+    /// Plant a defect: the directory's fsync does nothing.
+    pub fn skip_dir_sync(&self) {
+        self.state().dir_sync_skipped = true;
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Plant a defect: a file's `fdatasync` does nothing.
+    pub fn skip_fsync(&self) {
+        self.state().fsync_skipped = true;
     }
 
-    /// A handle on the file, for a `JournalFile`.
+    /// A handle on the journal as its name finds it now.
     pub fn file(&self) -> SimFile {
-        SimFile(self.clone())
+        let inode = self.state().names[JOURNAL];
+        SimFile {
+            disk: self.clone(),
+            inode,
+        }
     }
 
-    /// The process crashed: what the file holds when the machine comes back
-    /// (see the module doc). The disk then holds exactly that, durable.
+    /// The process crashed: what the journal holds when the machine comes
+    /// back (see the module doc). The disk then holds exactly that,
+    /// durable, under the journal's name alone.
     pub fn crash(&self) -> Vec<u8> {
-        let mut state = self.state();
+        let mut guard = self.state();
+        let state = &mut *guard;
         state.counts.crash += 1;
-        let kept = if state.truncated && state.rng.chance(500) {
-            // The truncation never reached the disk.
-            state.durable.clone()
-        } else {
-            let base = if state.truncated {
-                let len = state.cache.len();
-                let mut base = state.durable.clone();
-                base.truncate(len);
-                base
-            } else {
-                state.durable.clone()
-            };
-            // A prefix of what was written since the last fsync, up to the
-            // first lost byte.
-            let durable_len = base.len();
-            let written_up_to = state.lost.map_or(state.cache.len(), |(from, _)| from);
-            let extra = written_up_to.saturating_sub(durable_len);
-            let take = if extra == 0 {
-                0
-            } else {
-                state.rng.below(extra as u64 + 1) as usize
-            };
-            if take > 0 {
-                state.counts.crash_kept_unsynced += 1;
+        let cached = state.names.get(JOURNAL).copied();
+        let durable = state.durable_names.get(JOURNAL).copied();
+        let inode = match (cached, durable) {
+            (Some(cached), Some(durable)) if cached != durable => {
+                if state.rng.chance(500) {
+                    cached
+                } else {
+                    state.counts.crash_kept_old_entry += 1;
+                    durable
+                }
             }
-            let mut kept = base;
-            kept.extend_from_slice(&state.cache[durable_len..durable_len + take]);
-            kept
+            (Some(inode), _) | (None, Some(inode)) => inode,
+            (None, None) => unreachable!("the journal always has a name"),
         };
-        let line = format!("crash: kept {} bytes", kept.len());
-        state.trace.push(line);
-        state.cache.clone_from(&kept);
-        state.durable.clone_from(&kept);
-        state.lost = None;
-        state.truncated = false;
+        let (kept, unsynced) = state.inodes[inode].after_crash(&mut state.rng);
+        if unsynced {
+            state.counts.crash_kept_unsynced += 1;
+        }
+        state.trace.push(format!(
+            "crash: the journal is inode {inode}, {} bytes kept",
+            kept.len()
+        ));
+        drop(guard);
+        self.reset(kept.clone());
         kept
     }
 
-    /// The file after a reopen repaired it (`open_journal`'s repair writes
-    /// and fsyncs): `bytes`, durable.
+    /// The journal after a reopen repaired it (`open_journal`'s repair
+    /// writes and fsyncs): `bytes`, durable, alone on the disk.
     pub fn reset(&self, bytes: Vec<u8>) {
         let mut state = self.state();
-        state.cache.clone_from(&bytes);
-        state.durable = bytes;
-        state.lost = None;
-        state.truncated = false;
+        state.inodes = vec![Inode::holding(bytes)];
+        state.names = BTreeMap::from([(JOURNAL.to_owned(), 0)]);
+        state.durable_names = state.names.clone();
     }
 
     /// Faults injected so far.
@@ -230,60 +337,148 @@ impl SimDisk {
     }
 }
 
-impl State {
-    /// The page cache made durable, lost bytes as zeros.
-    fn persist(&mut self) {
-        let mut durable = self.cache.clone();
-        if let Some((from, to)) = self.lost {
-            let to = to.min(durable.len());
-            if from < to {
-                durable[from..to].fill(0);
-            }
-        }
-        self.durable = durable;
-        self.truncated = false;
-    }
-}
-
 fn os_error(code: i32) -> io::Error {
     io::Error::from_raw_os_error(code)
 }
 
-/// The writer's handle on the simulated file.
+fn eio() -> io::Error {
+    os_error(rustix::io::Errno::IO.raw_os_error())
+}
+
+fn dir_error(name: &str) -> ControlDirError {
+    ControlDirError::Io {
+        path: format!("sim/{name}").into(),
+        source: eio(),
+    }
+}
+
+impl JournalDir for SimDisk {
+    type Sink = SimFile;
+
+    fn read_journal(&self) -> Result<Option<Vec<u8>>, ControlDirError> {
+        let state = self.state();
+        Ok(state
+            .names
+            .get(JOURNAL)
+            .map(|inode| state.inodes[*inode].cache.clone()))
+    }
+
+    fn write_temp(&self, bytes: &[u8]) -> Result<(), ControlDirError> {
+        let mut state = self.state();
+        let faults = state.faults;
+        state.counts.compactions += 1;
+        let inode = state.new_inode(Inode::default());
+        state.names.insert(COMPACT_TMP_NAME.to_owned(), inode);
+        if state.rng.chance(faults.write_error) {
+            state.counts.write_error += 1;
+            state.trace.push("compact: temp write EIO".to_owned());
+            return Err(dir_error(COMPACT_TMP_NAME));
+        }
+        state.inodes[inode].cache = bytes.to_vec();
+        if state.fsync_fails(faults.fsync_error) {
+            state.counts.fsync_error += 1;
+            state.inodes[inode].lose(bytes.len());
+            state.trace.push("compact: temp fsync EIO".to_owned());
+            return Err(dir_error(COMPACT_TMP_NAME));
+        }
+        state.inodes[inode].persist();
+        state.trace.push(format!(
+            "compact: temp inode {inode}, {} bytes durable",
+            bytes.len()
+        ));
+        Ok(())
+    }
+
+    fn rename_temp(&self) -> Result<(), ControlDirError> {
+        let mut state = self.state();
+        let faults = state.faults;
+        if state.rng.chance(faults.dir_error) {
+            state.counts.dir_error += 1;
+            state.trace.push("compact: rename EIO".to_owned());
+            return Err(dir_error(JOURNAL));
+        }
+        let inode = state
+            .names
+            .remove(COMPACT_TMP_NAME)
+            .ok_or_else(|| dir_error(COMPACT_TMP_NAME))?;
+        state.names.insert(JOURNAL.to_owned(), inode);
+        state
+            .trace
+            .push(format!("compact: renamed inode {inode} over the journal"));
+        Ok(())
+    }
+
+    fn unlink_temp(&self) {
+        self.state().names.remove(COMPACT_TMP_NAME);
+    }
+
+    fn sync(&self) -> Result<(), ControlDirError> {
+        let mut state = self.state();
+        let faults = state.faults;
+        if state.rng.chance(faults.dir_error) {
+            state.counts.dir_error += 1;
+            state.trace.push("dir fsync: EIO".to_owned());
+            return Err(dir_error("."));
+        }
+        if state.dir_sync_skipped {
+            state.trace.push("dir fsync: skipped (planted)".to_owned());
+            return Ok(());
+        }
+        state.durable_names = state.names.clone();
+        state.trace.push("dir fsync: entries durable".to_owned());
+        Ok(())
+    }
+
+    fn open_journal(&self) -> Result<SimFile, ControlDirError> {
+        Ok(self.file())
+    }
+}
+
+/// The writer's handle on one simulated file.
 #[derive(Debug)]
-pub struct SimFile(SimDisk);
+pub struct SimFile {
+    disk: SimDisk,
+    inode: usize,
+}
+
+impl SimFile {
+    fn with<T>(&self, f: impl FnOnce(&mut State, usize) -> T) -> T {
+        f(&mut self.disk.state(), self.inode)
+    }
+}
 
 impl Write for SimFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let mut state = self.0.state();
-        let faults = state.faults;
-        let scripted = std::mem::take(&mut state.failing_writes) > 0;
-        if !buf.is_empty() && (scripted || state.rng.chance(faults.write_error)) {
-            state.counts.write_error += 1;
-            let landed = state.rng.below(buf.len() as u64) as usize;
-            if landed > 0 {
-                state.counts.torn_write += 1;
+        self.with(|state, inode| {
+            let faults = state.faults;
+            let scripted = std::mem::take(&mut state.failing_writes) > 0;
+            if !buf.is_empty() && (scripted || state.rng.chance(faults.write_error)) {
+                state.counts.write_error += 1;
+                let landed = state.rng.below(buf.len() as u64) as usize;
+                if landed > 0 {
+                    state.counts.torn_write += 1;
+                }
+                state.inodes[inode].cache.extend_from_slice(&buf[..landed]);
+                let code = if state.rng.chance(500) {
+                    rustix::io::Errno::NOSPC.raw_os_error()
+                } else {
+                    rustix::io::Errno::IO.raw_os_error()
+                };
+                state
+                    .trace
+                    .push(format!("write {}: error {code} after {landed}", buf.len()));
+                return Err(os_error(code));
             }
-            state.cache.extend_from_slice(&buf[..landed]);
-            let code = if state.rng.chance(500) {
-                rustix::io::Errno::NOSPC.raw_os_error()
+            let n = if buf.len() > 1 && state.rng.chance(faults.short_write) {
+                state.counts.short_write += 1;
+                1 + state.rng.below(buf.len() as u64 - 1) as usize
             } else {
-                rustix::io::Errno::IO.raw_os_error()
+                buf.len()
             };
-            let line = format!("write {}: error {code} after {landed}", buf.len());
-            state.trace.push(line);
-            return Err(os_error(code));
-        }
-        let n = if buf.len() > 1 && state.rng.chance(faults.short_write) {
-            state.counts.short_write += 1;
-            1 + state.rng.below(buf.len() as u64 - 1) as usize
-        } else {
-            buf.len()
-        };
-        state.cache.extend_from_slice(&buf[..n]);
-        let line = format!("write {}: {n}", buf.len());
-        state.trace.push(line);
-        Ok(n)
+            state.inodes[inode].cache.extend_from_slice(&buf[..n]);
+            state.trace.push(format!("write {}: {n}", buf.len()));
+            Ok(n)
+        })
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -293,85 +488,77 @@ impl Write for SimFile {
 
 impl JournalSink for SimFile {
     fn sync_data(&mut self) -> io::Result<()> {
-        let mut state = self.0.state();
-        let faults = state.faults;
-        if SimDisk::fsync_fails(&mut state, faults.fsync_error) {
-            state.counts.fsync_error += 1;
-            // The dirty pages are marked clean: what was written since the
-            // last fsync is lost.
-            let (from, to) = (
-                state.durable.len().min(state.cache.len()),
-                state.cache.len(),
-            );
-            if from < to {
-                state.lost = Some(match state.lost {
-                    Some((f, t)) => (f.min(from), t.max(to)),
-                    None => (from, to),
-                });
+        self.with(|state, inode| {
+            let faults = state.faults;
+            if state.fsync_fails(faults.fsync_error) {
+                state.counts.fsync_error += 1;
+                // The dirty pages are marked clean: what was written since
+                // the last fsync is lost.
+                let file = &mut state.inodes[inode];
+                let (from, to) = (file.durable.len().min(file.cache.len()), file.cache.len());
+                file.lose(to);
+                state.trace.push(format!("fsync: EIO, lost [{from}, {to})"));
+                return Err(eio());
             }
-            state.trace.push(format!("fsync: EIO, lost [{from}, {to})"));
-            return Err(os_error(rustix::io::Errno::IO.raw_os_error()));
-        }
-        state.persist();
-        let line = format!("fsync: {} durable", state.durable.len());
-        state.trace.push(line);
-        Ok(())
+            if state.fsync_skipped {
+                state.trace.push("fsync: skipped (planted)".to_owned());
+                return Ok(());
+            }
+            state.inodes[inode].persist();
+            let line = format!("fsync: {} durable", state.inodes[inode].durable.len());
+            state.trace.push(line);
+            Ok(())
+        })
     }
 
     fn current_len(&mut self) -> io::Result<u64> {
-        let mut state = self.0.state();
-        let faults = state.faults;
-        if state.rng.chance(faults.stat_error) {
-            state.counts.stat_error += 1;
-            state.trace.push("fstat: EIO".to_owned());
-            return Err(os_error(rustix::io::Errno::IO.raw_os_error()));
-        }
-        Ok(state.cache.len() as u64)
+        self.with(|state, inode| {
+            let faults = state.faults;
+            if state.rng.chance(faults.stat_error) {
+                state.counts.stat_error += 1;
+                state.trace.push("fstat: EIO".to_owned());
+                return Err(eio());
+            }
+            Ok(state.inodes[inode].cache.len() as u64)
+        })
     }
 
     fn cut_back(&mut self, len: u64) -> io::Result<()> {
-        let mut state = self.0.state();
-        let faults = state.faults;
-        let len = usize::try_from(len).map_err(io::Error::other)?;
-        if state.cache.len() < len {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "the file is {} bytes, shorter than {len}",
-                    state.cache.len()
-                ),
-            ));
-        }
-        if state.rng.chance(faults.cut_error) {
-            state.counts.cut_error += 1;
-            state.trace.push(format!("ftruncate {len}: EIO"));
-            return Err(os_error(rustix::io::Errno::IO.raw_os_error()));
-        }
-        state.cache.truncate(len);
-        if state.durable.len() > len {
-            state.truncated = true;
-        }
-        state.lost = state
-            .lost
-            .and_then(|(from, to)| (from < len).then_some((from, to.min(len))));
-        if SimDisk::fsync_fails(&mut state, faults.cut_error) {
-            // The fsync after the truncation failed: as any failed fsync,
-            // the dirty pages below `len` are marked clean and lost.
-            state.counts.cut_error += 1;
-            let from = state.durable.len().min(len);
-            if from < len {
-                state.lost = Some(match state.lost {
-                    Some((f, t)) => (f.min(from), t.max(len)),
-                    None => (from, len),
-                });
+        self.with(|state, inode| {
+            let faults = state.faults;
+            let len = usize::try_from(len).map_err(io::Error::other)?;
+            let now = state.inodes[inode].cache.len();
+            if now < len {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("the file is {now} bytes, shorter than {len}"),
+                ));
             }
-            state
-                .trace
-                .push(format!("ftruncate {len}, fsync: EIO, lost [{from}, {len})"));
-            return Err(os_error(rustix::io::Errno::IO.raw_os_error()));
-        }
-        state.persist();
-        state.trace.push(format!("cut back to {len}, fsynced"));
-        Ok(())
+            if state.rng.chance(faults.cut_error) {
+                state.counts.cut_error += 1;
+                state.trace.push(format!("ftruncate {len}: EIO"));
+                return Err(eio());
+            }
+            let file = &mut state.inodes[inode];
+            file.cache.truncate(len);
+            if file.durable.len() > len {
+                file.truncated = true;
+            }
+            file.lost = file
+                .lost
+                .and_then(|(from, to)| (from < len).then_some((from, to.min(len))));
+            if state.fsync_fails(faults.cut_error) {
+                // The fsync after the truncation failed: as any failed
+                // fsync, the dirty pages below `len` are marked clean and
+                // lost.
+                state.counts.cut_error += 1;
+                state.inodes[inode].lose(len);
+                state.trace.push(format!("ftruncate {len}, fsync: EIO"));
+                return Err(eio());
+            }
+            state.inodes[inode].persist();
+            state.trace.push(format!("cut back to {len}, fsynced"));
+            Ok(())
+        })
     }
 }

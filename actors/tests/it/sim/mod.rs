@@ -107,7 +107,51 @@ fn the_journal_keeps_what_it_acknowledged_under_faults_and_crashes() {
     );
     assert!(faults.crash >= count, "every seed crashes at least once");
     assert!(
-        faults.fsync_error > 0 && faults.torn_write > 0 && faults.cut_error > 0,
-        "every fault class was injected: {faults:?}"
+        faults.fsync_error > 0
+            && faults.torn_write > 0
+            && faults.cut_error > 0
+            && faults.dir_error > 0
+            && faults.compactions > 0,
+        "every fault class was injected, and compactions ran: {faults:?}"
+    );
+}
+
+/// The first seed from 0 at which a run on a disk with `plant` applied
+/// breaks a check, within `seeds`; with the check it broke.
+fn first_failing_seed(seeds: u64, plant: impl Fn(&disk::SimDisk)) -> Option<(u64, &'static str)> {
+    (0..seeds).find_map(|seed| {
+        let disk = disk::SimDisk::new(
+            steadfast_protocol::journal::encode_header().to_vec(),
+            rng::Rng::new(seed),
+            disk::Faults::HEAVY,
+        );
+        plant(&disk);
+        run::run_on(disk, seed, OPS)
+            .err()
+            .map(|violation| (seed, violation.check))
+    })
+}
+
+/// The checks catch a planted acknowledgement before durability: a disk
+/// whose fsync does nothing (so the writer acknowledges what a crash then
+/// loses).
+#[test]
+fn a_planted_acknowledgement_before_fsync_is_caught() {
+    let found = first_failing_seed(50, disk::SimDisk::skip_fsync);
+    eprintln!("acknowledgement before fsync: first failing seed {found:?}");
+    assert!(found.is_some(), "caught within 50 seeds");
+}
+
+/// The checks catch a planted compaction whose rename is never made
+/// durable: a directory fsync that does nothing (a crash then brings the
+/// old journal back, without what was acknowledged into the new one).
+#[test]
+fn a_planted_rename_without_its_directory_fsync_is_caught() {
+    let found = first_failing_seed(200, disk::SimDisk::skip_dir_sync);
+    eprintln!("rename without its directory fsync: first failing seed {found:?}");
+    assert_eq!(
+        found.map(|(_, check)| check),
+        Some("nothing acknowledged is lost"),
+        "caught within 200 seeds"
     );
 }

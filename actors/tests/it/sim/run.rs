@@ -10,7 +10,9 @@
 //!   written ahead since the last acknowledgement; an error answers them
 //!   with it (never acknowledged).
 //! - *append* (awaited): `append`; `Ok` acknowledges its records and every
-//!   record written ahead before it.
+//!   record written ahead before it; then, when the journal holds more
+//!   than twice [`KEEP`] attempts, a compaction (as the Journal actor
+//!   does), after which only the records it keeps are expected.
 //! - after any failed `write` or `append`, a `sync` at once (what
 //!   `sync_deferred` does), which acknowledges the records written ahead
 //!   before the failure if it returns `Ok`.
@@ -24,8 +26,9 @@
 //!   wrote, each once, in the order written.
 
 use std::collections::BTreeSet;
+use std::num::NonZeroU32;
 
-use steadfast_actors::control_dir::JournalFile;
+use steadfast_actors::control_dir::{JournalDir, JournalFile};
 use steadfast_protocol::journal::{self, Record, Tail};
 
 use super::disk::{FaultCounts, Faults, SimDisk, SimFile};
@@ -63,20 +66,35 @@ struct Sim {
     trace: Vec<String>,
     hash: u64,
     checks: u64,
+    /// Records acknowledged in all.
+    acknowledged: u64,
 }
 
-fn record(id: u64) -> Record {
-    Record::Transition {
-        at_ms: id,
-        from: "running".to_owned(),
-        event: "sim".to_owned(),
-        to: "running".to_owned(),
+/// The attempts a compaction keeps.
+pub const KEEP: usize = 2;
+
+/// Record `id`: an attempt's start (which compaction counts) or a
+/// transition.
+fn record(id: u64, starts_attempt: bool) -> Record {
+    if starts_attempt {
+        Record::AttemptStarted {
+            attempt: NonZeroU32::MIN,
+            at_ms: id,
+        }
+    } else {
+        Record::Transition {
+            at_ms: id,
+            from: "running".to_owned(),
+            event: "sim".to_owned(),
+            to: "running".to_owned(),
+        }
     }
 }
 
 fn id_of(record: &Record) -> Option<u64> {
     match record {
         Record::Transition { at_ms, event, .. } if event == "sim" => Some(*at_ms),
+        Record::AttemptStarted { at_ms, .. } => Some(*at_ms),
         _ => None,
     }
 }
@@ -88,6 +106,7 @@ fn fresh() -> Vec<u8> {
 
 fn writer_over(disk: &SimDisk, len: usize) -> JournalFile<SimFile> {
     JournalFile::with_sink(disk.file(), "sim/journal".into(), len as u64)
+        .with_keep_attempts(Some(KEEP))
 }
 
 impl Sim {
@@ -114,14 +133,21 @@ impl Sim {
     }
 
     fn batch(&mut self) -> (Vec<Record>, Vec<u64>) {
-        let n = 1 + self.disk.with_rng(|rng| rng.below(3));
+        let (n, starts) = self
+            .disk
+            .with_rng(|rng| (1 + rng.below(3), rng.chance(200)));
         let ids: Vec<u64> = (0..n).map(|i| self.next_id + i).collect();
         self.next_id += n;
-        (ids.iter().copied().map(record).collect(), ids)
+        let records = ids
+            .iter()
+            .map(|&id| record(id, starts && id == ids[0]))
+            .collect();
+        (records, ids)
     }
 
     fn acknowledge(&mut self, ids: &[u64]) {
         self.acked.extend(ids.iter().copied());
+        self.acknowledged += ids.len() as u64;
     }
 
     /// The `sync` that follows a failure or a commit window.
@@ -166,11 +192,42 @@ impl Sim {
                 self.note(format!("append {ids:?}: ok, acknowledges {pending:?} too"));
                 self.acknowledge(&pending);
                 self.acknowledge(&ids);
+                if self.writer.wants_compaction() {
+                    self.compact();
+                }
             }
             Err(error) => {
                 self.note(format!("append {ids:?}: {error}"));
                 self.sync("after a failed append");
             }
+        }
+    }
+
+    /// Compact, as the Journal actor does after an append. Once its new
+    /// journal is renamed into place (it answered `Ok`, or failed after the
+    /// rename, when either file may survive a crash), what it dropped is no
+    /// longer expected.
+    fn compact(&mut self) {
+        let result = self.writer.compact_in(&self.disk);
+        self.absorb_disk_trace();
+        let first = self
+            .disk
+            .read_journal()
+            .ok()
+            .flatten()
+            .and_then(|bytes| journal::decode(&bytes).ok())
+            .map(|decoded| decoded.records.first().and_then(id_of));
+        let floor = match first {
+            Some(Some(id)) => id,
+            // An empty journal under the name: everything was dropped.
+            Some(None) => self.next_id,
+            None => 0,
+        };
+        self.acked.retain(|id| *id >= floor);
+        match result {
+            Ok(Some(compacted)) => self.note(format!("compact: {compacted:?}, keeps from {floor}")),
+            Ok(None) => self.note("compact: nothing to drop".to_owned()),
+            Err(error) => self.note(format!("compact: {error}; the name holds from {floor}")),
         }
     }
 
@@ -242,7 +299,18 @@ impl Sim {
 /// # Errors
 /// The first check the run broke.
 pub fn run(seed: u64, ops: u32) -> Result<Outcome, Violation> {
-    let disk = SimDisk::new(fresh(), Rng::new(seed), Faults::HEAVY);
+    run_on(
+        SimDisk::new(fresh(), Rng::new(seed), Faults::HEAVY),
+        seed,
+        ops,
+    )
+}
+
+/// [`run`] on `disk` (one a test planted a defect in).
+///
+/// # Errors
+/// As [`run`].
+pub fn run_on(disk: SimDisk, seed: u64, ops: u32) -> Result<Outcome, Violation> {
     let writer = writer_over(&disk, journal::HEADER_LEN);
     let mut sim = Sim {
         disk,
@@ -253,6 +321,7 @@ pub fn run(seed: u64, ops: u32) -> Result<Outcome, Violation> {
         trace: Vec::new(),
         hash: 0xcbf2_9ce4_8422_2325,
         checks: 0,
+        acknowledged: 0,
     };
     sim.note(format!("seed {seed}"));
     for _ in 0..ops {
@@ -273,6 +342,6 @@ pub fn run(seed: u64, ops: u32) -> Result<Outcome, Violation> {
         trace_hash: sim.hash,
         faults: sim.disk.counts(),
         checks: sim.checks,
-        acknowledged: sim.acked.len() as u64,
+        acknowledged: sim.acknowledged,
     })
 }
