@@ -1,9 +1,8 @@
 //! The command line's definition and its parse: the clap types ([`Cli`],
 //! [`Cmd`], the value enums), the checks clap runs on a value
-//! ([`host_port`]), clap's lean parse ([`lean_parse`]; `main.rs` tries the
-//! hand-read common forms of `quick.rs` first, then this, then the whole
-//! command), and the text generated from the definition (`completions`,
-//! `man`). Nothing here dials a daemon.
+//! ([`host_port`]), the one parse of the command line ([`parse_from`]), and
+//! the text generated from the definition (`completions`, `man`). Nothing
+//! here dials a daemon.
 
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
@@ -401,13 +400,24 @@ pub fn host_of(addr: &str) -> &str {
         .unwrap_or(host)
 }
 
-/// `parse`'s first try (`main.rs`): [`Cli`]'s command without its flags' help text,
-/// and with only the subcommands that a word of `args` names. A subcommand
-/// is chosen by its exact name (none has an alias, none is inferred from a
-/// prefix), so the one clap would pick is among them; the others cannot
-/// match and only cost their copies of the global flags. A line that names
-/// none parses with the whole (lean) command.
-pub fn lean_parse<I, T>(args: I) -> Result<Cli, clap::Error>
+/// The command line, parsed by clap from [`Cli`]'s one definition, in one
+/// parse on every line it accepts. Before it parses, clap copies each
+/// global flag (17, with their help text) into every subcommand (16): most
+/// of a whole command's parse. So unless help or the version is asked for,
+/// the command parsed is [`Cli`]'s without its flags' help text and with
+/// only the subcommands a word of `args` names. A subcommand is chosen by
+/// its exact name (none has an alias, none is inferred from a prefix), so
+/// the one clap would pick is among them; the others cannot match and
+/// would only cost their copies of the global flags. A line it refuses is
+/// parsed again by the whole command, whose error (with its suggestions
+/// and help text) is what the user sees: what is accepted, what it means
+/// and every refusal are the whole command's
+/// (`tests::the_parse_is_the_whole_command_s`).
+///
+/// # Errors
+/// The whole command's refusal (a usage error, or `--help`/`--version`,
+/// which clap reports as errors to print and exit with).
+pub fn parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
@@ -415,29 +425,52 @@ where
     use clap::{CommandFactory, FromArgMatches};
     let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
     let whole = Cli::command();
+    if let Some(mut lean) = lean_command(&whole, &args)
+        && let Ok(mut matches) = lean.try_get_matches_from_mut(args.iter().cloned())
+        && let Ok(cli) = Cli::from_arg_matches_mut(&mut matches)
+    {
+        return Ok(cli);
+    }
+    let mut matches = whole.try_get_matches_from(args)?;
+    Cli::from_arg_matches_mut(&mut matches)
+}
+
+/// [`parse_from`]'s lean command for `args`: `None` (parse with the whole)
+/// when no word names a subcommand, or when a word may ask for help or the
+/// version (`help`, `--help`, `--version`, a short-flag cluster with `h`
+/// or `V`).
+fn lean_command(whole: &clap::Command, args: &[std::ffi::OsString]) -> Option<clap::Command> {
+    use std::os::unix::ffi::OsStrExt;
+    let asks = args.iter().skip(1).any(|word| {
+        let bytes = word.as_bytes();
+        word == "help"
+            || word == "--help"
+            || word == "--version"
+            || (bytes.len() > 1
+                && bytes[0] == b'-'
+                && bytes[1] != b'-'
+                && bytes.iter().any(|b| *b == b'h' || *b == b'V'))
+    });
+    if asks {
+        return None;
+    }
     let named: Vec<&clap::Command> = whole
         .get_subcommands()
         .filter(|sub| args.iter().skip(1).any(|word| word == sub.get_name()))
         .collect();
-    let lean = if named.is_empty() {
-        whole.clone()
-    } else {
-        let mut root = clap::Command::new("steadfastctl")
-            .version(whole.get_version().unwrap_or_default().to_owned())
-            .subcommand_required(whole.is_subcommand_required_set())
-            .arg_required_else_help(whole.is_arg_required_else_help_set())
-            .args(whole.get_arguments().cloned())
-            .groups(whole.get_groups().cloned());
-        for sub in named {
-            root = root.subcommand(sub.clone());
-        }
-        root
-    };
-    let mut lean = lean.mut_args(|arg| arg.help(None).long_help(None));
-    let mut matches = lean.try_get_matches_from_mut(args)?;
-    let cli = Cli::from_arg_matches_mut(&mut matches)?;
-    std::mem::forget((lean, matches, whole));
-    Ok(cli)
+    if named.is_empty() {
+        return None;
+    }
+    let mut root = clap::Command::new("steadfastctl")
+        .version(whole.get_version().unwrap_or_default().to_owned())
+        .subcommand_required(whole.is_subcommand_required_set())
+        .arg_required_else_help(whole.is_arg_required_else_help_set())
+        .args(whole.get_arguments().cloned())
+        .groups(whole.get_groups().cloned());
+    for sub in named {
+        root = root.subcommand(sub.clone());
+    }
+    Some(root.mut_args(|arg| arg.help(None).long_help(None)))
 }
 
 /// The flags of the fleet view (flattened into [`Cli`]).
@@ -476,3 +509,6 @@ impl FleetArgs {
         self.inventory.is_some() || !self.only.is_empty() || self.all || self.parallel.is_some()
     }
 }
+
+#[cfg(test)]
+mod tests;

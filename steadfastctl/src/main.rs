@@ -19,14 +19,14 @@
 //! ones; every `--json` answer carries `schema`; `journal` reads the journal
 //! file itself (read-only) when no daemon answers.
 //!
-//! The parts, each private: `cli.rs` (the clap definition and the parse,
-//! with `quick.rs` for the common forms), `connect.rs` (which daemon, and
+//! The parts, each private: `cli.rs` (the clap definition and the one
+//! parse), `connect.rs` (which daemon, and
 //! the dial), `run.rs` (each command's execution and exit code), `wait.rs`
 //! (`--wait` and `watch`), `render.rs` (text and `--json` output),
 //! `record.rs` (the status record read without a round trip), `fleet.rs`
 //! (`--inventory`), `out.rs` (writing to stdout/stderr). This file holds
 //! the exit codes, what a failed call ends as (`fail`, `already`), the
-//! order of the parse (`parse`), and `main`: the parts use it, and none of
+//! parse (`parse`), and `main`: the parts use it, and none of
 //! them uses a part that uses it back (`scripts/import_cycles.py`).
 //!
 //! Checked by `tests/it/ctl.rs`, which runs this binary against a real
@@ -34,7 +34,6 @@
 
 use std::process::ExitCode;
 
-use clap::Parser as _;
 use steadfast::control::ClientError;
 
 use std::time::Duration;
@@ -43,13 +42,12 @@ mod cli;
 mod connect;
 mod fleet;
 mod out;
-mod quick;
 mod record;
 mod render;
 mod run;
 mod wait;
 
-use cli::{Cli, generated, lean_parse};
+use cli::{Cli, generated};
 use out::{errln, say};
 use run::{from_record, run};
 
@@ -144,25 +142,8 @@ pub fn fail(error: &ClientError) -> ExitCode {
     }
 }
 
-/// The command line. The common forms (`status`, `probe`, `restart --wait`
-/// …) are read by hand ([`quick::parse`]), giving the [`Cli`] clap would
-/// give without building clap's command. Everything else is clap's. Before
-/// it parses, clap copies each global flag (17, with their help text) into
-/// every subcommand (16): most of a clap parse's time went there. So the
-/// first clap parse is with a lean command ([`lean_parse`]): the same root
-/// and flags without their help text, holding only the subcommands a word
-/// of the line names. When it does not give a [`Cli`] (a usage error,
-/// `--help`, `--version`), the whole command parses again and answers as
-/// clap always did. What is accepted, and what it means, is the same
-/// (`quick::tests::the_lean_parse_is_clap_s`, and every form of
-/// `quick::tests::the_quick_parse_is_clap_s`). The parsed command is not dropped:
-/// the exit frees it.
+/// The command line ([`cli::parse_from`]); a refusal, `--help` and
+/// `--version` print as clap prints them and exit (2 for a usage error).
 fn parse() -> Cli {
-    if let Some(cli) = quick::parse(std::env::args_os()) {
-        return cli;
-    }
-    if let Ok(cli) = lean_parse(std::env::args_os()) {
-        return cli;
-    }
-    Cli::parse()
+    cli::parse_from(std::env::args_os()).unwrap_or_else(|error| error.exit())
 }
