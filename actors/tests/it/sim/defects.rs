@@ -45,6 +45,12 @@ fn a_failed_append_fsync_leaves_what_was_written_ahead_unacknowledged() {
     writer
         .append(&[record(2)])
         .expect_err("the append's fsync fails");
+    // The Journal actor skips a sync with nothing unsynced: this one must
+    // not be skipped.
+    assert!(
+        writer.has_unsynced(),
+        "the cut records still await an answer"
+    );
     let answer = writer.sync();
     assert!(
         answer.is_err(),
