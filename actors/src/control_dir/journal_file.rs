@@ -149,9 +149,6 @@ pub struct JournalFile<S: JournalSink = File> {
     /// directory's next fsync; if none came before the first append, the
     /// append makes it (`None` for a sink built in tests).
     pub(super) names: Option<UnsyncedNames>,
-    /// Where the last successful [`Self::write`] landed: the first byte of
-    /// an append's own records.
-    pub(super) last_write: u64,
     /// Records written ahead ([`Self::write`]) that a failure outside a
     /// [`Self::sync`] cut back (an append's failed fsync, a failed cut
     /// back): nothing may acknowledge them, so the next `sync` answers this
@@ -198,7 +195,6 @@ impl<S: JournalSink> JournalFile<S> {
             shared: None,
             shared_with: None,
             names: None,
-            last_write: len,
             cut_written: None,
         }
     }
@@ -232,12 +228,11 @@ impl<S: JournalSink> JournalFile<S> {
                     .to_owned(),
             });
         }
-        // `write` checked the lock and repaired a poisoned writer.
-        self.write(records)?;
-        // The first unsynced byte, and this append's own first byte (none
-        // for an empty append, which answers for everything before it).
+        // `write_at` checked the lock and repaired a poisoned writer. This
+        // append's own first byte (none for an empty append, which answers
+        // for everything before it), and the first unsynced byte.
+        let own = self.write_at(records)?;
         let from = self.unsynced;
-        let own = (!records.is_empty()).then_some(self.last_write);
         let result = self.sync_written();
         if let (Err(error), Some(from), Some(own)) = (&result, from, own)
             && from < own
@@ -261,6 +256,12 @@ impl<S: JournalSink> JournalFile<S> {
     /// # Errors
     /// As [`Self::append`].
     pub fn write(&mut self, records: &[Record]) -> Result<(), ControlDirError> {
+        self.write_at(records).map(drop)
+    }
+
+    /// [`Self::write`], answering where its bytes begin (`None`: there were
+    /// none to write).
+    fn write_at(&mut self, records: &[Record]) -> Result<Option<u64>, ControlDirError> {
         self.check_lock()?;
         self.repair()?;
         let mut buf = Vec::new();
@@ -274,7 +275,7 @@ impl<S: JournalSink> JournalFile<S> {
             buf.extend_from_slice(&frame);
         }
         if buf.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         // Where this write lands (`O_APPEND`): the cut-back point if it
         // fails. Nothing is written yet, so a failed fstat poisons nothing.
@@ -283,10 +284,9 @@ impl<S: JournalSink> JournalFile<S> {
             return Err(self.failed("write", source, start));
         }
         self.unsynced.get_or_insert(start);
-        self.last_write = start;
         self.end = start + buf.len() as u64;
         self.attempts += journal::attempts_in(records);
-        Ok(())
+        Ok(Some(start))
     }
 
     /// Make every record written so far durable (`sync_data`); nothing to do
@@ -429,9 +429,9 @@ impl<S: JournalSink> JournalFile<S> {
                     && self.len < *cut_to
                 {
                     *cut_to = self.len;
+                    self.unsynced = None;
                     self.cut_written = Some(format!("{cause}; then {error}"));
                 }
-                self.unsynced = None;
                 Err(refused(&cause, repair))
             }
         }
@@ -677,7 +677,6 @@ impl<S: JournalSink> JournalFile<S> {
                 self.sink = sink;
                 self.len = out.len() as u64;
                 self.end = self.len;
-                self.last_write = self.len;
                 self.attempts = journal::attempts_in(&kept);
                 Ok(Some(Compacted {
                     records_before,
