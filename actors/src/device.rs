@@ -36,6 +36,7 @@
 //! caller went away (its runtime shut down) still runs to its end: the
 //! device work it started is finished, not abandoned halfway.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
@@ -76,6 +77,10 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
+    if INLINE.with(Cell::get) {
+        return std::panic::catch_unwind(AssertUnwindSafe(work))
+            .map_err(|panic| DeviceError::Panicked(crate::service::panic_message(panic.as_ref())));
+    }
     let pooled = Handle::try_current()
         .is_ok_and(|handle| matches!(handle.runtime_flavor(), RuntimeFlavor::MultiThread));
     if pooled {
@@ -83,6 +88,20 @@ where
     } else {
         on_blocking_pool(work).await
     }
+}
+
+thread_local! {
+    /// Whether this thread's device jobs run where they are called.
+    static INLINE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Run the device jobs this thread starts inline, on this thread, or (with
+/// `false`) off it again: for a deterministic simulation on a
+/// current-thread runtime, where a job on another thread would finish at a
+/// moment no seed decides. The runtime's thread waits out each job, so
+/// nothing else of that runtime runs meanwhile. A daemon never calls it.
+pub fn run_inline_on_this_thread(inline: bool) {
+    INLINE.with(|cell| cell.set(inline));
 }
 
 /// Start device threads now, until `threads` of them (at most
@@ -259,6 +278,25 @@ mod tests {
             .enable_all()
             .build()
             .expect("runtime")
+    }
+
+    /// A thread that runs its device jobs inline runs them on itself (a
+    /// panic still answers `Panicked`); switched off, they leave it again.
+    #[test]
+    fn inline_jobs_run_on_the_calling_thread_until_switched_off() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let here = std::thread::current().id();
+        run_inline_on_this_thread(true);
+        let inline = rt.block_on(run(|| std::thread::current().id()));
+        let panicked = rt.block_on(run(|| -> () { panic!("boom") }));
+        run_inline_on_this_thread(false);
+        let away = rt.block_on(run(|| std::thread::current().id()));
+        assert_eq!(inline.expect("ran"), here);
+        assert!(matches!(panicked, Err(DeviceError::Panicked(m)) if m == "boom"));
+        assert_ne!(away.expect("ran"), here);
     }
 
     /// 200 jobs at once, each holding its thread a moment: never more than

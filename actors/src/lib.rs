@@ -68,6 +68,7 @@ pub mod lifecycle;
 pub(crate) mod lock_watch;
 pub mod metrics;
 pub(crate) mod panics;
+pub mod planted;
 pub mod replace_runner;
 pub mod replacement;
 pub mod root;

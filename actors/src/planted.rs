@@ -1,0 +1,40 @@
+//! Defects planted on purpose, so the whole-daemon simulation
+//! (`tests/it/daemon_sim`) can show that it catches them.
+//!
+//! With the cargo feature `planted-defects` (the facade's tests turn it on)
+//! each defect is a switch of the calling thread, off until a test turns it
+//! on: a simulation runs a daemon on a current-thread runtime of its own
+//! thread, so a planted defect reaches only that daemon. Without the
+//! feature every switch is a constant `false` and the code it guards is the
+//! only code there is.
+
+#[cfg(feature = "planted-defects")]
+mod switches {
+    use std::cell::Cell;
+
+    thread_local! {
+        static DRAIN_LEAVES_TASKS: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Plant (or remove) a drain that leaves a runtime's tracked tasks
+    /// serving: their abort at the end of the grace, and a dropped
+    /// runtime's, does nothing, and the drain does not wait for them.
+    pub fn drain_leaves_tasks(on: bool) {
+        DRAIN_LEAVES_TASKS.with(|cell| cell.set(on));
+    }
+
+    pub(crate) fn drain_leaves_tasks_planted() -> bool {
+        DRAIN_LEAVES_TASKS.with(Cell::get)
+    }
+}
+
+#[cfg(feature = "planted-defects")]
+pub use switches::drain_leaves_tasks;
+#[cfg(feature = "planted-defects")]
+pub(crate) use switches::drain_leaves_tasks_planted;
+
+/// Whether a drain leaves tracked tasks serving (never, in this build).
+#[cfg(not(feature = "planted-defects"))]
+pub(crate) const fn drain_leaves_tasks_planted() -> bool {
+    false
+}
