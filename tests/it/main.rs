@@ -41,6 +41,7 @@ mod ctl_codes;
 mod ctl_output;
 mod daemon;
 mod daemon_cli;
+mod daemon_sim;
 mod drain_owns;
 mod durability;
 mod enospc;

@@ -1,0 +1,708 @@
+//! One seed's run: lives of the daemon, each on a current-thread runtime of
+//! its own with paused time, driven by the workload the seed draws, ended by
+//! a crash at a point the seed draws (the runtime dropped mid-operation:
+//! every task, actor and open file of the daemon gone at whatever await it
+//! had reached; only the data dir survives) and relaunched on what
+//! survived; the last life runs to its end, stops the faults and must
+//! settle. Checked after every operation and at every relaunch.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use steadfast::protocol::lifecycle::{LifecycleState, RetryClass};
+use steadfast::protocol::snapshot::{PreviousRun, Snapshot};
+use steadfast::supervisor::Timings;
+use steadfast::{CommandError, ExitIntent, Hold, Supervisor, SupervisorHandle};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::rng::Rng;
+use super::service::{Request, STORE_FILE, SimService, World, Write};
+
+/// How long any one operation may take, in virtual time, before the run
+/// counts it as a hang (every timer of the daemon is far shorter).
+const WATCHDOG: Duration = Duration::from_secs(3_600);
+
+/// How long the daemon has to settle once the faults stop.
+const SETTLE: Duration = Duration::from_secs(3_600);
+
+/// What a run is asked to do.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// Operations in all, across every life.
+    pub ops: u32,
+    /// Plant a drain that leaves a runtime's connections serving.
+    pub drain_leaves_tasks: bool,
+}
+
+/// What a seed did, when every check held.
+#[derive(Debug, Default, Clone)]
+pub struct Outcome {
+    pub trace_hash: u64,
+    pub trace: Vec<String>,
+    pub counts: Counts,
+}
+
+/// What a run did, by kind; summed over seeds for the summary.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Counts {
+    pub ops: u64,
+    pub crashes: u64,
+    /// Relaunches after a crash that found a stop held across relaunch.
+    pub held_relaunches: u64,
+    pub runtime_crashes: u64,
+    pub config_edits: u64,
+    pub broken_configs: u64,
+    pub commands: u64,
+    pub refusals: u64,
+    pub acked: u64,
+    pub checks: u64,
+    pub virtual_ms: u64,
+}
+
+impl Counts {
+    pub fn add(&mut self, other: &Self) {
+        self.ops += other.ops;
+        self.crashes += other.crashes;
+        self.held_relaunches += other.held_relaunches;
+        self.runtime_crashes += other.runtime_crashes;
+        self.config_edits += other.config_edits;
+        self.broken_configs += other.broken_configs;
+        self.commands += other.commands;
+        self.refusals += other.refusals;
+        self.acked += other.acked;
+        self.checks += other.checks;
+        self.virtual_ms += other.virtual_ms;
+    }
+}
+
+/// A broken check: which, what was seen, and the trace up to it.
+#[derive(Debug)]
+pub struct Violation {
+    pub check: &'static str,
+    pub detail: String,
+    pub trace: Vec<String>,
+}
+
+/// An operation of the workload.
+#[derive(Debug, Clone)]
+enum Op {
+    /// Records written over a connection (a new one, or the `reuse`-th
+    /// open one), acknowledged once durable.
+    Write {
+        records: u32,
+        reuse: Option<usize>,
+        stubborn: bool,
+    },
+    Sleep(Duration),
+    Stop(bool),
+    Start,
+    Restart(bool),
+    Retry,
+    Reload,
+    Reinit,
+    Config(Edit),
+    CrashRuntime,
+}
+
+/// A config edit.
+#[derive(Debug, Clone)]
+enum Edit {
+    Good(i64),
+    Broken,
+    Switch(&'static str, &'static str),
+    Refuse,
+    Slow(i64),
+    WipeFails,
+}
+
+const STEPS: [&str; 2] = ["open_store", "serve"];
+
+impl Op {
+    fn draw(rng: &mut Rng, open: usize) -> Self {
+        let pick = rng.below(1000);
+        match pick {
+            0..300 => Self::Write {
+                records: 1 + u32::try_from(rng.below(3)).unwrap_or(0),
+                reuse: (open > 0 && rng.chance(600))
+                    .then(|| usize::try_from(rng.below(open as u64)).unwrap_or(0)),
+                stubborn: rng.chance(300),
+            },
+            300..430 => Self::Sleep(match rng.below(10) {
+                0..6 => Duration::from_millis(rng.below(5_000)),
+                6..9 => Duration::from_secs(rng.below(600)),
+                _ => Duration::from_secs(rng.below(7 * 86_400)),
+            }),
+            430..500 => Self::Stop(rng.chance(500)),
+            500..570 => Self::Start,
+            570..630 => Self::Restart(rng.chance(200)),
+            630..690 => Self::Retry,
+            690..740 => Self::Reload,
+            740..770 => Self::Reinit,
+            770..950 => Self::Config(match rng.below(100) {
+                0..45 => Edit::Good(i64::try_from(rng.below(1_000)).unwrap_or(0)),
+                45..55 => Edit::Broken,
+                55..80 => {
+                    let how = ["fail_in", "panic_in", "hang_in"]
+                        [usize::try_from(rng.below(3)).unwrap_or(0)];
+                    let step = STEPS[usize::try_from(rng.below(2)).unwrap_or(0)];
+                    Edit::Switch(how, step)
+                }
+                80..85 => Edit::Refuse,
+                85..95 => Edit::Slow(i64::try_from(rng.below(20_000)).unwrap_or(0)),
+                _ => Edit::WipeFails,
+            }),
+            _ => Self::CrashRuntime,
+        }
+    }
+}
+
+impl Edit {
+    fn config(&self) -> Option<toml::Table> {
+        let mut table = toml::Table::new();
+        match self {
+            Self::Good(tag) => {
+                table.insert("tag".into(), (*tag).into());
+            }
+            Self::Broken => return None,
+            Self::Switch(how, step) => {
+                table.insert((*how).into(), (*step).into());
+            }
+            Self::Refuse => {
+                table.insert("refuse".into(), true.into());
+            }
+            Self::Slow(ms) => {
+                table.insert("slow_ms".into(), (*ms).into());
+            }
+            Self::WipeFails => {
+                table.insert("wipe_fails".into(), true.into());
+            }
+        }
+        Some(table)
+    }
+}
+
+/// What the workload knows, across lives: what was acknowledged.
+#[derive(Default)]
+struct Model {
+    /// Records acknowledged since the store was last wiped.
+    acked: BTreeSet<u64>,
+    next_seq: u64,
+    /// The highest attempt number a published snapshot of this life
+    /// showed.
+    last_attempt: u32,
+    /// The epoch this life last published.
+    epoch: u64,
+    /// Whether the last published snapshot held the runtime down across a
+    /// relaunch.
+    held: bool,
+    /// The connections this life opened.
+    connections: Vec<mpsc::UnboundedSender<Write>>,
+}
+
+struct Run {
+    rng: Rng,
+    world: Arc<World>,
+    model: Model,
+    trace: Vec<String>,
+    counts: Counts,
+    /// Virtual time before this life began.
+    elapsed_before: Duration,
+    life: u32,
+}
+
+/// Why a life ended.
+enum Ended {
+    Crashed,
+    Settled,
+}
+
+/// Run `seed`.
+///
+/// # Errors
+/// The first broken check.
+pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let world = Arc::new(World::default());
+    world.set_config(Edit::Good(0).config());
+    let mut run = Run {
+        rng: Rng::new(seed),
+        world,
+        model: Model::default(),
+        trace: Vec::new(),
+        counts: Counts::default(),
+        elapsed_before: Duration::ZERO,
+        life: 0,
+    };
+    let _planted = Planted::new(options.drain_leaves_tasks);
+    let mut left = options.ops;
+    loop {
+        run.life += 1;
+        // Most lives end in a crash part way; one in four runs to the end.
+        let crash_after = (!run.rng.chance(250))
+            .then(|| u32::try_from(run.rng.below(u64::from(left.max(1)))).unwrap_or(0) + 1);
+        let ops = crash_after.map_or(left, |n| n.min(left));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .expect("a runtime");
+        let ended =
+            runtime.block_on(run.life(dir.path(), ops, crash_after.is_some() && ops < left))?;
+        // The crash: every task of the daemon is dropped where it waits.
+        drop(runtime);
+        run.world.crashed();
+        run.model.connections.clear();
+        left -= ops;
+        match ended {
+            Ended::Settled => break,
+            Ended::Crashed => {
+                run.counts.crashes += 1;
+                run.note(format_args!("crash; relaunch"));
+            }
+        }
+    }
+    run.check_store(dir.path())?;
+    let mut hasher = DefaultHasher::new();
+    run.trace.hash(&mut hasher);
+    Ok(Outcome {
+        trace_hash: hasher.finish(),
+        trace: run.trace,
+        counts: run.counts,
+    })
+}
+
+/// The run's thread as the simulation needs it (device jobs inline, the
+/// planted defect if asked), restored when the run ends.
+struct Planted;
+
+impl Planted {
+    fn new(on: bool) -> Self {
+        steadfast_actors::planted::drain_leaves_tasks(on);
+        steadfast_actors::device::run_inline_on_this_thread(true);
+        Self
+    }
+}
+
+impl Drop for Planted {
+    fn drop(&mut self) {
+        steadfast_actors::planted::drain_leaves_tasks(false);
+        steadfast_actors::device::run_inline_on_this_thread(false);
+    }
+}
+
+fn timings() -> Timings {
+    Timings {
+        drain_grace: Duration::from_secs(2),
+        step_deadline: Duration::from_secs(30),
+        ..Timings::default()
+    }
+}
+
+/// The state's name and attempt: what the trace shows of a snapshot
+/// (never a timestamp: the wall clock differs between runs).
+fn label(state: &LifecycleState) -> String {
+    match state {
+        LifecycleState::Booting { attempt, phase, .. } => format!("booting#{attempt}:{phase}"),
+        LifecycleState::Running { attempt, .. } => format!("running#{attempt}"),
+        LifecycleState::Draining { attempt, then, .. } => {
+            format!("draining#{attempt}->{}", then.name())
+        }
+        LifecycleState::Stopped { reason, .. } => format!("stopped:{}", reason.name()),
+        LifecycleState::Failed {
+            attempt,
+            retry,
+            budget_spent,
+            ..
+        } => format!(
+            "failed#{attempt}:{}{}",
+            match retry {
+                RetryClass::Backoff { delay_ms, .. } => format!("backoff{delay_ms}"),
+                RetryClass::Hold => "hold".to_owned(),
+            },
+            if budget_spent.is_some() { ":spent" } else { "" }
+        ),
+        other => other.name().to_owned(),
+    }
+}
+
+fn attempt_of(state: &LifecycleState) -> Option<u32> {
+    match state {
+        LifecycleState::Booting { attempt, .. }
+        | LifecycleState::Running { attempt, .. }
+        | LifecycleState::Draining { attempt, .. }
+        | LifecycleState::Failed { attempt, .. } => Some(attempt.get()),
+        _ => None,
+    }
+}
+
+/// Settled: nothing will happen until an operator or the config file
+/// acts (a pending retry is not settled).
+fn settled(snapshot: &Snapshot) -> bool {
+    match &snapshot.lifecycle {
+        LifecycleState::Running { .. } | LifecycleState::Stopped { .. } => true,
+        LifecycleState::Failed {
+            retry,
+            budget_spent,
+            ..
+        } => matches!(retry, RetryClass::Hold) || budget_spent.is_some(),
+        _ => false,
+    }
+}
+
+fn answer(result: &Result<Snapshot, CommandError>) -> String {
+    match result {
+        Ok(_) => "ok".to_owned(),
+        Err(CommandError::Refused(refused)) => format!("refused:{:?}", refused.reason),
+        Err(CommandError::Durability(_)) => "not-durable".to_owned(),
+        Err(CommandError::Failed(_)) => "failed".to_owned(),
+        Err(other) => format!(
+            "error:{}",
+            other.to_string().split(':').next().unwrap_or("")
+        ),
+    }
+}
+
+impl Run {
+    fn note(&mut self, what: fmt::Arguments<'_>) {
+        self.trace.push(format!("life {} {what}", self.life));
+    }
+
+    fn violation(&self, check: &'static str, detail: String) -> Violation {
+        Violation {
+            check,
+            detail,
+            trace: self.trace.clone(),
+        }
+    }
+
+    /// Every record acknowledged since the last wipe is in the store.
+    fn check_store(&mut self, data_dir: &Path) -> Result<(), Violation> {
+        self.counts.checks += 1;
+        let text = match std::fs::read_to_string(data_dir.join(STORE_FILE)) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => panic!("the store cannot be read: {e}"),
+        };
+        let stored: BTreeSet<u64> = text.lines().filter_map(|l| l.parse().ok()).collect();
+        if let Some(lost) = self.model.acked.iter().find(|seq| !stored.contains(seq)) {
+            return Err(self.violation(
+                "nothing acknowledged is lost",
+                format!(
+                    "record {lost} was acknowledged and is not in the store ({} acknowledged, {} stored)",
+                    self.model.acked.len(),
+                    stored.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// What every observed snapshot must keep, and what it tells the
+    /// model.
+    fn observe(&mut self, snapshot: &Snapshot) -> Result<(), Violation> {
+        self.counts.checks += 1;
+        if snapshot.epoch < self.model.epoch {
+            return Err(self.violation(
+                "a process's epoch never goes back",
+                format!(
+                    "epoch {} published after epoch {}",
+                    snapshot.epoch, self.model.epoch
+                ),
+            ));
+        }
+        self.model.epoch = snapshot.epoch;
+        let max = snapshot
+            .attempts
+            .iter()
+            .map(|a| a.attempt.get())
+            .chain(attempt_of(&snapshot.lifecycle))
+            .max()
+            .unwrap_or(0);
+        self.model.last_attempt = self.model.last_attempt.max(max);
+        self.model.held = snapshot.hold;
+        let violations = self.world.take_violations();
+        if let Some(first) = violations.into_iter().next() {
+            return Err(self.violation("the daemon's side", first));
+        }
+        Ok(())
+    }
+
+    /// A relaunch's first snapshot: what the journal and the markers
+    /// replayed of the life that crashed.
+    fn relaunched(&mut self, first: &Snapshot) -> Result<(), Violation> {
+        self.counts.checks += 1;
+        self.counts.held_relaunches += u64::from(self.model.held);
+        if self.model.held
+            && !(first.hold && matches!(first.lifecycle, LifecycleState::Stopped { .. }))
+        {
+            return Err(self.violation(
+                "a stop held across relaunch stays stopped",
+                format!(
+                    "held before the crash; relaunched as {} (hold={})",
+                    label(&first.lifecycle),
+                    first.hold
+                ),
+            ));
+        }
+        let crashed_on = match &first.previous_run {
+            PreviousRun::Crashed { attempt, .. } => *attempt,
+            other => {
+                return Err(self.violation(
+                    "a crash is seen as a crash",
+                    format!("relaunched after a crash, the previous run reads {other:?}"),
+                ));
+            }
+        };
+        if self.model.last_attempt > 0 && crashed_on.unwrap_or(0) < self.model.last_attempt {
+            return Err(self.violation(
+                "the journal replays to the state last reported",
+                format!(
+                    "attempt {} was published before the crash; the previous run reads attempt {crashed_on:?}",
+                    self.model.last_attempt
+                ),
+            ));
+        }
+        // Attempts and epochs count from the start of each process.
+        self.model.last_attempt = 0;
+        self.model.epoch = 0;
+        self.observe(first)
+    }
+
+    async fn life(&mut self, data_dir: &Path, ops: u32, crash: bool) -> Result<Ended, Violation> {
+        let life_started = Instant::now();
+        let relaunch = self.life > 1;
+        if relaunch {
+            self.check_store(data_dir)?;
+        }
+        let (supervisor, handle) = Supervisor::builder(
+            data_dir,
+            SimService {
+                world: Arc::clone(&self.world),
+            },
+        )
+        .config(self.world.source())
+        .timings(timings())
+        .build()
+        .map_err(|e| self.violation("the daemon relaunches", e.to_string()))?;
+        let daemon = tokio::spawn(supervisor.run());
+        // Relaunched: the first snapshot is what the journal replayed.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let first = handle.snapshot();
+        self.note(format_args!(
+            "launched [{}] hold={}",
+            label(&first.lifecycle),
+            first.hold
+        ));
+        if relaunch {
+            self.relaunched(&first)?;
+        } else {
+            self.observe(&first)?;
+        }
+        for index in 0..ops {
+            let op = Op::draw(&mut self.rng, self.model.connections.len());
+            let last = crash && index + 1 == ops;
+            self.counts.ops += 1;
+            let at = self.elapsed_before + life_started.elapsed();
+            let outcome = if last {
+                // The crash lands part way through this operation: at the
+                // first await, or up to three virtual seconds in.
+                let within = Duration::from_millis(self.rng.below(3_000));
+                match tokio::time::timeout(within, self.perform(&handle, op.clone())).await {
+                    Ok(outcome) => outcome,
+                    Err(_) => "(crashed part way)".to_owned(),
+                }
+            } else {
+                let limit = WATCHDOG
+                    + if let Op::Sleep(d) = op {
+                        d
+                    } else {
+                        Duration::ZERO
+                    };
+                match tokio::time::timeout(limit, self.perform(&handle, op.clone())).await {
+                    Ok(outcome) => outcome,
+                    Err(_) => {
+                        return Err(self.violation(
+                            "no operation hangs",
+                            format!("{op:?} did not end within {limit:?} of virtual time"),
+                        ));
+                    }
+                }
+            };
+            let snapshot = handle.snapshot();
+            self.trace.push(format!(
+                "life {} {:>12}ms {op:?} -> {outcome} [{}]",
+                self.life,
+                at.as_millis(),
+                label(&snapshot.lifecycle)
+            ));
+            if daemon.is_finished() {
+                return Err(self.violation(
+                    "the daemon does not end on its own",
+                    format!("its run ended after {op:?}"),
+                ));
+            }
+            self.observe(&snapshot)?;
+            if last {
+                self.elapsed_before += life_started.elapsed();
+                self.counts.virtual_ms =
+                    u64::try_from(self.elapsed_before.as_millis()).unwrap_or(0);
+                return Ok(Ended::Crashed);
+            }
+        }
+        // The faults stop: a good config, and an operator who asks once.
+        self.world.set_config(Edit::Good(-1).config());
+        let _ = handle.retry().await;
+        let settled_within = tokio::time::timeout(SETTLE, async {
+            let mut rx = handle.watch();
+            loop {
+                if settled(&rx.borrow_and_update()) {
+                    return;
+                }
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await;
+        let snapshot = handle.snapshot();
+        self.note(format_args!(
+            "faults stopped [{}]",
+            label(&snapshot.lifecycle)
+        ));
+        self.counts.checks += 1;
+        if settled_within.is_err() {
+            return Err(self.violation(
+                "the daemon settles once the faults stop",
+                format!(
+                    "still {} after {SETTLE:?} of virtual time",
+                    label(&snapshot.lifecycle)
+                ),
+            ));
+        }
+        self.observe(&snapshot)?;
+        // And it exits when asked, its drain included.
+        self.counts.checks += 1;
+        let exited = tokio::time::timeout(WATCHDOG, async {
+            let asked = handle.exit(ExitIntent::Halt).await;
+            (asked.is_ok(), daemon.await.ok())
+        })
+        .await;
+        if !matches!(exited, Ok((true, Some(ExitIntent::Halt)))) {
+            return Err(self.violation(
+                "the daemon exits when asked",
+                format!("exit from {}: {exited:?}", label(&snapshot.lifecycle)),
+            ));
+        }
+        self.note(format_args!("exited"));
+        self.elapsed_before += life_started.elapsed();
+        self.counts.virtual_ms = u64::try_from(self.elapsed_before.as_millis()).unwrap_or(0);
+        Ok(Ended::Settled)
+    }
+
+    async fn perform(&mut self, handle: &SupervisorHandle, op: Op) -> String {
+        match op {
+            Op::Write {
+                records,
+                reuse,
+                stubborn,
+            } => self.write(records, reuse, stubborn).await,
+            Op::Sleep(d) => {
+                tokio::time::sleep(d).await;
+                "slept".to_owned()
+            }
+            Op::Stop(hold) => self.command(
+                handle
+                    .stop(if hold {
+                        Hold::AcrossRelaunch
+                    } else {
+                        Hold::None
+                    })
+                    .await,
+            ),
+            Op::Start => self.command(handle.start().await),
+            Op::Restart(force) => {
+                let result = if force {
+                    handle.restart_forced().await
+                } else {
+                    handle.restart().await
+                };
+                self.command(result)
+            }
+            Op::Retry => self.command(handle.retry().await),
+            Op::Reload => self.command(handle.reload().await),
+            Op::Reinit => {
+                let token = match handle.reinit_prepare().await {
+                    Ok(confirmation) => confirmation.token,
+                    Err(e) => return self.command(Err(e)),
+                };
+                // From here the store may be wiped, whatever the answer.
+                self.model.acked.clear();
+                self.command(handle.reinit(&token).await)
+            }
+            Op::Config(edit) => {
+                self.counts.config_edits += 1;
+                let config = edit.config();
+                if config.is_none() {
+                    self.counts.broken_configs += 1;
+                }
+                self.world.set_config(config);
+                "edited".to_owned()
+            }
+            Op::CrashRuntime => match self.world.serving() {
+                Some(serving) if serving.send(Request::Crash).is_ok() => {
+                    self.counts.runtime_crashes += 1;
+                    // Let the runtime's end be noticed.
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    "crashed the runtime".to_owned()
+                }
+                _ => "nothing serving".to_owned(),
+            },
+        }
+    }
+
+    fn command(&mut self, result: Result<Snapshot, CommandError>) -> String {
+        self.counts.commands += 1;
+        if matches!(result, Err(CommandError::Refused(_))) {
+            self.counts.refusals += 1;
+        }
+        answer(&result)
+    }
+
+    async fn write(&mut self, records: u32, reuse: Option<usize>, stubborn: bool) -> String {
+        let connection = match reuse.and_then(|i| self.model.connections.get(i).cloned()) {
+            Some(open) => open,
+            None => {
+                let Some(serving) = self.world.serving() else {
+                    return "nothing serving".to_owned();
+                };
+                let (tx, writes) = mpsc::unbounded_channel();
+                if serving.send(Request::Connect { writes, stubborn }).is_err() {
+                    return "nothing serving".to_owned();
+                }
+                self.model.connections.push(tx.clone());
+                tx
+            }
+        };
+        let mut acked = 0;
+        for _ in 0..records {
+            self.model.next_seq += 1;
+            let seq = self.model.next_seq;
+            let (ack, acknowledged) = oneshot::channel();
+            if connection.send(Write { seq, ack }).is_err() {
+                break;
+            }
+            if acknowledged.await.is_err() {
+                break;
+            }
+            self.model.acked.insert(seq);
+            self.counts.acked += 1;
+            acked += 1;
+        }
+        format!("{acked}/{records} acknowledged")
+    }
+}

@@ -1,0 +1,344 @@
+//! The service the simulated daemon runs, and the world it shares with the
+//! workload: a store (the data dir's lock and an append-only file of
+//! acknowledged records, written through `steadfast::fs`) served by
+//! connections the workload opens, and switches in its config that make a
+//! step fail, panic, hang, report progress slowly or refuse.
+//!
+//! Config leaves it reads (a `toml::Table`):
+//! - `fail_in` / `panic_in` / `hang_in` = a step name: that step fails with
+//!   class backoff, panics, or waits until the boot is cancelled;
+//! - `refuse` = true: `open_store` fails with class hold;
+//! - `slow_ms` = N: `open_store` takes N virtual ms, reporting progress;
+//! - `wipe_fails` = true: the wipe of a re-initialization fails;
+//! - `tag` = N: nothing but a change (a config edit that changes nothing
+//!   else).
+
+use std::io::Write as _;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use steadfast::config::{ConfigError, ConfigSource, ResolvedConfig};
+use steadfast::fs::{Access, open_in_data_dir};
+use steadfast::service::{ResourceRecord, StoreLock};
+use steadfast::{
+    ConfigChange, Made, Observation, Plan, Runtime, Service, Step, StepContext, StepError,
+};
+use tokio::sync::{mpsc, oneshot};
+
+/// The store's file of acknowledged records, one decimal number a line.
+pub const STORE_FILE: &str = "sim.store";
+
+/// One record for a connection to make durable, and where to say it is.
+pub struct Write {
+    pub seq: u64,
+    pub ack: oneshot::Sender<()>,
+}
+
+/// What the workload asks of the running runtime's serving task.
+pub enum Request {
+    /// Serve a connection: its writes arrive on the receiver. A stubborn
+    /// one does not close when the drain begins (a client mid-stream): the
+    /// drain has to abort it.
+    Connect {
+        writes: mpsc::UnboundedReceiver<Write>,
+        stubborn: bool,
+    },
+    /// The runtime crashes: the serving task ends with an error.
+    Crash,
+}
+
+/// What the daemon's side and the workload's side share.
+#[derive(Default)]
+pub struct World {
+    state: Mutex<WorldState>,
+}
+
+#[derive(Default)]
+struct WorldState {
+    /// The config the source resolves to (`None`: it does not resolve).
+    config: Option<toml::Table>,
+    /// The serving task of the runtime that last started serving.
+    serving: Option<mpsc::UnboundedSender<Request>>,
+    /// Stores opened, for their numbers.
+    stores: u64,
+    /// Stores open now (more than one: two owners).
+    open: u32,
+    /// Broken checks seen from the daemon's side.
+    violations: Vec<String>,
+}
+
+impl World {
+    fn lock(&self) -> MutexGuard<'_, WorldState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn set_config(&self, config: Option<toml::Table>) {
+        self.lock().config = config;
+    }
+
+    pub fn source(self: &Arc<Self>) -> ConfigSource {
+        let world = Arc::clone(self);
+        ConfigSource::in_place(move || {
+            world
+                .lock()
+                .config
+                .clone()
+                .map(ResolvedConfig::untracked)
+                .ok_or_else(|| ConfigError::Invalid("the simulated config is broken".into()))
+        })
+    }
+
+    /// The running runtime's serving task, if one is serving.
+    pub fn serving(&self) -> Option<mpsc::UnboundedSender<Request>> {
+        self.lock().serving.clone().filter(|tx| !tx.is_closed())
+    }
+
+    pub fn violation(&self, what: String) {
+        self.lock().violations.push(what);
+    }
+
+    pub fn take_violations(&self) -> Vec<String> {
+        std::mem::take(&mut self.lock().violations)
+    }
+
+    /// Forget what the daemon's side held: the process crashed.
+    pub fn crashed(&self) {
+        let mut state = self.lock();
+        state.serving = None;
+        state.open = 0;
+    }
+}
+
+/// The service, over its world.
+pub struct SimService {
+    pub world: Arc<World>,
+}
+
+fn leaf<'a>(config: &'a toml::Table, key: &str) -> Option<&'a toml::Value> {
+    config.get(key)
+}
+
+/// What every step does first, as its config's switches say.
+async fn switches(config: &toml::Table, step: &str) -> Result<(), StepError> {
+    let named = |key| leaf(config, key).and_then(toml::Value::as_str) == Some(step);
+    if named("panic_in") {
+        panic!("the simulation asked {step} to panic");
+    }
+    if named("fail_in") {
+        return Err(StepError::backoff(format!("the simulation failed {step}")));
+    }
+    if named("hang_in") {
+        std::future::pending::<()>().await;
+    }
+    Ok(())
+}
+
+/// The open store: it counts as open until dropped (its destroy, or the
+/// runtime dropped).
+pub struct Store {
+    _lock: StoreLock,
+    file: std::fs::File,
+    number: u64,
+    alive: Arc<AtomicBool>,
+    world: Arc<World>,
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.alive.store(false, Ordering::SeqCst);
+        let mut state = self.world.lock();
+        state.open = state.open.saturating_sub(1);
+    }
+}
+
+struct OpenStore {
+    world: Arc<World>,
+}
+
+impl Step for OpenStore {
+    const NAME: &'static str = "open_store";
+    type Config = toml::Table;
+    type Output = Store;
+
+    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Made<Store>, StepError> {
+        switches(cx.config, Self::NAME).await?;
+        if leaf(cx.config, "refuse").and_then(toml::Value::as_bool) == Some(true) {
+            return Err(StepError::hold("the simulation refused the store"));
+        }
+        if let Some(ms) = leaf(cx.config, "slow_ms").and_then(toml::Value::as_integer) {
+            let quarter = Duration::from_millis(ms.unsigned_abs() / 4);
+            for _ in 0..4 {
+                tokio::time::sleep(quarter).await;
+                cx.progress.report();
+            }
+        }
+        let lock = StoreLock::acquire(cx.data_dir).map_err(StepError::backoff)?;
+        let file = open_in_data_dir(cx.data_dir, STORE_FILE, Access::AppendCreate)
+            .map_err(StepError::backoff)?;
+        let number = {
+            let mut state = self.world.lock();
+            state.stores += 1;
+            state.open += 1;
+            if state.open > 1 {
+                let what = format!(
+                    "two owners of the store: store {} opened while another was open",
+                    state.stores
+                );
+                state.violations.push(what);
+            }
+            state.stores
+        };
+        let store = Store {
+            _lock: lock,
+            file,
+            number,
+            alive: Arc::new(AtomicBool::new(true)),
+            world: Arc::clone(&self.world),
+        };
+        Ok(Made::new("store", cx.data_dir.display().to_string(), store))
+    }
+
+    async fn observe(&self, record: &ResourceRecord, _runtime: &Runtime) -> Observation {
+        Observation::from(matches!(
+            StoreLock::probe(Path::new(&record.id)),
+            steadfast::protocol::lifecycle::StoreOutcome::Held { .. }
+        ))
+    }
+
+    async fn destroy(
+        &self,
+        _record: &ResourceRecord,
+        runtime: &mut Runtime,
+    ) -> Result<(), StepError> {
+        drop(runtime.take::<Self>());
+        Ok(())
+    }
+}
+
+/// Serves the workload's requests: connections in tasks of the runtime's
+/// tracker, each writing its records to the store and acknowledging them
+/// once fsynced.
+struct Serve {
+    world: Arc<World>,
+}
+
+impl Step for Serve {
+    const NAME: &'static str = "serve";
+    type Config = toml::Table;
+    type Output = ();
+
+    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Made<()>, StepError> {
+        switches(cx.config, Self::NAME).await?;
+        let store = cx
+            .runtime
+            .get::<OpenStore>()
+            .ok_or_else(|| StepError::backoff("no store"))?;
+        let (file, number, alive) = (
+            store.file.try_clone().map_err(StepError::backoff)?,
+            store.number,
+            Arc::clone(&store.alive),
+        );
+        let (tx, mut requests) = mpsc::unbounded_channel();
+        let tracker = cx.runtime.tracker();
+        let world = Arc::clone(&self.world);
+        cx.runtime.serve("serve", async move {
+            while let Some(request) = requests.recv().await {
+                let (writes, stubborn) = match request {
+                    Request::Crash => return Err("the simulation crashed the runtime".to_owned()),
+                    Request::Connect { writes, stubborn } => (writes, stubborn),
+                };
+                let connection = Connection {
+                    file: file.try_clone().map_err(|e| e.to_string())?,
+                    number,
+                    alive: Arc::clone(&alive),
+                    world: Arc::clone(&world),
+                };
+                let shutdown = tracker.shutdown();
+                // Refused once the shutdown began: the connection's
+                // receiver is dropped, and its writes fail.
+                let _ = tracker.spawn("connection", async move {
+                    connection.serve(writes, stubborn, shutdown).await;
+                });
+            }
+            Ok(())
+        });
+        self.world.lock().serving = Some(tx);
+        Ok(Made::new("serve", "requests", ()))
+    }
+}
+
+struct Connection {
+    file: std::fs::File,
+    number: u64,
+    alive: Arc<AtomicBool>,
+    world: Arc<World>,
+}
+
+impl Connection {
+    async fn serve(
+        mut self,
+        mut writes: mpsc::UnboundedReceiver<Write>,
+        stubborn: bool,
+        shutdown: steadfast::service::Shutdown,
+    ) {
+        loop {
+            let next = if stubborn {
+                writes.recv().await
+            } else {
+                shutdown.unless_begun(writes.recv()).await.flatten()
+            };
+            let Some(write) = next else { return };
+            if !self.alive.load(Ordering::SeqCst) {
+                self.world.violation(format!(
+                    "a connection served write {} after its runtime's drain closed store {}",
+                    write.seq, self.number
+                ));
+            }
+            let line = format!("{}\n", write.seq);
+            if self.file.write_all(line.as_bytes()).is_err() || self.file.sync_data().is_err() {
+                return;
+            }
+            let _ = write.ack.send(());
+        }
+    }
+}
+
+impl Service for SimService {
+    type Config = toml::Table;
+
+    fn plan(&self, _config: &toml::Table) -> Plan<toml::Table> {
+        Plan::new()
+            .step(OpenStore {
+                world: Arc::clone(&self.world),
+            })
+            .step(Serve {
+                world: Arc::clone(&self.world),
+            })
+    }
+
+    async fn apply_config(
+        &self,
+        change: ConfigChange<'_, toml::Table>,
+        _runtime: &mut Runtime,
+    ) -> Vec<String> {
+        change.changed.to_vec()
+    }
+
+    async fn wipe(&self, data_dir: &Path, config: Option<&toml::Table>) -> Result<(), StepError> {
+        if config
+            .and_then(|c| leaf(c, "wipe_fails"))
+            .and_then(toml::Value::as_bool)
+            == Some(true)
+        {
+            return Err(StepError::hold("the simulation failed the wipe"));
+        }
+        let _lock = StoreLock::acquire(data_dir).map_err(StepError::backoff)?;
+        match std::fs::remove_file(data_dir.join(STORE_FILE)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(StepError::backoff(e)),
+        }
+    }
+}
