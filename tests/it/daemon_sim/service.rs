@@ -201,10 +201,7 @@ impl Step for OpenStore {
     }
 
     async fn observe(&self, record: &ResourceRecord, _runtime: &Runtime) -> Observation {
-        Observation::from(matches!(
-            StoreLock::probe(Path::new(&record.id)),
-            steadfast::protocol::lifecycle::StoreOutcome::Held { .. }
-        ))
+        crate::support::common::store_lock_held(record)
     }
 
     async fn destroy(

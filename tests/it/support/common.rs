@@ -95,10 +95,7 @@ impl Step for OpenStore {
     /// Present while the store's lock is held, by anyone: a resumed boot
     /// skips the step only if the lock is still taken.
     async fn observe(&self, record: &ResourceRecord, _runtime: &Runtime) -> Observation {
-        Observation::from(matches!(
-            StoreLock::probe(Path::new(&record.id)),
-            steadfast::protocol::lifecycle::StoreOutcome::Held { .. }
-        ))
+        store_lock_held(record)
     }
 
     async fn destroy(
@@ -116,6 +113,15 @@ impl Step for OpenStore {
         }
         Ok(())
     }
+}
+
+/// Whether the store lock under the data dir `record` names is held, by
+/// anyone: how a store step observes its resource.
+pub fn store_lock_held(record: &ResourceRecord) -> Observation {
+    Observation::from(matches!(
+        StoreLock::probe(Path::new(&record.id)),
+        steadfast::protocol::lifecycle::StoreOutcome::Held { .. }
+    ))
 }
 
 /// Binds the TCP listener (`listen_addr`).
