@@ -3,12 +3,11 @@
 //! (`config set port many` is refused, naming the leaf); `step` applies in place, the rest
 //! needs a restart. `cargo run --example counter -- DATA_DIR [FILE]` (or `--data-dir`, with
 //! every flag of `steadfast::daemon::cli`).
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use steadfast::Supervisor;
-use steadfast::fs::{Access, open_in_data_dir};
+use steadfast::fs::{Access, File, open_in_data_dir};
 use steadfast::service::Connection;
 use steadfast::{ConfigChange, Made, Plan, Runtime, Service, Step, StepContext, StepError};
 use tokio::{io::AsyncWriteExt, net::TcpListener};
@@ -22,7 +21,7 @@ struct Config {
 
 /// The count and its file, and the step (a config change moves it in place).
 struct Counter {
-    state: Mutex<(std::fs::File, u64)>,
+    state: Mutex<(File, u64)>,
     step: AtomicU64,
 }
 

@@ -100,6 +100,14 @@ impl DirKey {
         }
     }
 
+    /// The identity of the directory `meta` describes.
+    pub(crate) const fn from_meta(meta: &steadfast_actors::fsx::Meta) -> Self {
+        Self {
+            dev: meta.dev,
+            ino: meta.ino,
+        }
+    }
+
     /// The header line a handover starts with.
     fn header(self) -> String {
         format!("{DATA_DIR} {} {}\n", self.dev, self.ino)
@@ -260,7 +268,7 @@ pub(crate) fn open_control_dir(
         mut files,
     } = take_received(data_dir)?.unwrap_or_default();
     let control = match files.remove(LOCK) {
-        Some(lock) => ControlDir::open_handed_over(data_dir, File::from(lock), incumbent)?,
+        Some(lock) => ControlDir::open_handed_over(data_dir, File::from(lock).into(), incumbent)?,
         None => ControlDir::open(data_dir)?,
     };
     Ok((control, Handover::received(files)))
@@ -584,8 +592,7 @@ mod tests {
     const CHILD_ENV: &str = "STEADFAST_TEST_HANDOVER_CHILD";
 
     fn lock_ino(dir: &steadfast_actors::control_dir::ControlDir) -> u64 {
-        use std::os::unix::fs::MetadataExt;
-        dir.lock_file().metadata().expect("lock metadata").ino()
+        dir.lock_file().meta().expect("lock metadata").ino
     }
 
     /// A candidate process that runs two supervisors, with a handover for
@@ -606,6 +613,7 @@ mod tests {
             .expect("the incumbent opens a");
         let key = DirKey::of(&dirs.path().join("a")).expect("key");
         let lock = incumbent.lock_file().try_clone().expect("dup");
+        let lock = lock.into_os().expect("an OS file");
         let offer = Offer::bind(incumbent.path(), key, lock.into(), Vec::new()).expect("bind");
         let child = std::process::Command::new(std::env::current_exe().expect("exe"))
             .args([

@@ -109,7 +109,8 @@ pub mod service {
 /// created private (what steadfast's own control directory uses).
 pub mod fs {
     pub use steadfast_actors::fsx::{
-        Access, Dir, FsError, UnsafePath, open_in_data_dir, read_control_file, read_nofollow,
+        Access, Dir, File, FsError, Kind, Meta, UnsafePath, open_in_data_dir, read_control_file,
+        read_nofollow,
     };
 }
 

@@ -441,6 +441,9 @@ impl ProcessDriver {
             .lock_file()
             .try_clone()
             .map_err(|e| ProcessError::Start(format!("the lock: {e}")))?;
+        let lock = lock
+            .into_os()
+            .map_err(|e| ProcessError::Start(format!("the lock: {e}")))?;
         // The handover names the data dir it is for (the control dir's
         // parent, from the open control dir): a candidate running several
         // supervisors gives it to this data dir's only.
@@ -448,7 +451,7 @@ impl ProcessDriver {
             .dir()
             .stat("..")
             .map_err(|e| ProcessError::Start(e.to_string()))?
-            .map(|stat| DirKey::from_stat(&stat))
+            .map(|meta| DirKey::from_meta(&meta))
             .ok_or_else(|| ProcessError::Start("the data dir is gone".into()))?;
         let listeners = if self.mode == Mode::Overlap {
             self.handle

@@ -45,14 +45,20 @@
 //!   Checked by `control_dir::control_dir_is_0700_and_files_are_0600` and
 //!   `files::kvd_files_are_private`.
 
-use std::fs::{self, File};
-use std::io::{self, Read};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::fs;
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
+
+pub mod sim;
+
+pub use sim::{Kind, Meta};
+use sim::{SimFile, SimFs};
 
 /// The mode of every directory steadfast creates.
 pub const DIR_MODE: u32 = 0o700;
@@ -198,11 +204,20 @@ impl Access {
 }
 
 /// A trusted directory, open as a descriptor; every file in it is opened
-/// relative to it, without following links.
+/// relative to it, without following links. On a thread that simulates its
+/// file system ([`sim::simulate_on_this_thread`]) it is a directory of the
+/// simulation, and so is every file opened through it.
 #[derive(Debug)]
 pub struct Dir {
-    fd: OwnedFd,
+    on: DirOn,
     path: PathBuf,
+}
+
+/// What a [`Dir`] is open on.
+#[derive(Debug)]
+enum DirOn {
+    Os(OwnedFd),
+    Sim(Arc<dyn SimFs>),
 }
 
 impl Dir {
@@ -217,16 +232,19 @@ impl Dir {
     /// [`UnsafePath::NotADirectory`] naming the path and the fix;
     /// [`FsError::Io`] if it cannot be created or opened.
     pub fn open_data_dir(path: &Path, create: bool) -> Result<Self, FsError> {
+        if let Some(fs) = sim::current() {
+            if create {
+                fs.create_dir_all(path).map_err(io_at(path))?;
+            }
+            return Self::sim_dir(fs, path.to_path_buf());
+        }
         if create {
             use std::os::unix::fs::DirBuilderExt;
             std::fs::DirBuilder::new()
                 .recursive(true)
                 .mode(DIR_MODE)
                 .create(path)
-                .map_err(|source| FsError::Io {
-                    path: path.to_path_buf(),
-                    source,
-                })?;
+                .map_err(io_at(path))?;
         }
         let fd = rustix::fs::open(
             path,
@@ -244,11 +262,27 @@ impl Dir {
             }
         })?;
         let dir = Self {
-            fd,
+            on: DirOn::Os(fd),
             path: path.to_path_buf(),
         };
         dir.check_trusted(false)?;
         Ok(dir)
+    }
+
+    /// The simulated directory at `path`, which must be one.
+    fn sim_dir(fs: Arc<dyn SimFs>, path: PathBuf) -> Result<Self, FsError> {
+        match fs.stat(&path).map_err(io_at(&path))? {
+            Some(meta) if meta.kind == Kind::Dir => Ok(Self {
+                on: DirOn::Sim(fs),
+                path,
+            }),
+            Some(meta) if meta.kind == Kind::Symlink => Err(UnsafePath::Symlink { path }.into()),
+            Some(_) => Err(UnsafePath::NotADirectory { path }.into()),
+            None => Err(FsError::Io {
+                path,
+                source: io::ErrorKind::NotFound.into(),
+            }),
+        }
     }
 
     /// The control dir `name` under this directory: created 0700 if missing
@@ -262,8 +296,15 @@ impl Dir {
     /// when it is missing and `create` is false.
     pub fn open_subdir(&self, name: &str, create: bool) -> Result<(Self, bool), FsError> {
         let path = self.join(name);
+        let fd = match &self.on {
+            DirOn::Sim(fs) => {
+                let created = create && fs.create_dir(&path).map_err(io_at(&path))?;
+                return Ok((Self::sim_dir(Arc::clone(fs), path)?, created));
+            }
+            DirOn::Os(fd) => fd,
+        };
         let created = if create {
-            match rustix::fs::mkdirat(&self.fd, name, Mode::from_raw_mode(DIR_MODE as _)) {
+            match rustix::fs::mkdirat(fd, name, Mode::from_raw_mode(DIR_MODE as _)) {
                 Ok(()) => true,
                 Err(Errno::EXIST) => false,
                 Err(errno) => return Err(os(&path)(errno)),
@@ -272,13 +313,16 @@ impl Dir {
             false
         };
         let fd = rustix::fs::openat(
-            &self.fd,
+            fd,
             name,
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
         )
         .map_err(|errno| self.refusal(name, errno, true))?;
-        let dir = Self { fd, path };
+        let dir = Self {
+            on: DirOn::Os(fd),
+            path,
+        };
         dir.check_trusted(true)?;
         Ok((dir, created))
     }
@@ -288,13 +332,12 @@ impl Dir {
     fn refusal(&self, name: &str, errno: Errno, want_dir: bool) -> FsError {
         let path = self.join(name);
         if matches!(errno, Errno::LOOP | Errno::NOTDIR | Errno::MLINK)
-            && let Ok(stat) = rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW)
+            && let Ok(Some(meta)) = self.stat(name)
         {
-            let kind = FileType::from_raw_mode(stat.st_mode);
-            if kind == FileType::Symlink {
+            if meta.kind == Kind::Symlink {
                 return UnsafePath::Symlink { path }.into();
             }
-            if want_dir && kind != FileType::Directory {
+            if want_dir && meta.kind != Kind::Dir {
                 return UnsafePath::NotADirectory { path }.into();
             }
         }
@@ -303,8 +346,12 @@ impl Dir {
 
     /// Check this directory's owner and mode through its descriptor; with
     /// `fix`, a loose mode on a directory this process owns is set to 0700.
+    /// A simulated directory has no other owner and no loose mode.
     fn check_trusted(&self, fix: bool) -> Result<(), FsError> {
-        let stat = rustix::fs::fstat(&self.fd).map_err(os(&self.path))?;
+        let DirOn::Os(fd) = &self.on else {
+            return Ok(());
+        };
+        let stat = rustix::fs::fstat(fd).map_err(os(&self.path))?;
         let owner = stat.st_uid;
         let me = euid();
         if owner != me && owner != 0 {
@@ -318,7 +365,7 @@ impl Dir {
         let mode = mode_bits(&stat);
         if fix && owner == me {
             if mode != DIR_MODE {
-                rustix::fs::fchmod(&self.fd, Mode::from_raw_mode(DIR_MODE as _))
+                rustix::fs::fchmod(fd, Mode::from_raw_mode(DIR_MODE as _))
                     .map_err(os(&self.path))?;
             }
             return Ok(());
@@ -351,15 +398,12 @@ impl Dir {
     /// The `dup`'s, when out of descriptors.
     pub fn try_clone(&self) -> std::io::Result<Self> {
         Ok(Self {
-            fd: self.fd.try_clone()?,
+            on: match &self.on {
+                DirOn::Os(fd) => DirOn::Os(fd.try_clone()?),
+                DirOn::Sim(fs) => DirOn::Sim(Arc::clone(fs)),
+            },
             path: self.path.clone(),
         })
-    }
-
-    /// The directory's descriptor.
-    #[must_use]
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
     }
 
     /// Open the file `name` in this directory: `O_NOFOLLOW | O_CLOEXEC`,
@@ -374,13 +418,21 @@ impl Dir {
     /// [`FsError::Io`] for the OS's refusals (`NotFound`, `AlreadyExists`).
     pub fn open(&self, name: &str, access: Access) -> Result<File, FsError> {
         let path = self.join(name);
+        let dir = match &self.on {
+            DirOn::Sim(fs) => {
+                let file = File(FileOn::Sim(fs.open(&path, access).map_err(io_at(&path))?));
+                check_file(&path, &file.meta().map_err(io_at(&path))?)?;
+                return Ok(file);
+            }
+            DirOn::Os(fd) => fd,
+        };
         // Non-blocking, so a FIFO planted here cannot hang the open; cleared
         // once the file is known to be regular.
         let flags = access.flags() | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
-        let fd = rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(FILE_MODE as _))
+        let fd = rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(FILE_MODE as _))
             .map_err(|errno| self.refusal(name, errno, false))?;
         let stat = rustix::fs::fstat(&fd).map_err(os(&path))?;
-        check_file(&path, &stat)?;
+        check_file(&path, &meta_of(&stat))?;
         if mode_bits(&stat) & 0o077 != 0 {
             // Ours (checked above), but readable by others: a file an older
             // version created 0644 is made private.
@@ -388,7 +440,7 @@ impl Dir {
         }
         let status = rustix::fs::fcntl_getfl(&fd).map_err(os(&path))?;
         rustix::fs::fcntl_setfl(&fd, status.difference(OFlags::NONBLOCK)).map_err(os(&path))?;
-        Ok(File::from(fd))
+        Ok(File::from(fs::File::from(fd)))
     }
 
     /// A fresh temp file `name`, 0600, `O_EXCL`: whatever was at `name` (a
@@ -408,10 +460,14 @@ impl Dir {
     /// # Errors
     /// [`FsError::Io`] if it cannot be removed.
     pub fn unlink(&self, name: &str) -> Result<bool, FsError> {
-        match rustix::fs::unlinkat(&self.fd, name, AtFlags::empty()) {
-            Ok(()) => Ok(true),
-            Err(Errno::NOENT) => Ok(false),
-            Err(errno) => Err(os(&self.join(name))(errno)),
+        let path = self.join(name);
+        match &self.on {
+            DirOn::Sim(fs) => fs.unlink(&path).map_err(io_at(&path)),
+            DirOn::Os(fd) => match rustix::fs::unlinkat(fd, name, AtFlags::empty()) {
+                Ok(()) => Ok(true),
+                Err(Errno::NOENT) => Ok(false),
+                Err(errno) => Err(os(&path)(errno)),
+            },
         }
     }
 
@@ -420,7 +476,11 @@ impl Dir {
     /// # Errors
     /// [`FsError::Io`] naming `to`.
     pub fn rename(&self, from: &str, to: &str) -> Result<(), FsError> {
-        rustix::fs::renameat(&self.fd, from, &self.fd, to).map_err(os(&self.join(to)))
+        let path = self.join(to);
+        match &self.on {
+            DirOn::Sim(fs) => fs.rename(&self.join(from), &path).map_err(io_at(&path)),
+            DirOn::Os(fd) => rustix::fs::renameat(fd, from, fd, to).map_err(os(&path)),
+        }
     }
 
     /// fsync the directory through its descriptor, so entries created,
@@ -429,18 +489,25 @@ impl Dir {
     /// # Errors
     /// [`FsError::Io`] naming the directory.
     pub fn sync(&self) -> Result<(), FsError> {
-        rustix::fs::fsync(&self.fd).map_err(os(&self.path))
+        match &self.on {
+            DirOn::Sim(fs) => fs.sync_dir(&self.path).map_err(io_at(&self.path)),
+            DirOn::Os(fd) => rustix::fs::fsync(fd).map_err(os(&self.path)),
+        }
     }
 
     /// What `name` is, without following a link; `None` when missing.
     ///
     /// # Errors
     /// [`FsError::Io`] if it cannot be examined.
-    pub fn stat(&self, name: &str) -> Result<Option<Stat>, FsError> {
-        match rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(stat) => Ok(Some(stat)),
-            Err(Errno::NOENT) => Ok(None),
-            Err(errno) => Err(os(&self.join(name))(errno)),
+    pub fn stat(&self, name: &str) -> Result<Option<Meta>, FsError> {
+        let path = self.join(name);
+        match &self.on {
+            DirOn::Sim(fs) => fs.stat(&path).map_err(io_at(&path)),
+            DirOn::Os(fd) => match rustix::fs::statat(fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(stat) => Ok(Some(meta_of(&stat))),
+                Err(Errno::NOENT) => Ok(None),
+                Err(errno) => Err(os(&path)(errno)),
+            },
         }
     }
 
@@ -448,8 +515,31 @@ impl Dir {
     ///
     /// # Errors
     /// [`FsError::Io`] naming it.
-    pub fn fstat(&self) -> Result<Stat, FsError> {
-        rustix::fs::fstat(&self.fd).map_err(os(&self.path))
+    pub fn fstat(&self) -> Result<Meta, FsError> {
+        match &self.on {
+            DirOn::Sim(fs) => fs
+                .stat(&self.path)
+                .and_then(|meta| meta.ok_or_else(|| io::ErrorKind::NotFound.into()))
+                .map_err(io_at(&self.path)),
+            DirOn::Os(fd) => rustix::fs::fstat(fd)
+                .map(|stat| meta_of(&stat))
+                .map_err(os(&self.path)),
+        }
+    }
+
+    /// What the directory's path names now (`stat`, following links as a
+    /// path lookup does): compared with [`Self::fstat`], whether the path
+    /// still names the directory opened.
+    ///
+    /// # Errors
+    /// The lookup's, when the path names nothing.
+    pub fn stat_path(&self) -> io::Result<Meta> {
+        match &self.on {
+            DirOn::Sim(fs) => fs
+                .stat(&self.path)?
+                .ok_or_else(|| io::ErrorKind::NotFound.into()),
+            DirOn::Os(_) => Ok(meta_of(&rustix::fs::stat(&self.path)?)),
+        }
     }
 
     /// Read at most `cap` bytes of `name` (opened as by [`Self::open`]);
@@ -474,29 +564,268 @@ impl Dir {
     }
 }
 
+/// A file opened through a [`Dir`]: an OS file, or one of a simulated file
+/// system. It reads, writes, seeks, syncs and locks as [`std::fs::File`]
+/// does; [`File::as_os`] reaches the OS file where only one will do.
+#[derive(Debug)]
+pub struct File(FileOn);
+
+#[derive(Debug)]
+enum FileOn {
+    Os(fs::File),
+    Sim(Box<dyn SimFile>),
+}
+
+impl From<fs::File> for File {
+    fn from(file: fs::File) -> Self {
+        Self(FileOn::Os(file))
+    }
+}
+
+impl File {
+    /// `fdatasync`: the file's data is durable.
+    ///
+    /// # Errors
+    /// The OS error.
+    pub fn sync_data(&self) -> io::Result<()> {
+        match &self.0 {
+            FileOn::Os(file) => file.sync_data(),
+            FileOn::Sim(file) => file.sync(true),
+        }
+    }
+
+    /// `fsync`: the file's data and metadata are durable.
+    ///
+    /// # Errors
+    /// The OS error.
+    pub fn sync_all(&self) -> io::Result<()> {
+        match &self.0 {
+            FileOn::Os(file) => file.sync_all(),
+            FileOn::Sim(file) => file.sync(false),
+        }
+    }
+
+    /// `ftruncate` to `len` bytes.
+    ///
+    /// # Errors
+    /// The OS error.
+    pub fn set_len(&self, len: u64) -> io::Result<()> {
+        match &self.0 {
+            FileOn::Os(file) => file.set_len(len),
+            FileOn::Sim(file) => file.set_len(len),
+        }
+    }
+
+    /// `fstat`.
+    ///
+    /// # Errors
+    /// The OS error.
+    pub fn meta(&self) -> io::Result<Meta> {
+        match &self.0 {
+            FileOn::Os(file) => Ok(meta_of(&rustix::fs::fstat(file)?)),
+            FileOn::Sim(file) => file.meta(),
+        }
+    }
+
+    /// `pwrite` all of `buf` at `offset`; the file's offset is untouched.
+    ///
+    /// # Errors
+    /// The OS error (part of `buf` may have been written).
+    pub fn write_all_at(&self, mut buf: &[u8], mut offset: u64) -> io::Result<()> {
+        match &self.0 {
+            FileOn::Os(file) => std::os::unix::fs::FileExt::write_all_at(file, buf, offset),
+            FileOn::Sim(file) => {
+                while !buf.is_empty() {
+                    match file.write_at(buf, offset)? {
+                        0 => return Err(io::ErrorKind::WriteZero.into()),
+                        n => {
+                            buf = &buf[n..];
+                            offset += n as u64;
+                        }
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// `flock(LOCK_EX | LOCK_NB)`, once (see [`try_lock_patiently`]).
+    ///
+    /// # Errors
+    /// [`fs::TryLockError::WouldBlock`] when another holds it.
+    pub fn try_lock(&self) -> Result<(), fs::TryLockError> {
+        match &self.0 {
+            FileOn::Os(file) => file.try_lock(),
+            FileOn::Sim(file) => file.try_lock(),
+        }
+    }
+
+    /// `flock(LOCK_EX)`, waiting while another holds it. A simulated file
+    /// has no one to wait for: a lock held elsewhere is `WouldBlock`.
+    ///
+    /// # Errors
+    /// The OS error.
+    pub fn lock(&self) -> io::Result<()> {
+        match &self.0 {
+            FileOn::Os(file) => file.lock(),
+            FileOn::Sim(file) => file.try_lock().map_err(|e| match e {
+                fs::TryLockError::WouldBlock => io::ErrorKind::WouldBlock.into(),
+                fs::TryLockError::Error(e) => e,
+            }),
+        }
+    }
+
+    /// `flock(LOCK_UN)`.
+    ///
+    /// # Errors
+    /// The OS error.
+    pub fn unlock(&self) -> io::Result<()> {
+        match &self.0 {
+            FileOn::Os(file) => file.unlock(),
+            FileOn::Sim(file) => file.unlock(),
+        }
+    }
+
+    /// The same open file on a descriptor of its own (`dup`).
+    ///
+    /// # Errors
+    /// The OS error, when out of descriptors.
+    pub fn try_clone(&self) -> io::Result<Self> {
+        Ok(Self(match &self.0 {
+            FileOn::Os(file) => FileOn::Os(file.try_clone()?),
+            FileOn::Sim(file) => FileOn::Sim(file.try_clone()?),
+        }))
+    }
+
+    /// The OS file, when this is one (a simulated file is not): for what
+    /// needs a descriptor (handing it to another process) or a call this
+    /// type does not make (a shared lock).
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::Unsupported`] for a simulated file.
+    pub fn into_os(self) -> io::Result<fs::File> {
+        match self.0 {
+            FileOn::Os(file) => Ok(file),
+            FileOn::Sim(_) => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "a simulated file has no OS descriptor",
+            )),
+        }
+    }
+
+    /// The OS file, when this is one (a simulated file is not): for what
+    /// needs a descriptor (handing it to another process).
+    #[must_use]
+    pub const fn as_os(&self) -> Option<&fs::File> {
+        match &self.0 {
+            FileOn::Os(file) => Some(file),
+            FileOn::Sim(_) => None,
+        }
+    }
+}
+
+impl Read for &File {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match &self.0 {
+            FileOn::Os(file) => (&*file).read(buf),
+            FileOn::Sim(file) => file.read(buf),
+        }
+    }
+}
+
+impl Read for File {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        (&*self).read(buf)
+    }
+}
+
+impl Write for &File {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match &self.0 {
+            FileOn::Os(file) => (&*file).write(buf),
+            FileOn::Sim(file) => file.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Write for File {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        (&*self).write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Seek for &File {
+    fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+        match &self.0 {
+            FileOn::Os(file) => (&*file).seek(pos),
+            FileOn::Sim(file) => file.seek(pos),
+        }
+    }
+}
+
+impl Seek for File {
+    fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+        (&*self).seek(pos)
+    }
+}
+
+/// What rustix's `stat` says, as [`Meta`].
+fn meta_of(stat: &Stat) -> Meta {
+    let kind = match FileType::from_raw_mode(stat.st_mode) {
+        FileType::RegularFile => Kind::File,
+        FileType::Directory => Kind::Dir,
+        FileType::Symlink => Kind::Symlink,
+        _ => Kind::Other,
+    };
+    // The fields' widths differ between targets.
+    #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+    Meta {
+        dev: stat.st_dev as u64,
+        ino: stat.st_ino as u64,
+        kind,
+        uid: stat.st_uid,
+        mode: mode_bits(stat),
+        nlink: stat.st_nlink as u64,
+        len: stat.st_size as u64,
+    }
+}
+
+fn io_at(path: &Path) -> impl FnOnce(io::Error) -> FsError + '_ {
+    move |source| FsError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
 /// A file opened here must be a regular file, this process's, with one name.
-fn check_file(path: &Path, stat: &Stat) -> Result<(), FsError> {
-    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+fn check_file(path: &Path, meta: &Meta) -> Result<(), FsError> {
+    if meta.kind != Kind::File {
         return Err(UnsafePath::NotAFile {
             path: path.to_path_buf(),
         }
         .into());
     }
     let me = euid();
-    if stat.st_uid != me {
+    if meta.uid != me {
         return Err(UnsafePath::ForeignOwner {
             path: path.to_path_buf(),
-            owner: stat.st_uid,
+            owner: meta.uid,
             expected: me,
         }
         .into());
     }
-    #[allow(clippy::useless_conversion)]
-    let links = u64::from(stat.st_nlink);
-    if links > 1 {
+    if meta.nlink > 1 {
         return Err(UnsafePath::HardLinked {
             path: path.to_path_buf(),
-            links,
+            links: meta.nlink,
         }
         .into());
     }
@@ -543,27 +872,37 @@ pub fn read_control_file(
     cap: u64,
 ) -> Result<Option<Vec<u8>>, FsError> {
     let data = Dir::open_data_dir(data_dir, false)?;
+    let data_fd = match &data.on {
+        DirOn::Sim(_) => return data.open_subdir(control, false)?.0.read(name, cap),
+        DirOn::Os(fd) => fd,
+    };
     let path = data.join(control);
     let fd = rustix::fs::openat(
-        &data.fd,
+        data_fd,
         control,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     )
     .map_err(|errno| data.refusal(control, errno, true))?;
-    let dir = Dir { fd, path };
+    let dir = Dir {
+        on: DirOn::Os(fd),
+        path,
+    };
     dir.check_trusted(false)?;
+    let DirOn::Os(dir_fd) = &dir.on else {
+        unreachable!("opened on the OS just above")
+    };
     let path = dir.join(name);
     let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
-    let fd = match rustix::fs::openat(&dir.fd, name, flags, Mode::empty()) {
+    let fd = match rustix::fs::openat(dir_fd, name, flags, Mode::empty()) {
         Ok(fd) => fd,
         Err(Errno::NOENT) => return Ok(None),
         Err(errno) => return Err(dir.refusal(name, errno, false)),
     };
     let stat = rustix::fs::fstat(&fd).map_err(os(&path))?;
-    check_file(&path, &stat)?;
+    check_file(&path, &meta_of(&stat))?;
     let mut bytes = Vec::new();
-    File::from(fd)
+    fs::File::from(fd)
         .take(cap)
         .read_to_end(&mut bytes)
         .map_err(|source| FsError::Io { path, source })?;
@@ -578,6 +917,24 @@ pub fn read_control_file(
 /// # Errors
 /// [`UnsafePath::Symlink`] / [`UnsafePath::NotAFile`]; [`FsError::Io`].
 pub fn read_nofollow(path: &Path, cap: u64) -> Result<Option<Vec<u8>>, FsError> {
+    if let Some(fs) = sim::current() {
+        let file = match fs.open(path, Access::Read) {
+            Ok(file) => File(FileOn::Sim(file)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_at(path)(e)),
+        };
+        if file.meta().map_err(io_at(path))?.kind != Kind::File {
+            return Err(UnsafePath::NotAFile {
+                path: path.to_path_buf(),
+            }
+            .into());
+        }
+        let mut bytes = Vec::new();
+        file.take(cap)
+            .read_to_end(&mut bytes)
+            .map_err(io_at(path))?;
+        return Ok(Some(bytes));
+    }
     let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
     let fd = match rustix::fs::open(path, flags, Mode::empty()) {
         Ok(fd) => fd,
@@ -598,13 +955,10 @@ pub fn read_nofollow(path: &Path, cap: u64) -> Result<Option<Vec<u8>>, FsError> 
         .into());
     }
     let mut bytes = Vec::new();
-    File::from(fd)
+    fs::File::from(fd)
         .take(cap)
         .read_to_end(&mut bytes)
-        .map_err(|source| FsError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        .map_err(io_at(path))?;
     Ok(Some(bytes))
 }
 
@@ -631,6 +985,10 @@ const MAX_LOCK_PAUSE: Duration = Duration::from_millis(100);
 /// [`fs::TryLockError::WouldBlock`] if the lock is still taken after the
 /// patience; [`fs::TryLockError::Error`] at once for any other failure.
 pub fn try_lock_patiently(file: &File) -> Result<(), fs::TryLockError> {
+    if file.as_os().is_none() {
+        // A simulated file: no forked child holds a copy of it.
+        return file.try_lock();
+    }
     let started = Instant::now();
     let mut pause = FIRST_LOCK_PAUSE;
     loop {

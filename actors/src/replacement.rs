@@ -21,7 +21,7 @@
 //! - **The report is published step by step** and ends with the runner's
 //!   result, committed flag included (`the_report_follows_every_step`).
 
-use std::fs::File;
+use crate::fsx::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;

@@ -38,15 +38,13 @@
 //!   back to the control plane, and the next publish tries again.
 //!   `tests/it/enospc.rs::a_full_disk_leaves_the_status_record_unusable_not_the_daemon`.
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
 use steadfast_protocol::snapshot::Snapshot;
 use steadfast_protocol::status_record::{self, Writer};
 
-use crate::fsx::Dir;
+use crate::fsx::{Dir, File};
 
 /// The record's name in the control dir.
 pub const NAME: &str = "status";
@@ -157,15 +155,11 @@ impl StatusRecord {
         let Ok(mut inner) = self.inner.lock() else {
             return;
         };
-        let beside = inner.dir.as_ref().and_then(|dir| {
-            rustix::fs::statat(
-                dir.fd(),
-                crate::control_dir::SOCKET_NAME,
-                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-            )
-            .ok()
-        });
-        if beside.is_some_and(|stat| (stat.st_dev, stat.st_ino) == socket) {
+        let beside = inner
+            .dir
+            .as_ref()
+            .and_then(|dir| dir.stat(crate::control_dir::SOCKET_NAME).ok().flatten());
+        if beside.is_some_and(|meta| meta.id() == socket) {
             inner.writer.socket = Some(socket);
             inner.put();
         }
@@ -200,10 +194,10 @@ impl StatusRecord {
         let (Some(dir), Some(_)) = (&inner.dir, own_start_time()) else {
             return;
         };
-        let named = rustix::fs::statat(dir.fd(), NAME, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).ok();
-        let ours = inner.file.as_ref().and_then(|f| rustix::fs::fstat(f).ok());
+        let named = dir.stat(NAME).ok().flatten();
+        let ours = inner.file.as_ref().and_then(|f| f.meta().ok());
         if let (Some(named), Some(ours)) = (named, ours)
-            && (named.st_dev, named.st_ino) == (ours.st_dev, ours.st_ino)
+            && named.id() == ours.id()
         {
             return;
         }
@@ -233,11 +227,8 @@ impl StatusRecord {
             return;
         };
         if let (Some(file), Some(dir)) = (inner.file.take(), &inner.dir)
-            && let (Ok(ours), Ok(named)) = (
-                rustix::fs::fstat(&file),
-                rustix::fs::statat(dir.fd(), NAME, rustix::fs::AtFlags::SYMLINK_NOFOLLOW),
-            )
-            && (ours.st_dev, ours.st_ino) == (named.st_dev, named.st_ino)
+            && let (Ok(ours), Ok(Some(named))) = (file.meta(), dir.stat(NAME))
+            && ours.id() == named.id()
         {
             let _ = dir.unlink(NAME);
         }

@@ -62,7 +62,7 @@
 //!   ([`StoreError::Unsafe`]), its target untouched. Checked by
 //!   `control_dir::a_store_lock_symlink_is_refused`.
 
-use std::fs::{self, File};
+use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -70,7 +70,7 @@ use std::time::{Duration, Instant};
 use rustix::io::Errno;
 use steadfast_protocol::lifecycle::StoreOutcome;
 
-use crate::fsx::{Access, Dir, FsError, UnsafePath, try_lock_patiently};
+use crate::fsx::{Access, Dir, File, FsError, UnsafePath, try_lock_patiently};
 
 /// How long [`StoreLock::probe`] and [`StoreLock::acquire`] keep trying a
 /// lock they find taken before they report it held: the one patience of
@@ -173,16 +173,16 @@ impl StoreLock {
     /// [`StoreError::Held`] when `file` is not `data_dir`'s lock file or its
     /// lock is held by another open file; [`StoreError::Io`] when it cannot
     /// be inspected.
-    pub fn adopt(data_dir: &Path, file: File) -> Result<Self, StoreError> {
-        use std::os::unix::fs::MetadataExt;
+    pub fn adopt(data_dir: &Path, file: impl Into<File>) -> Result<Self, StoreError> {
+        let file = file.into();
         let path = Self::path_under(data_dir);
         let io_err = |source| StoreError::Io {
             path: path.clone(),
             source,
         };
         let ours = Dir::open_data_dir(data_dir, false)?.stat(STORE_LOCK_NAME)?;
-        let theirs = file.metadata().map_err(io_err)?;
-        if ours.is_none_or(|ours| (ours.st_dev, ours.st_ino) != (theirs.dev(), theirs.ino())) {
+        let theirs = file.meta().map_err(io_err)?;
+        if ours.is_none_or(|ours| ours.id() != theirs.id()) {
             return Err(StoreError::Held(path));
         }
         match file.try_lock() {

@@ -332,11 +332,7 @@ impl Store {
         let how = match self.dir.stat(LOG_NAME) {
             Err(error) => format!("cannot be examined ({error})"),
             Ok(None) => "was removed".to_owned(),
-            #[allow(clippy::useless_conversion)]
-            Ok(Some(named))
-                if (u64::from(named.st_dev), u64::from(named.st_ino))
-                    != (open.dev(), open.ino()) =>
-            {
+            Ok(Some(named)) if named.id() != (open.dev(), open.ino()) => {
                 "was replaced by another file".to_owned()
             }
             Ok(Some(_)) if open.nlink() == 0 => "was removed".to_owned(),
@@ -389,9 +385,11 @@ const LOG_NAME: &str = "store.log";
 fn open_store_log(data_dir: &Path) -> std::io::Result<(Dir, File)> {
     use steadfast::fs::Access;
     let dir = Dir::open_data_dir(data_dir, true).map_err(std::io::Error::other)?;
+    // The OS file: the log takes shared locks too.
     let log = dir
         .open(LOG_NAME, Access::AppendCreate)
-        .map_err(std::io::Error::other)?;
+        .map_err(std::io::Error::other)?
+        .into_os()?;
     Ok((dir, log))
 }
 
@@ -521,8 +519,11 @@ impl Step for OpenStore {
             None => StoreLock::acquire(cx.data_dir),
         }
         .map_err(StepError::backoff)?;
+        let lock_file = lock.file().as_os().ok_or_else(|| {
+            StepError::backoff("the store lock has no OS descriptor to hand over")
+        })?;
         cx.handover
-            .share(STORE_LOCK_HANDOVER, lock.file())
+            .share(STORE_LOCK_HANDOVER, lock_file)
             .map_err(StepError::backoff)?;
         let path = StoreLock::path_under(cx.data_dir).display().to_string();
         Ok(Made::new(

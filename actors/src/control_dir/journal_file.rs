@@ -59,7 +59,7 @@ impl JournalSink for File {
     }
 
     fn current_len(&mut self) -> io::Result<u64> {
-        self.metadata().map(|m| m.len())
+        self.meta().map(|m| m.len)
     }
 
     fn cut_back(&mut self, len: u64) -> io::Result<()> {

@@ -22,13 +22,13 @@ impl HeldLock {
     /// The lock held on `file`, the `lock` of `dir`: their identities taken
     /// once, so that a check is two `stat`s.
     pub(super) fn new(file: File, dir: Arc<Dir>) -> Result<Self, ControlDirError> {
-        let held = rustix::fs::fstat(&file).map_err(|e| io_err(&dir.join(LOCK_NAME))(e.into()))?;
+        let held = file.meta().map_err(io_err(&dir.join(LOCK_NAME)))?;
         let opened = dir.fstat()?;
         Ok(Self {
             file,
             dir,
-            file_id: (held.st_dev, held.st_ino),
-            dir_id: (opened.st_dev, opened.st_ino),
+            file_id: held.id(),
+            dir_id: opened.id(),
         })
     }
 
@@ -48,7 +48,7 @@ impl HeldLock {
                     self.dir.join(LOCK_NAME).display()
                 )));
             }
-            Some(now) if (now.st_dev, now.st_ino) != self.file_id => {
+            Some(now) if now.id() != self.file_id => {
                 return Err(lost(format!(
                     "{} now names another file",
                     self.dir.join(LOCK_NAME).display()
@@ -56,8 +56,8 @@ impl HeldLock {
             }
             Some(_) => {}
         }
-        match rustix::fs::stat(self.dir.path()) {
-            Ok(now) if (now.st_dev, now.st_ino) == self.dir_id => Ok(()),
+        match self.dir.stat_path() {
+            Ok(now) if now.id() == self.dir_id => Ok(()),
             Ok(_) => Err(lost(format!(
                 "{} now names another directory",
                 self.dir.path().display()

@@ -136,7 +136,7 @@
 //!   replaces an identity, readable or not. Checked by
 //!   `control_dir::identity_is_written_once_and_stable_across_reopen`.
 
-use std::fs::{self, File};
+use std::fs;
 use std::io::{self, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -147,7 +147,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use steadfast_protocol::journal::{self, JournalError, Record, Tail};
 
-use crate::fsx::{self, Access, Dir, FsError, UnsafePath};
+use crate::fsx::{self, Access, Dir, File, FsError, UnsafePath};
 
 /// The control directory's name under the data dir.
 pub const CONTROL_DIR_NAME: &str = ".steadfast";
@@ -435,10 +435,8 @@ impl ControlDir {
         let lock = match inherited {
             Some(file) => {
                 let ours = dir.stat(LOCK_NAME)?;
-                let theirs = rustix::fs::fstat(&file).map_err(|e| io_err(&lock_path)(e.into()))?;
-                if ours
-                    .is_none_or(|ours| (ours.st_dev, ours.st_ino) != (theirs.st_dev, theirs.st_ino))
-                {
+                let theirs = file.meta().map_err(io_err(&lock_path))?;
+                if ours.is_none_or(|ours| ours.id() != theirs.id()) {
                     return Err(ControlDirError::Locked(lock_path));
                 }
                 file
@@ -646,7 +644,7 @@ impl ControlDir {
                 }
             }
         };
-        let len = file.metadata().map_err(io_err(path))?.len();
+        let len = file.meta().map_err(io_err(path))?.len;
         let mut writer = JournalFile::with_sink(file, path.to_path_buf(), len);
         writer.lock = Some(Arc::clone(&self.lock));
         writer._slot = Some(WriterSlot(Arc::clone(&self.journal_opened)));
@@ -835,7 +833,6 @@ impl ControlDir {
         magic: [u8; 8],
         value: &T,
     ) -> Result<bool, ControlDirError> {
-        use std::os::unix::fs::FileExt;
         let target = self.dir.join(name);
         let bytes = encode_marker(magic, value).map_err(|reason| ControlDirError::BadMarker {
             path: target.clone(),
@@ -846,7 +843,7 @@ impl ControlDir {
             Err(e) if e.io_kind() == Some(io::ErrorKind::NotFound) => return Ok(false),
             Err(e) => return Err(e.into()),
         };
-        let len = file.metadata().map_err(io_err(&target))?.len();
+        let len = file.meta().map_err(io_err(&target))?.len;
         if len != bytes.len() as u64 {
             return Ok(false);
         }
@@ -926,7 +923,7 @@ impl ControlDir {
         }
         let urandom = Path::new("/dev/urandom");
         let mut raw = [0u8; 16];
-        File::open(urandom)
+        fs::File::open(urandom)
             .and_then(|mut f| f.read_exact(&mut raw))
             .map_err(io_err(urandom))?;
         let id = raw.iter().map(|b| format!("{b:02x}")).collect::<String>();

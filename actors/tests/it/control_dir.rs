@@ -1104,7 +1104,7 @@ fn probe_waits_out_a_child_holding_a_copy_of_the_lock() {
     let copy = lock.file().try_clone().unwrap();
     let mut child = Command::new("sleep")
         .arg("0.2")
-        .stdin(Stdio::from(copy))
+        .stdin(Stdio::from(copy.into_os().expect("an OS file")))
         .spawn()
         .unwrap();
     drop(lock);
@@ -1122,7 +1122,7 @@ fn probe_reads_held_for_a_holder_past_its_patience() {
     let copy = lock.file().try_clone().unwrap();
     let mut child = Command::new("sleep")
         .arg("600")
-        .stdin(Stdio::from(copy))
+        .stdin(Stdio::from(copy.into_os().expect("an OS file")))
         .spawn()
         .unwrap();
     drop(lock);

@@ -139,7 +139,7 @@ async fn switches(config: &toml::Table, step: &str) -> Result<(), StepError> {
 /// runtime dropped).
 pub struct Store {
     _lock: StoreLock,
-    file: std::fs::File,
+    file: steadfast::fs::File,
     number: u64,
     alive: Arc<AtomicBool>,
     world: Arc<World>,
@@ -267,7 +267,7 @@ impl Step for Serve {
 }
 
 struct Connection {
-    file: std::fs::File,
+    file: steadfast::fs::File,
     number: u64,
     alive: Arc<AtomicBool>,
     world: Arc<World>,
