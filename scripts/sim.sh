@@ -4,7 +4,8 @@
 #
 #     scripts/sim.sh [SEEDS] [FIRST]            # the journal's writer over a faulty disk
 #                                               # (actors/tests/it/sim), default 10000 seeds
-#     scripts/sim.sh --daemon [SEEDS] [FIRST]   # the whole daemon with crashes and relaunches
+#     scripts/sim.sh --daemon [SEEDS] [FIRST]   # the whole daemon over a faulty disk, killed
+#                                               # and power-cut, relaunched
 #                                               # (tests/it/daemon_sim), default 1000 seeds
 #
 # Each seed runs twice (its trace hashes must match). A failing seed prints

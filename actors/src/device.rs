@@ -77,7 +77,7 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    if INLINE.with(Cell::get) {
+    if runs_inline() {
         return std::panic::catch_unwind(AssertUnwindSafe(work))
             .map_err(|panic| DeviceError::Panicked(crate::service::panic_message(panic.as_ref())));
     }
@@ -102,6 +102,13 @@ thread_local! {
 /// nothing else of that runtime runs meanwhile. A daemon never calls it.
 pub fn run_inline_on_this_thread(inline: bool) {
     INLINE.with(|cell| cell.set(inline));
+}
+
+/// Whether this thread's device jobs run inline
+/// ([`run_inline_on_this_thread`]): other work that would leave the thread
+/// (the launch's settling) stays on it too.
+pub(crate) fn runs_inline() -> bool {
+    INLINE.with(Cell::get)
 }
 
 /// Start device threads now, until `threads` of them (at most

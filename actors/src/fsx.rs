@@ -298,7 +298,13 @@ impl Dir {
         let path = self.join(name);
         let fd = match &self.on {
             DirOn::Sim(fs) => {
-                let created = create && fs.create_dir(&path).map_err(io_at(&path))?;
+                let created = create
+                    && match fs.create_dir(&path) {
+                        Ok(created) => created,
+                        // Whatever is there is looked at next.
+                        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
+                        Err(e) => return Err(io_at(&path)(e)),
+                    };
                 return Ok((Self::sim_dir(Arc::clone(fs), path)?, created));
             }
             DirOn::Os(fd) => fd,

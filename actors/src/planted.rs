@@ -14,6 +14,7 @@ mod switches {
 
     thread_local! {
         static DRAIN_LEAVES_TASKS: Cell<bool> = const { Cell::new(false) };
+        static JOURNAL_ACKS_BEFORE_FSYNC: Cell<bool> = const { Cell::new(false) };
     }
 
     /// Plant (or remove) a drain that leaves a runtime's tracked tasks
@@ -26,15 +27,37 @@ mod switches {
     pub(crate) fn drain_leaves_tasks_planted() -> bool {
         DRAIN_LEAVES_TASKS.with(Cell::get)
     }
+
+    /// Plant (or remove) a journal that acknowledges an append before its
+    /// fsync: the records are written and answered `Ok`, and never synced
+    /// for that answer.
+    pub fn journal_acks_before_fsync(on: bool) {
+        JOURNAL_ACKS_BEFORE_FSYNC.with(|cell| cell.set(on));
+    }
+
+    pub(crate) fn journal_acks_before_fsync_planted() -> bool {
+        JOURNAL_ACKS_BEFORE_FSYNC.with(Cell::get)
+    }
 }
 
 #[cfg(feature = "planted-defects")]
 pub use switches::drain_leaves_tasks;
 #[cfg(feature = "planted-defects")]
 pub(crate) use switches::drain_leaves_tasks_planted;
+#[cfg(feature = "planted-defects")]
+pub use switches::journal_acks_before_fsync;
+#[cfg(feature = "planted-defects")]
+pub(crate) use switches::journal_acks_before_fsync_planted;
 
 /// Whether a drain leaves tracked tasks serving (never, in this build).
 #[cfg(not(feature = "planted-defects"))]
 pub(crate) const fn drain_leaves_tasks_planted() -> bool {
+    false
+}
+
+/// Whether the journal acknowledges before its fsync (never, in this
+/// build).
+#[cfg(not(feature = "planted-defects"))]
+pub(crate) const fn journal_acks_before_fsync_planted() -> bool {
     false
 }

@@ -151,9 +151,15 @@ pub struct JournalFile<S: JournalSink = File> {
     pub(super) names: Option<UnsyncedNames>,
     /// Records written ahead ([`Self::write`]) that a failure outside a
     /// [`Self::sync`] cut back (an append's failed fsync, a failed cut
-    /// back): nothing may acknowledge them, so the next `sync` answers this
-    /// error instead of `Ok`, and appends are refused until it has.
+    /// back): nothing may acknowledge them, so the next `sync` or append
+    /// answers this error instead of `Ok`, once (an append is refused with
+    /// it; the Journal actor's sync is an empty append).
     pub(super) cut_written: Option<String>,
+    /// A fresh journal's header, written at open and not fsynced until the
+    /// first append: a failed fsync may have lost it with that append's
+    /// records, so a cut back to the header's end cuts to nothing and
+    /// writes the header again, to ride the next fsync.
+    pub(super) header_unsynced: bool,
 }
 
 /// Clears the control directory's one-writer flag on drop.
@@ -196,6 +202,7 @@ impl<S: JournalSink> JournalFile<S> {
             shared_with: None,
             names: None,
             cut_written: None,
+            header_unsynced: false,
         }
     }
 
@@ -218,13 +225,15 @@ impl<S: JournalSink> JournalFile<S> {
     /// the failed append's bytes cannot be cut back (the cut failed, another
     /// process may be appending, or a compaction failed after its rename).
     pub fn append(&mut self, records: &[Record]) -> Result<(), ControlDirError> {
-        if let Some(cause) = &self.cut_written {
-            // Its `Ok` would acknowledge them with its own records.
+        if let Some(cause) = self.cut_written.take() {
+            // Its `Ok` would acknowledge them with its own records. This
+            // refusal is the answer for them, once: the append after it
+            // goes on.
             return Err(ControlDirError::JournalPoisoned {
                 path: self.path.clone(),
-                cause: cause.clone(),
-                repair: "records written ahead of their fsync were cut back; the next sync \
-                         answers that, then appends go on"
+                cause,
+                repair: "records written ahead of their fsync were cut back, not made \
+                         durable; this append was refused with them, and appends go on"
                     .to_owned(),
             });
         }
@@ -322,7 +331,14 @@ impl<S: JournalSink> JournalFile<S> {
         };
         if let Err(source) = self.sync_frames() {
             self.unsynced = None;
-            return Err(self.failed("fsync", source, from));
+            let error = self.failed("fsync", source, from);
+            // Cut back now, not at the next append: the failed fsync left
+            // its pages clean yet readable, so until they are cut a killed
+            // daemon's successor would read records no fsync wrote (and a
+            // power cut later would turn them into a hole before its own).
+            // A cut that fails is tried again at the next append.
+            let _ = self.repair();
+            return Err(error);
         }
         // A journal created at open whose name no fsync of the control
         // directory has made durable yet (none has run since): made durable
@@ -338,6 +354,7 @@ impl<S: JournalSink> JournalFile<S> {
         }
         self.unsynced = None;
         self.len = self.end;
+        self.header_unsynced = false;
         Ok(())
     }
 
@@ -403,7 +420,27 @@ impl<S: JournalSink> JournalFile<S> {
                 ),
             ));
         }
-        match self.sink.cut_back(cut_to) {
+        let rewrite_header = self.header_unsynced && cut_to <= journal::HEADER_LEN as u64;
+        let cut = if rewrite_header {
+            self.sink.cut_back(0).and_then(|()| {
+                self.sink.write_all(&journal::encode_header())?;
+                Ok(())
+            })
+        } else {
+            self.sink.cut_back(cut_to)
+        };
+        match cut {
+            Ok(()) if rewrite_header => {
+                tracing::warn!(path = %self.path.display(), %cause,
+                    "journal cut back to a fresh header after a failed first append; appending again");
+                self.poison = None;
+                // The header is in the file again, to be made durable by
+                // the next fsync (a failed one cuts back here again).
+                self.len = journal::HEADER_LEN as u64;
+                self.end = self.len;
+                self.unsynced = Some(0);
+                Ok(())
+            }
             Ok(()) => {
                 tracing::warn!(path = %self.path.display(), len = cut_to, %cause,
                     "journal cut back to its last acknowledged length after a failed append; appending again");

@@ -196,6 +196,11 @@ impl Settling {
     /// out.
     pub(super) fn queue(self: &Arc<Self>, job: SettleJob) {
         *self.lock() = Settle::Queued(job);
+        if crate::device::runs_inline() {
+            // A simulation's thread: run now, where a seed decides when.
+            self.run_queued();
+            return;
+        }
         SETTLER.push(Arc::downgrade(self));
     }
 

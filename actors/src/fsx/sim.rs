@@ -80,12 +80,13 @@ pub trait SimFs: Send + Sync + fmt::Debug {
     /// there already.
     ///
     /// # Errors
-    /// `NotFound` when the parent is missing; the simulated OS error.
+    /// `AlreadyExists` when something else is there (the caller looks at
+    /// it); `NotFound` when the parent is missing; the simulated OS error.
     fn create_dir(&self, path: &Path) -> io::Result<bool>;
 
     /// `open` with `access`'s flags (`O_CREAT`, `O_EXCL`, `O_APPEND` as
-    /// [`Access`] says). Also how a directory is opened (`Access::Read`):
-    /// a directory is found, a file there is `NotADirectory`.
+    /// [`Access`] says), whatever is at `path` (the caller checks what it
+    /// opened with [`SimFile::meta`]).
     ///
     /// # Errors
     /// `NotFound`, `AlreadyExists`, or a fault (a full descriptor table:

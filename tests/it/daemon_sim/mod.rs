@@ -1,36 +1,53 @@
 //! The whole daemon under simulation: the real supervisor (its actor tree,
-//! journal, markers, store lock and handle) and a service that acknowledges
-//! records once they are fsynced, run on tokio's paused clock by a workload
-//! one seed draws — records written over connections old and new, every
-//! lifecycle command (`stop` with and without a hold, `start`, `restart`
-//! and `--force`, `retry`, `reload`, `reinit`), config edits good and
-//! broken, steps that fail, panic, hang or report progress slowly, a store
-//! that refuses, a runtime that crashes, days of idle time — and process
-//! crashes part way through an operation, each followed by a relaunch on
-//! the data dir as it was left.
+//! journal, markers, status record, store lock and handle) and a service
+//! that acknowledges records once they are fsynced, run on tokio's paused
+//! clock over a simulated disk, by a workload one seed draws — records
+//! written over connections old and new, every lifecycle command (`stop`
+//! with and without a hold, `start`, `restart` and `--force`, `retry`,
+//! `reload`, `reinit`), config edits good and broken, steps that fail,
+//! panic, hang or report progress slowly, a store that refuses, a runtime
+//! that crashes, days of idle time — and crashes part way through an
+//! operation, each followed by a relaunch on what survived.
+//!
+//! The disk (`actors/tests/it/sim/fs.rs`, installed through the
+//! file-system seam `steadfast::fs` and the daemon's own files go
+//! through) keeps per file what the page cache holds and what is durable,
+//! and injects seeded faults: `EMFILE` on open, write errors after a torn
+//! prefix, short writes, fsync errors that lose the dirty pages, directory
+//! fsync and rename errors. A crash kills the process (every task dropped
+//! where it waits, its files closed and locks released; the page cache
+//! survives), and half the time cuts the power too (the disk keeps only
+//! what was synced, a rename only once its directory was). A launch the
+//! disk fails is launched again, as a service manager would.
 //!
 //! Checked: nothing acknowledged is lost (every record a connection
 //! acknowledged since the last wipe is in the store after every crash); no
 //! connection serves after its runtime's drain closed the store; never two
 //! owners of the store; a stop held across a relaunch comes back stopped;
-//! no attempt published before a crash starts again after it; no
-//! operation hangs (a virtual-time watchdog); the daemon never ends on its
-//! own; once the faults stop it settles (running, stopped, or a held
-//! failure) within an hour of virtual time; and then it exits when asked.
+//! a crash reads as a crash; after a kill on a healthy disk no attempt
+//! published before it starts again; no operation hangs (a virtual-time
+//! watchdog); the daemon never ends on its own; once the faults stop (a
+//! good config, a disk without faults, one operator `retry`) it settles
+//! (running, stopped, or a held failure) within an hour of virtual time;
+//! and then it exits when asked.
 //!
 //! Each seed runs twice and its trace hashes must match. A failing seed
 //! prints the line that replays it, the check it broke and its trace.
 //! `scripts/sim.sh --daemon N` runs N seeds with a progress line and a
-//! summary. Knobs (environment): `STEADFAST_DAEMON_SIM_SEED=S` runs seed S
-//! alone, with its trace; `STEADFAST_DAEMON_SIM_SEEDS=N` runs N seeds from
+//! summary (faults by class included). Knobs (environment):
+//! `STEADFAST_DAEMON_SIM_SEED=S` runs seed S alone, with its trace;
+//! `STEADFAST_DAEMON_SIM_SEEDS=N` runs N seeds from
 //! `STEADFAST_DAEMON_SIM_FIRST` (default 0); `STEADFAST_DAEMON_SIM_OPS=K`
 //! operations a seed (default [`OPS`]).
 //!
-//! The file system is the real one (a temp dir): a crash here keeps every
-//! byte written, not only the synced ones. The journal's writer is held
-//! to a disk that loses unsynced bytes by its own simulation
-//! (`actors/tests/it/sim`).
+//! Not simulated yet: the declared config file and its watcher (the config
+//! comes from a source the workload sets), the control server, `config
+//! set` and `replace`.
 
+#[path = "../../../actors/tests/it/sim/fs.rs"]
+mod fs;
+#[path = "../../../actors/tests/it/sim/inode.rs"]
+mod inode;
 #[path = "../../../actors/tests/it/sim/rng.rs"]
 mod rng;
 mod run;
@@ -38,7 +55,8 @@ mod service;
 
 use std::time::Instant;
 
-use run::{Counts, Options};
+use fs::FaultCounts;
+use run::{Counts, Options, Plant};
 
 /// Seeds a `cargo test` runs.
 const SEEDS: u64 = 300;
@@ -59,7 +77,8 @@ fn options() -> Options {
     Options {
         ops: env_u64("STEADFAST_DAEMON_SIM_OPS")
             .map_or(OPS, |n| u32::try_from(n).unwrap_or(u32::MAX)),
-        drain_leaves_tasks: false,
+        disk_faults: true,
+        plant: None,
     }
 }
 
@@ -102,6 +121,7 @@ fn the_daemon_keeps_what_it_acknowledged_across_crashes_and_settles() {
     let loud = std::env::var_os("STEADFAST_DAEMON_SIM_SEEDS").is_some();
     let started = Instant::now();
     let mut counts = Counts::default();
+    let mut faults = FaultCounts::default();
     for (done, seed) in (first..first + count).enumerate() {
         let outcome = run_checked(seed, options);
         let again = run_checked(seed, options);
@@ -119,6 +139,7 @@ fn the_daemon_keeps_what_it_acknowledged_across_crashes_and_settles() {
             );
         }
         counts.add(&outcome.counts);
+        faults.add(&outcome.faults);
         if loud && (done + 1) % 100 == 0 {
             let rate = (done + 1) as f64 / started.elapsed().as_secs_f64();
             eprintln!("daemon sim: {}/{count} seeds, {rate:.1} seeds/s", done + 1);
@@ -128,18 +149,18 @@ fn the_daemon_keeps_what_it_acknowledged_across_crashes_and_settles() {
     let years = counts.virtual_ms as f64 / (365.25 * 86_400_000.0);
     eprintln!(
         "daemon sim: {count} seeds x {} ops (each run twice) in {secs:.1} s, {:.1} seeds/s, \
-         {years:.2} virtual years; {counts:?}",
+         {years:.2} virtual years; {counts:?}; disk {faults:?}",
         options.ops,
         count as f64 / secs
     );
     assert!(counts.crashes > 0 && counts.runtime_crashes > 0 && counts.acked > 0);
 }
 
-/// The first seed from 0 at which a run with a drain that leaves a
-/// runtime's connections serving breaks a check, within `seeds`.
-fn first_failing_seed(seeds: u64) -> Option<(u64, &'static str, String)> {
+/// The first seed from 0 at which a run with `plant` breaks a check,
+/// within `seeds`.
+fn first_failing_seed(plant: Plant, seeds: u64) -> Option<(u64, &'static str, String)> {
     let options = Options {
-        drain_leaves_tasks: true,
+        plant: Some(plant),
         ..options()
     };
     (0..seeds).find_map(|seed| {
@@ -155,9 +176,29 @@ fn first_failing_seed(seeds: u64) -> Option<(u64, &'static str, String)> {
 /// writes into a store its runtime no longer owns.
 #[test]
 fn a_planted_drain_that_leaves_a_task_serving_is_caught() {
-    let found = first_failing_seed(40);
+    let found = first_failing_seed(Plant::DrainLeavesTasks, 40);
     eprintln!("drain that leaves a task serving: first failing seed {found:?}");
     let (_, check, detail) = found.expect("caught within 40 seeds");
     assert_eq!(check, "the daemon's side");
     assert!(detail.contains("after its runtime's drain"), "{detail}");
+}
+
+/// The checks catch a journal that answers an append before its fsync:
+/// a power cut then takes a transition the daemon had acknowledged (a
+/// held stop comes back running).
+#[test]
+fn a_planted_journal_that_acknowledges_before_its_fsync_is_caught() {
+    let found = first_failing_seed(Plant::JournalAcksBeforeFsync, 100);
+    eprintln!("journal that acknowledges before its fsync: first failing seed {found:?}");
+    found.expect("caught within 100 seeds");
+}
+
+/// The checks catch a disk whose directory fsync does nothing: a name
+/// the daemon or its service relied on (the store's file, a marker
+/// renamed into place) is undone by a crash.
+#[test]
+fn a_planted_rename_without_its_directory_fsync_is_caught() {
+    let found = first_failing_seed(Plant::RenameWithoutDirSync, 60);
+    eprintln!("rename without its directory fsync: first failing seed {found:?}");
+    found.expect("caught within 60 seeds");
 }

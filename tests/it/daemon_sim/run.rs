@@ -20,8 +20,9 @@ use steadfast::{CommandError, ExitIntent, Hold, Supervisor, SupervisorHandle};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::fs::{FaultCounts, Faults, SimFileSystem};
 use super::rng::Rng;
-use super::service::{Request, STORE_FILE, SimService, World, Write};
+use super::service::{Request, STORE_FILE, SimService, World, Write, stored_records};
 
 /// How long any one operation may take, in virtual time, before the run
 /// counts it as a hang (every timer of the daemon is far shorter).
@@ -35,8 +36,22 @@ const SETTLE: Duration = Duration::from_secs(3_600);
 pub struct Options {
     /// Operations in all, across every life.
     pub ops: u32,
-    /// Plant a drain that leaves a runtime's connections serving.
-    pub drain_leaves_tasks: bool,
+    /// Inject the disk's faults ([`Faults::DAEMON`]) until the faults stop.
+    pub disk_faults: bool,
+    /// A defect to plant, if any.
+    pub plant: Option<Plant>,
+}
+
+/// A defect planted on purpose, to show the checks catch it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plant {
+    /// A drain that leaves a runtime's connections serving.
+    DrainLeavesTasks,
+    /// A journal that answers an append before its fsync.
+    JournalAcksBeforeFsync,
+    /// A disk whose directory fsync does nothing: a rename or a new name
+    /// may be undone by a crash after it was relied on.
+    RenameWithoutDirSync,
 }
 
 /// What a seed did, when every check held.
@@ -45,6 +60,8 @@ pub struct Outcome {
     pub trace_hash: u64,
     pub trace: Vec<String>,
     pub counts: Counts,
+    /// The disk's faults, by class.
+    pub faults: FaultCounts,
 }
 
 /// What a run did, by kind; summed over seeds for the summary.
@@ -52,6 +69,10 @@ pub struct Outcome {
 pub struct Counts {
     pub ops: u64,
     pub crashes: u64,
+    /// Crashes that were power cuts (the rest killed the process alone).
+    pub power_cuts: u64,
+    /// Launches the disk's faults failed (each tried again).
+    pub failed_launches: u64,
     /// Relaunches after a crash that found a stop held across relaunch.
     pub held_relaunches: u64,
     pub runtime_crashes: u64,
@@ -68,6 +89,8 @@ impl Counts {
     pub fn add(&mut self, other: &Self) {
         self.ops += other.ops;
         self.crashes += other.crashes;
+        self.power_cuts += other.power_cuts;
+        self.failed_launches += other.failed_launches;
         self.held_relaunches += other.held_relaunches;
         self.runtime_crashes += other.runtime_crashes;
         self.config_edits += other.config_edits;
@@ -202,11 +225,24 @@ struct Model {
     held: bool,
     /// The connections this life opened.
     connections: Vec<mpsc::UnboundedSender<Write>>,
+    /// How the last life ended, if by a crash: a power cut (the disk keeps
+    /// only what was synced) or the process killed (the page cache
+    /// survives it).
+    power_cut: bool,
+    /// Whether the disk injected a fault during the last life.
+    faulted: bool,
+    /// Whether the last life acknowledged anything (a command answered
+    /// `Ok`, a record).
+    acknowledged: bool,
 }
 
 struct Run {
     rng: Rng,
     world: Arc<World>,
+    disk: SimFileSystem,
+    /// The data dir's path as the disk's trace names it (each run has its
+    /// own: the trace shows `<data>`).
+    data_dir: String,
     model: Model,
     trace: Vec<String>,
     counts: Counts,
@@ -226,19 +262,33 @@ enum Ended {
 /// # Errors
 /// The first broken check.
 pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
+    // The data dir's path names an empty directory on the OS, so a lookup
+    // outside the file-system seam finds a directory and nothing in it;
+    // everything the daemon keeps is on the simulated disk.
     let dir = tempfile::tempdir().expect("a temp dir");
     let world = Arc::new(World::default());
     world.set_config(Edit::Good(0).config());
+    let disk = SimFileSystem::new(
+        Rng::new(seed ^ 0x5eed_d15c),
+        if options.disk_faults {
+            Faults::DAEMON
+        } else {
+            Faults::NONE
+        },
+    );
+    disk.skip_dir_sync(options.plant == Some(Plant::RenameWithoutDirSync));
     let mut run = Run {
         rng: Rng::new(seed),
         world,
+        disk: disk.clone(),
+        data_dir: dir.path().display().to_string(),
         model: Model::default(),
         trace: Vec::new(),
         counts: Counts::default(),
         elapsed_before: Duration::ZERO,
         life: 0,
     };
-    let _planted = Planted::new(options.drain_leaves_tasks);
+    let _seams = Seams::new(options.plant, disk);
     let mut left = options.ops;
     loop {
         run.life += 1;
@@ -251,10 +301,20 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
             .start_paused(true)
             .build()
             .expect("a runtime");
+        let faults_before = injected(&run.disk.counts());
         let ended =
             runtime.block_on(run.life(dir.path(), ops, crash_after.is_some() && ops < left))?;
-        // The crash: every task of the daemon is dropped where it waits.
+        run.model.faulted = injected(&run.disk.counts()) != faults_before;
+        // The crash: every task of the daemon is dropped where it waits
+        // (its files closed, its locks released); half the time the
+        // machine loses its power too, and the disk keeps only what was
+        // synced.
         drop(runtime);
+        run.model.power_cut = matches!(ended, Ended::Crashed) && run.rng.chance(500);
+        if run.model.power_cut {
+            run.disk.crash();
+        }
+        run.take_disk_trace();
         run.world.crashed();
         run.model.connections.clear();
         left -= ops;
@@ -262,7 +322,13 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
             Ended::Settled => break,
             Ended::Crashed => {
                 run.counts.crashes += 1;
-                run.note(format_args!("crash; relaunch"));
+                run.counts.power_cuts += u64::from(run.model.power_cut);
+                let how = if run.model.power_cut {
+                    "power cut"
+                } else {
+                    "process killed"
+                };
+                run.note(format_args!("crash ({how}); relaunch"));
             }
         }
     }
@@ -273,25 +339,42 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
         trace_hash: hasher.finish(),
         trace: run.trace,
         counts: run.counts,
+        faults: run.disk.counts(),
     })
 }
 
-/// The run's thread as the simulation needs it (device jobs inline, the
-/// planted defect if asked), restored when the run ends.
-struct Planted;
+/// How many faults the disk injected (its crashes aside).
+const fn injected(counts: &FaultCounts) -> u64 {
+    counts.open_error
+        + counts.write_error
+        + counts.short_write
+        + counts.fsync_error
+        + counts.dir_error
+}
 
-impl Planted {
-    fn new(on: bool) -> Self {
-        steadfast_actors::planted::drain_leaves_tasks(on);
+/// The run's thread as the simulation needs it (device jobs inline, files
+/// on the simulated disk, the planted defect if asked), restored when the
+/// run ends.
+struct Seams;
+
+impl Seams {
+    fn new(plant: Option<Plant>, disk: SimFileSystem) -> Self {
+        use steadfast_actors::planted;
+        planted::drain_leaves_tasks(plant == Some(Plant::DrainLeavesTasks));
+        planted::journal_acks_before_fsync(plant == Some(Plant::JournalAcksBeforeFsync));
         steadfast_actors::device::run_inline_on_this_thread(true);
+        steadfast_actors::fsx::sim::simulate_on_this_thread(Some(Arc::new(disk)));
         Self
     }
 }
 
-impl Drop for Planted {
+impl Drop for Seams {
     fn drop(&mut self) {
-        steadfast_actors::planted::drain_leaves_tasks(false);
+        use steadfast_actors::planted;
+        planted::drain_leaves_tasks(false);
+        planted::journal_acks_before_fsync(false);
         steadfast_actors::device::run_inline_on_this_thread(false);
+        steadfast_actors::fsx::sim::simulate_on_this_thread(None);
     }
 }
 
@@ -380,15 +463,22 @@ impl Run {
         }
     }
 
+    /// The disk's lines (its faults, its crashes) into the trace.
+    fn take_disk_trace(&mut self) {
+        for line in self.disk.take_trace() {
+            let line = line.replace(&self.data_dir, "<data>");
+            self.note(format_args!("disk: {line}"));
+        }
+    }
+
     /// Every record acknowledged since the last wipe is in the store.
     fn check_store(&mut self, data_dir: &Path) -> Result<(), Violation> {
         self.counts.checks += 1;
-        let text = match std::fs::read_to_string(data_dir.join(STORE_FILE)) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-            Err(e) => panic!("the store cannot be read: {e}"),
-        };
-        let stored: BTreeSet<u64> = text.lines().filter_map(|l| l.parse().ok()).collect();
+        let bytes = self
+            .disk
+            .read(data_dir.join(STORE_FILE))
+            .unwrap_or_default();
+        let stored: BTreeSet<u64> = stored_records(&bytes);
         if let Some(lost) = self.model.acked.iter().find(|seq| !stored.contains(seq)) {
             return Err(self.violation(
                 "nothing acknowledged is lost",
@@ -451,6 +541,17 @@ impl Run {
         }
         let crashed_on = match &first.previous_run {
             PreviousRun::Crashed { attempt, .. } => *attempt,
+            // A power cut before the launch's run marker was durable (the
+            // disk failed its fsyncs) leaves no trace of the run, and is
+            // honest only if the run acknowledged nothing (every
+            // acknowledgement waits for that marker).
+            PreviousRun::FirstEver
+                if self.model.power_cut && !self.model.acknowledged && self.model.faulted =>
+            {
+                self.model.last_attempt = 0;
+                self.model.epoch = 0;
+                return self.observe(first);
+            }
             other => {
                 return Err(self.violation(
                     "a crash is seen as a crash",
@@ -458,7 +559,12 @@ impl Run {
                 ));
             }
         };
-        if self.model.last_attempt > 0 && crashed_on.unwrap_or(0) < self.model.last_attempt {
+        // The attempt is noted in the run marker by a write without an
+        // fsync, best effort (a failed note is logged, nothing waits on
+        // it): what a process crash keeps, when the disk failed nothing.
+        let noted = !self.model.power_cut && !self.model.faulted;
+        if noted && self.model.last_attempt > 0 && crashed_on.unwrap_or(0) < self.model.last_attempt
+        {
             return Err(self.violation(
                 "the journal replays to the state last reported",
                 format!(
@@ -475,20 +581,38 @@ impl Run {
 
     async fn life(&mut self, data_dir: &Path, ops: u32, crash: bool) -> Result<Ended, Violation> {
         let life_started = Instant::now();
+        let faults_at_launch = injected(&self.disk.counts());
         let relaunch = self.life > 1;
         if relaunch {
             self.check_store(data_dir)?;
         }
-        let (supervisor, handle) = Supervisor::builder(
-            data_dir,
-            SimService {
-                world: Arc::clone(&self.world),
-            },
-        )
-        .config(self.world.source())
-        .timings(timings())
-        .build()
-        .map_err(|e| self.violation("the daemon relaunches", e.to_string()))?;
+        // A launch the disk failed (its journal's repair hit `ENOSPC`, the
+        // descriptor table was full) exits; the service manager launches
+        // it again a second later. A launch that fails on a healthy disk is
+        // a broken check.
+        let (supervisor, handle) = loop {
+            let faults_before = injected(&self.disk.counts());
+            let built = Supervisor::builder(
+                data_dir,
+                SimService {
+                    world: Arc::clone(&self.world),
+                },
+            )
+            .config(self.world.source())
+            .timings(timings())
+            .build();
+            self.take_disk_trace();
+            match built {
+                Ok(built) => break built,
+                Err(e) if injected(&self.disk.counts()) != faults_before => {
+                    self.counts.failed_launches += 1;
+                    let e = e.to_string().replace(&self.data_dir, "<data>");
+                    self.note(format_args!("launch failed on a disk fault ({e}); again"));
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Err(e) => return Err(self.violation("the daemon relaunches", e.to_string())),
+            }
+        };
         let daemon = tokio::spawn(supervisor.run());
         // Relaunched: the first snapshot is what the journal replayed.
         tokio::time::sleep(Duration::from_millis(1)).await;
@@ -503,6 +627,7 @@ impl Run {
         } else {
             self.observe(&first)?;
         }
+        self.model.acknowledged = false;
         for index in 0..ops {
             let op = Op::draw(&mut self.rng, self.model.connections.len());
             let last = crash && index + 1 == ops;
@@ -534,6 +659,7 @@ impl Run {
                 }
             };
             let snapshot = handle.snapshot();
+            self.take_disk_trace();
             self.trace.push(format!(
                 "life {} {:>12}ms {op:?} -> {outcome} [{}]",
                 self.life,
@@ -554,8 +680,10 @@ impl Run {
                 return Ok(Ended::Crashed);
             }
         }
-        // The faults stop: a good config, and an operator who asks once.
+        // The faults stop: a good config, a disk without faults, and an
+        // operator who asks once.
         self.world.set_config(Edit::Good(-1).config());
+        self.disk.set_faults(Faults::NONE);
         let _ = handle.retry().await;
         let settled_within = tokio::time::timeout(SETTLE, async {
             let mut rx = handle.watch();
@@ -589,10 +717,22 @@ impl Run {
         self.counts.checks += 1;
         let exited = tokio::time::timeout(WATCHDOG, async {
             let asked = handle.exit(ExitIntent::Halt).await;
-            (asked.is_ok(), daemon.await.ok())
+            (
+                asked.map(drop).map_err(|e| e.to_string()),
+                daemon.await.ok(),
+            )
         })
         .await;
-        if !matches!(exited, Ok((true, Some(ExitIntent::Halt)))) {
+        // Carried out, and answered `Ok` — or `not durable` when the disk
+        // failed this process a marker or journal write that only a
+        // relaunch repairs (the next daemon reads the disk).
+        let faulted = injected(&self.disk.counts()) != faults_at_launch;
+        let answered = match &exited {
+            Ok((Ok(()), Some(ExitIntent::Halt))) => true,
+            Ok((Err(e), Some(ExitIntent::Halt))) => faulted && e.starts_with("not durable"),
+            _ => false,
+        };
+        if !answered {
             return Err(self.violation(
                 "the daemon exits when asked",
                 format!("exit from {}: {exited:?}", label(&snapshot.lifecycle)),
@@ -667,6 +807,7 @@ impl Run {
 
     fn command(&mut self, result: Result<Snapshot, CommandError>) -> String {
         self.counts.commands += 1;
+        self.model.acknowledged |= result.is_ok();
         if matches!(result, Err(CommandError::Refused(_))) {
             self.counts.refusals += 1;
         }
@@ -700,6 +841,7 @@ impl Run {
                 break;
             }
             self.model.acked.insert(seq);
+            self.model.acknowledged = true;
             self.counts.acked += 1;
             acked += 1;
         }

@@ -20,15 +20,42 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use steadfast::config::{ConfigError, ConfigSource, ResolvedConfig};
-use steadfast::fs::{Access, open_in_data_dir};
+use steadfast::fs::{Access, Dir};
 use steadfast::service::{ResourceRecord, StoreLock};
 use steadfast::{
     ConfigChange, Made, Observation, Plan, Runtime, Service, Step, StepContext, StepError,
 };
 use tokio::sync::{mpsc, oneshot};
 
-/// The store's file of acknowledged records, one decimal number a line.
+/// The store's file of acknowledged records, one [`record_line`] each.
 pub const STORE_FILE: &str = "sim.store";
+
+/// How many bytes a record takes before its newline.
+const RECORD_LEN: usize = 32;
+
+/// Record `seq` as the store holds it: its number and the number's
+/// complement, 16 hex digits each, and a newline. Fixed width and
+/// self-checking, so a reader finds every whole record in a file a failed
+/// write tore or a failed fsync left zeros in (a record's last
+/// [`RECORD_LEN`] bytes before its newline are always its own: a torn
+/// write never lands its newline without the rest).
+fn record_line(seq: u64) -> String {
+    format!("{seq:016x}{:016x}\n", !seq)
+}
+
+/// Every whole record in `bytes` (see [`record_line`]).
+pub fn stored_records(bytes: &[u8]) -> std::collections::BTreeSet<u64> {
+    bytes
+        .split(|b| *b == b'\n')
+        .filter(|line| line.len() >= RECORD_LEN)
+        .filter_map(|line| {
+            let text = std::str::from_utf8(&line[line.len() - RECORD_LEN..]).ok()?;
+            let seq = u64::from_str_radix(&text[..16], 16).ok()?;
+            let check = u64::from_str_radix(&text[16..], 16).ok()?;
+            (check == !seq).then_some(seq)
+        })
+        .collect()
+}
 
 /// One record for a connection to make durable, and where to say it is.
 pub struct Write {
@@ -175,8 +202,13 @@ impl Step for OpenStore {
             }
         }
         let lock = StoreLock::acquire(cx.data_dir).map_err(StepError::backoff)?;
-        let file = open_in_data_dir(cx.data_dir, STORE_FILE, Access::AppendCreate)
+        // The file's name is made durable before a record in it is
+        // acknowledged: a crash must not take the whole file.
+        let dir = Dir::open_data_dir(cx.data_dir, false).map_err(StepError::backoff)?;
+        let file = dir
+            .open(STORE_FILE, Access::AppendCreate)
             .map_err(StepError::backoff)?;
+        dir.sync().map_err(StepError::backoff)?;
         let number = {
             let mut state = self.world.lock();
             state.stores += 1;
@@ -293,7 +325,7 @@ impl Connection {
                     write.seq, self.number
                 ));
             }
-            let line = format!("{}\n", write.seq);
+            let line = record_line(write.seq);
             if self.file.write_all(line.as_bytes()).is_err() || self.file.sync_data().is_err() {
                 return;
             }
@@ -332,10 +364,8 @@ impl Service for SimService {
             return Err(StepError::hold("the simulation failed the wipe"));
         }
         let _lock = StoreLock::acquire(data_dir).map_err(StepError::backoff)?;
-        match std::fs::remove_file(data_dir.join(STORE_FILE)) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(StepError::backoff(e)),
-        }
+        let dir = Dir::open_data_dir(data_dir, false).map_err(StepError::backoff)?;
+        dir.unlink(STORE_FILE).map_err(StepError::backoff)?;
+        dir.sync().map_err(StepError::backoff)
     }
 }

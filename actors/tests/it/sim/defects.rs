@@ -84,3 +84,96 @@ fn a_failed_cut_back_does_not_leave_lost_pages_before_new_records() {
         .expect("the next append cuts back and goes on");
     assert_eq!(after_crash(&disk), vec![record(3)]);
 }
+
+/// The same failure, through the Journal actor's calls (its sync is an
+/// empty append): the first answer after the cut is the error, once, and
+/// the appends after it go on (they were refused until a relaunch).
+#[test]
+fn after_a_failed_append_fsync_the_journal_answers_the_cut_once_and_goes_on() {
+    let (disk, mut writer) = fresh();
+    writer.write(&[record(1)]).expect("written ahead");
+    disk.fail_next_fsyncs(1);
+    writer
+        .append(&[record(2)])
+        .expect_err("the append's fsync fails");
+    writer
+        .append(&[])
+        .expect_err("the actor's sync answers for the cut record");
+    writer
+        .append(&[record(3)])
+        .expect("the append after that answer goes on");
+    assert_eq!(after_crash(&disk), vec![record(3)]);
+}
+
+/// A failed fsync leaves its pages clean yet readable: the writer cuts
+/// them at once, so a daemon killed before its next append leaves its
+/// successor no record that no fsync wrote (it read them as journal
+/// records, and a power cut later turned them into zeros before its own:
+/// a journal that no longer opens).
+#[test]
+fn a_failed_fsync_is_cut_back_at_once_not_at_the_next_append() {
+    use steadfast_actors::control_dir::JournalDir as _;
+    let (disk, mut writer) = fresh();
+    writer.write(&[record(1)]).expect("written ahead");
+    disk.fail_next_fsyncs(1);
+    writer
+        .append(&[record(2)])
+        .expect_err("the append's fsync fails");
+    // The process is killed here: what its successor reads.
+    let read = disk.read_journal().expect("readable").expect("the journal");
+    let records = journal::decode(&read).expect("decodes").records;
+    assert!(
+        records.is_empty(),
+        "records no fsync wrote are still there to read: {records:?}"
+    );
+}
+
+/// A fresh journal's header rides its first append's fsync. When that
+/// fsync fails it may lose the header too: the cut back then writes the
+/// header again, so the stop acknowledged next is not left behind a
+/// header of zeros after a power cut (the journal did not open: "bad
+/// magic").
+#[test]
+fn a_fresh_journal_whose_first_fsync_failed_keeps_its_header() {
+    use std::sync::Arc;
+    use steadfast_actors::control_dir::ControlDir;
+    use steadfast_actors::fsx::sim::simulate_on_this_thread;
+
+    use super::fs::{Faults, SimFileSystem};
+
+    let tmp = tempfile::tempdir().expect("a temp dir");
+    let disk = SimFileSystem::new(Rng::new(11), Faults::NONE);
+    steadfast_actors::device::run_inline_on_this_thread(true);
+    simulate_on_this_thread(Some(Arc::new(disk.clone())));
+    let reopened = std::panic::catch_unwind(|| {
+        let control = ControlDir::open(tmp.path()).expect("the control dir");
+        let (mut writer, _, _) = control.open_journal().expect("a fresh journal");
+        disk.set_faults(Faults {
+            fsync_error: 1000,
+            ..Faults::NONE
+        });
+        writer
+            .append(&[record(1)])
+            .expect_err("the first append's fsync fails");
+        disk.set_faults(Faults::NONE);
+        writer.append(&[record(2)]).expect("the next append");
+        drop(writer);
+        drop(control);
+        disk.crash();
+        let control = ControlDir::open(tmp.path()).expect("the control dir reopens");
+        control.open_journal().map(|(_, records, _)| records)
+    });
+    simulate_on_this_thread(None);
+    steadfast_actors::device::run_inline_on_this_thread(false);
+    let records = reopened
+        .expect("no panic")
+        .expect("the journal reopens after the power cut");
+    assert_eq!(records, vec![record(2)]);
+    assert!(
+        std::fs::read_dir(tmp.path())
+            .expect("the OS dir")
+            .next()
+            .is_none(),
+        "the control dir went through the file-system seam, not to the OS"
+    );
+}

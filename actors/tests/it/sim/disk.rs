@@ -21,6 +21,9 @@
 //! - A crash keeps each file's durable bytes, plus any prefix of the bytes
 //!   written since (the kernel may have written some back), never a lost
 //!   byte.
+//!
+//! A file's bytes are an [`Inode`] (`inode.rs`), shared with the general
+//! simulated file system (`fs.rs`).
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
@@ -28,6 +31,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use steadfast_actors::control_dir::{COMPACT_TMP_NAME, ControlDirError, JournalDir, JournalSink};
 
+use super::inode::Inode;
 use super::rng::Rng;
 
 /// The journal's name in the simulated directory.
@@ -103,79 +107,6 @@ impl FaultCounts {
         self.crash_kept_unsynced += other.crash_kept_unsynced;
         self.crash_kept_old_entry += other.crash_kept_old_entry;
         self.compactions += other.compactions;
-    }
-}
-
-/// One file's bytes.
-#[derive(Debug, Default, Clone)]
-struct Inode {
-    /// What reads see.
-    cache: Vec<u8>,
-    /// What a crash keeps (before any unsynced prefix).
-    durable: Vec<u8>,
-    /// Bytes of `cache` a failed fsync marked clean: `[from, to)`, never
-    /// made durable.
-    lost: Option<(usize, usize)>,
-    /// A truncation below `durable` not yet synced.
-    truncated: bool,
-}
-
-impl Inode {
-    fn holding(bytes: Vec<u8>) -> Self {
-        Self {
-            cache: bytes.clone(),
-            durable: bytes,
-            ..Self::default()
-        }
-    }
-
-    /// The page cache made durable, lost bytes as zeros.
-    fn persist(&mut self) {
-        let mut durable = self.cache.clone();
-        if let Some((from, to)) = self.lost {
-            let to = to.min(durable.len());
-            if from < to {
-                durable[from..to].fill(0);
-            }
-        }
-        self.durable = durable;
-        self.truncated = false;
-    }
-
-    /// The dirty pages below `to` lost (a failed fsync).
-    fn lose(&mut self, to: usize) {
-        let from = self.durable.len().min(to);
-        if from < to {
-            self.lost = Some(match self.lost {
-                Some((f, t)) => (f.min(from), t.max(to)),
-                None => (from, to),
-            });
-        }
-    }
-
-    /// What a crash leaves of this file (see the module doc), and whether
-    /// it kept unsynced bytes.
-    fn after_crash(&self, rng: &mut Rng) -> (Vec<u8>, bool) {
-        if self.truncated && rng.chance(500) {
-            // The truncation never reached the disk.
-            return (self.durable.clone(), false);
-        }
-        let mut kept = self.durable.clone();
-        if self.truncated {
-            kept.truncate(self.cache.len());
-        }
-        // A prefix of what was written since the last fsync, up to the
-        // first lost byte.
-        let base = kept.len();
-        let written_up_to = self.lost.map_or(self.cache.len(), |(from, _)| from);
-        let extra = written_up_to.saturating_sub(base);
-        let take = if extra == 0 {
-            0
-        } else {
-            rng.below(extra as u64 + 1) as usize
-        };
-        kept.extend_from_slice(&self.cache[base..base + take]);
-        (kept, take > 0)
     }
 }
 
@@ -539,14 +470,7 @@ impl JournalSink for SimFile {
                 state.trace.push(format!("ftruncate {len}: EIO"));
                 return Err(eio());
             }
-            let file = &mut state.inodes[inode];
-            file.cache.truncate(len);
-            if file.durable.len() > len {
-                file.truncated = true;
-            }
-            file.lost = file
-                .lost
-                .and_then(|(from, to)| (from < len).then_some((from, to.min(len))));
+            state.inodes[inode].set_len(len);
             if state.fsync_fails(faults.cut_error) {
                 // The fsync after the truncation failed: as any failed
                 // fsync, the dirty pages below `len` are marked clean and

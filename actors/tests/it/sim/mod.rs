@@ -19,6 +19,8 @@
 
 mod defects;
 mod disk;
+mod fs;
+mod inode;
 mod rng;
 mod run;
 
