@@ -67,6 +67,7 @@ pub mod ledger;
 pub mod lifecycle;
 pub(crate) mod lock_watch;
 pub mod metrics;
+pub mod observed;
 pub(crate) mod panics;
 pub mod planted;
 pub mod replace_runner;

@@ -15,6 +15,7 @@ mod switches {
     thread_local! {
         static DRAIN_LEAVES_TASKS: Cell<bool> = const { Cell::new(false) };
         static JOURNAL_ACKS_BEFORE_FSYNC: Cell<bool> = const { Cell::new(false) };
+        static LIFECYCLE_DECIDES_QUIET_STEPS: Cell<bool> = const { Cell::new(false) };
     }
 
     /// Plant (or remove) a drain that leaves a runtime's tracked tasks
@@ -38,6 +39,17 @@ mod switches {
     pub(crate) fn journal_acks_before_fsync_planted() -> bool {
         JOURNAL_ACKS_BEFORE_FSYNC.with(Cell::get)
     }
+
+    /// Plant (or remove) a decision made in the Lifecycle actor instead of
+    /// the machine: a step with no effect is not adopted (the actor keeps
+    /// the machine as it was).
+    pub fn lifecycle_decides_quiet_steps(on: bool) {
+        LIFECYCLE_DECIDES_QUIET_STEPS.with(|cell| cell.set(on));
+    }
+
+    pub(crate) fn lifecycle_decides_quiet_steps_planted() -> bool {
+        LIFECYCLE_DECIDES_QUIET_STEPS.with(Cell::get)
+    }
 }
 
 #[cfg(feature = "planted-defects")]
@@ -48,6 +60,10 @@ pub(crate) use switches::drain_leaves_tasks_planted;
 pub use switches::journal_acks_before_fsync;
 #[cfg(feature = "planted-defects")]
 pub(crate) use switches::journal_acks_before_fsync_planted;
+#[cfg(feature = "planted-defects")]
+pub use switches::lifecycle_decides_quiet_steps;
+#[cfg(feature = "planted-defects")]
+pub(crate) use switches::lifecycle_decides_quiet_steps_planted;
 
 /// Whether a drain leaves tracked tasks serving (never, in this build).
 #[cfg(not(feature = "planted-defects"))]
@@ -59,5 +75,12 @@ pub(crate) const fn drain_leaves_tasks_planted() -> bool {
 /// build).
 #[cfg(not(feature = "planted-defects"))]
 pub(crate) const fn journal_acks_before_fsync_planted() -> bool {
+    false
+}
+
+/// Whether the Lifecycle actor keeps the machine for a step with no effect
+/// (never, in this build).
+#[cfg(not(feature = "planted-defects"))]
+pub(crate) const fn lifecycle_decides_quiet_steps_planted() -> bool {
     false
 }

@@ -20,7 +20,10 @@
 //! what was synced, a rename only once its directory was). A launch the
 //! disk fails is launched again, as a service manager would.
 //!
-//! Checked: nothing acknowledged is lost (every record a connection
+//! Checked: every lifecycle step the Lifecycle actor adopted is the pure
+//! machine's own step from the same state and event, and starts where the
+//! step before it left the machine (`steadfast_actors::observed`); nothing
+//! acknowledged is lost (every record a connection
 //! acknowledged since the last wipe is in the store after every crash); no
 //! connection serves after its runtime's drain closed the store; never two
 //! owners of the store; a stop held across a relaunch comes back stopped;
@@ -201,4 +204,18 @@ fn a_planted_rename_without_its_directory_fsync_is_caught() {
     let found = first_failing_seed(Plant::RenameWithoutDirSync, 60);
     eprintln!("rename without its directory fsync: first failing seed {found:?}");
     found.expect("caught within 60 seeds");
+}
+
+/// The checks catch a Lifecycle actor that decides on its own (it keeps
+/// the machine as it was for a step with no effect): the step it adopted
+/// is not the machine's.
+#[test]
+fn a_planted_decision_in_the_lifecycle_actor_is_caught() {
+    let found = first_failing_seed(Plant::ActorDecides, 20);
+    eprintln!("a decision in the lifecycle actor: first failing seed {found:?}");
+    let (_, check, detail) = found.expect("caught within 20 seeds");
+    assert_eq!(
+        check, "every transition the actors performed is the machine's",
+        "{detail}"
+    );
 }

@@ -52,6 +52,9 @@ pub enum Plant {
     /// A disk whose directory fsync does nothing: a rename or a new name
     /// may be undone by a crash after it was relied on.
     RenameWithoutDirSync,
+    /// A Lifecycle actor that decides on its own: it keeps the machine as
+    /// it was for a step with no effect.
+    ActorDecides,
 }
 
 /// What a seed did, when every check held.
@@ -82,6 +85,8 @@ pub struct Counts {
     pub refusals: u64,
     pub acked: u64,
     pub checks: u64,
+    /// Adopted lifecycle steps held to the pure machine.
+    pub steps_checked: u64,
     pub virtual_ms: u64,
 }
 
@@ -99,6 +104,7 @@ impl Counts {
         self.refusals += other.refusals;
         self.acked += other.acked;
         self.checks += other.checks;
+        self.steps_checked += other.steps_checked;
         self.virtual_ms += other.virtual_ms;
     }
 }
@@ -234,6 +240,8 @@ struct Model {
     /// Whether the last life acknowledged anything (a command answered
     /// `Ok`, a record).
     acknowledged: bool,
+    /// The machine the last adopted step of this life left.
+    machine: Option<steadfast::protocol::lifecycle::Lifecycle>,
 }
 
 struct Run {
@@ -310,6 +318,8 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
         // machine loses its power too, and the disk keeps only what was
         // synced.
         drop(runtime);
+        run.check_steps()?;
+        run.model.machine = None;
         run.model.power_cut = matches!(ended, Ended::Crashed) && run.rng.chance(500);
         if run.model.power_cut {
             run.disk.crash();
@@ -362,6 +372,8 @@ impl Seams {
         use steadfast_actors::planted;
         planted::drain_leaves_tasks(plant == Some(Plant::DrainLeavesTasks));
         planted::journal_acks_before_fsync(plant == Some(Plant::JournalAcksBeforeFsync));
+        planted::lifecycle_decides_quiet_steps(plant == Some(Plant::ActorDecides));
+        steadfast_actors::observed::record_adopted_steps(true);
         steadfast_actors::device::run_inline_on_this_thread(true);
         steadfast_actors::fsx::sim::simulate_on_this_thread(Some(Arc::new(disk)));
         Self
@@ -373,6 +385,8 @@ impl Drop for Seams {
         use steadfast_actors::planted;
         planted::drain_leaves_tasks(false);
         planted::journal_acks_before_fsync(false);
+        planted::lifecycle_decides_quiet_steps(false);
+        steadfast_actors::observed::record_adopted_steps(false);
         steadfast_actors::device::run_inline_on_this_thread(false);
         steadfast_actors::fsx::sim::simulate_on_this_thread(None);
     }
@@ -461,6 +475,44 @@ impl Run {
             detail,
             trace: self.trace.clone(),
         }
+    }
+
+    /// Every step the Lifecycle actor adopted since the last look is the
+    /// pure machine's own step from the same state and event, and starts
+    /// where the step before it left the machine.
+    fn check_steps(&mut self) -> Result<(), Violation> {
+        for step in steadfast_actors::observed::take_adopted_steps() {
+            self.counts.steps_checked += 1;
+            if let Some(left) = &self.model.machine
+                && *left != step.before
+            {
+                return Err(self.violation(
+                    "each step starts where the one before it left the machine",
+                    format!(
+                        "{:?} was stepped from {:?}, the machine was left at {:?}",
+                        step.event, step.before.state, left.state
+                    ),
+                ));
+            }
+            match step.before.step(&step.event) {
+                Ok((next, effect, _)) if next == step.after && effect == step.effect => {}
+                decided => {
+                    return Err(self.violation(
+                        "every transition the actors performed is the machine's",
+                        format!(
+                            "{:?} from {:?}: the actor adopted {:?} ({:?}), the machine decides {:?}",
+                            step.event,
+                            step.before.state,
+                            step.after.state,
+                            step.effect,
+                            decided.map(|(next, effect, _)| (next.state, effect))
+                        ),
+                    ));
+                }
+            }
+            self.model.machine = Some(step.after);
+        }
+        Ok(())
     }
 
     /// The disk's lines (its faults, its crashes) into the trace.
@@ -660,6 +712,7 @@ impl Run {
             };
             let snapshot = handle.snapshot();
             self.take_disk_trace();
+            self.check_steps()?;
             self.trace.push(format!(
                 "life {} {:>12}ms {op:?} -> {outcome} [{}]",
                 self.life,

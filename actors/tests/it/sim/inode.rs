@@ -28,9 +28,11 @@ pub struct Inode {
     pub cache: Vec<u8>,
     /// What a crash keeps (before any unsynced prefix).
     pub durable: Vec<u8>,
-    /// Bytes of `cache` a failed fsync marked clean: `[from, to)`, never
-    /// made durable.
-    pub lost: Option<(usize, usize)>,
+    /// Ranges of `cache` failed fsyncs marked clean, `[from, to)`, in
+    /// order and apart: never written by a later fsync (one that succeeds
+    /// leaves zeros there). Several, because a file may go on between them
+    /// (a service appends past a failed fsync).
+    pub lost: Vec<(usize, usize)>,
     /// A truncation below `durable` not yet synced.
     pub truncated: bool,
 }
@@ -48,7 +50,7 @@ impl Inode {
     /// The page cache made durable, lost bytes as zeros.
     pub fn persist(&mut self) {
         let mut durable = self.cache.clone();
-        if let Some((from, to)) = self.lost {
+        for &(from, to) in &self.lost {
             let to = to.min(durable.len());
             if from < to {
                 durable[from..to].fill(0);
@@ -62,17 +64,28 @@ impl Inode {
     pub fn lose(&mut self, to: usize) {
         let from = self.durable.len().min(to);
         if from < to {
-            self.lost = Some(match self.lost {
-                Some((f, t)) => (f.min(from), t.max(to)),
-                None => (from, to),
-            });
+            self.lost.push((from, to));
+            self.normalize();
         }
+    }
+
+    /// Keep `lost` sorted, its ranges apart (overlapping ones merged).
+    fn normalize(&mut self) {
+        self.lost.sort_unstable();
+        let mut merged: Vec<(usize, usize)> = Vec::with_capacity(self.lost.len());
+        for &(from, to) in &self.lost {
+            match merged.last_mut() {
+                Some(last) if from <= last.1 => last.1 = last.1.max(to),
+                _ => merged.push((from, to)),
+            }
+        }
+        self.lost = merged;
     }
 
     /// `bytes` written into the cache at `at` (a gap before it reads as
     /// zeros). Bytes rewritten over a lost range's start or end are dirty
     /// again, so no longer lost; a lost range rewritten only in its middle
-    /// stays lost whole (the model keeps one range).
+    /// stays lost whole (the model keeps it one range).
     pub fn write_at(&mut self, at: usize, bytes: &[u8]) {
         if bytes.is_empty() {
             return;
@@ -82,20 +95,23 @@ impl Inode {
             self.cache.resize(end, 0);
         }
         self.cache[at..end].copy_from_slice(bytes);
-        if let Some((from, to)) = self.lost
-            && at < to
-            && end > from
-        {
-            self.lost = if at <= from && end >= to {
-                None
-            } else if at <= from {
-                Some((end, to))
-            } else if end >= to {
-                Some((from, at))
-            } else {
-                Some((from, to))
-            };
-        }
+        self.lost = self
+            .lost
+            .iter()
+            .filter_map(|&(from, to)| {
+                if at >= to || end <= from {
+                    Some((from, to))
+                } else if at <= from && end >= to {
+                    None
+                } else if at <= from {
+                    Some((end, to))
+                } else if end >= to {
+                    Some((from, at))
+                } else {
+                    Some((from, to))
+                }
+            })
+            .collect();
     }
 
     /// `ftruncate` to `len`: the cache cut (or extended with zeros), a cut
@@ -107,7 +123,10 @@ impl Inode {
         }
         self.lost = self
             .lost
-            .and_then(|(from, to)| (from < len).then_some((from, to.min(len))));
+            .iter()
+            .filter(|&&(from, _)| from < len)
+            .map(|&(from, to)| (from, to.min(len)))
+            .collect();
     }
 
     /// What a crash leaves of this file (see the module doc), and whether
@@ -122,9 +141,15 @@ impl Inode {
             kept.truncate(self.cache.len());
         }
         // A prefix of what was written since the last fsync, up to the
-        // first lost byte.
+        // first lost byte past the durable ones.
         let base = kept.len();
-        let written_up_to = self.lost.map_or(self.cache.len(), |(from, _)| from);
+        let written_up_to = self
+            .lost
+            .iter()
+            .filter(|&&(_, to)| to > base)
+            .map(|&(from, _)| from.max(base))
+            .min()
+            .unwrap_or(self.cache.len());
         let extra = written_up_to.saturating_sub(base);
         let take = if extra == 0 {
             0
