@@ -4,7 +4,8 @@
 //! clock over a simulated disk, by a workload one seed draws — records
 //! written over connections old and new, every lifecycle command (`stop`
 //! with and without a hold, `start`, `restart` and `--force`, `retry`,
-//! `reload`, `reinit`), config edits good and broken, steps that fail,
+//! `reload`, `reinit`, `config set` and `unset`), config edits good and
+//! broken, steps that fail,
 //! panic, hang or report progress slowly, a store that refuses, a runtime
 //! that crashes, days of idle time — and crashes part way through an
 //! operation, each followed by a relaunch on what survived.
@@ -27,7 +28,8 @@
 //! acknowledged since the last wipe is in the store after every crash); no
 //! connection serves after its runtime's drain closed the store; never two
 //! owners of the store; a stop held across a relaunch comes back stopped;
-//! a crash reads as a crash; after a kill on a healthy disk no attempt
+//! a crash reads as a crash; an acknowledged `config set` reads back after
+//! a relaunch; after a kill on a healthy disk no attempt
 //! published before it starts again; no operation hangs (a virtual-time
 //! watchdog); the daemon never ends on its own; once the faults stop (a
 //! good config, a disk without faults, one operator `retry`) it settles
@@ -44,8 +46,8 @@
 //! operations a seed (default [`OPS`]).
 //!
 //! Not simulated yet: the declared config file and its watcher (the config
-//! comes from a source the workload sets), the control server, `config
-//! set` and `replace`.
+//! comes from a source the workload sets), the control server, and
+//! `replace`.
 
 #[path = "../../../actors/tests/it/sim/fs.rs"]
 mod fs;

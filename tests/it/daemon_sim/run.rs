@@ -135,8 +135,17 @@ enum Op {
     Reload,
     Reinit,
     Config(Edit),
+    /// `config set` of a leaf of the override tier (`tag` or `slow_ms`).
+    ConfigSet(&'static str, i64),
+    /// `config unset` of a leaf.
+    ConfigUnset(&'static str),
     CrashRuntime,
 }
+
+/// The leaves the workload sets in the override tier: harmless ones (a
+/// change, a slow step), so that an override left set never keeps the
+/// daemon from settling.
+const OVERRIDE_LEAVES: [&str; 2] = ["tag", "slow_ms"];
 
 /// A config edit.
 #[derive(Debug, Clone)]
@@ -172,7 +181,15 @@ impl Op {
             630..690 => Self::Retry,
             690..740 => Self::Reload,
             740..770 => Self::Reinit,
-            770..950 => Self::Config(match rng.below(100) {
+            770..800 => {
+                let leaf = OVERRIDE_LEAVES[usize::try_from(rng.below(2)).unwrap_or(0)];
+                if rng.chance(700) {
+                    Self::ConfigSet(leaf, i64::try_from(rng.below(5_000)).unwrap_or(0))
+                } else {
+                    Self::ConfigUnset(leaf)
+                }
+            }
+            800..950 => Self::Config(match rng.below(100) {
                 0..45 => Edit::Good(i64::try_from(rng.below(1_000)).unwrap_or(0)),
                 45..55 => Edit::Broken,
                 55..80 => {
@@ -240,6 +257,10 @@ struct Model {
     /// Whether the last life acknowledged anything (a command answered
     /// `Ok`, a record).
     acknowledged: bool,
+    /// The override tier as acknowledged: each leaf's value (`None`:
+    /// unset). A leaf whose last `set` or `unset` was answered `not
+    /// durable` is not known until it is set again.
+    overrides: std::collections::BTreeMap<&'static str, Option<i64>>,
     /// The machine the last adopted step of this life left.
     machine: Option<steadfast::protocol::lifecycle::Lifecycle>,
 }
@@ -676,6 +697,7 @@ impl Run {
         ));
         if relaunch {
             self.relaunched(&first)?;
+            self.check_overrides(&handle).await?;
         } else {
             self.observe(&first)?;
         }
@@ -737,6 +759,10 @@ impl Run {
         // operator who asks once.
         self.world.set_config(Edit::Good(-1).config());
         self.disk.set_faults(Faults::NONE);
+        for leaf in OVERRIDE_LEAVES {
+            let result = handle.config_unset(leaf).await;
+            self.config_answered(leaf, None, &result);
+        }
         let _ = handle.retry().await;
         let settled_within = tokio::time::timeout(SETTLE, async {
             let mut rx = handle.watch();
@@ -846,6 +872,16 @@ impl Run {
                 self.world.set_config(config);
                 "edited".to_owned()
             }
+            Op::ConfigSet(leaf, value) => {
+                let result = handle.config_set(leaf, value.into()).await;
+                self.config_answered(leaf, Some(value), &result);
+                self.command(result)
+            }
+            Op::ConfigUnset(leaf) => {
+                let result = handle.config_unset(leaf).await;
+                self.config_answered(leaf, None, &result);
+                self.command(result)
+            }
             Op::CrashRuntime => match self.world.serving() {
                 Some(serving) if serving.send(Request::Crash).is_ok() => {
                     self.counts.runtime_crashes += 1;
@@ -856,6 +892,57 @@ impl Run {
                 _ => "nothing serving".to_owned(),
             },
         }
+    }
+
+    /// What an answer to `config set` / `unset` of `leaf` tells the model.
+    fn config_answered(
+        &mut self,
+        leaf: &'static str,
+        value: Option<i64>,
+        result: &Result<Snapshot, CommandError>,
+    ) {
+        match result {
+            Ok(_) => {
+                self.model.overrides.insert(leaf, value);
+            }
+            // Not adopted, but the tier's file may or may not hold it.
+            Err(CommandError::Durability(_)) => {
+                self.model.overrides.remove(leaf);
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// Every override leaf whose last change was acknowledged reads back
+    /// as it was set (after a relaunch: from the control dir).
+    async fn check_overrides(&mut self, handle: &SupervisorHandle) -> Result<(), Violation> {
+        let known: Vec<_> = self
+            .model
+            .overrides
+            .iter()
+            .map(|(leaf, value)| (*leaf, *value))
+            .collect();
+        for (leaf, value) in known {
+            self.counts.checks += 1;
+            let view = handle
+                .config_show(Some(leaf))
+                .await
+                .map_err(|e| self.violation("config show answers", e.to_string()))?;
+            let read = view
+                .overrides
+                .iter()
+                .find(|(l, _)| l == leaf)
+                .map(|(_, text)| text.clone());
+            if read != value.map(|v| v.to_string()) {
+                return Err(self.violation(
+                    "an acknowledged config set survives",
+                    format!(
+                        "{leaf} was acknowledged as {value:?}; the override tier reads {read:?}"
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn command(&mut self, result: Result<Snapshot, CommandError>) -> String {
