@@ -261,6 +261,10 @@ struct Model {
     /// unset). A leaf whose last `set` or `unset` was answered `not
     /// durable` is not known until it is set again.
     overrides: std::collections::BTreeMap<&'static str, Option<i64>>,
+    /// Whether the last `stop --hold` or `start` was answered `not
+    /// durable`: the hold marker's change may or may not have reached the
+    /// disk (it is not adopted; the next daemon reads what is there).
+    hold_uncertain: bool,
     /// The machine the last adopted step of this life left.
     machine: Option<steadfast::protocol::lifecycle::Lifecycle>,
 }
@@ -600,7 +604,9 @@ impl Run {
     fn relaunched(&mut self, first: &Snapshot) -> Result<(), Violation> {
         self.counts.checks += 1;
         self.counts.held_relaunches += u64::from(self.model.held);
+        let hold_uncertain = std::mem::take(&mut self.model.hold_uncertain);
         if self.model.held
+            && !hold_uncertain
             && !(first.hold && matches!(first.lifecycle, LifecycleState::Stopped { .. }))
         {
             return Err(self.violation(
@@ -834,16 +840,24 @@ impl Run {
                 tokio::time::sleep(d).await;
                 "slept".to_owned()
             }
-            Op::Stop(hold) => self.command(
-                handle
+            Op::Stop(hold) => {
+                let result = handle
                     .stop(if hold {
                         Hold::AcrossRelaunch
                     } else {
                         Hold::None
                     })
-                    .await,
-            ),
-            Op::Start => self.command(handle.start().await),
+                    .await;
+                if hold {
+                    self.hold_answered(&result);
+                }
+                self.command(result)
+            }
+            Op::Start => {
+                let result = handle.start().await;
+                self.hold_answered(&result);
+                self.command(result)
+            }
             Op::Restart(force) => {
                 let result = if force {
                     handle.restart_forced().await
@@ -891,6 +905,16 @@ impl Run {
                 }
                 _ => "nothing serving".to_owned(),
             },
+        }
+    }
+
+    /// What an answer to a command that changes the hold marker tells the
+    /// model.
+    fn hold_answered(&mut self, result: &Result<Snapshot, CommandError>) {
+        match result {
+            Ok(_) => self.model.hold_uncertain = false,
+            Err(CommandError::Durability(_)) => self.model.hold_uncertain = true,
+            Err(_) => {}
         }
     }
 
