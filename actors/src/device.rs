@@ -36,7 +36,7 @@
 //! caller went away (its runtime shut down) still runs to its end: the
 //! device work it started is finished, not abandoned halfway.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
@@ -78,6 +78,12 @@ where
     T: Send + 'static,
 {
     if runs_inline() {
+        let latency = LATENCY.with(|latency| latency.borrow_mut().as_mut().map(|draw| draw()));
+        if let Some(latency) = latency.filter(|latency| !latency.is_zero()) {
+            // A slow device, in the runtime's (virtual) time: the job's
+            // effects land, and its answer comes, once it has passed.
+            tokio::time::sleep(latency).await;
+        }
         return std::panic::catch_unwind(AssertUnwindSafe(work))
             .map_err(|panic| DeviceError::Panicked(crate::service::panic_message(panic.as_ref())));
     }
@@ -93,6 +99,15 @@ where
 thread_local! {
     /// Whether this thread's device jobs run where they are called.
     static INLINE: Cell<bool> = const { Cell::new(false) };
+    /// How long each of this thread's inline device jobs takes.
+    static LATENCY: RefCell<Option<Box<dyn FnMut() -> Duration>>> = const { RefCell::new(None) };
+}
+
+/// How long each device job this thread runs inline takes, drawn by
+/// `latency` per job (`None`: no time at all): a simulation's slow disk,
+/// in the runtime's time, which paused time makes virtual.
+pub fn inline_job_latency(latency: Option<Box<dyn FnMut() -> Duration>>) {
+    LATENCY.with(|cell| *cell.borrow_mut() = latency);
 }
 
 /// Run the device jobs this thread starts inline, on this thread, or (with

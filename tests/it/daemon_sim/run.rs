@@ -87,6 +87,8 @@ pub struct Counts {
     pub checks: u64,
     /// Adopted lifecycle steps held to the pure machine.
     pub steps_checked: u64,
+    /// Device jobs (fsyncs, marker writes) that took 10 ms to 40 s.
+    pub slow_jobs: u64,
     pub virtual_ms: u64,
 }
 
@@ -105,6 +107,7 @@ impl Counts {
         self.acked += other.acked;
         self.checks += other.checks;
         self.steps_checked += other.steps_checked;
+        self.slow_jobs += other.slow_jobs;
         self.virtual_ms += other.virtual_ms;
     }
 }
@@ -243,6 +246,10 @@ struct Model {
     last_attempt: u32,
     /// The epoch this life last published.
     epoch: u64,
+    /// The highest attempt this life published with no journal failure
+    /// in the snapshot's error: published only once its record was
+    /// durable, so the journal holds it after any crash.
+    durable_attempt: u32,
     /// Whether the last published snapshot held the runtime down across a
     /// relaunch.
     held: bool,
@@ -321,7 +328,14 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
         elapsed_before: Duration::ZERO,
         life: 0,
     };
-    let _seams = Seams::new(options.plant, disk);
+    let slow_jobs = std::rc::Rc::new(std::cell::Cell::new(0));
+    let _seams = Seams::new(
+        options.plant,
+        disk,
+        options
+            .disk_faults
+            .then(|| (seed, std::rc::Rc::clone(&slow_jobs))),
+    );
     let mut left = options.ops;
     loop {
         run.life += 1;
@@ -350,6 +364,10 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
             run.disk.crash();
         }
         run.take_disk_trace();
+        if matches!(ended, Ended::Crashed) {
+            run.check_journal(dir.path())?;
+        }
+        run.model.durable_attempt = 0;
         run.world.crashed();
         run.model.connections.clear();
         left -= ops;
@@ -368,6 +386,7 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
         }
     }
     run.check_store(dir.path())?;
+    run.counts.slow_jobs = slow_jobs.get();
     let mut hasher = DefaultHasher::new();
     run.trace.hash(&mut hasher);
     Ok(Outcome {
@@ -393,8 +412,26 @@ const fn injected(counts: &FaultCounts) -> u64 {
 struct Seams;
 
 impl Seams {
-    fn new(plant: Option<Plant>, disk: SimFileSystem) -> Self {
+    /// With `slow` (a seed, and where to count), one device job in fifty (an fsync, a
+    /// marker's write) takes from 10 ms to 40 s of virtual time.
+    fn new(
+        plant: Option<Plant>,
+        disk: SimFileSystem,
+        slow: Option<(u64, std::rc::Rc<std::cell::Cell<u64>>)>,
+    ) -> Self {
         use steadfast_actors::planted;
+        steadfast_actors::device::inline_job_latency(slow.map(|(seed, count)| {
+            let mut rng = Rng::new(seed ^ 0x0051_0de5);
+            let draw: Box<dyn FnMut() -> Duration> = Box::new(move || {
+                if rng.chance(20) {
+                    count.set(count.get() + 1);
+                    Duration::from_millis(10 + rng.below(40_000))
+                } else {
+                    Duration::ZERO
+                }
+            });
+            draw
+        }));
         planted::drain_leaves_tasks(plant == Some(Plant::DrainLeavesTasks));
         planted::journal_acks_before_fsync(plant == Some(Plant::JournalAcksBeforeFsync));
         planted::lifecycle_decides_quiet_steps(plant == Some(Plant::ActorDecides));
@@ -413,6 +450,7 @@ impl Drop for Seams {
         planted::lifecycle_decides_quiet_steps(false);
         steadfast_actors::observed::record_adopted_steps(false);
         steadfast_actors::device::run_inline_on_this_thread(false);
+        steadfast_actors::device::inline_job_latency(None);
         steadfast_actors::fsx::sim::simulate_on_this_thread(None);
     }
 }
@@ -540,6 +578,46 @@ impl Run {
         Ok(())
     }
 
+    /// After a crash, before the relaunch: the journal holds the crashed
+    /// run's attempts up to the last one it published durably.
+    ///
+    /// Only after a life the disk failed nothing: records written ahead
+    /// of an fsync that failed are cut back and not written again, while
+    /// their transition stands (the boot it started ran), so once a later
+    /// append clears the error the snapshot shows an attempt the journal
+    /// never got.
+    fn check_journal(&mut self, data_dir: &Path) -> Result<(), Violation> {
+        if self.model.durable_attempt == 0 || self.model.faulted {
+            return Ok(());
+        }
+        self.counts.checks += 1;
+        // Read as the next daemon will, without the disk's faults.
+        let path = data_dir.join(".steadfast").join("journal");
+        let bytes = self.disk.read(&path).unwrap_or_default();
+        let records = steadfast::protocol::journal::decode(&bytes)
+            .map_err(|e| self.violation("the journal reads after a crash", e.to_string()))?
+            .records;
+        let attempts = steadfast::protocol::history::attempts(&records, usize::MAX);
+        let last_run = attempts.iter().map(|a| a.run).max();
+        let recorded = attempts
+            .iter()
+            .filter(|a| Some(a.run) == last_run)
+            .map(|a| a.attempt.attempt.get())
+            .max()
+            .unwrap_or(0);
+        if recorded < self.model.durable_attempt {
+            return Err(self.violation(
+                "the journal replays to the state last reported",
+                format!(
+                    "attempt {} was published with the journal healthy; after the crash the \
+                     journal's last run reaches attempt {recorded}",
+                    self.model.durable_attempt
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The disk's lines (its faults, its crashes) into the trace.
     fn take_disk_trace(&mut self) {
         for line in self.disk.take_trace() {
@@ -591,6 +669,20 @@ impl Run {
             .max()
             .unwrap_or(0);
         self.model.last_attempt = self.model.last_attempt.max(max);
+        let journal_failed = snapshot
+            .error
+            .as_deref()
+            .is_some_and(|error| error.contains("journal"));
+        if let Some(current) = attempt_of(&snapshot.lifecycle)
+            && !journal_failed
+        {
+            // Lower: the attempts count again (a re-initialization).
+            self.model.durable_attempt = if current < self.model.durable_attempt {
+                current
+            } else {
+                current.max(self.model.durable_attempt)
+            };
+        }
         self.model.held = snapshot.hold;
         let violations = self.world.take_violations();
         if let Some(first) = violations.into_iter().next() {
@@ -693,8 +785,22 @@ impl Run {
             }
         };
         let daemon = tokio::spawn(supervisor.run());
-        // Relaunched: the first snapshot is what the journal replayed.
+        // Relaunched: the first snapshot is what the journal and the
+        // markers replayed, once the lifecycle has begun (a slow device
+        // job may hold its first step: until then it shows `resolving`).
         tokio::time::sleep(Duration::from_millis(1)).await;
+        let mut rx = handle.watch();
+        let _ = tokio::time::timeout(Duration::from_secs(60), async {
+            while matches!(
+                rx.borrow_and_update().lifecycle,
+                LifecycleState::Resolving { .. }
+            ) {
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await;
         let first = handle.snapshot();
         self.note(format_args!(
             "launched [{}] hold={}",
