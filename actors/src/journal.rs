@@ -23,6 +23,11 @@
 //! next one (at most 4,096 are kept); the caller's own records are not
 //! resent by this actor (the Lifecycle actor decides what a failed append
 //! means for its transition, and stages a fact's records again).
+//! Records written ahead that a failure cut back (a failed fsync takes
+//! every byte not yet durable) are written again, first, by the next
+//! `Sync` or `Append`: their transition stands (its effect ran), so the
+//! journal must hold it, and no one was told they were durable (the sync
+//! that failed answered their commands with its error).
 //! If this actor panics, Root restarts it over a freshly reopened journal.
 
 use std::sync::Arc;
@@ -57,6 +62,12 @@ pub(crate) struct JournalState {
     file: Option<JournalFile>,
     /// Records staged for the next append.
     staged: Vec<Record>,
+    /// Batches written ahead of their fsync and not yet durable, each with
+    /// the offset its bytes begin at, oldest first.
+    ahead: Vec<(u64, Vec<Record>)>,
+    /// Records written ahead that a failure cut back, to be written again
+    /// before anything else (by the next `Sync` or `Append`).
+    cut_ahead: Vec<Record>,
     /// The run-marker note being written ([`JournalMsg::NoteRun`]), which
     /// appends do not wait for; the next marker write of the run marker
     /// waits for it, so run markers land in the order they were asked.
@@ -96,7 +107,9 @@ impl JournalState {
         records: Vec<Record>,
         commit: Commit,
     ) -> Result<Durable, ActorProcessingErr> {
-        let mut all = std::mem::take(&mut self.staged);
+        let mut all = std::mem::take(&mut self.cut_ahead);
+        let rewritten = all.len();
+        all.append(&mut self.staged);
         let staged = all.len();
         all.extend(records);
         let records = all;
@@ -105,7 +118,7 @@ impl JournalState {
             self.file = Some(file);
             return Ok(Ok(()));
         }
-        let (file, result, records) = match commit {
+        let (mut file, result, records) = match commit {
             Commit::Later if !file.is_poisoned() => {
                 let result = file.write(&records);
                 self.metrics.journal_written(records.len(), result.is_ok());
@@ -121,14 +134,14 @@ impl JournalState {
                 .await?
             }
             Commit::Sync if crate::planted::journal_acks_before_fsync_planted() => {
-                let result = file.write(&records);
+                let result = file.write(&records).map(|_| None);
                 (file, result, records)
             }
             Commit::Sync => {
                 let metrics = Arc::clone(&self.metrics);
                 crate::device::run(move || {
                     let started = std::time::Instant::now();
-                    let result = file.append(&records);
+                    let result = file.append(&records).map(|()| None);
                     if result.is_ok() {
                         crate::launch::mark_first("first journal record durable");
                     }
@@ -155,19 +168,38 @@ impl JournalState {
                 .await?
             }
         };
-        self.file = Some(file);
-        if result.is_err() {
-            // The staged records were never acknowledged; they go again,
-            // first, with the next append (the failed bytes are cut back
-            // before it, so nothing is written twice). The caller's own
-            // records are the caller's to resend.
-            let mut records = records;
-            records.truncate(staged);
-            records.append(&mut self.staged);
-            self.staged = records;
-            self.bound_staged();
+        // Written-ahead batches a failure cut back go again, first (the cut
+        // comes before the next write, so nothing is written twice); once
+        // everything written is durable, none is waiting.
+        let mut cut = Vec::new();
+        if let Some(from) = file.take_cut_from() {
+            let at = self.ahead.partition_point(|(start, _)| *start < from);
+            cut.extend(self.ahead.drain(at..).flat_map(|(_, batch)| batch));
         }
-        Ok(result.map_err(|e| e.to_string()))
+        if file.all_durable() || (commit == Commit::Sync && result.is_ok()) {
+            self.ahead.clear();
+        }
+        self.file = Some(file);
+        let mut records = records;
+        match &result {
+            Ok(Some(start)) => self.ahead.push((*start, records)),
+            Ok(None) => {}
+            Err(_) => {
+                // The staged and cut records were never acknowledged; they
+                // go again, first, with the next append (the failed bytes
+                // are cut back before it, so nothing is written twice).
+                // The caller's own records are the caller's to resend.
+                records.truncate(staged);
+                let mut staged = records.split_off(rewritten);
+                cut.append(&mut records);
+                staged.append(&mut self.staged);
+                self.staged = staged;
+                self.bound_staged();
+            }
+        }
+        cut.append(&mut self.cut_ahead);
+        self.cut_ahead = cut;
+        Ok(result.map(drop).map_err(|e| e.to_string()))
     }
 
     /// Keep at most [`STAGED_KEPT`] staged records, dropping the oldest.
@@ -250,6 +282,8 @@ impl Actor for JournalActor {
             control: args.control,
             file: Some(file),
             staged: Vec::new(),
+            ahead: Vec::new(),
+            cut_ahead: Vec::new(),
             note: None,
             identity: None,
         })

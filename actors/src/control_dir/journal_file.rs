@@ -160,6 +160,10 @@ pub struct JournalFile<S: JournalSink = File> {
     /// records, so a cut back to the header's end cuts to nothing and
     /// writes the header again, to ride the next fsync.
     pub(super) header_unsynced: bool,
+    /// The lowest offset a failure has doomed since the caller last asked
+    /// ([`Self::take_cut_from`]): every byte from here that no fsync made
+    /// durable is, or will be, cut back before the next write.
+    pub(super) cut_from: Option<u64>,
 }
 
 /// Clears the control directory's one-writer flag on drop.
@@ -203,6 +207,7 @@ impl<S: JournalSink> JournalFile<S> {
             names: None,
             cut_written: None,
             header_unsynced: false,
+            cut_from: None,
         }
     }
 
@@ -262,14 +267,17 @@ impl<S: JournalSink> JournalFile<S> {
     /// cut fails: then they are not known to be on disk, and the next cut
     /// takes them too).
     ///
+    /// Answers where its bytes begin (`None`: there were none to write),
+    /// so that a caller can tell, by [`Self::take_cut_from`], whether a
+    /// later failure cut them back.
+    ///
     /// # Errors
     /// As [`Self::append`].
-    pub fn write(&mut self, records: &[Record]) -> Result<(), ControlDirError> {
-        self.write_at(records).map(drop)
+    pub fn write(&mut self, records: &[Record]) -> Result<Option<u64>, ControlDirError> {
+        self.write_at(records)
     }
 
-    /// [`Self::write`], answering where its bytes begin (`None`: there were
-    /// none to write).
+    /// [`Self::write`].
     fn write_at(&mut self, records: &[Record]) -> Result<Option<u64>, ControlDirError> {
         self.check_lock()?;
         self.repair()?;
@@ -361,6 +369,7 @@ impl<S: JournalSink> JournalFile<S> {
     /// A `what` (write or fsync) failed: poison this writer so that the
     /// next append first cuts the file back to `cut_to`, and say so.
     fn failed(&mut self, what: &str, source: io::Error, cut_to: u64) -> ControlDirError {
+        self.doom_from(cut_to);
         self.poison = Some(Poison::FailedAppend {
             cause: source.to_string(),
             cut_to,
@@ -371,6 +380,27 @@ impl<S: JournalSink> JournalFile<S> {
             path: self.path.clone(),
             source,
         }
+    }
+
+    /// Every byte from `at` not yet durable is to be cut back.
+    fn doom_from(&mut self, at: u64) {
+        self.cut_from = Some(self.cut_from.map_or(at, |from| from.min(at)));
+    }
+
+    /// The lowest offset from which a failure since the last call cut back
+    /// (or will cut back, before the next write) bytes no fsync made
+    /// durable; `None` if none did. A record [`Self::write`] wrote at or
+    /// after it is not in the journal and will not be unless written
+    /// again; one before it is durable once [`Self::all_durable`].
+    pub fn take_cut_from(&mut self) -> Option<u64> {
+        self.cut_from.take()
+    }
+
+    /// Whether every byte written is durable: nothing awaits an fsync and
+    /// no failure awaits its cut back.
+    #[must_use]
+    pub const fn all_durable(&self) -> bool {
+        self.unsynced.is_none() && self.poison.is_none()
     }
 
     /// Whether records were written that no fsync has made durable yet, or
@@ -468,6 +498,9 @@ impl<S: JournalSink> JournalFile<S> {
                     *cut_to = self.len;
                     self.unsynced = None;
                     self.cut_written = Some(format!("{cause}; then {error}"));
+                    // (`doom_from`, by field: `refused` borrows the path.)
+                    let len = self.len;
+                    self.cut_from = Some(self.cut_from.map_or(len, |from| from.min(len)));
                 }
                 Err(refused(&cause, repair))
             }

@@ -106,7 +106,7 @@
 //!   compaction that failed after its rename poisons for good (this
 //!   writer's file may no longer be the journal: a relaunch reopens it).
 //!   Checked by the unit tests `appends_are_one_write_then_one_fsync`,
-//!   `failed_fsync_is_not_acknowledged_and_the_next_append_cuts_it_back`,
+//!   `failed_fsync_is_not_acknowledged_and_is_cut_back_at_once`,
 //!   `a_short_write_is_cut_back_before_the_next_append`,
 //!   `a_failed_cut_back_stays_poisoned_and_is_tried_again`,
 //!   `a_shared_journal_is_cut_back_only_once_it_is_ours_alone` and

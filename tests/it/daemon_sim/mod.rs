@@ -51,6 +51,7 @@
 //! comes from a source the workload sets), the control server, and
 //! `replace`.
 
+mod defects;
 #[path = "../../../actors/tests/it/sim/fs.rs"]
 mod fs;
 #[path = "../../../actors/tests/it/sim/inode.rs"]

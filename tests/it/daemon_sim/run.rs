@@ -367,7 +367,6 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
         if matches!(ended, Ended::Crashed) {
             run.check_journal(dir.path())?;
         }
-        run.model.durable_attempt = 0;
         run.world.crashed();
         run.model.connections.clear();
         left -= ops;
@@ -579,15 +578,11 @@ impl Run {
     }
 
     /// After a crash, before the relaunch: the journal holds the crashed
-    /// run's attempts up to the last one it published durably.
-    ///
-    /// Only after a life the disk failed nothing: records written ahead
-    /// of an fsync that failed are cut back and not written again, while
-    /// their transition stands (the boot it started ran), so once a later
-    /// append clears the error the snapshot shows an attempt the journal
-    /// never got.
+    /// run's attempts up to the last one it published with no journal
+    /// error (records written ahead of an fsync that failed included: they
+    /// are written again once the disk lets the journal).
     fn check_journal(&mut self, data_dir: &Path) -> Result<(), Violation> {
-        if self.model.durable_attempt == 0 || self.model.faulted {
+        if self.model.durable_attempt == 0 {
             return Ok(());
         }
         self.counts.checks += 1;
@@ -720,6 +715,7 @@ impl Run {
                 if self.model.power_cut && !self.model.acknowledged && self.model.faulted =>
             {
                 self.model.last_attempt = 0;
+                self.model.durable_attempt = 0;
                 self.model.epoch = 0;
                 return self.observe(first);
             }
@@ -732,20 +728,26 @@ impl Run {
         };
         // The attempt is noted in the run marker by a write without an
         // fsync, best effort (a failed note is logged, nothing waits on
-        // it): what a process crash keeps, when the disk failed nothing.
+        // it), once its record is durable: what a process crash keeps,
+        // when the disk failed nothing, of an attempt published with no
+        // journal error (one whose fsync outlasted the journal's timeout
+        // is answered `not durable` and never noted).
         let noted = !self.model.power_cut && !self.model.faulted;
-        if noted && self.model.last_attempt > 0 && crashed_on.unwrap_or(0) < self.model.last_attempt
+        if noted
+            && self.model.durable_attempt > 0
+            && crashed_on.unwrap_or(0) < self.model.durable_attempt
         {
             return Err(self.violation(
                 "the journal replays to the state last reported",
                 format!(
                     "attempt {} was published before the crash; the previous run reads attempt {crashed_on:?}",
-                    self.model.last_attempt
+                    self.model.durable_attempt
                 ),
             ));
         }
         // Attempts and epochs count from the start of each process.
         self.model.last_attempt = 0;
+        self.model.durable_attempt = 0;
         self.model.epoch = 0;
         self.observe(first)
     }

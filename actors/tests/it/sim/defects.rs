@@ -1,4 +1,4 @@
-//! The two defects the simulation found, as scripted sequences on the
+//! The defects the simulations found, as scripted sequences on the
 //! simulated disk (each failed before its fix).
 
 use steadfast_actors::control_dir::JournalFile;
@@ -176,4 +176,43 @@ fn a_fresh_journal_whose_first_fsync_failed_keeps_its_header() {
             .is_none(),
         "the control dir went through the file-system seam, not to the OS"
     );
+}
+
+/// The writer tells its caller which written-ahead records a failure cut
+/// back, so they can be written again: a failed fsync dooms every byte
+/// not yet durable; a failed write only its own, unless the cut back that
+/// follows fails too.
+#[test]
+fn the_writer_says_which_written_ahead_records_a_failure_cut_back() {
+    let (disk, mut writer) = fresh();
+    let first = writer
+        .write(&[record(1)])
+        .expect("written ahead")
+        .expect("bytes written");
+    assert_eq!(writer.take_cut_from(), None, "nothing cut yet");
+    disk.fail_next_fsyncs(1);
+    writer.sync().expect_err("the fsync fails");
+    assert_eq!(
+        writer.take_cut_from(),
+        Some(first),
+        "the failed fsync cut the written-ahead record back"
+    );
+    assert_eq!(writer.take_cut_from(), None, "said once");
+    assert!(writer.all_durable(), "cut back at once");
+
+    // A failed write of another record dooms only its own bytes: the
+    // record written ahead before it is made durable by the cut back.
+    let second = writer
+        .write(&[record(1)])
+        .expect("written again")
+        .expect("bytes written");
+    disk.fail_next_write();
+    writer.write(&[record(2)]).expect_err("the write fails");
+    let cut = writer.take_cut_from().expect("the failed write's bytes");
+    assert!(cut > second, "{cut} must be past the record at {second}");
+    writer
+        .sync()
+        .expect("the cut back makes the record durable");
+    assert!(writer.all_durable());
+    assert_eq!(after_crash(&disk), vec![record(1)]);
 }

@@ -234,6 +234,8 @@ struct State {
     fsync_skipped: bool,
     /// A planted defect: a directory's fsync does nothing (and says `Ok`).
     dir_sync_skipped: bool,
+    /// Scripted faults: per inode, how many of its next fsyncs fail.
+    failing_fsyncs: BTreeMap<u64, u32>,
 }
 
 /// The names of the absolute `path` (`.` skipped; `..` and relative paths
@@ -382,7 +384,16 @@ impl State {
         let file = self.file_mut(ino);
         let (from, to) = (file.durable.len().min(file.cache.len()), file.cache.len());
         let line = || format!("fsync inode {ino}: EIO, lost [{from}, {to})");
-        if self.fault(self.faults.fsync_error, |c| &mut c.fsync_error, line) {
+        let scripted = match self.failing_fsyncs.get_mut(&ino) {
+            Some(left) if *left > 0 => {
+                *left -= 1;
+                self.counts.fsync_error += 1;
+                self.trace.push(line());
+                true
+            }
+            _ => false,
+        };
+        if scripted || self.fault(self.faults.fsync_error, |c| &mut c.fsync_error, line) {
             self.file_mut(ino).lose(to);
             return Err(errno(EIO));
         }
@@ -448,6 +459,7 @@ impl SimFileSystem {
             trace: Vec::new(),
             fsync_skipped: false,
             dir_sync_skipped: false,
+            failing_fsyncs: BTreeMap::new(),
         })))
     }
 
@@ -458,6 +470,21 @@ impl SimFileSystem {
     /// Inject `faults` from now on ([`Faults::NONE`]: a disk that settles).
     pub fn set_faults(&self, faults: Faults) {
         self.state().faults = faults;
+    }
+
+    /// A scripted fault: the next `n` fsyncs of the file `path` names now
+    /// fail (`EIO`, their dirty pages lost), whatever the faults drawn.
+    ///
+    /// # Panics
+    /// If `path` names nothing.
+    pub fn fail_next_fsyncs_of(&self, path: impl AsRef<Path>, n: u32) {
+        let mut state = self.state();
+        let ino = state
+            .lookup(path.as_ref())
+            .ok()
+            .flatten()
+            .expect("a file to fail the fsyncs of");
+        state.failing_fsyncs.insert(ino, n);
     }
 
     /// Plant a defect (or remove it): a file's fsync does nothing and

@@ -168,7 +168,7 @@ impl Sim {
 
     fn write_ahead(&mut self) {
         let (records, ids) = self.batch();
-        let result = self.writer.write(&records);
+        let result = self.writer.write(&records).map(drop);
         self.absorb_disk_trace();
         match result {
             Ok(()) => {
