@@ -348,6 +348,19 @@ impl<S: JournalSink> JournalFile<S> {
             let _ = self.repair();
             return Err(error);
         }
+        // Nothing is acknowledged before the launch's `holding` marker is
+        // durable. If making it so failed (and failed again now: a waiter
+        // does it anew), these records go as a failed fsync's do: cut back
+        // at once, never acknowledged; the next append tries again.
+        if let Some(names) = &self.names
+            && let Err(error) = names.settled()
+        {
+            self.unsynced = None;
+            let cause = io::Error::other(error.to_string());
+            let error = self.failed("append (the launch's marker is not durable)", cause, from);
+            let _ = self.repair();
+            return Err(error);
+        }
         // A journal created at open whose name no fsync of the control
         // directory has made durable yet (none has run since): made durable
         // now, before anything is acknowledged. A failure poisons for good.

@@ -755,16 +755,41 @@ impl ControlDir {
         let lock = Arc::clone(&self.lock);
         let path = self.run_path();
         let label = marker.label();
-        let settle = move || -> Result<(), String> {
-            let _lock = lock;
-            names.fsyncs.fetch_add(1, Ordering::Relaxed);
-            file.sync_all()
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+        let settle = {
+            let names = names.clone();
+            move || -> Result<(), String> {
+                let _lock = lock;
+                names.fsyncs.fetch_add(1, Ordering::Relaxed);
+                file.sync_all()
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                drop(file);
+                crate::failpoint::hit_doing("marker.before_dir_fsync", || label.to_owned());
+                names.sync_settled().map_err(|e| e.to_string())
+            }
+        };
+        // After a failure, the marker is written again whole (a failed
+        // fsync may have dropped its pages: they are never fsynced again)
+        // and renamed over itself, then the directories fsynced: the
+        // names pending since the launch are covered by that fsync.
+        let retry = move || -> Result<(), String> {
+            let dir = &names.dir;
+            let failed = |e: &dyn std::fmt::Display| format!("{}: {e}", dir.path().display());
+            let mut file = dir.create_temp(tmp_name).map_err(|e| failed(&e))?;
+            let written = file.write_all(&bytes).and_then(|()| {
+                names.fsyncs.fetch_add(1, Ordering::Relaxed);
+                file.sync_all()
+            });
             drop(file);
-            crate::failpoint::hit_doing("marker.before_dir_fsync", || label.to_owned());
+            if let Err(e) = written
+                .map_err(|e| failed(&e))
+                .and_then(|()| dir.rename(tmp_name, "run").map_err(|e| failed(&e)))
+            {
+                let _ = dir.unlink(tmp_name);
+                return Err(e);
+            }
             names.sync_settled().map_err(|e| e.to_string())
         };
-        self.names.settling.queue(Box::new(settle));
+        self.names.settling.queue(Box::new(settle), Arc::new(retry));
         Ok(())
     }
 

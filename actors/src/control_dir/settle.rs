@@ -32,6 +32,11 @@ pub(super) struct UnsyncedNames {
 }
 
 impl UnsyncedNames {
+    /// Settle the launch's durability work first ([`Settling::wait`]).
+    pub(super) fn settled(&self) -> Result<(), FsError> {
+        self.settling.wait(&self.dir)
+    }
+
     /// fsync the directory if a name is pending.
     pub(super) fn sync_if_pending(&self) -> Result<(), FsError> {
         self.settling.wait(&self.dir)?;
@@ -83,15 +88,18 @@ impl UnsyncedNames {
 /// behind other launches' jobs: it takes the job and runs it itself, so
 /// 1,000 launches at once cost one thread, not one each (nor a blocking
 /// pool grown by waiters), and a waiter only ever waits for a job already
-/// running. Its outcome is kept:
-/// a failure is returned to every later waiter (whether the names and the
-/// marker are on disk is then unknown, so nothing may be acknowledged over
-/// this control directory again).
+/// running. Its outcome is kept: after a failure, whether the names and
+/// the marker are on disk is unknown, so nothing may be acknowledged over
+/// this control directory until the next waiter has made them durable
+/// anew ([`SettleRetry`]: the marker written again whole, then the
+/// directories fsynced); while that fails, every waiter is told.
 #[derive(Default)]
 pub(super) struct Settling {
     pub(super) turn: std::sync::Mutex<Settle>,
     /// Signalled when a running job ends.
     pub(super) ended: std::sync::Condvar,
+    /// What makes the launch's work durable anew after it failed.
+    pub(super) retry: std::sync::OnceLock<SettleRetry>,
 }
 
 /// A settling job's state.
@@ -109,6 +117,11 @@ pub(super) enum Settle {
 }
 
 pub(super) type SettleJob = Box<dyn FnOnce() -> Result<(), String> + Send>;
+
+/// A settling job done again from the start, after it failed: never an
+/// fsync retried over pages a failed one may have dropped, always new
+/// writes with their own fsyncs.
+pub(super) type SettleRetry = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
 /// The process's settling thread: runs the launches' queued jobs in turn
 /// (one thread, however many supervisors launch at once: the waiters run
@@ -192,9 +205,10 @@ impl Settling {
     }
 
     /// Queue `job`, to run on the process's one settling thread unless a
-    /// waiter takes it first. The caller holds the turn: nothing else is
-    /// out.
-    pub(super) fn queue(self: &Arc<Self>, job: SettleJob) {
+    /// waiter takes it first; `retry` does it anew if it fails. The caller
+    /// holds the turn: nothing else is out.
+    pub(super) fn queue(self: &Arc<Self>, job: SettleJob, retry: SettleRetry) {
+        let _ = self.retry.set(retry);
         *self.lock() = Settle::Queued(job);
         if crate::device::runs_inline() {
             // A simulation's thread: run now, where a seed decides when.
@@ -215,8 +229,23 @@ impl Settling {
     /// Take the queued job in `turn`, run it without the lock, record its
     /// outcome and wake the waiters.
     fn run(&self, mut turn: std::sync::MutexGuard<'_, Settle>) {
-        let Settle::Queued(job) = std::mem::replace(&mut *turn, Settle::Running) else {
-            return;
+        let job: SettleJob = match std::mem::replace(&mut *turn, Settle::Running) {
+            Settle::Queued(job) => job,
+            Settle::Failed(cause) => match self.retry.get() {
+                Some(retry) => {
+                    let retry = Arc::clone(retry);
+                    tracing::warn!(%cause, "making the launch's holding marker durable again");
+                    Box::new(move || retry())
+                }
+                None => {
+                    *turn = Settle::Failed(cause);
+                    return;
+                }
+            },
+            other => {
+                *turn = other;
+                return;
+            }
         };
         drop(turn);
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
@@ -237,12 +266,19 @@ impl Settling {
     }
 
     /// Settle first: run the job if it is still queued, wait for it if it
-    /// is running; its failure (now or earlier) is an error naming `dir`.
+    /// is running, do it anew if it failed before; a failure (of the job
+    /// or of its retry now) is an error naming `dir`.
     pub(super) fn wait(&self, dir: &Dir) -> Result<(), FsError> {
         let mut turn = self.lock();
+        let mut retried = false;
         loop {
             match &*turn {
                 Settle::Settled => return Ok(()),
+                Settle::Failed(_) if !retried && self.retry.get().is_some() => {
+                    retried = true;
+                    self.run(turn);
+                    turn = self.lock();
+                }
                 Settle::Failed(cause) => {
                     return Err(FsError::Io {
                         path: dir.path().to_path_buf(),

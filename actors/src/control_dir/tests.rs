@@ -2,7 +2,7 @@
 //! sinks, the markers' encoding, the settling of a launch.
 
 use super::markers::decode_marker;
-use super::settle::SettleJob;
+use super::settle::{SettleJob, SettleRetry};
 use super::*;
 use crate::nz;
 use std::sync::Mutex;
@@ -361,6 +361,11 @@ fn settle_recorder() -> (SettleJob, Arc<Mutex<Option<std::thread::ThreadId>>>) {
     (job, ran)
 }
 
+/// A retry a test never expects to run.
+fn no_retry() -> SettleRetry {
+    Arc::new(|| panic!("a settling job that did not fail is not retried"))
+}
+
 fn some_dir() -> (tempfile::TempDir, Dir) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = Dir::open_data_dir(tmp.path(), false).unwrap();
@@ -379,15 +384,18 @@ fn a_waiter_runs_a_settling_job_the_settling_thread_has_not_reached() {
     let (release, blocked) = std::sync::mpsc::channel::<()>();
     let (started, is_started) = std::sync::mpsc::channel::<()>();
     let ahead = Arc::new(Settling::default());
-    ahead.queue(Box::new(move || {
-        started.send(()).unwrap();
-        blocked.recv().unwrap();
-        Ok(())
-    }));
+    ahead.queue(
+        Box::new(move || {
+            started.send(()).unwrap();
+            blocked.recv().unwrap();
+            Ok(())
+        }),
+        no_retry(),
+    );
     is_started.recv().unwrap();
     let settling = Arc::new(Settling::default());
     let (job, ran) = settle_recorder();
-    settling.queue(job);
+    settling.queue(job, no_retry());
     assert!(settling.unsettled());
     settling.wait(&dir).unwrap();
     assert_eq!(*ran.lock().unwrap(), Some(std::thread::current().id()));
@@ -400,13 +408,13 @@ fn a_waiter_runs_a_settling_job_the_settling_thread_has_not_reached() {
 }
 
 /// Queued with nobody waiting, the job runs on the settling thread;
-/// a failure is kept and told to every later waiter.
+/// while it (and its retry) fails, every later waiter is told.
 #[test]
-fn a_settling_job_runs_beside_the_launch_and_keeps_its_failure() {
+fn a_settling_job_runs_beside_the_launch_and_tells_its_failure() {
     let (_tmp, dir) = some_dir();
     let settling = Arc::new(Settling::default());
     let (job, ran) = settle_recorder();
-    settling.queue(job);
+    settling.queue(job, no_retry());
     // Polled, not waited for: a wait would run it here.
     while settling.unsettled() {
         std::thread::yield_now();
@@ -416,10 +424,47 @@ fn a_settling_job_runs_beside_the_launch_and_keeps_its_failure() {
     settling.wait(&dir).unwrap();
 
     let settling = Arc::new(Settling::default());
-    settling.queue(Box::new(|| Err("EIO on the marker".to_owned())));
+    settling.queue(
+        Box::new(|| Err("EIO on the marker".to_owned())),
+        Arc::new(|| Err("EIO on the marker again".to_owned())),
+    );
     for _ in 0..2 {
         let error = settling.wait(&dir).unwrap_err().to_string();
         assert!(error.contains("EIO on the marker"), "{error}");
     }
     assert!(settling.unsettled());
+}
+
+/// A launch's settling job that failed is done anew by the next waiter
+/// (never just reported until a relaunch): while the retry fails, each
+/// waiter is told, and once one succeeds the launch is settled.
+#[test]
+fn a_failed_settling_job_is_done_anew_by_the_next_waiter() {
+    let (_tmp, dir) = some_dir();
+    let retries = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let counted = Arc::clone(&retries);
+    let settling = Arc::new(Settling::default());
+    settling.queue(
+        Box::new(|| Err("the first fsync failed".to_owned())),
+        Arc::new(move || {
+            // The first retry fails too; the second succeeds.
+            match counted.fetch_add(1, Ordering::SeqCst) {
+                0 => Err("the retry failed".to_owned()),
+                _ => Ok(()),
+            }
+        }),
+    );
+    let first = settling
+        .wait(&dir)
+        .expect_err("the job and its first retry failed");
+    assert!(first.to_string().contains("the retry failed"), "{first}");
+    assert_eq!(retries.load(Ordering::SeqCst), 1, "one retry a waiter");
+    settling.wait(&dir).expect("the second retry succeeded");
+    assert!(!settling.unsettled());
+    settling.wait(&dir).expect("settled for good");
+    assert_eq!(
+        retries.load(Ordering::SeqCst),
+        2,
+        "not retried once settled"
+    );
 }

@@ -9,7 +9,8 @@ use steadfast::config::{ConfigSource, ResolvedConfig};
 use steadfast::protocol::lifecycle::LifecycleState;
 use steadfast::supervisor::Timings;
 use steadfast::{
-    ExitIntent, Made, Plan, Service, Step, StepContext, StepError, Supervisor, SupervisorHandle,
+    ExitIntent, Hold, Made, Plan, Service, Step, StepContext, StepError, Supervisor,
+    SupervisorHandle,
 };
 use tokio::sync::Semaphore;
 
@@ -159,4 +160,86 @@ fn a_boot_whose_written_ahead_record_was_cut_back_is_journaled_once_the_disk_rec
         handle.exit(ExitIntent::Halt).await.expect("exit");
         daemon.await.expect("the supervisor's task");
     });
+}
+
+/// The directory fsync that makes a launch's `holding` marker durable
+/// fails (once; or again when the first append does it anew, and again).
+/// Nothing may be acknowledged until the marker is on disk (a crash must
+/// read as a crash), but the disk recovers: the daemon makes the marker
+/// durable anew and goes on, rather than refusing every journal append
+/// and marker write until a relaunch.
+#[test]
+fn a_launch_whose_marker_fsync_failed_recovers_without_a_relaunch() {
+    for failures in 1..=3 {
+        launch_after_failed_marker_fsyncs(failures);
+    }
+}
+
+fn launch_after_failed_marker_fsyncs(failures: u32) {
+    use steadfast_actors::fsx::sim::SimFs as _;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data_dir = tmp.path().join("data");
+    let control = data_dir.join(".steadfast");
+    let disk = SimFileSystem::new(Rng::new(2), Faults::NONE);
+    disk.create_dir_all(&control).expect("the control dir");
+    disk.fail_next_fsyncs_of(&control, failures);
+    let _seams = Simulated::install(&disk);
+    let launch = |disk: &SimFileSystem| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .expect("a runtime");
+        let snapshot = runtime.block_on(async {
+            let gate = Arc::new(Semaphore::new(1));
+            let (supervisor, handle) = Supervisor::builder(&data_dir, Gated(gate))
+                .config(ConfigSource::new(|| {
+                    Ok(ResolvedConfig::untracked(toml::Table::new()))
+                }))
+                .build()
+                .expect("the supervisor starts");
+            let _daemon = tokio::spawn(supervisor.run());
+            until(&handle, |state| {
+                matches!(state, LifecycleState::Running { .. })
+            })
+            .await;
+            // The disk is healthy again: commands are acknowledged.
+            let stopped = handle.stop(Hold::None).await;
+            assert!(stopped.is_ok(), "{failures} failures: stop: {stopped:?}");
+            let started = handle.start().await;
+            assert!(started.is_ok(), "{failures} failures: start: {started:?}");
+            until(&handle, |state| {
+                matches!(state, LifecycleState::Running { .. })
+            })
+            .await;
+            assert_eq!(
+                handle.snapshot().error,
+                None,
+                "{failures} failures: nothing left unsaid"
+            );
+            handle.snapshot()
+        });
+        // The process dies with its runtime; the machine loses its power.
+        drop(runtime);
+        disk.crash();
+        snapshot
+    };
+    let first = launch(&disk);
+    let LifecycleState::Running { attempt, .. } = first.lifecycle else {
+        panic!("{failures} failures: not running: {:?}", first.lifecycle);
+    };
+    assert_eq!(
+        last_journaled_attempt(&disk, &data_dir),
+        attempt.get(),
+        "{failures} failures: the running attempt is durable"
+    );
+    let second = launch(&disk);
+    assert!(
+        matches!(
+            second.previous_run,
+            steadfast::protocol::snapshot::PreviousRun::Crashed { .. }
+        ),
+        "{failures} failures: a power cut after the launch reads as a crash: {:?}",
+        second.previous_run
+    );
 }

@@ -379,12 +379,10 @@ impl State {
         strikes
     }
 
-    /// `fsync` of the file `ino`.
-    fn sync_file(&mut self, ino: u64) -> io::Result<()> {
-        let file = self.file_mut(ino);
-        let (from, to) = (file.durable.len().min(file.cache.len()), file.cache.len());
-        let line = || format!("fsync inode {ino}: EIO, lost [{from}, {to})");
-        let scripted = match self.failing_fsyncs.get_mut(&ino) {
+    /// Whether a scripted failure ([`SimFileSystem::fail_next_fsyncs_of`])
+    /// strikes this fsync of `ino`: counted with the fsync errors.
+    fn scripted_fsync_failure(&mut self, ino: u64, line: impl FnOnce() -> String) -> bool {
+        match self.failing_fsyncs.get_mut(&ino) {
             Some(left) if *left > 0 => {
                 *left -= 1;
                 self.counts.fsync_error += 1;
@@ -392,7 +390,15 @@ impl State {
                 true
             }
             _ => false,
-        };
+        }
+    }
+
+    /// `fsync` of the file `ino`.
+    fn sync_file(&mut self, ino: u64) -> io::Result<()> {
+        let file = self.file_mut(ino);
+        let (from, to) = (file.durable.len().min(file.cache.len()), file.cache.len());
+        let line = || format!("fsync inode {ino}: EIO, lost [{from}, {to})");
+        let scripted = self.scripted_fsync_failure(ino, line);
         if scripted || self.fault(self.faults.fsync_error, |c| &mut c.fsync_error, line) {
             self.file_mut(ino).lose(to);
             return Err(errno(EIO));
@@ -406,7 +412,8 @@ impl State {
     /// `fsync` of the directory `ino`.
     fn sync_dir(&mut self, ino: u64) -> io::Result<()> {
         let line = || format!("fsync dir inode {ino}: EIO");
-        if self.fault(self.faults.dir_error, |c| &mut c.dir_error, line) {
+        let scripted = self.scripted_fsync_failure(ino, line);
+        if scripted || self.fault(self.faults.dir_error, |c| &mut c.dir_error, line) {
             return Err(errno(EIO));
         }
         if !self.dir_sync_skipped {
@@ -472,8 +479,9 @@ impl SimFileSystem {
         self.state().faults = faults;
     }
 
-    /// A scripted fault: the next `n` fsyncs of the file `path` names now
-    /// fail (`EIO`, their dirty pages lost), whatever the faults drawn.
+    /// A scripted fault: the next `n` fsyncs of the file or directory
+    /// `path` names now fail (`EIO`; a file's dirty pages lost, a
+    /// directory's changes not made durable), whatever the faults drawn.
     ///
     /// # Panics
     /// If `path` names nothing.
