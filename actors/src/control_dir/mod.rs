@@ -330,6 +330,10 @@ pub struct ControlDir {
     journal_shared: Arc<AtomicBool>,
     /// The incumbent this directory was handed over from, if any.
     handed_over_from: Option<u32>,
+    /// A hold-marker change failed and none succeeded since: whether the
+    /// marker is on disk is unknown ([`Self::clear_hold`] fsyncs the
+    /// directory even if there is nothing left to unlink).
+    hold_unsure: AtomicBool,
     /// Held while a marker is written: every marker of a name goes through
     /// one temp file (`.<name>.tmp`, unlinked if found), so two writers in
     /// this process (the Journal actor's run-marker task and a
@@ -472,6 +476,7 @@ impl ControlDir {
             handed_over_from: None,
             markers: std::sync::Mutex::new(()),
             names,
+            hold_unsure: AtomicBool::new(false),
         };
         // A compaction that died before its rename left its temp file.
         dir.dir.unlink(COMPACT_TMP_NAME)?;
@@ -610,7 +615,20 @@ impl ControlDir {
             },
         })?;
         let recovery = match decoded.tail {
-            Tail::Clean => Recovery::Clean,
+            Tail::Clean => {
+                // A killed predecessor's last records may be in the page
+                // cache only. Made durable now, before this writer takes
+                // them for durable and appends after them: a failed fsync
+                // of its own would otherwise mark them clean too (Linux
+                // does), and a power cut then leaves a hole before its
+                // records. An fsync of a file with nothing dirty costs no
+                // I/O.
+                self.count_fsync();
+                if let Err(error) = file.sync_data() {
+                    file = self.rewrite_journal(&bytes, path, &error)?;
+                }
+                Recovery::Clean
+            }
             Tail::Empty => {
                 // Not fsynced here: the first append's `sync_data` makes the
                 // header durable with the first records (no record exists
@@ -664,6 +682,42 @@ impl ControlDir {
             }
         }
         Ok((writer, records, recovery))
+    }
+
+    /// The journal's fsync at open failed: its dirty pages (what a killed
+    /// predecessor wrote last) may be lost, though still readable. What was
+    /// read, `bytes`, is written whole into a new file, fsynced and renamed
+    /// over the journal, and the directory fsynced: nothing of it is
+    /// trusted to the pages the failed fsync marked clean. Not while an
+    /// incumbent may still append (a handover): then the launch fails.
+    fn rewrite_journal(
+        &self,
+        bytes: &[u8],
+        path: &Path,
+        failed: &io::Error,
+    ) -> Result<File, ControlDirError> {
+        if self.handed_over_from.is_some() {
+            return Err(io_err(path)(io::Error::new(
+                failed.kind(),
+                failed.to_string(),
+            )));
+        }
+        tracing::warn!(path = %path.display(), error = %failed,
+            "the journal's fsync at open failed; writing what it holds into a new file");
+        let tmp = self.dir.join(COMPACT_TMP_NAME);
+        let mut file = self.dir.create_temp(COMPACT_TMP_NAME)?;
+        self.count_fsync();
+        if let Err(error) = file.write_all(bytes).and_then(|()| file.sync_all()) {
+            let _ = self.dir.unlink(COMPACT_TMP_NAME);
+            return Err(io_err(&tmp)(error));
+        }
+        drop(file);
+        if let Err(error) = self.dir.rename(COMPACT_TMP_NAME, JOURNAL_NAME) {
+            let _ = self.dir.unlink(COMPACT_TMP_NAME);
+            return Err(error.into());
+        }
+        self.sync_dir()?;
+        Ok(self.dir.open(JOURNAL_NAME, Access::Append)?)
     }
 
     /// Copy `bytes` to the first free `journal.broken[.N]`, durably.
@@ -890,19 +944,35 @@ impl ControlDir {
     /// # Errors
     /// [`ControlDirError::Io`] if any step of the atomic write fails.
     pub fn set_hold(&self) -> Result<(), ControlDirError> {
-        self.write_marker("hold", HOLD_MAGIC, &())
+        self.hold_settled(self.write_marker("hold", HOLD_MAGIC, &()))
     }
 
-    /// Remove the hold marker (if present) and fsync the directory.
+    /// Remove the hold marker (if present) and fsync the directory; also
+    /// when it is gone already but a change of it failed since the last
+    /// that succeeded (its unlink may not be durable yet).
     ///
     /// # Errors
     /// [`ControlDirError::Io`] if it cannot be removed or the directory
     /// cannot be fsynced.
     pub fn clear_hold(&self) -> Result<(), ControlDirError> {
-        if self.dir.unlink("hold")? {
-            self.sync_dir()?;
-        }
-        Ok(())
+        let cleared = self
+            .dir
+            .unlink("hold")
+            .map_err(ControlDirError::from)
+            .and_then(|unlinked| {
+                if unlinked || self.hold_unsure.load(Ordering::SeqCst) {
+                    self.sync_dir()?;
+                }
+                Ok(())
+            });
+        self.hold_settled(cleared)
+    }
+
+    /// A hold-marker change ended so: after a failure, whether the marker
+    /// is on disk is unknown until a change succeeds.
+    fn hold_settled(&self, result: Result<(), ControlDirError>) -> Result<(), ControlDirError> {
+        self.hold_unsure.store(result.is_err(), Ordering::SeqCst);
+        result
     }
 
     /// Whether a stop is held. The marker's presence is what counts: a hold

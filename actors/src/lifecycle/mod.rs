@@ -417,6 +417,11 @@ struct Serving {
     apply: Option<CancellationToken>,
     /// Bumped by every change to the override tier.
     overrides_generation: u64,
+    /// A write of the override tier failed and none succeeded since: the
+    /// file may hold that write (its rename reached the disk, its
+    /// directory's fsync did not say), so the next `config set` or `unset`
+    /// writes the tier even if it changes nothing in the live one.
+    overrides_uncertain: bool,
 }
 
 /// The current attempt, from its `AttemptStarted` to its end.
@@ -446,6 +451,12 @@ struct Durability {
     /// Deferred transitions an fsync settled (or failed), answered by the
     /// next publish.
     settled: Option<Deferred>,
+    /// A hold-marker change failed and none succeeded since: the marker
+    /// may be on disk either way (a rename or unlink can land though its
+    /// directory's fsync failed), so the next step that journals writes
+    /// the marker as the adopted state has it, whether or not the machine
+    /// asks for a change.
+    hold_uncertain: bool,
 }
 
 impl Actor for LifecycleActor {
@@ -774,6 +785,7 @@ impl LifecycleActorState {
         // the effect's outcome or when the commit window passes, and
         // nothing is published or answered before it. A full disk still
         // refuses it here, before the effect: the write fails.
+        let journals = !records.is_empty();
         let durable = match journaling {
             Journaling::WrittenAhead if self.can_write_ahead() => {
                 self.write_ahead(myself, records, durable_or_nothing).await
@@ -790,7 +802,11 @@ impl LifecycleActorState {
         }
         // A hold-marker change is made durable after the transition's record
         // (a record is durable before any marker that refers to it) and
-        // before the transition is adopted.
+        // before the transition is adopted. After a failed change the
+        // marker is made to match the adopted state again.
+        let hold = hold.or_else(|| {
+            (self.durability.hold_uncertain && journals).then_some(self.view.snapshot.hold)
+        });
         if let Some(hold) = hold {
             let timeout = self.shared.timings.journal_timeout;
             match journal::ask(&self.children.journal, timeout, |reply| {
@@ -800,9 +816,11 @@ impl LifecycleActorState {
             {
                 Ok(()) => {
                     self.view.snapshot.hold = hold;
+                    self.durability.hold_uncertain = false;
                     self.clear_error(ErrorSource::HoldMarker);
                 }
                 Err(error) => {
+                    self.durability.hold_uncertain = true;
                     self.fail_durability(
                         ErrorSource::HoldMarker,
                         format!("the hold marker could not be written: {error}"),

@@ -62,7 +62,9 @@ impl LifecycleActorState {
     }
 
     /// The override tier with `leaf` set to `value` (or unset), detached
-    /// from the live one; `None` when that changes nothing.
+    /// from the live one; `None` when that changes nothing and the file is
+    /// known to hold the live tier (after a failed write it may not: the
+    /// tier is written again, the same).
     pub(super) fn stage_override(
         &self,
         leaf: &str,
@@ -75,8 +77,8 @@ impl LifecycleActorState {
         };
         match changed {
             Err(error) => Err(CommandError::Invalid(error.to_string())),
-            Ok(false) => Ok(None),
-            Ok(true) => {
+            Ok(false) if !self.serving.overrides_uncertain => Ok(None),
+            Ok(_) => {
                 let leaves = staged.to_text();
                 crate::control_dir::overrides_fit(&leaves).map_err(CommandError::Invalid)?;
                 Ok(Some(staged))
@@ -136,12 +138,14 @@ impl LifecycleActorState {
         .await
         {
             let error = format!("the override tier could not be written: {error}");
+            self.serving.overrides_uncertain = true;
             self.fail_durability(ErrorSource::Overrides, error.clone());
             self.publish();
             let _ = reply.send(Err(CommandError::Durability(error)));
             return;
         }
         overrides.replace_with(&staged);
+        self.serving.overrides_uncertain = false;
         self.clear_error(ErrorSource::Overrides);
         self.serving.overrides_generation += 1;
         let at = self.shared.clock.now();

@@ -243,3 +243,199 @@ fn launch_after_failed_marker_fsyncs(failures: u32) {
         second.previous_run
     );
 }
+
+/// A `config set` whose override file was renamed into place but whose
+/// directory fsync failed is answered `not durable`, and the live tier
+/// keeps the leaf unset; yet the rename may reach the disk. An `unset` of
+/// that leaf then changed nothing in the live tier and was answered `Ok`
+/// without a write, and the next process read the leaf back as set.
+#[test]
+fn an_unset_after_a_set_answered_not_durable_is_durable() {
+    use steadfast_actors::fsx::sim::SimFs as _;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data_dir = tmp.path().join("data");
+    let control = data_dir.join(".steadfast");
+    let disk = SimFileSystem::new(Rng::new(3), Faults::NONE);
+    disk.create_dir_all(&control).expect("the control dir");
+    let _seams = Simulated::install(&disk);
+    let launch = |disk: &SimFileSystem, fault: bool| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .expect("a runtime");
+        let tag = runtime.block_on(async {
+            let (supervisor, handle) =
+                Supervisor::builder(&data_dir, Gated(Arc::new(Semaphore::new(1))))
+                    .config(ConfigSource::new(|| {
+                        Ok(ResolvedConfig::untracked(toml::Table::new()))
+                    }))
+                    .build()
+                    .expect("the supervisor starts");
+            let _daemon = tokio::spawn(supervisor.run());
+            until(&handle, running(1)).await;
+            if fault {
+                // The control directory's next fsync (the override file's
+                // rename) fails; the rename itself is in the page cache.
+                disk.fail_next_fsyncs_of(&control, 1);
+                let set = handle.config_set("tag", 1.into()).await;
+                assert!(set.is_err(), "the set is not durable: {set:?}");
+                let unset = handle.config_unset("tag").await;
+                assert!(unset.is_ok(), "the unset is acknowledged: {unset:?}");
+            }
+            let view = handle.config_show(Some("tag")).await.expect("config show");
+            view.overrides
+                .iter()
+                .find(|(leaf, _)| leaf == "tag")
+                .map(|(_, value)| value.clone())
+        });
+        // The process is killed: what it wrote stays in the page cache,
+        // the rename the failed fsync did not vouch for included.
+        drop(runtime);
+        tag
+    };
+    assert_eq!(launch(&disk, true), None, "unset, as acknowledged");
+    assert_eq!(
+        launch(&disk, false),
+        None,
+        "the acknowledged unset survives the process"
+    );
+}
+
+/// A `stop --hold` whose hold marker was renamed into place but whose
+/// directory fsync failed is answered `not durable` and not adopted (the
+/// runtime is not held); yet the marker is in the page cache. A later
+/// `stop` and `start` were acknowledged without touching the marker (the
+/// live state held nothing to clear), so the next process came up held:
+/// stopped, the acknowledged start undone.
+#[test]
+fn a_start_after_a_hold_answered_not_durable_is_not_undone_by_the_marker() {
+    use steadfast_actors::fsx::sim::SimFs as _;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data_dir = tmp.path().join("data");
+    let control = data_dir.join(".steadfast");
+    let disk = SimFileSystem::new(Rng::new(4), Faults::NONE);
+    disk.create_dir_all(&control).expect("the control dir");
+    let _seams = Simulated::install(&disk);
+    let launch = |fault: bool| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .expect("a runtime");
+        let first = runtime.block_on(async {
+            let (supervisor, handle) =
+                Supervisor::builder(&data_dir, Gated(Arc::new(Semaphore::new(1))))
+                    .config(ConfigSource::new(|| {
+                        Ok(ResolvedConfig::untracked(toml::Table::new()))
+                    }))
+                    .build()
+                    .expect("the supervisor starts");
+            let first = handle.snapshot();
+            let _daemon = tokio::spawn(supervisor.run());
+            if fault {
+                until(&handle, running(1)).await;
+                // The control directory's next fsync (the hold marker's
+                // rename) fails; the rename itself is in the page cache.
+                disk.fail_next_fsyncs_of(&control, 1);
+                let held = handle.stop(Hold::AcrossRelaunch).await;
+                assert!(held.is_err(), "the held stop is not durable: {held:?}");
+                let stopped = handle.stop(Hold::None).await;
+                assert!(stopped.is_ok(), "a plain stop: {stopped:?}");
+                let started = handle.start().await;
+                assert!(started.is_ok(), "the start: {started:?}");
+                until(&handle, running(2)).await;
+            }
+            first
+        });
+        // The process is killed: what it wrote stays in the page cache.
+        drop(runtime);
+        first
+    };
+    launch(true);
+    let relaunched = launch(false);
+    assert!(
+        !relaunched.hold,
+        "the next process is not held: the acknowledged start stands ({:?})",
+        relaunched.lifecycle
+    );
+}
+
+/// A daemon is killed with records written ahead of their fsync in the
+/// page cache; its successor opens the journal, takes its whole length for
+/// durable, and its first fsync fails — which on Linux marks every dirty
+/// page clean, the predecessor's tail included. The successor cut back
+/// only its own records, appended after that lost tail, and a power cut
+/// then left zeros before valid records: a journal that no longer opens.
+#[test]
+fn a_predecessors_unsynced_tail_is_made_durable_before_it_is_built_on() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data_dir = tmp.path().join("data");
+    let journal = data_dir.join(".steadfast").join("journal");
+    let disk = SimFileSystem::new(Rng::new(5), Faults::NONE);
+    let _seams = Simulated::install(&disk);
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .expect("a runtime")
+    };
+    let supervise = |gate: &Arc<Semaphore>| {
+        Supervisor::builder(&data_dir, Gated(Arc::clone(gate)))
+            .config(ConfigSource::new(|| {
+                Ok(ResolvedConfig::untracked(toml::Table::new()))
+            }))
+            .timings(Timings {
+                // Written-ahead records wait for an outcome, not a timer.
+                commit_window: Duration::from_secs(3_600),
+                ..Timings::default()
+            })
+            .build()
+            .expect("the supervisor starts")
+    };
+    // The first daemon restarts; its next boot waits, its records written
+    // ahead of their fsync. Then it is killed.
+    let first = runtime();
+    first.block_on(async {
+        let gate = Arc::new(Semaphore::new(1));
+        let (supervisor, handle) = supervise(&gate);
+        let _daemon = tokio::spawn(supervisor.run());
+        until(&handle, running(1)).await;
+        let _held = Arc::clone(&gate).acquire_owned().await.expect("permit");
+        let _restart = tokio::spawn({
+            let handle = handle.clone();
+            async move { handle.restart().await }
+        });
+        // Nothing is published before the fsync: a second passes, the
+        // drain and the next boot's start written ahead.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    });
+    drop(first);
+    // The successor's first fsync of the journal fails.
+    disk.fail_next_fsyncs_of(&journal, 1);
+    let second = runtime();
+    second.block_on(async {
+        let (supervisor, handle) = supervise(&Arc::new(Semaphore::new(1)));
+        let _daemon = tokio::spawn(supervisor.run());
+        until(&handle, |state| {
+            matches!(state, LifecycleState::Running { .. })
+        })
+        .await;
+        // And goes on: its records land after the predecessor's.
+        let stopped = handle.stop(Hold::None).await;
+        assert!(stopped.is_ok(), "{stopped:?}");
+        let started = handle.start().await;
+        assert!(started.is_ok(), "{started:?}");
+    });
+    // The power is cut.
+    drop(second);
+    disk.crash();
+    let bytes = disk.read(&journal).expect("a journal");
+    let decoded = steadfast::protocol::journal::decode(&bytes);
+    assert!(
+        decoded.is_ok(),
+        "the journal opens after the power cut: {:?}",
+        decoded.err()
+    );
+}
