@@ -915,6 +915,13 @@ pub fn read_control_file(
     Ok(Some(bytes))
 }
 
+/// On a thread with a simulated file system installed, `path` opened in
+/// it with `access` (its errors as the OS's); `None` on any other thread,
+/// where the caller opens the OS file its own way.
+pub(crate) fn open_if_simulated(path: &Path, access: Access) -> Option<io::Result<File>> {
+    sim::current().map(|fs| fs.open(path, access).map(|file| File(FileOn::Sim(file))))
+}
+
 /// Read at most `cap` bytes of the regular file at `path`, opened
 /// `O_NOFOLLOW` (a link there is refused, not followed); `None` when
 /// missing. For readers that have a path and no [`Dir`] (the `journal`

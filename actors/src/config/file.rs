@@ -2,6 +2,7 @@
 //! make the read block or run without bound: regular files only, opened
 //! non-blocking, at most [`MAX_CONFIG_BYTES`].
 use super::*;
+use std::io::Read as _;
 
 /// The bytes of the config file at `path`, read so that no path can make
 /// the read block or run without bound: the one read both a resolve and
@@ -24,12 +25,34 @@ use super::*;
 /// processes, `tests/it/config_files.rs`.
 pub fn read_config_file(path: &Path) -> Result<Vec<u8>, ConfigError> {
     use rustix::fs::{Mode, OFlags};
-    use std::io::Read as _;
 
     let read_error = |source: io::Error| ConfigError::Read {
         path: path.to_path_buf(),
         source,
     };
+    // A simulation's thread reads its simulated disk, with the same checks.
+    if let Some(opened) = crate::fsx::open_if_simulated(path, crate::fsx::Access::Read) {
+        let file = match opened {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(ConfigError::Missing {
+                    path: path.to_path_buf(),
+                });
+            }
+            Err(e) => return Err(read_error(e)),
+        };
+        let meta = file.meta().map_err(read_error)?;
+        let kind = match meta.kind {
+            crate::fsx::Kind::File => return read_bounded(file, meta.len, path),
+            crate::fsx::Kind::Dir => "directory",
+            crate::fsx::Kind::Symlink => "symlink",
+            crate::fsx::Kind::Other => "special file",
+        };
+        return Err(ConfigError::NotRegular {
+            path: path.to_path_buf(),
+            kind,
+        });
+    }
     let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
     let fd = match rustix::fs::open(path, flags, Mode::empty()) {
         Ok(fd) => fd,
@@ -58,18 +81,28 @@ pub fn read_config_file(path: &Path) -> Result<Vec<u8>, ConfigError> {
             kind: kind_of(meta.file_type()),
         });
     }
+    read_bounded(file, meta.len(), path)
+}
+
+/// At most [`MAX_CONFIG_BYTES`] of the regular file `file` at `path`,
+/// `len` long by its `fstat`: [`ConfigError::TooLarge`] past them (by
+/// `len`, or by what the read finds if it grew since).
+fn read_bounded(file: impl io::Read, len: u64, path: &Path) -> Result<Vec<u8>, ConfigError> {
     let too_large = |len: u64| ConfigError::TooLarge {
         path: path.to_path_buf(),
         len,
         limit: MAX_CONFIG_BYTES,
     };
-    if meta.len() > MAX_CONFIG_BYTES {
-        return Err(too_large(meta.len()));
+    if len > MAX_CONFIG_BYTES {
+        return Err(too_large(len));
     }
-    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
     file.take(MAX_CONFIG_BYTES + 1)
         .read_to_end(&mut bytes)
-        .map_err(read_error)?;
+        .map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
     if bytes.len() as u64 > MAX_CONFIG_BYTES {
         return Err(too_large(bytes.len() as u64));
     }

@@ -336,11 +336,18 @@ pub const RESOLVE_DEADLINE: Duration = Duration::from_secs(10);
 /// refused with [`ConfigError::TooLarge`], never read whole, never cut.
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
-/// Runs `work` on a blocking thread and waits at most `deadline` for it.
+/// Runs `work` on a blocking thread and waits at most `deadline` for it;
+/// on a thread whose device jobs run inline (a simulation's: its reads
+/// are of a simulated disk and never block), runs it here, where the seed
+/// decides.
 async fn within<T: Send + 'static>(
     deadline: Duration,
     work: impl FnOnce() -> Result<T, ConfigError> + Send + 'static,
 ) -> Result<T, ConfigError> {
+    if crate::device::runs_inline() {
+        return std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))
+            .unwrap_or_else(|panic| Err(panicked(panic.as_ref())));
+    }
     match tokio::time::timeout(deadline, tokio::task::spawn_blocking(work)).await {
         Ok(Ok(result)) => result,
         Ok(Err(join)) => Err(match join.try_into_panic() {

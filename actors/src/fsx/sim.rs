@@ -2,8 +2,9 @@
 //! installed ([`simulate_on_this_thread`]), every [`Dir`](super::Dir) it
 //! opens, and every file opened through one, is the simulation's — the
 //! control dir's lock, journal, markers and overrides, the status record,
-//! the store lock and its probe, the upgrade lock, and what services open
-//! through `steadfast::fs`. Nothing else changes: the same checks, the same
+//! the store lock and its probe, the upgrade lock, what services open
+//! through `steadfast::fs`, and the declared config file's reads
+//! (`config::read_config_file`). Nothing else changes: the same checks, the same
 //! calls in the same order, so a seed decides what each call does (a fault,
 //! a torn write, a crash that keeps only what was synced).
 //!

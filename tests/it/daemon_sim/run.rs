@@ -17,6 +17,7 @@ use steadfast::protocol::lifecycle::{LifecycleState, RetryClass};
 use steadfast::protocol::snapshot::{PreviousRun, Snapshot};
 use steadfast::supervisor::Timings;
 use steadfast::{CommandError, ExitIntent, Hold, Supervisor, SupervisorHandle};
+use steadfast_actors::fsx::sim::SimFs as _;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -283,6 +284,8 @@ struct Run {
     /// The data dir's path as the disk's trace names it (each run has its
     /// own: the trace shows `<data>`).
     data_dir: String,
+    /// The declared config file, on the simulated disk.
+    config_file: std::path::PathBuf,
     model: Model,
     trace: Vec<String>,
     counts: Counts,
@@ -307,7 +310,6 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
     // everything the daemon keeps is on the simulated disk.
     let dir = tempfile::tempdir().expect("a temp dir");
     let world = Arc::new(World::default());
-    world.set_config(Edit::Good(0).config());
     let disk = SimFileSystem::new(
         Rng::new(seed ^ 0x5eed_d15c),
         if options.disk_faults {
@@ -322,12 +324,17 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
         world,
         disk: disk.clone(),
         data_dir: dir.path().display().to_string(),
+        config_file: dir.path().join("sim.toml"),
         model: Model::default(),
         trace: Vec::new(),
         counts: Counts::default(),
         elapsed_before: Duration::ZERO,
         life: 0,
     };
+    run.disk
+        .create_dir_all(dir.path())
+        .expect("the data dir's directory");
+    run.write_config(&Edit::Good(0), true, true);
     let slow_jobs = std::rc::Rc::new(std::cell::Cell::new(0));
     let _seams = Seams::new(
         options.plant,
@@ -705,6 +712,15 @@ impl Run {
                 ),
             ));
         }
+        if !self.model.held && !hold_uncertain && first.hold {
+            return Err(self.violation(
+                "a runtime not held comes back not held",
+                format!(
+                    "not held before the crash; relaunched held as {}",
+                    label(&first.lifecycle)
+                ),
+            ));
+        }
         let crashed_on = match &first.previous_run {
             PreviousRun::Crashed { attempt, .. } => *attempt,
             // A power cut before the launch's run marker was durable (the
@@ -771,7 +787,7 @@ impl Run {
                     world: Arc::clone(&self.world),
                 },
             )
-            .config(self.world.source())
+            .config(World::source(&self.config_file))
             .timings(timings())
             .build();
             self.take_disk_trace();
@@ -871,8 +887,8 @@ impl Run {
         }
         // The faults stop: a good config, a disk without faults, and an
         // operator who asks once.
-        self.world.set_config(Edit::Good(-1).config());
         self.disk.set_faults(Faults::NONE);
+        self.write_config(&Edit::Good(-1), true, true);
         for leaf in OVERRIDE_LEAVES {
             let result = handle.config_unset(leaf).await;
             self.config_answered(leaf, None, &result);
@@ -949,6 +965,9 @@ impl Run {
                 "slept".to_owned()
             }
             Op::Stop(hold) => {
+                // In flight (a crash may cut it short), a hold change may
+                // or may not reach the disk.
+                self.model.hold_uncertain |= hold;
                 let result = handle
                     .stop(if hold {
                         Hold::AcrossRelaunch
@@ -956,12 +975,11 @@ impl Run {
                         Hold::None
                     })
                     .await;
-                if hold {
-                    self.hold_answered(&result);
-                }
+                self.hold_answered(&result);
                 self.command(result)
             }
             Op::Start => {
+                self.model.hold_uncertain = true;
                 let result = handle.start().await;
                 self.hold_answered(&result);
                 self.command(result)
@@ -987,12 +1005,14 @@ impl Run {
             }
             Op::Config(edit) => {
                 self.counts.config_edits += 1;
-                let config = edit.config();
-                if config.is_none() {
+                if matches!(edit, Edit::Broken) {
                     self.counts.broken_configs += 1;
                 }
-                self.world.set_config(config);
-                "edited".to_owned()
+                let (renamed, synced) = (self.rng.chance(700), self.rng.chance(500));
+                self.write_config(&edit, renamed, synced);
+                let how = if renamed { "renamed" } else { "in place" };
+                let synced = if synced { ", synced" } else { "" };
+                format!("edited ({how}{synced})")
             }
             Op::ConfigSet(leaf, value) => {
                 let result = handle.config_set(leaf, value.into()).await;
@@ -1016,14 +1036,72 @@ impl Run {
         }
     }
 
-    /// What an answer to a command that changes the hold marker tells the
-    /// model.
+    /// What an answer to `stop` or `start` tells the model of the hold
+    /// marker: acknowledged, the marker is as the snapshot says (after a
+    /// failed change, the daemon writes it again with the next step);
+    /// `not durable`, it may be either way.
     fn hold_answered(&mut self, result: &Result<Snapshot, CommandError>) {
         match result {
-            Ok(_) => self.model.hold_uncertain = false,
+            Ok(snapshot) => {
+                self.model.hold_uncertain = false;
+                self.model.held = snapshot.hold;
+            }
             Err(CommandError::Durability(_)) => self.model.hold_uncertain = true,
             Err(_) => {}
         }
+    }
+
+    /// The operator edits the declared config file, as an editor does:
+    /// a temp file renamed over it (`renamed`), or rewritten in place, and
+    /// fsynced (`synced`) or left to the page cache, where a power cut may
+    /// tear it (the daemon then reads what survived). The edit itself
+    /// meets no disk fault: the daemon's faults are what the checks count.
+    fn write_config(&self, edit: &Edit, renamed: bool, synced: bool) {
+        use std::io::SeekFrom;
+        use steadfast::fs::Access;
+        use steadfast_actors::fsx::sim::SimFile;
+        fn write_all(file: &dyn SimFile, mut buf: &[u8]) {
+            while !buf.is_empty() {
+                let n = file.write(buf).expect("the operator's write");
+                buf = &buf[n..];
+            }
+        }
+        let text = match edit.config() {
+            Some(table) => toml::to_string(&table).expect("a table renders"),
+            None => "tag = [ \"an unclosed array\"\n".to_owned(),
+        };
+        let path = &self.config_file;
+        self.disk.without_faults(|| {
+            if renamed {
+                let tmp = path.with_extension("toml.tmp");
+                self.disk.unlink(&tmp).expect("no temp file");
+                let file = self
+                    .disk
+                    .open(&tmp, Access::WriteCreateNew)
+                    .expect("the temp file");
+                write_all(file.as_ref(), text.as_bytes());
+                if synced {
+                    file.sync(false).expect("fsync");
+                }
+                drop(file);
+                self.disk.rename(&tmp, path).expect("renamed over");
+                if synced {
+                    let parent = path.parent().expect("a parent");
+                    self.disk.sync_dir(parent).expect("the directory's fsync");
+                }
+            } else {
+                let file = self
+                    .disk
+                    .open(path, Access::ReadWriteCreate)
+                    .expect("the config file");
+                file.set_len(0).expect("truncated");
+                file.seek(SeekFrom::Start(0)).expect("rewound");
+                write_all(file.as_ref(), text.as_bytes());
+                if synced {
+                    file.sync(false).expect("fsync");
+                }
+            }
+        });
     }
 
     /// What an answer to `config set` / `unset` of `leaf` tells the model.

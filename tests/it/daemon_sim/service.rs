@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use steadfast::config::{ConfigError, ConfigSource, ResolvedConfig};
+use steadfast::config::{ConfigSource, TomlFileSource};
 use steadfast::fs::{Access, Dir};
 use steadfast::service::{ResourceRecord, StoreLock};
 use steadfast::{
@@ -84,8 +84,6 @@ pub struct World {
 
 #[derive(Default)]
 struct WorldState {
-    /// The config the source resolves to (`None`: it does not resolve).
-    config: Option<toml::Table>,
     /// The serving task of the runtime that last started serving.
     serving: Option<mpsc::UnboundedSender<Request>>,
     /// Stores opened, for their numbers.
@@ -101,20 +99,11 @@ impl World {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub fn set_config(&self, config: Option<toml::Table>) {
-        self.lock().config = config;
-    }
-
-    pub fn source(self: &Arc<Self>) -> ConfigSource {
-        let world = Arc::clone(self);
-        ConfigSource::in_place(move || {
-            world
-                .lock()
-                .config
-                .clone()
-                .map(ResolvedConfig::untracked)
-                .ok_or_else(|| ConfigError::Invalid("the simulated config is broken".into()))
-        })
+    /// The config source: the declared TOML file at `path` (on the
+    /// simulated disk, which the operator edits), read, fingerprinted and
+    /// parsed as a daemon's `--config FILE` is.
+    pub fn source(path: &Path) -> ConfigSource {
+        TomlFileSource::new().declared_file(path).into_source()
     }
 
     /// The running runtime's serving task, if one is serving.

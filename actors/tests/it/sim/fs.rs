@@ -479,6 +479,16 @@ impl SimFileSystem {
         self.state().faults = faults;
     }
 
+    /// Run `f` on a disk without faults (an operator's edit, which the
+    /// daemon's checks should not count as the daemon's faults), then
+    /// inject the faults as before.
+    pub fn without_faults<T>(&self, f: impl FnOnce() -> T) -> T {
+        let faults = std::mem::replace(&mut self.state().faults, Faults::NONE);
+        let out = f();
+        self.state().faults = faults;
+        out
+    }
+
     /// A scripted fault: the next `n` fsyncs of the file or directory
     /// `path` names now fail (`EIO`; a file's dirty pages lost, a
     /// directory's changes not made durable), whatever the faults drawn.
