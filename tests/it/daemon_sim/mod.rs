@@ -9,7 +9,8 @@
 //! read through the file-system seam) good and broken, steps that fail,
 //! panic, hang or report progress slowly, a store that refuses, a runtime
 //! that crashes, days of idle time — and crashes part way through an
-//! operation, each followed by a relaunch on what survived.
+//! operation, each followed by a relaunch on what survived, sometimes
+//! after the wall clock jumped (up to 30 days either way).
 //!
 //! The disk (`actors/tests/it/sim/fs.rs`, installed through the
 //! file-system seam `steadfast::fs` and the daemon's own files go

@@ -29,8 +29,16 @@ use super::service::{Request, STORE_FILE, SimService, World, Write, stored_recor
 /// counts it as a hang (every timer of the daemon is far shorter).
 const WATCHDOG: Duration = Duration::from_secs(3_600);
 
+/// The wall clock at a run's start (2026-01-01T00:00:00Z, in ms since the
+/// epoch): every run reads the same times, so none depends on the day it
+/// runs.
+const WALL_START_MS: u64 = 1_767_225_600_000;
+
 /// How long the daemon has to settle once the faults stop.
 const SETTLE: Duration = Duration::from_secs(3_600);
+
+/// A count shared with a simulation's seams.
+type Counter = std::rc::Rc<std::cell::Cell<u64>>;
 
 /// What a run is asked to do.
 #[derive(Debug, Clone, Copy)]
@@ -90,6 +98,8 @@ pub struct Counts {
     pub steps_checked: u64,
     /// Device jobs (fsyncs, marker writes) that took 10 ms to 40 s.
     pub slow_jobs: u64,
+    /// Relaunches after the wall clock jumped (forward or back).
+    pub clock_jumps: u64,
     pub virtual_ms: u64,
 }
 
@@ -109,6 +119,7 @@ impl Counts {
         self.checks += other.checks;
         self.steps_checked += other.steps_checked;
         self.slow_jobs += other.slow_jobs;
+        self.clock_jumps += other.clock_jumps;
         self.virtual_ms += other.virtual_ms;
     }
 }
@@ -291,6 +302,13 @@ struct Run {
     counts: Counts,
     /// Virtual time before this life began.
     elapsed_before: Duration,
+    /// How far the wall clock has jumped from virtual time, in ms (a
+    /// relaunch reads the wall clock at its start: 2026-01-01 plus the
+    /// virtual time passed plus this).
+    clock_skew_ms: i64,
+    /// Device jobs that outlasted the journal's timeout (30 s): a disk
+    /// that slow fails the daemon's durable answers as a faulty one does.
+    jobs_past_timeout: std::rc::Rc<std::cell::Cell<u64>>,
     life: u32,
 }
 
@@ -329,6 +347,8 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
         trace: Vec::new(),
         counts: Counts::default(),
         elapsed_before: Duration::ZERO,
+        clock_skew_ms: 0,
+        jobs_past_timeout: std::rc::Rc::default(),
         life: 0,
     };
     run.disk
@@ -339,9 +359,13 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
     let _seams = Seams::new(
         options.plant,
         disk,
-        options
-            .disk_faults
-            .then(|| (seed, std::rc::Rc::clone(&slow_jobs))),
+        options.disk_faults.then(|| {
+            (
+                seed,
+                std::rc::Rc::clone(&slow_jobs),
+                std::rc::Rc::clone(&run.jobs_past_timeout),
+            )
+        }),
     );
     let mut left = options.ops;
     loop {
@@ -355,10 +379,10 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
             .start_paused(true)
             .build()
             .expect("a runtime");
-        let faults_before = injected(&run.disk.counts());
+        let faults_before = run.disturbances();
         let ended =
             runtime.block_on(run.life(dir.path(), ops, crash_after.is_some() && ops < left))?;
-        run.model.faulted = injected(&run.disk.counts()) != faults_before;
+        run.model.faulted = run.disturbances() != faults_before;
         // The crash: every task of the daemon is dropped where it waits
         // (its files closed, its locks released); half the time the
         // machine loses its power too, and the disk keeps only what was
@@ -423,15 +447,19 @@ impl Seams {
     fn new(
         plant: Option<Plant>,
         disk: SimFileSystem,
-        slow: Option<(u64, std::rc::Rc<std::cell::Cell<u64>>)>,
+        slow: Option<(u64, Counter, Counter)>,
     ) -> Self {
         use steadfast_actors::planted;
-        steadfast_actors::device::inline_job_latency(slow.map(|(seed, count)| {
+        steadfast_actors::device::inline_job_latency(slow.map(|(seed, count, past)| {
             let mut rng = Rng::new(seed ^ 0x0051_0de5);
             let draw: Box<dyn FnMut() -> Duration> = Box::new(move || {
                 if rng.chance(20) {
                     count.set(count.get() + 1);
-                    Duration::from_millis(10 + rng.below(40_000))
+                    let took = Duration::from_millis(10 + rng.below(40_000));
+                    if took >= timings().journal_timeout {
+                        past.set(past.get() + 1);
+                    }
+                    took
                 } else {
                     Duration::ZERO
                 }
@@ -458,6 +486,7 @@ impl Drop for Seams {
         steadfast_actors::device::run_inline_on_this_thread(false);
         steadfast_actors::device::inline_job_latency(None);
         steadfast_actors::fsx::sim::simulate_on_this_thread(None);
+        steadfast_actors::clock::anchor_wall_clock_on_this_thread(None);
     }
 }
 
@@ -620,6 +649,13 @@ impl Run {
         Ok(())
     }
 
+    /// How many faults the disk injected (its crashes aside) and device
+    /// jobs outlasted the journal's timeout so far: what may make a durable
+    /// answer fail.
+    fn disturbances(&self) -> u64 {
+        injected(&self.disk.counts()) + self.jobs_past_timeout.get()
+    }
+
     /// The disk's lines (its faults, its crashes) into the trace.
     fn take_disk_trace(&mut self) {
         for line in self.disk.take_trace() {
@@ -770,7 +806,7 @@ impl Run {
 
     async fn life(&mut self, data_dir: &Path, ops: u32, crash: bool) -> Result<Ended, Violation> {
         let life_started = Instant::now();
-        let faults_at_launch = injected(&self.disk.counts());
+        let faults_at_launch = self.disturbances();
         let relaunch = self.life > 1;
         if relaunch {
             self.check_store(data_dir)?;
@@ -779,8 +815,23 @@ impl Run {
         // descriptor table was full) exits; the service manager launches
         // it again a second later. A launch that fails on a healthy disk is
         // a broken check.
+        if relaunch && self.rng.chance(300) {
+            // The machine's clock jumped while the daemon was down, up to
+            // 30 days either way (an NTP step, a dead RTC battery).
+            let by = i64::try_from(60_000 + self.rng.below(30 * 86_400_000)).unwrap_or(0);
+            let by = if self.rng.chance(500) { by } else { -by };
+            self.clock_skew_ms = self.clock_skew_ms.saturating_add(by);
+            self.counts.clock_jumps += 1;
+            self.note(format_args!("the wall clock jumped {by} ms"));
+        }
         let (supervisor, handle) = loop {
             let faults_before = injected(&self.disk.counts());
+            let wall =
+                Duration::from_millis(WALL_START_MS) + self.elapsed_before + life_started.elapsed();
+            let wall = u64::try_from(wall.as_millis())
+                .unwrap_or(u64::MAX)
+                .saturating_add_signed(self.clock_skew_ms);
+            steadfast_actors::clock::anchor_wall_clock_on_this_thread(Some(wall));
             let built = Supervisor::builder(
                 data_dir,
                 SimService {
@@ -891,7 +942,8 @@ impl Run {
         self.write_config(&Edit::Good(-1), true, true);
         for leaf in OVERRIDE_LEAVES {
             let result = handle.config_unset(leaf).await;
-            self.config_answered(leaf, None, &result);
+            let before = self.model.overrides.get(leaf).copied();
+            self.config_answered(leaf, None, before, &result);
         }
         let _ = handle.retry().await;
         let settled_within = tokio::time::timeout(SETTLE, async {
@@ -935,7 +987,7 @@ impl Run {
         // Carried out, and answered `Ok` — or `not durable` when the disk
         // failed this process a marker or journal write that only a
         // relaunch repairs (the next daemon reads the disk).
-        let faulted = injected(&self.disk.counts()) != faults_at_launch;
+        let faulted = self.disturbances() != faults_at_launch;
         let answered = match &exited {
             Ok((Ok(()), Some(ExitIntent::Halt))) => true,
             Ok((Err(e), Some(ExitIntent::Halt))) => faulted && e.starts_with("not durable"),
@@ -1015,13 +1067,16 @@ impl Run {
                 format!("edited ({how}{synced})")
             }
             Op::ConfigSet(leaf, value) => {
+                // In flight (a crash may cut it short), the leaf is not known.
+                let before = self.model.overrides.remove(leaf);
                 let result = handle.config_set(leaf, value.into()).await;
-                self.config_answered(leaf, Some(value), &result);
+                self.config_answered(leaf, Some(value), before, &result);
                 self.command(result)
             }
             Op::ConfigUnset(leaf) => {
+                let before = self.model.overrides.remove(leaf);
                 let result = handle.config_unset(leaf).await;
-                self.config_answered(leaf, None, &result);
+                self.config_answered(leaf, None, before, &result);
                 self.command(result)
             }
             Op::CrashRuntime => match self.world.serving() {
@@ -1105,10 +1160,13 @@ impl Run {
     }
 
     /// What an answer to `config set` / `unset` of `leaf` tells the model.
+    /// `before`: what the model knew of the leaf before the command (a
+    /// refusal leaves it so).
     fn config_answered(
         &mut self,
         leaf: &'static str,
         value: Option<i64>,
+        before: Option<Option<i64>>,
         result: &Result<Snapshot, CommandError>,
     ) {
         match result {
@@ -1119,7 +1177,11 @@ impl Run {
             Err(CommandError::Durability(_)) => {
                 self.model.overrides.remove(leaf);
             }
-            Err(_) => {}
+            Err(_) => {
+                if let Some(before) = before {
+                    self.model.overrides.insert(leaf, before);
+                }
+            }
         }
     }
 
