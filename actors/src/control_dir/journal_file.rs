@@ -51,11 +51,25 @@ pub trait JournalSink: Write + Send {
     /// The OS error, or [`io::ErrorKind::InvalidData`] if the file is
     /// shorter than `len`.
     fn cut_back(&mut self, len: u64) -> io::Result<()>;
+
+    /// The file's device and inode (`fstat`), where it has them: what the
+    /// journal's name must still name before each append. `None` (the
+    /// default): a sink that is no file of a directory.
+    ///
+    /// # Errors
+    /// The OS error.
+    fn identity(&mut self) -> io::Result<Option<(u64, u64)>> {
+        Ok(None)
+    }
 }
 
 impl JournalSink for File {
     fn sync_data(&mut self) -> io::Result<()> {
         File::sync_data(self)
+    }
+
+    fn identity(&mut self) -> io::Result<Option<(u64, u64)>> {
+        self.meta().map(|m| Some(m.id()))
     }
 
     fn current_len(&mut self) -> io::Result<u64> {
@@ -164,6 +178,10 @@ pub struct JournalFile<S: JournalSink = File> {
     /// ([`Self::take_cut_from`]): every byte from here that no fsync made
     /// durable is, or will be, cut back before the next write.
     pub(super) cut_from: Option<u64>,
+    /// The device and inode of the file this writer appends to, which the
+    /// journal's name must still name before each append (`None` for a
+    /// sink built in tests).
+    pub(super) file_id: Option<(u64, u64)>,
 }
 
 /// Clears the control directory's one-writer flag on drop.
@@ -208,6 +226,7 @@ impl<S: JournalSink> JournalFile<S> {
             cut_written: None,
             header_unsynced: false,
             cut_from: None,
+            file_id: None,
         }
     }
 
@@ -521,10 +540,19 @@ impl<S: JournalSink> JournalFile<S> {
     }
 
     /// Whether the data-dir lock still guards the data dir
-    /// ([`ControlDir::check_lock`]); a writer built over a test sink has
-    /// no lock to check.
+    /// ([`ControlDir::check_lock`]), and the journal's name still names
+    /// this writer's file (a journal removed or replaced underneath would
+    /// take what is appended to it with it); a writer built over a test
+    /// sink has neither to check.
     fn check_lock(&self) -> Result<(), ControlDirError> {
-        self.lock.as_ref().map_or(Ok(()), |lock| lock.check())
+        let Some(lock) = &self.lock else {
+            return Ok(());
+        };
+        lock.check()?;
+        match self.file_id {
+            Some(id) => lock.check_name(JOURNAL_NAME, id),
+            None => Ok(()),
+        }
     }
 
     /// One `write_all` of `buf`, with the crash harness's failpoint in it
@@ -756,7 +784,10 @@ impl<S: JournalSink> JournalFile<S> {
         // The old file is unlinked: from here on, a failure poisons.
         crate::failpoint::hit("compact.before_dir_fsync");
         match dir.sync().and_then(|()| dir.open_journal()) {
-            Ok(sink) => {
+            Ok(mut sink) => {
+                if self.file_id.is_some() {
+                    self.file_id = sink.identity().ok().flatten();
+                }
                 self.sink = sink;
                 self.len = out.len() as u64;
                 self.end = self.len;

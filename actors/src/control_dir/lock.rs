@@ -32,6 +32,20 @@ impl HeldLock {
         })
     }
 
+    /// That `name` in the control directory still names the file `id`
+    /// (the journal this daemon writes): not removed, not replaced.
+    pub(super) fn check_name(&self, name: &str, id: (u64, u64)) -> Result<(), ControlDirError> {
+        let reason = match self.dir.stat(name)? {
+            Some(now) if now.id() == id => return Ok(()),
+            Some(_) => "was replaced",
+            None => "was removed",
+        };
+        Err(ControlDirError::JournalReplaced {
+            path: self.dir.join(name),
+            reason,
+        })
+    }
+
     /// See [`ControlDir::check_lock`]. The locked file is held open, so its
     /// inode is not reused while this runs: `lock` still naming that inode
     /// (through the directory's descriptor) means the file was neither

@@ -268,6 +268,19 @@ pub enum ControlDirError {
         /// What was found.
         reason: String,
     },
+    /// The journal's name no longer names the file this daemon writes: it
+    /// was removed or replaced underneath (by hand, by another program).
+    /// What is appended to the old file would be lost at the next launch,
+    /// so nothing more is.
+    #[error(
+        "the journal {path} {reason}, not by this daemon: nothing more is appended to it; relaunch the daemon to reopen the data dir's journal"
+    )]
+    JournalReplaced {
+        /// The journal's path.
+        path: PathBuf,
+        /// What was found.
+        reason: &'static str,
+    },
 }
 
 impl From<FsError> for ControlDirError {
@@ -662,8 +675,9 @@ impl ControlDir {
                 }
             }
         };
-        let len = file.meta().map_err(io_err(path))?.len;
-        let mut writer = JournalFile::with_sink(file, path.to_path_buf(), len);
+        let meta = file.meta().map_err(io_err(path))?;
+        let mut writer = JournalFile::with_sink(file, path.to_path_buf(), meta.len);
+        writer.file_id = Some(meta.id());
         writer.lock = Some(Arc::clone(&self.lock));
         writer._slot = Some(WriterSlot(Arc::clone(&self.journal_opened)));
         writer.keep_attempts = self.journal_keep;

@@ -439,3 +439,48 @@ fn a_predecessors_unsynced_tail_is_made_durable_before_it_is_built_on() {
         decoded.err()
     );
 }
+
+/// The journal is removed underneath a running daemon (by hand, by a
+/// cleanup job). Appends went on into the unlinked file and were
+/// acknowledged, and the next process, finding no journal, knew nothing of
+/// them: an acknowledged stop came back running. Now nothing more is
+/// appended, and the answer names what happened.
+#[test]
+fn a_journal_removed_underneath_is_not_appended_to() {
+    use steadfast_actors::fsx::sim::SimFs as _;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data_dir = tmp.path().join("data");
+    let journal = data_dir.join(".steadfast").join("journal");
+    let disk = SimFileSystem::new(Rng::new(6), Faults::NONE);
+    let _seams = Simulated::install(&disk);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let (supervisor, handle) =
+            Supervisor::builder(&data_dir, Gated(Arc::new(Semaphore::new(1))))
+                .config(ConfigSource::new(|| {
+                    Ok(ResolvedConfig::untracked(toml::Table::new()))
+                }))
+                .build()
+                .expect("the supervisor starts");
+        let _daemon = tokio::spawn(supervisor.run());
+        until(&handle, running(1)).await;
+        assert!(
+            disk.unlink(&journal).expect("unlink"),
+            "the journal was there"
+        );
+        let stopped = handle.stop(Hold::None).await;
+        let error = stopped.expect_err("a stop whose record has no journal to go to");
+        assert!(
+            error.to_string().contains("was removed"),
+            "the answer says what happened: {error}"
+        );
+        assert!(
+            matches!(handle.snapshot().lifecycle, LifecycleState::Running { .. }),
+            "the stop was not adopted"
+        );
+    });
+}
