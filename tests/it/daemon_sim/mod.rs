@@ -53,7 +53,9 @@
 //!
 //! Not simulated yet: the config watcher's `notify` thread (it watches
 //! the real directory, where nothing changes; `reload` stands in for its
-//! firing), the control server, `replace`, and files removed underneath.
+//! firing), the control server, `replace`, and files other than the
+//! journal removed underneath (the workload removes the journal, or
+//! renames a copy over it, now and then).
 //! The defects the simulation found are scripted in [`defects`].
 
 mod defects;

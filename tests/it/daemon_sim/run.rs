@@ -100,6 +100,8 @@ pub struct Counts {
     pub slow_jobs: u64,
     /// Relaunches after the wall clock jumped (forward or back).
     pub clock_jumps: u64,
+    /// Journals removed or replaced underneath the daemon.
+    pub intrusions: u64,
     pub virtual_ms: u64,
 }
 
@@ -120,6 +122,7 @@ impl Counts {
         self.steps_checked += other.steps_checked;
         self.slow_jobs += other.slow_jobs;
         self.clock_jumps += other.clock_jumps;
+        self.intrusions += other.intrusions;
         self.virtual_ms += other.virtual_ms;
     }
 }
@@ -155,6 +158,9 @@ enum Op {
     /// `config unset` of a leaf.
     ConfigUnset(&'static str),
     CrashRuntime,
+    /// Something else removes the journal (`true`) or renames a copy of
+    /// it over it (`false`) under the running daemon.
+    Intrude(bool),
 }
 
 /// The leaves the workload sets in the override tier: harmless ones (a
@@ -217,6 +223,7 @@ impl Op {
                 85..95 => Edit::Slow(i64::try_from(rng.below(20_000)).unwrap_or(0)),
                 _ => Edit::WipeFails,
             }),
+            950..953 => Self::Intrude(rng.chance(500)),
             _ => Self::CrashRuntime,
         }
     }
@@ -273,6 +280,9 @@ struct Model {
     power_cut: bool,
     /// Whether the disk injected a fault during the last life.
     faulted: bool,
+    /// Whether the journal was removed or replaced underneath during the
+    /// last life: what it held of that life is not the journal's to keep.
+    intruded: bool,
     /// Whether the last life acknowledged anything (a command answered
     /// `Ok`, a record).
     acknowledged: bool,
@@ -380,9 +390,11 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
             .build()
             .expect("a runtime");
         let faults_before = run.disturbances();
+        let intrusions_before = run.counts.intrusions;
         let ended =
             runtime.block_on(run.life(dir.path(), ops, crash_after.is_some() && ops < left))?;
         run.model.faulted = run.disturbances() != faults_before;
+        run.model.intruded = run.counts.intrusions != intrusions_before;
         // The crash: every task of the daemon is dropped where it waits
         // (its files closed, its locks released); half the time the
         // machine loses its power too, and the disk keeps only what was
@@ -618,7 +630,7 @@ impl Run {
     /// error (records written ahead of an fsync that failed included: they
     /// are written again once the disk lets the journal).
     fn check_journal(&mut self, data_dir: &Path) -> Result<(), Violation> {
-        if self.model.durable_attempt == 0 {
+        if self.model.durable_attempt == 0 || self.model.intruded {
             return Ok(());
         }
         self.counts.checks += 1;
@@ -653,7 +665,7 @@ impl Run {
     /// jobs outlasted the journal's timeout so far: what may make a durable
     /// answer fail.
     fn disturbances(&self) -> u64 {
-        injected(&self.disk.counts()) + self.jobs_past_timeout.get()
+        injected(&self.disk.counts()) + self.jobs_past_timeout.get() + self.counts.intrusions
     }
 
     /// The disk's lines (its faults, its crashes) into the trace.
@@ -1078,6 +1090,36 @@ impl Run {
                 let result = handle.config_unset(leaf).await;
                 self.config_answered(leaf, None, before, &result);
                 self.command(result)
+            }
+            Op::Intrude(remove) => {
+                use steadfast::fs::Access;
+                use steadfast_actors::fsx::sim::SimFs as _;
+                self.counts.intrusions += 1;
+                let control = Path::new(&self.data_dir).join(".steadfast");
+                let journal = control.join("journal");
+                self.disk.without_faults(|| {
+                    if remove {
+                        let _ = self.disk.unlink(&journal);
+                        return "removed the journal".to_owned();
+                    }
+                    let Some(bytes) = self.disk.read(&journal) else {
+                        return "no journal to replace".to_owned();
+                    };
+                    let copy = control.join("journal.copy");
+                    let file = self
+                        .disk
+                        .open(&copy, Access::WriteCreateNew)
+                        .expect("the copy");
+                    let mut rest = &bytes[..];
+                    while !rest.is_empty() {
+                        let n = file.write(rest).expect("the copy's write");
+                        rest = &rest[n..];
+                    }
+                    file.sync(false).expect("the copy's fsync");
+                    drop(file);
+                    self.disk.rename(&copy, &journal).expect("renamed over");
+                    "replaced the journal with a copy".to_owned()
+                })
             }
             Op::CrashRuntime => match self.world.serving() {
                 Some(serving) if serving.send(Request::Crash).is_ok() => {
