@@ -557,7 +557,7 @@ impl SupervisorHandle {
     /// are all taken, and `steadfast_reload_failures_total` counts it.
     pub async fn reload(&self) -> Result<Snapshot, CommandError> {
         let hooks = self.clone();
-        let files = tokio::task::spawn_blocking(move || hooks.run_reload_hooks())
+        let files = steadfast_actors::device::blocking(move || hooks.run_reload_hooks())
             .await
             .unwrap_or_else(|_| Err("re-reading the control planes' files panicked".to_owned()));
         self.send(Command::Reload { files }).await
@@ -705,7 +705,7 @@ impl SupervisorHandle {
     /// names the file).
     pub async fn journal(&self, limit: usize) -> Result<Vec<JournalAttempt>, CommandError> {
         let path = Arc::clone(&self.journal_path);
-        let records = tokio::task::spawn_blocking(move || control_dir::read_journal(&path))
+        let records = steadfast_actors::device::blocking(move || control_dir::read_journal(&path))
             .await
             .map_err(|_| CommandError::Failed("reading the journal panicked".into()))?
             .map_err(|error| CommandError::Failed(error.to_string()))?;

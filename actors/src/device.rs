@@ -126,6 +126,32 @@ pub(crate) fn runs_inline() -> bool {
     INLINE.with(Cell::get)
 }
 
+/// Blocking work that is not a device job (a read of a few files, waiting
+/// out a lock): on tokio's blocking pool, or, on a thread whose device
+/// jobs run inline, here (a simulation: no other thread may decide when it
+/// ends, so the order in which tasks resume stays the seed's).
+///
+/// # Errors
+/// [`DeviceError::Panicked`] if `work` panicked; [`DeviceError::Cancelled`]
+/// if the runtime shut down first.
+pub async fn blocking<T, F>(work: F) -> Result<T, DeviceError>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    if runs_inline() {
+        return std::panic::catch_unwind(AssertUnwindSafe(work))
+            .map_err(|panic| DeviceError::Panicked(crate::service::panic_message(panic.as_ref())));
+    }
+    tokio::task::spawn_blocking(work).await.map_err(|error| {
+        if error.is_panic() {
+            DeviceError::Panicked(crate::service::panic_message(error.into_panic().as_ref()))
+        } else {
+            DeviceError::Cancelled
+        }
+    })
+}
+
 /// Start device threads now, until `threads` of them (at most
 /// [`DEVICE_JOBS`]) are alive, so the first jobs find one waiting instead
 /// of waiting for one to be created and scheduled (a daemon's

@@ -331,7 +331,7 @@ impl StoreLock {
                 Probed::Settled(outcome) => Ok(outcome),
                 Probed::Kept(cause) => Err(cause),
                 Probed::Taken(file, path) => {
-                    tokio::task::spawn_blocking(move || Self::wait_out(&file, &path))
+                    crate::device::blocking(move || Self::wait_out(&file, &path))
                         .await
                         .unwrap_or_else(|e| {
                             Ok(StoreOutcome::Held {

@@ -336,24 +336,20 @@ pub const RESOLVE_DEADLINE: Duration = Duration::from_secs(10);
 /// refused with [`ConfigError::TooLarge`], never read whole, never cut.
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
-/// Runs `work` on a blocking thread and waits at most `deadline` for it;
-/// on a thread whose device jobs run inline (a simulation's: its reads
-/// are of a simulated disk and never block), runs it here, where the seed
-/// decides.
+/// Runs `work` on a blocking thread ([`crate::device::blocking`]: here, on
+/// a simulation's thread) and waits at most `deadline` for it.
 async fn within<T: Send + 'static>(
     deadline: Duration,
     work: impl FnOnce() -> Result<T, ConfigError> + Send + 'static,
 ) -> Result<T, ConfigError> {
-    if crate::device::runs_inline() {
-        return std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))
-            .unwrap_or_else(|panic| Err(panicked(panic.as_ref())));
-    }
-    match tokio::time::timeout(deadline, tokio::task::spawn_blocking(work)).await {
+    match tokio::time::timeout(deadline, crate::device::blocking(work)).await {
         Ok(Ok(result)) => result,
-        Ok(Err(join)) => Err(match join.try_into_panic() {
-            Ok(panic) => panicked(panic.as_ref()),
-            Err(_) => ConfigError::Invalid("the config source panicked: cancelled".to_owned()),
-        }),
+        Ok(Err(crate::device::DeviceError::Panicked(message))) => Err(ConfigError::Invalid(
+            format!("the config source panicked: {message}"),
+        )),
+        Ok(Err(_)) => Err(ConfigError::Invalid(
+            "the config source panicked: cancelled".to_owned(),
+        )),
         Err(_) => Err(ConfigError::TimedOut { after: deadline }),
     }
 }
