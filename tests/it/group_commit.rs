@@ -173,39 +173,10 @@ mod in_process {
     use steadfast::protocol::lifecycle::LifecycleState;
     use steadfast::protocol::snapshot::Snapshot;
     use steadfast::supervisor::Timings;
-    use steadfast::{
-        ExitIntent, Hold, Made, Plan, Service, Step, StepContext, StepError, Supervisor,
-        SupervisorHandle,
-    };
+    use steadfast::{ExitIntent, Hold, Supervisor, SupervisorHandle};
     use tokio::sync::Semaphore;
 
-    use super::common::until;
-
-    /// One step that waits for a permit (always one there unless a test
-    /// takes them away): a boot as fast or as slow as the test wants.
-    struct Gate(Arc<Semaphore>);
-
-    impl Step for Gate {
-        const NAME: &'static str = "gate";
-        type Config = toml::Table;
-        type Output = ();
-
-        async fn execute(&self, _cx: StepContext<'_, toml::Table>) -> Result<Made<()>, StepError> {
-            let permit = self.0.acquire().await.map_err(StepError::backoff)?;
-            drop(permit);
-            Ok(Made::new("gate", "", ()))
-        }
-    }
-
-    struct Gated(Arc<Semaphore>);
-
-    impl Service for Gated {
-        type Config = toml::Table;
-
-        fn plan(&self, _config: &toml::Table) -> Plan<toml::Table> {
-            Plan::new().step(Gate(Arc::clone(&self.0)))
-        }
-    }
+    use super::common::{Gated, until};
 
     fn source() -> ConfigSource {
         ConfigSource::new(|| Ok(ResolvedConfig::untracked(toml::Table::new())))

@@ -8,38 +8,13 @@ use std::time::Duration;
 use steadfast::config::{ConfigSource, ResolvedConfig};
 use steadfast::protocol::lifecycle::LifecycleState;
 use steadfast::supervisor::Timings;
-use steadfast::{
-    ExitIntent, Hold, Made, Plan, Service, Step, StepContext, StepError, Supervisor,
-    SupervisorHandle,
-};
+use steadfast::{ExitIntent, Hold, Supervisor, SupervisorHandle};
 use tokio::sync::Semaphore;
 
 use super::fs::{Faults, SimFileSystem};
 use super::rng::Rng;
 
-/// One step that waits for a permit: a boot as slow as the test wants.
-struct Gate(Arc<Semaphore>);
-
-impl Step for Gate {
-    const NAME: &'static str = "gate";
-    type Config = toml::Table;
-    type Output = ();
-
-    async fn execute(&self, _cx: StepContext<'_, toml::Table>) -> Result<Made<()>, StepError> {
-        drop(self.0.acquire().await.map_err(StepError::backoff)?);
-        Ok(Made::new("gate", "", ()))
-    }
-}
-
-struct Gated(Arc<Semaphore>);
-
-impl Service for Gated {
-    type Config = toml::Table;
-
-    fn plan(&self, _config: &toml::Table) -> Plan<toml::Table> {
-        Plan::new().step(Gate(Arc::clone(&self.0)))
-    }
-}
+use crate::support::common::Gated;
 
 /// The seams a scripted run installs on its thread, removed on drop.
 struct Simulated;
@@ -57,6 +32,31 @@ impl Drop for Simulated {
         steadfast_actors::device::run_inline_on_this_thread(false);
         steadfast_actors::fsx::sim::simulate_on_this_thread(None);
     }
+}
+
+/// A current-thread runtime on paused (virtual) time.
+fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("a runtime")
+}
+
+/// A supervisor of one [`Gated`] step over `data_dir`, with an empty
+/// config and `timings`.
+fn supervise(
+    data_dir: &Path,
+    gate: Arc<Semaphore>,
+    timings: Timings,
+) -> (Supervisor, SupervisorHandle) {
+    Supervisor::builder(data_dir, Gated(gate))
+        .config(ConfigSource::new(|| {
+            Ok(ResolvedConfig::untracked(toml::Table::new()))
+        }))
+        .timings(timings)
+        .build()
+        .expect("the supervisor starts")
 }
 
 /// The last attempt of the last run the journal on `disk` holds, as a
@@ -104,24 +104,18 @@ fn a_boot_whose_written_ahead_record_was_cut_back_is_journaled_once_the_disk_rec
     let data_dir = tmp.path().join("data");
     let disk = SimFileSystem::new(Rng::new(1), Faults::NONE);
     let _seams = Simulated::install(&disk);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .expect("a runtime");
+    let runtime = paused_runtime();
     runtime.block_on(async {
         let gate = Arc::new(Semaphore::new(1));
-        let (supervisor, handle) = Supervisor::builder(&data_dir, Gated(Arc::clone(&gate)))
-            .config(ConfigSource::new(|| {
-                Ok(ResolvedConfig::untracked(toml::Table::new()))
-            }))
-            .timings(Timings {
+        let (supervisor, handle) = supervise(
+            &data_dir,
+            Arc::clone(&gate),
+            Timings {
                 commit_window: Duration::from_millis(50),
                 drain_grace: Duration::from_secs(2),
                 ..Timings::default()
-            })
-            .build()
-            .expect("the supervisor starts");
+            },
+        );
         let daemon = tokio::spawn(supervisor.run());
         until(&handle, running(1)).await;
         assert_eq!(last_journaled_attempt(&disk, &data_dir), 1);
@@ -185,19 +179,10 @@ fn launch_after_failed_marker_fsyncs(failures: u32) {
     disk.fail_next_fsyncs_of(&control, failures);
     let _seams = Simulated::install(&disk);
     let launch = |disk: &SimFileSystem| {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .expect("a runtime");
+        let runtime = paused_runtime();
         let snapshot = runtime.block_on(async {
             let gate = Arc::new(Semaphore::new(1));
-            let (supervisor, handle) = Supervisor::builder(&data_dir, Gated(gate))
-                .config(ConfigSource::new(|| {
-                    Ok(ResolvedConfig::untracked(toml::Table::new()))
-                }))
-                .build()
-                .expect("the supervisor starts");
+            let (supervisor, handle) = supervise(&data_dir, gate, Timings::default());
             let _daemon = tokio::spawn(supervisor.run());
             until(&handle, |state| {
                 matches!(state, LifecycleState::Running { .. })
@@ -259,19 +244,10 @@ fn an_unset_after_a_set_answered_not_durable_is_durable() {
     disk.create_dir_all(&control).expect("the control dir");
     let _seams = Simulated::install(&disk);
     let launch = |disk: &SimFileSystem, fault: bool| {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .expect("a runtime");
+        let runtime = paused_runtime();
         let tag = runtime.block_on(async {
             let (supervisor, handle) =
-                Supervisor::builder(&data_dir, Gated(Arc::new(Semaphore::new(1))))
-                    .config(ConfigSource::new(|| {
-                        Ok(ResolvedConfig::untracked(toml::Table::new()))
-                    }))
-                    .build()
-                    .expect("the supervisor starts");
+                supervise(&data_dir, Arc::new(Semaphore::new(1)), Timings::default());
             let _daemon = tokio::spawn(supervisor.run());
             until(&handle, running(1)).await;
             if fault {
@@ -318,19 +294,10 @@ fn a_start_after_a_hold_answered_not_durable_is_not_undone_by_the_marker() {
     disk.create_dir_all(&control).expect("the control dir");
     let _seams = Simulated::install(&disk);
     let launch = |fault: bool| {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .expect("a runtime");
+        let runtime = paused_runtime();
         let first = runtime.block_on(async {
             let (supervisor, handle) =
-                Supervisor::builder(&data_dir, Gated(Arc::new(Semaphore::new(1))))
-                    .config(ConfigSource::new(|| {
-                        Ok(ResolvedConfig::untracked(toml::Table::new()))
-                    }))
-                    .build()
-                    .expect("the supervisor starts");
+                supervise(&data_dir, Arc::new(Semaphore::new(1)), Timings::default());
             let first = handle.snapshot();
             let _daemon = tokio::spawn(supervisor.run());
             if fault {
@@ -374,25 +341,17 @@ fn a_predecessors_unsynced_tail_is_made_durable_before_it_is_built_on() {
     let journal = data_dir.join(".steadfast").join("journal");
     let disk = SimFileSystem::new(Rng::new(5), Faults::NONE);
     let _seams = Simulated::install(&disk);
-    let runtime = || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .expect("a runtime")
-    };
+    let runtime = || paused_runtime();
     let supervise = |gate: &Arc<Semaphore>| {
-        Supervisor::builder(&data_dir, Gated(Arc::clone(gate)))
-            .config(ConfigSource::new(|| {
-                Ok(ResolvedConfig::untracked(toml::Table::new()))
-            }))
-            .timings(Timings {
+        supervise(
+            &data_dir,
+            Arc::clone(gate),
+            Timings {
                 // Written-ahead records wait for an outcome, not a timer.
                 commit_window: Duration::from_secs(3_600),
                 ..Timings::default()
-            })
-            .build()
-            .expect("the supervisor starts")
+            },
+        )
     };
     // The first daemon restarts; its next boot waits, its records written
     // ahead of their fsync. Then it is killed.
@@ -453,19 +412,10 @@ fn a_journal_removed_underneath_is_not_appended_to() {
     let journal = data_dir.join(".steadfast").join("journal");
     let disk = SimFileSystem::new(Rng::new(6), Faults::NONE);
     let _seams = Simulated::install(&disk);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .expect("a runtime");
+    let runtime = paused_runtime();
     runtime.block_on(async {
         let (supervisor, handle) =
-            Supervisor::builder(&data_dir, Gated(Arc::new(Semaphore::new(1))))
-                .config(ConfigSource::new(|| {
-                    Ok(ResolvedConfig::untracked(toml::Table::new()))
-                }))
-                .build()
-                .expect("the supervisor starts");
+            supervise(&data_dir, Arc::new(Semaphore::new(1)), Timings::default());
         let _daemon = tokio::spawn(supervisor.run());
         until(&handle, running(1)).await;
         assert!(

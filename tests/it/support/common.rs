@@ -473,3 +473,37 @@ pub fn alone_in_process(module: &str, name: &str) -> bool {
 pub fn nz(n: u32) -> std::num::NonZeroU32 {
     std::num::NonZeroU32::new(n).expect("an attempt counts from 1")
 }
+
+/// One step that waits for a permit (there is one unless a test takes it
+/// away): a boot as fast or as slow as the test wants.
+pub struct Gate(pub Arc<tokio::sync::Semaphore>);
+
+impl steadfast::Step for Gate {
+    const NAME: &'static str = "gate";
+    type Config = toml::Table;
+    type Output = ();
+
+    async fn execute(
+        &self,
+        _cx: steadfast::StepContext<'_, toml::Table>,
+    ) -> Result<steadfast::Made<()>, steadfast::StepError> {
+        drop(
+            self.0
+                .acquire()
+                .await
+                .map_err(steadfast::StepError::backoff)?,
+        );
+        Ok(steadfast::Made::new("gate", "", ()))
+    }
+}
+
+/// A service of one [`Gate`].
+pub struct Gated(pub Arc<tokio::sync::Semaphore>);
+
+impl steadfast::Service for Gated {
+    type Config = toml::Table;
+
+    fn plan(&self, _config: &toml::Table) -> steadfast::Plan<toml::Table> {
+        steadfast::Plan::new().step(Gate(Arc::clone(&self.0)))
+    }
+}
