@@ -1105,7 +1105,9 @@ impl Run {
                     let Some(bytes) = self.disk.read(&journal) else {
                         return "no journal to replace".to_owned();
                     };
+                    // (A power cut may have undone an earlier copy's rename.)
                     let copy = control.join("journal.copy");
+                    let _ = self.disk.unlink(&copy);
                     let file = self
                         .disk
                         .open(&copy, Access::WriteCreateNew)
