@@ -85,7 +85,7 @@ where
             tokio::time::sleep(latency).await;
         }
         return std::panic::catch_unwind(AssertUnwindSafe(work))
-            .map_err(|panic| DeviceError::Panicked(crate::service::panic_message(panic.as_ref())));
+            .map_err(|panic| DeviceError::Panicked(crate::panics::panic_message(panic.as_ref())));
     }
     let pooled = Handle::try_current()
         .is_ok_and(|handle| matches!(handle.runtime_flavor(), RuntimeFlavor::MultiThread));
@@ -141,11 +141,11 @@ where
 {
     if runs_inline() {
         return std::panic::catch_unwind(AssertUnwindSafe(work))
-            .map_err(|panic| DeviceError::Panicked(crate::service::panic_message(panic.as_ref())));
+            .map_err(|panic| DeviceError::Panicked(crate::panics::panic_message(panic.as_ref())));
     }
     tokio::task::spawn_blocking(work).await.map_err(|error| {
         if error.is_panic() {
-            DeviceError::Panicked(crate::service::panic_message(error.into_panic().as_ref()))
+            DeviceError::Panicked(crate::panics::panic_message(error.into_panic().as_ref()))
         } else {
             DeviceError::Cancelled
         }
@@ -180,7 +180,7 @@ where
     let _turn = TURNS.acquire().await.ok();
     tokio::task::spawn_blocking(work).await.map_err(|error| {
         if error.is_panic() {
-            DeviceError::Panicked(crate::service::panic_message(error.into_panic().as_ref()))
+            DeviceError::Panicked(crate::panics::panic_message(error.into_panic().as_ref()))
         } else {
             DeviceError::Cancelled
         }
@@ -232,7 +232,7 @@ impl Pool {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let job: Job = Box::new(move || {
             let outcome = std::panic::catch_unwind(AssertUnwindSafe(work)).map_err(|panic| {
-                DeviceError::Panicked(crate::service::panic_message(panic.as_ref()))
+                DeviceError::Panicked(crate::panics::panic_message(panic.as_ref()))
             });
             // The caller may have gone (its runtime shut down): the work
             // is done all the same.
