@@ -6,7 +6,7 @@
 //!
 //! With the cargo feature `simulation` (the facade's tests turn it on) the
 //! recording is a switch of the calling thread, off until a simulation
-//! turns it on. Without the feature [`adopted`] is empty and nothing is
+//! turns it on. Without the feature `adopted` is empty and nothing is
 //! kept.
 
 use steadfast_protocol::lifecycle::{Effect, Lifecycle, LifecycleEvent};
