@@ -238,11 +238,6 @@ pub enum JournalMsg {
     /// made durable by its fsync. A crash before then loses only records
     /// nobody was told were durable.
     Stage(Vec<Record>),
-    /// Records of a fact a failed write or append left unwritten (their
-    /// transition stands): written first, after what was staged before
-    /// them, by the next `Sync` or `Append`, so that no sync answers `Ok`
-    /// while the state they record is not durable.
-    Restage(Vec<Record>),
     /// Replace the run marker.
     WriteRun(RunMarker, RpcReplyPort<Durable>),
     /// Replace the run marker with no one waiting and without fsyncs
@@ -304,11 +299,6 @@ impl Actor for JournalActor {
             JournalMsg::Stage(records) => {
                 state.staged.extend(records);
                 state.bound_staged();
-            }
-            JournalMsg::Restage(records) => {
-                let mut staged = std::mem::take(&mut state.staged);
-                state.cut_ahead.append(&mut staged);
-                state.cut_ahead.extend(records);
             }
             JournalMsg::Append(records, reply) => {
                 let result = state.write(records, Commit::Sync).await?;

@@ -25,7 +25,7 @@ impl LifecycleActorState {
     /// in the snapshot's `error`; the next append that succeeds clears it.
     /// On failure the records of a step that stands only once durable
     /// (`durable_or_nothing`: a command's) are dropped (its transition is
-    /// not adopted); a fact's are staged again in the Journal actor (`Restage`), so they are
+    /// not adopted); a fact's are staged in the Journal actor, so they are
     /// written, in order, before whatever comes next (a boot's progress,
     /// its checkpoints) once the disk lets the journal repair itself.
     pub(super) async fn record(&mut self, records: Vec<Record>, durable_or_nothing: bool) -> bool {
@@ -139,7 +139,7 @@ impl LifecycleActorState {
         self.fail_durability(ErrorSource::Journal, error.clone());
         self.view.journal_error = Some(error);
         if !durable_or_nothing && !records.is_empty() {
-            let _ = self.children.journal.cast(JournalMsg::Restage(records));
+            let _ = self.children.journal.cast(JournalMsg::Stage(records));
         }
     }
 
