@@ -27,7 +27,8 @@ impl LifecycleActorState {
     /// (`durable_or_nothing`: a command's) are dropped (its transition is
     /// not adopted); a fact's are staged in the Journal actor, so they are
     /// written, in order, before whatever comes next (a boot's progress,
-    /// its checkpoints) once the disk lets the journal repair itself.
+    /// its checkpoints) once the disk lets the journal repair itself, and
+    /// the error stands until then (a sync does not write them).
     pub(super) async fn record(&mut self, records: Vec<Record>, durable_or_nothing: bool) -> bool {
         if records.is_empty() {
             return true;
@@ -35,6 +36,7 @@ impl LifecycleActorState {
         let timeout = self.shared.timings.journal_timeout;
         match journal::append(&self.children.journal, records.clone(), timeout).await {
             Ok(()) => {
+                self.durability.facts_unwritten = false;
                 self.journal_written();
                 self.settle(None);
                 true
@@ -107,7 +109,11 @@ impl LifecycleActorState {
         let timeout = self.shared.timings.journal_timeout;
         match journal::sync(&self.children.journal, timeout).await {
             Ok(()) => {
-                self.journal_written();
+                // Durable: what was written. A fact's staged records are
+                // not, so their error stands until an append writes them.
+                if !self.durability.facts_unwritten {
+                    self.journal_written();
+                }
                 self.settle(None);
             }
             Err(error) => {
@@ -139,6 +145,7 @@ impl LifecycleActorState {
         self.fail_durability(ErrorSource::Journal, error.clone());
         self.view.journal_error = Some(error);
         if !durable_or_nothing && !records.is_empty() {
+            self.durability.facts_unwritten = true;
             let _ = self.children.journal.cast(JournalMsg::Stage(records));
         }
     }

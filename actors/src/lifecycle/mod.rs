@@ -457,6 +457,11 @@ struct Durability {
     /// the marker as the adopted state has it, whether or not the machine
     /// asks for a change.
     hold_uncertain: bool,
+    /// A fact's records a failed write left staged in the Journal actor:
+    /// a sync does not write staged records, so only an append that
+    /// succeeds (it writes them first) clears the journal error; until
+    /// then the snapshot must not say the journal holds what it shows.
+    facts_unwritten: bool,
 }
 
 impl Actor for LifecycleActor {

@@ -156,6 +156,71 @@ fn a_boot_whose_written_ahead_record_was_cut_back_is_journaled_once_the_disk_rec
     });
 }
 
+/// A restart's drain is written ahead of its fsync; the boot it starts
+/// is written next, and that write fails (nothing lands), so the boot's
+/// records are staged for the next append while the boot runs on. The
+/// fsync that settles the restart then succeeds, as it covers only what
+/// was written: the daemon must not report the boot's attempt with the
+/// journal healthy while the journal lacks it (a power cut would lose
+/// it). The sync cleared the journal error.
+#[test]
+fn a_boot_whose_write_failed_is_not_reported_journaled_until_it_is() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data_dir = tmp.path().join("data");
+    let journal = data_dir.join(".steadfast").join("journal");
+    let disk = SimFileSystem::new(Rng::new(5), Faults::NONE);
+    let _seams = Simulated::install(&disk);
+    let runtime = paused_runtime();
+    runtime.block_on(async {
+        let gate = Arc::new(Semaphore::new(1));
+        let (supervisor, handle) = supervise(
+            &data_dir,
+            Arc::clone(&gate),
+            Timings {
+                commit_window: Duration::from_millis(50),
+                ..Timings::default()
+            },
+        );
+        let daemon = tokio::spawn(supervisor.run());
+        until(&handle, running(1)).await;
+
+        // The next boot's step waits. The restart writes its drain (one
+        // write), the drain ends at once, and the boot's write fails.
+        let held = Arc::clone(&gate).acquire_owned().await.expect("permit");
+        disk.fail_a_write_of(&journal, 1);
+        let restart = handle.restart().await;
+        assert!(restart.is_ok(), "the drain is durable: {restart:?}");
+        let snapshot = handle.snapshot();
+        assert!(
+            matches!(snapshot.lifecycle, LifecycleState::Booting { attempt, .. } if attempt.get() == 2),
+            "{:?}",
+            snapshot.lifecycle
+        );
+        assert_eq!(
+            last_journaled_attempt(&disk, &data_dir),
+            1,
+            "the boot's records were not written"
+        );
+        assert!(
+            snapshot
+                .error
+                .as_deref()
+                .is_some_and(|error| error.contains("journal")),
+            "attempt 2 is shown while the journal lacks it: the journal's error must stand: {:?}",
+            snapshot.error
+        );
+
+        // The boot ends; its outcome's append writes the staged records
+        // first: attempt 2 is journaled and the error clears.
+        drop(held);
+        until(&handle, running(2)).await;
+        assert_eq!(handle.snapshot().error, None, "the journal error cleared");
+        assert_eq!(last_journaled_attempt(&disk, &data_dir), 2);
+        handle.exit(ExitIntent::Halt).await.expect("exit");
+        daemon.await.expect("the supervisor's task");
+    });
+}
+
 /// The directory fsync that makes a launch's `holding` marker durable
 /// fails (once; or again when the first append does it anew, and again).
 /// Nothing may be acknowledged until the marker is on disk (a crash must

@@ -236,6 +236,9 @@ struct State {
     dir_sync_skipped: bool,
     /// Scripted faults: per inode, how many of its next fsyncs fail.
     failing_fsyncs: BTreeMap<u64, u32>,
+    /// Scripted faults: per inode, how many of its next writes succeed
+    /// before one fails.
+    failing_write: BTreeMap<u64, u32>,
 }
 
 /// The names of the absolute `path` (`.` skipped; `..` and relative paths
@@ -337,6 +340,20 @@ impl State {
     /// `write` of `buf` at `at` into the file `ino`, faults and all.
     fn write(&mut self, ino: u64, at: u64, buf: &[u8]) -> io::Result<usize> {
         let at = index(at, buf.len())?;
+        if !buf.is_empty()
+            && let Some(before) = self.failing_write.get_mut(&ino)
+        {
+            if *before == 0 {
+                self.failing_write.remove(&ino);
+                self.counts.write_error += 1;
+                self.trace.push(format!(
+                    "write inode {ino} at {at}, {}: error {EIO} after 0 (scripted)",
+                    buf.len()
+                ));
+                return Err(errno(EIO));
+            }
+            *before -= 1;
+        }
         let faults = self.faults;
         if !buf.is_empty() && self.rng.chance(faults.write_error) {
             let landed = self.rng.below(buf.len() as u64) as usize;
@@ -467,6 +484,7 @@ impl SimFileSystem {
             fsync_skipped: false,
             dir_sync_skipped: false,
             failing_fsyncs: BTreeMap::new(),
+            failing_write: BTreeMap::new(),
         })))
     }
 
@@ -503,6 +521,22 @@ impl SimFileSystem {
             .flatten()
             .expect("a file to fail the fsyncs of");
         state.failing_fsyncs.insert(ino, n);
+    }
+
+    /// A scripted fault: after `before` more writes into the file `path`
+    /// names, the next one fails (`EIO`, nothing lands), whatever the
+    /// faults drawn.
+    ///
+    /// # Panics
+    /// If `path` names nothing.
+    pub fn fail_a_write_of(&self, path: impl AsRef<Path>, before: u32) {
+        let mut state = self.state();
+        let ino = state
+            .lookup(path.as_ref())
+            .ok()
+            .flatten()
+            .expect("a file to fail a write of");
+        state.failing_write.insert(ino, before);
     }
 
     /// Plant a defect (or remove it): a file's fsync does nothing and
