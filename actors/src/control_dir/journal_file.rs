@@ -533,6 +533,12 @@ impl<S: JournalSink> JournalFile<S> {
                     // (`doom_from`, by field: `refused` borrows the path.)
                     let len = self.len;
                     self.cut_from = Some(self.cut_from.map_or(len, |from| from.min(len)));
+                    // Those records' pages stay readable though no fsync
+                    // wrote them: cut them now (the next append cuts again
+                    // and answers for it), so that a successor after a kill
+                    // does not build on them and a power cut leave a hole
+                    // before its records.
+                    let _ = self.sink.cut_back(len);
                 }
                 Err(refused(&cause, repair))
             }

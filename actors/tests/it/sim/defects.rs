@@ -85,6 +85,30 @@ fn a_failed_cut_back_does_not_leave_lost_pages_before_new_records() {
     assert_eq!(after_crash(&disk), vec![record(3)]);
 }
 
+/// The same failure, and the process is killed before its next append:
+/// the cut back whose fsync failed took the file back only to where the
+/// failed write began, so the written-ahead record its failure lost was
+/// still readable in the page cache; the successor built on it, and a
+/// power cut turned it into zeros before the successor's own records (a
+/// journal that no longer opened). It is cut at once too.
+#[test]
+fn a_failed_cut_back_leaves_no_lost_record_for_a_successor_to_read() {
+    use steadfast_actors::control_dir::JournalDir as _;
+    let (disk, mut writer) = fresh();
+    writer.write(&[record(1)]).expect("written ahead");
+    disk.fail_next_write();
+    writer.write(&[record(2)]).expect_err("the write fails");
+    disk.fail_next_fsyncs(1);
+    writer.sync().expect_err("the cut back's fsync fails");
+    // The process is killed here: what its successor reads.
+    let read = disk.read_journal().expect("readable").expect("the journal");
+    let records = journal::decode(&read).expect("decodes").records;
+    assert!(
+        records.is_empty(),
+        "a record the failed fsync lost is still there to read: {records:?}"
+    );
+}
+
 /// The same failure, through the Journal actor's calls (its sync is an
 /// empty append): the first answer after the cut is the error, once, and
 /// the appends after it go on (they were refused until a relaunch).
