@@ -465,16 +465,21 @@ impl ControlDir {
             Err(fs::TryLockError::WouldBlock) => return Err(ControlDirError::Locked(lock_path)),
             Err(fs::TryLockError::Error(e)) => return Err(io_err(&lock_path)(e)),
         }
-        // A created control dir: its own name (in the data dir) and the
-        // names made in it (`lock`, then `journal`) are made durable by its
-        // next fsync, the `holding` marker's at open, which a daemon writes
-        // before its first journal append (else that append makes them:
-        // `UnsyncedNames`). Nothing in it is acknowledged before then.
+        // The names made in a created control dir (`lock`, then `journal`)
+        // are made durable by its next fsync, the `holding` marker's at
+        // open, which a daemon writes before its first journal append (else
+        // that append makes them: `UnsyncedNames`), and the control dir's
+        // own name (in the data dir) by an fsync of the data dir with it.
+        // That one is made at every launch, not only when this one created
+        // the directory: a launch that created it and then failed or was
+        // killed before that fsync left a name no one made durable, which
+        // this one cannot tell apart (an fsync of a directory with nothing
+        // to write is cheap). Nothing in it is acknowledged before then.
         let dir = Arc::new(dir);
         let names = UnsyncedNames {
             dir: Arc::clone(&dir),
             pending: Arc::new(AtomicBool::new(created)),
-            parent: Arc::new(std::sync::Mutex::new(created.then_some(data))),
+            parent: Arc::new(std::sync::Mutex::new(Some(data))),
             settling: Arc::new(Settling::default()),
             fsyncs: Arc::new(AtomicU64::new(0)),
         };

@@ -13,8 +13,9 @@ use super::*;
 /// `pending` is cleared only once an fsync that began after them returned
 /// (an fsync in flight elsewhere does not clear it early).
 ///
-/// A created control directory's own name, in the data dir, is pending the
-/// same way (`parent`): made durable by the same fsyncs, after the control
+/// The control directory's own name, in the data dir, is pending the
+/// same way at every launch (`parent`; the launch that created it may have
+/// died before making it durable): made durable by the same fsyncs, after the control
 /// directory's. And the launch's `holding` marker may still be settling on
 /// the process's settling thread ([`ControlDir::write_run_settling`]): every fsync
 /// here, every marker write and every journal acknowledgement waits for it

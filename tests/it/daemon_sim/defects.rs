@@ -221,6 +221,45 @@ fn a_boot_whose_write_failed_is_not_reported_journaled_until_it_is() {
     });
 }
 
+/// A launch created `.steadfast` and was killed (or failed on a disk
+/// fault) before any fsync of the data dir made that name durable. The
+/// next launch found the directory there and took its name for durable:
+/// it fsynced the control dir, never the data dir, and a power cut took
+/// the whole control dir with every acknowledged record in it.
+#[test]
+fn a_control_dir_a_predecessor_left_unsynced_is_made_durable() {
+    use steadfast_actors::fsx::sim::SimFs as _;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data_dir = tmp.path().join("data");
+    let disk = SimFileSystem::new(Rng::new(6), Faults::NONE);
+    disk.create_dir_all(&data_dir).expect("the data dir");
+    // The predecessor's mkdir: in the page cache, not yet durable.
+    assert!(
+        disk.create_dir(&data_dir.join(".steadfast"))
+            .expect("mkdir")
+    );
+    let _seams = Simulated::install(&disk);
+    let runtime = paused_runtime();
+    runtime.block_on(async {
+        let (supervisor, handle) =
+            supervise(&data_dir, Arc::new(Semaphore::new(1)), Timings::default());
+        let _daemon = tokio::spawn(supervisor.run());
+        until(&handle, running(1)).await;
+        let stopped = handle.stop(Hold::AcrossRelaunch).await;
+        assert!(
+            stopped.is_ok(),
+            "the held stop is acknowledged: {stopped:?}"
+        );
+    });
+    drop(runtime);
+    disk.crash();
+    assert!(
+        disk.exists(data_dir.join(".steadfast").join("journal")),
+        "the control dir holding an acknowledged stop survives a power cut"
+    );
+    assert_eq!(last_journaled_attempt(&disk, &data_dir), 1);
+}
+
 /// The directory fsync that makes a launch's `holding` marker durable
 /// fails (once; or again when the first append does it anew, and again).
 /// Nothing may be acknowledged until the marker is on disk (a crash must
