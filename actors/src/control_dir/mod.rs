@@ -673,7 +673,17 @@ impl ControlDir {
                         .map_err(io_err(path))?;
                 }
                 self.count_fsync();
-                file.sync_all().map_err(io_err(path))?;
+                if let Err(error) = file.sync_all() {
+                    if decoded.valid_len == 0 {
+                        // The fresh header the failed fsync may have lost
+                        // stays readable: cut, so that the next open (a
+                        // launch is tried again) starts from an empty file
+                        // rather than append after a header no fsync wrote.
+                        let _ = file.set_len(0);
+                        return Err(io_err(path)(error));
+                    }
+                    file = self.rewrite_journal(&bytes[..decoded.valid_len], path, &error)?;
+                }
                 Recovery::RepairedTornTail {
                     offset,
                     broken_copy,

@@ -260,6 +260,59 @@ fn a_control_dir_a_predecessor_left_unsynced_is_made_durable() {
     assert_eq!(last_journaled_attempt(&disk, &data_dir), 1);
 }
 
+/// A journal left with a torn header (a launch's first write cut short):
+/// the next launch writes a fresh header and its fsync fails, so that
+/// launch fails; the header stayed readable though no fsync wrote it, and
+/// the launch tried next took it for durable (its own fsync at open
+/// succeeds: the failed one marked the pages clean). A power cut then left
+/// a journal that no longer opened (bad magic) before the records it had
+/// acknowledged.
+#[test]
+fn a_fresh_header_whose_fsync_failed_at_open_is_not_trusted_by_the_next_launch() {
+    use steadfast_actors::fsx::sim::SimFs as _;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data_dir = tmp.path().join("data");
+    let control = data_dir.join(".steadfast");
+    let journal = control.join("journal");
+    let disk = SimFileSystem::new(Rng::new(7), Faults::NONE);
+    disk.create_dir_all(&control).expect("the control dir");
+    let torn = disk
+        .open(&journal, steadfast_actors::fsx::Access::AppendCreateNew)
+        .expect("the journal");
+    torn.write(&steadfast::protocol::journal::encode_header()[..3])
+        .expect("a torn header");
+    torn.sync(true).expect("durable");
+    drop(torn);
+    disk.fail_next_fsyncs_of(&journal, 1);
+    let _seams = Simulated::install(&disk);
+    let runtime = paused_runtime();
+    runtime.block_on(async {
+        let build = || {
+            Supervisor::builder(&data_dir, Gated(Arc::new(Semaphore::new(1))))
+                .config(ConfigSource::new(|| {
+                    Ok(ResolvedConfig::untracked(toml::Table::new()))
+                }))
+                .build()
+        };
+        assert!(build().is_err(), "the repaired header's fsync failed");
+        let (supervisor, handle) = build().expect("the launch tried again");
+        let _daemon = tokio::spawn(supervisor.run());
+        until(&handle, running(1)).await;
+        let stopped = handle.stop(Hold::AcrossRelaunch).await;
+        assert!(
+            stopped.is_ok(),
+            "the held stop is acknowledged: {stopped:?}"
+        );
+    });
+    drop(runtime);
+    disk.crash();
+    assert_eq!(
+        last_journaled_attempt(&disk, &data_dir),
+        1,
+        "the journal opens after the power cut"
+    );
+}
+
 /// The directory fsync that makes a launch's `holding` marker durable
 /// fails (once; or again when the first append does it anew, and again).
 /// Nothing may be acknowledged until the marker is on disk (a crash must
