@@ -167,6 +167,13 @@ const LOCK_NAME: &str = "lock";
 /// The journal's name in the control directory.
 const JOURNAL_NAME: &str = "journal";
 
+/// Present while the journal's pages may hold bytes a failed fsync lost
+/// (still readable, never to be written): a launch whose fsync at open
+/// failed, and which could not write the journal into a new file, leaves
+/// it for the next one, whose own fsync would succeed and prove nothing.
+/// That one writes the journal into a new file before trusting it.
+const JOURNAL_UNSURE_NAME: &str = "journal.unsure";
+
 /// The largest marker payload read or written, in bytes.
 pub const MAX_MARKER_PAYLOAD: u32 = 4096;
 
@@ -642,7 +649,14 @@ impl ControlDir {
                 // records. An fsync of a file with nothing dirty costs no
                 // I/O.
                 self.count_fsync();
-                if let Err(error) = file.sync_data() {
+                let synced = if self.dir.stat(JOURNAL_UNSURE_NAME)?.is_some() {
+                    Err(io::Error::other(format!(
+                        "{JOURNAL_UNSURE_NAME}: an earlier launch's fsync of the journal failed"
+                    )))
+                } else {
+                    file.sync_data()
+                };
+                if let Err(error) = synced {
                     file = self.rewrite_journal(&bytes, path, &error)?;
                 }
                 Recovery::Clean
@@ -733,6 +747,15 @@ impl ControlDir {
         }
         tracing::warn!(path = %path.display(), error = %failed,
             "the journal's fsync at open failed; writing what it holds into a new file");
+        // Until the new file is the journal, the next launch must not
+        // trust this one's pages either (`JOURNAL_UNSURE_NAME`); a kill
+        // keeps the marker in the page cache, which is all it needs: a
+        // power cut takes the lost bytes' stand-ins with it.
+        if let Err(error) = self.dir.open(JOURNAL_UNSURE_NAME, Access::WriteCreateNew)
+            && error.io_kind() != Some(io::ErrorKind::AlreadyExists)
+        {
+            tracing::warn!(%error, "could not mark the journal as unsure");
+        }
         let tmp = self.dir.join(COMPACT_TMP_NAME);
         let mut file = self.dir.create_temp(COMPACT_TMP_NAME)?;
         self.count_fsync();
@@ -746,6 +769,9 @@ impl ControlDir {
             return Err(error.into());
         }
         self.sync_dir()?;
+        // The journal is the new file: nothing of it is unsure. A removal
+        // a power cut undoes costs the next launch one rewrite.
+        let _ = self.dir.unlink(JOURNAL_UNSURE_NAME);
         Ok(self.dir.open(JOURNAL_NAME, Access::Append)?)
     }
 

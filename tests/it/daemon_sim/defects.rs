@@ -313,6 +313,64 @@ fn a_fresh_header_whose_fsync_failed_at_open_is_not_trusted_by_the_next_launch()
     );
 }
 
+/// A journal whose last bytes no fsync wrote (a killed predecessor's):
+/// the launch's fsync at open fails, losing them, and writing the journal
+/// into a new file fails at its rename, so the launch fails. The bytes
+/// stayed readable, and the launch tried next, whose own fsync at open
+/// succeeds (the failed one marked the pages clean), took them for durable
+/// and appended after them: a power cut left a journal that no longer
+/// opened. It now writes the journal into a new file first.
+#[test]
+fn a_journal_whose_fsync_at_open_failed_is_not_trusted_by_the_next_launch() {
+    use steadfast_actors::fsx::sim::SimFs as _;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data_dir = tmp.path().join("data");
+    let control = data_dir.join(".steadfast");
+    let journal = control.join("journal");
+    let disk = SimFileSystem::new(Rng::new(8), Faults::NONE);
+    disk.create_dir_all(&control).expect("the control dir");
+    let unsynced = disk
+        .open(&journal, steadfast_actors::fsx::Access::AppendCreateNew)
+        .expect("the journal");
+    unsynced
+        .write(&steadfast::protocol::journal::encode_header())
+        .expect("a header, in the page cache only");
+    drop(unsynced);
+    disk.fail_next_fsyncs_of(&journal, 1);
+    disk.fail_next_renames(1);
+    let _seams = Simulated::install(&disk);
+    let runtime = paused_runtime();
+    runtime.block_on(async {
+        let build = || {
+            Supervisor::builder(&data_dir, Gated(Arc::new(Semaphore::new(1))))
+                .config(ConfigSource::new(|| {
+                    Ok(ResolvedConfig::untracked(toml::Table::new()))
+                }))
+                .build()
+        };
+        assert!(build().is_err(), "the fsync at open and the rewrite failed");
+        let (supervisor, handle) = build().expect("the launch tried again");
+        let _daemon = tokio::spawn(supervisor.run());
+        until(&handle, running(1)).await;
+        let stopped = handle.stop(Hold::AcrossRelaunch).await;
+        assert!(
+            stopped.is_ok(),
+            "the held stop is acknowledged: {stopped:?}"
+        );
+    });
+    drop(runtime);
+    disk.crash();
+    assert_eq!(
+        last_journaled_attempt(&disk, &data_dir),
+        1,
+        "the journal opens after the power cut"
+    );
+    assert!(
+        !disk.exists(control.join("journal.unsure")),
+        "the marker is gone"
+    );
+}
+
 /// The directory fsync that makes a launch's `holding` marker durable
 /// fails (once; or again when the first append does it anew, and again).
 /// Nothing may be acknowledged until the marker is on disk (a crash must

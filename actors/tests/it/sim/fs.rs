@@ -239,6 +239,8 @@ struct State {
     /// Scripted faults: per inode, how many of its next writes succeed
     /// before one fails.
     failing_write: BTreeMap<u64, u32>,
+    /// Scripted faults: how many of the next renames fail.
+    failing_renames: u32,
 }
 
 /// The names of the absolute `path` (`.` skipped; `..` and relative paths
@@ -485,6 +487,7 @@ impl SimFileSystem {
             dir_sync_skipped: false,
             failing_fsyncs: BTreeMap::new(),
             failing_write: BTreeMap::new(),
+            failing_renames: 0,
         })))
     }
 
@@ -537,6 +540,12 @@ impl SimFileSystem {
             .flatten()
             .expect("a file to fail a write of");
         state.failing_write.insert(ino, before);
+    }
+
+    /// A scripted fault: the next `n` renames fail (`EIO`, the old
+    /// entries stay), whatever the faults drawn.
+    pub fn fail_next_renames(&self, n: u32) {
+        self.state().failing_renames = n;
     }
 
     /// Plant a defect (or remove it): a file's fsync does nothing and
@@ -739,7 +748,13 @@ impl SimFs for SimFileSystem {
         let (per_mille, line) = (state.faults.dir_error, || {
             format!("rename {from} -> {to}: EIO")
         });
-        if state.fault(per_mille, |c| &mut c.dir_error, line) {
+        let scripted = state.failing_renames > 0;
+        if scripted {
+            state.failing_renames -= 1;
+            state.counts.dir_error += 1;
+            state.trace.push(line());
+        }
+        if scripted || state.fault(per_mille, |c| &mut c.dir_error, line) {
             return Err(errno(EIO));
         }
         if from != to {
