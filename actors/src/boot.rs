@@ -576,7 +576,7 @@ async fn run_attempt(
                 } else {
                     let timeout = shared.timings.journal_timeout;
                     reporter.flush();
-                    match crate::journal::append(&journal, vec![record], timeout).await {
+                    match crate::journal::append(&journal, vec![record], None, timeout).await {
                         Ok(()) => {
                             shared.ledger.recorded(&checkpoint);
                             crate::failpoint::hit("boot.after_checkpoint");

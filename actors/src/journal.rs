@@ -202,6 +202,38 @@ impl JournalState {
         Ok(result.map(drop).map_err(|e| e.to_string()))
     }
 
+    /// Note `marker` in the run marker ([`JournalMsg::NoteRun`]).
+    fn note_run(&mut self, marker: RunMarker) {
+        // Off the mailbox: the appends behind it (the boot's
+        // checkpoints, the `booted` transition) touch another file
+        // and do not wait for it.
+        let previous = self.note.take().filter(|note| !note.is_finished());
+        // The usual note is one `pwrite` over the marker in place:
+        // made here, without a thread hop, unless an earlier note
+        // is still being written (order) or cannot be made so.
+        if previous.is_none()
+            && let Some(written) = self.control.note_run_in_place(&marker)
+        {
+            if let Err(error) = written {
+                tracing::warn!(%error, "the run marker could not name the attempt");
+            }
+            return;
+        }
+        let control = Arc::clone(&self.control);
+        self.note = Some(tokio::spawn(async move {
+            if let Some(previous) = previous {
+                let _ = previous.await;
+            }
+            let written = crate::device::run(move || control.note_run(&marker))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()));
+            if let Err(error) = written {
+                tracing::warn!(%error, "the run marker could not name the attempt");
+            }
+        }));
+    }
+
     /// Keep at most [`STAGED_KEPT`] staged records, dropping the oldest.
     fn bound_staged(&mut self) {
         if self.staged.len() > STAGED_KEPT {
@@ -221,7 +253,12 @@ pub(crate) type Durable<T = ()> = Result<T, String>;
 /// What the Journal actor is asked.
 pub enum JournalMsg {
     /// Append records; answered after the fsync. Staged records go first.
-    Append(Vec<Record>, RpcReplyPort<Durable>),
+    /// Once they are durable, the run marker given is noted
+    /// ([`JournalMsg::NoteRun`]) in the same turn: a note sent after the
+    /// answer would wait behind whatever this actor takes next (a boot's
+    /// checkpoint on a slow disk), and a crash meanwhile would report the
+    /// attempt before the one published.
+    Append(Vec<Record>, Option<RunMarker>, RpcReplyPort<Durable>),
     /// Write records (staged records first) without an fsync: in the file,
     /// not yet durable. Answered after the write; nothing may acknowledge
     /// them until a later `Append` or `Sync` returns (group commit: a
@@ -231,8 +268,9 @@ pub enum JournalMsg {
     /// Make every record written so far durable (staged records are not
     /// written: they ride the next `Append`); answered at once, without an
     /// fsync, when they are durable already (another append's fsync
-    /// covered them).
-    Sync(RpcReplyPort<Durable>),
+    /// covered them). The run marker given is noted once they are, as
+    /// [`JournalMsg::Append`]'s is.
+    Sync(Option<RunMarker>, RpcReplyPort<Durable>),
     /// Stage records that need no acknowledgement of their own (a boot's
     /// progress): they are written, in order, with the next `Append` and
     /// made durable by its fsync. A crash before then loses only records
@@ -300,15 +338,18 @@ impl Actor for JournalActor {
                 state.staged.extend(records);
                 state.bound_staged();
             }
-            JournalMsg::Append(records, reply) => {
+            JournalMsg::Append(records, note, reply) => {
                 let result = state.write(records, Commit::Sync).await?;
+                if let (Ok(()), Some(marker)) = (&result, note) {
+                    state.note_run(marker);
+                }
                 let _ = reply.send(result);
             }
             JournalMsg::Write(records, reply) => {
                 let result = state.write(records, Commit::Later).await?;
                 let _ = reply.send(result);
             }
-            JournalMsg::Sync(reply) => {
+            JournalMsg::Sync(note, reply) => {
                 // Staged records stay staged: they ride the next append (a
                 // fact staged after a failed write would fail this fsync
                 // again on a full disk, and no one waits on them).
@@ -316,7 +357,11 @@ impl Actor for JournalActor {
                 let result = state.write(Vec::new(), Commit::Sync).await;
                 let mut later = std::mem::replace(&mut state.staged, staged);
                 state.staged.append(&mut later);
-                let _ = reply.send(result?);
+                let result = result?;
+                if let (Ok(()), Some(marker)) = (&result, note) {
+                    state.note_run(marker);
+                }
+                let _ = reply.send(result);
             }
             JournalMsg::WriteRun(marker, reply) => {
                 if let Some(note) = state.note.take() {
@@ -326,36 +371,7 @@ impl Actor for JournalActor {
                 let result = crate::device::run(move || control.write_run(&marker)).await?;
                 let _ = reply.send(result.map_err(|e| e.to_string()));
             }
-            JournalMsg::NoteRun(marker) => {
-                // Off the mailbox: the appends behind it (the boot's
-                // checkpoints, the `booted` transition) touch another file
-                // and do not wait for it.
-                let previous = state.note.take().filter(|note| !note.is_finished());
-                // The usual note is one `pwrite` over the marker in place:
-                // made here, without a thread hop, unless an earlier note
-                // is still being written (order) or cannot be made so.
-                if previous.is_none()
-                    && let Some(written) = state.control.note_run_in_place(&marker)
-                {
-                    if let Err(error) = written {
-                        tracing::warn!(%error, "the run marker could not name the attempt");
-                    }
-                    return Ok(());
-                }
-                let control = Arc::clone(&state.control);
-                state.note = Some(tokio::spawn(async move {
-                    if let Some(previous) = previous {
-                        let _ = previous.await;
-                    }
-                    let written = crate::device::run(move || control.note_run(&marker))
-                        .await
-                        .map_err(|e| e.to_string())
-                        .and_then(|r| r.map_err(|e| e.to_string()));
-                    if let Err(error) = written {
-                        tracing::warn!(%error, "the run marker could not name the attempt");
-                    }
-                }));
-            }
+            JournalMsg::NoteRun(marker) => state.note_run(marker),
             JournalMsg::SetHold(hold, reply) => {
                 let control = Arc::clone(&state.control);
                 let result = crate::device::run(move || {
@@ -418,16 +434,26 @@ pub(crate) async fn write(
     ask(journal, timeout, |reply| JournalMsg::Write(records, reply)).await
 }
 
-/// Make everything written so far durable ([`JournalMsg::Sync`]).
-pub(crate) async fn sync(journal: &ActorRef<JournalMsg>, timeout: Duration) -> Durable {
-    ask(journal, timeout, JournalMsg::Sync).await
+/// Make everything written so far durable ([`JournalMsg::Sync`]), then
+/// note `note` in the run marker.
+pub(crate) async fn sync(
+    journal: &ActorRef<JournalMsg>,
+    note: Option<RunMarker>,
+    timeout: Duration,
+) -> Durable {
+    ask(journal, timeout, |reply| JournalMsg::Sync(note, reply)).await
 }
 
-/// Append `records` and wait until they are durable.
+/// Append `records` and wait until they are durable, then note `note` in
+/// the run marker.
 pub(crate) async fn append(
     journal: &ActorRef<JournalMsg>,
     records: Vec<Record>,
+    note: Option<RunMarker>,
     timeout: Duration,
 ) -> Durable {
-    ask(journal, timeout, |reply| JournalMsg::Append(records, reply)).await
+    ask(journal, timeout, |reply| {
+        JournalMsg::Append(records, note, reply)
+    })
+    .await
 }

@@ -34,8 +34,10 @@ impl LifecycleActorState {
             return true;
         }
         let timeout = self.shared.timings.journal_timeout;
-        match journal::append(&self.children.journal, records.clone(), timeout).await {
+        let note = self.deferred_note();
+        match journal::append(&self.children.journal, records.clone(), note, timeout).await {
             Ok(()) => {
+                self.noted();
                 self.durability.facts_unwritten = false;
                 self.journal_written();
                 self.settle(None);
@@ -107,8 +109,10 @@ impl LifecycleActorState {
             return;
         }
         let timeout = self.shared.timings.journal_timeout;
-        match journal::sync(&self.children.journal, timeout).await {
+        let note = self.deferred_note();
+        match journal::sync(&self.children.journal, note, timeout).await {
             Ok(()) => {
+                self.noted();
                 // Durable: what was written. A fact's staged records are
                 // not, so their error stands until an append writes them.
                 if !self.durability.facts_unwritten {
@@ -122,6 +126,20 @@ impl LifecycleActorState {
                 self.view.journal_error = Some(error.clone());
                 self.settle(Some(error));
             }
+        }
+    }
+
+    /// The run marker the deferred transitions' attempt waits for, which
+    /// the Journal actor notes as soon as they are durable.
+    fn deferred_note(&self) -> Option<RunMarker> {
+        self.durability.deferred.as_ref()?.note.clone()
+    }
+
+    /// The deferred transitions are durable and the Journal actor noted
+    /// their run marker: [`Self::settle`] has none left to note.
+    fn noted(&mut self) {
+        if let Some(deferred) = self.durability.deferred.as_mut() {
+            deferred.note = None;
         }
     }
 
