@@ -213,6 +213,82 @@ pub struct Dir {
     path: PathBuf,
 }
 
+/// Create the data dir `path` and its missing parents (0700), each made
+/// durable in its parent (an fsync of the parent after each `mkdir`), so
+/// that a power cut after the first acknowledgement cannot take the whole
+/// directory with it. Nothing is done for a directory already there (the
+/// launch's settling fsyncs its entry anyway: [`sync_parent_of`]).
+fn create_data_dir(path: &Path) -> Result<(), FsError> {
+    let sim = sim::current();
+    let exists = |dir: &Path| {
+        let found = match &sim {
+            Some(fs) => fs.stat(dir).map(|meta| meta.is_some()),
+            None => fs::symlink_metadata(dir).map(|_| true),
+        };
+        match found {
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(false),
+            found => found,
+        }
+    };
+    let mut missing = Vec::new();
+    for dir in path.ancestors().filter(|dir| !dir.as_os_str().is_empty()) {
+        if exists(dir).map_err(io_at(dir))? {
+            break;
+        }
+        missing.push(dir);
+    }
+    for dir in missing.into_iter().rev() {
+        let made = match &sim {
+            Some(fs) => fs.create_dir(dir).map(drop),
+            None => {
+                use std::os::unix::fs::DirBuilderExt;
+                match fs::DirBuilder::new().mode(DIR_MODE).create(dir) {
+                    // Another process made it meanwhile: its entry is as
+                    // durable as that process made it; fsynced below anyway.
+                    Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+                    made => made,
+                }
+            }
+        };
+        made.map_err(io_at(dir))?;
+        sync_parent_of(dir)?;
+    }
+    Ok(())
+}
+
+/// fsync the directory that holds `path`'s last name (`.` for a bare
+/// name), so that name is durable. Opened only to be fsynced: nothing in
+/// it is read or trusted. A directory this process may pass through but
+/// not open (mode `0711`, another user's) cannot be fsynced by it: that is
+/// said at debug and is not an error (its name is as durable as whoever
+/// made it made it).
+///
+/// # Errors
+/// [`FsError::Io`] naming the directory, when the fsync fails.
+pub fn sync_parent_of(path: &Path) -> Result<(), FsError> {
+    let parent = match path.parent() {
+        None => return Ok(()),
+        Some(parent) if parent.as_os_str().is_empty() => Path::new("."),
+        Some(parent) => parent,
+    };
+    if let Some(fs) = sim::current() {
+        return fs.sync_dir(parent).map_err(io_at(parent));
+    }
+    let fd = match rustix::fs::open(
+        parent,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(errno @ (Errno::ACCESS | Errno::PERM)) => {
+            tracing::debug!(dir = %parent.display(), %errno, "cannot open the directory to fsync it");
+            return Ok(());
+        }
+        Err(errno) => return Err(os(parent)(errno)),
+    };
+    rustix::fs::fsync(&fd).map_err(os(parent))
+}
+
 /// What a [`Dir`] is open on.
 #[derive(Debug)]
 enum DirOn {
@@ -232,19 +308,11 @@ impl Dir {
     /// [`UnsafePath::NotADirectory`] naming the path and the fix;
     /// [`FsError::Io`] if it cannot be created or opened.
     pub fn open_data_dir(path: &Path, create: bool) -> Result<Self, FsError> {
-        if let Some(fs) = sim::current() {
-            if create {
-                fs.create_dir_all(path).map_err(io_at(path))?;
-            }
-            return Self::sim_dir(fs, path.to_path_buf());
-        }
         if create {
-            use std::os::unix::fs::DirBuilderExt;
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(DIR_MODE)
-                .create(path)
-                .map_err(io_at(path))?;
+            create_data_dir(path)?;
+        }
+        if let Some(fs) = sim::current() {
+            return Self::sim_dir(fs, path.to_path_buf());
         }
         let fd = rustix::fs::open(
             path,

@@ -130,10 +130,11 @@ fn fsyncs_per_stop_start_and_restart() {
 
 /// Launch: the fsyncs a fresh kvd makes before it is
 /// running, counted from its metrics. `spec/control-dir.md`, "The fsyncs
-/// of a launch": the `holding` marker 3 (its temp file, the control dir,
-/// which also makes the `lock` and `journal` names durable, and the data
-/// dir for the name `.steadfast`; on a thread of their own, joined before
-/// the first append is acknowledged), the identity 2 (written beside the
+/// of a launch": the `holding` marker 4 (its temp file, the control dir,
+/// which also makes the `lock` and `journal` names durable, the data dir
+/// for the name `.steadfast`, and the data dir's parent for the data dir's
+/// own name; on a thread of their own, joined before the first append is
+/// acknowledged), the identity 2 (written beside the
 /// `booted` append); the journal's header is made durable by its first
 /// append.
 /// Before: 8 (the control dir and the journal header and its directory
@@ -156,7 +157,7 @@ fn fsyncs_at_launch() {
     );
     assert_eq!(
         (dir, journal),
-        (5, 4),
+        (6, 4),
         "control-dir fsyncs and journal appends of a fresh launch"
     );
 }

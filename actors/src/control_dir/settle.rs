@@ -69,6 +69,11 @@ impl UnsyncedNames {
         if let Some(data) = parent.as_ref() {
             self.fsyncs.fetch_add(1, Ordering::Relaxed);
             data.sync()?;
+            // And the data dir's own name, which a launch that created it
+            // and then failed (or was killed) before this fsync may have
+            // left as it did `.steadfast`'s.
+            self.fsyncs.fetch_add(1, Ordering::Relaxed);
+            crate::fsx::sync_parent_of(data.path())?;
             *parent = None;
         }
         Ok(())

@@ -1365,11 +1365,12 @@ fn the_in_place_note_never_waits_and_never_writes_a_new_file() {
 /// DESIGN.md "Durability rules" and `spec/control-dir.md` "The fsyncs of a
 /// launch": a fresh control dir fsyncs nothing at open, and the journal's
 /// header is not fsynced on its own. The `holding` marker's directory
-/// fsync makes the new names (`lock`, `journal`) durable, and then the data
-/// dir's fsync the name `.steadfast`, so the first append after it fsyncs
-/// nothing more than itself; a journal appended to before any fsync of the
-/// directory fsyncs the control dir and the data dir once, with its first
-/// append. Counted by `ControlDir::fsyncs` (outside the appends' own
+/// fsync makes the new names (`lock`, `journal`) durable, then the data
+/// dir's fsync the name `.steadfast` and its parent's the data dir's own
+/// name, so the first append after it fsyncs nothing more than itself; a
+/// journal appended to before any fsync of the directory fsyncs the
+/// control dir, the data dir and its parent once, with its first append.
+/// Counted by `ControlDir::fsyncs` (outside the appends' own
 /// `sync_data`).
 #[test]
 fn a_fresh_launch_defers_the_journal_and_directory_fsyncs() {
@@ -1387,14 +1388,14 @@ fn a_fresh_launch_defers_the_journal_and_directory_fsyncs() {
         .unwrap();
     assert_eq!(
         fsyncs.load(Ordering::Relaxed),
-        3,
-        "the marker, the control dir and the data dir"
+        4,
+        "the marker, the control dir, the data dir and its parent"
     );
     journal.append(&[record(1)]).unwrap();
     journal.append(&[record(2)]).unwrap();
     assert_eq!(
         fsyncs.load(Ordering::Relaxed),
-        3,
+        4,
         "the marker's dir fsyncs covered the journal's name"
     );
     drop(journal);
@@ -1414,18 +1415,18 @@ fn a_fresh_launch_defers_the_journal_and_directory_fsyncs() {
     journal.append(&[record(1)]).unwrap();
     assert_eq!(
         fsyncs.load(Ordering::Relaxed),
-        2,
-        "the control dir, then the data dir"
+        3,
+        "the control dir, then the data dir and its parent"
     );
     journal.append(&[record(2)]).unwrap();
-    assert_eq!(fsyncs.load(Ordering::Relaxed), 2, "once");
+    assert_eq!(fsyncs.load(Ordering::Relaxed), 3, "once");
 }
 
 /// `ControlDir::write_run_settling` (a daemon's launch): the marker is
 /// written and renamed into place at once (a relaunch after a kill reads
 /// `crashed` from then on), its fsync and the directories' are left to a
 /// thread, and the first acknowledged append waits for that thread: once
-/// `append` returned, the three fsyncs were made. A marker written next
+/// `append` returned, the four fsyncs were made. A marker written next
 /// goes after it (never through the same temp file at once).
 #[test]
 fn the_launch_marker_settles_before_the_first_acknowledgement() {
@@ -1444,8 +1445,8 @@ fn the_launch_marker_settles_before_the_first_acknowledgement() {
     journal.append(&[record(1)]).unwrap();
     assert_eq!(
         fsyncs.load(Ordering::Relaxed),
-        3,
-        "the marker, the control dir and the data dir, once"
+        4,
+        "the marker, the control dir, the data dir and its parent, once"
     );
     assert!(matches!(
         cd.read_run().unwrap(),
@@ -1456,7 +1457,7 @@ fn the_launch_marker_settles_before_the_first_acknowledgement() {
         "the temp file was renamed into place"
     );
     journal.append(&[record(2)]).unwrap();
-    assert_eq!(fsyncs.load(Ordering::Relaxed), 3, "the names once");
+    assert_eq!(fsyncs.load(Ordering::Relaxed), 4, "the names once");
 
     // A marker written right after the settling one waits for it: the
     // later one is what `run` holds.

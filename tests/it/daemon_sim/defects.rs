@@ -232,7 +232,8 @@ fn a_control_dir_a_predecessor_left_unsynced_is_made_durable() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let data_dir = tmp.path().join("data");
     let disk = SimFileSystem::new(Rng::new(6), Faults::NONE);
-    disk.create_dir_all(&data_dir).expect("the data dir");
+    disk.create_dir_all_durable(&data_dir)
+        .expect("the data dir");
     // The predecessor's mkdir: in the page cache, not yet durable.
     assert!(
         disk.create_dir(&data_dir.join(".steadfast"))
@@ -275,7 +276,8 @@ fn a_fresh_header_whose_fsync_failed_at_open_is_not_trusted_by_the_next_launch()
     let control = data_dir.join(".steadfast");
     let journal = control.join("journal");
     let disk = SimFileSystem::new(Rng::new(7), Faults::NONE);
-    disk.create_dir_all(&control).expect("the control dir");
+    disk.create_dir_all_durable(&control)
+        .expect("the control dir");
     let torn = disk
         .open(&journal, steadfast_actors::fsx::Access::AppendCreateNew)
         .expect("the journal");
@@ -328,7 +330,8 @@ fn a_journal_whose_fsync_at_open_failed_is_not_trusted_by_the_next_launch() {
     let control = data_dir.join(".steadfast");
     let journal = control.join("journal");
     let disk = SimFileSystem::new(Rng::new(8), Faults::NONE);
-    disk.create_dir_all(&control).expect("the control dir");
+    disk.create_dir_all_durable(&control)
+        .expect("the control dir");
     let unsynced = disk
         .open(&journal, steadfast_actors::fsx::Access::AppendCreateNew)
         .expect("the journal");
@@ -371,6 +374,37 @@ fn a_journal_whose_fsync_at_open_failed_is_not_trusted_by_the_next_launch() {
     );
 }
 
+/// The daemon creates its data dir (and a missing parent) itself, as
+/// `minimal ./dir` does on a path that does not exist yet. Nothing made
+/// those names durable: a power cut after an acknowledged stop took the
+/// whole data dir with the journal that held it.
+#[test]
+fn a_data_dir_the_daemon_created_survives_a_power_cut() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data_dir = tmp.path().join("new").join("data");
+    let disk = SimFileSystem::new(Rng::new(9), Faults::NONE);
+    let _seams = Simulated::install(&disk);
+    let runtime = paused_runtime();
+    runtime.block_on(async {
+        let (supervisor, handle) =
+            supervise(&data_dir, Arc::new(Semaphore::new(1)), Timings::default());
+        let _daemon = tokio::spawn(supervisor.run());
+        until(&handle, running(1)).await;
+        let stopped = handle.stop(Hold::AcrossRelaunch).await;
+        assert!(
+            stopped.is_ok(),
+            "the held stop is acknowledged: {stopped:?}"
+        );
+    });
+    drop(runtime);
+    disk.crash();
+    assert!(
+        disk.exists(data_dir.join(".steadfast").join("hold")),
+        "the data dir and the acknowledged hold survive a power cut"
+    );
+    assert_eq!(last_journaled_attempt(&disk, &data_dir), 1);
+}
+
 /// The directory fsync that makes a launch's `holding` marker durable
 /// fails (once; or again when the first append does it anew, and again).
 /// Nothing may be acknowledged until the marker is on disk (a crash must
@@ -385,12 +419,12 @@ fn a_launch_whose_marker_fsync_failed_recovers_without_a_relaunch() {
 }
 
 fn launch_after_failed_marker_fsyncs(failures: u32) {
-    use steadfast_actors::fsx::sim::SimFs as _;
     let tmp = tempfile::tempdir().expect("tempdir");
     let data_dir = tmp.path().join("data");
     let control = data_dir.join(".steadfast");
     let disk = SimFileSystem::new(Rng::new(2), Faults::NONE);
-    disk.create_dir_all(&control).expect("the control dir");
+    disk.create_dir_all_durable(&control)
+        .expect("the control dir");
     disk.fail_next_fsyncs_of(&control, failures);
     let _seams = Simulated::install(&disk);
     let launch = |disk: &SimFileSystem| {
@@ -451,12 +485,12 @@ fn launch_after_failed_marker_fsyncs(failures: u32) {
 /// without a write, and the next process read the leaf back as set.
 #[test]
 fn an_unset_after_a_set_answered_not_durable_is_durable() {
-    use steadfast_actors::fsx::sim::SimFs as _;
     let tmp = tempfile::tempdir().expect("tempdir");
     let data_dir = tmp.path().join("data");
     let control = data_dir.join(".steadfast");
     let disk = SimFileSystem::new(Rng::new(3), Faults::NONE);
-    disk.create_dir_all(&control).expect("the control dir");
+    disk.create_dir_all_durable(&control)
+        .expect("the control dir");
     let _seams = Simulated::install(&disk);
     let launch = |disk: &SimFileSystem, fault: bool| {
         let runtime = paused_runtime();
@@ -501,12 +535,12 @@ fn an_unset_after_a_set_answered_not_durable_is_durable() {
 /// stopped, the acknowledged start undone.
 #[test]
 fn a_start_after_a_hold_answered_not_durable_is_not_undone_by_the_marker() {
-    use steadfast_actors::fsx::sim::SimFs as _;
     let tmp = tempfile::tempdir().expect("tempdir");
     let data_dir = tmp.path().join("data");
     let control = data_dir.join(".steadfast");
     let disk = SimFileSystem::new(Rng::new(4), Faults::NONE);
-    disk.create_dir_all(&control).expect("the control dir");
+    disk.create_dir_all_durable(&control)
+        .expect("the control dir");
     let _seams = Simulated::install(&disk);
     let launch = |fault: bool| {
         let runtime = paused_runtime();

@@ -362,7 +362,7 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
         life: 0,
     };
     run.disk
-        .create_dir_all(dir.path())
+        .create_dir_all_durable(dir.path())
         .expect("the data dir's directory");
     run.write_config(&Edit::Good(0), true, true);
     let slow_jobs = std::rc::Rc::new(std::cell::Cell::new(0));

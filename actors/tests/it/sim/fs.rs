@@ -15,8 +15,9 @@
 //!   rename is one transaction, so a renamed file never survives under
 //!   both names. A new directory, and all in it, survives only once its
 //!   parent's entry is durable.
-//! - `create_dir_all` is durable at once: it makes the data dir, which on
-//!   a real machine is there before the daemon starts.
+//! - `create_dir_all` is `mkdir -p`: each new entry waits for its
+//!   parent's fsync. `SimFileSystem::create_dir_all_durable` is the test's
+//!   set-up: directories there before the daemon started.
 //! - Files: `write` lands in the cache (at the end when appending); `sync`
 //!   makes the cache durable; a failed one (`EIO`) loses the dirty pages
 //!   for good. A crash keeps each surviving file's durable bytes and a
@@ -495,6 +496,32 @@ impl SimFileSystem {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// `mkdir -p`, durable at once: a directory that was there before the
+    /// daemon started (the data dir's parent, a test's set-up).
+    ///
+    /// # Errors
+    /// The path's trouble (a file where a directory should be).
+    pub fn create_dir_all_durable(&self, path: &Path) -> io::Result<()> {
+        let mut state = self.state();
+        let names = names(path)?;
+        let mut dir = ROOT;
+        for (i, name) in names.iter().enumerate() {
+            dir = match state.entry(dir, name) {
+                Some(ino) if state.dir(ino).is_some() => ino,
+                Some(_) if i + 1 == names.len() => return Err(errno(EEXIST)),
+                Some(_) => return Err(errno(ENOTDIR)),
+                None => {
+                    let ino = state.add(Node::Dir(Entries::default()));
+                    let entries = state.dir_mut(dir);
+                    entries.cache.insert((*name).to_owned(), ino);
+                    entries.durable.insert((*name).to_owned(), ino);
+                    ino
+                }
+            };
+        }
+        Ok(())
+    }
+
     /// Inject `faults` from now on ([`Faults::NONE`]: a disk that settles).
     pub fn set_faults(&self, faults: Faults) {
         self.state().faults = faults;
@@ -636,6 +663,8 @@ impl SimFileSystem {
 
 impl SimFs for SimFileSystem {
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        // `mkdir -p`: each new directory's entry waits for its parent's
+        // fsync, as `create_dir`'s does.
         let mut state = self.state();
         let names = names(path)?;
         let mut dir = ROOT;
@@ -646,9 +675,9 @@ impl SimFs for SimFileSystem {
                 Some(_) => return Err(errno(ENOTDIR)),
                 None => {
                     let ino = state.add(Node::Dir(Entries::default()));
-                    let entries = state.dir_mut(dir);
-                    entries.cache.insert((*name).to_owned(), ino);
-                    entries.durable.insert((*name).to_owned(), ino);
+                    state
+                        .dir_mut(dir)
+                        .change(vec![((*name).to_owned(), Some(ino))]);
                     ino
                 }
             };
@@ -944,7 +973,8 @@ mod tests {
     /// A file system of `seed` with `/data` and no faults.
     fn fresh(seed: u64) -> SimFileSystem {
         let fs = SimFileSystem::new(Rng::new(seed), Faults::NONE);
-        fs.create_dir_all(Path::new("/data")).expect("the data dir");
+        fs.create_dir_all_durable(Path::new("/data"))
+            .expect("the data dir");
         fs
     }
 
@@ -1214,7 +1244,8 @@ mod tests {
     /// counts.
     fn workload(seed: u64) -> (Vec<String>, FaultCounts) {
         let fs = SimFileSystem::new(Rng::new(seed), Faults::NONE);
-        fs.create_dir_all(Path::new("/data/ctl")).expect("made");
+        fs.create_dir_all_durable(Path::new("/data/ctl"))
+            .expect("made");
         fs.set_faults(Faults {
             open_error: 100,
             write_error: 100,
