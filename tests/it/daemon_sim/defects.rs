@@ -93,6 +93,36 @@ fn running(attempt: u32) -> impl Fn(&LifecycleState) -> bool {
     move |state| matches!(state, LifecycleState::Running { attempt: a, .. } if a.get() == attempt)
 }
 
+/// A daemon on `data_dir` over `disk` (after `refused` launches that
+/// must fail on the disk's faults) reaches running and acknowledges a held
+/// stop; then the machine loses its power. What survives is on `disk`.
+fn a_held_stop_then_a_power_cut(disk: &SimFileSystem, data_dir: &Path, refused: u32) {
+    let _seams = Simulated::install(disk);
+    let runtime = paused_runtime();
+    runtime.block_on(async {
+        let build = || {
+            Supervisor::builder(data_dir, Gated(Arc::new(Semaphore::new(1))))
+                .config(ConfigSource::new(|| {
+                    Ok(ResolvedConfig::untracked(toml::Table::new()))
+                }))
+                .build()
+        };
+        for n in 0..refused {
+            assert!(build().is_err(), "launch {n} fails on the disk's fault");
+        }
+        let (supervisor, handle) = build().expect("the launch");
+        let _daemon = tokio::spawn(supervisor.run());
+        until(&handle, running(1)).await;
+        let stopped = handle.stop(Hold::AcrossRelaunch).await;
+        assert!(
+            stopped.is_ok(),
+            "the held stop is acknowledged: {stopped:?}"
+        );
+    });
+    drop(runtime);
+    disk.crash();
+}
+
 /// A boot is written ahead of its fsync; the fsync fails and its records
 /// are cut back while the boot runs on. Once the disk recovers, the
 /// daemon reports the boot's attempt running, so the journal must hold
@@ -239,21 +269,7 @@ fn a_control_dir_a_predecessor_left_unsynced_is_made_durable() {
         disk.create_dir(&data_dir.join(".steadfast"))
             .expect("mkdir")
     );
-    let _seams = Simulated::install(&disk);
-    let runtime = paused_runtime();
-    runtime.block_on(async {
-        let (supervisor, handle) =
-            supervise(&data_dir, Arc::new(Semaphore::new(1)), Timings::default());
-        let _daemon = tokio::spawn(supervisor.run());
-        until(&handle, running(1)).await;
-        let stopped = handle.stop(Hold::AcrossRelaunch).await;
-        assert!(
-            stopped.is_ok(),
-            "the held stop is acknowledged: {stopped:?}"
-        );
-    });
-    drop(runtime);
-    disk.crash();
+    a_held_stop_then_a_power_cut(&disk, &data_dir, 0);
     assert!(
         disk.exists(data_dir.join(".steadfast").join("journal")),
         "the control dir holding an acknowledged stop survives a power cut"
@@ -286,28 +302,7 @@ fn a_fresh_header_whose_fsync_failed_at_open_is_not_trusted_by_the_next_launch()
     torn.sync(true).expect("durable");
     drop(torn);
     disk.fail_next_fsyncs_of(&journal, 1);
-    let _seams = Simulated::install(&disk);
-    let runtime = paused_runtime();
-    runtime.block_on(async {
-        let build = || {
-            Supervisor::builder(&data_dir, Gated(Arc::new(Semaphore::new(1))))
-                .config(ConfigSource::new(|| {
-                    Ok(ResolvedConfig::untracked(toml::Table::new()))
-                }))
-                .build()
-        };
-        assert!(build().is_err(), "the repaired header's fsync failed");
-        let (supervisor, handle) = build().expect("the launch tried again");
-        let _daemon = tokio::spawn(supervisor.run());
-        until(&handle, running(1)).await;
-        let stopped = handle.stop(Hold::AcrossRelaunch).await;
-        assert!(
-            stopped.is_ok(),
-            "the held stop is acknowledged: {stopped:?}"
-        );
-    });
-    drop(runtime);
-    disk.crash();
+    a_held_stop_then_a_power_cut(&disk, &data_dir, 1);
     assert_eq!(
         last_journaled_attempt(&disk, &data_dir),
         1,
@@ -341,28 +336,7 @@ fn a_journal_whose_fsync_at_open_failed_is_not_trusted_by_the_next_launch() {
     drop(unsynced);
     disk.fail_next_fsyncs_of(&journal, 1);
     disk.fail_next_renames(1);
-    let _seams = Simulated::install(&disk);
-    let runtime = paused_runtime();
-    runtime.block_on(async {
-        let build = || {
-            Supervisor::builder(&data_dir, Gated(Arc::new(Semaphore::new(1))))
-                .config(ConfigSource::new(|| {
-                    Ok(ResolvedConfig::untracked(toml::Table::new()))
-                }))
-                .build()
-        };
-        assert!(build().is_err(), "the fsync at open and the rewrite failed");
-        let (supervisor, handle) = build().expect("the launch tried again");
-        let _daemon = tokio::spawn(supervisor.run());
-        until(&handle, running(1)).await;
-        let stopped = handle.stop(Hold::AcrossRelaunch).await;
-        assert!(
-            stopped.is_ok(),
-            "the held stop is acknowledged: {stopped:?}"
-        );
-    });
-    drop(runtime);
-    disk.crash();
+    a_held_stop_then_a_power_cut(&disk, &data_dir, 1);
     assert_eq!(
         last_journaled_attempt(&disk, &data_dir),
         1,
@@ -383,21 +357,7 @@ fn a_data_dir_the_daemon_created_survives_a_power_cut() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let data_dir = tmp.path().join("new").join("data");
     let disk = SimFileSystem::new(Rng::new(9), Faults::NONE);
-    let _seams = Simulated::install(&disk);
-    let runtime = paused_runtime();
-    runtime.block_on(async {
-        let (supervisor, handle) =
-            supervise(&data_dir, Arc::new(Semaphore::new(1)), Timings::default());
-        let _daemon = tokio::spawn(supervisor.run());
-        until(&handle, running(1)).await;
-        let stopped = handle.stop(Hold::AcrossRelaunch).await;
-        assert!(
-            stopped.is_ok(),
-            "the held stop is acknowledged: {stopped:?}"
-        );
-    });
-    drop(runtime);
-    disk.crash();
+    a_held_stop_then_a_power_cut(&disk, &data_dir, 0);
     assert!(
         disk.exists(data_dir.join(".steadfast").join("hold")),
         "the data dir and the acknowledged hold survive a power cut"

@@ -502,6 +502,12 @@ impl SimFileSystem {
     /// # Errors
     /// The path's trouble (a file where a directory should be).
     pub fn create_dir_all_durable(&self, path: &Path) -> io::Result<()> {
+        self.mkdir_p(path, true)
+    }
+
+    /// `mkdir -p`: each new entry durable at once (`durable`) or waiting
+    /// for its parent's fsync.
+    fn mkdir_p(&self, path: &Path, durable: bool) -> io::Result<()> {
         let mut state = self.state();
         let names = names(path)?;
         let mut dir = ROOT;
@@ -513,8 +519,12 @@ impl SimFileSystem {
                 None => {
                     let ino = state.add(Node::Dir(Entries::default()));
                     let entries = state.dir_mut(dir);
-                    entries.cache.insert((*name).to_owned(), ino);
-                    entries.durable.insert((*name).to_owned(), ino);
+                    if durable {
+                        entries.cache.insert((*name).to_owned(), ino);
+                        entries.durable.insert((*name).to_owned(), ino);
+                    } else {
+                        entries.change(vec![((*name).to_owned(), Some(ino))]);
+                    }
                     ino
                 }
             };
@@ -663,26 +673,9 @@ impl SimFileSystem {
 
 impl SimFs for SimFileSystem {
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        // `mkdir -p`: each new directory's entry waits for its parent's
-        // fsync, as `create_dir`'s does.
-        let mut state = self.state();
-        let names = names(path)?;
-        let mut dir = ROOT;
-        for (i, name) in names.iter().enumerate() {
-            dir = match state.entry(dir, name) {
-                Some(ino) if state.dir(ino).is_some() => ino,
-                Some(_) if i + 1 == names.len() => return Err(errno(EEXIST)),
-                Some(_) => return Err(errno(ENOTDIR)),
-                None => {
-                    let ino = state.add(Node::Dir(Entries::default()));
-                    state
-                        .dir_mut(dir)
-                        .change(vec![((*name).to_owned(), Some(ino))]);
-                    ino
-                }
-            };
-        }
-        Ok(())
+        // Each new directory's entry waits for its parent's fsync, as
+        // `create_dir`'s does.
+        self.mkdir_p(path, false)
     }
 
     fn create_dir(&self, path: &Path) -> io::Result<bool> {
