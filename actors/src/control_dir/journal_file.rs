@@ -537,8 +537,12 @@ impl<S: JournalSink> JournalFile<S> {
                     // wrote them: cut them now (the next append cuts again
                     // and answers for it), so that a successor after a kill
                     // does not build on them and a power cut leave a hole
-                    // before its records.
-                    let _ = self.sink.cut_back(len);
+                    // before its records. A fresh header no fsync made
+                    // durable was lost with them: cut it too (an empty
+                    // journal opens as fresh; the next append writes the
+                    // header again).
+                    let keep = if self.header_unsynced { 0 } else { len };
+                    let _ = self.sink.cut_back(keep);
                 }
                 Err(refused(&cause, repair))
             }

@@ -365,6 +365,54 @@ fn a_data_dir_the_daemon_created_survives_a_power_cut() {
     assert_eq!(last_journaled_attempt(&disk, &data_dir), 1);
 }
 
+/// A fresh journal's header rides the first fsync. The first boot's
+/// records are written ahead of it; a stop's write then fails, and the
+/// fsync of the cut back that follows fails too, losing the header with
+/// the records. The writer cut the file back to the header's end, which no
+/// fsync had written, and a power cut left a journal whose header read as
+/// zeros: the next launch refused to start (bad magic).
+#[test]
+fn a_fresh_journal_whose_header_a_failed_cut_lost_still_opens() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data_dir = tmp.path().join("data");
+    let journal = data_dir.join(".steadfast").join("journal");
+    let disk = SimFileSystem::new(Rng::new(10), Faults::NONE);
+    let _seams = Simulated::install(&disk);
+    let runtime = paused_runtime();
+    runtime.block_on(async {
+        let gate = Arc::new(Semaphore::new(1));
+        let _held = Arc::clone(&gate).acquire_owned().await.expect("permit");
+        let (supervisor, handle) = supervise(
+            &data_dir,
+            gate,
+            Timings {
+                // Written-ahead records wait for an outcome, not a timer.
+                commit_window: Duration::from_secs(3_600),
+                ..Timings::default()
+            },
+        );
+        let _daemon = tokio::spawn(supervisor.run());
+        // The first boot is written ahead and waits at its step.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        disk.fail_a_write_of(&journal, 0);
+        disk.fail_next_fsyncs_of(&journal, 1);
+        let stopped = handle.stop(Hold::None).await;
+        assert!(stopped.is_err(), "the stop's write failed: {stopped:?}");
+    });
+    drop(runtime);
+    disk.crash();
+    let relaunched = Supervisor::builder(&data_dir, Gated(Arc::new(Semaphore::new(1))))
+        .config(ConfigSource::new(|| {
+            Ok(ResolvedConfig::untracked(toml::Table::new()))
+        }))
+        .build();
+    assert!(
+        relaunched.is_ok(),
+        "the journal opens after the power cut: {:?}",
+        relaunched.err()
+    );
+}
+
 /// The directory fsync that makes a launch's `holding` marker durable
 /// fails (once; or again when the first append does it anew, and again).
 /// Nothing may be acknowledged until the marker is on disk (a crash must
