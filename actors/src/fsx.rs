@@ -216,9 +216,11 @@ pub struct Dir {
 /// Create the data dir `path` and its missing parents (0700), each made
 /// durable in its parent (an fsync of the parent after each `mkdir`), so
 /// that a power cut after the first acknowledgement cannot take the whole
-/// directory with it. Nothing is done for a directory already there (the
-/// launch's settling fsyncs its entry anyway: [`sync_parent_of`]).
-fn create_data_dir(path: &Path) -> Result<(), FsError> {
+/// directory with it; `path`'s own name only when `sync_last` (a launch
+/// leaves it to its settling, which fsyncs it off the launch's path before
+/// anything is acknowledged: [`sync_parent_of`]). Nothing is done for a
+/// directory already there.
+fn create_data_dir(path: &Path, sync_last: bool) -> Result<(), FsError> {
     let sim = sim::current();
     let exists = |dir: &Path| {
         let found = match &sim {
@@ -251,7 +253,9 @@ fn create_data_dir(path: &Path) -> Result<(), FsError> {
             }
         };
         made.map_err(io_at(dir))?;
-        sync_parent_of(dir)?;
+        if sync_last || dir != path {
+            sync_parent_of(dir)?;
+        }
     }
     Ok(())
 }
@@ -309,8 +313,21 @@ impl Dir {
     /// [`FsError::Io`] if it cannot be created or opened.
     pub fn open_data_dir(path: &Path, create: bool) -> Result<Self, FsError> {
         if create {
-            create_data_dir(path)?;
+            create_data_dir(path, true)?;
         }
+        Self::open_data_dir_made(path)
+    }
+
+    /// [`Self::open_data_dir`] creating it, for a launch: the data dir's
+    /// own name is left to the launch's settling, which fsyncs its parent
+    /// off the launch's path before anything is acknowledged.
+    pub(crate) fn open_data_dir_for_launch(path: &Path) -> Result<Self, FsError> {
+        create_data_dir(path, false)?;
+        Self::open_data_dir_made(path)
+    }
+
+    /// [`Self::open_data_dir`] once it exists.
+    fn open_data_dir_made(path: &Path) -> Result<Self, FsError> {
         if let Some(fs) = sim::current() {
             return Self::sim_dir(fs, path.to_path_buf());
         }

@@ -452,7 +452,9 @@ impl ControlDir {
         // its descriptor without following a link; a loose mode on a
         // control dir of ours is tightened (fchmod) before anything in it
         // is opened.
-        let data = Dir::open_data_dir(data_dir, true)?;
+        // The data dir's own name is made durable by the settling
+        // (`UnsyncedNames`), off the launch's path.
+        let data = Dir::open_data_dir_for_launch(data_dir)?;
         let (dir, created) = data.open_subdir(CONTROL_DIR_NAME, true)?;
         let path = dir.path().to_path_buf();
         let lock_path = dir.join(LOCK_NAME);

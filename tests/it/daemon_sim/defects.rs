@@ -50,13 +50,44 @@ fn supervise(
     gate: Arc<Semaphore>,
     timings: Timings,
 ) -> (Supervisor, SupervisorHandle) {
+    launch(data_dir, gate, timings).expect("the supervisor starts")
+}
+
+/// [`supervise`], or why the launch failed.
+fn launch(
+    data_dir: &Path,
+    gate: Arc<Semaphore>,
+    timings: Timings,
+) -> Result<(Supervisor, SupervisorHandle), steadfast::supervisor::SupervisorError> {
     Supervisor::builder(data_dir, Gated(gate))
         .config(ConfigSource::new(|| {
             Ok(ResolvedConfig::untracked(toml::Table::new()))
         }))
         .timings(timings)
         .build()
-        .expect("the supervisor starts")
+}
+
+/// A journal a predecessor left at `data_dir`'s control dir (made
+/// durable, as if there before): `bytes` written, fsynced if `synced`.
+fn a_journal_left_behind(
+    disk: &SimFileSystem,
+    data_dir: &Path,
+    bytes: &[u8],
+    synced: bool,
+) -> std::path::PathBuf {
+    use steadfast_actors::fsx::sim::SimFs as _;
+    let control = data_dir.join(".steadfast");
+    let journal = control.join("journal");
+    disk.create_dir_all_durable(&control)
+        .expect("the control dir");
+    let file = disk
+        .open(&journal, steadfast_actors::fsx::Access::AppendCreateNew)
+        .expect("the journal");
+    file.write(bytes).expect("written");
+    if synced {
+        file.sync(true).expect("durable");
+    }
+    journal
 }
 
 /// The last attempt of the last run the journal on `disk` holds, as a
@@ -100,13 +131,7 @@ fn a_held_stop_then_a_power_cut(disk: &SimFileSystem, data_dir: &Path, refused: 
     let _seams = Simulated::install(disk);
     let runtime = paused_runtime();
     runtime.block_on(async {
-        let build = || {
-            Supervisor::builder(data_dir, Gated(Arc::new(Semaphore::new(1))))
-                .config(ConfigSource::new(|| {
-                    Ok(ResolvedConfig::untracked(toml::Table::new()))
-                }))
-                .build()
-        };
+        let build = || launch(data_dir, Arc::new(Semaphore::new(1)), Timings::default());
         for n in 0..refused {
             assert!(build().is_err(), "launch {n} fails on the disk's fault");
         }
@@ -286,21 +311,11 @@ fn a_control_dir_a_predecessor_left_unsynced_is_made_durable() {
 /// acknowledged.
 #[test]
 fn a_fresh_header_whose_fsync_failed_at_open_is_not_trusted_by_the_next_launch() {
-    use steadfast_actors::fsx::sim::SimFs as _;
     let tmp = tempfile::tempdir().expect("tempdir");
     let data_dir = tmp.path().join("data");
-    let control = data_dir.join(".steadfast");
-    let journal = control.join("journal");
     let disk = SimFileSystem::new(Rng::new(7), Faults::NONE);
-    disk.create_dir_all_durable(&control)
-        .expect("the control dir");
-    let torn = disk
-        .open(&journal, steadfast_actors::fsx::Access::AppendCreateNew)
-        .expect("the journal");
-    torn.write(&steadfast::protocol::journal::encode_header()[..3])
-        .expect("a torn header");
-    torn.sync(true).expect("durable");
-    drop(torn);
+    let torn = &steadfast::protocol::journal::encode_header()[..3];
+    let journal = a_journal_left_behind(&disk, &data_dir, torn, true);
     disk.fail_next_fsyncs_of(&journal, 1);
     a_held_stop_then_a_power_cut(&disk, &data_dir, 1);
     assert_eq!(
@@ -319,21 +334,12 @@ fn a_fresh_header_whose_fsync_failed_at_open_is_not_trusted_by_the_next_launch()
 /// opened. It now writes the journal into a new file first.
 #[test]
 fn a_journal_whose_fsync_at_open_failed_is_not_trusted_by_the_next_launch() {
-    use steadfast_actors::fsx::sim::SimFs as _;
     let tmp = tempfile::tempdir().expect("tempdir");
     let data_dir = tmp.path().join("data");
-    let control = data_dir.join(".steadfast");
-    let journal = control.join("journal");
     let disk = SimFileSystem::new(Rng::new(8), Faults::NONE);
-    disk.create_dir_all_durable(&control)
-        .expect("the control dir");
-    let unsynced = disk
-        .open(&journal, steadfast_actors::fsx::Access::AppendCreateNew)
-        .expect("the journal");
-    unsynced
-        .write(&steadfast::protocol::journal::encode_header())
-        .expect("a header, in the page cache only");
-    drop(unsynced);
+    let header = steadfast::protocol::journal::encode_header();
+    // In the page cache only.
+    let journal = a_journal_left_behind(&disk, &data_dir, &header, false);
     disk.fail_next_fsyncs_of(&journal, 1);
     disk.fail_next_renames(1);
     a_held_stop_then_a_power_cut(&disk, &data_dir, 1);
@@ -343,7 +349,7 @@ fn a_journal_whose_fsync_at_open_failed_is_not_trusted_by_the_next_launch() {
         "the journal opens after the power cut"
     );
     assert!(
-        !disk.exists(control.join("journal.unsure")),
+        !disk.exists(data_dir.join(".steadfast").join("journal.unsure")),
         "the marker is gone"
     );
 }
@@ -401,11 +407,7 @@ fn a_fresh_journal_whose_header_a_failed_cut_lost_still_opens() {
     });
     drop(runtime);
     disk.crash();
-    let relaunched = Supervisor::builder(&data_dir, Gated(Arc::new(Semaphore::new(1))))
-        .config(ConfigSource::new(|| {
-            Ok(ResolvedConfig::untracked(toml::Table::new()))
-        }))
-        .build();
+    let relaunched = launch(&data_dir, Arc::new(Semaphore::new(1)), Timings::default());
     assert!(
         relaunched.is_ok(),
         "the journal opens after the power cut: {:?}",
