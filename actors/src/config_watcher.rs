@@ -54,8 +54,21 @@
 //! - **Poke fires at once** (SIGHUP-style), each time it is sent. Checked by
 //!   `config::poke_fires_now`. (A debounce pending at the time is folded into
 //!   that firing: its timer is cancelled and its generation made stale.)
-//! - **A watcher that cannot be created fails `pre_start`** with an error that
-//!   names the directory. Checked by `config::a_missing_parent_directory_fails_to_start`.
+//! - **The watch is put in place off the runtime's threads**: `pre_start`
+//!   checks the path and returns; creating the notify watcher (it starts its
+//!   thread) and adding the watch (a round trip to that thread) run on a
+//!   blocking thread, so a launch does not wait for them. Once the watch is
+//!   in place the actor calls `on_watching`: a change made before then was
+//!   not seen, and whoever cares settles against the file as it is (the
+//!   Lifecycle actor compares it with its boot's fingerprint). Checked by
+//!   every `config` test (each writes once `on_watching` ran) and, over a
+//!   running supervisor,
+//!   `supervisor::an_edit_made_while_nothing_watched_is_applied_once_watching`.
+//! - **A parent directory that is not there fails `pre_start`** with an
+//!   error that names the directory. Checked by
+//!   `config::a_missing_parent_directory_fails_to_start`. A watcher that
+//!   cannot be created or added later (no inotify instance left) stops the
+//!   actor with that error, which its supervisor sees as a death.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -87,6 +100,9 @@ pub struct ConfigWatcherArgs {
     /// Called once per quiet period after a change, and on every `Poke`. It
     /// runs on the actor's handler, so it must be quick (send a message).
     pub on_change: Arc<dyn Fn() + Send + Sync>,
+    /// Called once, when the watch is in place: changes before it were not
+    /// seen. Quick, like `on_change`.
+    pub on_watching: Arc<dyn Fn() + Send + Sync>,
 }
 
 impl std::fmt::Debug for ConfigWatcherArgs {
@@ -107,6 +123,9 @@ pub enum ConfigWatcherMsg {
     Quiet(u64),
     /// Fire `on_change` now (an operator's SIGHUP or `reload`).
     Poke,
+    /// The notify watcher made off the actor, with its watch in place, or
+    /// why it could not be.
+    Watching(Result<RecommendedWatcher, String>),
 }
 
 /// What a relevant event did to the declared file.
@@ -124,8 +143,11 @@ pub enum Change {
 
 /// The config watcher's state.
 pub struct ConfigWatcherState {
-    /// Held so the watch lives exactly as long as the actor.
-    _watcher: RecommendedWatcher,
+    /// Held so the watch lives exactly as long as the actor; `None` until
+    /// it is in place.
+    watcher: Option<RecommendedWatcher>,
+    /// Who to tell once it is.
+    on_watching: Arc<dyn Fn() + Send + Sync>,
     /// How long to wait for quiet.
     debounce: Duration,
     /// Who to tell.
@@ -241,6 +263,44 @@ fn change_of(event: &Event, file: &Path, parent: &Path) -> Option<Change> {
         .then_some(change)
 }
 
+/// A notify watcher on `parent` that tells `actor` of each change to
+/// `file`, with its watch in place. Blocking: it starts notify's thread
+/// and waits for it to add the watch.
+fn make_watcher(
+    file: &Path,
+    parent: &Path,
+    actor: &ActorRef<ConfigWatcherMsg>,
+) -> Result<RecommendedWatcher, String> {
+    let target = file.to_path_buf();
+    let watched = parent.to_path_buf();
+    let actor = actor.clone();
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<Event>| {
+        let change = match event {
+            Ok(event) => change_of(&event, &target, &watched),
+            Err(error) => {
+                // An error may hide a change; a spurious resolve is cheap.
+                tracing::warn!(%error, file = %target.display(), "config watch error");
+                Some(Change::Replaced)
+            }
+        };
+        if let Some(change) = change {
+            // Err only once the actor has stopped: nobody to tell.
+            let _ = actor.cast(ConfigWatcherMsg::Notified(change));
+        }
+    })
+    .map_err(|e| format!("cannot create a watcher for {}: {e}", file.display()))?;
+    watcher
+        .watch(parent, RecursiveMode::NonRecursive)
+        .map_err(|e| {
+            format!(
+                "cannot watch directory {} (for config file {}): {e}",
+                parent.display(),
+                file.display()
+            )
+        })?;
+    Ok(watcher)
+}
+
 /// Whether `path` is a regular file itself (not through a link).
 fn is_regular_file(path: &Path) -> bool {
     std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file())
@@ -266,35 +326,31 @@ impl Actor for ConfigWatcherActor {
             return Err(format!("cannot watch {}: not a file path", file.display()).into());
         };
         let parent = parent.to_path_buf();
-        let target = file.clone();
-        let watched = parent.clone();
-        let actor = myself.clone();
-        let mut watcher = notify::recommended_watcher(move |event: notify::Result<Event>| {
-            let change = match event {
-                Ok(event) => change_of(&event, &target, &watched),
-                Err(error) => {
-                    // An error may hide a change; a spurious resolve is cheap.
-                    tracing::warn!(%error, file = %target.display(), "config watch error");
-                    Some(Change::Replaced)
-                }
-            };
-            if let Some(change) = change {
-                // Err only once the actor has stopped: nobody to tell.
-                let _ = actor.cast(ConfigWatcherMsg::Notified(change));
-            }
-        })
-        .map_err(|e| format!("cannot create a watcher for {}: {e}", file.display()))?;
-        watcher
-            .watch(&parent, RecursiveMode::NonRecursive)
-            .map_err(|e| {
-                format!(
-                    "cannot watch directory {} (for config file {}): {e}",
-                    parent.display(),
-                    file.display()
-                )
-            })?;
+        if !parent.is_dir() {
+            return Err(format!(
+                "cannot watch directory {} (for config file {}): not a directory",
+                parent.display(),
+                file.display()
+            )
+            .into());
+        }
+        let watcher = if crate::device::runs_inline() {
+            // A simulation's thread: no other thread may decide when the
+            // watch is in place, so it is before the actor starts (nothing
+            // was missed: `on_watching` is not called).
+            Some(make_watcher(&file, &parent, &myself)?)
+        } else {
+            let actor = myself.clone();
+            tokio::task::spawn_blocking(move || {
+                let made = make_watcher(&file, &parent, &actor);
+                // Err only once the actor has stopped: the watcher is dropped.
+                let _ = actor.cast(ConfigWatcherMsg::Watching(made));
+            });
+            None
+        };
         Ok(ConfigWatcherState {
-            _watcher: watcher,
+            watcher,
+            on_watching: args.on_watching,
             debounce: args.debounce,
             on_change: args.on_change,
             generation: 0,
@@ -339,6 +395,10 @@ impl Actor for ConfigWatcherActor {
                 }
             }
             ConfigWatcherMsg::Poke => state.fire(),
+            ConfigWatcherMsg::Watching(made) => {
+                state.watcher = Some(made?);
+                (state.on_watching)();
+            }
         }
         Ok(())
     }

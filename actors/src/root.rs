@@ -33,7 +33,8 @@
 //! When Lifecycle stops normally (an exit), Root stops the tree and the
 //! supervisor's `run` returns the exit intent.
 //!
-//! **The data-dir lock is watched.** Every [`LOCK_CHECK_PERIOD`] the
+//! **The data-dir lock is watched.** From one [`LOCK_CHECK_PERIOD`] after
+//! the tree starts (off a launch's path), every [`LOCK_CHECK_PERIOD`] the
 //! process's lock-watch thread (`lock_watch`, one for every
 //! supervisor of the process) checks that Root's lock still guards the data dir
 //! ([`ControlDir::check_lock`]: `lock` still names the locked file, the
@@ -113,13 +114,16 @@ pub struct RootState {
     /// The journal's join handle, apart: a restart waits for the dead
     /// journal to be gone (its writer dropped) before reopening the file.
     journal_join: Option<JoinHandle<()>>,
-    /// The data-dir lock's watch, every [`LOCK_CHECK_PERIOD`] until
+    /// The data-dir lock's watch (once [`RootMsg::WatchLock`] started it),
+    /// every [`LOCK_CHECK_PERIOD`] until
     /// dropped (a failed check casts [`RootMsg::LockLost`]).
     lock_watch: Option<LockWatch>,
 }
 
 /// Root's own message; otherwise it acts on supervision events.
 pub enum RootMsg {
+    /// Start watching the data-dir lock.
+    WatchLock,
     /// The data-dir lock was lost (the reason): escalate.
     LockLost(String),
 }
@@ -192,10 +196,10 @@ impl Actor for RootActor {
             cell.clone(),
         ));
         lifecycle.cast(LifecycleMsg::Begin)?;
-        let root = myself.clone();
-        let lock_watch = Some(lock_watch::watch(&control, move |reason| {
-            let _ = root.cast(RootMsg::LockLost(reason));
-        }));
+        // Not on the launch's path (the watch may start the process's
+        // lock-watch thread): the first check comes a period later anyway,
+        // and the journal checks the lock before every append meanwhile.
+        myself.send_after(LOCK_CHECK_PERIOD, || RootMsg::WatchLock);
         Ok(RootState {
             shared,
             control,
@@ -209,7 +213,7 @@ impl Actor for RootActor {
             stopping: false,
             joins,
             journal_join: Some(journal_join),
-            lock_watch,
+            lock_watch: None,
         })
     }
 
@@ -220,6 +224,14 @@ impl Actor for RootActor {
         state: &mut RootState,
     ) -> Result<(), ActorProcessingErr> {
         match message {
+            RootMsg::WatchLock => {
+                if !state.stopping && state.lock_watch.is_none() {
+                    let root = myself.clone();
+                    state.lock_watch = Some(lock_watch::watch(&state.control, move |reason| {
+                        let _ = root.cast(RootMsg::LockLost(reason));
+                    }));
+                }
+            }
             RootMsg::LockLost(reason) => {
                 if !state.stopping {
                     tracing::error!(%reason, "the data-dir lock was lost; ending the process for a relaunch");
@@ -437,11 +449,15 @@ async fn spawn_watcher(
     generation: u32,
 ) -> Result<(ActorRef<ConfigWatcherMsg>, JoinHandle<()>), ActorProcessingErr> {
     let target = lifecycle.clone();
+    let watching = lifecycle.clone();
     let args = ConfigWatcherArgs {
         path,
         debounce: shared.timings.debounce,
         on_change: Arc::new(move || {
             let _ = target.cast(LifecycleMsg::ConfigChanged);
+        }),
+        on_watching: Arc::new(move || {
+            let _ = watching.cast(LifecycleMsg::Watching);
         }),
     };
     let name = child_name(&shared.data_dir, "config_watcher", generation);

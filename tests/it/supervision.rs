@@ -93,6 +93,45 @@ async fn a_killed_config_watcher_is_restarted_and_still_watches() {
     exit(run, &handle, ExitIntent::Halt).await;
 }
 
+/// A change to the declared file that no watch saw (the watcher's watch
+/// was not in place yet) is settled once one is: the Lifecycle actor is
+/// told `Watching` and compares the file with its boot's fingerprint. Here
+/// the watcher is killed past its restarts, so nothing watches while the
+/// fix is written and the held boot stays held; `Watching`, as a new
+/// watcher sends it once its watch is in place, then retries it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_edit_made_while_nothing_watched_is_settled_once_watching() {
+    use steadfast_actors::lifecycle::LifecycleMsg;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (declared, run, handle) = held_on_declared_file(tmp.path()).await;
+    for generation in 0..RESTARTS {
+        kill_and_await_successor(tmp.path(), "config_watcher", generation).await;
+    }
+    await_running(tmp.path(), "config_watcher", RESTARTS)
+        .await
+        .kill();
+    let last = child_name(tmp.path(), "config_watcher", RESTARTS);
+    tokio::time::timeout(PATIENCE, async {
+        while ractor::registry::where_is(last.clone()).is_some() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the last watcher is gone");
+    std::fs::write(&declared, "fixed\n").expect("fix the file");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !running(&handle.snapshot()),
+        "nothing watches: the fix is not seen yet"
+    );
+    ractor::registry::where_is(child_name(tmp.path(), "lifecycle", 0))
+        .expect("the lifecycle actor")
+        .send_message(LifecycleMsg::Watching)
+        .expect("told");
+    until(&handle, "running after the fix", running).await;
+    exit(run, &handle, ExitIntent::Halt).await;
+}
+
 /// Root's children, by name, sorted.
 fn children_of(root: &ractor::ActorCell) -> Vec<String> {
     let mut names: Vec<String> = root

@@ -298,6 +298,9 @@ pub enum LifecycleMsg {
     },
     /// The declared config file (or the override tier) changed.
     ConfigChanged,
+    /// The config watcher's watch is now in place: a change to the declared
+    /// file before it went unseen.
+    Watching,
     /// The config apply's task ended (applied, not resolved, cancelled or
     /// panicked), handing the runtime back.
     ApplyEnded(Box<ApplyEnded>),
@@ -619,6 +622,9 @@ impl Actor for LifecycleActor {
                         state.fire(&myself, checked).await.ok();
                     }
                 }
+                // A change made before the watch was in place was missed:
+                // settle against the file as it is now.
+                LifecycleMsg::Watching => state.recheck_declared(&myself),
                 LifecycleMsg::ApplyEnded(ended) => state.apply_ended(&myself, *ended).await?,
                 LifecycleMsg::BootCrashed { reason } => {
                     let phase = match state.machine.boot_phase() {
@@ -999,6 +1005,21 @@ impl LifecycleActorState {
         Some(async move { Fingerprint::of_file_within(&path, RESOLVE_DEADLINE).await != before })
     }
 
+    /// Compare the declared file with the last boot's fingerprint off this
+    /// actor, and step a `ConfigChanged` if they differ: what a change the
+    /// watcher saw would have done. Nothing without a declared file or a
+    /// fingerprint (no boot read the file yet: it will read what is there).
+    fn recheck_declared(&self, myself: &ActorRef<LifecycleMsg>) {
+        if let Some(check) = self.declared_changed_since_boot() {
+            let lifecycle = myself.clone();
+            tokio::spawn(async move {
+                if check.await {
+                    let _ = lifecycle.cast(LifecycleMsg::ConfigChanged);
+                }
+            });
+        }
+    }
+
     /// What follows entering a state (the fingerprint check, the runtime's
     /// end watched) and settling what commands waited for (stop, reinit),
     /// as the step said.
@@ -1021,17 +1042,12 @@ impl LifecycleActorState {
                     // An override set while this boot ran: apply it now.
                     self.attempt.boot_overrides_generation = self.serving.overrides_generation;
                     let _ = myself.cast(LifecycleMsg::ConfigChanged);
-                } else if let Some(check) = self.declared_changed_since_boot() {
+                } else {
                     // A change to the declared file that landed after the
                     // boot read it reached a booting lifecycle and was
-                    // refused: settle against the file as it is now, off
-                    // this actor (running is already published).
-                    let lifecycle = myself.clone();
-                    tokio::spawn(async move {
-                        if check.await {
-                            let _ = lifecycle.cast(LifecycleMsg::ConfigChanged);
-                        }
-                    });
+                    // refused: settle against the file as it is now (running
+                    // is already published).
+                    self.recheck_declared(myself);
                 }
                 if let Some(live) = self.serving.runtime.as_mut()
                     && let Some(mut ended) = live.runtime.take_ended()

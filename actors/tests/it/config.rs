@@ -18,7 +18,7 @@
 //! slow machine it can only pass vacuously, never fail spuriously.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -81,6 +81,7 @@ async fn watch(file: &Path, debounce: Duration) -> Watching {
             .push(content);
         seen.fired.fetch_add(1, Ordering::SeqCst);
     });
+    let (on_watching, in_place) = watching_flag();
     let (actor, join) = Actor::spawn(
         None,
         ConfigWatcherActor,
@@ -88,11 +89,21 @@ async fn watch(file: &Path, debounce: Duration) -> Watching {
             path: file.to_path_buf(),
             debounce,
             on_change,
+            on_watching,
         },
     )
     .await
     .expect("the watcher starts");
+    until("the watch in place", || in_place.load(Ordering::SeqCst)).await;
     Watching { actor, join, probe }
+}
+
+/// An `on_watching` and the flag it raises.
+fn watching_flag() -> (Arc<dyn Fn() + Send + Sync>, Arc<AtomicBool>) {
+    let in_place = Arc::new(AtomicBool::new(false));
+    let raised = Arc::clone(&in_place);
+    let on_watching = Arc::new(move || raised.store(true, Ordering::SeqCst));
+    (on_watching, in_place)
 }
 
 /// Polls `done` until it holds, failing the test after [`PATIENCE`].
@@ -296,6 +307,7 @@ async fn a_missing_parent_directory_fails_to_start() {
             path: missing.join("service.toml"),
             debounce: DEFAULT_DEBOUNCE,
             on_change: Arc::new(|| {}),
+            on_watching: Arc::new(|| {}),
         },
     )
     .await;
@@ -366,6 +378,7 @@ async fn resolved_once_written(source: &ConfigSource, file: &Path) {
     let outcome: Arc<Mutex<Option<Result<i64, String>>>> = Arc::default();
     let seen = outcome.clone();
     let retry = source.clone();
+    let (on_watching, in_place) = watching_flag();
     let (actor, join) = Actor::spawn(
         None,
         ConfigWatcherActor,
@@ -379,10 +392,12 @@ async fn resolved_once_written(source: &ConfigSource, file: &Path) {
                     .map_err(|e| e.to_string());
                 *seen.lock().unwrap_or_else(PoisonError::into_inner) = Some(result);
             }),
+            on_watching,
         },
     )
     .await
     .expect("the watcher starts (on the directory of a missing file, too)");
+    until("the watch in place", || in_place.load(Ordering::SeqCst)).await;
     std::fs::write(file, "[server]\nworkers = 8\n").expect("write the file");
     until("a resolve that reads the written file", || {
         matches!(
