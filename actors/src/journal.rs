@@ -294,13 +294,6 @@ pub enum JournalMsg {
     /// transition, does not wait for it and their fsyncs overlap; a later
     /// `EnsureIdentity` waits for it.
     EnsureIdentity(u64, RpcReplyPort<Durable<String>>),
-    /// A boot starts while the data dir has no identity: write one
-    /// (created at `.0`) ahead, fsynced under a temp name, so the
-    /// `EnsureIdentity` of a boot that reaches running only renames it.
-    /// Written like the identity, off the mailbox; the next
-    /// `EnsureIdentity` waits for it. A failure is logged: the identity is
-    /// then written whole when it is asked for.
-    PrepareIdentity(u64),
     /// Make the override tier durable (`(leaf, TOML value)`).
     WriteOverrides(Vec<(String, String)>, RpcReplyPort<Durable>),
 }
@@ -390,22 +383,6 @@ impl Actor for JournalActor {
                 })
                 .await?;
                 let _ = reply.send(result.map_err(|e| e.to_string()));
-            }
-            JournalMsg::PrepareIdentity(now_ms) => {
-                let previous = state.identity.take();
-                let control = Arc::clone(&state.control);
-                state.identity = Some(tokio::spawn(async move {
-                    if let Some(previous) = previous {
-                        let _ = previous.await;
-                    }
-                    let prepared = crate::device::run(move || control.prepare_identity(now_ms))
-                        .await
-                        .map_err(|e| e.to_string())
-                        .and_then(|r| r.map_err(|e| e.to_string()));
-                    if let Err(error) = prepared {
-                        tracing::warn!(%error, "the identity could not be written ahead; it is written whole at running");
-                    }
-                }));
             }
             JournalMsg::EnsureIdentity(now_ms, reply) => {
                 let previous = state.identity.take();

@@ -359,30 +359,9 @@ pub struct ControlDir {
     /// this process (the Journal actor's run-marker task and a
     /// replacement's) must not interleave.
     markers: std::sync::Mutex<()>,
-    /// The identity [`Self::prepare_identity`] wrote and fsynced to
-    /// `.identity.tmp`, not yet renamed to `identity`.
-    prepared_identity: std::sync::Mutex<Option<Identity>>,
     /// Names created here that the next fsync of this directory makes
     /// durable, and the count of this directory's fsyncs.
     names: UnsyncedNames,
-}
-
-/// Held while a marker's temp file is written and renamed.
-type MarkersLock<'a> = std::sync::MutexGuard<'a, ()>;
-
-/// A fresh identity created at `now_ms`: 32 hex characters from
-/// `/dev/urandom`.
-fn fresh_identity(now_ms: u64) -> Result<Identity, ControlDirError> {
-    let urandom = Path::new("/dev/urandom");
-    let mut raw = [0u8; 16];
-    fs::File::open(urandom)
-        .and_then(|mut f| f.read_exact(&mut raw))
-        .map_err(io_err(urandom))?;
-    let id = raw.iter().map(|b| format!("{b:02x}")).collect::<String>();
-    Ok(Identity {
-        id,
-        created_at_ms: now_ms,
-    })
 }
 
 impl ControlDir {
@@ -523,7 +502,6 @@ impl ControlDir {
             journal_shared: Arc::new(AtomicBool::new(false)),
             handed_over_from: None,
             markers: std::sync::Mutex::new(()),
-            prepared_identity: std::sync::Mutex::new(None),
             names,
             hold_unsure: AtomicBool::new(false),
         };
@@ -1096,54 +1074,18 @@ impl ControlDir {
         if let Some(identity) = self.identity()? {
             return Ok(identity);
         }
-        let prepared = self
-            .prepared_identity
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(prepared) = prepared {
-            // Its bytes are durable already: the rename and the directory's
-            // fsync remain. A temp file gone (or a rename refused) is
-            // written again whole below.
-            let committed = self
-                .one_marker_at_a_time()
-                .and_then(|lock| self.commit_temp_marker(&lock, "identity", "identity", true));
-            match committed {
-                Ok(()) => return Ok(prepared),
-                Err(error) => {
-                    tracing::debug!(%error, "the prepared identity could not be renamed; writing it again");
-                }
-            }
-        }
-        let identity = fresh_identity(now_ms)?;
+        let urandom = Path::new("/dev/urandom");
+        let mut raw = [0u8; 16];
+        fs::File::open(urandom)
+            .and_then(|mut f| f.read_exact(&mut raw))
+            .map_err(io_err(urandom))?;
+        let id = raw.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let identity = Identity {
+            id,
+            created_at_ms: now_ms,
+        };
         self.write_marker("identity", IDENTITY_MAGIC, &identity)?;
         Ok(identity)
-    }
-
-    /// Write a fresh identity, created at `now_ms`, to `.identity.tmp` and
-    /// fsync it, unless there is one: the first boot that reaches running
-    /// then only renames it ([`Self::ensure_identity`]), one fsync (the
-    /// directory's) on its way to `running` instead of two. A boot calls it
-    /// as it starts; each boot's call writes the temp file again, so the
-    /// identity a running boot takes was created when that boot started.
-    ///
-    /// # Errors
-    /// As [`Self::ensure_identity`]; nothing is prepared then, and
-    /// [`Self::ensure_identity`] writes the identity whole.
-    pub fn prepare_identity(&self, now_ms: u64) -> Result<(), ControlDirError> {
-        let mut prepared = self
-            .prepared_identity
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *prepared = None;
-        if self.identity()?.is_some() {
-            return Ok(());
-        }
-        let identity = fresh_identity(now_ms)?;
-        let lock = self.one_marker_at_a_time()?;
-        self.write_temp_marker(&lock, "identity", IDENTITY_MAGIC, &identity, true)?;
-        *prepared = Some(identity);
-        Ok(())
     }
 
     /// The journal's records as they are on disk now, for reading (the
@@ -1217,22 +1159,15 @@ impl ControlDir {
         value: &T,
         durable: bool,
     ) -> Result<(), ControlDirError> {
-        let one_at_a_time = self.one_marker_at_a_time()?;
-        self.write_temp_marker(&one_at_a_time, name, magic, value, durable)?;
-        self.commit_temp_marker(&one_at_a_time, name, label, durable)
-    }
-
-    /// The first half of [`Self::write_marker_as`], under the markers'
-    /// lock: `.<name>.tmp` written, and fsynced if `durable`; unlinked
-    /// again on a failure.
-    fn write_temp_marker<T: Serialize>(
-        &self,
-        _one_at_a_time: &MarkersLock<'_>,
-        name: &str,
-        magic: [u8; 8],
-        value: &T,
-        durable: bool,
-    ) -> Result<(), ControlDirError> {
+        // The launch's `holding` marker may still be on its way through the
+        // same temp file (`write_run_settling`).
+        self.names.settling.wait(&self.dir)?;
+        // A writer that panicked mid-write left nothing this one relies on:
+        // the temp file is unlinked and made again below.
+        let _one_at_a_time = self
+            .markers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let target = self.dir.join(name);
         let bytes = encode_marker(magic, value).map_err(|reason| ControlDirError::BadMarker {
             path: target.clone(),
@@ -1258,19 +1193,6 @@ impl ControlDir {
             let _ = self.dir.unlink(&tmp_name);
             return Err(e);
         }
-        Ok(())
-    }
-
-    /// The second half of [`Self::write_marker_as`]: `.<name>.tmp` renamed
-    /// to `name`, and the directory fsynced if `durable`.
-    fn commit_temp_marker(
-        &self,
-        _one_at_a_time: &MarkersLock<'_>,
-        name: &str,
-        label: &str,
-        durable: bool,
-    ) -> Result<(), ControlDirError> {
-        let tmp_name = format!(".{name}.tmp");
         crate::failpoint::hit_doing("marker.before_rename", || label.to_owned());
         if let Err(e) = self.dir.rename(&tmp_name, name) {
             let _ = self.dir.unlink(&tmp_name);
@@ -1281,19 +1203,6 @@ impl ControlDir {
         }
         crate::failpoint::hit_doing("marker.before_dir_fsync", || label.to_owned());
         self.sync_dir()
-    }
-
-    /// The markers' lock, once the launch's `holding` marker, which may
-    /// still be on its way through the same temp file
-    /// (`write_run_settling`), is written. A writer that panicked mid-write
-    /// left nothing the next one relies on: it unlinks the temp file and
-    /// makes it again.
-    fn one_marker_at_a_time(&self) -> Result<MarkersLock<'_>, ControlDirError> {
-        self.names.settling.wait(&self.dir)?;
-        Ok(self
-            .markers
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
     /// fsync the control directory: also makes durable the names

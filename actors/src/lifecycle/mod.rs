@@ -911,12 +911,6 @@ impl LifecycleActorState {
                     myself.get_derived(),
                     self.children.journal.clone(),
                 ));
-                // The identity this boot takes if it reaches running, written
-                // ahead while it boots (`ensure_identity` then only renames it).
-                if self.view.snapshot.identity.is_none() {
-                    let now = self.shared.clock.now().as_millis();
-                    let _ = self.children.journal.cast(JournalMsg::PrepareIdentity(now));
-                }
             }
             Effect::CancelBoot => {
                 // The step the boot is in fails with the machine's reason: a

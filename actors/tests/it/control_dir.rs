@@ -576,56 +576,6 @@ fn identity_is_written_once_and_stable_across_reopen() {
     assert_eq!(fs::read(cd.identity_path()).unwrap(), bytes);
 }
 
-/// An identity a boot wrote ahead (`prepare_identity`) waits under its
-/// temp name, fsynced, and is not the data dir's yet; the first boot that
-/// reaches running takes it (`ensure_identity`) with one fsync, the
-/// directory's, instead of the file's and the directory's. A process that
-/// ends in between leaves no identity: the next one writes its own.
-#[test]
-fn an_identity_written_ahead_is_taken_at_running_with_one_fsync() {
-    use std::sync::atomic::Ordering;
-    let tmp = tempfile::tempdir().unwrap();
-    let cd = ControlDir::open(tmp.path()).unwrap();
-    // A marker first: the names a fresh control dir left to its first
-    // directory fsync are durable before the count below.
-    cd.write_run(&RunMarker::Holding { pid: 1, attempt: 0 })
-        .unwrap();
-    let fsyncs = cd.fsyncs();
-    cd.prepare_identity(1000).unwrap();
-    let ahead = fs::read(tmp.path().join(".steadfast").join(".identity.tmp"))
-        .expect("written ahead under the temp name");
-    assert_eq!(cd.identity().unwrap(), None, "not the data dir's yet");
-
-    let before = fsyncs.load(Ordering::SeqCst);
-    let taken = cd.ensure_identity(5000).unwrap();
-    assert_eq!(
-        fsyncs.load(Ordering::SeqCst) - before,
-        1,
-        "only the directory is fsynced at running"
-    );
-    assert_eq!(taken.created_at_ms, 1000, "created when its boot started");
-    assert_eq!(fs::read(cd.identity_path()).unwrap(), ahead);
-    assert_eq!(cd.identity().unwrap(), Some(taken.clone()));
-    assert!(!tmp.path().join(".steadfast").join(".identity.tmp").exists());
-    // Taken: a later boot prepares nothing, and the identity stays.
-    cd.prepare_identity(9000).unwrap();
-    assert!(!tmp.path().join(".steadfast").join(".identity.tmp").exists());
-    assert_eq!(cd.ensure_identity(9000).unwrap(), taken);
-    drop(cd);
-
-    // Prepared, then the process ended: the next one finds no identity,
-    // and one it never prepared is written whole when asked for.
-    let other = tempfile::tempdir().unwrap();
-    let cd = ControlDir::open(other.path()).unwrap();
-    cd.prepare_identity(1000).unwrap();
-    drop(cd);
-    let cd = ControlDir::open(other.path()).unwrap();
-    assert_eq!(cd.identity().unwrap(), None);
-    let whole = cd.ensure_identity(2000).unwrap();
-    assert_eq!(whole.created_at_ms, 2000);
-    assert_eq!(cd.identity().unwrap(), Some(whole));
-}
-
 /// The store lock is exclusive and released on drop.
 #[test]
 fn store_lock_is_exclusive_and_released_on_drop() {
