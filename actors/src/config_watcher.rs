@@ -63,7 +63,7 @@
 //!   Lifecycle actor compares it with its boot's fingerprint). Checked by
 //!   every `config` test (each writes once `on_watching` ran) and, over a
 //!   running supervisor,
-//!   `supervisor::an_edit_made_while_nothing_watched_is_applied_once_watching`.
+//!   `supervision::an_edit_made_while_nothing_watched_is_settled_once_watching`.
 //! - **A parent directory that is not there fails `pre_start`** with an
 //!   error that names the directory. Checked by
 //!   `config::a_missing_parent_directory_fails_to_start`. A watcher that
@@ -326,9 +326,16 @@ impl Actor for ConfigWatcherActor {
             return Err(format!("cannot watch {}: not a file path", file.display()).into());
         };
         let parent = parent.to_path_buf();
-        if !parent.is_dir() {
+        let is_dir = std::fs::metadata(&parent).and_then(|meta| {
+            if meta.is_dir() {
+                Ok(())
+            } else {
+                Err(std::io::Error::from(std::io::ErrorKind::NotADirectory))
+            }
+        });
+        if let Err(e) = is_dir {
             return Err(format!(
-                "cannot watch directory {} (for config file {}): not a directory",
+                "cannot watch directory {} (for config file {}): {e}",
                 parent.display(),
                 file.display()
             )
