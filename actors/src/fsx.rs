@@ -21,6 +21,15 @@
 //!   `control_dir::a_data_dir_owned_by_another_user_is_refused`,
 //!   `control_dir::a_control_dir_owned_by_another_user_is_refused`,
 //!   `control_dir::a_loose_control_dir_of_ours_is_tightened`.
+//! - **A trusted path to it.** Before the data dir is created or opened,
+//!   the path to it is walked from `/` ([`check_path`], as OpenSSH's
+//!   `StrictModes` does): every directory above it is root's or this euid's
+//!   and not writable by group or others unless sticky, and in a sticky
+//!   directory others can write, the entry taken from it (a link, a
+//!   directory) is root's or this euid's. A link on the way is followed
+//!   only from such a place. Checked by
+//!   `control_dir::a_link_another_user_planted_above_the_data_dir_is_refused`,
+//!   `control_dir::a_data_dir_under_another_users_directory_is_refused`.
 //! - **No link is followed.** Subdirectories are opened
 //!   `O_DIRECTORY | O_NOFOLLOW` and files `O_NOFOLLOW | O_CLOEXEC`: a symlink
 //!   where a file or the control dir should be is refused with
@@ -55,7 +64,10 @@ use std::time::{Duration, Instant};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
 
+mod ancestors;
 pub mod sim;
+
+pub use ancestors::{Walked, check_executable, check_path};
 
 pub use sim::{Kind, Meta};
 use sim::{SimFile, SimFs};
@@ -79,7 +91,7 @@ pub enum UnsafePath {
     },
     /// A directory owned by a uid other than this process's or root.
     #[error(
-        "{path} is owned by uid {owner}, not {expected} (or root): another user could redirect the daemon's writes; chown it to uid {expected} or pick another directory"
+        "{path} is owned by uid {owner}, not {expected} (or root): another user could change it, or what the daemon reaches through it; chown it to uid {expected} or pick another path"
     )]
     ForeignOwner {
         /// The directory or file.
@@ -91,13 +103,59 @@ pub enum UnsafePath {
     },
     /// A directory group or others can write.
     #[error(
-        "{path} has mode {mode:04o}: group or others can write it, so another user could plant links in it; run chmod go-w on it or pick another directory"
+        "{path} has mode {mode:04o}: group or others can write it, so another user could change it, or plant links in it; run chmod go-w on it or pick another path"
     )]
     WritableByOthers {
         /// The directory.
         path: PathBuf,
         /// Its permission bits.
         mode: u32,
+    },
+    /// A directory on the way to the path owned by a uid other than this
+    /// process's or root: its owner could rename what lies below it and put
+    /// a link in its place.
+    #[error(
+        "{ancestor}, a directory on the way to {path}, is owned by uid {owner}, not {expected} (or root): its owner could swap what lies below it for a link; pick a path whose every directory is owned by root or uid {expected}"
+    )]
+    UntrustedAncestor {
+        /// The path asked for.
+        path: PathBuf,
+        /// The directory at fault.
+        ancestor: PathBuf,
+        /// Its owner.
+        owner: u32,
+        /// This process's effective uid.
+        expected: u32,
+    },
+    /// A directory on the way to the path that group or others can write
+    /// and that is not sticky: anyone who can write it could swap what lies
+    /// below it.
+    #[error(
+        "{ancestor}, a directory on the way to {path}, has mode {mode:04o}: group or others can write it and it is not sticky, so another user could swap what lies below it for a link; run chmod go-w on it or pick another path"
+    )]
+    WritableAncestor {
+        /// The path asked for.
+        path: PathBuf,
+        /// The directory at fault.
+        ancestor: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// A link or directory on the way to the path, in a sticky directory
+    /// others can write (such as `/tmp`), made by another user: it could
+    /// point anywhere.
+    #[error(
+        "{entry}, on the way to {path}, is owned by uid {owner}, not {expected} (or root), in a directory others can write: another user made it and chose where it leads; remove it or pick another path"
+    )]
+    ForeignEntry {
+        /// The path asked for.
+        path: PathBuf,
+        /// The link or directory at fault.
+        entry: PathBuf,
+        /// Its owner.
+        owner: u32,
+        /// This process's effective uid.
+        expected: u32,
     },
     /// Not a directory where one should be.
     #[error("{path} is not a directory: remove it or pick another data dir")]
@@ -293,6 +351,15 @@ pub fn sync_parent_of(path: &Path) -> Result<(), FsError> {
     rustix::fs::fsync(&fd).map_err(os(parent))
 }
 
+/// [`check_path`] on the OS; nothing on a simulated file system, which has
+/// no other users.
+fn check_path_of_os(path: &Path) -> Result<(), FsError> {
+    if sim::current().is_none() {
+        check_path(path)?;
+    }
+    Ok(())
+}
+
 /// What a [`Dir`] is open on.
 #[derive(Debug)]
 enum DirOn {
@@ -303,16 +370,22 @@ enum DirOn {
 impl Dir {
     /// Open the data dir `path` (creating it and its missing parents 0700),
     /// as a descriptor, and check it is trusted: owned by this process's
-    /// euid or root, not writable by group or others. The data dir may be
-    /// reached through a link the operator made (its path is theirs); what
-    /// it resolves to is what is checked.
+    /// euid or root, not writable by group or others. So is the path to
+    /// it, before anything is created ([`check_path`]): every directory
+    /// above it root's or this euid's and not writable by others unless
+    /// sticky, and a link on the way followed only where root or this euid
+    /// made it (in a sticky directory others write, only a link of ours).
+    /// What the path resolves to is what is checked.
     ///
     /// # Errors
     /// [`UnsafePath::ForeignOwner`] / [`UnsafePath::WritableByOthers`] /
     /// [`UnsafePath::NotADirectory`] naming the path and the fix;
+    /// [`UnsafePath::UntrustedAncestor`] / [`UnsafePath::WritableAncestor`]
+    /// / [`UnsafePath::ForeignEntry`] naming the ancestor or entry at fault;
     /// [`FsError::Io`] if it cannot be created or opened.
     pub fn open_data_dir(path: &Path, create: bool) -> Result<Self, FsError> {
         if create {
+            check_path_of_os(path)?;
             create_data_dir(path, true)?;
         }
         Self::open_data_dir_made(path)
@@ -322,6 +395,7 @@ impl Dir {
     /// own name is left to the launch's settling, which fsyncs its parent
     /// off the launch's path before anything is acknowledged.
     pub(crate) fn open_data_dir_for_launch(path: &Path) -> Result<Self, FsError> {
+        check_path_of_os(path)?;
         create_data_dir(path, false)?;
         Self::open_data_dir_made(path)
     }
@@ -331,6 +405,7 @@ impl Dir {
         if let Some(fs) = sim::current() {
             return Self::sim_dir(fs, path.to_path_buf());
         }
+        check_path(path)?;
         let fd = rustix::fs::open(
             path,
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,

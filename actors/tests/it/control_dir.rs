@@ -1033,6 +1033,96 @@ fn a_world_writable_data_dir_is_refused() {
     assert!(error.contains("chmod go-w"), "{error}");
 }
 
+/// A sticky directory everyone may write (`mkdir -m1777 /srv/s`), where
+/// another user planted `data` as a link to a private directory of root's:
+/// the daemon followed it and made `.steadfast`, the lock and the journal
+/// in the private directory. Now the link (another user's, in a directory
+/// others write) is refused naming it, and the private directory is as it
+/// was.
+#[test]
+fn a_link_another_user_planted_above_the_data_dir_is_refused() {
+    let a = arena();
+    let shared = a.tmp.path().join("shared");
+    fs::create_dir(&shared).unwrap();
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o1777)).unwrap();
+    let private = a.tmp.path().join("private");
+    fs::create_dir(&private).unwrap();
+    fs::set_permissions(&private, fs::Permissions::from_mode(0o700)).unwrap();
+    as_nobody(&shared, &format!("ln -s {} data", private.display()));
+    let before = state_of(&private);
+
+    let planted = shared.join("data");
+    let result = daemon_open(&planted);
+    assert_eq!(state_of(&private), before, "the link was followed");
+    assert!(matches!(
+        ControlDir::open(&planted),
+        Err(ControlDirError::Unsafe(UnsafePath::ForeignEntry {
+            owner: NOBODY,
+            ..
+        }))
+    ));
+    let error = result.expect_err("another user's link is refused");
+    assert!(error.contains(&planted.display().to_string()), "{error}");
+    assert!(error.contains("owned by uid 65534"), "{error}");
+    assert!(
+        StoreLock::acquire(&planted).is_err(),
+        "the store lock is refused too"
+    );
+    assert_eq!(state_of(&private), before);
+
+    // The same link made by root (the operator's own) is followed: the
+    // private directory becomes the data dir.
+    fs::remove_file(&planted).unwrap();
+    std::os::unix::fs::symlink(&private, &planted).unwrap();
+    daemon_open(&planted).expect("a link of our own in a sticky directory is followed");
+    assert!(private.join(".steadfast").is_dir());
+}
+
+/// A data dir under a directory another user owns (`--data-dir
+/// /home/nobody/sub`): its owner could rename `sub` away and put a link in
+/// its place, which the next launch followed. Refused before anything is
+/// created, naming the ancestor; the same for a directory above that
+/// group or others can write.
+#[test]
+fn a_data_dir_under_another_users_directory_is_refused() {
+    let a = arena();
+    let sub = a.attacker.join("sub");
+    let error = daemon_open(&sub).expect_err("a data dir under another user's directory");
+    assert!(
+        matches!(
+            ControlDir::open(&sub),
+            Err(ControlDirError::Unsafe(UnsafePath::UntrustedAncestor {
+                owner: NOBODY,
+                ..
+            }))
+        ),
+        "{error}"
+    );
+    assert!(
+        error.contains(&a.attacker.display().to_string())
+            && error.contains(&sub.display().to_string())
+            && error.contains("owned by uid 65534"),
+        "{error}"
+    );
+    assert_eq!(state_of(&sub), None, "nothing was created");
+    // Made there earlier (by an older version): still refused.
+    fs::create_dir(&sub).unwrap();
+    fs::set_permissions(&sub, fs::Permissions::from_mode(0o700)).unwrap();
+    assert!(daemon_open(&sub).is_err());
+    assert_eq!(state_of(&sub.join(".steadfast")), None);
+
+    let open = a.tmp.path().join("open");
+    fs::create_dir(&open).unwrap();
+    fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+    let below = open.join("data");
+    let error = daemon_open(&below).expect_err("a data dir under a 0777 directory");
+    assert!(
+        error.contains(&open.display().to_string()) && error.contains("0777"),
+        "{error}"
+    );
+    assert_eq!(state_of(&below), None, "nothing was created");
+}
+
 /// A data dir another user owns: they could swap `.steadfast` at will. It
 /// is refused naming the owner and the fix.
 #[test]
