@@ -5,7 +5,7 @@
 //! | step | exclusive | overlap |
 //! |---|---|---|
 //! | recheck | `unchanged` when the selection already names the binary and this process runs it | same |
-//! | prepare | the binary is an executable file; its size and mtime are noted; this daemon's identity is read | same |
+//! | prepare | the binary is an executable file, trusted (owned by root or this euid, writable by neither group nor others, and so is every directory above it); its size and mtime are noted; this daemon's identity is read | same |
 //! | drain | stop the runtime (the lifecycle's `stop`): admission closes, the store is released | — |
 //! | start | bind the handover socket; spawn the binary with this process's arguments and [`HANDOVER_ENV`]; the candidate receives the data dir's lock (and in overlap the shared listeners) | same |
 //! | verify | through the control socket: a daemon that answers with the candidate's pid, this daemon's identity and a version, and is running (`pending` until then) | same |
@@ -249,8 +249,23 @@ pub enum ProcessError {
     Retire(String),
 }
 
-/// The fingerprint of a binary: size and modification time.
+/// The fingerprint of a binary: size and modification time, once it is
+/// found trusted: a regular file owned by root or this process's euid that
+/// neither group nor others can write, reached through directories and
+/// links only root or this euid can change
+/// ([`steadfast_actors::fsx::check_executable`]). Another user who could
+/// write the binary, or swap it on the way, would choose what this daemon
+/// (often root) runs next.
 fn fingerprint(path: &Path) -> Result<(u64, Option<SystemTime>), ProcessError> {
+    steadfast_actors::fsx::check_executable(path).map_err(|e| ProcessError::Binary {
+        path: path.to_owned(),
+        reason: match e {
+            steadfast_actors::fsx::FsError::Io { source, .. } => source.to_string(),
+            steadfast_actors::fsx::FsError::Unsafe(unsafe_path) => {
+                format!("not trusted, so it is not run: {unsafe_path}")
+            }
+        },
+    })?;
     let meta = std::fs::metadata(path).map_err(|e| ProcessError::Binary {
         path: path.to_owned(),
         reason: e.to_string(),

@@ -629,6 +629,85 @@ fn a_second_replacement_is_refused_and_bad_input_is_a_typed_error() {
     kvd.stop_whoever_serves();
 }
 
+/// A candidate another user could have written, or swapped on its way, is
+/// never run: a mode-0777 copy of kvd, a 0777 wrapper script, a copy owned
+/// by uid 65534 (who could change it at will) and a root-owned copy in a
+/// directory others may write each fail the replacement at `prepare` (exit
+/// 4, the reason and the path at fault named) before anything is started:
+/// the incumbent serves on with the same pid and version, and no selection
+/// is recorded. Before: each was executed as root and committed.
+#[test]
+fn a_candidate_others_could_write_is_never_run() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut kvd = start_kvd("kvd-1", "1.0.0-incumbent");
+    let before = until(&kvd.data, "kvd running", running);
+    let chmod = |path: &Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    };
+    let loose = stamped_kvd(&kvd.dir, "kvd-loose", "2.0.0-loose");
+    chmod(&loose, 0o777);
+    let wrapper = kvd.dir.join("wrapper");
+    processes::write_script(
+        &wrapper,
+        &format!(
+            "#!/bin/sh\nexec {} \"$@\"\n",
+            processes::example("kvd").display()
+        ),
+    );
+    chmod(&wrapper, 0o777);
+    let open_dir = kvd.dir.join("open");
+    std::fs::create_dir(&open_dir).expect("mkdir");
+    chmod(&open_dir, 0o777);
+    let in_open_dir = stamped_kvd(&open_dir, "kvd", "2.0.0-open-dir");
+    let mut cases = vec![
+        (loose.clone(), loose.clone(), "mode 0777"),
+        (wrapper.clone(), wrapper.clone(), "mode 0777"),
+        (in_open_dir.clone(), open_dir.clone(), "mode 0777"),
+    ];
+    if rustix::process::geteuid().is_root() {
+        let foreign = stamped_kvd(&kvd.dir, "kvd-foreign", "2.0.0-foreign");
+        std::os::unix::fs::chown(&foreign, Some(65534), Some(65534)).expect("chown");
+        cases.push((foreign.clone(), foreign, "owned by uid 65534"));
+    } else {
+        eprintln!("the candidate another uid owns is skipped: not root");
+    }
+    for (binary, at_fault, why) in &cases {
+        let out = replace(&kvd.data, binary, "exclusive", &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(4), "{}: {stderr}", binary.display());
+        assert!(
+            stderr.contains("failed at prepare (committed: false)")
+                && stderr.contains("not trusted")
+                && stderr.contains(&at_fault.display().to_string())
+                && stderr.contains(why),
+            "{}: {stderr}",
+            binary.display()
+        );
+        let after = until(&kvd.data, "kvd running", running);
+        assert_eq!(pid_of(&after), pid_of(&before), "{}", binary.display());
+    }
+    assert!(
+        !steadfast_actors::control_dir::ControlDir::under(&kvd.data)
+            .join("selection")
+            .exists(),
+        "no selection was recorded"
+    );
+    // The same binary, trusted, is run.
+    chmod(&loose, 0o755);
+    let out = replace(&kvd.data, &loose, "exclusive", &[]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(wait_exit(&mut kvd.child), Some(0), "log: {}", kvd.log());
+    until(&kvd.data, "the candidate running", |s| {
+        running(s) && pid_of(s) != pid_of(&before)
+    });
+    let selection: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(kvd.data.join(".steadfast/selection")).expect("selection"),
+    )
+    .expect("selection json");
+    assert_eq!(selection["version"], "2.0.0-loose");
+    kvd.stop_whoever_serves();
+}
+
 #[test]
 fn under_systemd_mainpid_names_the_new_process_after_commit() {
     use std::os::unix::net::UnixDatagram;
