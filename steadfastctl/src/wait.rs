@@ -70,9 +70,17 @@ pub async fn wait_settled(client: &ControlClient, answered: Snapshot, cli: &Cli)
         });
         have = match client.watch(&have, wait).await {
             Ok(next) => next,
-            Err(error) if error.is_gone() => {
-                return daemon_exited(Some(StateName::Running), Some(&have), &error.to_string());
-            }
+            Err(error) if error.is_gone() => match still_there(client, &have).await {
+                Ok(Some(next)) => next,
+                Ok(None) => {
+                    return daemon_exited(
+                        Some(StateName::Running),
+                        Some(&have),
+                        &error.to_string(),
+                    );
+                }
+                Err(error) => return fail(&error),
+            },
             Err(error) if error.is_deadline() && deadline.is_some() => {
                 return timed_out(Some(StateName::Running), Some(&have), deadline);
             }
@@ -102,17 +110,22 @@ pub async fn watch(
             None => client.snapshot().await,
             Some(have) => client.watch(have, wait).await,
         };
-        let snapshot = match next {
-            Ok(snapshot) => snapshot,
-            // A daemon that answered once and then cannot be reached has
-            // exited (its control socket goes with it); say so in those words.
-            Err(error) if last.is_some() && error.is_gone() => {
-                return daemon_exited(until, last.as_ref(), &error.to_string());
-            }
-            Err(error) if error.is_deadline() && deadline.is_some() => {
+        let snapshot = match (next, &last) {
+            (Ok(snapshot), _) => snapshot,
+            // A connection lost while the daemon still answers (evicted to
+            // make room for other clients, as the server does to long-polls
+            // when its per-user bound is full): go on watching. A daemon
+            // that answered once and then cannot be reached has exited (its
+            // control socket goes with it); say so in those words.
+            (Err(error), Some(have)) if error.is_gone() => match still_there(client, have).await {
+                Ok(Some(snapshot)) => snapshot,
+                Ok(None) => return daemon_exited(until, last.as_ref(), &error.to_string()),
+                Err(error) => return fail(&error),
+            },
+            (Err(error), _) if error.is_deadline() && deadline.is_some() => {
                 return timed_out(until, last.as_ref(), deadline);
             }
-            Err(error) => return fail(&error),
+            (Err(error), _) => return fail(&error),
         };
         if last.as_ref().map(|s| s.version) != Some(snapshot.version) {
             if json {
@@ -133,6 +146,27 @@ pub async fn watch(
             return timed_out(until, Some(&snapshot), deadline);
         }
         last = Some(snapshot);
+    }
+}
+
+/// After a long-poll's connection was lost under it: the daemon's snapshot
+/// when the same daemon (the same pid) still answers on a new connection
+/// (the server closed the old one to make room, or it broke), `None` when
+/// the daemon cannot be reached or another process answers in its place
+/// (it exited).
+///
+/// # Errors
+/// The new call's failure when it is neither of those (the daemon still
+/// there but busy for the whole timeout, a refusal).
+async fn still_there(
+    client: &ControlClient,
+    have: &Snapshot,
+) -> Result<Option<Snapshot>, steadfast::control::ClientError> {
+    match client.snapshot().await {
+        Ok(snapshot) if snapshot.pid == have.pid => Ok(Some(snapshot)),
+        Ok(_) => Ok(None),
+        Err(error) if error.is_gone() => Ok(None),
+        Err(error) => Err(error),
     }
 }
 
