@@ -104,7 +104,7 @@ pub struct Cli {
     /// `watch` waits without end unless it is given; `watch --until` and
     /// `stop` exit 5 when it passes. With --inventory: one deadline for
     /// all the daemons a query asks (default 10), and each command's call.
-    #[arg(long, value_name = "SECS", global = true)]
+    #[arg(long, value_name = "SECS", global = true, value_parser = timeout_secs)]
     pub timeout: Option<f64>,
     /// Many daemons at once (`--inventory FILE`, `--only`, `--all`,
     /// `--parallel`): see `fleet.rs`.
@@ -398,6 +398,41 @@ pub fn host_of(addr: &str) -> &str {
     host.strip_prefix('[')
         .and_then(|h| h.strip_suffix(']'))
         .unwrap_or(host)
+}
+
+/// The least `--timeout`: 1 ms. Below it no call could be answered, and a
+/// command's deadline could pass while it is on its way, leaving unclear
+/// whether it ran.
+const MIN_TIMEOUT_SECS: f64 = 0.001;
+/// The most `--timeout`: 10^9 s, about 31 years; past it a deadline would
+/// overflow the clock's arithmetic rather than mean "never".
+const MAX_TIMEOUT_SECS: f64 = 1e9;
+
+/// `--timeout`'s value: a finite number of seconds from
+/// [`MIN_TIMEOUT_SECS`] to [`MAX_TIMEOUT_SECS`], for every command (a query
+/// answered from the status record too, so a script's mistake shows at
+/// once rather than on the first command that dials).
+fn timeout_secs(text: &str) -> Result<f64, String> {
+    let secs: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if !secs.is_finite() {
+        return Err(format!("{text:?} is not a finite number of seconds"));
+    }
+    if secs <= 0.0 {
+        return Err(format!("{text} is not positive: give the seconds to wait"));
+    }
+    if secs < MIN_TIMEOUT_SECS {
+        return Err(format!(
+            "{text} s is less than the least timeout, {MIN_TIMEOUT_SECS} s (1 ms)"
+        ));
+    }
+    if secs > MAX_TIMEOUT_SECS {
+        return Err(format!(
+            "{text} s is more than the greatest timeout, {MAX_TIMEOUT_SECS:.0} s (about 31 years)"
+        ));
+    }
+    Ok(secs)
 }
 
 /// The command line, parsed by clap from [`Cli`]'s one definition, in one

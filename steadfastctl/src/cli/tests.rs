@@ -78,8 +78,8 @@ fn the_common_lines_parse_once_as_the_whole_command_does() {
         &["--timeout=7"],
         &["--timeout", "1e3"],
         &["--timeout", "+3"],
-        &["--timeout=inf"],
-        &["--timeout", "NaN"],
+        &["--timeout=0.001"],
+        &["--timeout", "1e9"],
     ];
     // One of each kind, in each order of the four kinds.
     let sets: &[&[usize]] = &[
@@ -183,6 +183,12 @@ fn the_parse_is_the_whole_command_s() {
         &["--timeout=-1", "status"],
         &["--timeout", "-1", "status"],
         &["--timeout", "", "status"],
+        &["--timeout", "0", "status"],
+        &["--timeout=inf", "status"],
+        &["--timeout", "NaN", "status"],
+        &["--timeout", "1e30", "status"],
+        &["--timeout", "18446744073709551615", "status"],
+        &["--timeout", "0.000000001", "restart"],
         &["--wait", "restart"],
         &["restart", "--wait", "--wait"],
         &["restart", "--wait=true"],
@@ -332,5 +338,41 @@ fn the_parse_is_the_whole_command_s() {
     ] {
         assert!(!lean_accepts(form), "{form:?}");
         same_as_the_whole(form);
+    }
+}
+
+/// `--timeout` must be a number of seconds a deadline can be kept to, for
+/// every command (a query answered from the status record too): zero, a
+/// negative, NaN, infinity, more than 10^9 s (which overflowed into "not
+/// positive") and less than 1 ms (a command whose deadline passed on its
+/// way, leaving unclear whether it ran) are refused as usage errors naming
+/// what is wrong. Before: `status` took them all silently.
+#[test]
+fn a_timeout_that_cannot_be_kept_is_refused() {
+    let refused: &[(&str, &str)] = &[
+        ("0", "not positive"),
+        ("-1", "not positive"),
+        ("NaN", "not a finite number"),
+        ("inf", "not a finite number"),
+        ("1e30", "more than the greatest timeout"),
+        ("18446744073709551615", "more than the greatest timeout"),
+        ("0.000000001", "less than the least timeout"),
+        ("soon", "not a number of seconds"),
+    ];
+    for (value, why) in refused {
+        for command in ["status", "restart"] {
+            let flag = format!("--timeout={value}");
+            let error = parse_from(["steadfastctl", flag.as_str(), command]).expect_err(value);
+            assert_eq!(
+                error.kind(),
+                clap::error::ErrorKind::ValueValidation,
+                "{value}"
+            );
+            assert!(error.to_string().contains(why), "{value}: {error}");
+        }
+    }
+    for value in ["0.001", "2.5", "1e9", "+3"] {
+        let cli = parse_from(["steadfastctl", "--timeout", value, "status"]).expect(value);
+        assert!(cli.timeout.is_some_and(|secs| secs > 0.0), "{value}");
     }
 }
