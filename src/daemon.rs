@@ -427,7 +427,8 @@ impl crate::SupervisorError {
                 | C::CorruptJournal { .. }
                 | C::BadJournalHeader { .. }
                 | C::BadMarker { .. },
-            ) => EXIT_NEVER_WORKS,
+            )
+            | Self::DeclaredFile(_) => EXIT_NEVER_WORKS,
             Self::ControlDir(C::Io { source, .. }) => io_exit_code(source),
             _ => EXIT_START_FAILED,
         }

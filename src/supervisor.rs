@@ -116,6 +116,10 @@ pub enum SupervisorError {
     /// incumbent's handover could not be received.
     #[error("the replacement handover: {0}")]
     Handover(#[source] std::io::Error),
+    /// The declared config file can never be watched (its directory is
+    /// missing or is not one); found before the data directory is opened.
+    #[error("the declared config file: {0}")]
+    DeclaredFile(String),
 }
 
 impl From<crate::handover::HandoverError> for SupervisorError {
@@ -246,6 +250,12 @@ impl Supervisor {
             version,
         } = builder;
         let declared = source.declared_path().map(std::path::Path::to_path_buf);
+        // Checked before the data dir is opened: a declared file whose
+        // directory cannot be watched would fail the tree's start after the
+        // data dir was made.
+        if let Some(path) = &declared {
+            steadfast_actors::config::watchable(path).map_err(SupervisorError::DeclaredFile)?;
+        }
         let (control, handover) = crate::handover::open_control_dir(&data_dir)?;
         let control = control.with_journal_keep(journal_keep_attempts);
         steadfast_actors::launch::mark("data dir locked");

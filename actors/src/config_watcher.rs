@@ -316,31 +316,7 @@ impl Actor for ConfigWatcherActor {
         myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let file = std::path::absolute(&args.path).map_err(|e| {
-            format!(
-                "cannot watch config file {}: {e}",
-                args.path.to_string_lossy()
-            )
-        })?;
-        let (Some(parent), Some(_)) = (file.parent(), file.file_name()) else {
-            return Err(format!("cannot watch {}: not a file path", file.display()).into());
-        };
-        let parent = parent.to_path_buf();
-        let is_dir = std::fs::metadata(&parent).and_then(|meta| {
-            if meta.is_dir() {
-                Ok(())
-            } else {
-                Err(std::io::Error::from(std::io::ErrorKind::NotADirectory))
-            }
-        });
-        if let Err(e) = is_dir {
-            return Err(format!(
-                "cannot watch directory {} (for config file {}): {e}",
-                parent.display(),
-                file.display()
-            )
-            .into());
-        }
+        let (file, parent) = crate::config::watchable(&args.path)?;
         let watcher = if crate::device::runs_inline() {
             // A simulation's thread: no other thread may decide when the
             // watch is in place, so it is before the actor starts (nothing

@@ -128,3 +128,36 @@ fn kind_of(file_type: std::fs::FileType) -> &'static str {
         "special file"
     }
 }
+
+/// The declared file `path` made absolute, and its parent directory, which
+/// the watch is made on: the one check both a supervisor's start (before
+/// its data dir is opened, so a path that can never be watched never
+/// touches it) and the watcher's `pre_start` make.
+///
+/// # Errors
+/// Naming the file and why: not a file path (it ends in `..` or `/`), or
+/// its parent is missing or not a directory (`--config FILE/x`, a path
+/// under a regular file), or cannot be read.
+pub fn watchable(path: &Path) -> Result<(PathBuf, PathBuf), String> {
+    let file = std::path::absolute(path)
+        .map_err(|e| format!("cannot watch config file {}: {e}", path.to_string_lossy()))?;
+    let (Some(parent), Some(_)) = (file.parent(), file.file_name()) else {
+        return Err(format!("cannot watch {}: not a file path", file.display()));
+    };
+    let parent = parent.to_path_buf();
+    let is_dir = std::fs::metadata(&parent).and_then(|meta| {
+        if meta.is_dir() {
+            Ok(())
+        } else {
+            Err(std::io::Error::from(std::io::ErrorKind::NotADirectory))
+        }
+    });
+    if let Err(e) = is_dir {
+        return Err(format!(
+            "cannot watch directory {} (for config file {}): {e}",
+            parent.display(),
+            file.display()
+        ));
+    }
+    Ok((file, parent))
+}

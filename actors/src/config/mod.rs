@@ -83,7 +83,7 @@ mod overrides;
 mod table;
 mod toml_file;
 
-pub use file::read_config_file;
+pub use file::{read_config_file, watchable};
 pub use fingerprint::Fingerprint;
 pub use overrides::{Overrides, parse_value, value_text};
 use table::split_leaf;
