@@ -51,9 +51,12 @@
 //! repeatable flags have no variable.
 //!
 //! Applying them ([`Launch::prepare`]) checks every file a flag names
-//! before the supervisor is built — the config file, the token file, each
-//! TLS file — so a flag that can never work is a [`CliError`] naming the
-//! flag and the file, and the data directory is not touched. Values that
+//! before the supervisor is built — the config file (missing, or a path
+//! that can never be a file), the token file, each TLS file — and
+//! `RUST_LOG`, so a flag or variable that can never work is a [`CliError`]
+//! naming it, and the data directory is not touched; the path to the data
+//! directory is checked before anything is created in it
+//! (as `steadfast::fs::Dir::open_data_dir` does for every open). Values that
 //! do not parse (an address, a fingerprint, a level) are refused by clap,
 //! naming the flag. [`exit`] says an error on stderr and exits with
 //! [`CliError::exit_code`], the one place a startup error is mapped to an
@@ -105,9 +108,10 @@ pub struct DaemonArgs {
         value_parser = PossibleValuesParser::new(["plain", "json"]).map(|f| log_format(&f)),
     )]
     pub log_format: LogFormat,
-    /// The log level (an `EnvFilter` directive: `debug`,
-    /// `info,steadfast=debug`) until the config sets one; instead of
-    /// `RUST_LOG`.
+    /// The log level until the config sets one; instead of `RUST_LOG`:
+    /// error, warn (or warning), info, debug, trace or off, and
+    /// target=level for one target (`info,steadfast=debug`). A word that is
+    /// not a level is refused.
     #[arg(long, value_name = "LEVEL")]
     pub log_level: Option<LogLevel>,
     /// Serve `GET /metrics` (OpenMetrics text) on this address; use a
@@ -218,6 +222,9 @@ fn parse_fingerprint(text: &str) -> Result<Fingerprint, String> {
 #[must_use]
 pub fn parse<P: clap::Parser>(version: impl Into<String>) -> P {
     let mut command = P::command().version(version.into());
+    if command.get_after_help().is_none() {
+        command = command.after_help(EXIT_CODES_HELP);
+    }
     let parsed = command
         .try_get_matches_from_mut(std::env::args_os())
         .and_then(|matches| P::from_arg_matches(&matches))
@@ -226,6 +233,21 @@ pub fn parse<P: clap::Parser>(version: impl Into<String>) -> P {
     steadfast_actors::launch::mark("command line parsed");
     parsed
 }
+
+/// What `--help` says after the flags (unless the daemon says its own):
+/// the exit codes, and what is checked before the data dir is touched
+/// (`spec/exit-codes.md`).
+const EXIT_CODES_HELP: &str = "\
+Exit codes: 0 stopped by SIGTERM or SIGINT; 80 halted (steadfastctl exit); \
+75 relaunch me; 1 not started, a later start may work (the data dir held \
+by another daemon, a port in use); 78 never works as configured.
+Checked before the data dir is touched (78): the command line; RUST_LOG and \
+--log-level (a word that is not a level is refused; warning means warn); \
+--config (missing, or a path that can never be a file); the token and TLS \
+files; the path to the data dir (every directory above it owned by root or \
+this user and not writable by others unless sticky; a link followed only \
+where root or this user made it). Then the data dir and its control dir \
+(owned by root or this user, not writable by others, no link).";
 
 /// Say `error` (clap's words, with the usage) and exit: 0 after `--help`
 /// or `--version`, [`EXIT_NEVER_WORKS`] for a refused command line.
@@ -286,6 +308,9 @@ pub enum CliError {
     /// `--log-level` could not be applied.
     #[error("--log-level: {0}")]
     LogLevel(#[source] LogLevelError),
+    /// `RUST_LOG` is set and is not a filter.
+    #[error("RUST_LOG: {0}")]
+    LogEnv(#[source] LogLevelError),
     /// The supervisor could not be built (the data directory).
     #[error("not started: {0}")]
     Supervisor(#[source] SupervisorError),
@@ -316,7 +341,8 @@ impl CliError {
             | Self::Token { .. }
             | Self::Tls { .. }
             | Self::TlsNotBuilt
-            | Self::LogLevel(_) => EXIT_NEVER_WORKS,
+            | Self::LogLevel(_)
+            | Self::LogEnv(_) => EXIT_NEVER_WORKS,
             Self::Supervisor(error) => error.exit_code(),
             Self::Daemon { source, .. } => source.exit_code(),
         }
@@ -414,6 +440,10 @@ impl Launch {
     /// [`CliError`] naming the flag and the file.
     pub fn prepare(self) -> Result<Prepared, CliError> {
         let args = &self.args;
+        // Before the log is installed, which would say it and fall back.
+        if let Some(error) = super::logging::env_level_error() {
+            return Err(CliError::LogEnv(error));
+        }
         super::init_logging(args.log_format);
         if let Some(level) = &args.log_level {
             set_flag_level(level).map_err(CliError::LogLevel)?;
@@ -426,7 +456,10 @@ impl Launch {
             None => None,
             Some(path) => match crate::config::read_config_file(path) {
                 Ok(bytes) => data_dir_in(&bytes),
-                Err(error @ ConfigError::Missing { .. }) => return Err(CliError::Config(error)),
+                // Missing, or a path that can never name a file (under a
+                // regular file, a name too long, a loop of links): a
+                // restart would meet it again.
+                Err(error) if never_a_file(&error) => return Err(CliError::Config(error)),
                 Err(_) => None,
             },
         };
@@ -497,6 +530,22 @@ impl Launch {
         build: impl FnOnce(&Path, TomlFileSource) -> SupervisorBuilder,
     ) -> Result<Ended, CliError> {
         self.prepare()?.start(build)?.run().await
+    }
+}
+
+/// Whether reading the `--config` file failed in a way no boot could get
+/// past: the file is missing, or the path cannot name a file at all
+/// (`ENOTDIR`: a name under a regular file; `ENAMETOOLONG`; `ELOOP`).
+fn never_a_file(error: &ConfigError) -> bool {
+    match error {
+        ConfigError::Missing { .. } => true,
+        ConfigError::Read { source, .. } => {
+            matches!(
+                source.kind(),
+                std::io::ErrorKind::NotADirectory | std::io::ErrorKind::InvalidFilename
+            ) || source.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
+        }
+        _ => false,
     }
 }
 

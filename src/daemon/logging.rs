@@ -28,8 +28,14 @@
 //!   journal stamps it); elsewhere lines are plain text, or JSON objects one
 //!   a line with [`LogFormat::Json`].
 //!   `tests/it/logs.rs::under_journald_lines_carry_their_priority`.
-//! - A `RUST_LOG` that does not parse is not dropped silently: the filter
-//!   falls back to `info` and the first line says why.
+//! - A level is checked as a level: a directive without a target must be
+//!   one (`warning` is taken as `warn`), so a misspelt `--log-level`,
+//!   `RUST_LOG` or `log_level` is refused with the reason rather than read
+//!   as the name of a target, which would silence every line.
+//! - A `RUST_LOG` that does not parse is not dropped silently: a daemon
+//!   launched through `daemon::cli` refuses to start (exit 78); an
+//!   embedding that installs the log itself falls back to `info` and the
+//!   first line says why.
 //! - One event is one line, whatever its text: in plain and journald lines
 //!   every control character in a message or a field (a span's too) — a
 //!   newline, a carriage return, ESC, any other C0 or C1 control, DEL — is
@@ -107,8 +113,9 @@ impl TryFrom<String> for LogLevel {
     type Error = LogLevelError;
 
     fn try_from(text: String) -> Result<Self, LogLevelError> {
-        parse_filter(&text)?;
-        Ok(Self(text))
+        let directive = check_levels(&text)?;
+        parse_filter(&directive)?;
+        Ok(Self(directive))
     }
 }
 
@@ -132,7 +139,7 @@ impl fmt::Display for LogLevel {
 pub enum LogLevelError {
     /// The text is not a filter directive.
     #[error(
-        "invalid log level {text:?}: {reason} (use error, warn, info, debug, trace or target=level,…)"
+        "invalid log level {text:?}: {reason} (use error, warn, info, debug, trace, off or target=level, comma-separated)"
     )]
     Invalid {
         /// What was given.
@@ -146,6 +153,64 @@ pub enum LogLevelError {
         "the log level is not steadfast's to change: the application installed its own subscriber, or logging is off"
     )]
     NotInstalled,
+}
+
+/// `text` as a filter whose every directive names a level where one is
+/// expected, in the form `EnvFilter` is given: each directive trimmed, and
+/// `warning` (syslog's word) spelled `warn`.
+///
+/// `EnvFilter` takes a bare word it does not know as a *target* at every
+/// level, so `warning`, `inf` or `info ` (a trailing space) would silence
+/// the whole log (every line of other targets dropped) without a word.
+/// Here a directive without `=` must be a level (`error`, `warn`, `info`,
+/// `debug`, `trace`, `off`, or `0`–`5`), and one with `=` must end in one;
+/// a target is named as `target=level` (`kvd=trace` for every level of
+/// `kvd`). A span filter (`target[span{field=value}]`) keeps `EnvFilter`'s
+/// own meaning.
+fn check_levels(text: &str) -> Result<String, LogLevelError> {
+    let invalid = |reason: String| LogLevelError::Invalid {
+        text: text.to_owned(),
+        reason,
+    };
+    let mut directives = Vec::new();
+    for directive in text.split(',').map(str::trim) {
+        if directive.is_empty() {
+            continue;
+        }
+        if directive.ends_with(']') {
+            directives.push(directive.to_owned());
+            continue;
+        }
+        let (target, level) = match directive.rsplit_once('=') {
+            Some((target, level)) => (Some(target.trim()), level.trim()),
+            None => (None, directive),
+        };
+        let level = if level.eq_ignore_ascii_case("warning") {
+            "warn"
+        } else {
+            level
+        };
+        if level.is_empty()
+            || level
+                .parse::<tracing::level_filters::LevelFilter>()
+                .is_err()
+        {
+            return Err(invalid(match target {
+                Some(target) => format!("{level:?} is not a level (for target {target:?})"),
+                None => format!(
+                    "{level:?} is not a level (to log every level of a target, write {level}=trace)"
+                ),
+            }));
+        }
+        directives.push(match target {
+            Some(target) => format!("{target}={level}"),
+            None => level.to_owned(),
+        });
+    }
+    if directives.is_empty() {
+        return Err(invalid("no directive".to_owned()));
+    }
+    Ok(directives.join(","))
 }
 
 fn parse_filter(text: &str) -> Result<EnvFilter, LogLevelError> {
@@ -211,12 +276,17 @@ static INSTALLED: OnceLock<Installed> = OnceLock::new();
 /// reason when `RUST_LOG` was set but does not parse.
 fn env_directive() -> (String, Option<LogLevelError>) {
     match std::env::var("RUST_LOG") {
-        Ok(text) if !text.trim().is_empty() => match parse_filter(&text) {
-            Ok(_) => (text, None),
+        Ok(text) if !text.trim().is_empty() => match LogLevel::try_from(text) {
+            Ok(level) => (level.0, None),
             Err(error) => ("info".to_owned(), Some(error)),
         },
         _ => ("info".to_owned(), None),
     }
+}
+
+/// Why `RUST_LOG` is not a filter, if it is set and is not one.
+pub(crate) fn env_level_error() -> Option<LogLevelError> {
+    env_directive().1
 }
 
 /// Whether stderr is the stream `JOURNAL_STREAM` (`<dev>:<ino>`) names:
@@ -614,6 +684,50 @@ mod tests {
     /// A level without a target more verbose than `warn` holds every
     /// library target it does not name at `warn`; one that names a library
     /// keeps its own level for it; `warn` and quieter add nothing.
+    /// A directive that names no level where one is expected is refused
+    /// with the reason: `EnvFilter` took `warning`, `inf` and `info ` as
+    /// targets and the daemon logged nothing at all. Syslog's `warning` is
+    /// `warn`; spaces around a directive are dropped; a target is named
+    /// with its level.
+    #[test]
+    fn a_word_that_is_not_a_level_is_refused() {
+        use super::LogLevel;
+        let level = |text: &str| LogLevel::try_from(text.to_owned()).map(|l| l.as_str().to_owned());
+        assert_eq!(level("warning").as_deref(), Ok("warn"));
+        assert_eq!(level("WARNING").as_deref(), Ok("warn"));
+        assert_eq!(level("info ").as_deref(), Ok("info"));
+        assert_eq!(
+            level(" debug , kvd = warning").as_deref(),
+            Ok("debug,kvd=warn")
+        );
+        assert_eq!(
+            level("debug,tarpc=debug").as_deref(),
+            Ok("debug,tarpc=debug")
+        );
+        assert_eq!(level("kvd=trace").as_deref(), Ok("kvd=trace"));
+        assert_eq!(level("3").as_deref(), Ok("3"));
+        assert_eq!(level("kvd[boot]").as_deref(), Ok("kvd[boot]"));
+        for (text, why) in [
+            (
+                "inf",
+                "\"inf\" is not a level (to log every level of a target, write inf=trace)",
+            ),
+            ("warnings", "\"warnings\" is not a level"),
+            ("kvd", "write kvd=trace"),
+            (
+                "info,kvd=loudest",
+                "\"loudest\" is not a level (for target \"kvd\")",
+            ),
+            ("kvd=", "\"\" is not a level"),
+            ("", "no directive"),
+            (" , ", "no directive"),
+        ] {
+            let error = level(text).expect_err(text).to_string();
+            assert!(error.contains(why), "{text:?}: {error}");
+            assert!(error.contains("invalid log level"), "{text:?}: {error}");
+        }
+    }
+
     #[test]
     fn a_bare_level_leaves_the_libraries_at_warn() {
         let debug = with_libraries_quiet("debug");

@@ -334,6 +334,11 @@ fn a_bad_flag_value_exits_78_naming_the_flag() {
         ("--metrics-addr", "nowhere"),
         ("--log-format", "xml"),
         ("--log-level", "kvd=loud"),
+        // Words that are not levels: EnvFilter took them as targets, and
+        // the daemon logged nothing at all.
+        ("--log-level", "inf"),
+        ("--log-level", "warnings"),
+        ("--log-level", "kvd"),
     ] {
         let kvd = spawn(
             "kvd",
@@ -365,6 +370,174 @@ fn a_bad_flag_value_exits_78_naming_the_flag() {
     assert_eq!(code, Some(EXIT_NEVER_WORKS), "{stderr}");
     assert!(stderr.contains("--control-token-file"), "{stderr}");
     assert!(!data.exists());
+}
+
+/// What the flags and the environment say is checked before the data dir
+/// is touched, so a launch that can never work exits 78 (never works:
+/// managers leave it down) with the reason and creates nothing:
+/// - `--config FILE/x`, a path under a regular file, or a name too long to
+///   be a file: before, it panicked after creating the data dir and exited
+///   75 (relaunch), which every manager restarts once a second for ever;
+/// - a `RUST_LOG` that names no level (`inf`) or is no filter: before, the
+///   first was taken as a target and silenced every line, the second said
+///   once and dropped.
+#[test]
+fn what_can_never_work_exits_78_before_the_data_dir_is_touched() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (data, config, _) = kvd_setup(tmp.path());
+    let under_a_file = config.join("x");
+    let too_long = tmp.path().join("n".repeat(300));
+    for (path, why) in [(&under_a_file, "Not a directory"), (&too_long, "too long")] {
+        let kvd = spawn(
+            "kvd",
+            &[
+                "--data-dir".to_owned(),
+                s(&data),
+                "--config".to_owned(),
+                s(path),
+            ],
+        );
+        let (code, stderr) = ended(kvd);
+        assert_eq!(code, Some(EXIT_NEVER_WORKS), "{stderr}");
+        assert!(
+            stderr.contains("--config") && stderr.contains(why),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert!(!data.exists(), "nothing was created: {stderr}");
+    }
+    for value in ["inf", "kvd=loudest", "warnings,kvd=debug"] {
+        let kvd = spawn_with(
+            "kvd",
+            &[
+                "--data-dir".to_owned(),
+                s(&data),
+                "--config".to_owned(),
+                s(&config),
+            ],
+            &[("RUST_LOG", Path::new(value))],
+        );
+        let (code, stderr) = ended(kvd);
+        assert_eq!(code, Some(EXIT_NEVER_WORKS), "{value}: {stderr}");
+        assert!(
+            stderr.contains("RUST_LOG: invalid log level") && stderr.contains(value),
+            "{value}: {stderr}"
+        );
+        assert!(!data.exists(), "{value}: nothing was created");
+    }
+}
+
+/// Another local user (uid 65534, through `setpriv`) who may write a
+/// directory on the way to root's data dir chooses where it lands: a link
+/// planted in a sticky shared directory (`mkdir -m1777 /srv/s; ln -s
+/// /root/private /srv/s/data`), or a data dir under a directory that user
+/// owns (`/home/nobody/sub`, which they could rename and replace by a
+/// link). kvd exits 78 (never works) naming the link or the ancestor, and
+/// nothing is created, neither the data dir nor anything in the link's
+/// target. Before: kvd ran with `.steadfast/`, the lock and `store.log` in
+/// the private directory. Runs only as root with `setpriv`; otherwise says
+/// why it skips.
+#[test]
+fn a_data_dir_another_user_can_redirect_exits_78_naming_where() {
+    use std::os::unix::fs::PermissionsExt;
+    let setpriv = Path::new("/usr/bin/setpriv");
+    if !rustix::process::geteuid().is_root() || !setpriv.exists() {
+        eprintln!("skipped: needs root and /usr/bin/setpriv");
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let (_, config, _) = kvd_setup(dir);
+    let shared = dir.join("shared");
+    std::fs::create_dir(&shared).expect("mkdir");
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+    let private = dir.join("private");
+    std::fs::create_dir(&private).expect("mkdir");
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let planted = shared.join("data");
+    let status = Command::new(setpriv)
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "ln",
+            "-s",
+        ])
+        .arg(&private)
+        .arg(&planted)
+        .status()
+        .expect("setpriv runs");
+    assert!(status.success(), "the link is planted as uid 65534");
+    let home = dir.join("home-nobody");
+    std::fs::create_dir(&home).expect("mkdir");
+    std::os::unix::fs::chown(&home, Some(65534), Some(65534)).expect("chown");
+    let under_home = home.join("sub");
+    for (data, named) in [(&planted, &planted), (&under_home, &home)] {
+        let kvd = spawn(
+            "kvd",
+            &[
+                "--data-dir".to_owned(),
+                s(data),
+                "--config".to_owned(),
+                s(&config),
+            ],
+        );
+        let (code, stderr) = ended(kvd);
+        assert_eq!(code, Some(EXIT_NEVER_WORKS), "{stderr}");
+        assert!(
+            stderr.contains(&s(named)) && stderr.contains("owned by uid 65534"),
+            "{stderr}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(&private).expect("private").count(),
+        0,
+        "nothing was made in the link's target"
+    );
+    assert!(
+        !under_home.exists(),
+        "nothing was made under another user's directory"
+    );
+}
+
+/// `--log-level warning` (syslog's word, as the help says) is `warn`: the
+/// daemon starts and logs at warn, so a failed boot is said while no info
+/// line is. Before, `warning` was taken as a target and the failed boot
+/// was not logged at all. A `config set log_level` to a word that is not a
+/// level is refused with the reason.
+#[test]
+fn warning_is_taken_as_warn() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (data, config, _) = kvd_setup(tmp.path());
+    std::fs::write(&config, "listen_addr = \"nowhere\"\n").expect("config");
+    let kvd = spawn(
+        "kvd",
+        &[
+            "--data-dir".to_owned(),
+            s(&data),
+            "--config".to_owned(),
+            s(&config),
+            "--log-level".to_owned(),
+            "warning".to_owned(),
+        ],
+    );
+    let socket = ["--data-dir".to_owned(), s(&data)];
+    until_state(&socket, "failed");
+    kvd.wait_for("the boot failed");
+    let refused = ctl(&with(&socket, &["config", "set", "log_level", "warnings"]));
+    assert_eq!(refused.status.code(), Some(3), "{refused:?}");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("invalid log level") && stderr.contains("\"warnings\" is not a level"),
+        "{stderr}"
+    );
+    let out = ctl(&with(&socket, &["exit"]));
+    assert_eq!(out.status.code(), Some(0));
+    let (code, stderr) = ended(kvd);
+    assert_eq!(code, Some(EXIT_HALT), "{stderr}");
+    assert!(stderr.contains(" WARN "), "{stderr}");
+    assert!(!stderr.contains(" INFO "), "no info line at warn: {stderr}");
 }
 
 /// A file a flag names that cannot be used — a TLS key others may read, a
