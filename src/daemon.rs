@@ -101,6 +101,12 @@
 //!   [`run_with`] returns `halt` at once (after [`HANDOVER_LINGER`], so the
 //!   outcome can be read over the control socket): the successor owns the
 //!   data directory, and this process must exit without writing to it.
+//! - A signal or `exit` that arrives while a replacement runs is the
+//!   replacement's to decide first (`spec/control.md`, "A stop during a
+//!   replace"): before the commit it aborts the replacement and is then
+//!   carried out here; after it, it is forwarded to the successor, and
+//!   [`run_with`] returns the stop's end (drained, halt, relaunch) once the
+//!   successor has exited (`replace_stop::*` in `tests/it/`).
 //!
 //! Checked by `tests/it/daemon.rs`, which runs a real child process under a
 //! fake `NOTIFY_SOCKET` and sends it real signals.

@@ -35,7 +35,7 @@
 //!
 //! The connection stays open after the files were handed over, until the
 //! incumbent settles the replacement: it is the candidate's way back to
-//! its incumbent while it is not yet selected ([`Incumbent`]). An `exit`
+//! its incumbent while it is not yet selected (`Incumbent`). An `exit`
 //! the candidate is asked for then (its control socket already has the
 //! incumbent's name) is a stop *of the replacement*: the candidate sends it
 //! back (`stop exit halt`, `stop exit relaunch`), the incumbent takes it

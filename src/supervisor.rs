@@ -663,10 +663,10 @@ impl SupervisorHandle {
     /// End the process after a drain.
     ///
     /// While a replacement runs, the exit is a stop the replacement decides
-    /// first ([`Self::stop_replacing`]): before the commit the replacement
-    /// is aborted and rolled back, then this daemon exits; once committed
-    /// the successor carries it out, and this process ends as it does
-    /// (answered with the snapshot as it is).
+    /// first (`spec/control.md`, "A stop during a replace"): before the
+    /// commit the replacement is aborted and rolled back, then this daemon
+    /// exits; once committed the successor carries it out, and this
+    /// process ends as it does (answered with the snapshot as it is).
     ///
     /// # Errors
     /// As [`Self::start`].
