@@ -101,6 +101,12 @@
 //!   [`run_with`] returns `halt` at once (after [`HANDOVER_LINGER`], so the
 //!   outcome can be read over the control socket): the successor owns the
 //!   data directory, and this process must exit without writing to it.
+//! - A signal or `exit` that arrives while a replacement runs is the
+//!   replacement's to decide first (`spec/control.md`, "A stop during a
+//!   replace"): before the commit it aborts the replacement and is then
+//!   carried out here; after it, it is forwarded to the successor, and
+//!   [`run_with`] returns the stop's end (drained, halt, relaunch) once the
+//!   successor has exited (`replace_stop::*` in `tests/it/`).
 //!
 //! Checked by `tests/it/daemon.rs`, which runs a real child process under a
 //! fake `NOTIFY_SOCKET` and sends it real signals.
@@ -112,6 +118,7 @@ use std::time::Duration;
 
 use sd_notify::NotifyState;
 use steadfast_protocol::lifecycle::{ExitIntent, LifecycleState};
+use steadfast_protocol::replacement::Stop;
 use steadfast_protocol::snapshot::Snapshot;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -697,18 +704,18 @@ async fn run_serving(
     let mut handed_over = handle.handed_over();
     let intent = tokio::select! {
         intent = supervisor.run() => intent,
-        () = handed_over_then_reported(&handle, &mut handed_over) => {
+        ended = handed_over_then_reported(&handle, &mut handed_over) => {
             // A committed replacement: the successor owns the data dir. The
             // tree is left as it is (its runtime is already drained or
             // retired); the process must exit now, writing nothing more.
-            tracing::info!("handed over to the replacement; exiting");
+            tracing::info!(ended = ended.name(), "handed over to the replacement; exiting");
             signals.abort();
             lost.abort();
             notifier.abort();
             drop(control);
             tell_stopping("handed over");
             flush(FLUSH_PATIENCE).await;
-            return Ended::HandedOver;
+            return ended;
         }
     };
     // A halt a signal asked for is a drain the service manager (or a
@@ -753,11 +760,16 @@ const ANSWER_GRACE: Duration = Duration::from_millis(500);
 
 /// Resolves once a committed replacement handed the daemon over and the
 /// final report had a moment to be read by whoever follows it (at most
-/// [`HANDOVER_LINGER`]).
+/// [`HANDOVER_LINGER`]), with how the process ends: handed over, or, when
+/// a stop arrived and was forwarded to the successor, as that stop implies
+/// (0 for a signal, 80 halt, 75 relaunch), once the successor has exited
+/// and so released the data dir: a manager that stopped this pid and
+/// starts the daemon again finds the data dir free
+/// (`protocol/src/replacement.rs`, "A stop during a replace").
 async fn handed_over_then_reported(
     handle: &SupervisorHandle,
     handed_over: &mut tokio::sync::watch::Receiver<bool>,
-) {
+) -> Ended {
     if handed_over.wait_for(|over| *over).await.is_err() {
         std::future::pending::<()>().await;
     }
@@ -765,6 +777,26 @@ async fn handed_over_then_reported(
     let ended = reports.wait_for(|r| r.as_ref().is_some_and(|r| r.ended.is_some()));
     let _ = tokio::time::timeout(HANDOVER_LINGER, ended).await;
     tokio::time::sleep(HANDOVER_LINGER).await;
+    let side = handle.replace_side();
+    let mut stops = side.stops.subscribe();
+    let forwarded = match stops.wait_for(|s| s.in_flight == 0).await {
+        Ok(seen) => seen.forwarded,
+        Err(_) => None,
+    };
+    let Some(stop) = forwarded else {
+        return Ended::HandedOver;
+    };
+    tracing::info!(
+        ?stop,
+        "a stop was forwarded to the successor; exiting once it has"
+    );
+    let mut gone = side.successor_gone.subscribe();
+    let _ = gone.wait_for(|gone| *gone).await;
+    match stop {
+        Stop::Signal => Ended::Drained,
+        Stop::Exit(ExitIntent::Halt) => Ended::Halt,
+        Stop::Exit(ExitIntent::Relaunch) => Ended::Relaunch,
+    }
 }
 
 /// How long [`run_with`] waits, at the end, for its last notifications to
@@ -893,7 +925,7 @@ async fn exit_on_signal(
 ) {
     tracing::info!("{name}: exiting after a drain");
     let mut asked = by_signal.lock().await;
-    match handle.exit(ExitIntent::Halt).await {
+    match handle.exit_by(Stop::Signal).await {
         Ok(_) => *asked = true,
         // `exit` is carried out even when its journal record is not
         // durable: the drain is still this signal's.

@@ -33,7 +33,20 @@
 //! replacement hands over its own supervisor's offers only, and they go
 //! with the supervisor. Exclusive hands over the lock only.
 //!
+//! The connection stays open after the files were handed over, until the
+//! incumbent settles the replacement: it is the candidate's way back to
+//! its incumbent while it is not yet selected (`Incumbent`). An `exit`
+//! the candidate is asked for then (its control socket already has the
+//! incumbent's name) is a stop *of the replacement*: the candidate sends it
+//! back (`stop exit halt`, `stop exit relaunch`), the incumbent takes it
+//! (`taken`) and decides it as a stop that arrived at the incumbent
+//! (`protocol/src/replacement.rs`, "A stop during a replace"); once the
+//! incumbent has committed (or is gone) the connection is closed and the
+//! candidate carries its stops out itself. A signal is never sent back: a
+//! candidate is signalled by its incumbent's roll-back.
+//!
 //! Checked by the unit tests here (`the_expected_peer_receives_the_lock_and_the_shared_files`,
+//! `a_candidate_hands_an_exit_back_until_the_offer_is_dropped`,
 //! `another_peer_gets_nothing`, `no_socket_is_not_found`,
 //! `a_later_supervisor_of_the_same_data_dir_offers_nothing_of_an_earlier_one`,
 //! `two_supervisors_in_a_candidate_each_get_their_own_lock`: a real
@@ -52,6 +65,8 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 
 use steadfast_actors::handover::LOCK;
 pub use steadfast_actors::handover::{Handover, HandoverError};
+use steadfast_protocol::lifecycle::ExitIntent;
+use steadfast_protocol::replacement::Stop;
 
 use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
@@ -133,6 +148,74 @@ struct Handed {
     /// peer credentials).
     incumbent: Option<u32>,
     files: HashMap<String, OwnedFd>,
+    /// The connection it came on, the way back to the incumbent.
+    back: Option<std::os::unix::net::UnixStream>,
+}
+
+/// A candidate's way back to its incumbent while it is not yet selected:
+/// the handover's connection (module doc). Empty in a daemon that is no
+/// candidate, and once the incumbent closed it.
+#[derive(Debug, Default)]
+pub(crate) struct Incumbent(Mutex<Option<std::os::unix::net::UnixStream>>);
+
+impl Incumbent {
+    /// Whether the way back is open: this process is a candidate its
+    /// incumbent has not let go of yet.
+    pub(crate) fn is_open(&self) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+
+    /// Hand `stop` to the incumbent; whether it took it (then the stop is
+    /// the replacement's to decide, and this process does nothing more for
+    /// it). `false` once the incumbent closed the connection (it committed,
+    /// or is gone): carry the stop out here. Blocking: call it off the
+    /// runtime's workers.
+    pub(crate) fn hand_back(&self, stop: Stop) -> bool {
+        use std::io::{BufRead, Write};
+        let mut back = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(stream) = back.as_mut() else {
+            return false;
+        };
+        let taken = (|| {
+            stream.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
+            stream.write_all(format!("{}\n", stop_line(stop)).as_bytes())?;
+            let mut answer = String::new();
+            std::io::BufReader::new(&*stream).read_line(&mut answer)?;
+            Ok::<_, std::io::Error>(answer.trim_end() == TAKEN)
+        })()
+        .unwrap_or(false);
+        if !taken {
+            // Closed or broken: from now on this process is on its own.
+            *back = None;
+        }
+        taken
+    }
+}
+
+/// The incumbent's answer to a stop it took.
+const TAKEN: &str = "taken";
+
+/// A stop as a line of the back channel.
+fn stop_line(stop: Stop) -> &'static str {
+    match stop {
+        Stop::Signal => "stop signal",
+        Stop::Exit(ExitIntent::Halt) => "stop exit halt",
+        Stop::Exit(ExitIntent::Relaunch) => "stop exit relaunch",
+    }
+}
+
+/// The stop a line of the back channel names; `None` for anything else.
+fn parse_stop_line(line: &str) -> Option<Stop> {
+    [
+        Stop::Signal,
+        Stop::Exit(ExitIntent::Halt),
+        Stop::Exit(ExitIntent::Relaunch),
+    ]
+    .into_iter()
+    .find(|&stop| stop_line(stop) == line)
 }
 
 /// What this process received as a candidate, by the data dir each
@@ -236,7 +319,15 @@ fn receive(path: &Path) -> Result<(DirKey, Handed), HandoverError> {
         .into());
     }
     let files = names.into_iter().map(String::from).zip(fds).collect();
-    Ok((key, Handed { incumbent, files }))
+    stream.set_read_timeout(None)?;
+    Ok((
+        key,
+        Handed {
+            incumbent,
+            files,
+            back: Some(stream),
+        },
+    ))
 }
 
 /// Why [`open_control_dir`] could not open a control directory.
@@ -261,18 +352,36 @@ pub(crate) enum OpenError {
 /// control directory could not be opened (or another daemon holds it).
 pub(crate) fn open_control_dir(
     data_dir: &Path,
-) -> Result<(steadfast_actors::control_dir::ControlDir, Handover), OpenError> {
+) -> Result<
+    (
+        steadfast_actors::control_dir::ControlDir,
+        Handover,
+        Incumbent,
+    ),
+    OpenError,
+> {
     use steadfast_actors::control_dir::ControlDir;
     let Handed {
         incumbent,
         mut files,
+        back,
     } = take_received(data_dir)?.unwrap_or_default();
     let control = match files.remove(LOCK) {
         Some(lock) => ControlDir::open_handed_over(data_dir, File::from(lock).into(), incumbent)?,
         None => ControlDir::open(data_dir)?,
     };
-    Ok((control, Handover::received(files)))
+    Ok((
+        control,
+        Handover::received(files),
+        Incumbent(Mutex::new(back)),
+    ))
 }
+
+/// What the incumbent does with a stop its candidate handed back: decide
+/// it as its own (`SupervisorHandle::exit_by`), in a task of its own so
+/// that the roll-back an abort brings (which drops the [`Offer`]) does not
+/// cancel it.
+pub(crate) type OnStop = Box<dyn Fn(Stop) + Send + Sync>;
 
 /// The incumbent's side: a bound handover socket, serving the files to one
 /// peer. Dropping it stops serving and removes the socket.
@@ -293,6 +402,7 @@ impl Offer {
         key: DirKey,
         lock: OwnedFd,
         listeners: Vec<(String, OwnedFd)>,
+        on_stop: OnStop,
     ) -> Result<Self, HandoverError> {
         if listeners.len() + 1 > MAX_FILES {
             return Err(invalid("too many files to hand over").into());
@@ -359,6 +469,7 @@ impl Offer {
                 match sent {
                     Ok(()) => {
                         let _ = served_tx.send(true);
+                        serve_back(stream, &on_stop).await;
                         return;
                     }
                     Err(error) => tracing::warn!(%error, "handover: sending the files failed"),
@@ -393,6 +504,36 @@ impl Drop for Offer {
     fn drop(&mut self) {
         self.task.abort();
         let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Read the stops the candidate hands back until it closes the
+/// connection (or the offer is dropped): each is handed to `on_stop` and
+/// answered [`TAKEN`].
+async fn serve_back(stream: std::os::unix::net::UnixStream, on_stop: &OnStop) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let Ok(stream) = stream
+        .set_nonblocking(true)
+        .and_then(|()| tokio::net::UnixStream::from_std(stream))
+    else {
+        return;
+    };
+    let (read, mut write) = stream.into_split();
+    let mut lines = tokio::io::BufReader::new(read).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let Some(stop) = parse_stop_line(&line) else {
+            tracing::warn!(line, "handover: the candidate sent what is not a stop");
+            return;
+        };
+        tracing::info!(?stop, "the candidate handed back a stop it was asked for");
+        on_stop(stop);
+        if write
+            .write_all(format!("{TAKEN}\n").as_bytes())
+            .await
+            .is_err()
+        {
+            return;
+        }
     }
 }
 
@@ -436,6 +577,7 @@ mod tests {
             key,
             lock.as_fd().try_clone_to_owned().expect("dup"),
             shared,
+            Box::new(|_| {}),
         )
         .expect("bind");
         (offer, listener, lock)
@@ -477,6 +619,56 @@ mod tests {
         let socket = offer.path().to_owned();
         drop(offer);
         assert!(!socket.exists(), "dropping the offer removes its socket");
+    }
+
+    /// The way back: a candidate hands an `exit` back while its
+    /// incumbent's offer stands (the incumbent takes it and decides it);
+    /// once the offer is dropped (the incumbent committed, or is gone) the
+    /// candidate is on its own, and says so.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_candidate_hands_an_exit_back_until_the_offer_is_dropped() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lock = File::create(dir.path().join("lock")).expect("lock file");
+        let (taken_tx, mut taken) = tokio::sync::mpsc::unbounded_channel();
+        let offer = Offer::bind(
+            dir.path(),
+            DirKey::of(dir.path()).expect("key"),
+            lock.as_fd().try_clone_to_owned().expect("dup"),
+            Vec::new(),
+            Box::new(move |stop| {
+                let _ = taken_tx.send(stop);
+            }),
+        )
+        .expect("bind");
+        offer.expect_pid(std::process::id());
+        let path = offer.path().to_owned();
+        let (_, handed) = tokio::task::spawn_blocking(move || receive(&path))
+            .await
+            .expect("join")
+            .expect("received");
+        let incumbent = std::sync::Arc::new(Incumbent(Mutex::new(handed.back)));
+        assert!(incumbent.is_open());
+        let back = std::sync::Arc::clone(&incumbent);
+        let handed_back =
+            tokio::task::spawn_blocking(move || back.hand_back(Stop::Exit(ExitIntent::Relaunch)))
+                .await
+                .expect("join");
+        assert!(handed_back, "the incumbent took it");
+        assert_eq!(taken.recv().await, Some(Stop::Exit(ExitIntent::Relaunch)));
+        drop(offer);
+        let back = std::sync::Arc::clone(&incumbent);
+        let handed_back =
+            tokio::task::spawn_blocking(move || back.hand_back(Stop::Exit(ExitIntent::Halt)))
+                .await
+                .expect("join");
+        assert!(!handed_back, "no incumbent to take it");
+        assert!(!incumbent.is_open());
+        assert_eq!(
+            parse_stop_line("stop exit halt"),
+            Some(Stop::Exit(ExitIntent::Halt))
+        );
+        assert_eq!(parse_stop_line("stop signal"), Some(Stop::Signal));
+        assert_eq!(parse_stop_line("stop everything"), None);
     }
 
     #[tokio::test(flavor = "multi_thread")]
@@ -603,8 +795,9 @@ mod tests {
         if let Some(dirs) = std::env::var_os(CHILD_ENV) {
             // The candidate (the env is the child's own, set at its spawn).
             let dirs = PathBuf::from(dirs);
-            let (b, _) = open_control_dir(&dirs.join("b")).expect("b opens with its own lock");
-            let (a, _) = open_control_dir(&dirs.join("a")).expect("a opens with the handed lock");
+            let (b, _, _) = open_control_dir(&dirs.join("b")).expect("b opens with its own lock");
+            let (a, _, _) =
+                open_control_dir(&dirs.join("a")).expect("a opens with the handed lock");
             println!("candidate: a {} b {}", lock_ino(&a), lock_ino(&b));
             return;
         }
@@ -614,7 +807,14 @@ mod tests {
         let key = DirKey::of(&dirs.path().join("a")).expect("key");
         let lock = incumbent.lock_file().try_clone().expect("dup");
         let lock = lock.into_os().expect("an OS file");
-        let offer = Offer::bind(incumbent.path(), key, lock.into(), Vec::new()).expect("bind");
+        let offer = Offer::bind(
+            incumbent.path(),
+            key,
+            lock.into(),
+            Vec::new(),
+            Box::new(|_| {}),
+        )
+        .expect("bind");
         let child = std::process::Command::new(std::env::current_exe().expect("exe"))
             .args([
                 "--exact",

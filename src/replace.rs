@@ -14,14 +14,23 @@
 //! | retire | — | stop the runtime: admission closes, in-flight work finishes in the drain; `wedged` on the store the successor now holds counts as retired |
 //!
 //! After the transaction ([`ReplaceDriver::settle`]): a failure before commit
-//! stops the candidate (SIGTERM, then SIGKILL after 5 s), marks the run as
-//! this process's again and, if this daemon was drained, starts its runtime
-//! again: the incumbent keeps serving. Once committed (even if a later step
+//! stops the candidate (SIGTERM, then SIGKILL after 5 s) and reaps it, marks
+//! the run as this process's again and, if this daemon was drained and the
+//! failure is not a stop's abort, starts its runtime again: the incumbent
+//! keeps serving (after an abort it carries the stop out instead). Once
+//! committed (even if a later step
 //! failed) the daemon is handed over: nothing is rolled back; an overlap
 //! retire that did not finish (its drain budget ran out) is let run to its
 //! end first, since a budget never kills work; then
 //! [`crate::daemon::run_with`] returns `halt` so the process exits without
 //! touching the data directory again.
+//!
+//! A stop forwarded after commit ([`ReplaceDriver::forward`]) reaches the
+//! successor as the stop it was: SIGTERM for a signal, `exit` with its
+//! intent over the control socket the successor serves (SIGTERM if that
+//! cannot be asked); the successor, still this process's child, is then
+//! waited for, and `run_with` ends once it has exited, with the stop's
+//! code.
 //!
 //! Checked end to end with kvd processes by `tests/it/replace.rs`.
 
@@ -36,9 +45,9 @@ use steadfast_actors::fsx;
 use steadfast_actors::lifecycle::Hold;
 use steadfast_actors::replace_runner::{AsyncDriver, StepFuture};
 use steadfast_actors::replacement::{DriverError, ReplaceDriver, ReplaceJob, SettleFuture};
-use steadfast_protocol::lifecycle::LifecycleState;
+use steadfast_protocol::lifecycle::{ExitIntent, LifecycleState};
 use steadfast_protocol::replacement::{
-    Budgets, Failure, Mode, Outcome, Progress, ReplaceRefusal, Report, Step,
+    Budgets, Failure, Mode, Outcome, Progress, ReasonKind, ReplaceRefusal, Report, Step, Stop,
 };
 
 use crate::control::ControlClient;
@@ -301,6 +310,9 @@ pub struct ProcessDriver {
     drained: bool,
     offer: Option<Offer>,
     child: Option<tokio::process::Child>,
+    /// The candidate's pid, kept once it is the successor (a stop is
+    /// forwarded to it).
+    successor_pid: Option<u32>,
     candidate_version: Option<String>,
 }
 
@@ -331,6 +343,7 @@ impl ProcessDriver {
             drained: false,
             offer: None,
             child: None,
+            successor_pid: None,
             candidate_version: None,
         }
     }
@@ -423,6 +436,32 @@ impl ProcessDriver {
         }
     }
 
+    /// `exit` with `intent`, asked of the successor `pid` over the control
+    /// socket it serves (checked to be its: the pid answers); whether it
+    /// was accepted.
+    async fn ask_successor_to_exit(&self, pid: u32, intent: ExitIntent) -> bool {
+        let socket = ControlDir::under(&self.data_dir).join("control.sock");
+        let asked = async {
+            let client = ControlClient::connect_unix(&socket)
+                .await
+                .ok()?
+                .with_timeout(Duration::from_secs(5));
+            let status = client.replace_status(0, Duration::ZERO).await.ok()?;
+            if status.pid != pid {
+                return None;
+            }
+            client.exit(intent).await.ok()
+        };
+        let accepted = asked.await.is_some();
+        if !accepted {
+            tracing::warn!(
+                pid,
+                "the successor could not be asked to exit: sending it SIGTERM"
+            );
+        }
+        accepted
+    }
+
     /// Let the runtime's drain run to its end, with no deadline: stop it if
     /// it still runs, then wait until it rests.
     async fn finish_retirement(&mut self) {
@@ -477,7 +516,18 @@ impl ProcessDriver {
         } else {
             Vec::new()
         };
-        let offer = Offer::bind(control.path(), key, lock.into(), listeners)
+        // A stop the candidate hands back is this daemon's to decide, as
+        // if it had arrived here.
+        let handle = self.handle.clone();
+        let on_stop: crate::handover::OnStop = Box::new(move |stop| {
+            let handle = handle.clone();
+            tokio::spawn(async move {
+                if let Err(error) = handle.exit_by(stop).await {
+                    tracing::warn!(%error, "a stop handed back by the candidate was refused");
+                }
+            });
+        });
+        let offer = Offer::bind(control.path(), key, lock.into(), listeners, on_stop)
             .map_err(|e| ProcessError::Start(e.to_string()))?;
         // The run marker names the attempt this process hands over from, so
         // the candidate reports its previous run as handed over by this pid
@@ -607,6 +657,7 @@ impl ProcessDriver {
         selection
             .write(&self.data_dir)
             .map_err(|e| ProcessError::Commit(e.to_string()))?;
+        self.successor_pid = Some(pid);
         // The store is the candidate's from here: the retiring runtime's
         // drain must not read the successor's lock as a wedge.
         self.handle.replace_side().handover.mark_store_handed_over();
@@ -638,14 +689,14 @@ impl ProcessDriver {
         }
     }
 
-    /// A failure before commit: stop the candidate and serve again.
-    async fn roll_back(&mut self) {
+    /// A failure before commit: stop the candidate and serve again — unless
+    /// the failure is a stop's abort (`stopped`), after which this daemon
+    /// carries the stop out, so a drained runtime stays drained.
+    async fn roll_back(&mut self, stopped: bool) {
         self.offer = None;
         if let Some(mut child) = self.child.take() {
-            if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok())
-                && let Some(pid) = rustix::process::Pid::from_raw(pid)
-            {
-                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            if let Some(pid) = child.id() {
+                signal_term(pid);
             }
             if tokio::time::timeout(Duration::from_secs(5), child.wait())
                 .await
@@ -672,7 +723,7 @@ impl ProcessDriver {
             .replace_side()
             .reclaim
             .send_modify(|generation| *generation += 1);
-        if self.drained {
+        if self.drained && !stopped {
             if let Err(error) = self.handle.start().await {
                 tracing::error!(%error, "the runtime could not be started again after a failed replacement");
             }
@@ -715,17 +766,56 @@ impl ReplaceDriver for ProcessDriver {
                     self.finish_retirement().await;
                 }
                 // The candidate now owns the data dir: this process must end
-                // without writing to it. The candidate is not our child to
-                // wait for; it goes on when we exit.
+                // without writing to it. The successor goes on when we exit;
+                // it stays our child until then, so a stop forwarded to it
+                // can wait for its end.
                 self.offer = None;
-                if let Some(child) = self.child.take() {
-                    std::mem::forget(child);
-                }
                 let _ = self.handle.replace_side().handed_over.send(true);
             } else if self.child.is_some() || self.drained {
-                self.roll_back().await;
+                let stopped =
+                    matches!(result, Err(failure) if failure.reason.kind() == ReasonKind::Stopped);
+                self.roll_back(stopped).await;
             }
         })
+    }
+
+    fn forward(&mut self, stop: Stop) -> SettleFuture<'_> {
+        Box::pin(async move {
+            let side = self.handle.replace_side();
+            let gone = std::sync::Arc::clone(&side.successor_gone);
+            let Some(pid) = self.successor_pid else {
+                gone.send_replace(true);
+                return;
+            };
+            tracing::info!(?stop, pid, "forwarding a stop to the successor");
+            let delivered = match stop {
+                Stop::Signal => false,
+                Stop::Exit(intent) => self.ask_successor_to_exit(pid, intent).await,
+            };
+            if !delivered {
+                signal_term(pid);
+            }
+            // Wait for its end (it is our child), then say so: the daemon
+            // ends once the data dir is free. A later forward finds the
+            // child already taken: the first one's wait says it.
+            if let Some(mut child) = self.child.take() {
+                tokio::spawn(async move {
+                    let code = child.wait().await.ok().and_then(|status| status.code());
+                    tracing::info!(?code, "the successor a stop was forwarded to exited");
+                    gone.send_replace(true);
+                });
+            }
+        })
+    }
+}
+
+/// SIGTERM to `pid` (a candidate or successor of ours).
+fn signal_term(pid: u32) {
+    if let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
     }
 }
 

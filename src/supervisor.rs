@@ -19,12 +19,14 @@ use steadfast_actors::control_dir::{self, ControlDir, ControlDirError, RunMarker
 use steadfast_actors::ledger::Ledger;
 pub use steadfast_actors::lifecycle::Hold;
 use steadfast_actors::lifecycle::{Command, CommandError, CommandRequest};
-use steadfast_actors::replacement::{ReplaceJob, ReplaceRequest, ReplacementChannels};
+use steadfast_actors::replacement::{
+    ReplaceJob, ReplaceRequest, ReplacementChannels, Request, StopAnswer,
+};
 use steadfast_actors::root::{RootActor, RootArgs};
 use steadfast_actors::service::{AnyService, Service};
 use steadfast_protocol::history::{self, JournalAttempt};
 use steadfast_protocol::lifecycle::{ExitIntent, LifecycleState, PendingApply};
-use steadfast_protocol::replacement::{ReplaceRefusal, Report};
+use steadfast_protocol::replacement::{ReplaceRefusal, Report, Stop};
 use steadfast_protocol::snapshot::{ConfigView, Snapshot};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -223,6 +225,25 @@ pub(crate) struct ReplaceSide {
     /// daemon's were at (and removed them as it stopped); the control
     /// server and the record take their names back (`control::server`).
     pub(crate) reclaim: Arc<watch::Sender<u64>>,
+    /// The stops the replacement is deciding, and the one it forwarded to
+    /// the successor: a handed-over daemon waits for the first and ends as
+    /// the second says (`daemon::run_with`).
+    pub(crate) stops: Arc<watch::Sender<StopsSeen>>,
+    /// Set by the process driver once the successor a stop was forwarded to
+    /// has exited (and released the data dir).
+    pub(crate) successor_gone: Arc<watch::Sender<bool>>,
+    /// When this daemon is a replacement's candidate not yet selected: the
+    /// way back to its incumbent, which decides an `exit` asked of it.
+    pub(crate) incumbent: Arc<crate::handover::Incumbent>,
+}
+
+/// What became of the stops this daemon was asked for while replacing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct StopsSeen {
+    /// Stops the replacement has not decided yet.
+    pub(crate) in_flight: usize,
+    /// The first stop handed to the successor.
+    pub(crate) forwarded: Option<Stop>,
 }
 
 impl Supervisor {
@@ -256,7 +277,7 @@ impl Supervisor {
         if let Some(path) = &declared {
             steadfast_actors::config::watchable(path).map_err(SupervisorError::DeclaredFile)?;
         }
-        let (control, handover) = crate::handover::open_control_dir(&data_dir)?;
+        let (control, handover, incumbent) = crate::handover::open_control_dir(&data_dir)?;
         let control = control.with_journal_keep(journal_keep_attempts);
         steadfast_actors::launch::mark("data dir locked");
         let overrides = Overrides::new();
@@ -344,6 +365,9 @@ impl Supervisor {
             version,
             handed_over: Arc::new(watch::channel(false).0),
             reclaim: Arc::new(watch::channel(0).0),
+            stops: Arc::new(watch::channel(StopsSeen::default()).0),
+            successor_gone: Arc::new(watch::channel(false).0),
+            incumbent: Arc::new(incumbent),
         };
         let handle_shared = Arc::clone(&shared);
         let supervisor = Self {
@@ -601,7 +625,7 @@ impl SupervisorHandle {
         let (tx, rx) = oneshot::channel();
         self.replace
             .requests
-            .send(Box::new((job, tx.into())))
+            .send(Box::new(Request::Replace(job, tx.into())))
             .map_err(|_| ReplaceRefusal::Unavailable)?;
         let answer = rx.await.map_err(|_| ReplaceRefusal::Unavailable)?;
         if let Err(refusal) = &answer {
@@ -638,10 +662,80 @@ impl SupervisorHandle {
 
     /// End the process after a drain.
     ///
+    /// While a replacement runs, the exit is a stop the replacement decides
+    /// first (`spec/control.md`, "A stop during a replace"): before the
+    /// commit the replacement is aborted and rolled back, then this daemon
+    /// exits; once committed the successor carries it out, and this
+    /// process ends as it does (answered with the snapshot as it is).
+    ///
     /// # Errors
     /// As [`Self::start`].
     pub async fn exit(&self, intent: ExitIntent) -> Result<Snapshot, CommandError> {
-        self.send(Command::Exit(intent)).await
+        self.exit_by(Stop::Exit(intent)).await
+    }
+
+    /// [`Self::exit`] for `stop`: a signal's (SIGTERM, SIGINT), exiting
+    /// halt, or an `exit`'s.
+    pub(crate) async fn exit_by(&self, stop: Stop) -> Result<Snapshot, CommandError> {
+        let intent = match stop {
+            Stop::Signal => ExitIntent::Halt,
+            Stop::Exit(intent) => intent,
+        };
+        // A candidate not yet selected hands an `exit` back to its
+        // incumbent, whose replacement decides it (`crate::handover`).
+        if matches!(stop, Stop::Exit(_)) && self.replace.incumbent.is_open() {
+            let incumbent = Arc::clone(&self.replace.incumbent);
+            let taken = tokio::task::spawn_blocking(move || incumbent.hand_back(stop))
+                .await
+                .unwrap_or(false);
+            if taken {
+                return Ok(self.snapshot());
+            }
+        }
+        match self.stop_replacing(stop).await {
+            StopAnswer::Forwarded => Ok(self.snapshot()),
+            StopAnswer::CarryOut => self.send(Command::Exit(intent)).await,
+        }
+    }
+
+    /// Tell the replacement a stop arrived, and wait for its decision
+    /// (`protocol/src/replacement.rs`, "A stop during a replace"):
+    /// [`StopAnswer::CarryOut`] when none runs or it was aborted and has
+    /// settled (its candidate stopped and reaped), so this daemon carries
+    /// the stop out; [`StopAnswer::Forwarded`] when selection had
+    /// committed and the successor was handed the stop. While it waits
+    /// (and after a forward), the handed-over daemon does not end before
+    /// its successor has: see `daemon::run_with`.
+    pub(crate) async fn stop_replacing(&self, stop: Stop) -> StopAnswer {
+        /// Counts the stop as undecided until dropped, even when the caller
+        /// is (a control connection that went away).
+        struct Undecided<'a>(&'a watch::Sender<StopsSeen>);
+        impl Drop for Undecided<'_> {
+            fn drop(&mut self) {
+                self.0.send_modify(|s| s.in_flight -= 1);
+            }
+        }
+        let stops = &self.replace.stops;
+        stops.send_modify(|s| s.in_flight += 1);
+        let undecided = Undecided(stops);
+        let (tx, rx) = oneshot::channel();
+        let answer = match self
+            .replace
+            .requests
+            .send(Box::new(Request::Stop(stop, tx.into())))
+        {
+            // A Replacement that is gone (or dropped the answer) has nothing
+            // to abort or forward.
+            Ok(()) => rx.await.unwrap_or(StopAnswer::CarryOut),
+            Err(_) => StopAnswer::CarryOut,
+        };
+        if answer == StopAnswer::Forwarded {
+            stops.send_modify(|s| {
+                s.forwarded.get_or_insert(stop);
+            });
+        }
+        drop(undecided);
+        answer
     }
 
     /// Set `leaf` (dotted) of the override tier to `value`: made durable in

@@ -19,6 +19,14 @@
 //!   has already happened.
 //! - A step answered `Pending` is asked again after [`POLL_INTERVAL`] (or at
 //!   the deadline, if that is sooner).
+//! - **A stop** ([`run_stoppable`], the async runner only) is handed to the
+//!   machine ([`Machine::stop`]) the moment it arrives, ahead of any answer
+//!   ready at the same time: an abort drops the step in flight (as a
+//!   deadline does) and fails the transaction `stopped`; at `commit` the
+//!   commit runs on and its answer decides; after commit the transaction
+//!   runs on and the caller forwards the stop (its
+//!   [`StopDecision::once_ended`]). The runner hands the machine the first
+//!   stop only; the caller keeps every one ([`StopInbox`]).
 //!
 //! The caller holds the upgrade lock for the whole transaction (the
 //! Replacement actor does); the runners never see it.
@@ -30,7 +38,8 @@
 //! `setup_budget_restarts_after_an_exclusive_drain`,
 //! `drain_budget_expiry_fails_before_any_candidate_starts`,
 //! `a_late_commit_is_recorded`, `a_deadline_past_before_commit_fails_uncommitted`)
-//! and pre-faulting (`prefault_errors_are_ignored`).
+//! and pre-faulting (`prefault_errors_are_ignored`); stops by
+//! `a_stop_aborts_every_step_before_commit_and_never_interrupts_commit`.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -38,8 +47,9 @@ use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use steadfast_protocol::replacement::{
-    BudgetChange, Budgets, Failure, Machine, Mode, Outcome, Progress, Step,
+    BudgetChange, Budgets, Failure, Machine, Mode, Outcome, Progress, Step, StopDecision,
 };
+use tokio::sync::mpsc;
 
 /// How long a runner waits before asking a `Pending` step again.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
@@ -95,6 +105,62 @@ pub trait Observer: Send {
     fn step_started(&mut self, step: Step);
     /// `step` answered `progress` (before the machine advanced).
     fn step_answered(&mut self, step: Step, progress: Progress);
+    /// A stop arrived while `step` was next or in flight, and the machine
+    /// decided `decision`. The default does nothing.
+    fn stop_decided(&mut self, step: Step, decision: StopDecision) {
+        let _ = (step, decision);
+    }
+}
+
+/// Where an async runner hears of stops ([`run_stoppable`]): each `T` sent
+/// on the channel is one stop (the caller's, with whatever it needs to
+/// answer it), kept in arrival order for the caller to carry out once the
+/// runner returned.
+#[derive(Debug)]
+pub struct StopInbox<T> {
+    /// `None` once no stop can come (none was given, or every sender went).
+    rx: Option<mpsc::UnboundedReceiver<T>>,
+    /// The stops that arrived while the runner ran.
+    received: Vec<T>,
+}
+
+impl<T> StopInbox<T> {
+    /// Stops sent on `rx`'s channel.
+    #[must_use]
+    pub const fn new(rx: mpsc::UnboundedReceiver<T>) -> Self {
+        Self {
+            rx: Some(rx),
+            received: Vec::new(),
+        }
+    }
+
+    /// No stop ever arrives.
+    #[must_use]
+    pub const fn none() -> Self {
+        Self {
+            rx: None,
+            received: Vec::new(),
+        }
+    }
+
+    /// Wait for the next stop and keep it; pends forever once none can come.
+    async fn arrive(&mut self) {
+        if let Some(rx) = &mut self.rx {
+            if let Some(stop) = rx.recv().await {
+                self.received.push(stop);
+                return;
+            }
+            self.rx = None;
+        }
+        std::future::pending::<()>().await;
+    }
+
+    /// The stops that arrived while the runner ran (in order), and the
+    /// channel later ones arrive on.
+    #[must_use]
+    pub fn into_parts(self) -> (Vec<T>, Option<mpsc::UnboundedReceiver<T>>) {
+        (self.received, self.rx)
+    }
 }
 
 /// An observer that ignores everything.
@@ -181,7 +247,8 @@ pub fn run<D: Driver + ?Sized>(
 }
 
 /// Run a replacement transaction in `mode` over an async driver, on tokio's
-/// clock (so paused-time tests drive the budgets).
+/// clock (so paused-time tests drive the budgets). No stop arrives: see
+/// [`run_stoppable`].
 ///
 /// # Errors
 /// As [`run`].
@@ -190,6 +257,25 @@ pub async fn run_async<D: AsyncDriver + ?Sized>(
     budgets: Budgets,
     driver: &mut D,
     observer: &mut dyn Observer,
+) -> Result<Outcome, Failure<D::Error>> {
+    run_stoppable::<D, ()>(mode, budgets, driver, observer, &mut StopInbox::none()).await
+}
+
+/// [`run_async`], hearing of stops on `stops` (module doc): the first one
+/// is handed to the machine, which aborts the transaction
+/// ([`Reason::Stopped`](steadfast_protocol::replacement::Reason::Stopped))
+/// unless commit is next, in flight or done. Every stop is kept in `stops`
+/// for the caller, which decides each one by the end
+/// ([`StopDecision::once_ended`]).
+///
+/// # Errors
+/// As [`run`], and the `stopped` failure of an abort.
+pub async fn run_stoppable<D: AsyncDriver + ?Sized, T: Send>(
+    mode: Mode,
+    budgets: Budgets,
+    driver: &mut D,
+    observer: &mut dyn Observer,
+    stops: &mut StopInbox<T>,
 ) -> Result<Outcome, Failure<D::Error>> {
     use tokio::time::Instant as TokioInstant;
     let now = || TokioInstant::now().into_std();
@@ -202,15 +288,35 @@ pub async fn run_async<D: AsyncDriver + ?Sized>(
             return Err(machine.deadline_expired());
         }
         observer.step_started(step);
-        let answer = match deadline.filter(|_| step.deadline_interrupts()) {
-            Some(limit) => {
-                let work = driver.perform(step, deadline);
-                match tokio::time::timeout_at(TokioInstant::from_std(limit), work).await {
-                    Ok(answer) => answer,
-                    Err(_) => return Err(machine.deadline_expired()),
+        // `None`: the deadline interrupted the step.
+        let answer = {
+            let limit = deadline.filter(|_| step.deadline_interrupts());
+            let work = driver.perform(step, deadline);
+            let work = async move {
+                match limit {
+                    Some(limit) => tokio::time::timeout_at(TokioInstant::from_std(limit), work)
+                        .await
+                        .ok(),
+                    None => Some(work.await),
+                }
+            };
+            tokio::pin!(work);
+            loop {
+                tokio::select! {
+                    biased;
+                    () = stops.arrive(), if !machine.stop_requested() => {
+                        let decision = machine.stop();
+                        observer.stop_decided(step, decision);
+                        if decision == StopDecision::Abort {
+                            return Err(machine.stopped());
+                        }
+                    }
+                    answer = &mut work => break answer,
                 }
             }
-            None => driver.perform(step, deadline).await,
+        };
+        let Some(answer) = answer else {
+            return Err(machine.deadline_expired());
         };
         let progress = answer.map_err(|error| machine.adapter_failed(error))?;
         if step.deadline_interrupts() && late(deadline) {
@@ -232,7 +338,18 @@ pub async fn run_async<D: AsyncDriver + ?Sized>(
         if next == step {
             let wake = now() + POLL_INTERVAL;
             let until = deadline.map_or(wake, |limit| limit.min(wake));
-            tokio::time::sleep_until(TokioInstant::from_std(until)).await;
+            let pause = tokio::time::sleep_until(TokioInstant::from_std(until));
+            tokio::select! {
+                biased;
+                () = stops.arrive(), if !machine.stop_requested() => {
+                    let decision = machine.stop();
+                    observer.stop_decided(step, decision);
+                    if decision == StopDecision::Abort {
+                        return Err(machine.stopped());
+                    }
+                }
+                () = pause => {}
+            }
         } else {
             deadline = next_deadline(&budgets, step, next, now(), deadline);
         }

@@ -20,6 +20,17 @@
 //!   settling, and released after (`the_upgrade_lock_is_held_until_the_transaction_settles`).
 //! - **The report is published step by step** and ends with the runner's
 //!   result, committed flag included (`the_report_follows_every_step`).
+//! - **A stop is never lost** ([`ReplacementMsg::Stop`]; the rule is the
+//!   machine's, `protocol/src/replacement.rs`, "A stop during a replace"):
+//!   with no transaction, or one that ends uncommitted, it is answered
+//!   [`StopAnswer::CarryOut`] once the transaction has settled (rolled
+//!   back: a candidate stopped and reaped), so the incumbent carries it
+//!   out; once committed, the driver forwards it to the successor
+//!   ([`ReplaceDriver::forward`]) and it is answered
+//!   [`StopAnswer::Forwarded`], for as long as this process lives
+//!   (`a_stop_before_commit_aborts_and_is_carried_out_here`,
+//!   `a_stop_after_commit_is_forwarded`). After a stop no transaction
+//!   starts (`unavailable`).
 
 use crate::fsx::File;
 use std::path::{Path, PathBuf};
@@ -29,12 +40,13 @@ use std::time::Duration;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use steadfast_protocol::replacement::{
     Budgets, Ended, Failure, Mode, Outcome, Progress, ReplaceRefusal, Report, Step, StepEvent,
+    Stop, StopDecision,
 };
 use tokio::sync::{mpsc, watch};
 
 use crate::clock::Clock;
 use crate::control_dir::ControlDir;
-use crate::replace_runner::{AsyncDriver, Observer, run_async};
+use crate::replace_runner::{AsyncDriver, Observer, StopInbox, run_stoppable};
 
 /// The error a driver the actor runs reports: anything displayable.
 pub type DriverError = Box<dyn std::error::Error + Send + Sync>;
@@ -55,7 +67,31 @@ pub trait ReplaceDriver: AsyncDriver<Error = DriverError> {
         let _ = result;
         Box::pin(async {})
     }
+
+    /// Called, after [`settle`](Self::settle), for each stop that arrived
+    /// once selection committed (or during the transaction, which then
+    /// committed): hand `stop` to the successor, which carries it out. The
+    /// default does nothing (a driver with no successor process of its
+    /// own).
+    fn forward(&mut self, stop: Stop) -> SettleFuture<'_> {
+        let _ = stop;
+        Box::pin(async {})
+    }
 }
+
+/// How a stop sent to the Replacement actor ([`ReplacementMsg::Stop`]) was
+/// decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopAnswer {
+    /// No transaction was running, or it was aborted (or ended
+    /// uncommitted) and is settled: the incumbent carries the stop out.
+    CarryOut,
+    /// Selection had committed: the stop was handed to the successor.
+    Forwarded,
+}
+
+/// A stop on its way to the running transaction's task.
+type StopRequest = (Stop, RpcReplyPort<StopAnswer>);
 
 /// One replacement to run.
 pub struct ReplaceJob {
@@ -79,11 +115,28 @@ impl std::fmt::Debug for ReplaceJob {
     }
 }
 
-/// A request as it arrives from a handle: the job, and where the answer
-/// (the report as it stands once started, or the refusal) goes. Boxed, so
-/// the first block of 32 slots an unbounded channel allocates when it is
-/// made stays small on a supervisor never asked to replace.
-pub type ReplaceRequest = Box<(ReplaceJob, RpcReplyPort<Result<Report, ReplaceRefusal>>)>;
+/// A request as it arrives from a handle, with where its answer goes.
+pub enum Request {
+    /// Start a replacement: answered with the report as it stands once
+    /// started, or the refusal.
+    Replace(ReplaceJob, RpcReplyPort<Result<Report, ReplaceRefusal>>),
+    /// A stop arrived ([`ReplacementMsg::Stop`]).
+    Stop(Stop, RpcReplyPort<StopAnswer>),
+}
+
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Replace(job, _) => f.debug_tuple("Replace").field(job).finish(),
+            Self::Stop(stop, _) => f.debug_tuple("Stop").field(stop).finish(),
+        }
+    }
+}
+
+/// A [`Request`], boxed, so the first block of 32 slots an unbounded
+/// channel allocates when it is made stays small on a supervisor never
+/// asked to replace.
+pub type ReplaceRequest = Box<Request>;
 
 /// The path of the upgrade lock under `data_dir`.
 #[must_use]
@@ -166,12 +219,20 @@ pub struct ReplacementState {
     serial: u64,
     /// The running transaction's task, if one runs.
     running: Option<tokio::task::JoinHandle<()>>,
+    /// Where stops go to the running transaction's task; after a committed
+    /// one, to the task that forwards them for the rest of the process.
+    stops: Option<mpsc::UnboundedSender<StopRequest>>,
+    /// A stop arrived: no transaction starts any more.
+    stopping: bool,
 }
 
 /// The actor's messages.
 pub enum ReplacementMsg {
     /// Start a replacement, or refuse it.
     Replace(ReplaceJob, RpcReplyPort<Result<Report, ReplaceRefusal>>),
+    /// A stop arrived (SIGTERM or SIGINT, or `exit`): answered once it is
+    /// decided and, for an abort, once the transaction settled.
+    Stop(Stop, RpcReplyPort<StopAnswer>),
     /// The running transaction's task finished.
     Finished,
 }
@@ -201,6 +262,9 @@ impl Observer for Publisher {
     fn step_answered(&mut self, step: Step, progress: Progress) {
         self.push(step, Some(progress));
     }
+    fn stop_decided(&mut self, step: Step, decision: StopDecision) {
+        tracing::info!(%step, decision = decision.name(), "replacement: a stop arrived");
+    }
 }
 
 impl Actor for ReplacementActor {
@@ -223,8 +287,11 @@ impl Actor for ReplacementActor {
         let forward = myself.clone();
         tokio::spawn(async move {
             while let Some(request) = requests.recv().await {
-                let (job, reply) = *request;
-                if forward.cast(ReplacementMsg::Replace(job, reply)).is_err() {
+                let message = match *request {
+                    Request::Replace(job, reply) => ReplacementMsg::Replace(job, reply),
+                    Request::Stop(stop, reply) => ReplacementMsg::Stop(stop, reply),
+                };
+                if forward.cast(message).is_err() {
                     break;
                 }
             }
@@ -236,6 +303,8 @@ impl Actor for ReplacementActor {
             metrics,
             serial: 0,
             running: None,
+            stops: None,
+            stopping: false,
         })
     }
 
@@ -250,6 +319,18 @@ impl Actor for ReplacementActor {
             ReplacementMsg::Replace(job, reply) => {
                 let answer = state.begin(job, &myself);
                 let _ = reply.send(answer);
+            }
+            ReplacementMsg::Stop(stop, reply) => {
+                state.stopping = true;
+                // The task answers; with none (or one that is gone), the
+                // incumbent carries the stop out.
+                let unsent = match &state.stops {
+                    Some(stops) => stops.send((stop, reply)).err().map(|e| e.0.1),
+                    None => Some(reply),
+                };
+                if let Some(reply) = unsent {
+                    let _ = reply.send(StopAnswer::CarryOut);
+                }
             }
         }
         Ok(())
@@ -283,6 +364,9 @@ impl ReplacementState {
         {
             return Err(ReplaceRefusal::InProgress);
         }
+        if self.stopping {
+            return Err(ReplaceRefusal::Unavailable);
+        }
         if job.budgets.setup.is_zero() {
             return Err(ReplaceRefusal::Invalid("the setup budget is zero".into()));
         }
@@ -308,6 +392,8 @@ impl ReplacementState {
         let reports = Arc::clone(&self.reports);
         let metrics = Arc::clone(&self.metrics);
         let done = myself.clone();
+        let (stops_tx, stops_rx) = mpsc::unbounded_channel();
+        self.stops = Some(stops_tx);
         self.running = Some(tokio::spawn(async move {
             let ReplaceJob {
                 mode,
@@ -315,11 +401,14 @@ impl ReplacementState {
                 mut driver,
                 ..
             } = job;
-            let result = run_async(mode, budgets, driver.as_mut(), &mut publisher).await;
+            let mut inbox = StopInbox::new(stops_rx);
+            let result =
+                run_stoppable(mode, budgets, driver.as_mut(), &mut publisher, &mut inbox).await;
             if let Err(failure) = &result {
                 tracing::warn!(%failure, committed = failure.committed, "replacement failed");
             }
             let ended = Ended::from_result(&result);
+            let decision = StopDecision::once_ended(ended.committed());
             // Settle first (roll back, or hand over), then publish the end:
             // a watcher that sees the outcome sees a settled daemon.
             driver.settle(&result).await;
@@ -332,6 +421,36 @@ impl ReplacementState {
             });
             drop(lock);
             let _ = done.cast(ReplacementMsg::Finished);
+            let (received, later) = inbox.into_parts();
+            match decision {
+                StopDecision::Forward => {
+                    // The successor carries out every stop from here on,
+                    // for the rest of this process.
+                    for (stop, reply) in received {
+                        driver.forward(stop).await;
+                        let _ = reply.send(StopAnswer::Forwarded);
+                    }
+                    if let Some(mut later) = later {
+                        while let Some((stop, reply)) = later.recv().await {
+                            driver.forward(stop).await;
+                            let _ = reply.send(StopAnswer::Forwarded);
+                        }
+                    }
+                }
+                StopDecision::Abort | StopDecision::AwaitCommit => {
+                    // Rolled back and settled: the incumbent carries out
+                    // the stops that came, and any that come now.
+                    for (_, reply) in received {
+                        let _ = reply.send(StopAnswer::CarryOut);
+                    }
+                    if let Some(mut later) = later {
+                        later.close();
+                        while let Some((_, reply)) = later.recv().await {
+                            let _ = reply.send(StopAnswer::CarryOut);
+                        }
+                    }
+                }
+            }
         }));
         Ok(report)
     }

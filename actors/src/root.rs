@@ -63,7 +63,10 @@ use crate::control_dir::{ControlDir, JournalFile};
 use crate::journal::{JournalActor, JournalArgs, JournalMsg};
 use crate::lifecycle::{Children, CommandRequest, LifecycleActor, LifecycleArgs, LifecycleMsg};
 use crate::lock_watch::{self, LockWatch};
-use crate::replacement::{ReplacementActor, ReplacementArgs, ReplacementChannels, ReplacementMsg};
+use crate::replacement::{
+    ReplacementActor, ReplacementArgs, ReplacementChannels, ReplacementMsg, Request, StopAnswer,
+};
+use steadfast_protocol::replacement::ReplaceRefusal;
 
 /// How many times Root restarts the journal or the watcher before it gives up.
 pub const RESTARTS: u32 = 3;
@@ -426,10 +429,24 @@ pub fn child_name(data_dir: &std::path::Path, role: &str, generation: u32) -> St
 /// actor that cannot be started drops the request (answered `unavailable`)
 /// and the channel with it, as a dead one does.
 async fn replacement_on_demand(mut args: ReplacementArgs, root: ActorCell) {
-    let Some(request) = args.requests.recv().await else {
-        return;
+    // A stop before any replacement has nothing to abort or forward: the
+    // daemon carries it out, and no replacement starts after it.
+    let mut stopped = false;
+    let (job, reply) = loop {
+        let Some(request) = args.requests.recv().await else {
+            return;
+        };
+        match *request {
+            Request::Stop(_, reply) => {
+                stopped = true;
+                let _ = reply.send(StopAnswer::CarryOut);
+            }
+            Request::Replace(_, reply) if stopped => {
+                let _ = reply.send(Err(ReplaceRefusal::Unavailable));
+            }
+            Request::Replace(job, reply) => break (job, reply),
+        }
     };
-    let (job, reply) = *request;
     let name = child_name(&args.data_dir, "replacement", 0);
     match Actor::spawn_linked(Some(name), ReplacementActor, args, root).await {
         Ok((replacement, _join)) => {

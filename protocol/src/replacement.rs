@@ -35,6 +35,24 @@
 //! answer ([`Step::deadline_interrupts`]): a commit that ran late is still
 //! recorded.
 //!
+//! # A stop during a replace
+//! A stop the daemon is asked for while a transaction runs (SIGTERM or
+//! SIGINT to the incumbent, or `exit`) is an event of the machine,
+//! [`Machine::stop`], and its [`StopDecision`] follows from the phase alone:
+//!
+//! | phase | decision |
+//! |-------|----------|
+//! | `recheck` … `validate`, not committed | [`StopDecision::Abort`]: the step in flight is abandoned and the transaction fails there, [`Reason::Stopped`], `committed: false`; it is rolled back (a started candidate is stopped and reaped) and the incumbent carries the stop out |
+//! | `commit` (next or in flight) | [`StopDecision::AwaitCommit`]: commit is never interrupted; its answer decides, as [`StopDecision::once_ended`] says once the transaction ends |
+//! | committed (`retire`, or ended committed) | [`StopDecision::Forward`]: the successor carries the stop out |
+//!
+//! Once the transaction has ended, [`StopDecision::once_ended`] decides from
+//! whether it committed: forward if it did, else the incumbent (rolled back)
+//! carries the stop out. So a stop is never lost: before the commit it ends
+//! the incumbent and no candidate survives it; after the commit it ends the
+//! successor. A stop never withdraws a selection, and nothing but
+//! `commit`'s own answer decides between the two.
+//!
 //! # Invariants, and the tests that hold them
 //! Every one is checked over *every* adapter answer sequence up to 17 answers
 //! long, in both modes, by `every_overlap_answer_sequence_keeps_the_promises`
@@ -56,6 +74,11 @@
 //!   `pending_retirement_is_success_after_commit`.
 //! - A failure names the step it happened at and whether selection had already
 //!   committed: `failures_carry_the_true_step_and_committed_flag`.
+//! - A stop aborts only an uncommitted transaction away from `commit`, waits
+//!   for `commit`'s answer at `commit`, and is forwarded only once committed;
+//!   it never moves the machine nor withdraws a selection:
+//!   `a_stop_is_decided_by_the_phase_alone`, and after every answer of every
+//!   sequence by the two exhaustive tests.
 //!
 //! Nothing here replays application work or kills a process; those decisions
 //! stay with the application and the operator.
@@ -222,6 +245,8 @@ pub enum Reason<E> {
     Adapter(E),
     /// The adapter answered with a [`Progress`] that the step does not accept.
     InvalidProgress,
+    /// A stop arrived before the commit ([`StopDecision::Abort`]).
+    Stopped,
 }
 
 impl<E> Reason<E> {
@@ -232,6 +257,7 @@ impl<E> Reason<E> {
             Self::Deadline => ReasonKind::Deadline,
             Self::Adapter(_) => ReasonKind::Adapter,
             Self::InvalidProgress => ReasonKind::InvalidProgress,
+            Self::Stopped => ReasonKind::Stopped,
         }
     }
 }
@@ -246,6 +272,8 @@ pub enum ReasonKind {
     Adapter,
     /// See [`Reason::InvalidProgress`].
     InvalidProgress,
+    /// See [`Reason::Stopped`].
+    Stopped,
 }
 
 impl ReasonKind {
@@ -256,6 +284,7 @@ impl ReasonKind {
             Self::Deadline => "deadline",
             Self::Adapter => "adapter",
             Self::InvalidProgress => "invalid_progress",
+            Self::Stopped => "stopped",
         }
     }
 
@@ -265,6 +294,7 @@ impl ReasonKind {
             Self::Deadline => "deadline expired",
             Self::Adapter => "adapter operation failed",
             Self::InvalidProgress => "invalid adapter progress",
+            Self::Stopped => "stopped: a stop arrived before the commit",
         }
     }
 }
@@ -288,7 +318,59 @@ impl<E: std::error::Error + 'static> std::error::Error for Failure<E> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &self.reason {
             Reason::Adapter(error) => Some(error),
-            Reason::Deadline | Reason::InvalidProgress => None,
+            Reason::Deadline | Reason::InvalidProgress | Reason::Stopped => None,
+        }
+    }
+}
+
+/// A stop the daemon was asked for: what the incumbent or its successor
+/// carries out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stop {
+    /// SIGTERM or SIGINT: the service manager (or a terminal) stopped the
+    /// daemon; it drains and exits 0.
+    Signal,
+    /// `exit` with this intent (halt 80, relaunch 75).
+    Exit(crate::lifecycle::ExitIntent),
+}
+
+/// What becomes of a stop that arrives while a transaction runs; see the
+/// module doc, "A stop during a replace".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopDecision {
+    /// Not committed: abandon the step in flight, fail the transaction with
+    /// [`Reason::Stopped`] (rolled back), and let the incumbent carry the
+    /// stop out.
+    Abort,
+    /// At `commit`: let it finish; its answer decides
+    /// ([`StopDecision::once_ended`]).
+    AwaitCommit,
+    /// Committed: the successor carries the stop out.
+    Forward,
+}
+
+impl StopDecision {
+    /// The decision for a stop once the transaction has ended, `committed`
+    /// or not: forward to the successor, or (rolled back) abort so the
+    /// incumbent carries it out.
+    #[must_use]
+    pub const fn once_ended(committed: bool) -> Self {
+        if committed {
+            Self::Forward
+        } else {
+            Self::Abort
+        }
+    }
+
+    /// The wire name, as serde spells it.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Abort => "abort",
+            Self::AwaitCommit => "await_commit",
+            Self::Forward => "forward",
         }
     }
 }
@@ -375,6 +457,9 @@ pub struct Machine {
     step: Step,
     /// Set by `commit`'s done, never cleared: failures report it.
     committed: bool,
+    /// Set by [`Machine::stop`], never cleared: the stop is decided again at
+    /// the end ([`StopDecision::once_ended`]).
+    stop_requested: bool,
 }
 
 impl Machine {
@@ -385,6 +470,7 @@ impl Machine {
             mode,
             step: Step::Recheck,
             committed: false,
+            stop_requested: false,
         }
     }
 
@@ -404,6 +490,35 @@ impl Machine {
     #[must_use]
     pub const fn committed(&self) -> bool {
         self.committed
+    }
+
+    /// Whether a stop has arrived ([`Machine::stop`]).
+    #[must_use]
+    pub const fn stop_requested(&self) -> bool {
+        self.stop_requested
+    }
+
+    /// A stop arrived (SIGTERM or SIGINT to the incumbent, or `exit`) while
+    /// the transaction runs: record it, and decide from the phase what
+    /// becomes of it (module doc, "A stop during a replace"). The step and
+    /// the committed flag do not move: an abort is the failure
+    /// [`Machine::stopped`] builds.
+    pub const fn stop(&mut self) -> StopDecision {
+        self.stop_requested = true;
+        if self.committed {
+            StopDecision::Forward
+        } else if matches!(self.step, Step::Commit) {
+            StopDecision::AwaitCommit
+        } else {
+            StopDecision::Abort
+        }
+    }
+
+    /// The failure for a stop that aborts the transaction at the current
+    /// step ([`StopDecision::Abort`]).
+    #[must_use]
+    pub fn stopped<E>(&self) -> Failure<E> {
+        self.failure(Reason::Stopped)
     }
 
     /// Take the adapter's answer to [`step`](Self::step).
@@ -784,6 +899,67 @@ mod tests {
         );
     }
 
+    /// Module doc, "A stop during a replace": the decision is the phase's,
+    /// at every step of both modes, before and after commit; a stop moves
+    /// nothing but its own flag, and an abort is the uncommitted failure
+    /// `stopped` at the step it arrived at.
+    #[test]
+    fn a_stop_is_decided_by_the_phase_alone() {
+        for mode in [Mode::Overlap, Mode::Exclusive] {
+            let mut machine = Machine::new(mode);
+            loop {
+                let step = machine.step();
+                let mut stopped = machine.clone();
+                let decision = stopped.stop();
+                let expected = if machine.committed() {
+                    StopDecision::Forward
+                } else if step == Step::Commit {
+                    StopDecision::AwaitCommit
+                } else {
+                    StopDecision::Abort
+                };
+                assert_eq!(decision, expected, "{mode:?} at {step}");
+                assert!(stopped.stop_requested());
+                assert_eq!(stopped.step(), step, "a stop does not move the machine");
+                assert_eq!(stopped.committed(), machine.committed());
+                if decision == StopDecision::Abort {
+                    assert_eq!(
+                        stopped.stopped::<()>(),
+                        Failure {
+                            step,
+                            committed: false,
+                            reason: Reason::Stopped
+                        }
+                    );
+                }
+                if decision == StopDecision::AwaitCommit {
+                    // Commit's answer decides: done forwards, a failure aborts.
+                    let mut done = stopped.clone();
+                    let ended = done.advance::<()>(Done).map(|o| o.is_some());
+                    assert!(ended.is_ok());
+                    assert_eq!(
+                        StopDecision::once_ended(done.committed()),
+                        StopDecision::Forward
+                    );
+                    assert_eq!(done.stop(), StopDecision::Forward);
+                    let failed = stopped.adapter_failed(SpawnError);
+                    assert_eq!(
+                        StopDecision::once_ended(failed.committed),
+                        StopDecision::Abort
+                    );
+                }
+                match machine.advance::<()>(Done) {
+                    Ok(None) => {}
+                    Ok(Some(_)) => break,
+                    Err(failure) => panic!("{mode:?}: {failure}"),
+                }
+            }
+            assert_eq!(StopDecision::once_ended(true), StopDecision::Forward);
+            let mut ended = machine.clone();
+            assert_eq!(ended.stop(), StopDecision::Forward, "{mode:?} ended");
+        }
+    }
+
     #[test]
     fn commit_is_the_only_step_a_deadline_does_not_interrupt() {
         for &step in Mode::Overlap.steps().iter().chain([Step::Drain].iter()) {
@@ -870,12 +1046,27 @@ mod tests {
             ReasonKind::Deadline,
             ReasonKind::Adapter,
             ReasonKind::InvalidProgress,
+            ReasonKind::Stopped,
         ] {
             assert_eq!(
                 serde_json::to_string(&kind).unwrap(),
                 format!("\"{}\"", kind.name())
             );
         }
+        for decision in [
+            StopDecision::Abort,
+            StopDecision::AwaitCommit,
+            StopDecision::Forward,
+        ] {
+            assert_eq!(
+                serde_json::to_string(&decision).unwrap(),
+                format!("\"{}\"", decision.name())
+            );
+        }
+        assert_eq!(
+            serde_json::to_string(&Stop::Exit(crate::lifecycle::ExitIntent::Relaunch)).unwrap(),
+            "{\"exit\":\"relaunch\"}"
+        );
         assert_eq!(
             serde_json::to_string(&Outcome::RetirementPending).unwrap(),
             "\"retirement_pending\""

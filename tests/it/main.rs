@@ -58,6 +58,7 @@ mod notify;
 mod operator_view;
 mod preflight;
 mod replace;
+mod replace_stop;
 mod status_record;
 mod supervision;
 mod supervisor;

@@ -27,7 +27,7 @@ use processes::PATIENCE;
 use processes::free_port;
 
 /// A copy of kvd at `dir/name`, reporting `version`.
-fn stamped_kvd(dir: &Path, name: &str, version: &str) -> PathBuf {
+pub(crate) fn stamped_kvd(dir: &Path, name: &str, version: &str) -> PathBuf {
     let path = dir.join(name);
     processes::copy_executable(&processes::example("kvd"), &path);
     std::fs::write(path.with_extension("version"), version).expect("stamp");
@@ -43,23 +43,23 @@ fn replace(data: &Path, binary: &Path, mode: &str, extra: &[&str]) -> std::proce
     ctl(data, &args)
 }
 
-fn running(s: &serde_json::Value) -> bool {
+pub(crate) fn running(s: &serde_json::Value) -> bool {
     s["lifecycle"]["state"] == "running"
 }
 
-fn pid_of(s: &serde_json::Value) -> u64 {
+pub(crate) fn pid_of(s: &serde_json::Value) -> u64 {
     s["pid"].as_u64().expect("pid")
 }
 
-struct Kvd {
-    _tmp: tempfile::TempDir,
-    dir: PathBuf,
-    data: PathBuf,
-    port: u16,
-    child: Child,
+pub(crate) struct Kvd {
+    pub(crate) _tmp: tempfile::TempDir,
+    pub(crate) dir: PathBuf,
+    pub(crate) data: PathBuf,
+    pub(crate) port: u16,
+    pub(crate) child: Child,
 }
 
-fn start_kvd(binary_name: &str, version: &str) -> Kvd {
+pub(crate) fn start_kvd(binary_name: &str, version: &str) -> Kvd {
     start_kvd_with(binary_name, version, |_, _| {})
 }
 
@@ -112,14 +112,14 @@ impl Kvd {
         let _ = self.child.wait();
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("kvd.log")).unwrap_or_default()
     }
 }
 
 /// One request on kvd's line protocol; `None` when the connection is refused
 /// or closed before an answer.
-fn kv(port: u16, line: &str) -> Option<String> {
+pub(crate) fn kv(port: u16, line: &str) -> Option<String> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream.set_read_timeout(Some(PATIENCE)).ok()?;
     stream.write_all(format!("{line}\n").as_bytes()).ok()?;

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use steadfast_actors::replace_runner::{
-    AsyncDriver, Driver, NoObserver, Observer, StepFuture, run, run_async,
+    AsyncDriver, Driver, NoObserver, Observer, StepFuture, StopInbox, run, run_async, run_stoppable,
 };
 use steadfast_protocol::replacement::{Budgets, Failure, Mode, Outcome, Progress, Reason, Step};
 
@@ -435,4 +435,112 @@ fn the_observer_sees_every_step_and_answer() {
             "commit=Done"
         ]
     );
+}
+
+/// `protocol/src/replacement.rs`, "A stop during a replace", as the async
+/// runner carries it out: a stop that arrives while a step of either mode is
+/// in flight (each step takes 10 s here, on tokio's paused clock; the stop
+/// comes 1 s in) aborts every step before commit at once — the step's
+/// future dropped, `stopped`, uncommitted, nothing asked after it —, lets a
+/// commit in flight finish (the transaction then ends as without the stop),
+/// and leaves retire, after commit, to run on: the caller forwards the
+/// stop. Every stop is kept for the caller.
+#[test]
+fn a_stop_aborts_every_step_before_commit_and_never_interrupts_commit() {
+    let budgets = Budgets {
+        setup: Duration::from_secs(60),
+        drain: None,
+    };
+    for mode in [Mode::Overlap, Mode::Exclusive] {
+        for (index, &slow) in mode.steps().iter().enumerate() {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .expect("runtime");
+            let (result, steps, received) = rt.block_on(async move {
+                let mut driver = AsyncScripted(Scripted::default().answer(
+                    slow,
+                    Duration::from_secs(10),
+                    Ok(Progress::Done),
+                ));
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                let mut inbox = StopInbox::new(rx);
+                let stopper = tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    let _ = tx.send("first");
+                    let _ = tx.send("second");
+                    tx
+                });
+                let result =
+                    run_stoppable(mode, budgets, &mut driver, &mut NoObserver, &mut inbox).await;
+                drop(stopper.await);
+                let (received, _) = inbox.into_parts();
+                (result, driver.0.steps(), received)
+            });
+            let committed_before = mode.steps()[..index].contains(&Step::Commit);
+            let context = format!("{mode:?}, a stop while {slow} is in flight");
+            if committed_before || slow == Step::Commit {
+                assert_eq!(result, Ok(Outcome::Complete), "{context}");
+                assert_eq!(steps, mode.steps(), "{context}");
+                assert_eq!(
+                    received,
+                    ["first"],
+                    "{context}: the runner hears the first only"
+                );
+            } else {
+                assert_eq!(
+                    result,
+                    Err(Failure {
+                        step: slow,
+                        committed: false,
+                        reason: Reason::Stopped,
+                    }),
+                    "{context}"
+                );
+                assert_eq!(steps, &mode.steps()[..=index], "{context}");
+                assert_eq!(received, ["first"], "{context}");
+            }
+        }
+    }
+}
+
+/// A stop that arrives while a `pending` step waits to be asked again
+/// aborts the wait: verify is not asked again.
+#[test]
+fn a_stop_between_two_asks_of_a_pending_step_aborts() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("runtime");
+    let (result, steps) = rt.block_on(async {
+        let mut script = Scripted::default();
+        for _ in 0..1000 {
+            script = script.answer(Step::Verify, Duration::ZERO, Ok(Progress::Pending));
+        }
+        let mut driver = AsyncScripted(script);
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut inbox = StopInbox::new(rx);
+        let stopper = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1025)).await;
+            let _ = tx.send(());
+            tx
+        });
+        let result = run_stoppable(
+            Mode::Overlap,
+            BUDGETS,
+            &mut driver,
+            &mut NoObserver,
+            &mut inbox,
+        )
+        .await;
+        drop(stopper.await);
+        (result, driver.0.steps())
+    });
+    let failure = result.expect_err("aborted");
+    assert_eq!((failure.step, failure.committed), (Step::Verify, false));
+    assert_eq!(failure.reason, Reason::Stopped);
+    let asked = steps.iter().filter(|&&s| s == Step::Verify).count();
+    assert!((2..1000).contains(&asked), "verify asked {asked} times");
 }

@@ -11,10 +11,12 @@ use steadfast_actors::clock::Clock;
 use steadfast_actors::replace_runner::{AsyncDriver, StepFuture};
 use steadfast_actors::replacement::{
     DriverError, ReplaceDriver, ReplaceJob, ReplaceRequest, ReplacementActor, ReplacementArgs,
-    SettleFuture, upgrade_lock_path,
+    Request, SettleFuture, StopAnswer, upgrade_lock_path,
 };
+use steadfast_protocol::lifecycle::ExitIntent;
 use steadfast_protocol::replacement::{
     Budgets, Ended, Failure, Mode, Outcome, Progress, ReasonKind, ReplaceRefusal, Report, Step,
+    Stop,
 };
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 
@@ -25,6 +27,8 @@ struct Gated {
     gate_at: Option<Step>,
     gate_settle: bool,
     fail_at: Option<Step>,
+    /// Told of every settle (whether it saw a stop's abort) and forward.
+    seen: Option<mpsc::UnboundedSender<String>>,
 }
 
 impl AsyncDriver for Gated {
@@ -43,10 +47,33 @@ impl AsyncDriver for Gated {
 }
 
 impl ReplaceDriver for Gated {
-    fn settle<'a>(&'a mut self, _: &'a Result<Outcome, Failure<DriverError>>) -> SettleFuture<'a> {
+    fn settle<'a>(
+        &'a mut self,
+        result: &'a Result<Outcome, Failure<DriverError>>,
+    ) -> SettleFuture<'a> {
         Box::pin(async move {
             if self.gate_settle {
                 let _permit = self.gate.acquire().await;
+            }
+            if let Some(seen) = &self.seen {
+                let how = match result {
+                    Ok(_) => "settled committed".to_owned(),
+                    Err(failure) => format!(
+                        "settled {} at {} (committed: {})",
+                        failure.reason.kind().name(),
+                        failure.step,
+                        failure.committed
+                    ),
+                };
+                let _ = seen.send(how);
+            }
+        })
+    }
+
+    fn forward(&mut self, stop: Stop) -> SettleFuture<'_> {
+        Box::pin(async move {
+            if let Some(seen) = &self.seen {
+                let _ = seen.send(format!("forwarded {stop:?}"));
             }
         })
     }
@@ -101,9 +128,21 @@ fn job(driver: Gated) -> ReplaceJob {
 async fn request(fx: &Fixture, driver: Gated) -> Result<Report, ReplaceRefusal> {
     let (tx, rx) = oneshot::channel();
     fx.requests
-        .send(Box::new((job(driver), tx.into())))
+        .send(Box::new(Request::Replace(job(driver), tx.into())))
         .expect("send");
     rx.await.expect("answer")
+}
+
+/// Send a stop, and wait for its answer.
+async fn stop(fx: &Fixture, stop: Stop) -> StopAnswer {
+    let (tx, rx) = oneshot::channel();
+    fx.requests
+        .send(Box::new(Request::Stop(stop, tx.into())))
+        .expect("send");
+    tokio::time::timeout(Duration::from_secs(10), rx)
+        .await
+        .expect("answered in time")
+        .expect("answer")
 }
 
 async fn ended(fx: &Fixture, serial: u64) -> Report {
@@ -127,6 +166,7 @@ fn gated(gate: &Arc<Semaphore>, at: Option<Step>, settle: bool) -> Gated {
         gate_at: at,
         gate_settle: settle,
         fail_at: None,
+        seen: None,
     }
 }
 
@@ -296,9 +336,110 @@ async fn a_zero_setup_budget_is_invalid() {
     let (tx, rx) = oneshot::channel();
     let mut job = job(gated(&gate, None, false));
     job.budgets.setup = Duration::ZERO;
-    fx.requests.send(Box::new((job, tx.into()))).expect("send");
+    fx.requests
+        .send(Box::new(Request::Replace(job, tx.into())))
+        .expect("send");
     assert!(matches!(
         rx.await.expect("answer"),
         Err(ReplaceRefusal::Invalid(_))
     ));
+}
+
+/// `protocol/src/replacement.rs`, "A stop during a replace": a stop while
+/// the candidate is verified (the step held by the gate) aborts the
+/// transaction — it ends `failed` at verify, `stopped`, uncommitted — and
+/// is answered `carry_out` only once the driver settled (rolled back); a
+/// stop with no transaction running is carried out at once; after it, no
+/// replacement starts.
+#[tokio::test]
+async fn a_stop_before_commit_aborts_and_is_carried_out_here() {
+    let fx = fixture().await;
+    assert_eq!(stop(&fx, Stop::Signal).await, StopAnswer::CarryOut);
+    let fx = fixture().await;
+    let gate = Arc::new(Semaphore::new(0));
+    let (seen_tx, mut seen) = mpsc::unbounded_channel();
+    let mut driver = gated(&gate, Some(Step::Verify), false);
+    driver.seen = Some(seen_tx);
+    request(&fx, driver).await.expect("started");
+    let mut reports = fx.reports.clone();
+    reports
+        .wait_for(|r| {
+            r.as_ref()
+                .is_some_and(|r| r.events.last().is_some_and(|e| e.step == Step::Verify))
+        })
+        .await
+        .expect("verify asked");
+    let answer = stop(&fx, Stop::Exit(ExitIntent::Halt)).await;
+    assert_eq!(answer, StopAnswer::CarryOut);
+    // Answered after the settle, never before.
+    assert_eq!(
+        seen.try_recv().ok().as_deref(),
+        Some("settled stopped at verify (committed: false)")
+    );
+    let report = ended(&fx, 1).await;
+    assert!(matches!(
+        report.ended,
+        Some(Ended::Failed {
+            step: Step::Verify,
+            committed: false,
+            reason: ReasonKind::Stopped,
+            ..
+        })
+    ));
+    assert_eq!(
+        request(&fx, gated(&gate, None, false)).await,
+        Err(ReplaceRefusal::Unavailable)
+    );
+}
+
+/// A stop while the incumbent retires (after commit, the step held by the
+/// gate) lets the transaction complete and is forwarded to the successor
+/// (the driver's `forward`), after the settle; so is any later stop.
+#[tokio::test]
+async fn a_stop_after_commit_is_forwarded() {
+    let fx = fixture().await;
+    let gate = Arc::new(Semaphore::new(0));
+    let (seen_tx, mut seen) = mpsc::unbounded_channel();
+    let mut driver = gated(&gate, Some(Step::Retire), false);
+    driver.seen = Some(seen_tx);
+    request(&fx, driver).await.expect("started");
+    let mut reports = fx.reports.clone();
+    reports
+        .wait_for(|r| {
+            r.as_ref()
+                .is_some_and(|r| r.events.last().is_some_and(|e| e.step == Step::Retire))
+        })
+        .await
+        .expect("retire asked");
+    let stopping = tokio::spawn({
+        let requests = fx.requests.clone();
+        async move {
+            let (tx, rx) = oneshot::channel();
+            requests
+                .send(Box::new(Request::Stop(Stop::Signal, tx.into())))
+                .expect("send");
+            rx.await.expect("answer")
+        }
+    });
+    // The stop waits for the transaction; then the gate lets retire end.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !stopping.is_finished(),
+        "answered before the transaction ended"
+    );
+    gate.add_permits(1);
+    assert_eq!(stopping.await.expect("join"), StopAnswer::Forwarded);
+    assert_eq!(seen.recv().await.as_deref(), Some("settled committed"));
+    assert_eq!(seen.recv().await.as_deref(), Some("forwarded Signal"));
+    let report = ended(&fx, 1).await;
+    assert_eq!(report.ended, Some(Ended::Outcome(Outcome::Complete)));
+    // A later stop is forwarded too.
+    assert_eq!(
+        stop(&fx, Stop::Exit(ExitIntent::Relaunch)).await,
+        StopAnswer::Forwarded
+    );
+    assert_eq!(
+        seen.recv().await.as_deref(),
+        Some("forwarded Exit(Relaunch)")
+    );
 }

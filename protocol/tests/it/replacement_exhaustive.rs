@@ -17,12 +17,22 @@
 //! commit; success only once committed; a failure carries the true step and
 //! committed flag.
 //!
+//! A stop (SIGTERM or SIGINT to the incumbent, or `exit`) may arrive at any
+//! moment of any sequence: at every machine state reached, [`check_stop`]
+//! hands one to a copy of the machine and holds the decision to the rule of
+//! "A stop during a replace" — abort while uncommitted away from `commit`,
+//! await commit's answer at `commit` (done forwards, any failure aborts),
+//! forward once committed — and the promises above stay kept with a stop
+//! recorded. The stops are tallied per decision.
+//!
 //! Run with `cargo test -p steadfast-protocol --test it -- replacement_exhaustive::
 //! --nocapture` to see the tallies.
 
 use std::collections::BTreeSet;
 
-use steadfast_protocol::replacement::{Failure, Machine, Mode, Outcome, Progress, Reason, Step};
+use steadfast_protocol::replacement::{
+    Failure, Machine, Mode, Outcome, Progress, Reason, Step, StopDecision,
+};
 
 /// Long enough to reach `Complete` in either mode after a retry at every step
 /// that retries (recheck, verify, and drain in exclusive), with room to spare.
@@ -82,6 +92,16 @@ struct Tally {
     cut_at_limit: u64,
     /// Some sequence reached `Complete` after a retry at every retrying step.
     complete_after_every_retry: bool,
+    /// Stops handed to the machine, one at every state reached, by decision.
+    stops: StopTally,
+}
+
+/// Stops checked, by what the machine decided.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct StopTally {
+    abort: u64,
+    await_commit: u64,
+    forward: u64,
 }
 
 fn enumerate(mode: Mode) -> Tally {
@@ -92,6 +112,7 @@ fn enumerate(mode: Mode) -> Tally {
 }
 
 fn explore(machine: &Machine, witness: &Witness, answered: usize, tally: &mut Tally) {
+    check_stop(machine, witness, answered, &mut tally.stops);
     if answered == MAX_ANSWERS {
         tally.sequences += 1;
         tally.cut_at_limit += 1;
@@ -130,6 +151,95 @@ fn explore(machine: &Machine, witness: &Witness, answered: usize, tally: &mut Ta
                     tally.failed_after_commit += 1;
                 }
             }
+        }
+    }
+}
+
+/// A stop arrives at `machine` (after `answered` answers): the decision is
+/// the phase's, the machine does not move, an abort is the uncommitted
+/// `stopped` failure at the step, and at `commit` every answer the commit can
+/// get decides the stop at the end: forward only once committed.
+fn check_stop(machine: &Machine, witness: &Witness, answered: usize, tally: &mut StopTally) {
+    let step = machine.step();
+    let context = format!(
+        "{:?}: a stop after {answered} answers, at {step}",
+        machine.mode()
+    );
+    let mut stopped = machine.clone();
+    let decision = stopped.stop();
+    assert!(stopped.stop_requested(), "{context}: the stop is recorded");
+    assert_eq!(stopped.step(), step, "{context}: a stop moves the machine");
+    assert_eq!(
+        stopped.committed(),
+        machine.committed(),
+        "{context}: a stop changes the selection"
+    );
+    match decision {
+        StopDecision::Abort => {
+            tally.abort += 1;
+            assert!(!machine.committed(), "{context}: aborted after commit");
+            assert_ne!(step, Step::Commit, "{context}: aborted a commit");
+            assert_eq!(
+                stopped.stopped::<AdapterError>(),
+                Failure {
+                    step,
+                    committed: false,
+                    reason: Reason::Stopped
+                },
+                "{context}: the abort's failure"
+            );
+            assert_eq!(
+                StopDecision::once_ended(false),
+                StopDecision::Abort,
+                "{context}: rolled back, the incumbent carries it out"
+            );
+        }
+        StopDecision::AwaitCommit => {
+            tally.await_commit += 1;
+            assert!(
+                step == Step::Commit && !machine.committed(),
+                "{context}: awaited off commit"
+            );
+            assert!(
+                witness.verified && witness.validated,
+                "{context}: commit reached unproven"
+            );
+            // Commit's answer decides, whatever it is; the stop stays
+            // recorded and the promises hold as without it.
+            for answer in ANSWERS {
+                let mut next = stopped.clone();
+                let mut seen = witness.clone();
+                let result = hand(&mut next, answer, answered);
+                check_answer(&stopped, &next, &mut seen, answer, answered, &result);
+                assert!(next.stop_requested(), "{context}: the stop was forgotten");
+                let ended_committed = match &result {
+                    Ok(None) => {
+                        assert_eq!(
+                            next.clone().stop(),
+                            StopDecision::Forward,
+                            "{context}: committed, not forwarded"
+                        );
+                        true
+                    }
+                    Ok(Some(outcome)) => *outcome != Outcome::Unchanged,
+                    Err(failure) => failure.committed,
+                };
+                let expected = if answer == Answer::Done {
+                    StopDecision::Forward
+                } else {
+                    StopDecision::Abort
+                };
+                assert_eq!(
+                    StopDecision::once_ended(ended_committed),
+                    expected,
+                    "{context}: commit answered {answer:?}"
+                );
+            }
+        }
+        StopDecision::Forward => {
+            tally.forward += 1;
+            assert!(machine.committed(), "{context}: forwarded uncommitted");
+            assert_eq!(StopDecision::once_ended(true), StopDecision::Forward);
         }
     }
 }
@@ -277,10 +387,26 @@ fn check_answer(
 // `complete` is 66 = sum over n in 6..=16 of (n - 5) ways to place n - 6
 // retries at recheck and verify. No commit is ever followed by a failure in
 // exclusive, where commit is the last step.
+//
+// A stop is checked at every state reached: the live prefixes, answers / 5
+// below the limit plus those cut at it (overlap 388 + 57 = 445, exclusive
+// 1363 + 307 = 1670). It is forwarded at the live prefixes that committed,
+// overlap's at retire: 6 done and p <= 11 retries over recheck and verify,
+// sum of (p + 1) = 78 (exclusive ends at commit: none). It awaits commit at
+// those at commit: overlap 5 done and p <= 12 retries over 2 steps, sum of
+// (p + 1) = 91; exclusive 6 done and p <= 11 over 3 steps, sum of
+// C(p + 2, 2) = C(14, 3) = 364. Every other one aborts.
+
+/// One stop was checked at every state reached (the live prefixes).
+fn assert_stops_at_every_state(tally: &Tally) {
+    let stops = tally.stops.abort + tally.stops.await_commit + tally.stops.forward;
+    assert_eq!(stops, tally.answers / 5 + tally.cut_at_limit);
+}
 
 #[test]
 fn every_overlap_answer_sequence_keeps_the_promises() {
     let tally = enumerate(Mode::Overlap);
+    assert_stops_at_every_state(&tally);
     assert!(
         tally.complete_after_every_retry,
         "no sequence completed after every retry"
@@ -297,6 +423,11 @@ fn every_overlap_answer_sequence_keeps_the_promises() {
             failed_after_commit: 198,
             cut_at_limit: 57,
             complete_after_every_retry: true,
+            stops: StopTally {
+                abort: 276,
+                await_commit: 91,
+                forward: 78,
+            },
         }
     );
 }
@@ -304,6 +435,7 @@ fn every_overlap_answer_sequence_keeps_the_promises() {
 #[test]
 fn every_exclusive_answer_sequence_keeps_the_promises() {
     let tally = enumerate(Mode::Exclusive);
+    assert_stops_at_every_state(&tally);
     assert!(
         tally.complete_after_every_retry,
         "no sequence completed after every retry"
@@ -320,6 +452,11 @@ fn every_exclusive_answer_sequence_keeps_the_promises() {
             failed_after_commit: 0,
             cut_at_limit: 307,
             complete_after_every_retry: true,
+            stops: StopTally {
+                abort: 1306,
+                await_commit: 364,
+                forward: 0,
+            },
         }
     );
 }
