@@ -101,7 +101,7 @@ fn start_kvd_with(
 impl Kvd {
     /// Ask the daemon answering the socket to exit, and wait until nothing
     /// answers (the candidate is not our child to wait for).
-    fn stop_whoever_serves(&mut self) {
+    pub(crate) fn stop_whoever_serves(&mut self) {
         let _ = ctl(&self.data, &["exit"]);
         let deadline = Instant::now() + PATIENCE;
         while status(&self.data).is_some() {

@@ -263,6 +263,29 @@ impl Replacing {
         }
     }
 
+    /// Send a stop after the commit; whether it reached the incumbent
+    /// before it exited (a loaded machine can miss the window it lingers
+    /// for): `false` when it had exited already, or ended handed over
+    /// without the stop.
+    fn stop_after_commit(&mut self, how: How) -> bool {
+        if self.kvd.child.try_wait().expect("wait").is_some() {
+            return false;
+        }
+        if how == How::Exit {
+            let (rt, client) = self.early.as_ref().expect("connected early");
+            if rt.block_on(client.exit(ExitIntent::Halt)).is_err() {
+                return false;
+            }
+        } else {
+            self.stop(how, true);
+        }
+        let code = wait_exit(&mut self.kvd.child);
+        let handed_over_only = self.kvd.log().lines().any(|line| {
+            line.contains("handed over to the replacement; exiting") && line.contains("handed_over")
+        });
+        code.is_some() && !handed_over_only
+    }
+
     /// What every test ends with: the incumbent's code, no candidate left,
     /// the data dir free for the manager's next start.
     fn assert_stopped(mut self, how: How) {
@@ -449,19 +472,37 @@ fn a_stop_during_verify_aborts_the_replace() {
 
 /// After the commit: the successor carries the stop out (it drains and
 /// exits), and the incumbent exits with the stop's code once it has.
+///
+/// The stop is sent once the follower shows `commit` asked, and must reach
+/// the incumbent before it exits (at least `daemon::HANDOVER_LINGER` after
+/// the commit). A machine loaded enough to miss that window is not a
+/// failure of the code under test: the scenario is tried again (three
+/// times at most), never passed unchecked.
 #[test]
 fn a_stop_after_commit_is_carried_out_by_the_successor() {
     for mode in ["exclusive", "overlap"] {
         for how in [How::Term, How::Exit] {
-            let mut replacing = begin(mode);
-            replacing.open_gate();
-            if how == How::Exit {
-                replacing.connect_early();
-            }
-            replacing.replace();
-            let pid = replacing.wait_for_candidate();
-            replacing.shown("commit ...");
-            replacing.stop(how, true);
+            let mut tries = 0;
+            let (mut replacing, pid) = loop {
+                tries += 1;
+                let mut replacing = begin(mode);
+                replacing.open_gate();
+                if how == How::Exit {
+                    replacing.connect_early();
+                }
+                replacing.replace();
+                let pid = replacing.wait_for_candidate();
+                replacing.shown("commit ...");
+                if replacing.stop_after_commit(how) {
+                    break (replacing, pid);
+                }
+                assert!(
+                    tries < 3,
+                    "{mode} {how:?}: three times the incumbent had exited before the stop reached it"
+                );
+                eprintln!("{mode} {how:?}: the stop came after the incumbent exited; trying again");
+                replacing.kvd.stop_whoever_serves();
+            };
             let (code, printed) = replacing.follower_ended();
             assert_eq!(code, Some(0), "{mode} {how:?}: {printed}");
             assert!(printed.contains("outcome: Complete"), "{printed}");
