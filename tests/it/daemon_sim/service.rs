@@ -12,6 +12,17 @@
 //! - `wipe_fails` = true: the wipe of a re-initialization fails;
 //! - `tag` = N: nothing but a change (a config edit that changes nothing
 //!   else).
+//!
+//! Between the store and serving, the plan takes a lease from an outside
+//! service (the `lease` step, [`World`]'s leases): a resource that outlives
+//! the process, so a boot after a crash must adopt the lease its
+//! predecessor checkpointed (observation finds it held) rather than take a
+//! second, and a drain must give it back. The world checks, from the
+//! outside service's side: a lease is never taken while one the journal
+//! holds checkpointed is still held (made twice), never given back while
+//! the runtime that serves uses it, and ([`World::leaked_leases`]) none is
+//! left held that the journal does not name, but those whose checkpoint a
+//! crash took before it was durable (the next launch could not know them).
 
 use std::io::Write as _;
 use std::path::Path;
@@ -92,6 +103,40 @@ struct WorldState {
     open: u32,
     /// Broken checks seen from the daemon's side.
     violations: Vec<String>,
+    /// The outside service's leases by number, held or given back: they
+    /// outlive any process of the daemon.
+    leases: std::collections::BTreeMap<u64, Lease>,
+    /// The lease the serving runtime took or adopted.
+    serving_lease: Option<u64>,
+    /// The daemon's journal on the simulated disk, read (as the outside
+    /// service's audit would) to tell which leases the daemon tracks.
+    journal: Option<(super::fs::SimFileSystem, std::path::PathBuf)>,
+}
+
+/// One lease of the outside service.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Lease {
+    /// Held (taken and not given back).
+    pub held: bool,
+    /// Taken by a boot whose checkpoint of it a crash took before it was
+    /// durable: no later process can know it.
+    pub orphaned: bool,
+}
+
+/// The step that takes a lease, and its checkpoints' kind.
+pub const LEASE_STEP: &str = "lease";
+
+/// The checkpoints outstanding in the journal `bytes` (none if it does not
+/// decode).
+pub fn outstanding_leases(bytes: &[u8]) -> Vec<u64> {
+    let Ok(decoded) = steadfast::protocol::journal::decode(bytes) else {
+        return Vec::new();
+    };
+    steadfast::protocol::journal::outstanding(&decoded.records)
+        .into_iter()
+        .filter(|o| o.step == LEASE_STEP)
+        .filter_map(|o| o.resource.id.parse().ok())
+        .collect()
 }
 
 impl World {
@@ -119,10 +164,118 @@ impl World {
         std::mem::take(&mut self.lock().violations)
     }
 
+    /// Where the daemon's journal is, for the lease checks.
+    pub fn watch_journal(&self, disk: super::fs::SimFileSystem, path: std::path::PathBuf) {
+        self.lock().journal = Some((disk, path));
+    }
+
+    /// The journal's bytes as a read sees them now.
+    fn journal_bytes(state: &WorldState) -> Vec<u8> {
+        state
+            .journal
+            .as_ref()
+            .and_then(|(disk, path)| disk.read(path))
+            .unwrap_or_default()
+    }
+
+    /// Take a lease, checking that none the daemon tracks (checkpointed
+    /// in its journal, and held) is held already.
+    fn take_lease(&self) -> u64 {
+        let mut state = self.lock();
+        let tracked = outstanding_leases(&Self::journal_bytes(&state));
+        let number = state.leases.keys().next_back().map_or(1, |n| n + 1);
+        if let Some(held) = tracked
+            .into_iter()
+            .find(|n| state.leases.get(n).is_some_and(|l| l.held))
+        {
+            state.violations.push(format!(
+                "an outliving resource is made twice: lease {number} taken while lease {held}, \
+                 checkpointed in the journal and still held, was not adopted"
+            ));
+        }
+        state.leases.insert(
+            number,
+            Lease {
+                held: true,
+                orphaned: false,
+            },
+        );
+        number
+    }
+
+    fn lease_held(&self, number: u64) -> bool {
+        self.lock().leases.get(&number).is_some_and(|l| l.held)
+    }
+
+    /// A boot skipped the lease step: it adopted the lease `number`.
+    fn adopted(&self, number: u64) {
+        self.lock().serving_lease = Some(number);
+    }
+
+    /// Give the lease back, checking the serving runtime is not using it.
+    fn give_back(&self, number: u64) {
+        let mut state = self.lock();
+        let serving = state.serving.as_ref().is_some_and(|tx| !tx.is_closed());
+        if serving && state.serving_lease == Some(number) {
+            state.violations.push(format!(
+                "an outliving resource is torn down while a runtime uses it: lease {number} \
+                 given back while the runtime that took it serves"
+            ));
+        }
+        if let Some(lease) = state.leases.get_mut(&number) {
+            lease.held = false;
+        }
+    }
+
+    /// After a crash, once the next launch repaired its journal (`kept`,
+    /// the journal's bytes): every held lease it does not name was taken
+    /// by a boot whose checkpoint the crash took, and is orphaned.
+    pub fn orphan_untracked_leases(&self, kept: &[u8]) {
+        let tracked = outstanding_leases(kept);
+        for (number, lease) in &mut self.lock().leases {
+            if lease.held && !tracked.contains(number) {
+                lease.orphaned = true;
+            }
+        }
+    }
+
+    /// The journal was removed or replaced underneath: the checkpoints of
+    /// every lease held now are no longer the daemon's to keep.
+    pub fn orphan_held_leases(&self) {
+        for lease in self.lock().leases.values_mut() {
+            lease.orphaned |= lease.held;
+        }
+    }
+
+    /// The held leases that are neither orphaned nor named by the journal
+    /// `bytes`: leaked.
+    pub fn leaked_leases(&self, bytes: &[u8]) -> Vec<u64> {
+        let tracked = outstanding_leases(bytes);
+        self.lock()
+            .leases
+            .iter()
+            .filter(|(n, l)| l.held && !l.orphaned && !tracked.contains(n))
+            .map(|(n, _)| *n)
+            .collect()
+    }
+
+    /// Leases by state: held, orphaned (held), given back.
+    pub fn lease_counts(&self) -> (u64, u64, u64) {
+        let state = self.lock();
+        let held = state.leases.values().filter(|l| l.held).count() as u64;
+        let orphaned = state
+            .leases
+            .values()
+            .filter(|l| l.held && l.orphaned)
+            .count() as u64;
+        (held, orphaned, state.leases.len() as u64 - held)
+    }
+
     /// Forget what the daemon's side held: the process crashed.
     pub fn crashed(&self) {
         let mut state = self.lock();
         state.serving = None;
+        state.serving_lease = None;
         state.open = 0;
     }
 }
@@ -235,6 +388,48 @@ impl Step for OpenStore {
     }
 }
 
+/// Takes a lease from the outside service ([`World`]): it outlives the
+/// process, so a boot after a crash adopts the one its predecessor
+/// checkpointed while observation finds it held.
+struct TakeLease {
+    world: Arc<World>,
+}
+
+impl Step for TakeLease {
+    const NAME: &'static str = LEASE_STEP;
+    type Config = toml::Table;
+    type Output = ();
+
+    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Made<()>, StepError> {
+        switches(cx.config, Self::NAME).await?;
+        let number = self.world.take_lease();
+        self.world.adopted(number);
+        Ok(Made::new("lease", number.to_string(), ()))
+    }
+
+    async fn observe(&self, record: &ResourceRecord, _runtime: &Runtime) -> Observation {
+        let Ok(number) = record.id.parse() else {
+            return Observation::Gone;
+        };
+        let held = self.world.lease_held(number);
+        if held {
+            self.world.adopted(number);
+        }
+        Observation::from(held)
+    }
+
+    async fn destroy(
+        &self,
+        record: &ResourceRecord,
+        _runtime: &mut Runtime,
+    ) -> Result<(), StepError> {
+        if let Ok(number) = record.id.parse() {
+            self.world.give_back(number);
+        }
+        Ok(())
+    }
+}
+
 /// Serves the workload's requests: connections in tasks of the runtime's
 /// tracker, each writing its records to the store and acknowledging them
 /// once fsynced.
@@ -329,6 +524,9 @@ impl Service for SimService {
     fn plan(&self, _config: &toml::Table) -> Plan<toml::Table> {
         Plan::new()
             .step(OpenStore {
+                world: Arc::clone(&self.world),
+            })
+            .step(TakeLease {
                 world: Arc::clone(&self.world),
             })
             .step(Serve {
