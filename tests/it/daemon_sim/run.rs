@@ -200,9 +200,10 @@ pub struct Counts {
     pub compacted_at_relaunch: u64,
     /// Times the status record, `status --json` and `watch` were read back.
     pub reader_checks: u64,
-    /// Leases taken from the outside service, and those orphaned by a crash.
-    pub leases: u64,
-    pub orphaned_leases: u64,
+    /// Resources that outlive the process (leases, spool files) made, and
+    /// those a crash orphaned.
+    pub outliving: u64,
+    pub orphaned: u64,
     pub virtual_ms: u64,
 }
 
@@ -227,8 +228,8 @@ impl Counts {
         self.durable_prefix_checks += other.durable_prefix_checks;
         self.compacted_at_relaunch += other.compacted_at_relaunch;
         self.reader_checks += other.reader_checks;
-        self.leases += other.leases;
-        self.orphaned_leases += other.orphaned_leases;
+        self.outliving += other.outliving;
+        self.orphaned += other.orphaned;
         self.virtual_ms += other.virtual_ms;
     }
 }
@@ -321,7 +322,7 @@ enum Edit {
     WipeFails,
 }
 
-const STEPS: [&str; 3] = ["open_store", "lease", "serve"];
+const STEPS: [&str; 4] = ["open_store", "lease", "spool", "serve"];
 
 impl Op {
     fn draw(rng: &mut Rng, open: usize) -> Self {
@@ -358,7 +359,7 @@ impl Op {
                 55..80 => {
                     let how = ["fail_in", "panic_in", "hang_in"]
                         [usize::try_from(rng.below(3)).unwrap_or(0)];
-                    let step = STEPS[usize::try_from(rng.below(3)).unwrap_or(0)];
+                    let step = STEPS[usize::try_from(rng.below(4)).unwrap_or(0)];
                     Edit::Switch(how, step)
                 }
                 80..85 => Edit::Refuse,
@@ -549,7 +550,7 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
         .expect("the data dir's directory");
     run.write_config(&Edit::Good(0), true, true);
     run.world
-        .watch_journal(run.disk.clone(), run.journal_path());
+        .watch_journal(run.disk.clone(), dir.path(), run.journal_path());
     let slow_jobs = std::rc::Rc::new(std::cell::Cell::new(0));
     let _seams = Seams::new(
         options.plant,
@@ -628,7 +629,7 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
         }
     }
     run.check_store(dir.path())?;
-    run.check_leases()?;
+    run.check_outliving()?;
     run.counts.slow_jobs = slow_jobs.get();
     let mut hasher = DefaultHasher::new();
     run.trace.hash(&mut hasher);
@@ -1052,7 +1053,7 @@ impl Run {
     /// that life compacted the journal and a crash kept the rename.
     fn check_kept_journal(&mut self) -> Result<(), Violation> {
         let kept_bytes = self.disk.read(self.journal_path()).unwrap_or_default();
-        self.world.orphan_untracked_leases(&kept_bytes);
+        self.world.orphan_untracked(&kept_bytes);
         let Some((durable, written)) = self.model.journal_at_crash.take() else {
             return Ok(());
         };
@@ -1258,22 +1259,22 @@ impl Run {
         Ok(())
     }
 
-    /// At the run's end (the daemon exited, its drain done): no lease of
-    /// the outside service is left held that the journal does not name,
-    /// but those a crash orphaned.
-    fn check_leases(&mut self) -> Result<(), Violation> {
+    /// At the run's end (the daemon exited, its drain done): no resource
+    /// that outlives the process (a lease, a spool file) is left there that
+    /// the journal does not name, but those a crash orphaned.
+    fn check_outliving(&mut self) -> Result<(), Violation> {
         self.counts.checks += 1;
         let bytes = self.disk.read(self.journal_path()).unwrap_or_default();
-        let leaked = self.world.leaked_leases(&bytes);
-        let (held, orphaned, returned) = self.world.lease_counts();
-        self.counts.leases = held + returned;
-        self.counts.orphaned_leases = orphaned;
+        let leaked = self.world.leaked(&bytes);
+        let (made, orphaned) = self.world.resource_counts();
+        self.counts.outliving = made;
+        self.counts.orphaned = orphaned;
         if !leaked.is_empty() {
             return Err(self.violation(
                 "an outliving resource is never leaked",
                 format!(
-                    "leases {leaked:?} are held, named by no checkpoint of the journal, and no \
-                     crash orphaned them"
+                    "{leaked:?} are there, named by no checkpoint of the journal, and no crash \
+                     orphaned them"
                 ),
             ));
         }
@@ -1617,7 +1618,7 @@ impl Run {
                 match target {
                     Intruded::Journal => {
                         self.journal_intrusions += 1;
-                        self.world.orphan_held_leases();
+                        self.world.orphan_present();
                     }
                     Intruded::Status => self.model.status_intruded = true,
                     Intruded::RunMarker | Intruded::HoldMarker => {
