@@ -10,7 +10,11 @@
 //! panic, hang or report progress slowly, a store that refuses, a runtime
 //! that crashes, days of idle time — and crashes part way through an
 //! operation, each followed by a relaunch on what survived, sometimes
-//! after the wall clock jumped (up to 30 days either way).
+//! after the wall clock jumped (up to 30 days either way); the journal,
+//! the status record, the run and hold markers and the lock removed or
+//! replaced by a copy underneath now and then. The service's plan holds
+//! two resources that outlive its process: a lease of a simulated outside
+//! service and a spool file on the simulated disk (`service.rs`).
 //!
 //! The disk (`actors/tests/it/sim/fs.rs`, installed through the
 //! file-system seam `steadfast::fs` and the daemon's own files go
@@ -36,26 +40,47 @@
 //! a crash reads as a crash; an acknowledged `config set` reads back after
 //! a relaunch; after a crash the journal replays to at least the attempt
 //! last published while the disk failed nothing; after a kill on a healthy disk no attempt
-//! published before it starts again; no operation hangs (a virtual-time
+//! published before it starts again; at every relaunch, once its launch
+//! repaired the journal, every record durable before the crash (as the
+//! simulated disk kept it) is in the journal it keeps, in order, and it
+//! keeps nothing the crash did not leave written (compaction allowed
+//! for: the simulation compacts past 6 attempts, so seeds reach it);
+//! each resource that outlives the process is adopted after a crash while
+//! it is there, never made twice, never torn down while the serving
+//! runtime uses it, and never leaked but where a crash orphaned it (its
+//! checkpoint not yet durable); after every published step the status
+//! record, `status --json` (answered in process by the control plane's
+//! own code) and the snapshot `watch`'s changes build agree with what was
+//! published, and none reads a version older than one it read; a daemon
+//! whose lock is taken away exits for a relaunch; no operation hangs (a virtual-time
 //! watchdog); the daemon never ends on its own; once the faults stop (a
 //! good config, a disk without faults, one operator `retry`) it settles
 //! (running, stopped, or a held failure) within an hour of virtual time;
 //! and then it exits when asked.
 //!
-//! Each seed runs twice and its trace hashes must match. A failing seed
-//! prints the line that replays it, the check it broke and its trace.
+//! Each seed runs twice and its trace hashes must match (a mismatch prints
+//! both traces from their first difference): nothing the simulation
+//! reaches reads a real clock (`clippy.toml` disallows them outside the
+//! clock seam). A failing seed is shrunk ([`shrink`]: operations and disk
+//! faults left out, idle times cut, every draw kept) to the smallest run
+//! found that breaks the same check, and prints the line that replays the
+//! reduced run, the check and its trace.
 //! `scripts/sim.sh --daemon N` runs N seeds with a progress line and a
 //! summary (faults by class included). Knobs (environment):
 //! `STEADFAST_DAEMON_SIM_SEED=S` runs seed S alone, with its trace;
 //! `STEADFAST_DAEMON_SIM_SEEDS=N` runs N seeds from
 //! `STEADFAST_DAEMON_SIM_FIRST` (default 0); `STEADFAST_DAEMON_SIM_OPS=K`
-//! operations a seed (default [`OPS`]).
+//! operations a seed (default [`OPS`]); a reduced run's
+//! `STEADFAST_DAEMON_SIM_SKIP_OPS`, `STEADFAST_DAEMON_SIM_SPARE_FAULTS`
+//! (numbers and ranges, `3,7-9`) and `STEADFAST_DAEMON_SIM_MAX_IDLE_MS`;
+//! `STEADFAST_DAEMON_SIM_SHRINK=0` reports a failure unshrunk.
 //!
 //! Not simulated yet: the config watcher's `notify` thread (it watches
 //! the real directory, where nothing changes; `reload` stands in for its
-//! firing), the control server, `replace`, and files other than the
-//! journal removed underneath (the workload removes the journal, or
-//! renames a copy over it, now and then).
+//! firing), the control server's sockets (its commands are answered in
+//! process), the control socket's file, `replace`, and symbolic links (the
+//! simulated disk has none: a file replaced underneath is a copy renamed
+//! over it).
 //! The defects the simulation found are scripted in [`defects`].
 
 mod defects;

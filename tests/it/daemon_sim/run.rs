@@ -198,6 +198,9 @@ pub struct Counts {
     /// the crash, and how many of those journals were compacted.
     pub durable_prefix_checks: u64,
     pub compacted_at_relaunch: u64,
+    /// Journals rewritten into a new file under the daemon (compacted,
+    /// or repaired into a new file), counted by the file's inode changing.
+    pub journal_rewrites: u64,
     /// Times the status record, `status --json` and `watch` were read back.
     pub reader_checks: u64,
     /// Resources that outlive the process (leases, spool files) made, and
@@ -227,6 +230,7 @@ impl Counts {
         self.intrusions += other.intrusions;
         self.durable_prefix_checks += other.durable_prefix_checks;
         self.compacted_at_relaunch += other.compacted_at_relaunch;
+        self.journal_rewrites += other.journal_rewrites;
         self.reader_checks += other.reader_checks;
         self.outliving += other.outliving;
         self.orphaned += other.orphaned;
@@ -487,6 +491,8 @@ struct Run {
     jobs_past_timeout: std::rc::Rc<std::cell::Cell<u64>>,
     /// Journals removed or replaced underneath, of all intrusions.
     journal_intrusions: u64,
+    /// The journal's inode when last looked at.
+    journal_ino: Option<u64>,
     /// [`Self::disturbances`] when this life launched.
     faults_at_launch: u64,
     /// What a shrinker took out.
@@ -538,6 +544,7 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
         clock_skew_ms: 0,
         jobs_past_timeout: std::rc::Rc::default(),
         journal_intrusions: 0,
+        journal_ino: None,
         faults_at_launch: 0,
         reduction: options.reduction.clone(),
         drawn_ops: 0,
@@ -1038,6 +1045,26 @@ impl Run {
         self.observe(first)
     }
 
+    /// Count a journal the daemon rewrote into a new file since the last
+    /// look (a compaction, a repair into a new file), unless `op` put it
+    /// there.
+    fn look_at_journal(&mut self, op: &Op) {
+        let ino = self
+            .disk
+            .stat(&self.journal_path())
+            .ok()
+            .flatten()
+            .map(|meta| meta.ino);
+        if ino.is_some()
+            && self.journal_ino.is_some()
+            && ino != self.journal_ino
+            && !matches!(op, Op::Intrude(Intruded::Journal, _))
+        {
+            self.counts.journal_rewrites += 1;
+        }
+        self.journal_ino = ino;
+    }
+
     /// The journal's path on the simulated disk.
     fn journal_path(&self) -> std::path::PathBuf {
         Path::new(&self.data_dir).join(".steadfast").join("journal")
@@ -1424,6 +1451,7 @@ impl Run {
             let snapshot = handle.snapshot();
             self.take_disk_trace();
             self.check_steps()?;
+            self.look_at_journal(&op);
             self.trace.push(format!(
                 "life {} {:>12}ms #{number} {op:?} -> {outcome} [{}]",
                 self.life,
