@@ -73,7 +73,9 @@
 //! operations a seed (default [`OPS`]); a reduced run's
 //! `STEADFAST_DAEMON_SIM_SKIP_OPS`, `STEADFAST_DAEMON_SIM_SPARE_FAULTS`
 //! (numbers and ranges, `3,7-9`) and `STEADFAST_DAEMON_SIM_MAX_IDLE_MS`;
-//! `STEADFAST_DAEMON_SIM_SHRINK=0` reports a failure unshrunk.
+//! `STEADFAST_DAEMON_SIM_SHRINK=0` reports a failure unshrunk;
+//! `STEADFAST_DAEMON_SIM_PLANT=NAME` plants a defect ([`run::Plant`]'s
+//! names), to watch the checks catch it and the shrinker reduce it.
 //!
 //! Not simulated yet: the config watcher's `notify` thread (it watches
 //! the real directory, where nothing changes; `reload` stands in for its
@@ -119,7 +121,7 @@ fn options() -> Options {
         ops: env_u64("STEADFAST_DAEMON_SIM_OPS")
             .map_or(OPS, |n| u32::try_from(n).unwrap_or(u32::MAX)),
         disk_faults: true,
-        plant: None,
+        plant: Plant::named(&env("STEADFAST_DAEMON_SIM_PLANT")),
         reduction: Reduction {
             skip_ops: Reduction::parse_set(&env("STEADFAST_DAEMON_SIM_SKIP_OPS")),
             spare_faults: Reduction::parse_set(&env("STEADFAST_DAEMON_SIM_SPARE_FAULTS")),
@@ -150,7 +152,7 @@ fn shrink(seed: u64, options: &Options, failed: Violation) -> (Options, Violatio
             .filter(|v| v.check == check)
     };
     // The run's length: the operations drawn up to the failure, then less.
-    let drawn = best.1.performed.last().map_or(0, |n| n + 1);
+    let drawn = best.1.reached.performed.last().map_or(0, |n| n + 1);
     let mut ops = drawn.min(best.0.ops);
     while ops > 0 {
         let trial = Options {
@@ -168,9 +170,9 @@ fn shrink(seed: u64, options: &Options, failed: Violation) -> (Options, Violatio
     // Operations, then faults, left out: chunks of halving size.
     for faults in [false, true] {
         let mut chunk = if faults {
-            best.1.injected.len()
+            best.1.reached.injected.len()
         } else {
-            best.1.performed.len()
+            best.1.reached.performed.len()
         }
         .div_ceil(2)
         .max(1);
@@ -181,8 +183,9 @@ fn shrink(seed: u64, options: &Options, failed: Violation) -> (Options, Violatio
                 if faults {
                     let Some(part) = best
                         .1
+                        .reached
                         .injected
-                        .get(at..(at + chunk).min(best.1.injected.len()))
+                        .get(at..(at + chunk).min(best.1.reached.injected.len()))
                     else {
                         break;
                     };
@@ -193,8 +196,9 @@ fn shrink(seed: u64, options: &Options, failed: Violation) -> (Options, Violatio
                 } else {
                     let Some(part) = best
                         .1
+                        .reached
                         .performed
-                        .get(at..(at + chunk).min(best.1.performed.len()))
+                        .get(at..(at + chunk).min(best.1.reached.performed.len()))
                     else {
                         break;
                     };
@@ -217,7 +221,7 @@ fn shrink(seed: u64, options: &Options, failed: Violation) -> (Options, Violatio
     // Idle times: the shortest cap that still fails.
     for cap in [0, 1_000, 60_000, 3_600_000] {
         let cap = Duration::from_millis(cap);
-        if best.1.longest_idle <= cap {
+        if best.1.reached.longest_idle <= cap {
             break;
         }
         let mut trial = best.0.clone();
@@ -232,9 +236,13 @@ fn shrink(seed: u64, options: &Options, failed: Violation) -> (Options, Violatio
 
 /// The line that replays `seed` with `options`.
 fn replay_line(seed: u64, options: &Options) -> String {
+    let plant = options
+        .plant
+        .map(|p| format!("STEADFAST_DAEMON_SIM_PLANT={} ", p.name()))
+        .unwrap_or_default();
     format!(
-        "STEADFAST_DAEMON_SIM_SEED={seed} STEADFAST_DAEMON_SIM_OPS={} {}cargo test -p steadfast \
-         --test it -- daemon_sim:: --nocapture",
+        "STEADFAST_DAEMON_SIM_SEED={seed} STEADFAST_DAEMON_SIM_OPS={} {plant}{}cargo test -p \
+         steadfast --test it -- daemon_sim::the_daemon --nocapture",
         options.ops,
         options.reduction.env()
     )
@@ -245,9 +253,9 @@ fn replay_line(seed: u64, options: &Options) -> String {
 fn size(violation: &Violation) -> String {
     format!(
         "{} operations, {} disk faults, longest idle {:?}",
-        violation.performed.len(),
-        violation.injected.len(),
-        violation.longest_idle
+        violation.reached.performed.len(),
+        violation.reached.injected.len(),
+        violation.reached.longest_idle
     )
 }
 
@@ -456,7 +464,10 @@ fn a_failing_seed_shrinks_to_a_smaller_run_that_breaks_the_same_check() {
     };
     let failed = run::run(seed, options.clone()).expect_err("fails");
     let (check, before) = (failed.check, size(&failed));
-    let (performed, injected) = (failed.performed.len(), failed.injected.len());
+    let (performed, injected) = (
+        failed.reached.performed.len(),
+        failed.reached.injected.len(),
+    );
     let (reduced, violation) = shrink(seed, &options, failed);
     eprintln!(
         "seed {seed} ({check}): before {before}; after {}\n  replay: {}\n  ops after: {:#?}",
@@ -469,9 +480,12 @@ fn a_failing_seed_shrinks_to_a_smaller_run_that_breaks_the_same_check() {
             .collect::<Vec<_>>()
     );
     assert_eq!(violation.check, check);
-    assert!(violation.performed.len() <= performed && violation.injected.len() <= injected);
     assert!(
-        violation.performed.len() + violation.injected.len() < performed + injected,
+        violation.reached.performed.len() <= performed
+            && violation.reached.injected.len() <= injected
+    );
+    assert!(
+        violation.reached.performed.len() + violation.reached.injected.len() < performed + injected,
         "something was taken out"
     );
     let again = run::run(seed, reduced).expect_err("the reduced run fails");

@@ -157,6 +157,42 @@ pub enum Plant {
     StatusRecordLags,
 }
 
+impl Plant {
+    const ALL: [(Self, &'static str); 7] = [
+        (Self::DrainLeavesTasks, "drain_leaves_tasks"),
+        (Self::JournalAcksBeforeFsync, "journal_acks_before_fsync"),
+        (Self::RenameWithoutDirSync, "rename_without_dir_sync"),
+        (Self::ActorDecides, "actor_decides"),
+        (Self::RepairCutsARecord, "repair_cuts_a_record"),
+        (Self::ReconcileForgets, "reconcile_forgets"),
+        (Self::StatusRecordLags, "status_record_lags"),
+    ];
+
+    /// The defect named `name` (none for an empty name).
+    ///
+    /// # Panics
+    /// On a name no defect has.
+    pub fn named(name: &str) -> Option<Self> {
+        if name.is_empty() {
+            return None;
+        }
+        let found = Self::ALL.iter().find(|(_, n)| *n == name);
+        Some(
+            found
+                .unwrap_or_else(|| panic!("no planted defect is named {name:?}"))
+                .0,
+        )
+    }
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(p, _)| *p == self)
+            .map_or("", |(_, n)| n)
+    }
+}
+
 /// What a seed did, when every check held.
 #[derive(Debug, Default, Clone)]
 pub struct Outcome {
@@ -244,11 +280,18 @@ pub struct Violation {
     pub check: &'static str,
     pub detail: String,
     pub trace: Vec<String>,
-    /// The operations performed up to it (their numbers, as drawn).
+    /// How much of the run it took: what a shrinker takes out.
+    pub reached: Box<Reached>,
+}
+
+/// How much of a run it took to break a check.
+#[derive(Debug)]
+pub struct Reached {
+    /// The operations performed (their numbers, as drawn).
     pub performed: Vec<u32>,
-    /// The disk faults injected up to it (their numbers, as drawn).
+    /// The disk faults injected (their numbers, as drawn).
     pub injected: Vec<u64>,
-    /// The longest sleep performed up to it.
+    /// The longest sleep performed.
     pub longest_idle: Duration,
 }
 
@@ -799,11 +842,13 @@ impl Run {
             check,
             detail,
             trace: self.trace.clone(),
-            performed: self.performed.clone(),
-            injected: (0..self.disk.drawn_faults())
-                .filter(|n| !self.reduction.spare_faults.contains(n))
-                .collect(),
-            longest_idle: self.longest_idle,
+            reached: Box::new(Reached {
+                performed: self.performed.clone(),
+                injected: (0..self.disk.drawn_faults())
+                    .filter(|n| !self.reduction.spare_faults.contains(n))
+                    .collect(),
+                longest_idle: self.longest_idle,
+            }),
         }
     }
 
