@@ -19,6 +19,7 @@
 //!
 //! `cargo run --example crashd --features failpoints -- ./crash-data` (set `STEADFAST_CRASH_AT` to
 //! kill it at a point; `CRASHD_KEEP` sets the attempts the journal keeps).
+#![allow(clippy::disallowed_methods)] // a real daemon the crash harness kills; the simulation runs none of its code
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

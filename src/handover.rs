@@ -584,6 +584,7 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread")]
+    #[allow(clippy::disallowed_methods)] // a real thread's send, waited for in real time
     async fn the_expected_peer_receives_the_lock_and_the_shared_files() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (offer, listener, lock) = offer_in(dir.path());

@@ -82,6 +82,8 @@ pub use steadfast_protocol as protocol;
 pub mod control;
 pub mod daemon;
 pub mod handover;
+// Replacement drives real processes under real deadlines; the simulation runs no `replace`.
+#[allow(clippy::disallowed_methods)]
 pub mod replace;
 pub mod supervisor;
 

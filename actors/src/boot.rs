@@ -69,7 +69,11 @@
 use std::convert::Infallible;
 use std::num::NonZeroU32;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// Tokio's clock, which a simulation pauses: a phase's duration is journaled,
+// so it must be the same on every run of a seed.
+use tokio::time::Instant;
 
 use ractor::{ActorRef, DerivedActorRef};
 use steadfast_protocol::journal::Record;
@@ -503,7 +507,11 @@ async fn run_attempt(
         // Resume: a step checkpointed by an earlier boot (of this process or
         // a crashed one) and not cleared is skipped only if observation says
         // its resource is still there; otherwise it runs again.
-        if let Some(prior) = shared.ledger.find(step) {
+        if let Some(prior) = shared
+            .ledger
+            .find(step)
+            .filter(|_| !crate::planted::reconcile_forgets_checkpoints_planted())
+        {
             let observed = tokio::select! {
                 biased;
                 () = cancel.cancelled() => None,

@@ -32,7 +32,9 @@
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::time::Instant;
+// Tokio's clock, which a simulation pauses: a phase's duration is journaled,
+// so it must be the same on every run of a seed.
+use tokio::time::Instant;
 
 use ractor::{ActorRef, DerivedActorRef};
 use steadfast_protocol::journal::Record;

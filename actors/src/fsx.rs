@@ -1157,6 +1157,7 @@ const MAX_LOCK_PAUSE: Duration = Duration::from_millis(100);
 /// # Errors
 /// [`fs::TryLockError::WouldBlock`] if the lock is still taken after the
 /// patience; [`fs::TryLockError::Error`] at once for any other failure.
+#[allow(clippy::disallowed_methods)] // OS files only (a simulated one returns above): a forked child's copy is waited out in real time
 pub fn try_lock_patiently(file: &File) -> Result<(), fs::TryLockError> {
     if file.as_os().is_none() {
         // A simulated file: no forked child holds a copy of it.

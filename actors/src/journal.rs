@@ -140,7 +140,7 @@ impl JournalState {
             Commit::Sync => {
                 let metrics = Arc::clone(&self.metrics);
                 crate::device::run(move || {
-                    let started = std::time::Instant::now();
+                    let started = tokio::time::Instant::now();
                     let result = file.append(&records).map(|()| None);
                     if result.is_ok() {
                         crate::launch::mark_first("first journal record durable");

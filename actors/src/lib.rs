@@ -62,6 +62,9 @@ pub mod failpoint;
 pub mod fsx;
 pub mod handover;
 pub(crate) mod journal;
+// The launch timeline measures the process's real launch, for `--launch-timeline`;
+// nothing the daemon decides, journals or publishes reads it.
+#[allow(clippy::disallowed_methods)]
 pub mod launch;
 pub mod ledger;
 pub mod lifecycle;
@@ -70,6 +73,8 @@ pub mod metrics;
 pub mod observed;
 pub(crate) mod panics;
 pub mod planted;
+// Replacement drives real processes under real deadlines; the simulation runs no `replace`.
+#[allow(clippy::disallowed_methods)]
 pub mod replace_runner;
 pub mod replacement;
 pub mod root;

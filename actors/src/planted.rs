@@ -16,6 +16,9 @@ mod switches {
         static DRAIN_LEAVES_TASKS: Cell<bool> = const { Cell::new(false) };
         static JOURNAL_ACKS_BEFORE_FSYNC: Cell<bool> = const { Cell::new(false) };
         static LIFECYCLE_DECIDES_QUIET_STEPS: Cell<bool> = const { Cell::new(false) };
+        static JOURNAL_REPAIR_CUTS_A_RECORD: Cell<bool> = const { Cell::new(false) };
+        static RECONCILE_FORGETS_CHECKPOINTS: Cell<bool> = const { Cell::new(false) };
+        static STATUS_RECORD_LAGS: Cell<bool> = const { Cell::new(false) };
     }
 
     /// Plant (or remove) a drain that leaves a runtime's tracked tasks
@@ -50,6 +53,38 @@ mod switches {
     pub(crate) fn lifecycle_decides_quiet_steps_planted() -> bool {
         LIFECYCLE_DECIDES_QUIET_STEPS.with(Cell::get)
     }
+
+    /// Plant (or remove) a journal repair that cuts one record too many:
+    /// a launch that finds a torn tail truncates the journal to the start of
+    /// its last whole record, not its end (and replays without it).
+    pub fn journal_repair_cuts_a_record(on: bool) {
+        JOURNAL_REPAIR_CUTS_A_RECORD.with(|cell| cell.set(on));
+    }
+
+    pub(crate) fn journal_repair_cuts_a_record_planted() -> bool {
+        JOURNAL_REPAIR_CUTS_A_RECORD.with(Cell::get)
+    }
+
+    /// Plant (or remove) a boot whose reconcile forgets the checkpoints:
+    /// every step runs again, whatever an earlier boot left checkpointed
+    /// and observation finds present.
+    pub fn reconcile_forgets_checkpoints(on: bool) {
+        RECONCILE_FORGETS_CHECKPOINTS.with(|cell| cell.set(on));
+    }
+
+    pub(crate) fn reconcile_forgets_checkpoints_planted() -> bool {
+        RECONCILE_FORGETS_CHECKPOINTS.with(Cell::get)
+    }
+
+    /// Plant (or remove) a status record written one transition late:
+    /// each publish writes the snapshot published before it.
+    pub fn status_record_lags(on: bool) {
+        STATUS_RECORD_LAGS.with(|cell| cell.set(on));
+    }
+
+    pub(crate) fn status_record_lags_planted() -> bool {
+        STATUS_RECORD_LAGS.with(Cell::get)
+    }
 }
 
 #[cfg(feature = "planted-defects")]
@@ -61,9 +96,21 @@ pub use switches::journal_acks_before_fsync;
 #[cfg(feature = "planted-defects")]
 pub(crate) use switches::journal_acks_before_fsync_planted;
 #[cfg(feature = "planted-defects")]
+pub use switches::journal_repair_cuts_a_record;
+#[cfg(feature = "planted-defects")]
+pub(crate) use switches::journal_repair_cuts_a_record_planted;
+#[cfg(feature = "planted-defects")]
 pub use switches::lifecycle_decides_quiet_steps;
 #[cfg(feature = "planted-defects")]
 pub(crate) use switches::lifecycle_decides_quiet_steps_planted;
+#[cfg(feature = "planted-defects")]
+pub use switches::reconcile_forgets_checkpoints;
+#[cfg(feature = "planted-defects")]
+pub(crate) use switches::reconcile_forgets_checkpoints_planted;
+#[cfg(feature = "planted-defects")]
+pub use switches::status_record_lags;
+#[cfg(feature = "planted-defects")]
+pub(crate) use switches::status_record_lags_planted;
 
 /// Whether a drain leaves tracked tasks serving (never, in this build).
 #[cfg(not(feature = "planted-defects"))]
@@ -82,5 +129,26 @@ pub(crate) const fn journal_acks_before_fsync_planted() -> bool {
 /// (never, in this build).
 #[cfg(not(feature = "planted-defects"))]
 pub(crate) const fn lifecycle_decides_quiet_steps_planted() -> bool {
+    false
+}
+
+/// Whether a torn tail's repair cuts the last whole record too (never,
+/// in this build).
+#[cfg(not(feature = "planted-defects"))]
+pub(crate) const fn journal_repair_cuts_a_record_planted() -> bool {
+    false
+}
+
+/// Whether a boot forgets the outstanding checkpoints (never, in this
+/// build).
+#[cfg(not(feature = "planted-defects"))]
+pub(crate) const fn reconcile_forgets_checkpoints_planted() -> bool {
+    false
+}
+
+/// Whether the status record is written one transition late (never, in
+/// this build).
+#[cfg(not(feature = "planted-defects"))]
+pub(crate) const fn status_record_lags_planted() -> bool {
     false
 }

@@ -73,6 +73,12 @@ pub const RESTARTS: u32 = 3;
 
 pub use crate::lock_watch::LOCK_CHECK_PERIOD;
 
+/// How often the data-dir lock is checked on a simulation's thread (one
+/// whose device jobs run inline), in its virtual time: seldom, since days
+/// of simulated idle time would cost a wake-up a virtual second; the
+/// journal checks the lock before every append in between.
+const SIMULATED_LOCK_CHECK_PERIOD: std::time::Duration = std::time::Duration::from_secs(3_600);
+
 /// Root.
 #[derive(Debug, Default)]
 pub struct RootActor;
@@ -227,6 +233,22 @@ impl Actor for RootActor {
         state: &mut RootState,
     ) -> Result<(), ActorProcessingErr> {
         match message {
+            RootMsg::WatchLock if crate::device::runs_inline() => {
+                // A simulation's thread: the lock is checked here, on its
+                // virtual clock, so the seed decides when a removed lock is
+                // noticed (the process's watch thread would notice at a
+                // moment of its own).
+                if !state.stopping {
+                    match state.control.check_lock() {
+                        Ok(()) => drop(
+                            myself.send_after(SIMULATED_LOCK_CHECK_PERIOD, || RootMsg::WatchLock),
+                        ),
+                        Err(error) => {
+                            let _ = myself.cast(RootMsg::LockLost(error.to_string()));
+                        }
+                    }
+                }
+            }
             RootMsg::WatchLock => {
                 if !state.stopping && state.lock_watch.is_none() {
                     let root = myself.clone();

@@ -70,6 +70,9 @@ struct Inner {
     /// change of the writer block frames again; and the framed record (a
     /// reused buffer).
     body: Vec<u8>,
+    /// With the planted defect `planted::status_record_lags` only: the
+    /// body of the latest snapshot, held back until the next publish.
+    held_back: Vec<u8>,
     framed: Vec<u8>,
 }
 
@@ -117,6 +120,7 @@ impl StatusRecord {
                     socket: None,
                 },
                 body: Vec::new(),
+                held_back: Vec::new(),
                 framed: Vec::new(),
             }),
         };
@@ -140,6 +144,11 @@ impl StatusRecord {
             inner.body.clear();
             inner.fail(&std::io::Error::other(error));
             return;
+        }
+        if crate::planted::status_record_lags_planted() {
+            // The snapshot published before this one is written; this one
+            // waits for the next publish.
+            std::mem::swap(&mut inner.body, &mut inner.held_back);
         }
         inner.put();
     }

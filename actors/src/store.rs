@@ -215,7 +215,7 @@ impl StoreLock {
     /// naming it.
     #[must_use]
     pub fn probe(data_dir: &Path) -> StoreOutcome {
-        let mut retry = Retry::new(data_dir);
+        let mut retry = Retry::new(data_dir, system_now);
         loop {
             let tried = match Self::probe_once(data_dir) {
                 Probed::Settled(outcome) => Ok(outcome),
@@ -325,7 +325,7 @@ impl StoreLock {
     /// thread hop for the usual outcome, a released store); only a lock
     /// someone holds goes to a blocking thread to be waited out.
     pub async fn observe(data_dir: &Path) -> StoreOutcome {
-        let mut retry = Retry::new(data_dir);
+        let mut retry = Retry::new(data_dir, || tokio::time::Instant::now().into_std());
         loop {
             let tried = match Self::probe_once(data_dir) {
                 Probed::Settled(outcome) => Ok(outcome),
@@ -388,13 +388,26 @@ struct Retry<'a> {
     warned_at: Option<Instant>,
     /// Failures not logged since then.
     unsaid: u64,
+    /// The clock the pauses are timed on: the system's for the blocking
+    /// probe (it sleeps its thread), tokio's for the async one (which a
+    /// simulation pauses).
+    now: fn() -> Instant,
+}
+
+/// The system's monotonic clock, for the blocking probe, which sleeps its
+/// thread between tries in real time (a simulation never calls it: its
+/// daemon observes the store with the async [`StoreLock::observe`]).
+#[allow(clippy::disallowed_methods)] // the blocking probe's pauses are real time
+fn system_now() -> Instant {
+    Instant::now()
 }
 
 impl<'a> Retry<'a> {
-    fn new(data_dir: &'a Path) -> Self {
+    fn new(data_dir: &'a Path, now: fn() -> Instant) -> Self {
         Self {
             data_dir,
-            started: Instant::now(),
+            now,
+            started: now(),
             pause: FIRST_RETRY_PAUSE,
             failures: 0,
             warned_at: None,
@@ -403,14 +416,14 @@ impl<'a> Retry<'a> {
     }
 
     fn elapsed(&self) -> Duration {
-        self.started.elapsed()
+        (self.now)().saturating_duration_since(self.started)
     }
 
     /// A try failed for `cause`: log it (bounded) and return the pause
     /// before the next.
     fn failed(&mut self, cause: &str) -> Duration {
         self.failures += 1;
-        let now = Instant::now();
+        let now = (self.now)();
         if self
             .warned_at
             .is_some_and(|at| now.duration_since(at) < WARN_EVERY)
@@ -488,7 +501,7 @@ mod tests {
     #[test]
     fn retries_pause_10_ms_doubling_to_1_s() {
         let dir = Path::new("/nonexistent");
-        let mut retry = Retry::new(dir);
+        let mut retry = Retry::new(dir, system_now);
         let pauses: Vec<u128> = (0..10).map(|_| retry.failed("test").as_millis()).collect();
         assert_eq!(pauses, [10, 20, 40, 80, 160, 320, 640, 1000, 1000, 1000]);
         assert_eq!(retry.next_pause(), MAX_RETRY_PAUSE);

@@ -21,14 +21,24 @@
 //! `tests/it/ctl.rs`.
 
 pub mod auth;
+// Real sockets under real deadlines: the simulation serves no connection.
+#[allow(clippy::disallowed_methods)]
 mod bounds;
+// Real sockets under real deadlines: the simulation serves no connection.
+#[allow(clippy::disallowed_methods)]
 pub mod client;
+// Real sockets under real deadlines: the simulation serves no connection.
+#[allow(clippy::disallowed_methods)]
 pub mod codec;
+// Real sockets under real deadlines: the simulation serves no connection.
+#[allow(clippy::disallowed_methods)]
 pub(crate) mod conn;
 mod error;
 mod execute;
 mod limits;
 mod rewake;
+// Real sockets under real deadlines: the simulation serves no connection.
+#[allow(clippy::disallowed_methods)]
 pub mod server;
 pub mod tcp;
 pub mod tls;
@@ -42,6 +52,42 @@ pub use tcp::{TcpServerGuard, serve_tcp, serve_tcp_with};
 pub use tls::{Fingerprint, TlsError, TlsServerConfig};
 #[cfg(feature = "tls")]
 pub use tls::{TlsClient, TlsServerGuard, serve_tls, serve_tls_with};
+
+/// One connection's control service over a supervisor, without a
+/// transport: a command is answered by the same code a socket's connection
+/// runs ([`steadfast_protocol::control::dispatch`] and each command's
+/// `Execute`), its role check aside. What a simulation reads as an
+/// operator's `status --json` and `watch` (it serves no socket); not for
+/// embedding.
+#[doc(hidden)]
+pub struct InProcess(execute::ControlService);
+
+impl InProcess {
+    /// A new connection to `handle`.
+    #[must_use]
+    pub fn new(handle: crate::SupervisorHandle) -> Self {
+        Self(execute::ControlService::new(handle))
+    }
+
+    /// `command`'s answer on this connection.
+    ///
+    /// # Errors
+    /// The command's own error, as a socket's connection answers it.
+    ///
+    /// # Panics
+    /// Never: the registry answers every command in its own variant.
+    pub async fn call<C: steadfast_protocol::control::Registered>(
+        &self,
+        command: C,
+    ) -> steadfast_protocol::control::Answer<C> {
+        let response =
+            steadfast_protocol::control::dispatch(self.0.clone(), command.into_request()).await;
+        match C::answer(response) {
+            Ok(answer) => answer,
+            Err(other) => panic!("the registry answered {other:?} out of turn"),
+        }
+    }
+}
 
 /// Where the control socket of the daemon over `data_dir` is:
 /// `<data_dir>/.steadfast/control.sock`.

@@ -40,9 +40,13 @@ use std::time::Duration;
 
 mod cli;
 mod connect;
+// A client in its own process, under real deadlines: the simulation runs none of it.
+#[allow(clippy::disallowed_methods)]
 mod fleet;
 mod out;
 mod record;
+// Renders ages against the real wall clock: the simulation runs none of it.
+#[allow(clippy::disallowed_methods)]
 mod render;
 mod run;
 mod wait;

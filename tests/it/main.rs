@@ -20,6 +20,8 @@
 //! process runs itself alone in a re-run of this binary
 //! (`support::common::alone_in_process`).
 
+#![allow(clippy::disallowed_methods)] // the tests time real processes and sockets; the daemon they simulate is under the rule in the libraries
+
 mod support;
 
 mod apply_nonblocking;

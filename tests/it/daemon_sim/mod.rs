@@ -10,7 +10,11 @@
 //! panic, hang or report progress slowly, a store that refuses, a runtime
 //! that crashes, days of idle time — and crashes part way through an
 //! operation, each followed by a relaunch on what survived, sometimes
-//! after the wall clock jumped (up to 30 days either way).
+//! after the wall clock jumped (up to 30 days either way); the journal,
+//! the status record, the run and hold markers and the lock removed or
+//! replaced by a copy underneath now and then. The service's plan holds
+//! two resources that outlive its process: a lease of a simulated outside
+//! service and a spool file on the simulated disk (`service.rs`).
 //!
 //! The disk (`actors/tests/it/sim/fs.rs`, installed through the
 //! file-system seam `steadfast::fs` and the daemon's own files go
@@ -36,26 +40,49 @@
 //! a crash reads as a crash; an acknowledged `config set` reads back after
 //! a relaunch; after a crash the journal replays to at least the attempt
 //! last published while the disk failed nothing; after a kill on a healthy disk no attempt
-//! published before it starts again; no operation hangs (a virtual-time
+//! published before it starts again; at every relaunch, once its launch
+//! repaired the journal, every record durable before the crash (as the
+//! simulated disk kept it) is in the journal it keeps, in order, and it
+//! keeps nothing the crash did not leave written (compaction allowed
+//! for: the simulation compacts past 6 attempts, so seeds reach it);
+//! each resource that outlives the process is adopted after a crash while
+//! it is there, never made twice, never torn down while the serving
+//! runtime uses it, and never leaked but where a crash orphaned it (its
+//! checkpoint not yet durable); after every published step the status
+//! record, `status --json` (answered in process by the control plane's
+//! own code) and the snapshot `watch`'s changes build agree with what was
+//! published, and none reads a version older than one it read; a daemon
+//! whose lock is taken away exits for a relaunch; no operation hangs (a virtual-time
 //! watchdog); the daemon never ends on its own; once the faults stop (a
 //! good config, a disk without faults, one operator `retry`) it settles
 //! (running, stopped, or a held failure) within an hour of virtual time;
 //! and then it exits when asked.
 //!
-//! Each seed runs twice and its trace hashes must match. A failing seed
-//! prints the line that replays it, the check it broke and its trace.
+//! Each seed runs twice and its trace hashes must match (a mismatch prints
+//! both traces from their first difference): nothing the simulation
+//! reaches reads a real clock (`clippy.toml` disallows them outside the
+//! clock seam). A failing seed is shrunk ([`shrink`]: operations and disk
+//! faults left out, idle times cut, every draw kept) to the smallest run
+//! found that breaks the same check, and prints the line that replays the
+//! reduced run, the check and its trace.
 //! `scripts/sim.sh --daemon N` runs N seeds with a progress line and a
 //! summary (faults by class included). Knobs (environment):
 //! `STEADFAST_DAEMON_SIM_SEED=S` runs seed S alone, with its trace;
 //! `STEADFAST_DAEMON_SIM_SEEDS=N` runs N seeds from
 //! `STEADFAST_DAEMON_SIM_FIRST` (default 0); `STEADFAST_DAEMON_SIM_OPS=K`
-//! operations a seed (default [`OPS`]).
+//! operations a seed (default [`OPS`]); a reduced run's
+//! `STEADFAST_DAEMON_SIM_SKIP_OPS`, `STEADFAST_DAEMON_SIM_SPARE_FAULTS`
+//! (numbers and ranges, `3,7-9`) and `STEADFAST_DAEMON_SIM_MAX_IDLE_MS`;
+//! `STEADFAST_DAEMON_SIM_SHRINK=0` reports a failure unshrunk;
+//! `STEADFAST_DAEMON_SIM_PLANT=NAME` plants a defect ([`run::Plant`]'s
+//! names), to watch the checks catch it and the shrinker reduce it.
 //!
 //! Not simulated yet: the config watcher's `notify` thread (it watches
 //! the real directory, where nothing changes; `reload` stands in for its
-//! firing), the control server, `replace`, and files other than the
-//! journal removed underneath (the workload removes the journal, or
-//! renames a copy over it, now and then).
+//! firing), the control server's sockets (its commands are answered in
+//! process), the control socket's file, `replace`, and symbolic links (the
+//! simulated disk has none: a file replaced underneath is a copy renamed
+//! over it).
 //! The defects the simulation found are scripted in [`defects`].
 
 mod defects;
@@ -68,10 +95,10 @@ mod rng;
 mod run;
 mod service;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use fs::FaultCounts;
-use run::{Counts, Options, Plant};
+use run::{Counts, Options, Plant, Reduction, Violation};
 
 /// Seeds a `cargo test` runs.
 const SEEDS: u64 = 300;
@@ -89,31 +116,175 @@ fn env_u64(name: &str) -> Option<u64> {
 }
 
 fn options() -> Options {
+    let env = |name| std::env::var(name).unwrap_or_default();
     Options {
         ops: env_u64("STEADFAST_DAEMON_SIM_OPS")
             .map_or(OPS, |n| u32::try_from(n).unwrap_or(u32::MAX)),
         disk_faults: true,
-        plant: None,
+        plant: Plant::named(&env("STEADFAST_DAEMON_SIM_PLANT")),
+        reduction: Reduction {
+            skip_ops: Reduction::parse_set(&env("STEADFAST_DAEMON_SIM_SKIP_OPS")),
+            spare_faults: Reduction::parse_set(&env("STEADFAST_DAEMON_SIM_SPARE_FAULTS")),
+            max_idle: env_u64("STEADFAST_DAEMON_SIM_MAX_IDLE_MS").map(Duration::from_millis),
+        },
     }
 }
 
-/// Run `seed`; on a broken check, panic with the line that replays it.
-fn run_checked(seed: u64, options: Options) -> run::Outcome {
-    match run::run(seed, options) {
+/// The most runs a shrink makes.
+const SHRINK_RUNS: u32 = 3_000;
+
+/// A failing run of `seed` reduced to the smallest one found that still
+/// breaks the same check: fewer operations (the run's length cut, then
+/// operations left out, halves to single ones), fewer disk faults (left
+/// out likewise), shorter idle times. Every draw of the seed is kept
+/// (an operation left out is drawn and not performed; a fault, drawn and
+/// not injected), so what is left plays as it did. Ends with the reduced
+/// options and their violation.
+fn shrink(seed: u64, options: &Options, failed: Violation) -> (Options, Violation) {
+    let check = failed.check;
+    let mut runs = 0;
+    let mut best = (options.clone(), failed);
+    let mut fails = |trial: &Options| {
+        runs += 1;
+        (runs <= SHRINK_RUNS)
+            .then(|| run::run(seed, trial.clone()).err())
+            .flatten()
+            .filter(|v| v.check == check)
+    };
+    // The run's length: the operations drawn up to the failure, then less.
+    let drawn = best.1.reached.performed.last().map_or(0, |n| n + 1);
+    let mut ops = drawn.min(best.0.ops);
+    while ops > 0 {
+        let trial = Options {
+            ops,
+            ..best.0.clone()
+        };
+        match fails(&trial) {
+            Some(v) => {
+                best = (trial, v);
+                ops /= 2;
+            }
+            None => break,
+        }
+    }
+    // Operations, then faults, left out: chunks of halving size.
+    for faults in [false, true] {
+        let mut chunk = if faults {
+            best.1.reached.injected.len()
+        } else {
+            best.1.reached.performed.len()
+        }
+        .div_ceil(2)
+        .max(1);
+        loop {
+            let mut at = 0;
+            loop {
+                let mut trial = best.0.clone();
+                if faults {
+                    let Some(part) = best
+                        .1
+                        .reached
+                        .injected
+                        .get(at..(at + chunk).min(best.1.reached.injected.len()))
+                    else {
+                        break;
+                    };
+                    if part.is_empty() {
+                        break;
+                    }
+                    trial.reduction.spare_faults.extend(part);
+                } else {
+                    let Some(part) = best
+                        .1
+                        .reached
+                        .performed
+                        .get(at..(at + chunk).min(best.1.reached.performed.len()))
+                    else {
+                        break;
+                    };
+                    if part.is_empty() {
+                        break;
+                    }
+                    trial.reduction.skip_ops.extend(part);
+                }
+                match fails(&trial) {
+                    Some(v) => best = (trial, v),
+                    None => at += chunk,
+                }
+            }
+            if chunk == 1 {
+                break;
+            }
+            chunk = chunk.div_ceil(2);
+        }
+    }
+    // Idle times: the shortest cap that still fails.
+    for cap in [0, 1_000, 60_000, 3_600_000] {
+        let cap = Duration::from_millis(cap);
+        if best.1.reached.longest_idle <= cap {
+            break;
+        }
+        let mut trial = best.0.clone();
+        trial.reduction.max_idle = Some(cap);
+        if let Some(v) = fails(&trial) {
+            best = (trial, v);
+            break;
+        }
+    }
+    best
+}
+
+/// The line that replays `seed` with `options`.
+fn replay_line(seed: u64, options: &Options) -> String {
+    let plant = options
+        .plant
+        .map(|p| format!("STEADFAST_DAEMON_SIM_PLANT={} ", p.name()))
+        .unwrap_or_default();
+    format!(
+        "STEADFAST_DAEMON_SIM_SEED={seed} STEADFAST_DAEMON_SIM_OPS={} {plant}{}cargo test -p \
+         steadfast --test it -- daemon_sim::the_daemon --nocapture",
+        options.ops,
+        options.reduction.env()
+    )
+}
+
+/// What a violation's run did, in a line: operations performed, faults
+/// injected, the longest idle.
+fn size(violation: &Violation) -> String {
+    format!(
+        "{} operations, {} disk faults, longest idle {:?}",
+        violation.reached.performed.len(),
+        violation.reached.injected.len(),
+        violation.reached.longest_idle
+    )
+}
+
+/// Run `seed`; on a broken check, shrink the run (unless
+/// `STEADFAST_DAEMON_SIM_SHRINK=0`) and panic with the line that replays
+/// the reduced run.
+fn run_checked(seed: u64, options: &Options) -> run::Outcome {
+    match run::run(seed, options.clone()) {
         Ok(outcome) => outcome,
         Err(violation) => {
+            let before = size(&violation);
+            let shrinking = std::env::var("STEADFAST_DAEMON_SIM_SHRINK").as_deref() != Ok("0");
+            let (options, violation) = if shrinking {
+                shrink(seed, options, violation)
+            } else {
+                (options.clone(), violation)
+            };
             let shown = if std::env::var_os("STEADFAST_DAEMON_SIM_SEED").is_some() {
                 0
             } else {
                 violation.trace.len().saturating_sub(40)
             };
             panic!(
-                "seed {seed} broke \"{}\": {}\n  replay: STEADFAST_DAEMON_SIM_SEED={seed} \
-                 STEADFAST_DAEMON_SIM_OPS={} cargo test -p steadfast --test it -- daemon_sim:: \
-                 --nocapture\n  trace before it:\n    {}",
+                "seed {seed} broke \"{}\": {}\n  replay: {}\n  ({}; before shrinking: {before})\n  \
+                 trace before it:\n    {}",
                 violation.check,
                 violation.detail,
-                options.ops,
+                replay_line(seed, &options),
+                size(&violation),
                 violation.trace[shown..].join("\n    ")
             )
         }
@@ -127,7 +298,7 @@ fn run_checked(seed: u64, options: Options) -> run::Outcome {
 fn the_daemon_keeps_what_it_acknowledged_across_crashes_and_settles() {
     let options = options();
     if let Some(seed) = env_u64("STEADFAST_DAEMON_SIM_SEED") {
-        let outcome = run_checked(seed, options);
+        let outcome = run_checked(seed, &options);
         eprintln!("seed {seed}: {outcome:?}");
         return;
     }
@@ -138,8 +309,8 @@ fn the_daemon_keeps_what_it_acknowledged_across_crashes_and_settles() {
     let mut counts = Counts::default();
     let mut faults = FaultCounts::default();
     for (done, seed) in (first..first + count).enumerate() {
-        let outcome = run_checked(seed, options);
-        let again = run_checked(seed, options);
+        let outcome = run_checked(seed, &options);
+        let again = run_checked(seed, &options);
         if outcome.trace_hash != again.trace_hash {
             let at = outcome
                 .trace
@@ -179,7 +350,7 @@ fn first_failing_seed(plant: Plant, seeds: u64) -> Option<(u64, &'static str, St
         ..options()
     };
     (0..seeds).find_map(|seed| {
-        run::run(seed, options)
+        run::run(seed, options.clone())
             .err()
             .map(|violation| (seed, violation.check, violation.detail))
     })
@@ -195,7 +366,12 @@ fn a_planted_drain_that_leaves_a_task_serving_is_caught() {
     eprintln!("drain that leaves a task serving: first failing seed {found:?}");
     let (_, check, detail) = found.expect("caught within 40 seeds");
     assert_eq!(check, "the daemon's side");
-    assert!(detail.contains("after its runtime's drain"), "{detail}");
+    // The connection left serving writes on, or the lease its runtime
+    // uses is given back while it serves.
+    assert!(
+        detail.contains("after its runtime's drain") || detail.contains("while a runtime uses it"),
+        "{detail}"
+    );
 }
 
 /// The checks catch a journal that answers an append before its fsync:
@@ -236,6 +412,87 @@ fn a_planted_decision_in_the_lifecycle_actor_is_caught() {
     );
 }
 
+/// The checks catch a journal repair that cuts a record too many: a
+/// launch that finds a torn tail truncates to the start of the last whole
+/// record. That record may have been durable before the crash (a power
+/// cut kept part of what was written after it), and the journal the
+/// launch keeps no longer holds it.
+#[test]
+fn a_planted_repair_that_cuts_a_durable_record_is_caught() {
+    let found = first_failing_seed(Plant::RepairCutsARecord, SEEDS);
+    eprintln!("a repair that cuts a durable record: first failing seed {found:?}");
+    let (_, check, detail) = found.expect("caught within 300 seeds");
+    assert_eq!(
+        check, "the journal a relaunch keeps holds what was durable",
+        "{detail}"
+    );
+}
+
+/// The checks catch a boot that forgets the outstanding checkpoints: after
+/// a crash, the lease its predecessor checkpointed is still held at the
+/// outside service, and the boot takes a second one instead of adopting
+/// it (the first is leaked).
+#[test]
+fn a_planted_reconcile_that_forgets_a_checkpoint_is_caught() {
+    let found = first_failing_seed(Plant::ReconcileForgets, SEEDS);
+    eprintln!("a reconcile that forgets a checkpoint: first failing seed {found:?}");
+    let (_, check, detail) = found.expect("caught within 300 seeds");
+    assert_eq!(check, "the daemon's side", "{detail}");
+    assert!(detail.contains("made twice"), "{detail}");
+}
+
+/// The checks catch a status record written one transition late: what
+/// `steadfastctl status` reads is the snapshot before the one published.
+#[test]
+fn a_planted_status_record_one_transition_late_is_caught() {
+    let found = first_failing_seed(Plant::StatusRecordLags, SEEDS);
+    eprintln!("a status record one transition late: first failing seed {found:?}");
+    let (_, check, detail) = found.expect("caught within 300 seeds");
+    assert_eq!(check, "what operators read is true", "{detail}");
+    assert!(detail.contains("status record"), "{detail}");
+}
+
+/// The shrinker reduces a failing run to a smaller one that breaks the
+/// same check, and the reduced run replays to that failure.
+#[test]
+fn a_failing_seed_shrinks_to_a_smaller_run_that_breaks_the_same_check() {
+    let plant = Plant::ReconcileForgets;
+    let (seed, _, _) = first_failing_seed(plant, SEEDS).expect("a failing seed");
+    let options = Options {
+        plant: Some(plant),
+        ..options()
+    };
+    let failed = run::run(seed, options.clone()).expect_err("fails");
+    let (check, before) = (failed.check, size(&failed));
+    let (performed, injected) = (
+        failed.reached.performed.len(),
+        failed.reached.injected.len(),
+    );
+    let (reduced, violation) = shrink(seed, &options, failed);
+    eprintln!(
+        "seed {seed} ({check}): before {before}; after {}\n  replay: {}\n  ops after: {:#?}",
+        size(&violation),
+        replay_line(seed, &reduced),
+        violation
+            .trace
+            .iter()
+            .filter(|line| line.contains(" #"))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(violation.check, check);
+    assert!(
+        violation.reached.performed.len() <= performed
+            && violation.reached.injected.len() <= injected
+    );
+    assert!(
+        violation.reached.performed.len() + violation.reached.injected.len() < performed + injected,
+        "something was taken out"
+    );
+    let again = run::run(seed, reduced).expect_err("the reduced run fails");
+    assert_eq!(again.check, check);
+    assert_eq!(again.trace, violation.trace, "and replays");
+}
+
 /// Seeds a long run broke, replayed on every `cargo test` (each broke a
 /// check before its fix; a change to the workload's draws turns them into
 /// other scenarios, so `defects` scripts each one): 7456, a boot whose
@@ -254,8 +511,8 @@ fn a_planted_decision_in_the_lifecycle_actor_is_caught() {
 fn seeds_a_long_run_broke_keep_every_check() {
     const BROKEN: &[u64] = &[7456, 3542, 17948, 1609, 2689, 14907, 2748];
     for &seed in BROKEN {
-        let first = run_checked(seed, options());
-        let again = run_checked(seed, options());
+        let first = run_checked(seed, &options());
+        let again = run_checked(seed, &options());
         assert_eq!(first.trace_hash, again.trace_hash, "seed {seed} replays");
     }
 }

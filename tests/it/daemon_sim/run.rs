@@ -13,6 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use steadfast::protocol::journal::{self, Record};
 use steadfast::protocol::lifecycle::{LifecycleState, RetryClass};
 use steadfast::protocol::snapshot::{PreviousRun, Snapshot};
 use steadfast::supervisor::Timings;
@@ -24,6 +25,11 @@ use tokio::time::Instant;
 use super::fs::{FaultCounts, Faults, SimFileSystem};
 use super::rng::Rng;
 use super::service::{Request, STORE_FILE, SimService, World, Write, stored_records};
+
+/// How many attempts the journal's compaction keeps (it compacts past
+/// twice as many): small, so that seeds reach compaction (a daemon's
+/// default keeps 64).
+const KEEP_ATTEMPTS: usize = 3;
 
 /// How long any one operation may take, in virtual time, before the run
 /// counts it as a hang (every timer of the daemon is far shorter).
@@ -41,7 +47,7 @@ const SETTLE: Duration = Duration::from_secs(3_600);
 type Counter = std::rc::Rc<std::cell::Cell<u64>>;
 
 /// What a run is asked to do.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Options {
     /// Operations in all, across every life.
     pub ops: u32,
@@ -49,6 +55,84 @@ pub struct Options {
     pub disk_faults: bool,
     /// A defect to plant, if any.
     pub plant: Option<Plant>,
+    /// What a shrinker took out of the seed's run.
+    pub reduction: Reduction,
+}
+
+/// What a shrinker takes out of a seed's run, every draw kept as it was:
+/// operations drawn but not performed, disk faults drawn but not
+/// injected, idle times cut short.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reduction {
+    /// Operations (numbered from 0, across lives, in the order drawn)
+    /// not performed.
+    pub skip_ops: BTreeSet<u32>,
+    /// Disk faults (numbered from 0 in the order drawn) not injected.
+    pub spare_faults: BTreeSet<u64>,
+    /// The longest a `sleep` operation sleeps.
+    pub max_idle: Option<Duration>,
+}
+
+impl Reduction {
+    /// The environment that replays it (empty for none).
+    pub fn env(&self) -> String {
+        fn ranges<T: Copy + Into<u64>>(set: &BTreeSet<T>) -> String {
+            let mut out: Vec<String> = Vec::new();
+            let mut run: Option<(u64, u64)> = None;
+            for n in set.iter().map(|n| (*n).into()) {
+                run = match run {
+                    Some((from, to)) if n == to + 1 => Some((from, n)),
+                    Some((from, to)) => {
+                        out.push(if from == to {
+                            from.to_string()
+                        } else {
+                            format!("{from}-{to}")
+                        });
+                        Some((n, n))
+                    }
+                    None => Some((n, n)),
+                };
+            }
+            if let Some((from, to)) = run {
+                out.push(if from == to {
+                    from.to_string()
+                } else {
+                    format!("{from}-{to}")
+                });
+            }
+            out.join(",")
+        }
+        let mut env = String::new();
+        if !self.skip_ops.is_empty() {
+            env += &format!("STEADFAST_DAEMON_SIM_SKIP_OPS={} ", ranges(&self.skip_ops));
+        }
+        if !self.spare_faults.is_empty() {
+            env += &format!(
+                "STEADFAST_DAEMON_SIM_SPARE_FAULTS={} ",
+                ranges(&self.spare_faults)
+            );
+        }
+        if let Some(idle) = self.max_idle {
+            env += &format!("STEADFAST_DAEMON_SIM_MAX_IDLE_MS={} ", idle.as_millis());
+        }
+        env
+    }
+
+    /// The set written as [`Self::env`] writes it (`1-3,7`).
+    pub fn parse_set<T: TryFrom<u64> + Ord>(text: &str) -> BTreeSet<T> {
+        let mut set = BTreeSet::new();
+        for part in text.split(',').filter(|p| !p.is_empty()) {
+            let (from, to) = part.split_once('-').unwrap_or((part, part));
+            let (from, to): (u64, u64) = (
+                from.trim().parse().expect("a number"),
+                to.trim().parse().expect("a number"),
+            );
+            for n in from..=to {
+                set.extend(T::try_from(n).ok());
+            }
+        }
+        set
+    }
 }
 
 /// A defect planted on purpose, to show the checks catch it.
@@ -64,6 +148,49 @@ pub enum Plant {
     /// A Lifecycle actor that decides on its own: it keeps the machine as
     /// it was for a step with no effect.
     ActorDecides,
+    /// A journal repair that cuts the last whole record with a torn tail.
+    RepairCutsARecord,
+    /// A boot that forgets the outstanding checkpoints: every step runs
+    /// again, whatever is still there.
+    ReconcileForgets,
+    /// A status record written one transition late.
+    StatusRecordLags,
+}
+
+impl Plant {
+    const ALL: [(Self, &'static str); 7] = [
+        (Self::DrainLeavesTasks, "drain_leaves_tasks"),
+        (Self::JournalAcksBeforeFsync, "journal_acks_before_fsync"),
+        (Self::RenameWithoutDirSync, "rename_without_dir_sync"),
+        (Self::ActorDecides, "actor_decides"),
+        (Self::RepairCutsARecord, "repair_cuts_a_record"),
+        (Self::ReconcileForgets, "reconcile_forgets"),
+        (Self::StatusRecordLags, "status_record_lags"),
+    ];
+
+    /// The defect named `name` (none for an empty name).
+    ///
+    /// # Panics
+    /// On a name no defect has.
+    pub fn named(name: &str) -> Option<Self> {
+        if name.is_empty() {
+            return None;
+        }
+        let found = Self::ALL.iter().find(|(_, n)| *n == name);
+        Some(
+            found
+                .unwrap_or_else(|| panic!("no planted defect is named {name:?}"))
+                .0,
+        )
+    }
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(p, _)| *p == self)
+            .map_or("", |(_, n)| n)
+    }
 }
 
 /// What a seed did, when every check held.
@@ -100,8 +227,22 @@ pub struct Counts {
     pub slow_jobs: u64,
     /// Relaunches after the wall clock jumped (forward or back).
     pub clock_jumps: u64,
-    /// Journals removed or replaced underneath the daemon.
+    /// Files (the journal, the status record, the markers, the lock)
+    /// removed or replaced underneath the daemon.
     pub intrusions: u64,
+    /// Relaunches whose kept journal was held to what was durable before
+    /// the crash, and how many of those journals were compacted.
+    pub durable_prefix_checks: u64,
+    pub compacted_at_relaunch: u64,
+    /// Journals rewritten into a new file under the daemon (compacted,
+    /// or repaired into a new file), counted by the file's inode changing.
+    pub journal_rewrites: u64,
+    /// Times the status record, `status --json` and `watch` were read back.
+    pub reader_checks: u64,
+    /// Resources that outlive the process (leases, spool files) made, and
+    /// those a crash orphaned.
+    pub outliving: u64,
+    pub orphaned: u64,
     pub virtual_ms: u64,
 }
 
@@ -123,6 +264,12 @@ impl Counts {
         self.slow_jobs += other.slow_jobs;
         self.clock_jumps += other.clock_jumps;
         self.intrusions += other.intrusions;
+        self.durable_prefix_checks += other.durable_prefix_checks;
+        self.compacted_at_relaunch += other.compacted_at_relaunch;
+        self.journal_rewrites += other.journal_rewrites;
+        self.reader_checks += other.reader_checks;
+        self.outliving += other.outliving;
+        self.orphaned += other.orphaned;
         self.virtual_ms += other.virtual_ms;
     }
 }
@@ -133,6 +280,19 @@ pub struct Violation {
     pub check: &'static str,
     pub detail: String,
     pub trace: Vec<String>,
+    /// How much of the run it took: what a shrinker takes out.
+    pub reached: Box<Reached>,
+}
+
+/// How much of a run it took to break a check.
+#[derive(Debug)]
+pub struct Reached {
+    /// The operations performed (their numbers, as drawn).
+    pub performed: Vec<u32>,
+    /// The disk faults injected (their numbers, as drawn).
+    pub injected: Vec<u64>,
+    /// The longest sleep performed.
+    pub longest_idle: Duration,
 }
 
 /// An operation of the workload.
@@ -158,9 +318,39 @@ enum Op {
     /// `config unset` of a leaf.
     ConfigUnset(&'static str),
     CrashRuntime,
-    /// Something else removes the journal (`true`) or renames a copy of
-    /// it over it (`false`) under the running daemon.
-    Intrude(bool),
+    /// Something else removes a file of the control dir (`true`) or
+    /// renames a copy of it over it (`false`) under the running daemon.
+    Intrude(Intruded, bool),
+}
+
+/// A file of the control dir something else removes or replaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Intruded {
+    Journal,
+    Status,
+    RunMarker,
+    HoldMarker,
+    Lock,
+}
+
+impl Intruded {
+    const ALL: [Self; 5] = [
+        Self::Journal,
+        Self::Status,
+        Self::RunMarker,
+        Self::HoldMarker,
+        Self::Lock,
+    ];
+
+    const fn name(self) -> &'static str {
+        match self {
+            Self::Journal => "journal",
+            Self::Status => "status",
+            Self::RunMarker => "run",
+            Self::HoldMarker => "hold",
+            Self::Lock => "lock",
+        }
+    }
 }
 
 /// The leaves the workload sets in the override tier: harmless ones (a
@@ -179,7 +369,7 @@ enum Edit {
     WipeFails,
 }
 
-const STEPS: [&str; 2] = ["open_store", "serve"];
+const STEPS: [&str; 4] = ["open_store", "lease", "spool", "serve"];
 
 impl Op {
     fn draw(rng: &mut Rng, open: usize) -> Self {
@@ -216,14 +406,18 @@ impl Op {
                 55..80 => {
                     let how = ["fail_in", "panic_in", "hang_in"]
                         [usize::try_from(rng.below(3)).unwrap_or(0)];
-                    let step = STEPS[usize::try_from(rng.below(2)).unwrap_or(0)];
+                    let step = STEPS[usize::try_from(rng.below(4)).unwrap_or(0)];
                     Edit::Switch(how, step)
                 }
                 80..85 => Edit::Refuse,
                 85..95 => Edit::Slow(i64::try_from(rng.below(20_000)).unwrap_or(0)),
                 _ => Edit::WipeFails,
             }),
-            950..953 => Self::Intrude(rng.chance(500)),
+            950..953 => Self::Intrude(Intruded::Journal, rng.chance(500)),
+            953..957 => Self::Intrude(
+                Intruded::ALL[1 + usize::try_from(rng.below(4)).unwrap_or(0)],
+                rng.chance(500),
+            ),
             _ => Self::CrashRuntime,
         }
     }
@@ -296,6 +490,25 @@ struct Model {
     hold_uncertain: bool,
     /// The machine the last adopted step of this life left.
     machine: Option<steadfast::protocol::lifecycle::Lifecycle>,
+    /// The journal's records as the crash found them: those durable (a
+    /// crash keeps them whatever else it does) and those written (the
+    /// page cache). `None`: no crash, or a life whose journal was removed
+    /// or replaced underneath.
+    journal_at_crash: Option<(Vec<Record>, Vec<u8>)>,
+    /// Whether the run or hold marker was removed or replaced underneath
+    /// during the last life: what a relaunch reads of the crash and the
+    /// hold is not the daemon's to keep.
+    markers_intruded: bool,
+    /// Whether the status record was removed or replaced underneath
+    /// during this life (readers then find none, or a stale copy, until
+    /// the next launch makes it afresh).
+    status_intruded: bool,
+    /// What an operator last read this life: the status record's version,
+    /// `status --json`'s, and the snapshot `watch` built.
+    read_versions: (u64, u64),
+    watched: Option<Snapshot>,
+    /// The published version the readers were last checked at.
+    read_checked: Option<u64>,
 }
 
 struct Run {
@@ -319,6 +532,19 @@ struct Run {
     /// Device jobs that outlasted the journal's timeout (30 s): a disk
     /// that slow fails the daemon's durable answers as a faulty one does.
     jobs_past_timeout: std::rc::Rc<std::cell::Cell<u64>>,
+    /// Journals removed or replaced underneath, of all intrusions.
+    journal_intrusions: u64,
+    /// The journal's inode when last looked at.
+    journal_ino: Option<u64>,
+    /// [`Self::disturbances`] when this life launched.
+    faults_at_launch: u64,
+    /// What a shrinker took out.
+    reduction: Reduction,
+    /// Operations drawn so far, and the numbers of those performed.
+    drawn_ops: u32,
+    performed: Vec<u32>,
+    /// The longest sleep performed.
+    longest_idle: Duration,
     life: u32,
 }
 
@@ -347,6 +573,7 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
         },
     );
     disk.skip_dir_sync(options.plant == Some(Plant::RenameWithoutDirSync));
+    disk.spare_faults(options.reduction.spare_faults.clone());
     let mut run = Run {
         rng: Rng::new(seed),
         world,
@@ -359,12 +586,21 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
         elapsed_before: Duration::ZERO,
         clock_skew_ms: 0,
         jobs_past_timeout: std::rc::Rc::default(),
+        journal_intrusions: 0,
+        journal_ino: None,
+        faults_at_launch: 0,
+        reduction: options.reduction.clone(),
+        drawn_ops: 0,
+        performed: Vec::new(),
+        longest_idle: Duration::ZERO,
         life: 0,
     };
     run.disk
         .create_dir_all_durable(dir.path())
         .expect("the data dir's directory");
     run.write_config(&Edit::Good(0), true, true);
+    run.world
+        .watch_journal(run.disk.clone(), dir.path(), run.journal_path());
     let slow_jobs = std::rc::Rc::new(std::cell::Cell::new(0));
     let _seams = Seams::new(
         options.plant,
@@ -390,11 +626,11 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
             .build()
             .expect("a runtime");
         let faults_before = run.disturbances();
-        let intrusions_before = run.counts.intrusions;
+        let intrusions_before = run.journal_intrusions;
         let ended =
             runtime.block_on(run.life(dir.path(), ops, crash_after.is_some() && ops < left))?;
         run.model.faulted = run.disturbances() != faults_before;
-        run.model.intruded = run.counts.intrusions != intrusions_before;
+        run.model.intruded = run.journal_intrusions != intrusions_before;
         // The crash: every task of the daemon is dropped where it waits
         // (its files closed, its locks released); half the time the
         // machine loses its power too, and the disk keeps only what was
@@ -403,6 +639,17 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
         run.check_steps()?;
         run.model.machine = None;
         run.model.power_cut = matches!(ended, Ended::Crashed) && run.rng.chance(500);
+        // What was durable of the journal before the crash (what a power
+        // cut keeps at the least, a kill too).
+        let durable = (matches!(ended, Ended::Crashed) && !run.model.intruded).then(|| {
+            let bytes = run
+                .disk
+                .read_durable(run.journal_path())
+                .unwrap_or_default();
+            journal::decode(&bytes)
+                .map(|decoded| decoded.records)
+                .unwrap_or_default()
+        });
         if run.model.power_cut {
             run.disk.crash();
         }
@@ -410,6 +657,10 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
         if matches!(ended, Ended::Crashed) {
             run.check_journal(dir.path())?;
         }
+        run.model.journal_at_crash = durable.map(|durable| {
+            let written = run.disk.read(run.journal_path()).unwrap_or_default();
+            (durable, written)
+        });
         run.world.crashed();
         run.model.connections.clear();
         left -= ops;
@@ -428,6 +679,7 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
         }
     }
     run.check_store(dir.path())?;
+    run.check_outliving()?;
     run.counts.slow_jobs = slow_jobs.get();
     let mut hasher = DefaultHasher::new();
     run.trace.hash(&mut hasher);
@@ -481,6 +733,9 @@ impl Seams {
         planted::drain_leaves_tasks(plant == Some(Plant::DrainLeavesTasks));
         planted::journal_acks_before_fsync(plant == Some(Plant::JournalAcksBeforeFsync));
         planted::lifecycle_decides_quiet_steps(plant == Some(Plant::ActorDecides));
+        planted::journal_repair_cuts_a_record(plant == Some(Plant::RepairCutsARecord));
+        planted::reconcile_forgets_checkpoints(plant == Some(Plant::ReconcileForgets));
+        planted::status_record_lags(plant == Some(Plant::StatusRecordLags));
         steadfast_actors::observed::record_adopted_steps(true);
         steadfast_actors::device::run_inline_on_this_thread(true);
         steadfast_actors::fsx::sim::simulate_on_this_thread(Some(Arc::new(disk)));
@@ -494,6 +749,9 @@ impl Drop for Seams {
         planted::drain_leaves_tasks(false);
         planted::journal_acks_before_fsync(false);
         planted::lifecycle_decides_quiet_steps(false);
+        planted::journal_repair_cuts_a_record(false);
+        planted::reconcile_forgets_checkpoints(false);
+        planted::status_record_lags(false);
         steadfast_actors::observed::record_adopted_steps(false);
         steadfast_actors::device::run_inline_on_this_thread(false);
         steadfast_actors::device::inline_job_latency(None);
@@ -584,6 +842,13 @@ impl Run {
             check,
             detail,
             trace: self.trace.clone(),
+            reached: Box::new(Reached {
+                performed: self.performed.clone(),
+                injected: (0..self.disk.drawn_faults())
+                    .filter(|n| !self.reduction.spare_faults.contains(n))
+                    .collect(),
+                longest_idle: self.longest_idle,
+            }),
         }
     }
 
@@ -746,7 +1011,10 @@ impl Run {
     fn relaunched(&mut self, first: &Snapshot) -> Result<(), Violation> {
         self.counts.checks += 1;
         self.counts.held_relaunches += u64::from(self.model.held);
-        let hold_uncertain = std::mem::take(&mut self.model.hold_uncertain);
+        // A run or hold marker removed or replaced underneath: what the
+        // relaunch reads of the crash and of the hold is not the daemon's.
+        let markers_intruded = std::mem::take(&mut self.model.markers_intruded);
+        let hold_uncertain = std::mem::take(&mut self.model.hold_uncertain) || markers_intruded;
         if self.model.held
             && !hold_uncertain
             && !(first.hold && matches!(first.lifecycle, LifecycleState::Stopped { .. }))
@@ -768,6 +1036,12 @@ impl Run {
                     label(&first.lifecycle)
                 ),
             ));
+        }
+        if markers_intruded {
+            self.model.last_attempt = 0;
+            self.model.durable_attempt = 0;
+            self.model.epoch = 0;
+            return self.observe(first);
         }
         let crashed_on = match &first.previous_run {
             PreviousRun::Crashed { attempt, .. } => *attempt,
@@ -816,9 +1090,273 @@ impl Run {
         self.observe(first)
     }
 
+    /// Count a journal the daemon rewrote into a new file since the last
+    /// look (a compaction, a repair into a new file), unless `op` put it
+    /// there.
+    fn look_at_journal(&mut self, op: &Op) {
+        let ino = self
+            .disk
+            .stat(&self.journal_path())
+            .ok()
+            .flatten()
+            .map(|meta| meta.ino);
+        if ino.is_some()
+            && self.journal_ino.is_some()
+            && ino != self.journal_ino
+            && !matches!(op, Op::Intrude(Intruded::Journal, _))
+        {
+            self.counts.journal_rewrites += 1;
+        }
+        self.journal_ino = ino;
+    }
+
+    /// The journal's path on the simulated disk.
+    fn journal_path(&self) -> std::path::PathBuf {
+        Path::new(&self.data_dir).join(".steadfast").join("journal")
+    }
+
+    /// A relaunch, once its launch opened (and repaired) the journal:
+    /// every record durable before the crash is in the journal it keeps,
+    /// in order, and it keeps nothing the crash did not leave written.
+    /// The kept journal is the records the crash left (`written`) up to
+    /// some point at or past the durable ones, compacted or not (a launch
+    /// compacts a journal past twice [`KEEP_ATTEMPTS`] attempts); the
+    /// durable ones are the crashed life's durable records, compacted if
+    /// that life compacted the journal and a crash kept the rename.
+    fn check_kept_journal(&mut self) -> Result<(), Violation> {
+        let kept_bytes = self.disk.read(self.journal_path()).unwrap_or_default();
+        self.world.orphan_untracked(&kept_bytes);
+        let Some((durable, written)) = self.model.journal_at_crash.take() else {
+            return Ok(());
+        };
+        // A journal the crash left corrupt is refused by the launch (and
+        // held to "the daemon relaunches").
+        let Ok(written) = journal::decode(&written).map(|decoded| decoded.records) else {
+            return Ok(());
+        };
+        self.counts.checks += 1;
+        self.counts.durable_prefix_checks += 1;
+        let kept = match journal::decode(&kept_bytes) {
+            Ok(decoded) => decoded,
+            Err(e) => {
+                return Err(self.violation(
+                    "the journal a relaunch keeps holds what was durable",
+                    format!("the repaired journal does not decode: {e}"),
+                ));
+            }
+        };
+        if let journal::Tail::Torn { offset } = kept.tail {
+            return Err(self.violation(
+                "the journal a relaunch keeps holds what was durable",
+                format!("the repaired journal still has a torn tail at byte {offset}"),
+            ));
+        }
+        let kept = kept.records;
+        let durable = if written.starts_with(&durable) {
+            durable
+        } else {
+            match journal::compact(&durable, KEEP_ATTEMPTS) {
+                Some(compacted) if written.starts_with(&compacted) => compacted,
+                _ => {
+                    let at = durable
+                        .iter()
+                        .zip(&written)
+                        .position(|(a, b)| a != b)
+                        .unwrap_or(durable.len().min(written.len()));
+                    return Err(self.violation(
+                        "the journal a relaunch keeps holds what was durable",
+                        format!(
+                            "the crash left {} records, {} were durable; they differ from \
+                             record {at}: durable {:?}, left {:?}",
+                            written.len(),
+                            durable.len(),
+                            durable.get(at),
+                            written.get(at)
+                        ),
+                    ));
+                }
+            }
+        };
+        if kept.len() >= durable.len() && written.starts_with(&kept) {
+            return Ok(());
+        }
+        let compacted = (durable.len()..=written.len())
+            .any(|m| journal::compact(&written[..m], KEEP_ATTEMPTS).as_ref() == Some(&kept));
+        if compacted {
+            self.counts.compacted_at_relaunch += 1;
+            return Ok(());
+        }
+        let at = durable
+            .iter()
+            .position(|record| !kept.contains(record))
+            .or_else(|| kept.iter().zip(&written).position(|(a, b)| a != b));
+        Err(self.violation(
+            "the journal a relaunch keeps holds what was durable",
+            format!(
+                "{} records were durable before the crash and {} left written; the launch keeps \
+                 {} (first difference at record {at:?}: durable {:?}, kept {:?})",
+                durable.len(),
+                written.len(),
+                kept.len(),
+                at.and_then(|at| durable.get(at)),
+                at.and_then(|at| kept.get(at)),
+            ),
+        ))
+    }
+
+    /// What operators read agrees with what the daemon published: the
+    /// status record (unless the disk failed its write this life, or it
+    /// was removed or replaced underneath), `status --json` on one
+    /// connection and the snapshot `watch` builds on another all hold the
+    /// latest published snapshot; and none reads a version older than one
+    /// it read before.
+    async fn check_readers(
+        &mut self,
+        handle: &SupervisorHandle,
+        status: &steadfast::control::InProcess,
+        watch: &steadfast::control::InProcess,
+    ) -> Result<(), Violation> {
+        use steadfast::protocol::control::cmd::{self, Watch};
+        let published = handle.snapshot();
+        // Each version is read once: what a reader finds is decided when
+        // the version is published.
+        if self.model.read_checked == Some(published.version) {
+            return Ok(());
+        }
+        self.model.read_checked = Some(published.version);
+        self.counts.checks += 1;
+        self.counts.reader_checks += 1;
+        let comparable = |snapshot: &Snapshot| {
+            let mut lean = snapshot.lean();
+            lean.now = None;
+            serde_json::to_value(&lean).expect("a snapshot renders")
+        };
+        let expected = comparable(&published);
+        let shown = |value: &serde_json::Value| {
+            format!(
+                "version {} {}",
+                value["version"], value["lifecycle"]["state"]
+            )
+        };
+        // The status record, as `steadfastctl status` reads it.
+        let path = Path::new(&self.data_dir).join(".steadfast").join("status");
+        let bytes = self.disk.read(&path).unwrap_or_default();
+        let record = steadfast::protocol::status_record::decode(&bytes)
+            .ok()
+            .and_then(|(_, body)| serde_json::from_slice::<Snapshot>(body).ok());
+        let excused = self.model.status_intruded || self.disturbances() != self.faults_at_launch;
+        match record {
+            Some(record) if !self.model.status_intruded => {
+                let read = comparable(&record);
+                if read != expected || record.version < self.model.read_versions.0 {
+                    return Err(self.violation(
+                        "what operators read is true",
+                        format!(
+                            "the status record holds {}, the daemon published {} (read before: \
+                             version {})",
+                            shown(&read),
+                            shown(&expected),
+                            self.model.read_versions.0
+                        ),
+                    ));
+                }
+                self.model.read_versions.0 = record.version;
+            }
+            Some(_) => {}
+            None if excused => {}
+            None => {
+                return Err(self.violation(
+                    "what operators read is true",
+                    format!(
+                        "no status record readable ({} bytes) on a disk that failed nothing, \
+                         published {}",
+                        bytes.len(),
+                        shown(&expected)
+                    ),
+                ));
+            }
+        }
+        // `status --json`, as the control plane answers it.
+        let answered = status
+            .call(cmd::Snapshot)
+            .await
+            .map_err(|e| self.violation("what operators read is true", e.to_string()))?;
+        let answered: Snapshot = serde_json::from_str(&answered.json)
+            .map_err(|e| self.violation("what operators read is true", e.to_string()))?;
+        let read = comparable(&answered);
+        if read != expected || answered.version < self.model.read_versions.1 {
+            return Err(self.violation(
+                "what operators read is true",
+                format!(
+                    "status --json answers {}, the daemon published {} (read before: version {})",
+                    shown(&read),
+                    shown(&expected),
+                    self.model.read_versions.1
+                ),
+            ));
+        }
+        self.model.read_versions.1 = answered.version;
+        // `watch`: the changes since the version it has, applied to it.
+        let after_version = self.model.watched.as_ref().map_or(0, |s| s.version);
+        let changes = watch
+            .call(Watch {
+                after_version,
+                timeout_ms: 0,
+            })
+            .await
+            .map_err(|e| self.violation("what operators read is true", e.to_string()))?;
+        let built = match &self.model.watched {
+            Some(have) => changes.apply(have),
+            None => changes.apply(&published),
+        }
+        .map_err(|e| {
+            self.violation(
+                "what operators read is true",
+                format!("watch's changes do not apply: {e}"),
+            )
+        })?;
+        let read = comparable(&built);
+        if read != expected || built.version < after_version {
+            return Err(self.violation(
+                "what operators read is true",
+                format!(
+                    "watch's last event builds {}, the daemon published {} (watched before: \
+                     version {after_version})",
+                    shown(&read),
+                    shown(&expected)
+                ),
+            ));
+        }
+        self.model.watched = Some(built);
+        Ok(())
+    }
+
+    /// At the run's end (the daemon exited, its drain done): no resource
+    /// that outlives the process (a lease, a spool file) is left there that
+    /// the journal does not name, but those a crash orphaned.
+    fn check_outliving(&mut self) -> Result<(), Violation> {
+        self.counts.checks += 1;
+        let bytes = self.disk.read(self.journal_path()).unwrap_or_default();
+        let leaked = self.world.leaked(&bytes);
+        let (made, orphaned) = self.world.resource_counts();
+        self.counts.outliving = made;
+        self.counts.orphaned = orphaned;
+        if !leaked.is_empty() {
+            return Err(self.violation(
+                "an outliving resource is never leaked",
+                format!(
+                    "{leaked:?} are there, named by no checkpoint of the journal, and no crash \
+                     orphaned them"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     async fn life(&mut self, data_dir: &Path, ops: u32, crash: bool) -> Result<Ended, Violation> {
         let life_started = Instant::now();
         let faults_at_launch = self.disturbances();
+        self.faults_at_launch = faults_at_launch;
         let relaunch = self.life > 1;
         if relaunch {
             self.check_store(data_dir)?;
@@ -852,6 +1390,7 @@ impl Run {
             )
             .config(World::source(&self.config_file))
             .timings(timings())
+            .journal_keep_attempts(KEEP_ATTEMPTS)
             .build();
             self.take_disk_trace();
             match built {
@@ -865,7 +1404,18 @@ impl Run {
                 Err(e) => return Err(self.violation("the daemon relaunches", e.to_string())),
             }
         };
-        let daemon = tokio::spawn(supervisor.run());
+        if relaunch {
+            self.check_kept_journal()?;
+        }
+        let mut daemon = tokio::spawn(supervisor.run());
+        // An operator's connections: one asks `status --json`, one
+        // watches (as `steadfastctl watch` does, on its own).
+        let status = steadfast::control::InProcess::new(handle.clone());
+        let watch = steadfast::control::InProcess::new(handle.clone());
+        self.model.status_intruded = false;
+        self.model.read_versions = (0, 0);
+        self.model.watched = None;
+        self.model.read_checked = None;
         // Relaunched: the first snapshot is what the journal and the
         // markers replayed, once the lifecycle has begun (a slow device
         // job may hold its first step: until then it shows `resolving`).
@@ -894,10 +1444,28 @@ impl Run {
         } else {
             self.observe(&first)?;
         }
+        self.check_readers(&handle, &status, &watch).await?;
         self.model.acknowledged = false;
         for index in 0..ops {
             let op = Op::draw(&mut self.rng, self.model.connections.len());
             let last = crash && index + 1 == ops;
+            let number = self.drawn_ops;
+            self.drawn_ops += 1;
+            if self.reduction.skip_ops.contains(&number) {
+                if last {
+                    self.elapsed_before += life_started.elapsed();
+                    return Ok(Ended::Crashed);
+                }
+                continue;
+            }
+            let op = match (op, self.reduction.max_idle) {
+                (Op::Sleep(d), Some(max)) => Op::Sleep(d.min(max)),
+                (op, _) => op,
+            };
+            if let Op::Sleep(d) = op {
+                self.longest_idle = self.longest_idle.max(d);
+            }
+            self.performed.push(number);
             self.counts.ops += 1;
             let at = self.elapsed_before + life_started.elapsed();
             let outcome = if last {
@@ -928,12 +1496,35 @@ impl Run {
             let snapshot = handle.snapshot();
             self.take_disk_trace();
             self.check_steps()?;
+            self.look_at_journal(&op);
             self.trace.push(format!(
-                "life {} {:>12}ms {op:?} -> {outcome} [{}]",
+                "life {} {:>12}ms #{number} {op:?} -> {outcome} [{}]",
                 self.life,
                 at.as_millis(),
                 label(&snapshot.lifecycle)
             ));
+            if matches!(op, Op::Intrude(Intruded::Lock, _)) && !outcome.starts_with("no ") {
+                // Its lock removed or replaced, the daemon no longer
+                // guards its data dir: it must notice (at its next check,
+                // within the simulation's hour) and exit for a relaunch.
+                self.counts.checks += 1;
+                let ended = tokio::time::timeout(Duration::from_secs(3_700), &mut daemon).await;
+                if !matches!(ended, Ok(Ok(ExitIntent::Relaunch))) {
+                    return Err(self.violation(
+                        "a daemon whose lock was taken away exits for a relaunch",
+                        format!("{ended:?}"),
+                    ));
+                }
+                self.note(format_args!(
+                    "exited for a relaunch (its lock was taken away)"
+                ));
+                // The relaunch reads a run that ended, not one that crashed.
+                self.model.markers_intruded = true;
+                self.elapsed_before += life_started.elapsed();
+                self.counts.virtual_ms =
+                    u64::try_from(self.elapsed_before.as_millis()).unwrap_or(0);
+                return Ok(Ended::Crashed);
+            }
             if daemon.is_finished() {
                 return Err(self.violation(
                     "the daemon does not end on its own",
@@ -941,6 +1532,7 @@ impl Run {
                 ));
             }
             self.observe(&snapshot)?;
+            self.check_readers(&handle, &status, &watch).await?;
             if last {
                 self.elapsed_before += life_started.elapsed();
                 self.counts.virtual_ms =
@@ -986,6 +1578,7 @@ impl Run {
             ));
         }
         self.observe(&snapshot)?;
+        self.check_readers(&handle, &status, &watch).await?;
         // And it exits when asked, its drain included.
         self.counts.checks += 1;
         let exited = tokio::time::timeout(WATCHDOG, async {
@@ -1091,36 +1684,50 @@ impl Run {
                 self.config_answered(leaf, None, before, &result);
                 self.command(result)
             }
-            Op::Intrude(remove) => {
+            Op::Intrude(target, remove) => {
                 use steadfast::fs::Access;
                 use steadfast_actors::fsx::sim::SimFs as _;
                 self.counts.intrusions += 1;
+                match target {
+                    Intruded::Journal => {
+                        self.journal_intrusions += 1;
+                        self.world.orphan_present();
+                    }
+                    Intruded::Status => self.model.status_intruded = true,
+                    Intruded::RunMarker | Intruded::HoldMarker => {
+                        self.model.markers_intruded = true;
+                    }
+                    Intruded::Lock => {}
+                }
+                let name = target.name();
                 let control = Path::new(&self.data_dir).join(".steadfast");
-                let journal = control.join("journal");
+                let file = control.join(name);
                 self.disk.without_faults(|| {
                     if remove {
-                        let _ = self.disk.unlink(&journal);
-                        return "removed the journal".to_owned();
+                        return match self.disk.unlink(&file) {
+                            Ok(true) => format!("removed the {name} file"),
+                            _ => format!("no {name} file to remove"),
+                        };
                     }
-                    let Some(bytes) = self.disk.read(&journal) else {
-                        return "no journal to replace".to_owned();
+                    let Some(bytes) = self.disk.read(&file) else {
+                        return format!("no {name} file to replace");
                     };
                     // (A power cut may have undone an earlier copy's rename.)
-                    let copy = control.join("journal.copy");
+                    let copy = control.join(format!("{name}.copy"));
                     let _ = self.disk.unlink(&copy);
-                    let file = self
+                    let opened = self
                         .disk
                         .open(&copy, Access::WriteCreateNew)
                         .expect("the copy");
                     let mut rest = &bytes[..];
                     while !rest.is_empty() {
-                        let n = file.write(rest).expect("the copy's write");
+                        let n = opened.write(rest).expect("the copy's write");
                         rest = &rest[n..];
                     }
-                    file.sync(false).expect("the copy's fsync");
-                    drop(file);
-                    self.disk.rename(&copy, &journal).expect("renamed over");
-                    "replaced the journal with a copy".to_owned()
+                    opened.sync(false).expect("the copy's fsync");
+                    drop(opened);
+                    self.disk.rename(&copy, &file).expect("renamed over");
+                    format!("replaced the {name} file with a copy")
                 })
             }
             Op::CrashRuntime => match self.world.serving() {

@@ -12,6 +12,17 @@
 //! - `wipe_fails` = true: the wipe of a re-initialization fails;
 //! - `tag` = N: nothing but a change (a config edit that changes nothing
 //!   else).
+//!
+//! Between the store and serving, the plan takes a lease from an outside
+//! service (the `lease` step, [`World`]'s leases): a resource that outlives
+//! the process, so a boot after a crash must adopt the lease its
+//! predecessor checkpointed (observation finds it held) rather than take a
+//! second, and a drain must give it back. The world checks, from the
+//! outside service's side: a lease is never taken while one the journal
+//! holds checkpointed is still held (made twice), never given back while
+//! the runtime that serves uses it, and ([`World::leaked_leases`]) none is
+//! left held that the journal does not name, but those whose checkpoint a
+//! crash took before it was durable (the next launch could not know them).
 
 use std::io::Write as _;
 use std::path::Path;
@@ -92,6 +103,130 @@ struct WorldState {
     open: u32,
     /// Broken checks seen from the daemon's side.
     violations: Vec<String>,
+    /// The resources that outlive a process (leases of the outside
+    /// service, spool files on the simulated disk), by kind and number.
+    resources: std::collections::BTreeMap<(Kind, u64), Outliving>,
+    /// The resources the serving runtime took or adopted.
+    in_use: Vec<(Kind, u64)>,
+    /// The daemon's journal on the simulated disk, read (as an auditor
+    /// would) to tell which resources the daemon tracks; and its data dir.
+    journal: Option<(super::fs::SimFileSystem, std::path::PathBuf)>,
+    data_dir: std::path::PathBuf,
+}
+
+/// A kind of resource that outlives the process: its step's name is its
+/// checkpoints' step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    /// A lease of the outside service, held until given back.
+    Lease,
+    /// A spool file the service creates in the data dir on the simulated
+    /// disk: there while its name is (a power cut may bring back a name
+    /// whose unlink was not yet durable, or take one not yet durable).
+    Spool,
+}
+
+impl Kind {
+    const ALL: [Self; 2] = [Self::Lease, Self::Spool];
+
+    /// Its step's name.
+    pub const fn step(self) -> &'static str {
+        match self {
+            Self::Lease => "lease",
+            Self::Spool => "spool",
+        }
+    }
+}
+
+/// One resource that outlives the process.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Outliving {
+    /// A lease not given back (a spool file's presence is its name on the
+    /// disk).
+    pub held: bool,
+    /// Made by a boot whose checkpoint of it a crash took before it was
+    /// durable, or whose journal was removed underneath: no later process
+    /// can know it.
+    pub orphaned: bool,
+}
+
+/// The spool file numbered `number`.
+fn spool_name(number: u64) -> String {
+    format!("sim.spool.{number}")
+}
+
+/// The resources of `kind` the journal `bytes` leaves checkpointed (none
+/// if it does not decode).
+pub fn outstanding_of(bytes: &[u8], kind: Kind) -> Vec<u64> {
+    let Ok(decoded) = steadfast::protocol::journal::decode(bytes) else {
+        return Vec::new();
+    };
+    steadfast::protocol::journal::outstanding(&decoded.records)
+        .into_iter()
+        .filter(|o| o.step == kind.step())
+        .filter_map(|o| o.resource.id.parse().ok())
+        .collect()
+}
+
+impl WorldState {
+    /// Whether the resource is there now.
+    fn present(&self, kind: Kind, number: u64) -> bool {
+        match kind {
+            Kind::Lease => self.resources.get(&(kind, number)).is_some_and(|r| r.held),
+            Kind::Spool => self
+                .journal
+                .as_ref()
+                .is_some_and(|(disk, _)| disk.exists(self.data_dir.join(spool_name(number)))),
+        }
+    }
+
+    /// The journal's bytes as a read sees them now.
+    fn journal_bytes(&self) -> Vec<u8> {
+        self.journal
+            .as_ref()
+            .and_then(|(disk, path)| disk.read(path))
+            .unwrap_or_default()
+    }
+
+    /// A new resource of `kind`, checking that none of its kind the
+    /// daemon tracks (checkpointed in its journal) is still there.
+    fn make(&mut self, kind: Kind) -> u64 {
+        let tracked = outstanding_of(&self.journal_bytes(), kind);
+        let number = self
+            .resources
+            .range((kind, 0)..=(kind, u64::MAX))
+            .next_back()
+            .map_or(1, |((_, n), _)| n + 1);
+        if let Some(there) = tracked.into_iter().find(|n| self.present(kind, *n)) {
+            self.violations.push(format!(
+                "an outliving resource is made twice: {} {number} made while {} {there}, \
+                 checkpointed in the journal and still there, was not adopted",
+                kind.step(),
+                kind.step()
+            ));
+        }
+        self.resources.insert(
+            (kind, number),
+            Outliving {
+                held: true,
+                orphaned: false,
+            },
+        );
+        number
+    }
+
+    /// The resource is about to be torn down: never while the runtime
+    /// that serves uses it.
+    fn tearing_down(&mut self, kind: Kind, number: u64) {
+        let serving = self.serving.as_ref().is_some_and(|tx| !tx.is_closed());
+        if serving && self.in_use.contains(&(kind, number)) {
+            self.violations.push(format!(
+                "an outliving resource is torn down while a runtime uses it: {} {number} torn \
+                 down while the runtime that took it serves",
+                kind.step()
+            ));
+        }
+    }
 }
 
 impl World {
@@ -119,10 +254,116 @@ impl World {
         std::mem::take(&mut self.lock().violations)
     }
 
+    /// Where the daemon's journal is, for the checks of outliving
+    /// resources, and the data dir its spool files are in.
+    pub fn watch_journal(
+        &self,
+        disk: super::fs::SimFileSystem,
+        data_dir: &Path,
+        path: std::path::PathBuf,
+    ) {
+        let mut state = self.lock();
+        state.journal = Some((disk, path));
+        state.data_dir = data_dir.to_path_buf();
+    }
+
+    /// The data dir the spool files are in.
+    fn data_dir(&self) -> std::path::PathBuf {
+        self.lock().data_dir.clone()
+    }
+
+    /// A boot made or adopted the resource: the runtime it serves uses it.
+    fn in_use(&self, kind: Kind, number: u64) {
+        let mut state = self.lock();
+        state.in_use.retain(|(k, _)| *k != kind);
+        state.in_use.push((kind, number));
+    }
+
+    fn make(&self, kind: Kind) -> u64 {
+        self.lock().make(kind)
+    }
+
+    fn present(&self, kind: Kind, number: u64) -> bool {
+        self.lock().present(kind, number)
+    }
+
+    /// The resource is torn down (a lease given back; a spool file is
+    /// gone once its name is).
+    fn torn_down(&self, kind: Kind, number: u64) {
+        let mut state = self.lock();
+        state.tearing_down(kind, number);
+        if let Some(r) = state.resources.get_mut(&(kind, number)) {
+            r.held = false;
+        }
+    }
+
+    /// After a crash, once the next launch repaired its journal (`kept`,
+    /// the journal's bytes): every resource there that it does not name
+    /// was made by a boot whose checkpoint the crash took (or brought back
+    /// by a power cut), and is orphaned.
+    pub fn orphan_untracked(&self, kept: &[u8]) {
+        let mut state = self.lock();
+        for kind in Kind::ALL {
+            let tracked = outstanding_of(kept, kind);
+            let there: Vec<u64> = state
+                .resources
+                .keys()
+                .filter(|(k, n)| *k == kind && !tracked.contains(n) && state.present(kind, *n))
+                .map(|(_, n)| *n)
+                .collect();
+            for n in there {
+                if let Some(r) = state.resources.get_mut(&(kind, n)) {
+                    r.orphaned = true;
+                }
+            }
+        }
+    }
+
+    /// The journal was removed or replaced underneath: the checkpoints of
+    /// every resource there now are no longer the daemon's to keep.
+    pub fn orphan_present(&self) {
+        let mut state = self.lock();
+        let there: Vec<(Kind, u64)> = state
+            .resources
+            .keys()
+            .filter(|(k, n)| state.present(*k, *n))
+            .copied()
+            .collect();
+        for key in there {
+            if let Some(r) = state.resources.get_mut(&key) {
+                r.orphaned = true;
+            }
+        }
+    }
+
+    /// The resources there now that are neither orphaned nor named by the
+    /// journal `bytes`: leaked.
+    pub fn leaked(&self, bytes: &[u8]) -> Vec<String> {
+        let state = self.lock();
+        let mut leaked = Vec::new();
+        for kind in Kind::ALL {
+            let tracked = outstanding_of(bytes, kind);
+            for ((k, n), r) in &state.resources {
+                if *k == kind && !r.orphaned && !tracked.contains(n) && state.present(kind, *n) {
+                    leaked.push(format!("{} {n}", kind.step()));
+                }
+            }
+        }
+        leaked
+    }
+
+    /// Resources made, and those a crash orphaned.
+    pub fn resource_counts(&self) -> (u64, u64) {
+        let state = self.lock();
+        let orphaned = state.resources.values().filter(|r| r.orphaned).count() as u64;
+        (state.resources.len() as u64, orphaned)
+    }
+
     /// Forget what the daemon's side held: the process crashed.
     pub fn crashed(&self) {
         let mut state = self.lock();
         state.serving = None;
+        state.in_use.clear();
         state.open = 0;
     }
 }
@@ -235,6 +476,113 @@ impl Step for OpenStore {
     }
 }
 
+/// Takes a lease from the outside service ([`World`]): it outlives the
+/// process, so a boot after a crash adopts the one its predecessor
+/// checkpointed while observation finds it held.
+struct TakeLease {
+    world: Arc<World>,
+}
+
+impl Step for TakeLease {
+    const NAME: &'static str = Kind::Lease.step();
+    type Config = toml::Table;
+    type Output = ();
+
+    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Made<()>, StepError> {
+        switches(cx.config, Self::NAME).await?;
+        let number = self.world.make(Kind::Lease);
+        self.world.in_use(Kind::Lease, number);
+        Ok(Made::new("lease", number.to_string(), ()))
+    }
+
+    async fn observe(&self, record: &ResourceRecord, _runtime: &Runtime) -> Observation {
+        observe(&self.world, Kind::Lease, record)
+    }
+
+    async fn destroy(
+        &self,
+        record: &ResourceRecord,
+        _runtime: &mut Runtime,
+    ) -> Result<(), StepError> {
+        if let Ok(number) = record.id.parse() {
+            self.world.torn_down(Kind::Lease, number);
+        }
+        Ok(())
+    }
+}
+
+/// Whether the resource `record` names is there; a boot that finds it
+/// there adopts it (the runtime it serves uses it).
+fn observe(world: &World, kind: Kind, record: &ResourceRecord) -> Observation {
+    let Ok(number) = record.id.parse() else {
+        return Observation::Gone;
+    };
+    let there = world.present(kind, number);
+    if there {
+        world.in_use(kind, number);
+    }
+    Observation::from(there)
+}
+
+/// Writes a spool file into the data dir (through `steadfast::fs`, so on
+/// the simulated disk): made durable, name and bytes, before it is
+/// checkpointed; removed, and the removal made durable, when the runtime
+/// is drained. It outlives the process.
+struct Spool {
+    world: Arc<World>,
+}
+
+impl Step for Spool {
+    const NAME: &'static str = Kind::Spool.step();
+    type Config = toml::Table;
+    type Output = ();
+
+    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Made<()>, StepError> {
+        switches(cx.config, Self::NAME).await?;
+        let dir = Dir::open_data_dir(cx.data_dir, false).map_err(StepError::backoff)?;
+        let number = self.world.make(Kind::Spool);
+        let name = spool_name(number);
+        let written = dir
+            .open(&name, Access::WriteCreateNew)
+            .map_err(|e| e.to_string())
+            .and_then(|mut file| {
+                file.write_all(format!("spool {number}\n").as_bytes())
+                    .and_then(|()| file.sync_all())
+                    .map_err(|e| e.to_string())
+            })
+            .and_then(|()| dir.sync().map_err(|e| e.to_string()));
+        if let Err(error) = written {
+            // Not made: nothing of it is left behind (a crash may still
+            // bring back a name not yet removed durably: orphaned).
+            let _ = dir.unlink(&name);
+            let _ = dir.sync();
+            self.world.torn_down(Kind::Spool, number);
+            return Err(StepError::backoff(error));
+        }
+        self.world.in_use(Kind::Spool, number);
+        Ok(Made::new("spool", number.to_string(), ()))
+    }
+
+    async fn observe(&self, record: &ResourceRecord, _runtime: &Runtime) -> Observation {
+        observe(&self.world, Kind::Spool, record)
+    }
+
+    async fn destroy(
+        &self,
+        record: &ResourceRecord,
+        _runtime: &mut Runtime,
+    ) -> Result<(), StepError> {
+        let Ok(number) = record.id.parse() else {
+            return Ok(());
+        };
+        self.world.torn_down(Kind::Spool, number);
+        let dir = Dir::open_data_dir(&self.world.data_dir(), false).map_err(StepError::backoff)?;
+        dir.unlink(&spool_name(number))
+            .map_err(StepError::backoff)?;
+        dir.sync().map_err(StepError::backoff)
+    }
+}
+
 /// Serves the workload's requests: connections in tasks of the runtime's
 /// tracker, each writing its records to the store and acknowledging them
 /// once fsynced.
@@ -329,6 +677,12 @@ impl Service for SimService {
     fn plan(&self, _config: &toml::Table) -> Plan<toml::Table> {
         Plan::new()
             .step(OpenStore {
+                world: Arc::clone(&self.world),
+            })
+            .step(TakeLease {
+                world: Arc::clone(&self.world),
+            })
+            .step(Spool {
                 world: Arc::clone(&self.world),
             })
             .step(Serve {

@@ -235,6 +235,10 @@ struct State {
     fsync_skipped: bool,
     /// A planted defect: a directory's fsync does nothing (and says `Ok`).
     dir_sync_skipped: bool,
+    /// Faults drawn so far (injected or spared).
+    drawn_faults: u64,
+    /// The faults, by the order they are drawn in, not injected.
+    spared: std::collections::BTreeSet<u64>,
     /// Scripted faults: per inode, how many of its next fsyncs fail.
     failing_fsyncs: BTreeMap<u64, u32>,
     /// Scripted faults: per inode, how many of its next writes succeed
@@ -360,10 +364,14 @@ impl State {
         let faults = self.faults;
         if !buf.is_empty() && self.rng.chance(faults.write_error) {
             let landed = self.rng.below(buf.len() as u64) as usize;
+            let code = if self.rng.chance(500) { ENOSPC } else { EIO };
+            if self.spared() {
+                self.file_mut(ino).write_at(at, buf);
+                return Ok(buf.len());
+            }
             self.counts.write_error += 1;
             self.counts.torn_write += u64::from(landed > 0);
             self.file_mut(ino).write_at(at, &buf[..landed]);
-            let code = if self.rng.chance(500) { ENOSPC } else { EIO };
             self.trace.push(format!(
                 "write inode {ino} at {at}, {}: error {code} after {landed}",
                 buf.len()
@@ -372,6 +380,10 @@ impl State {
         }
         let n = if buf.len() > 1 && self.rng.chance(faults.short_write) {
             let n = 1 + self.rng.below(buf.len() as u64 - 1) as usize;
+            if self.spared() {
+                self.file_mut(ino).write_at(at, buf);
+                return Ok(buf.len());
+            }
             self.counts.short_write += 1;
             self.trace
                 .push(format!("write inode {ino} at {at}, {}: {n}", buf.len()));
@@ -391,12 +403,20 @@ impl State {
         count: fn(&mut FaultCounts) -> &mut u64,
         line: impl FnOnce() -> String,
     ) -> bool {
-        let strikes = self.rng.chance(per_mille);
+        let strikes = self.rng.chance(per_mille) && !self.spared();
         if strikes {
             *count(&mut self.counts) += 1;
             self.trace.push(line());
         }
         strikes
+    }
+
+    /// A fault was drawn: whether it is spared (a shrinker's
+    /// [`SimFileSystem::spare_faults`]), numbered in the order drawn.
+    fn spared(&mut self) -> bool {
+        let ordinal = self.drawn_faults;
+        self.drawn_faults += 1;
+        self.spared.contains(&ordinal)
     }
 
     /// Whether a scripted failure ([`SimFileSystem::fail_next_fsyncs_of`])
@@ -486,6 +506,8 @@ impl SimFileSystem {
             trace: Vec::new(),
             fsync_skipped: false,
             dir_sync_skipped: false,
+            drawn_faults: 0,
+            spared: std::collections::BTreeSet::new(),
             failing_fsyncs: BTreeMap::new(),
             failing_write: BTreeMap::new(),
             failing_renames: 0,
@@ -598,6 +620,18 @@ impl SimFileSystem {
         self.state().dir_sync_skipped = skip;
     }
 
+    /// Draw every fault as before but inject none of `spared` (numbered
+    /// from 0 in the order drawn): a shrinker's fewer faults, the rest of
+    /// the seed's draws unchanged.
+    pub fn spare_faults(&self, spared: std::collections::BTreeSet<u64>) {
+        self.state().spared = spared;
+    }
+
+    /// How many faults were drawn so far (injected or spared).
+    pub fn drawn_faults(&self) -> u64 {
+        self.state().drawn_faults
+    }
+
     /// The process died and the machine restarted (see the module doc).
     pub fn crash(&self) {
         let mut guard = self.state();
@@ -645,6 +679,28 @@ impl SimFileSystem {
         let state = self.state();
         match state.nodes.get(&state.lookup(path.as_ref()).ok()??)? {
             Node::File(file) => Some(file.cache.clone()),
+            Node::Dir(_) => None,
+        }
+    }
+
+    /// The bytes of the file at `path` that any crash keeps: looked up
+    /// through each directory's durable entries, the file's durable bytes
+    /// (`None` when no file is there durably). What a crash now keeps of
+    /// it starts with these.
+    pub fn read_durable(&self, path: impl AsRef<Path>) -> Option<Vec<u8>> {
+        let state = self.state();
+        let mut ino = ROOT;
+        for component in path.as_ref().components() {
+            let Component::Normal(name) = component else {
+                continue;
+            };
+            let Node::Dir(entries) = state.nodes.get(&ino)? else {
+                return None;
+            };
+            ino = *entries.durable.get(name.to_str()?)?;
+        }
+        match state.nodes.get(&ino)? {
+            Node::File(file) => Some(file.durable.clone()),
             Node::Dir(_) => None,
         }
     }
