@@ -111,6 +111,19 @@ fn spawn(name: &str, args: &[String]) -> Daemon {
     spawn_with(name, args, &[])
 }
 
+/// kvd over the data dir `data` with the config file `config`, and `extra`
+/// flags after them.
+fn kvd_at(data: &Path, config: &Path, extra: &[&str]) -> Daemon {
+    let mut args = vec![
+        "--data-dir".to_owned(),
+        s(data),
+        "--config".to_owned(),
+        s(config),
+    ];
+    args.extend(extra.iter().map(|&a| a.to_owned()));
+    spawn("kvd", &args)
+}
+
 /// The daemon's exit code and its whole stderr, once it exits.
 fn ended(mut daemon: Daemon) -> (Option<i32>, String) {
     let code = wait_exit(&mut daemon.child);
@@ -388,15 +401,7 @@ fn what_can_never_work_exits_78_before_the_data_dir_is_touched() {
     let under_a_file = config.join("x");
     let too_long = tmp.path().join("n".repeat(300));
     for (path, why) in [(&under_a_file, "Not a directory"), (&too_long, "too long")] {
-        let kvd = spawn(
-            "kvd",
-            &[
-                "--data-dir".to_owned(),
-                s(&data),
-                "--config".to_owned(),
-                s(path),
-            ],
-        );
+        let kvd = kvd_at(&data, path, &[]);
         let (code, stderr) = ended(kvd);
         assert_eq!(code, Some(EXIT_NEVER_WORKS), "{stderr}");
         assert!(
@@ -474,15 +479,7 @@ fn a_data_dir_another_user_can_redirect_exits_78_naming_where() {
     std::os::unix::fs::chown(&home, Some(65534), Some(65534)).expect("chown");
     let under_home = home.join("sub");
     for (data, named) in [(&planted, &planted), (&under_home, &home)] {
-        let kvd = spawn(
-            "kvd",
-            &[
-                "--data-dir".to_owned(),
-                s(data),
-                "--config".to_owned(),
-                s(&config),
-            ],
-        );
+        let kvd = kvd_at(data, &config, &[]);
         let (code, stderr) = ended(kvd);
         assert_eq!(code, Some(EXIT_NEVER_WORKS), "{stderr}");
         assert!(
@@ -511,17 +508,7 @@ fn warning_is_taken_as_warn() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (data, config, _) = kvd_setup(tmp.path());
     std::fs::write(&config, "listen_addr = \"nowhere\"\n").expect("config");
-    let kvd = spawn(
-        "kvd",
-        &[
-            "--data-dir".to_owned(),
-            s(&data),
-            "--config".to_owned(),
-            s(&config),
-            "--log-level".to_owned(),
-            "warning".to_owned(),
-        ],
-    );
+    let kvd = kvd_at(&data, &config, &["--log-level", "warning"]);
     let socket = ["--data-dir".to_owned(), s(&data)];
     until_state(&socket, "failed");
     kvd.wait_for("the boot failed");
@@ -686,17 +673,7 @@ fn no_data_dir_exits_78_and_version_answers() {
 fn the_log_level_flag_holds_until_the_config_sets_one() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (data, config, port) = kvd_setup(tmp.path());
-    let kvd = spawn(
-        "kvd",
-        &[
-            "--data-dir".to_owned(),
-            s(&data),
-            "--config".to_owned(),
-            s(&config),
-            "--log-level".to_owned(),
-            "debug".to_owned(),
-        ],
-    );
+    let kvd = kvd_at(&data, &config, &["--log-level", "debug"]);
     let socket = ["--data-dir".to_owned(), s(&data)];
     until_state(&socket, "running");
     assert_eq!(kv(port, "GET flagged"), "NOT_FOUND");

@@ -356,19 +356,7 @@ async fn a_stop_before_commit_aborts_and_is_carried_out_here() {
     let fx = fixture().await;
     assert_eq!(stop(&fx, Stop::Signal).await, StopAnswer::CarryOut);
     let fx = fixture().await;
-    let gate = Arc::new(Semaphore::new(0));
-    let (seen_tx, mut seen) = mpsc::unbounded_channel();
-    let mut driver = gated(&gate, Some(Step::Verify), false);
-    driver.seen = Some(seen_tx);
-    request(&fx, driver).await.expect("started");
-    let mut reports = fx.reports.clone();
-    reports
-        .wait_for(|r| {
-            r.as_ref()
-                .is_some_and(|r| r.events.last().is_some_and(|e| e.step == Step::Verify))
-        })
-        .await
-        .expect("verify asked");
+    let (gate, mut seen) = held_at(&fx, Step::Verify).await;
     let answer = stop(&fx, Stop::Exit(ExitIntent::Halt)).await;
     assert_eq!(answer, StopAnswer::CarryOut);
     // Answered after the settle, never before.
@@ -392,25 +380,33 @@ async fn a_stop_before_commit_aborts_and_is_carried_out_here() {
     );
 }
 
+/// A transaction started with a driver held by its gate at `step`, once
+/// `step` was asked: the gate (a permit lets the step end) and what the
+/// driver saw.
+async fn held_at(fx: &Fixture, step: Step) -> (Arc<Semaphore>, mpsc::UnboundedReceiver<String>) {
+    let gate = Arc::new(Semaphore::new(0));
+    let (seen_tx, seen) = mpsc::unbounded_channel();
+    let mut driver = gated(&gate, Some(step), false);
+    driver.seen = Some(seen_tx);
+    request(fx, driver).await.expect("started");
+    let mut reports = fx.reports.clone();
+    reports
+        .wait_for(|r| {
+            r.as_ref()
+                .is_some_and(|r| r.events.last().is_some_and(|e| e.step == step))
+        })
+        .await
+        .expect("the step asked");
+    (gate, seen)
+}
+
 /// A stop while the incumbent retires (after commit, the step held by the
 /// gate) lets the transaction complete and is forwarded to the successor
 /// (the driver's `forward`), after the settle; so is any later stop.
 #[tokio::test]
 async fn a_stop_after_commit_is_forwarded() {
     let fx = fixture().await;
-    let gate = Arc::new(Semaphore::new(0));
-    let (seen_tx, mut seen) = mpsc::unbounded_channel();
-    let mut driver = gated(&gate, Some(Step::Retire), false);
-    driver.seen = Some(seen_tx);
-    request(&fx, driver).await.expect("started");
-    let mut reports = fx.reports.clone();
-    reports
-        .wait_for(|r| {
-            r.as_ref()
-                .is_some_and(|r| r.events.last().is_some_and(|e| e.step == Step::Retire))
-        })
-        .await
-        .expect("retire asked");
+    let (gate, mut seen) = held_at(&fx, Step::Retire).await;
     let stopping = tokio::spawn({
         let requests = fx.requests.clone();
         async move {
