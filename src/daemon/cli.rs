@@ -245,8 +245,8 @@ Checked before the data dir is touched (78): the command line; RUST_LOG and \
 --log-level (a word that is not a level is refused; warning means warn); \
 --config (missing, or a path that can never be a file); the token and TLS \
 files; the path to the data dir (every directory above it owned by root or \
-this user and not writable by others unless sticky; a link followed only \
-where root or this user made it). Then the data dir and its control dir \
+this user, writable by no other user or group unless sticky; a link \
+followed only where root or this user made it). Then the data dir and its control dir \
 (owned by root or this user, not writable by others, no link).";
 
 /// Say `error` (clap's words, with the usage) and exit: 0 after `--help`

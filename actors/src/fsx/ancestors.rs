@@ -6,7 +6,11 @@
 //! [`check_path`] walks the path from `/` one name at a time, with `lstat`,
 //! resolving links itself:
 //! - every directory on the way is owned by root or this process's euid and
-//!   writable by neither group nor others, unless it is sticky (`/tmp`);
+//!   writable by neither group nor others, unless it is sticky (`/tmp`); a
+//!   directory its group may write counts as closed when that group is this
+//!   process's own effective gid (a Kubernetes volume under `fsGroup`,
+//!   `2775` with the daemon's `runAsGroup`: only the daemon's own group may
+//!   write it);
 //! - in a sticky directory others may write, the entry taken from it (a
 //!   directory, a link, the file itself) must be root's or this euid's: the
 //!   sticky bit keeps others from renaming or removing it, not from having
@@ -178,6 +182,11 @@ pub fn check_executable(path: &Path) -> Result<PathBuf, FsError> {
     Ok(walked.resolved)
 }
 
+/// This process's effective gid.
+fn egid() -> u32 {
+    rustix::process::getegid().as_raw()
+}
+
 /// Root or this process's euid.
 fn trusted_owner(uid: u32) -> bool {
     uid == 0 || uid == euid()
@@ -197,7 +206,7 @@ fn check_ancestor(path: &Path, dir: &Path, meta: &fs::Metadata) -> Result<bool, 
         .into());
     }
     let mode = meta.mode() & 0o7777;
-    let writable = mode & 0o022 != 0;
+    let writable = mode & 0o002 != 0 || (mode & 0o020 != 0 && meta.gid() != egid());
     if writable && mode & STICKY == 0 {
         return Err(UnsafePath::WritableAncestor {
             path: path.to_path_buf(),

@@ -1121,6 +1121,22 @@ fn a_data_dir_under_another_users_directory_is_refused() {
         "{error}"
     );
     assert_eq!(state_of(&below), None, "nothing was created");
+
+    // A directory only the daemon's own group may write (a Kubernetes
+    // volume under `fsGroup`, 2775 with the daemon's `runAsGroup`) is
+    // closed to others; the same directory with another group is not.
+    let volume = a.tmp.path().join("volume");
+    fs::create_dir(&volume).unwrap();
+    fs::set_permissions(&volume, fs::Permissions::from_mode(0o2775)).unwrap();
+    let egid = rustix::process::getegid().as_raw();
+    std::os::unix::fs::chown(&volume, None, Some(egid)).unwrap();
+    daemon_open(&volume.join("data")).expect("a volume of the daemon's own group");
+    std::os::unix::fs::chown(&volume, None, Some(NOBODY)).unwrap();
+    let error = daemon_open(&volume.join("data")).expect_err("another group may write it");
+    assert!(
+        error.contains(&volume.display().to_string()) && error.contains("2775"),
+        "{error}"
+    );
 }
 
 /// A data dir another user owns: they could swap `.steadfast` at will. It
