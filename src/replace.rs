@@ -266,25 +266,17 @@ pub enum ProcessError {
 /// write the binary, or swap it on the way, would choose what this daemon
 /// (often root) runs next.
 fn fingerprint(path: &Path) -> Result<(u64, Option<SystemTime>), ProcessError> {
-    steadfast_actors::fsx::check_executable(path).map_err(|e| ProcessError::Binary {
+    use steadfast_actors::fsx::{FsError, UnsafePath};
+    let meta = steadfast_actors::fsx::check_executable(path).map_err(|e| ProcessError::Binary {
         path: path.to_owned(),
         reason: match e {
-            steadfast_actors::fsx::FsError::Io { source, .. } => source.to_string(),
-            steadfast_actors::fsx::FsError::Unsafe(unsafe_path) => {
+            FsError::Io { source, .. } => source.to_string(),
+            FsError::Unsafe(UnsafePath::NotAFile { .. }) => "not a regular file".into(),
+            FsError::Unsafe(unsafe_path) => {
                 format!("not trusted, so it is not run: {unsafe_path}")
             }
         },
     })?;
-    let meta = std::fs::metadata(path).map_err(|e| ProcessError::Binary {
-        path: path.to_owned(),
-        reason: e.to_string(),
-    })?;
-    if !meta.is_file() {
-        return Err(ProcessError::Binary {
-            path: path.to_owned(),
-            reason: "not a regular file".into(),
-        });
-    }
     if meta.permissions().mode() & 0o111 == 0 {
         return Err(ProcessError::Binary {
             path: path.to_owned(),

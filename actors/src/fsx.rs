@@ -384,8 +384,8 @@ impl Dir {
     /// / [`UnsafePath::ForeignEntry`] naming the ancestor or entry at fault;
     /// [`FsError::Io`] if it cannot be created or opened.
     pub fn open_data_dir(path: &Path, create: bool) -> Result<Self, FsError> {
+        check_path_of_os(path)?;
         if create {
-            check_path_of_os(path)?;
             create_data_dir(path, true)?;
         }
         Self::open_data_dir_made(path)
@@ -400,12 +400,14 @@ impl Dir {
         Self::open_data_dir_made(path)
     }
 
-    /// [`Self::open_data_dir`] once it exists.
+    /// [`Self::open_data_dir`] once it exists and the path to it was
+    /// walked. One walk, before anything is created, is enough: once it
+    /// passed, nobody but root and this euid can change a name it checked,
+    /// and what a create added below it is this process's own.
     fn open_data_dir_made(path: &Path) -> Result<Self, FsError> {
         if let Some(fs) = sim::current() {
             return Self::sim_dir(fs, path.to_path_buf());
         }
-        check_path(path)?;
         let fd = rustix::fs::open(
             path,
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,

@@ -261,6 +261,22 @@ pub async fn run_async<D: AsyncDriver + ?Sized>(
     run_stoppable::<D, ()>(mode, budgets, driver, observer, &mut StopInbox::none()).await
 }
 
+/// A stop arrived during `step` (in flight, or between two asks of it):
+/// the machine decides it, the observer hears the decision, and an abort
+/// ends the run with the `stopped` failure.
+fn decide_stop<E>(
+    machine: &mut Machine,
+    observer: &mut dyn Observer,
+    step: Step,
+) -> Result<(), Failure<E>> {
+    let decision = machine.stop();
+    observer.stop_decided(step, decision);
+    if decision == StopDecision::Abort {
+        return Err(machine.stopped());
+    }
+    Ok(())
+}
+
 /// [`run_async`], hearing of stops on `stops` (module doc): the first one
 /// is handed to the machine, which aborts the transaction
 /// ([`Reason::Stopped`](steadfast_protocol::replacement::Reason::Stopped))
@@ -305,11 +321,7 @@ pub async fn run_stoppable<D: AsyncDriver + ?Sized, T: Send>(
                 tokio::select! {
                     biased;
                     () = stops.arrive(), if !machine.stop_requested() => {
-                        let decision = machine.stop();
-                        observer.stop_decided(step, decision);
-                        if decision == StopDecision::Abort {
-                            return Err(machine.stopped());
-                        }
+                        decide_stop(&mut machine, observer, step)?;
                     }
                     answer = &mut work => break answer,
                 }
@@ -342,11 +354,7 @@ pub async fn run_stoppable<D: AsyncDriver + ?Sized, T: Send>(
             tokio::select! {
                 biased;
                 () = stops.arrive(), if !machine.stop_requested() => {
-                    let decision = machine.stop();
-                    observer.stop_decided(step, decision);
-                    if decision == StopDecision::Abort {
-                        return Err(machine.stopped());
-                    }
+                    decide_stop(&mut machine, observer, step)?;
                 }
                 () = pause => {}
             }

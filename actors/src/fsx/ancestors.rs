@@ -148,8 +148,8 @@ pub fn check_path(path: &Path) -> Result<Walked, FsError> {
 /// As [`check_path`]; [`UnsafePath::ForeignOwner`] or
 /// [`UnsafePath::WritableByOthers`] for the file; [`UnsafePath::NotAFile`]
 /// when it is not a regular file; `NotFound` (as [`FsError::Io`]) when it
-/// does not exist.
-pub fn check_executable(path: &Path) -> Result<PathBuf, FsError> {
+/// does not exist. Its metadata (links resolved) when it passes.
+pub fn check_executable(path: &Path) -> Result<fs::Metadata, FsError> {
     let walked = check_path(path)?;
     let Some(meta) = walked.last else {
         return Err(FsError::Io {
@@ -179,7 +179,7 @@ pub fn check_executable(path: &Path) -> Result<PathBuf, FsError> {
         }
         .into());
     }
-    Ok(walked.resolved)
+    Ok(meta)
 }
 
 /// This process's effective gid.
