@@ -27,6 +27,7 @@
 
 #![warn(unreachable_pub)]
 
+pub mod children;
 pub mod command;
 #[cfg(feature = "rpc")]
 pub mod control;
