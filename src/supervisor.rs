@@ -325,6 +325,7 @@ impl Supervisor {
                     window_ms: b.window_ms,
                     failures: 0,
                 }),
+            children: Vec::new(),
         };
         // Before any control socket is bound (`daemon::run_with` binds it
         // once the supervisor is made): a client that reaches this daemon
@@ -351,6 +352,7 @@ impl Supervisor {
             metrics: Arc::new(steadfast_actors::metrics::Metrics::new()),
             status,
             handover: Arc::new(handover),
+            children: Arc::default(),
         });
         shared.metrics.count_control_dir_fsyncs(control.fsyncs());
         let control = Arc::new(control);

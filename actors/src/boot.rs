@@ -497,7 +497,13 @@ async fn run_attempt(
     // (and never more than one a millisecond, whatever the deadline); the
     // teardown of a failed boot reports at that pace too.
     let interval = (shared.timings.step_deadline / 4).max(Duration::from_millis(1));
-    let mut runtime = Runtime::new();
+    let mut runtime = Runtime::with_env(crate::service::RuntimeEnv {
+        attempt,
+        journal: Some(journal.clone()),
+        journal_timeout: shared.timings.journal_timeout,
+        clock: shared.clock.clone(),
+        board: Arc::clone(&shared.children),
+    });
     let mut checkpoints: Vec<Completed> = Vec::with_capacity(plan.len());
     for (offset, step_impl) in plan.iter().enumerate() {
         let step = step_impl.name();

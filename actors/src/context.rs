@@ -115,6 +115,9 @@ pub struct Shared {
     /// This supervisor's handover: what it received as a candidate, what
     /// its service offers a successor, whether its store was handed over.
     pub handover: Arc<crate::handover::Handover>,
+    /// The running runtime's supervised children, as status, metrics and
+    /// the control plane's `child` command read them.
+    pub children: Arc<crate::children::Board>,
 }
 
 impl Shared {

@@ -51,6 +51,7 @@ pub use steadfast_protocol as protocol;
 
 pub mod accept;
 pub(crate) mod boot;
+pub mod children;
 pub mod clock;
 pub mod config;
 pub(crate) mod config_watcher;

@@ -687,13 +687,38 @@ impl<S: Service> AnyService for S {
     }
 }
 
-/// How a runtime task ended.
+/// How a runtime task ended, or the group of children that ended the
+/// runtime.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskEnded {
-    /// The task's name.
+    /// The task's name (a child's, when `child`).
     pub task: String,
-    /// Why, rendered ("returned", its error, or its panic).
+    /// Why, rendered ("returned", its error, or its panic; a group's
+    /// meltdown or a significant child's end).
     pub error: String,
+    /// Whether a group of supervised children ended the runtime.
+    pub child: bool,
+}
+
+impl fmt::Display for TaskEnded {
+    /// The runtime's end as the lifecycle reports it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.child {
+            write!(f, "the runtime ended: {}", self.error)
+        } else {
+            write!(f, "runtime task {} ended: {}", self.task, self.error)
+        }
+    }
+}
+
+/// Where a supervisor's runtime sends its children's records and state.
+#[derive(Clone)]
+pub(crate) struct RuntimeEnv {
+    pub(crate) attempt: NonZeroU32,
+    pub(crate) journal: Option<ractor::ActorRef<crate::journal::JournalMsg>>,
+    pub(crate) journal_timeout: Duration,
+    pub(crate) clock: crate::clock::Clock,
+    pub(crate) board: Arc<crate::children::Board>,
 }
 
 struct TaskSlot {
@@ -712,6 +737,11 @@ pub struct Runtime {
     shutdown: CancellationToken,
     ended_tx: mpsc::UnboundedSender<TaskEnded>,
     ended_rx: Option<mpsc::UnboundedReceiver<TaskEnded>>,
+    /// Where its children report (a bare runtime makes its own at its
+    /// first group).
+    env: Option<RuntimeEnv>,
+    /// Its groups of supervised children, in start order.
+    groups: Vec<crate::children::Started>,
 }
 
 impl fmt::Debug for Runtime {
@@ -750,6 +780,110 @@ impl Runtime {
             shutdown,
             ended_tx,
             ended_rx: Some(ended_rx),
+            env: None,
+            groups: Vec::new(),
+        }
+    }
+
+    /// The runtime a supervisor's boot builds: its children journal and
+    /// publish through `env`.
+    pub(crate) fn with_env(env: RuntimeEnv) -> Self {
+        let mut runtime = Self::new();
+        runtime.env = Some(env);
+        runtime
+    }
+
+    /// Start `children` as a group of this runtime's supervised children:
+    /// each started now, in order (an actor's `pre_start` awaited), and
+    /// restarted as its restart type and the group's strategy say. A
+    /// group that exceeds its intensity ends the runtime (the lifecycle
+    /// then drains, backs off and boots again, within its restart budget),
+    /// naming the child. At shutdown, after the serving and tracked tasks,
+    /// the groups stop last started first, each child last declared first
+    /// within its own shutdown timeout and the drain's grace.
+    ///
+    /// ```no_run
+    /// # use steadfast_actors as steadfast;
+    /// use std::time::Duration;
+    /// use steadfast::children::{Child, Children, Restart};
+    /// # async fn f(runtime: &mut steadfast::service::Runtime) -> Result<(), steadfast::children::ChildrenError> {
+    /// runtime
+    ///     .supervise(
+    ///         Children::one_for_one()
+    ///             .intensity(3, Duration::from_secs(10))
+    ///             .child(Child::task("snapshot", |cx| async move {
+    ///                 cx.shutdown().cancelled().await;
+    ///                 Ok(())
+    ///             }).restart(Restart::Transient)),
+    ///     )
+    ///     .await
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`ChildrenError`]: a declaration that breaks a rule (a name taken
+    /// in this runtime, a bad name, restarts within a period of 0, …), or
+    /// a runtime already shutting down.
+    pub async fn supervise(
+        &mut self,
+        children: crate::children::Children,
+    ) -> Result<(), crate::children::ChildrenError> {
+        if self.shutdown.is_cancelled() {
+            return Err(crate::children::ChildrenError::ShuttingDown);
+        }
+        let env = match &self.env {
+            Some(env) => env.clone(),
+            None => self
+                .env
+                .insert(RuntimeEnv {
+                    attempt: NonZeroU32::MIN,
+                    journal: None,
+                    journal_timeout: Duration::from_secs(5),
+                    clock: crate::clock::Clock::start(),
+                    board: Arc::default(),
+                })
+                .clone(),
+        };
+        let taken: Vec<String> = self.groups.iter().flat_map(|g| g.names.clone()).collect();
+        let started = crate::children::start(
+            children,
+            crate::children::GroupEnv {
+                attempt: env.attempt,
+                journal: env.journal,
+                journal_timeout: env.journal_timeout,
+                clock: env.clock,
+                board: env.board,
+                ended: self.ended_tx.clone(),
+            },
+            &taken,
+        )
+        .await?;
+        self.groups.push(started);
+        Ok(())
+    }
+
+    /// The children of this runtime as status shows them (groups in start
+    /// order).
+    #[must_use]
+    pub fn children(&self) -> Vec<steadfast_protocol::children::ChildView> {
+        self.env
+            .as_ref()
+            .map(|env| env.board.views())
+            .unwrap_or_default()
+    }
+
+    /// Carry out an operator's `op` on this runtime's child `name`.
+    ///
+    /// # Errors
+    /// As [`crate::children::Board::operate`].
+    pub async fn operate_child(
+        &self,
+        name: &str,
+        op: steadfast_protocol::children::Op,
+    ) -> Result<steadfast_protocol::children::ChildView, crate::children::ChildOpError> {
+        match &self.env {
+            Some(env) => env.board.operate(name, op).await,
+            None => Err(crate::children::ChildOpError::Unknown(name.to_owned())),
         }
     }
 
@@ -815,6 +949,7 @@ impl Runtime {
             let _ = ended.send(TaskEnded {
                 task: task_name,
                 error,
+                child: false,
             });
         });
         self.tasks.push(TaskSlot {
@@ -875,6 +1010,20 @@ impl Runtime {
             }
         }
         aborted.extend(self.tracker.wait_until(deadline).await);
+        // The children last: a connection finishing its request may still
+        // use a worker. Groups last started first.
+        for group in self.groups.drain(..).rev() {
+            let answer = group
+                .actor
+                .call(
+                    |reply| crate::children::ChildrenMsg::Shutdown { deadline, reply },
+                    None,
+                )
+                .await;
+            if let Ok(ractor::rpc::CallResult::Success(late)) = answer {
+                aborted.extend(late);
+            }
+        }
         aborted
     }
 }
@@ -884,6 +1033,10 @@ impl Drop for Runtime {
         self.shutdown.cancel();
         for slot in &self.tasks {
             slot.abort.abort();
+        }
+        for group in &self.groups {
+            // Its `post_stop` aborts what still runs.
+            group.actor.stop(None);
         }
         let aborted = self.tracker.abort_all();
         if !aborted.is_empty() {
@@ -912,9 +1065,15 @@ where
     });
 }
 
+/// `work`, with a panic in any of its polls caught and handed back as its
+/// payload.
+pub(crate) fn catch_unwind<F: Future>(work: F) -> CatchUnwind<F> {
+    CatchUnwind(Box::pin(work))
+}
+
 /// `work`, with a panic in any of its polls caught and handed back as the
 /// panic's payload (`work` is not polled again, and is dropped with this).
-struct CatchUnwind<F>(Pin<Box<F>>);
+pub(crate) struct CatchUnwind<F>(Pin<Box<F>>);
 
 impl<F: Future> Future for CatchUnwind<F> {
     type Output = Result<F::Output, Box<dyn Any + Send>>;

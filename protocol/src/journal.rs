@@ -185,6 +185,38 @@ pub enum Record {
         /// The step whose checkpoint is gone.
         step: String,
     },
+    /// A child of the running runtime was started again
+    /// (`steadfast_protocol::children`). Staged: a child dies with the
+    /// process, so its restart waits for no fsync; the record is durable
+    /// with the next group commit.
+    ChildRestarted {
+        /// The runtime's attempt.
+        attempt: NonZeroU32,
+        /// The child's name.
+        child: String,
+        /// The incarnation now starting (from 2).
+        incarnation: u32,
+        /// Why: its own end, a sibling's, or an operator's command.
+        reason: String,
+        /// When, in milliseconds since the Unix epoch.
+        at_ms: u64,
+    },
+    /// A group of the runtime's children exceeded its restart intensity,
+    /// which ends the runtime. Durable before the lifecycle hears of it.
+    ChildrenMeltdown {
+        /// The runtime's attempt.
+        attempt: NonZeroU32,
+        /// The child whose end was one restart too many.
+        child: String,
+        /// Restarts within the period, counting the one refused.
+        restarts: u32,
+        /// The group's period, in milliseconds.
+        period_ms: u64,
+        /// That child's end.
+        reason: String,
+        /// When, in milliseconds since the Unix epoch.
+        at_ms: u64,
+    },
 }
 
 /// How a boot attempt ended.

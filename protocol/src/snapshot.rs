@@ -219,6 +219,12 @@ pub struct Snapshot {
     /// The restart budget as the machine counts it; `None` when it is off.
     #[serde(default)]
     pub budget: Option<BudgetStatus>,
+    /// The running runtime's supervised children, groups in start order,
+    /// each group's children in declaration order
+    /// (`steadfast_protocol::children`). Empty when the runtime has none
+    /// (or none runs), and then left out of the JSON.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<crate::children::ChildView>,
 }
 
 /// The restart budget: how many failed automatic boots it allows within its
@@ -257,6 +263,7 @@ impl Snapshot {
             error: self.error.clone(),
             errors: Vec::new(),
             budget: self.budget,
+            children: self.children.clone(),
         }
     }
 
@@ -443,6 +450,7 @@ mod tests {
                 window_ms: 600_000,
                 failures: 2,
             }),
+            children: Vec::new(),
         };
         let json = serde_json::to_value(&snapshot).expect("json");
         assert_eq!(json["lifecycle"]["state"], "resolving");
@@ -515,6 +523,7 @@ mod tests {
             error: None,
             errors: Vec::new(),
             budget: None,
+            children: Vec::new(),
         };
         let lean = snapshot.lean();
         assert_eq!(lean.attempts.len(), 1);

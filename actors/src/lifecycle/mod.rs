@@ -263,6 +263,9 @@ pub struct Children {
 pub enum LifecycleMsg {
     /// Begin: rest held at startup, or boot.
     Begin,
+    /// The running runtime's children changed (`Shared::children`):
+    /// publish them.
+    ChildrenChanged,
     /// An operator's command.
     Command(Command, RpcReplyPort<Result<Snapshot, CommandError>>),
     /// A boot's progress or outcome.
@@ -490,6 +493,12 @@ impl Actor for LifecycleActor {
             _ => shared.clock.now(),
         };
         let machine = Lifecycle::new(since, shared.timings.policy());
+        // A child's restart or end is published as it happens (one nudge
+        // per batch: the board coalesces).
+        let nudge = myself.clone();
+        shared.children.listen(move || {
+            let _ = nudge.cast(LifecycleMsg::ChildrenChanged);
+        });
         // Commands arrive on a channel the handles hold from before the tree
         // existed; forward them into the mailbox.
         let forward = myself.clone();
@@ -566,7 +575,7 @@ impl Actor for LifecycleActor {
                         .ok();
                 }
                 LifecycleMsg::RuntimeEnded { attempt, ended } => {
-                    let error = format!("runtime task {} ended: {}", ended.task, ended.error);
+                    let error = ended.to_string();
                     state
                         .fire(
                             &myself,
@@ -579,6 +588,7 @@ impl Actor for LifecycleActor {
                         .await
                         .ok();
                 }
+                LifecycleMsg::ChildrenChanged => state.publish(),
                 LifecycleMsg::RetryDue => {
                     if state
                         .fire(&myself, LifecycleEvent::RetryDue { at: now })

@@ -62,6 +62,7 @@ impl LifecycleActorState {
             failures: self.machine.budget_used(),
         });
         self.view.snapshot.pending = self.machine.state.pending();
+        self.view.snapshot.children = self.shared.children.publish();
         // The record first: whoever sees this version published finds it
         // (or a later one) in the status record.
         self.shared.status.write(&self.view.snapshot);

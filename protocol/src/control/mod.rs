@@ -487,6 +487,7 @@ mod tests {
             error: None,
             errors: Vec::new(),
             budget: None,
+            children: Vec::new(),
         }
     }
 

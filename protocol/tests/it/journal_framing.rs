@@ -194,6 +194,21 @@ fn every_variant() -> Vec<Record> {
         Record::CheckpointCleared {
             step: String::new(),
         },
+        Record::ChildRestarted {
+            attempt: nz(u32::MAX),
+            child: "compactor".into(),
+            incarnation: u32::MAX,
+            reason: "panicked: a \"quoted\" line".into(),
+            at_ms: u64::MAX,
+        },
+        Record::ChildrenMeltdown {
+            attempt: nz(1),
+            child: String::new(),
+            restarts: 0,
+            period_ms: 0,
+            reason: String::new(),
+            at_ms: 0,
+        },
     ]
 }
 
@@ -208,9 +223,11 @@ fn variant_index(r: &Record) -> usize {
         Record::Transition { .. } => 6,
         Record::Checkpoint { .. } => 7,
         Record::CheckpointCleared { .. } => 8,
+        Record::ChildRestarted { .. } => 9,
+        Record::ChildrenMeltdown { .. } => 10,
     }
 }
-const VARIANTS: usize = 9;
+const VARIANTS: usize = 11;
 
 /// `n` varied records: every variant, string lengths 0..=40 (one phase name of
 /// 300), resource payloads up to 600 bytes, full-range numbers.
@@ -280,7 +297,22 @@ fn varied_records(n: usize, seed: u64) -> Vec<Record> {
                         },
                     }
                 }
-                _ => Record::CheckpointCleared { step: g.text(40) },
+                8 => Record::CheckpointCleared { step: g.text(40) },
+                9 => Record::ChildRestarted {
+                    attempt: nz(attempt),
+                    child: g.text(40),
+                    incarnation: g.next() as u32,
+                    reason: g.text(40),
+                    at_ms,
+                },
+                _ => Record::ChildrenMeltdown {
+                    attempt: nz(attempt),
+                    child: g.text(40),
+                    restarts: g.next() as u32,
+                    period_ms: g.next(),
+                    reason: g.text(40),
+                    at_ms,
+                },
             }
         })
         .collect()
