@@ -107,6 +107,19 @@ pub mod service {
     pub use steadfast_protocol::journal::ResourceRecord;
 }
 
+/// Supervised children of a runtime: tasks and ractor actors a step
+/// starts as a group ([`Runtime::supervise`]), restarted as OTP's
+/// supervisors do (restart types, strategies, an intensity whose meltdown
+/// ends the runtime); the decisions are
+/// [`steadfast_protocol::children`]'s.
+pub mod children {
+    pub use steadfast_actors::children::{
+        AutoShutdown, Child, ChildContext, ChildGone, ChildOpError, ChildState, Children,
+        ChildrenError, DEFAULT_SHUTDOWN, Handle, Intensity, Restart, SpecError, Strategy,
+    };
+    pub use steadfast_protocol::children::{ChildView, Exit, Kind, Op};
+}
+
 /// Files under a data directory, opened without following a link and
 /// created private (what steadfast's own control directory uses).
 pub mod fs {

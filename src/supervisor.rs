@@ -581,6 +581,28 @@ impl SupervisorHandle {
         self.send(Command::Retry).await
     }
 
+    /// Restart, stop or start the running runtime's supervised child
+    /// `name` (one child, nothing else; never counted against its group's
+    /// intensity); answered once its stop and start are done.
+    ///
+    /// # Errors
+    /// [`ChildOpError`](steadfast_actors::children::ChildOpError): no child
+    /// of that name runs, or it is in the wrong state for `op`.
+    pub async fn child(
+        &self,
+        name: &str,
+        op: steadfast_protocol::children::Op,
+    ) -> Result<steadfast_protocol::children::ChildView, steadfast_actors::children::ChildOpError>
+    {
+        self.shared.children.operate(name, op).await
+    }
+
+    /// The running runtime's supervised children, as status shows them.
+    #[must_use]
+    pub fn children(&self) -> Vec<steadfast_protocol::children::ChildView> {
+        self.shared.children.views()
+    }
+
     /// Re-read the config now (what SIGHUP does): retries a failed boot, or
     /// applies the change to a running runtime; first, the files the
     /// control planes read are read again (the TLS port's certificate,

@@ -112,6 +112,11 @@ pub enum CommandError {
         /// The role the method needs.
         needed: Role,
     },
+    /// An operator's command about a supervised child was refused: no
+    /// child of that name runs, or it is in the wrong state for it
+    /// (`start` of a running child); nothing changed.
+    #[error("{0}")]
+    Child(String),
 }
 
 impl CommandError {
@@ -138,6 +143,7 @@ impl CommandError {
             Self::Unavailable => "unavailable",
             Self::Invalid(_) => "invalid",
             Self::Failed(_) => "failed",
+            Self::Child(_) => "child_refused",
             Self::Replace(refusal) => refusal.name(),
             Self::Forbidden { .. } => "forbidden",
         }

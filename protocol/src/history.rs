@@ -31,6 +31,36 @@ pub struct JournalAttempt {
     /// The attempt and its phases.
     #[serde(flatten)]
     pub attempt: AttemptRecord,
+    /// Its runtime's children's restarts and meltdown, oldest first (the
+    /// last [`MAX_CHILD_EVENTS`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<ChildEvent>,
+}
+
+/// The most child events one attempt of the journal view keeps.
+pub const MAX_CHILD_EVENTS: usize = 64;
+
+/// A child restarted, or its group melted down, as the journal records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChildEvent {
+    /// When.
+    pub at: Timestamp,
+    /// The child.
+    pub child: String,
+    /// The incarnation started (0 for a meltdown: none was).
+    pub incarnation: u32,
+    /// Why (a meltdown: the child's end).
+    pub reason: String,
+    /// Whether this is the group's meltdown (which ended the runtime).
+    pub meltdown: bool,
+}
+
+/// Keep `event`, and at most [`MAX_CHILD_EVENTS`] (the latest).
+fn push_child(events: &mut Vec<ChildEvent>, event: ChildEvent) {
+    if events.len() == MAX_CHILD_EVENTS {
+        events.remove(0);
+    }
+    events.push(event);
 }
 
 /// The last `limit` attempts the records describe, oldest first.
@@ -60,6 +90,7 @@ pub fn attempts(records: &[Record], limit: usize) -> Vec<JournalAttempt> {
                 out.push(JournalAttempt {
                     run,
                     attempt: AttemptRecord::new(*attempt, Timestamp(*at_ms)),
+                    children: Vec::new(),
                 });
             }
             Record::PhaseStarted {
@@ -121,6 +152,41 @@ pub fn attempts(records: &[Record], limit: usize) -> Vec<JournalAttempt> {
                         JournalResult::Failed => AttemptResult::Failed,
                         JournalResult::Cancelled => AttemptResult::Cancelled,
                     };
+                }
+            }
+            Record::ChildRestarted {
+                attempt,
+                child,
+                incarnation,
+                reason,
+                at_ms,
+            } => {
+                if let Some(i) = find(&mut out, run, *attempt) {
+                    push_child(&mut out[i].children, ChildEvent {
+                        at: Timestamp(*at_ms),
+                        child: child.clone(),
+                        incarnation: *incarnation,
+                        reason: reason.clone(),
+                        meltdown: false,
+                    });
+                }
+            }
+            Record::ChildrenMeltdown {
+                attempt,
+                child,
+                restarts,
+                period_ms,
+                reason,
+                at_ms,
+            } => {
+                if let Some(i) = find(&mut out, run, *attempt) {
+                    push_child(&mut out[i].children, ChildEvent {
+                        at: Timestamp(*at_ms),
+                        child: child.clone(),
+                        incarnation: 0,
+                        reason: format!("{restarts} restarts within {period_ms} ms: {reason}"),
+                        meltdown: true,
+                    });
                 }
             }
             _ => {}

@@ -222,8 +222,8 @@ pub struct Snapshot {
     /// The running runtime's supervised children, groups in start order,
     /// each group's children in declaration order
     /// (`steadfast_protocol::children`). Empty when the runtime has none
-    /// (or none runs), and then left out of the JSON.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// (or none runs); absent from a daemon that predates children.
+    #[serde(default)]
     pub children: Vec<crate::children::ChildView>,
 }
 

@@ -1114,6 +1114,28 @@ impl ControlClient {
         self.command(cmd::Retry).await
     }
 
+    /// Restart, stop or start the running runtime's supervised child
+    /// `name`; answered once its stop and start are done, with the child as
+    /// status shows it.
+    ///
+    /// # Errors
+    /// [`ClientError::Command`] with [`CommandError::Child`] when no child
+    /// of that name runs or it is in the wrong state for `op`; as
+    /// [`Self::start`].
+    pub async fn child(
+        &self,
+        name: &str,
+        op: steadfast_protocol::children::Op,
+    ) -> Result<steadfast_protocol::children::ChildView, ClientError> {
+        let wire = self
+            .call(cmd::Child {
+                name: name.to_owned(),
+                op,
+            })
+            .await?;
+        Ok(serde_json::from_str(&wire.json)?)
+    }
+
     /// Re-read the config now, as SIGHUP does.
     ///
     /// # Errors

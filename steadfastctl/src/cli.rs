@@ -221,6 +221,11 @@ pub enum Cmd {
     /// the control directory across relaunches).
     #[command(subcommand)]
     Config(ConfigCmd),
+    /// List the running runtime's supervised children, or restart, stop or
+    /// start one by name (that child alone; never counted against its
+    /// group's intensity), as `supervisorctl` does for one program.
+    #[command(subcommand)]
+    Child(ChildCmd),
     /// Destroy the stopped runtime's data (the service's wipe step). Without
     /// --confirm, prints the confirmation token; it is valid until the
     /// runtime next boots.
@@ -272,6 +277,41 @@ pub enum ConfigCmd {
     Show {
         /// Only this dotted leaf.
         leaf: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ChildCmd {
+    /// List the children: name, kind, restart type, state, incarnation,
+    /// restarts within the group's period (the read role may).
+    List,
+    /// Stop the child if it runs, then start it; returns once it runs again.
+    Restart {
+        /// The child's name.
+        name: String,
+        /// Accepted for scripts: the command always returns once the child
+        /// runs again.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Stop the child (within its shutdown timeout); it stays stopped until
+    /// `child start`, or the runtime's next boot.
+    Stop {
+        /// The child's name.
+        name: String,
+        /// Accepted for scripts: the command always returns once the child
+        /// has stopped.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Start a child that is not running; returns once it runs.
+    Start {
+        /// The child's name.
+        name: String,
+        /// Accepted for scripts: the command always returns once the child
+        /// runs.
+        #[arg(long)]
+        wait: bool,
     },
 }
 

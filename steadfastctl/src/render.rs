@@ -177,6 +177,19 @@ pub fn render_journal(attempts: &[JournalAttempt], times: Times) -> String {
             out.push_str(&format!("Run {}:\n", entry.run));
         }
         out.push_str(&render_attempt(&entry.attempt, times));
+        for event in &entry.children {
+            let what = if event.meltdown {
+                format!("child {} melted its group down: {}", escape(&event.child), escape(&event.reason))
+            } else {
+                format!(
+                    "child {} restarted (incarnation {}): {}",
+                    escape(&event.child),
+                    event.incarnation,
+                    escape(&event.reason)
+                )
+            };
+            out.push_str(&format!("    {}  {what}\n", times.at(event.at.as_millis())));
+        }
     }
     out
 }
@@ -409,10 +422,49 @@ pub fn render_status(snapshot: &Snapshot, times: Times) -> String {
     if let Some(error) = last_error {
         let _ = writeln!(out, " Last error: {}", out::block(&error, 13));
     }
+    if !snapshot.children.is_empty() {
+        let _ = writeln!(out, "\nChildren:");
+        out.push_str(&render_children(&snapshot.children));
+    }
     // The current attempt; earlier ones are the journal's (`--history N`).
     if let Some(attempt) = snapshot.attempts.last() {
         let _ = writeln!(out, "\nCurrent attempt:");
         out.push_str(&render_attempt(attempt, times));
+    }
+    out
+}
+
+/// The supervised children, one a line: name, kind, restart type, state
+/// (with a failed child's end), incarnation and restarts within the
+/// group's period.
+pub fn render_children(children: &[steadfast::protocol::children::ChildView]) -> String {
+    use std::fmt::Write as _;
+    use steadfast::protocol::children::ChildState;
+    let width = children
+        .iter()
+        .map(|c| escape(&c.name).chars().count())
+        .max()
+        .unwrap_or(0);
+    let mut out = String::new();
+    for child in children {
+        let state = match &child.state {
+            ChildState::Ended(exit) if !exit.is_normal() => {
+                format!("failed ({})", escape(&exit.to_string()))
+            }
+            other => other.as_str().to_owned(),
+        };
+        let _ = writeln!(
+            out,
+            "  {:width$}  {:5}  {:9}  {}, incarnation {}, {} restart{} in period{}",
+            escape(&child.name),
+            child.kind.as_str(),
+            child.restart.as_str(),
+            state,
+            child.incarnation,
+            child.restarts_in_period,
+            if child.restarts_in_period == 1 { "" } else { "s" },
+            if child.significant { ", significant" } else { "" },
+        );
     }
     out
 }

@@ -15,7 +15,7 @@ use steadfast::protocol::lifecycle::LifecycleState;
 use steadfast::protocol::snapshot::{ErrorSource, SCHEMA, Snapshot};
 use steadfast::{ExitIntent, Hold};
 
-use crate::cli::{Cli, Cmd, ConfigCmd, ProbeKind, ReplaceMode, generated};
+use crate::cli::{ChildCmd, Cli, Cmd, ConfigCmd, ProbeKind, ReplaceMode, generated};
 use crate::connect::{Unreached, connect, connection_flags, data_dir_of, socket_path, timeout_of};
 use crate::out::{self, errln, escape, out, outln};
 use crate::render::{
@@ -169,6 +169,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             }
             return config_changed(leaf, false, answer, &cli);
         }
+        Cmd::Child(child) => return crate::run::child(&client, child, cli.json).await,
         Cmd::Completions { .. } | Cmd::Man { .. } => {
             // Answered in `main` before anything is dialed.
             return generated(&cli.command).unwrap_or(ExitCode::SUCCESS);
@@ -204,6 +205,46 @@ pub async fn run(cli: Cli) -> ExitCode {
         Ok(snapshot) if wait => wait_settled(&client, snapshot, &cli).await,
         Ok(snapshot) => {
             print_answer(&snapshot, &cli);
+            ExitCode::SUCCESS
+        }
+        Err(error) => fail(&error),
+    }
+}
+
+/// `child list|restart|stop|start`: the list from the snapshot (the read
+/// role's); a command answered with the child as it now stands.
+async fn child(client: &ControlClient, command: &ChildCmd, json: bool) -> ExitCode {
+    use steadfast::protocol::children::Op;
+    let (name, op) = match command {
+        ChildCmd::List => {
+            return match client.snapshot().await {
+                Ok(snapshot) => {
+                    if json {
+                        outln!("{}", serde_json::json!({ "children": snapshot.children }));
+                    } else {
+                        out!("{}", crate::render::render_children(&snapshot.children));
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(error) => fail(&error),
+            };
+        }
+        ChildCmd::Restart { name, .. } => (name, Op::Restart),
+        ChildCmd::Stop { name, .. } => (name, Op::Stop),
+        ChildCmd::Start { name, .. } => (name, Op::Start),
+    };
+    match client.child(name, op).await {
+        Ok(view) => {
+            if json {
+                outln!("{}", serde_json::json!({ "child": view }));
+            } else {
+                outln!(
+                    "child {}: {} (incarnation {})",
+                    crate::out::escape(&view.name),
+                    view.state.as_str(),
+                    view.incarnation
+                );
+            }
             ExitCode::SUCCESS
         }
         Err(error) => fail(&error),

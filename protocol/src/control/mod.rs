@@ -431,7 +431,10 @@ commands! {
     replace => Replace(cmd::Replace),
     replace_status => ReplaceStatus(cmd::ReplaceStatus),
     reload => Reload {},
+    child => Child(cmd::Child),
 }
+
+pub use child::WireChild;
 
 pub use replace::ReplaceRequest;
 

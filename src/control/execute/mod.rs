@@ -12,6 +12,7 @@ use steadfast_protocol::snapshot::Snapshot;
 
 use crate::supervisor::SupervisorHandle;
 
+mod child;
 mod config_set;
 mod config_show;
 mod config_unset;

@@ -287,6 +287,7 @@ const fn command_name(cmd: &Cmd) -> &'static str {
         Cmd::Metrics => "metrics",
         Cmd::Journal { .. } => "journal",
         Cmd::Config(_) => "config",
+        Cmd::Child(_) => "child",
         Cmd::Reinit { .. } => "reinit",
         Cmd::Replace { .. } => "replace",
         Cmd::Completions { .. } => "completions",
