@@ -214,7 +214,9 @@ pub enum SpecError {
     #[error("child {0:?} is significant, but the group's auto-shutdown is never")]
     SignificantWithoutAutoShutdown(String),
     /// A significant child that is permanent (it never ends for good).
-    #[error("child {0:?} is significant and permanent: only a transient or temporary child can end for good")]
+    #[error(
+        "child {0:?} is significant and permanent: only a transient or temporary child can end for good"
+    )]
     SignificantPermanent(String),
 }
 
@@ -254,7 +256,9 @@ impl GroupSpec {
             }
             if child.significant {
                 if self.auto_shutdown == AutoShutdown::Never {
-                    return Err(SpecError::SignificantWithoutAutoShutdown(child.name.clone()));
+                    return Err(SpecError::SignificantWithoutAutoShutdown(
+                        child.name.clone(),
+                    ));
                 }
                 if child.restart == Restart::Permanent {
                     return Err(SpecError::SignificantPermanent(child.name.clone()));
@@ -680,7 +684,12 @@ impl Group {
         if self.phase != Phase::Running {
             return match event {
                 Event::Operator { .. } => Decision::Refused(OpRefused::ShuttingDown),
-                Event::Exited { child, incarnation, exit, .. } => {
+                Event::Exited {
+                    child,
+                    incarnation,
+                    exit,
+                    ..
+                } => {
                     // A child stopped by the shutdown or the meltdown ends:
                     // recorded, nothing moves.
                     self.ended_quietly(*child, *incarnation, exit);

@@ -57,7 +57,10 @@ fn one_for_one_restarts_the_child_alone() {
     let mut g = group(
         Strategy::OneForOne,
         3,
-        vec![child("a", Restart::Permanent), child("b", Restart::Transient)],
+        vec![
+            child("a", Restart::Permanent),
+            child("b", Restart::Transient),
+        ],
     );
     let Decision::Restart(plan) = g.on(&panicked(1, 1, 10)) else {
         panic!("a restart")
@@ -74,7 +77,10 @@ fn a_temporary_child_is_never_restarted_even_under_one_for_all() {
     let mut g = group(
         Strategy::OneForAll,
         3,
-        vec![child("a", Restart::Permanent), child("t", Restart::Temporary)],
+        vec![
+            child("a", Restart::Permanent),
+            child("t", Restart::Temporary),
+        ],
     );
     assert_eq!(g.on(&panicked(1, 1, 10)), Decision::Ended);
     assert_eq!(g.state(0), Some((&ChildState::Running, 1)));
@@ -166,9 +172,15 @@ fn nothing_starts_once_the_shutdown_began() {
     let mut g = group(
         Strategy::OneForAll,
         3,
-        vec![child("a", Restart::Permanent), child("b", Restart::Permanent)],
+        vec![
+            child("a", Restart::Permanent),
+            child("b", Restart::Permanent),
+        ],
     );
-    assert_eq!(g.on(&Event::Shutdown), Decision::Shutdown { stop: vec![1, 0] });
+    assert_eq!(
+        g.on(&Event::Shutdown),
+        Decision::Shutdown { stop: vec![1, 0] }
+    );
     assert_eq!(g.on(&panicked(0, 1, 1)), Decision::Ignore);
     assert_eq!(g.state(0), Some((&ChildState::Stopped, 1)));
 }
@@ -277,7 +289,10 @@ fn an_operator_restart_touches_one_child_and_never_counts() {
     let mut g = group(
         Strategy::OneForAll,
         0,
-        vec![child("a", Restart::Permanent), child("b", Restart::Permanent)],
+        vec![
+            child("a", Restart::Permanent),
+            child("b", Restart::Permanent),
+        ],
     );
     let d = g.on(&Event::Operator {
         child: 1,
