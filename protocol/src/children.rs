@@ -695,10 +695,9 @@ impl Group {
                     self.ended_quietly(*child, *incarnation, exit);
                     Decision::Ignore
                 }
-                Event::Shutdown => {
-                    self.phase = Phase::ShuttingDown;
-                    Decision::Ignore
-                }
+                // A group that ended stays ended (its status says why); one
+                // already shutting down has nothing more to stop.
+                Event::Shutdown => Decision::Ignore,
             };
         }
         match event {

@@ -316,3 +316,16 @@ fn an_operator_restart_touches_one_child_and_never_counts() {
         Decision::Refused(OpRefused::Running)
     );
 }
+
+#[test]
+fn the_shutdown_after_a_meltdown_changes_nothing() {
+    let mut g = group(Strategy::OneForOne, 0, vec![child("a", Restart::Permanent)]);
+    assert!(matches!(
+        g.on(&panicked(0, 1, 0)),
+        Decision::Meltdown { .. }
+    ));
+    let before = g.clone();
+    assert_eq!(g.on(&Event::Shutdown), Decision::Ignore);
+    assert_eq!(g.phase(), Phase::Ended, "the group stays melted down");
+    assert_eq!(g, before);
+}
