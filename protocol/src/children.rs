@@ -408,15 +408,20 @@ pub struct Meltdown {
 }
 
 impl fmt::Display for Meltdown {
+    /// The count first, as the group's (the restarts may be of any of its
+    /// children), then the end that would have been one too many.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "child {} ended {} times within {}: {}",
-            self.child,
-            self.restarts,
-            Period(self.period_ms),
-            self.reason
-        )
+        if self.restarts <= 1 {
+            f.write_str("the group allows no restarts")?;
+        } else {
+            write!(
+                f,
+                "{} restarts within {}, one more than the group allows",
+                self.restarts,
+                Period(self.period_ms)
+            )?;
+        }
+        write!(f, ": child {} {}", self.child, self.reason)
     }
 }
 
