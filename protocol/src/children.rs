@@ -430,7 +430,7 @@ struct Period(u64);
 
 impl fmt::Display for Period {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0 >= 1_000 && self.0 % 1_000 == 0 {
+        if self.0 >= 1_000 && self.0.is_multiple_of(1_000) {
             write!(f, "{} s", self.0 / 1_000)
         } else {
             write!(f, "{} ms", self.0)
