@@ -23,7 +23,9 @@
 //!
 //! Operator commands ([`Op`]) act on one child alone and never count
 //! against the intensity (as OTP's `restart_child`); an operator's stop of
-//! a significant child is not its end.
+//! a significant child is not its end. Where the machine departs from OTP
+//! (a strategy takes only the siblings that run; the intensity's window is
+//! half-open, in milliseconds) is listed in the spec.
 
 use std::collections::VecDeque;
 use std::fmt;
