@@ -17,6 +17,7 @@
 
 mod support;
 
+mod children_props;
 mod children_table;
 mod journal_framing;
 mod journal_resume;
