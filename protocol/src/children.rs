@@ -23,7 +23,9 @@
 //!
 //! Operator commands ([`Op`]) act on one child alone and never count
 //! against the intensity (as OTP's `restart_child`); an operator's stop of
-//! a significant child is not its end.
+//! a significant child is not its end. Where the machine departs from OTP
+//! (a strategy takes only the siblings that run; the intensity's window is
+//! half-open, in milliseconds) is listed in the spec.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -408,15 +410,20 @@ pub struct Meltdown {
 }
 
 impl fmt::Display for Meltdown {
+    /// The count first, as the group's (the restarts may be of any of its
+    /// children), then the end that would have been one too many.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "child {} ended {} times within {}: {}",
-            self.child,
-            self.restarts,
-            Period(self.period_ms),
-            self.reason
-        )
+        if self.restarts <= 1 {
+            f.write_str("the group allows no restarts")?;
+        } else {
+            write!(
+                f,
+                "{} restarts within {}, one more than the group allows",
+                self.restarts,
+                Period(self.period_ms)
+            )?;
+        }
+        write!(f, ": child {} {}", self.child, self.reason)
     }
 }
 
@@ -425,7 +432,7 @@ struct Period(u64);
 
 impl fmt::Display for Period {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0 >= 1_000 && self.0 % 1_000 == 0 {
+        if self.0 >= 1_000 && self.0.is_multiple_of(1_000) {
             write!(f, "{} s", self.0 / 1_000)
         } else {
             write!(f, "{} ms", self.0)
@@ -695,10 +702,9 @@ impl Group {
                     self.ended_quietly(*child, *incarnation, exit);
                     Decision::Ignore
                 }
-                Event::Shutdown => {
-                    self.phase = Phase::ShuttingDown;
-                    Decision::Ignore
-                }
+                // A group that ended stays ended (its status says why); one
+                // already shutting down has nothing more to stop.
+                Event::Shutdown => Decision::Ignore,
             };
         }
         match event {

@@ -133,7 +133,7 @@ fn the_restart_past_the_intensity_is_a_meltdown() {
     assert_eq!(meltdown.restarts, 3);
     assert_eq!(
         meltdown.to_string(),
-        "child a ended 3 times within 5 s: panicked: boom"
+        "3 restarts within 5 s, one more than the group allows: child a panicked: boom"
     );
     assert!(stop.is_empty());
     assert_eq!(g.phase(), Phase::Ended);
@@ -314,5 +314,58 @@ fn an_operator_restart_touches_one_child_and_never_counts() {
             at: Timestamp(2)
         }),
         Decision::Refused(OpRefused::Running)
+    );
+}
+
+#[test]
+fn the_shutdown_after_a_meltdown_changes_nothing() {
+    let mut g = group(Strategy::OneForOne, 0, vec![child("a", Restart::Permanent)]);
+    assert!(matches!(
+        g.on(&panicked(0, 1, 0)),
+        Decision::Meltdown { .. }
+    ));
+    let before = g.clone();
+    assert_eq!(g.on(&Event::Shutdown), Decision::Ignore);
+    assert_eq!(g.phase(), Phase::Ended, "the group stays melted down");
+    assert_eq!(g, before);
+}
+
+#[test]
+fn a_meltdown_counts_the_groups_restarts_and_says_so() {
+    let mut g = group(
+        Strategy::OneForOne,
+        1,
+        vec![
+            child("a", Restart::Permanent),
+            child("b", Restart::Permanent),
+        ],
+    );
+    assert!(matches!(g.on(&panicked(0, 1, 0)), Decision::Restart(_)));
+    let Decision::Meltdown { meltdown, .. } = g.on(&panicked(1, 1, 10)) else {
+        panic!("a meltdown")
+    };
+    assert_eq!(meltdown.restarts, 2);
+    // b ended once: the count is the group's, and the message must not
+    // pin it on b.
+    assert_eq!(
+        meltdown.to_string(),
+        "2 restarts within 5 s, one more than the group allows: child b panicked: boom"
+    );
+}
+
+#[test]
+fn a_meltdown_of_a_group_that_allows_no_restart_says_so() {
+    let mut g = group(Strategy::OneForOne, 0, vec![child("a", Restart::Permanent)]);
+    let Decision::Meltdown { meltdown, .. } = g.on(&Event::Exited {
+        child: 0,
+        incarnation: 1,
+        exit: Exit::Normal,
+        at: Timestamp(0),
+    }) else {
+        panic!("a meltdown")
+    };
+    assert_eq!(
+        meltdown.to_string(),
+        "the group allows no restarts: child a returned"
     );
 }

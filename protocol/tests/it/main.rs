@@ -1,6 +1,6 @@
 //! steadfast-protocol's integration tests, as one test binary (`it`): the
-//! spec table, the property and exhaustive tests of the machines and the
-//! journal framing.
+//! spec tables (the lifecycle's, the children's), the property and
+//! exhaustive tests of the machines and the journal framing.
 //!
 //! Each file in this directory is one module, and its tests are
 //! `MODULE::TEST` (`cargo test -p steadfast-protocol --test it --
@@ -17,6 +17,8 @@
 
 mod support;
 
+mod children_props;
+mod children_table;
 mod journal_framing;
 mod journal_resume;
 mod lifecycle_props;
