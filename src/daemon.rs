@@ -145,19 +145,21 @@ pub fn status_line(snapshot: &Snapshot) -> String {
         LifecycleState::Running { attempt, .. } => format!("running (attempt {attempt})"),
         LifecycleState::Failed {
             report,
-            budget_spent: Some(spent),
+            budget_spent,
+            retry,
             ..
-        } => format!(
-            "failed in {}: {} (retry: held: {})",
-            report.phase, report.error, spent.reason
-        ),
-        LifecycleState::Failed { report, retry, .. } => {
-            format!(
-                "failed in {}: {} (retry: {})",
-                report.phase,
-                report.error,
-                retry_name(retry)
-            )
+        } => {
+            let retry = match budget_spent {
+                Some(spent) => format!("held: {}", spent.reason),
+                None => retry_name(retry),
+            };
+            // A runtime that booted and then ended failed after its boot,
+            // not in it: its error says so ("the runtime ended: …").
+            if report.phase == steadfast_protocol::lifecycle::Phase::RUN {
+                format!("failed: {} (retry: {retry})", report.error)
+            } else {
+                format!("failed in {}: {} (retry: {retry})", report.phase, report.error)
+            }
         }
         LifecycleState::Stopped { reason, .. } => format!("stopped ({})", reason.name()),
         LifecycleState::Wedged { cause, .. } => format!("wedged: {cause}"),

@@ -67,6 +67,18 @@ struct FailureLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ChildLabels {
+    child: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ChildStateLabels {
+    child: String,
+    /// `running`, `ended`, `failed`, `stopped`, `not_started`.
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DrainLabels {
     /// What follows the drain: `stop`, `restart`, `exit`, `fail`.
     then: String,
@@ -117,6 +129,11 @@ pub struct Metrics {
     in_state: FloatGauge,
     boots: Counter,
     failures: Family<FailureLabels, Counter>,
+    /// Runtimes that booted and then ended, by the retry class.
+    runtime_failures: Family<FailureLabels, Counter>,
+    /// The running runtime's children: restarts since its boot, state.
+    child_restarts: Family<ChildLabels, Gauge>,
+    child_state: Family<ChildStateLabels, Gauge>,
     drains: Family<DrainLabels, Counter>,
     phase_seconds: Family<PhaseLabels, Histogram, fn() -> Histogram>,
     journal_bytes: Gauge,
@@ -170,6 +187,9 @@ impl Metrics {
             in_state: FloatGauge::default(),
             boots: Counter::default(),
             failures: Family::default(),
+            runtime_failures: Family::default(),
+            child_restarts: Family::default(),
+            child_state: Family::default(),
             drains: Family::default(),
             phase_seconds: Family::new_with_constructor(phase_histogram),
             journal_bytes: Gauge::default(),
@@ -223,8 +243,26 @@ impl Metrics {
         registry.register("boots", "Boots started", metrics.boots.clone());
         registry.register(
             "boot_failures",
-            "Failed boots, by the phase that failed and the retry class",
+            "Failed boots, by the phase that failed and the retry class (deprecated for \
+             phase=\"run\": a runtime that booted and then ended is \
+             steadfast_runtime_failures_total; kept one release)",
             metrics.failures.clone(),
+        );
+        registry.register(
+            "runtime_failures",
+            "Runtimes that booted and then ended on their own (a serving task's end, a \
+             group of children's meltdown), by the retry class",
+            metrics.runtime_failures.clone(),
+        );
+        registry.register(
+            "child_restarts",
+            "Restarts of each supervised child of the running runtime since its boot",
+            metrics.child_restarts.clone(),
+        );
+        registry.register(
+            "child_state",
+            "Each supervised child of the running runtime: 1 for its state",
+            metrics.child_state.clone(),
         );
         registry.register(
             "drains",
@@ -331,12 +369,14 @@ impl Metrics {
                     (RetryClass::Hold, None) => "hold",
                     (RetryClass::Backoff { .. }, None) => "backoff",
                 };
-                self.failures
-                    .get_or_create(&FailureLabels {
-                        phase: report.phase.to_string(),
-                        class: class.into(),
-                    })
-                    .inc();
+                let labels = FailureLabels {
+                    phase: report.phase.to_string(),
+                    class: class.into(),
+                };
+                if report.phase == steadfast_protocol::lifecycle::Phase::RUN {
+                    self.runtime_failures.get_or_create(&labels).inc();
+                }
+                self.failures.get_or_create(&labels).inc();
             }
             LifecycleState::Draining { then, .. } => {
                 self.drains
@@ -394,6 +434,22 @@ impl Metrics {
             _ => 0.0,
         };
         self.next_retry.set(next);
+        // The children as they stand: a child of an earlier runtime is gone.
+        self.child_restarts.clear();
+        self.child_state.clear();
+        for child in &snapshot.children {
+            self.child_restarts
+                .get_or_create(&ChildLabels {
+                    child: child.name.clone(),
+                })
+                .set(i64::try_from(child.restarts_total).unwrap_or(i64::MAX));
+            self.child_state
+                .get_or_create(&ChildStateLabels {
+                    child: child.name.clone(),
+                    state: child.state.as_str().into(),
+                })
+                .set(1);
+        }
     }
 
     /// A journal append of `records` records: `len` is the file's durable

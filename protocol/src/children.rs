@@ -600,7 +600,7 @@ impl Group {
         }
         for (i, child) in self.children.iter_mut().enumerate() {
             if child.state == ChildState::NotStarted {
-                child.incarnation += 1;
+                child.incarnation = child.incarnation.saturating_add(1);
                 child.state = ChildState::Running;
                 plan.start.push((i, child.incarnation));
             }
@@ -793,7 +793,7 @@ impl Group {
             if !restart_it || child.spec.restart == Restart::Temporary {
                 continue;
             }
-            child.incarnation += 1;
+            child.incarnation = child.incarnation.saturating_add(1);
             child.state = ChildState::Running;
             child.restarts_total += 1;
             if j == i {
@@ -864,7 +864,7 @@ impl Group {
             (Op::Start | Op::Restart, _) => {
                 let stop = if running { vec![i] } else { Vec::new() };
                 let first = child.incarnation == 0;
-                child.incarnation += 1;
+                child.incarnation = child.incarnation.saturating_add(1);
                 child.state = ChildState::Running;
                 let restarted = if first {
                     Vec::new()

@@ -936,7 +936,7 @@ impl BudgetSpent {
             failures,
             window_ms,
             reason: format!(
-                "restart budget spent: {failures} automatic boots failed within {window_ms} ms; \
+                "restart budget spent: {failures} automatic restarts failed within {window_ms} ms; \
                  held until the config changes or an operator retries"
             ),
         }

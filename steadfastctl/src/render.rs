@@ -345,9 +345,9 @@ pub fn budget_line(snapshot: &Snapshot) -> String {
         }
     );
     match snapshot.budget {
-        None => "off (failed boots retry on backoff forever)".to_owned(),
+        None => "off (failures retry on backoff forever)".to_owned(),
         Some(b) => format!(
-            "{} of {} failed automatic boots within {} s{}",
+            "{} of {} failed automatic restarts within {} s{}",
             b.failures,
             b.max_failures,
             b.window_ms / 1000,

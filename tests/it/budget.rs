@@ -44,11 +44,11 @@ fn a_crash_looping_kvd_is_held_after_five_failed_boots_and_retry_resumes() {
     let text = String::from_utf8_lossy(&status.stdout);
     assert_eq!(status.status.code(), Some(3), "failed: not running: {text}");
     assert!(
-        text.contains("Budget: 5 of 5 failed automatic boots within 600 s — spent"),
+        text.contains("Budget: 5 of 5 failed automatic restarts within 600 s — spent"),
         "{text}"
     );
     assert!(
-        text.contains("restart budget spent: 5 automatic boots failed within 600000 ms"),
+        text.contains("restart budget spent: 5 automatic restarts failed within 600000 ms"),
         "{text}"
     );
 

@@ -200,7 +200,7 @@ async fn the_restart_past_the_intensity_ends_the_runtime_naming_the_child() {
     assert!(end.child);
     assert_eq!(
         end.to_string(),
-        "the runtime ended: child flaky ended 3 times within 60 s: failed: disk full"
+        "the runtime ended: 3 restarts within 60 s, one more than the group allows: child flaky failed: disk full"
     );
     assert_eq!(state_of(&runtime, "flaky").2, 2);
 }
@@ -224,7 +224,7 @@ async fn a_factory_that_fails_every_start_melts_down_instead_of_looping() {
         .await
         .expect("the runtime ends")
         .expect("an end");
-    assert!(end.error.contains("child never ended 4 times"), "{end}");
+    assert!(end.error.contains("4 restarts within 60 s"), "{end}");
     assert!(end.error.contains("could not start"), "{end}");
 }
 

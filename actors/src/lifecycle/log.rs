@@ -41,16 +41,28 @@ pub(super) fn log_transition(from: &LifecycleState, event: &LifecycleEvent, to: 
                     format!("backoff {delay_ms} ms")
                 }
             };
-            tracing::warn!(
-                from = %from_label,
-                event,
-                state,
-                attempt,
-                phase = %report.phase,
-                reason = %report.error,
-                retry,
-                "transition: the boot failed"
-            );
+            if report.phase == steadfast_protocol::lifecycle::Phase::RUN {
+                tracing::warn!(
+                    from = %from_label,
+                    event,
+                    state,
+                    attempt,
+                    reason = %report.error,
+                    retry,
+                    "transition: the runtime failed"
+                );
+            } else {
+                tracing::warn!(
+                    from = %from_label,
+                    event,
+                    state,
+                    attempt,
+                    phase = %report.phase,
+                    reason = %report.error,
+                    retry,
+                    "transition: the boot failed"
+                );
+            }
         }
         LifecycleState::Stopped { reason, .. } => {
             tracing::info!(from = %from_label, event, state, reason = reason.name(), "transition");

@@ -606,6 +606,19 @@ mod tests {
             "forbidden: `stop` needs the operate role; this peer's role is read"
         );
         assert_eq!(round_trip(&error), error);
+        // One child's restart is a command: the read role may only list.
+        let child = ControlRequest::Child(cmd::Child {
+            name: "ticker".into(),
+            op: crate::children::Op::Restart,
+        });
+        assert_eq!(required_role(&child), (Role::Operate, "child"));
+        let Some(ControlResponse::Child(Err(error))) = forbidden(&child, Role::Read) else {
+            panic!("a read peer's child restart is forbidden");
+        };
+        assert_eq!(
+            error.to_string(),
+            "forbidden: `child` needs the operate role; this peer's role is read"
+        );
         assert!(Role::Operate.permits(Role::Read) && !Role::Read.permits(Role::Operate));
         assert_eq!(Role::parse("read"), Some(Role::Read));
         assert_eq!(Role::parse("admin"), None);
@@ -617,7 +630,7 @@ mod tests {
     fn the_wire_keeps_its_tags_and_fields() {
         let options = bincode::DefaultOptions::new().with_limit(MAX_FRAME_LEN as u64);
         let bytes = |request: ControlRequest| options.serialize(&request).expect("encodes");
-        let cases: [(ControlRequest, &[u8]); 8] = [
+        let cases: [(ControlRequest, &[u8]); 9] = [
             (ControlRequest::Snapshot {}, &[0]),
             (
                 cmd::Watch {
@@ -649,6 +662,14 @@ mod tests {
                 &[14, 1, b'b', 1, 7, 0],
             ),
             (cmd::Reload.into_request(), &[16]),
+            (
+                cmd::Child {
+                    name: "w".into(),
+                    op: crate::children::Op::Stop,
+                }
+                .into_request(),
+                &[17, 1, b'w', 1],
+            ),
         ];
         for (request, wire) in cases {
             let name = request.method();

@@ -1154,7 +1154,7 @@ fn the_budget_holds_the_nth_failed_automatic_boot_within_its_window() {
     assert_eq!((spent.failures, spent.window_ms), (5, 600_000));
     assert_eq!(
         spent.reason,
-        "restart budget spent: 5 automatic boots failed within 600000 ms; \
+        "restart budget spent: 5 automatic restarts failed within 600000 ms; \
          held until the config changes or an operator retries"
     );
     assert_eq!(held.wake(), None, "a held failure wants no timer");
