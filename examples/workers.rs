@@ -80,7 +80,10 @@ impl Step for Workers {
     const NAME: &'static str = "start_workers";
     type Config = toml::Table;
     type Output = Handle<ActorRef<ractor::RpcReplyPort<usize>>>;
-    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Made<Self::Output>, StepError> {
+    async fn execute(
+        &self,
+        cx: StepContext<'_, toml::Table>,
+    ) -> Result<Made<Self::Output>, StepError> {
         let f = &self.0;
         let period = Duration::from_secs(10);
         let cache = Handle::new();
@@ -148,6 +151,7 @@ async fn main() {
     cli.daemon.data_dir = cli.daemon.data_dir.or(cli.dir);
     let failures: Failures = cli.fail.into_iter().collect();
     let launch = cli.daemon.launch("workers");
-    let run = launch.run(|data_dir, config| Supervisor::builder(data_dir, App(failures)).config(config));
+    let run =
+        launch.run(|data_dir, config| Supervisor::builder(data_dir, App(failures)).config(config));
     steadfast::daemon::cli::exit("workers", run.await)
 }

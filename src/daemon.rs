@@ -142,7 +142,13 @@ pub fn status_line(snapshot: &Snapshot) -> String {
         LifecycleState::Booting { attempt, phase, .. } => {
             format!("booting (attempt {attempt}, {phase})")
         }
-        LifecycleState::Running { attempt, .. } => format!("running (attempt {attempt})"),
+        LifecycleState::Running { attempt, .. } => match snapshot.children_down().as_slice() {
+            [] => format!("running (attempt {attempt})"),
+            down => format!(
+                "running (attempt {attempt}), not ready: child {} down",
+                down.join(", ")
+            ),
+        },
         LifecycleState::Failed {
             report,
             budget_spent,
@@ -158,7 +164,10 @@ pub fn status_line(snapshot: &Snapshot) -> String {
             if report.phase == steadfast_protocol::lifecycle::Phase::RUN {
                 format!("failed: {} (retry: {retry})", report.error)
             } else {
-                format!("failed in {}: {} (retry: {retry})", report.phase, report.error)
+                format!(
+                    "failed in {}: {} (retry: {retry})",
+                    report.phase, report.error
+                )
             }
         }
         LifecycleState::Stopped { reason, .. } => format!("stopped ({})", reason.name()),

@@ -12,7 +12,8 @@
 //! spawned linked to this one and kept out of ractor's global registry),
 //! and performs the decision handed back, in its order: stop (each child
 //! within its own shutdown timeout, then aborted and named), start, then
-//! stage the restart records in the journal. A meltdown's record is
+//! write the restart records to the journal (no fsync of their own: they
+//! are durable with its next group commit). A meltdown's record is
 //! appended (durable) before the runtime is told it ended. It decides
 //! nothing itself.
 //!
@@ -936,8 +937,12 @@ impl ChildrenState {
                     }
                 })
                 .collect();
+            // Written now without an fsync (so `steadfastctl journal`
+            // shows them at once), durable with the next group commit: a
+            // child dies with the process, its restart waits for no fsync.
             if let Some(journal) = &self.env.journal {
-                let _ = journal.cast(JournalMsg::Stage(records));
+                let (reply, _unread) = ractor::concurrency::oneshot();
+                let _ = journal.cast(JournalMsg::Write(records, reply.into()));
             }
         }
     }

@@ -706,7 +706,11 @@ impl fmt::Display for TaskEnded {
         if self.child {
             write!(f, "the runtime ended: {}", self.error)
         } else {
-            write!(f, "the runtime ended: its task {} ended: {}", self.task, self.error)
+            write!(
+                f,
+                "the runtime ended: its task {} ended: {}",
+                self.task, self.error
+            )
         }
     }
 }

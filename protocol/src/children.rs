@@ -382,7 +382,8 @@ pub struct Restarted {
 
 /// What the runtime does, in this order: stop `stop` (each within its
 /// shutdown timeout, one after another), then start `start` (in order),
-/// then journal `restarted` (staged: a child dies with the process).
+/// then journal `restarted` (no fsync of its own: a child dies with the
+/// process).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plan {
     /// Children to stop, by index, last declared first.

@@ -162,13 +162,16 @@ pub fn attempts(records: &[Record], limit: usize) -> Vec<JournalAttempt> {
                 at_ms,
             } => {
                 if let Some(i) = find(&mut out, run, *attempt) {
-                    push_child(&mut out[i].children, ChildEvent {
-                        at: Timestamp(*at_ms),
-                        child: child.clone(),
-                        incarnation: *incarnation,
-                        reason: reason.clone(),
-                        meltdown: false,
-                    });
+                    push_child(
+                        &mut out[i].children,
+                        ChildEvent {
+                            at: Timestamp(*at_ms),
+                            child: child.clone(),
+                            incarnation: *incarnation,
+                            reason: reason.clone(),
+                            meltdown: false,
+                        },
+                    );
                 }
             }
             Record::ChildrenMeltdown {
@@ -180,13 +183,16 @@ pub fn attempts(records: &[Record], limit: usize) -> Vec<JournalAttempt> {
                 at_ms,
             } => {
                 if let Some(i) = find(&mut out, run, *attempt) {
-                    push_child(&mut out[i].children, ChildEvent {
-                        at: Timestamp(*at_ms),
-                        child: child.clone(),
-                        incarnation: 0,
-                        reason: format!("{restarts} restarts within {period_ms} ms: {reason}"),
-                        meltdown: true,
-                    });
+                    push_child(
+                        &mut out[i].children,
+                        ChildEvent {
+                            at: Timestamp(*at_ms),
+                            child: child.clone(),
+                            incarnation: 0,
+                            reason: format!("{restarts} restarts within {period_ms} ms: {reason}"),
+                            meltdown: true,
+                        },
+                    );
                 }
             }
             _ => {}

@@ -186,9 +186,9 @@ pub enum Record {
         step: String,
     },
     /// A child of the running runtime was started again
-    /// (`steadfast_protocol::children`). Staged: a child dies with the
-    /// process, so its restart waits for no fsync; the record is durable
-    /// with the next group commit.
+    /// (`steadfast_protocol::children`). Written without an fsync of its
+    /// own: a child dies with the process, so its restart waits for no
+    /// fsync; the record is durable with the next group commit.
     ChildRestarted {
         /// The runtime's attempt.
         attempt: NonZeroU32,

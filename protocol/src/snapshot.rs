@@ -241,6 +241,29 @@ pub struct BudgetStatus {
 }
 
 impl Snapshot {
+    /// The children whose absence makes the runtime not ready: a permanent
+    /// or significant child that is not running (between its end and its
+    /// restart, or stopped by an operator). A transient or temporary one
+    /// that ended is not missed.
+    #[must_use]
+    pub fn children_down(&self) -> Vec<&str> {
+        use crate::children::{ChildState, Restart};
+        self.children
+            .iter()
+            .filter(|c| {
+                (c.restart == Restart::Permanent || c.significant) && c.state != ChildState::Running
+            })
+            .map(|c| c.name.as_str())
+            .collect()
+    }
+
+    /// Whether the runtime is ready: running, with no child it needs down
+    /// ([`Self::children_down`]).
+    #[must_use]
+    pub fn ready(&self) -> bool {
+        matches!(self.lifecycle, LifecycleState::Running { .. }) && self.children_down().is_empty()
+    }
+
     /// This snapshot as the control plane carries it: the current (latest)
     /// attempt only, with its phases; earlier attempts are the journal's.
     #[must_use]

@@ -136,7 +136,7 @@ pub fn print_status(
 pub fn probe_answer(snapshot: &Snapshot, what: ProbeKind, verbose: bool) -> ExitCode {
     let ok = match what {
         ProbeKind::Live => true,
-        ProbeKind::Ready => matches!(snapshot.lifecycle, LifecycleState::Running { .. }),
+        ProbeKind::Ready => snapshot.ready(),
     };
     if verbose {
         errln!(
@@ -179,7 +179,11 @@ pub fn render_journal(attempts: &[JournalAttempt], times: Times) -> String {
         out.push_str(&render_attempt(&entry.attempt, times));
         for event in &entry.children {
             let what = if event.meltdown {
-                format!("child {} melted its group down: {}", escape(&event.child), escape(&event.reason))
+                format!(
+                    "child {} melted its group down: {}",
+                    escape(&event.child),
+                    escape(&event.reason)
+                )
             } else {
                 format!(
                     "child {} restarted (incarnation {}): {}",
@@ -462,8 +466,16 @@ pub fn render_children(children: &[steadfast::protocol::children::ChildView]) ->
             state,
             child.incarnation,
             child.restarts_in_period,
-            if child.restarts_in_period == 1 { "" } else { "s" },
-            if child.significant { ", significant" } else { "" },
+            if child.restarts_in_period == 1 {
+                ""
+            } else {
+                "s"
+            },
+            if child.significant {
+                ", significant"
+            } else {
+                ""
+            },
         );
     }
     out

@@ -27,6 +27,7 @@ mod support;
 mod apply_nonblocking;
 mod attempts;
 mod budget;
+mod children;
 mod config_files;
 mod control;
 mod control_hostile;
