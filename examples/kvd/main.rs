@@ -563,7 +563,11 @@ impl Store {
     /// when the log moved on meanwhile (the snapshot is then of an older
     /// log; nothing is changed); else the fresh log's generation and how
     /// many records it took over.
-    fn start_new_log(&mut self, generation: u64, offset: u64) -> std::io::Result<Option<(u64, u64)>> {
+    fn start_new_log(
+        &mut self,
+        generation: u64,
+        offset: u64,
+    ) -> std::io::Result<Option<(u64, u64)>> {
         let old = self.log.try_clone()?;
         old.lock()?;
         let started = self.start_new_log_locked(generation, offset);
@@ -645,7 +649,6 @@ impl Store {
         Ok(Some((next, records)))
     }
 }
-
 
 /// The log's name in the data dir.
 const LOG_NAME: &str = "store.log";
@@ -1057,7 +1060,9 @@ async fn compactor(store: Shared, shutdown: CancellationToken) -> Result<(), Str
             let compacted = tokio::task::spawn_blocking(move || compact_once(&store, &stop))
                 .await
                 .unwrap_or_else(|join| {
-                    Err(std::io::Error::other(format!("the compaction panicked: {join}")))
+                    Err(std::io::Error::other(format!(
+                        "the compaction panicked: {join}"
+                    )))
                 });
             match compacted {
                 Ok(Compacted::Done {
@@ -1071,9 +1076,8 @@ async fn compactor(store: Shared, shutdown: CancellationToken) -> Result<(), Str
                 Ok(Compacted::Busy) => backoff = Some(COMPACT_RETRY_MIN),
                 Ok(Compacted::Skipped) => backoff = None,
                 Err(error) => {
-                    let wait = backoff.map_or(COMPACT_RETRY_MIN, |wait| {
-                        (wait * 2).min(COMPACT_RETRY_MAX)
-                    });
+                    let wait =
+                        backoff.map_or(COMPACT_RETRY_MIN, |wait| (wait * 2).min(COMPACT_RETRY_MAX));
                     backoff = Some(wait);
                     tracing::warn!(
                         target: "kvd",

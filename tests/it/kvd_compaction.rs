@@ -95,9 +95,7 @@ impl Kvd {
         let config = dir.join("kvd.toml");
         std::fs::write(
             &config,
-            format!(
-                "listen_addr = \"127.0.0.1:{port}\"\ncompact_after_records = {threshold}\n"
-            ),
+            format!("listen_addr = \"127.0.0.1:{port}\"\ncompact_after_records = {threshold}\n"),
         )
         .expect("config");
         let log = std::fs::File::create(dir.join(format!("kvd-{run}.log"))).expect("log");
@@ -222,12 +220,7 @@ fn body(line: &str) -> &str {
 
 /// Wait until `store.log` is of a generation past `after` (a compaction
 /// ran) and holds at most `max_lines` lines; its generation.
-fn until_compacted(
-    data: &Path,
-    after: u64,
-    max_lines: usize,
-    stderr: impl Fn() -> String,
-) -> u64 {
+fn until_compacted(data: &Path, after: u64, max_lines: usize, stderr: impl Fn() -> String) -> u64 {
     let deadline = Instant::now() + PATIENCE;
     loop {
         let generation = generation(data);
@@ -287,7 +280,12 @@ fn every_acknowledged_set_survives_a_kill_at_each_step_of_a_compaction() {
             // The relaunch reads every acknowledged write.
             let relaunched = Kvd::start(&binary, tmp.path(), 2, port, THRESHOLD, None);
             known.check(port, &format!("{what}, relaunched"));
-            for name in ["store.log", "store.snapshot", "store.snapshot.tmp", "store.log.tmp"] {
+            for name in [
+                "store.log",
+                "store.snapshot",
+                "store.snapshot.tmp",
+                "store.log.tmp",
+            ] {
                 if data.join(name).exists() {
                     assert_eq!(mode(&data.join(name)), 0o600, "[{what}] {name}");
                 }
@@ -449,5 +447,8 @@ fn a_store_snapshot_symlink_is_refused() {
     let _ = daemon.kill();
     let _ = daemon.wait();
     assert_eq!(std::fs::read(&victim).expect("victim"), b"planted\n");
-    assert!(refused.is_ok(), "kvd did not refuse the store.snapshot link");
+    assert!(
+        refused.is_ok(),
+        "kvd did not refuse the store.snapshot link"
+    );
 }
