@@ -398,6 +398,11 @@ impl Store {
     /// process's compaction moved the log on.
     fn reload(&mut self) -> std::io::Result<()> {
         let loaded = load(&self.dir)?;
+        tracing::info!(
+            target: "kvd",
+            generation = loaded.generation,
+            "store.log was compacted by another kvd; following it"
+        );
         self.map = loaded.map;
         self.log = loaded.log;
         self.applied = loaded.applied;
