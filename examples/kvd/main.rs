@@ -18,8 +18,9 @@
 //! answered `ERR` and leaves no fragment behind, and writes succeed again
 //! as soon as space returns, without a restart (see [`Store`]). Its runtime boots in steadfast phases — `resolve_config`,
 //! `open_store` (takes the store lock), `replay_log`, `bind_listener`,
-//! `serve` — and `log_level`, `max_connections` and `idle_timeout_secs`
-//! apply in place while `listen_addr` needs a restart.
+//! `serve` — and `log_level`, `max_connections`, `idle_timeout_secs` and
+//! `compact_after_records` (see "Compaction" below) apply in place while
+//! `listen_addr` needs a restart.
 //!
 //! Connections (`serve_connection`; `tests/it/kvd_limits.rs`,
 //! `tests/it/drain_owns.rs`):
