@@ -18,8 +18,9 @@
 //! answered `ERR` and leaves no fragment behind, and writes succeed again
 //! as soon as space returns, without a restart (see [`Store`]). Its runtime boots in steadfast phases — `resolve_config`,
 //! `open_store` (takes the store lock), `replay_log`, `bind_listener`,
-//! `serve` — and `log_level`, `max_connections` and `idle_timeout_secs`
-//! apply in place while `listen_addr` needs a restart.
+//! `serve` — and `log_level`, `max_connections`, `idle_timeout_secs` and
+//! `compact_after_records` (see "Compaction" below) apply in place while
+//! `listen_addr` needs a restart.
 //!
 //! Connections (`serve_connection`; `tests/it/kvd_limits.rs`,
 //! `tests/it/drain_owns.rs`):
@@ -61,10 +62,74 @@
 //! ended (`steadfast::daemon::Ended::code`): 0 drained by SIGTERM, 80 halt,
 //! 75 relaunch (`spec/exit-codes.md`).
 //!
-//! `store.log` and `store.lock` are private (0600) and opened without
-//! following a link, in a data dir no other user can write, through
-//! `steadfast::fs` like steadfast's own files
-//! (`files::kvd_files_are_private`, `files::a_kvd_store_log_symlink_is_refused`).
+//! `store.log`, `store.snapshot`, `store.lock` and the compaction's temp
+//! and lock files are private (0600) and opened without following a link,
+//! in a data dir no other user can write, through `steadfast::fs` like
+//! steadfast's own files (`files::kvd_files_are_private`,
+//! `files::a_kvd_store_log_symlink_is_refused`).
+//!
+//! # Compaction
+//!
+//! Once `store.log` holds `compact_after_records` records (default 10000;
+//! applied in place; 0 is refused as a config error, as a store that never
+//! compacts replays every write it ever took), the `compactor` task
+//! replaces it by `store.snapshot` (the map) and a fresh, short log, off
+//! the request path: writes go on while the snapshot is written, and wait
+//! only while the records written meanwhile are copied into the fresh log
+//! and it is renamed into place (two fsyncs). A compaction that fails is
+//! logged and tried again after a backoff (1 s doubling to 30 s); the
+//! store serves on, correct.
+//!
+//! Every log has a *generation*: a log whose first line is the framed
+//! header `log n` is generation `n`; a log without one (written before
+//! compaction existed, or never compacted) is generation 0. The snapshot's
+//! framed header `snapshot g x k` says it holds the map as of byte `x` of
+//! the log of generation `g` (the end of a complete line), in `k` framed
+//! `S key value` lines. A compaction of a log of generation `g`:
+//!
+//! 1. holds `store.compact.lock` (`flock`; an overlap replacement's other
+//!    kvd skips its own compaction meanwhile);
+//! 2. copies the map and notes `g` and `x`, the end of the log it applied;
+//! 3. writes `store.snapshot.tmp`, fsyncs it, renames it to
+//!    `store.snapshot`, fsyncs the dir;
+//! 4. under the log's exclusive lock: writes `store.log.tmp` (header
+//!    `log g+1`, then the records past `x`), fsyncs it, appends the seal
+//!    `sealed g+1` to the old log, renames the temp file over `store.log`,
+//!    fsyncs the dir, and goes on writing in the fresh log.
+//!
+//! What a crash leaves, and what the replay makes of it (`load`): a
+//! snapshot of generation `g` is followed by a log of generation `g`,
+//! applied from byte `x` on (the bytes before are in the snapshot), or of
+//! generation `g+1`, applied whole (it starts at `x`); no snapshot, by a
+//! log of generation 0, applied whole. Any other pair is refused (held,
+//! naming both), as is a damaged snapshot.
+//! - Before 3's rename: the old snapshot (generation `g-1`, or none) and
+//!   the old log (`g`): applied whole. A temp file is ignored (the next
+//!   compaction replaces it).
+//! - After 3's rename, through 4's: the new snapshot (`g`, `x`) and the old
+//!   log (`g`), maybe ending in a seal: applied from `x`. A seal in a file
+//!   still named `store.log` means nothing.
+//! - After 4's rename: the new snapshot and the fresh log (`g+1`): applied
+//!   whole.
+//! - A `store.log` removed (or holding no complete line) beside a snapshot
+//!   starts over as the snapshot's next generation: the store is the
+//!   snapshot.
+//!
+//! Neither rename can be undone by a power cut once its dir fsync
+//! returned, and 4 starts only after 3's fsync: a log of generation `g+1`
+//! is never named without its snapshot. Replaying a record the snapshot
+//! already holds would even be harmless (each is a blind `SET`/`DEL`: any
+//! suffix of the history applied to the state after it is that state
+//! again), but the offset makes it exact.
+//!
+//! An overlap replacement's two kvds share the log: the one that did not
+//! compact meets the seal when it next takes the log's lock, sees that
+//! `store.log` is another file, and reads the snapshot and the fresh log
+//! again before it writes; a replay that meets a seal with `store.log`
+//! renamed under it reads again too. A log replaced without a seal is
+//! still a lost log (above). Checked, with a real kvd killed with `SIGKILL`
+//! at every step (failpoints, in a build with the cargo feature
+//! `failpoints`), by `tests/it/kvd_compaction.rs`.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -83,11 +148,24 @@ use steadfast::{
 };
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// A crash failpoint of kvd's (`steadfast_actors::failpoint`: `SIGKILL`
+/// when `STEADFAST_CRASH_AT=<point>:<nth>` arms it). Only a build with the
+/// cargo feature `failpoints` holds one; `tests/it/kvd_compaction.rs` names
+/// every point.
+macro_rules! failpoint {
+    ($point:literal) => {
+        #[cfg(feature = "failpoints")]
+        steadfast_actors::failpoint::hit($point);
+    };
+}
 
 const DEFAULTS: &str = r#"
 listen_addr = "127.0.0.1:7070"
 max_connections = 64
 idle_timeout_secs = 60
+compact_after_records = 10000
 "#;
 
 /// The store: the map, and the log that makes it durable.
@@ -129,6 +207,17 @@ struct Store {
     log: File,
     /// How many bytes of the log are applied to `map`.
     applied: u64,
+    /// The log's generation: 0 for a log without a header, else the `n`
+    /// of its first line `log n` (a compaction's fresh log).
+    generation: u64,
+    /// The `S`/`D` records the log file holds (what a replay reads): the
+    /// compactor runs once there are `compact_after_records` of them.
+    records: u64,
+    /// A compaction renamed a fresh log into place but could not fsync the
+    /// data dir: its name may not be durable yet, so every write fsyncs the
+    /// dir first until one succeeds (an acknowledged write must not sit in
+    /// a log a power cut could unname).
+    dir_unsynced: bool,
     /// The data dir, open: where `store.log` is looked up (without
     /// following a link) to check it is still the file open as `log`.
     dir: Dir,
@@ -137,9 +226,31 @@ struct Store {
     lost: Option<String>,
     /// Wakes the `watch_log` task at once when a write finds the log lost.
     lost_signal: Arc<tokio::sync::Notify>,
+    /// The compactor's threshold, and its wake-up.
+    compaction: Arc<Compaction>,
 }
 
 type Shared = Arc<Mutex<Store>>;
+
+/// When the compactor runs: the threshold (`compact_after_records`, which
+/// applies in place), and the wake-up a write that reaches it sends.
+struct Compaction {
+    after_records: AtomicU64,
+    wake: tokio::sync::Notify,
+}
+
+impl Compaction {
+    fn new(after_records: NonZeroU64) -> Arc<Self> {
+        Arc::new(Self {
+            after_records: AtomicU64::new(after_records.get()),
+            wake: tokio::sync::Notify::new(),
+        })
+    }
+
+    fn due(&self, records: u64) -> bool {
+        records >= self.after_records.load(Ordering::SeqCst)
+    }
+}
 
 /// Apply one record's body (`S key value` or `D key`) to `map`.
 fn apply_body(map: &mut HashMap<String, String>, body: &str) {
@@ -154,6 +265,12 @@ fn apply_body(map: &mut HashMap<String, String>, body: &str) {
         }
         _ => {}
     }
+}
+
+/// Whether `body` is a record of the map (`S …`, `D …`), not a log's header
+/// or seal.
+fn is_record(body: &str) -> bool {
+    body.starts_with("S ") || body.starts_with("D ")
 }
 
 /// One record as `store.log` holds it: `crc32c(body)` as 8 lowercase hex
@@ -198,14 +315,30 @@ fn line_body(line: &[u8]) -> Option<&str> {
         .filter(|l| l.starts_with("S ") || l.starts_with("D "))
 }
 
+/// What [`apply_lines`] applied.
+#[derive(Debug, Default)]
+struct Applied {
+    /// The bytes of the complete lines.
+    len: u64,
+    /// The `S`/`D` records among them.
+    records: u64,
+    /// A compaction's seal (`sealed n`) was among them: if `store.log` is
+    /// now another file, the log went on there.
+    sealed: bool,
+}
+
 /// Apply the complete lines of `bytes` (which start at byte `offset` of the
-/// log); return how many bytes they span, or why a line is refused.
+/// log); say how many bytes they span, or why a line is refused.
 fn apply_lines(
     map: &mut HashMap<String, String>,
     bytes: &[u8],
     offset: u64,
-) -> Result<u64, String> {
+) -> Result<Applied, String> {
     let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let mut applied = Applied {
+        len: complete as u64,
+        ..Applied::default()
+    };
     let mut at = offset;
     for line in bytes[..complete].split_inclusive(|&b| b == b'\n') {
         let body = line.strip_suffix(b"\n").unwrap_or(line);
@@ -218,31 +351,64 @@ fn apply_lines(
                      comes before"
                 ));
             };
+            applied.records += u64::from(is_record(body));
+            applied.sealed |= body.starts_with("sealed ");
             apply_body(map, body);
         }
         at += line.len() as u64;
     }
-    Ok(complete as u64)
+    Ok(applied)
 }
 
 fn invalid(reason: String) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, reason)
 }
 
+/// Whether `store.log` in `dir` is still `file` (not following a link).
+fn names_log(dir: &Dir, file: &File) -> std::io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let open = file.metadata()?;
+    let named = dir.stat(LOG_NAME).map_err(std::io::Error::other)?;
+    Ok(open.nlink() > 0 && named.is_some_and(|named| named.id() == (open.dev(), open.ino())))
+}
+
 impl Store {
-    /// Apply whatever was appended to the log beyond `applied`.
-    fn catch_up(&mut self) -> std::io::Result<()> {
+    /// Apply whatever was appended to the log beyond `applied`. `true` when
+    /// that ended in a compaction's seal and `store.log` is now another
+    /// file (another process compacted): the caller reloads
+    /// ([`Self::reload`]) before anything else, as what it applied is past
+    /// the seal and would not be seen again.
+    fn catch_up(&mut self) -> std::io::Result<bool> {
         use std::io::{Read, Seek, SeekFrom};
         let len = self.log.metadata()?.len();
         if len <= self.applied {
-            return Ok(());
+            return Ok(false);
         }
         let mut reader = &self.log;
         reader.seek(SeekFrom::Start(self.applied))?;
         let mut bytes = Vec::new();
         reader.take(len - self.applied).read_to_end(&mut bytes)?;
-        self.applied += apply_lines(&mut self.map, &bytes, self.applied)
+        let applied = apply_lines(&mut self.map, &bytes, self.applied)
             .map_err(|reason| invalid(format!("store.log: {reason}")))?;
+        self.applied += applied.len;
+        self.records += applied.records;
+        Ok(applied.sealed && !names_log(&self.dir, &self.log)?)
+    }
+
+    /// Read the data dir again (snapshot and log, [`load`]): another
+    /// process's compaction moved the log on.
+    fn reload(&mut self) -> std::io::Result<()> {
+        let loaded = load(&self.dir)?;
+        tracing::info!(
+            target: "kvd",
+            generation = loaded.generation,
+            "store.log was compacted by another kvd; following it"
+        );
+        self.map = loaded.map;
+        self.log = loaded.log;
+        self.applied = loaded.applied;
+        self.generation = loaded.generation;
+        self.records = loaded.records;
         Ok(())
     }
 
@@ -259,31 +425,45 @@ impl Store {
         self.log.lock_shared()?;
         let caught_up = self.catch_up();
         let unlocked = self.log.unlock();
-        caught_up?;
+        if caught_up? {
+            self.reload()?;
+        }
         unlocked
     }
 
     /// Under the log's lock: catch up, cut any fragment, append one line
     /// and fsync it; only then apply it to the map. An error is answered
-    /// `ERR`, never `OK`.
+    /// `ERR`, never `OK`. A log another process's compaction moved on is
+    /// reloaded first, and the line appended to the log now in place.
     fn write(
         &mut self,
         line: &str,
         apply: impl FnOnce(&mut HashMap<String, String>),
     ) -> std::io::Result<()> {
-        if let Some(lost) = &self.lost {
-            return Err(std::io::Error::other(lost.clone()));
+        loop {
+            if let Some(lost) = &self.lost {
+                return Err(std::io::Error::other(lost.clone()));
+            }
+            self.log.lock()?;
+            let written = self.append_locked(line);
+            let unlocked = self.log.unlock();
+            if !written? {
+                self.reload()?;
+                continue;
+            }
+            unlocked?;
+            apply(&mut self.map);
+            self.records += 1;
+            if self.compaction.due(self.records) {
+                self.compaction.wake.notify_one();
+            }
+            return Ok(());
         }
-        self.log.lock()?;
-        let written = self.append_locked(line);
-        let unlocked = self.log.unlock();
-        written?;
-        unlocked?;
-        apply(&mut self.map);
-        Ok(())
     }
 
-    /// The body of [`Self::write`], with the log's exclusive lock held.
+    /// The body of [`Self::write`], with the log's exclusive lock held;
+    /// `false` (nothing written) when the log was moved on by another
+    /// process's compaction.
     ///
     /// The new line starts on a record boundary: whatever lies past the
     /// last complete line is the fragment of a write that failed (ENOSPC,
@@ -295,9 +475,15 @@ impl Store {
     /// it succeeds. Truncating after a failed fsync is safe: every byte up
     /// to `applied` was fsynced before (or replayed and fsynced at open),
     /// and the bytes cut were never acknowledged.
-    fn append_locked(&mut self, line: &str) -> std::io::Result<()> {
-        self.catch_up()?;
+    fn append_locked(&mut self, line: &str) -> std::io::Result<bool> {
+        if self.catch_up()? {
+            return Ok(false);
+        }
         self.cut_fragment()?;
+        if self.dir_unsynced {
+            self.dir.sync().map_err(std::io::Error::other)?;
+            self.dir_unsynced = false;
+        }
         let written = (&self.log)
             .write_all(line.as_bytes())
             .and_then(|()| self.log.sync_data());
@@ -312,7 +498,7 @@ impl Store {
             return Err(std::io::Error::other(lost));
         }
         self.applied += line.len() as u64;
-        Ok(())
+        Ok(true)
     }
 
     /// Why `store.log` is no longer the file this store has open, if it is
@@ -372,58 +558,558 @@ impl Store {
                 )
             })
     }
+
+    /// A compaction's last part, with the snapshot of `store.log`'s
+    /// generation `generation` up to byte `offset` durable: write the fresh
+    /// log (its header `log <generation + 1>`, then the records appended
+    /// since `offset`) as a temp file and fsync it, seal this log, rename
+    /// the fresh one over `store.log`, fsync the dir, and go on in it.
+    /// Holds the old log's exclusive lock throughout, so no write of either
+    /// process falls between the copy of the tail and the rename. `None`
+    /// when the log moved on meanwhile (the snapshot is then of an older
+    /// log; nothing is changed); else the fresh log's generation and how
+    /// many records it took over.
+    fn start_new_log(
+        &mut self,
+        generation: u64,
+        offset: u64,
+    ) -> std::io::Result<Option<(u64, u64)>> {
+        let old = self.log.try_clone()?;
+        old.lock()?;
+        let started = self.start_new_log_locked(generation, offset);
+        // The old log's open file, whichever file `self.log` is now.
+        let unlocked = old.unlock();
+        let started = started?;
+        unlocked?;
+        Ok(started)
+    }
+
+    /// The body of [`Self::start_new_log`].
+    fn start_new_log_locked(
+        &mut self,
+        generation: u64,
+        offset: u64,
+    ) -> std::io::Result<Option<(u64, u64)>> {
+        use std::io::{Read, Seek, SeekFrom};
+        if self.catch_up()? {
+            self.reload()?;
+            return Ok(None);
+        }
+        if self.generation != generation || self.applied < offset {
+            return Ok(None);
+        }
+        if let Some(lost) = self.check_lost() {
+            return Err(std::io::Error::other(lost));
+        }
+        self.cut_fragment()?;
+        let mut tail = Vec::new();
+        let mut reader = &self.log;
+        reader.seek(SeekFrom::Start(offset))?;
+        reader.take(self.applied - offset).read_to_end(&mut tail)?;
+        let next = generation + 1;
+        let mut fresh = frame_line(&format!("log {next}"));
+        let mut records = 0;
+        for line in tail.split(|&b| b == b'\n') {
+            // Replayed before (up to `applied`), so every line reads.
+            if let Some(body) = line_body(line).filter(|body| is_record(body)) {
+                fresh.push_str(&frame_line(body));
+                records += 1;
+            }
+        }
+        self.dir.unlink(LOG_TMP).map_err(std::io::Error::other)?;
+        let new = self
+            .dir
+            .open(LOG_TMP, steadfast::fs::Access::AppendCreateNew)
+            .map_err(std::io::Error::other)?
+            .into_os()?;
+        (&new).write_all(fresh.as_bytes())?;
+        failpoint!("kvd.compact.log_before_fsync");
+        new.sync_all()?;
+        failpoint!("kvd.compact.log_before_seal");
+        // The seal tells a process sharing this log (an overlap
+        // replacement's other kvd), when it next takes the lock, that
+        // `store.log` went on in another file. Not fsynced: it matters only
+        // to a live reader (a seal in a file still named `store.log`, as a
+        // crash here leaves, means nothing), and a torn one is a fragment,
+        // cut like any other.
+        let seal = frame_line(&format!("sealed {next}"));
+        if let Err(error) = (&self.log).write_all(seal.as_bytes()) {
+            let _ = self.cut_fragment();
+            return Err(error);
+        }
+        self.applied += seal.len() as u64;
+        failpoint!("kvd.compact.log_before_rename");
+        self.dir
+            .rename(LOG_TMP, LOG_NAME)
+            .map_err(std::io::Error::other)?;
+        // From here `store.log` is the fresh log, whatever fails next.
+        self.log = new;
+        self.applied = fresh.len() as u64;
+        self.generation = next;
+        self.records = records;
+        failpoint!("kvd.compact.log_before_dir_fsync");
+        if let Err(error) = self.dir.sync() {
+            self.dir_unsynced = true;
+            return Err(std::io::Error::other(error));
+        }
+        Ok(Some((next, records)))
+    }
 }
 
 /// The log's name in the data dir.
 const LOG_NAME: &str = "store.log";
+/// The snapshot's name in the data dir.
+const SNAPSHOT_NAME: &str = "store.snapshot";
+/// The temp files a compaction writes before renaming them into place.
+const SNAPSHOT_TMP: &str = "store.snapshot.tmp";
+const LOG_TMP: &str = "store.log.tmp";
+/// Locked (`flock`) by the one compaction running: an overlap
+/// replacement's two kvds never compact at once.
+const COMPACT_LOCK: &str = "store.compact.lock";
 
-/// Open `store.log` (0600, created if missing) in the trusted data dir
-/// without following a link: `steadfast::fs`, the mechanism the
-/// control dir's files use. A link planted there is refused, naming it.
-/// Returns the data dir too, open, where the name is checked later
+/// Open the data dir without following a link: `steadfast::fs`, the
+/// mechanism the control dir's files use. Every file kvd has there is
+/// opened through it (0600, no link followed: a link planted there is
+/// refused, naming it), and `store.log` is looked up in it later
 /// ([`Store::check_lost`]).
-fn open_store_log(data_dir: &Path) -> std::io::Result<(Dir, File)> {
-    use steadfast::fs::Access;
-    let dir = Dir::open_data_dir(data_dir, true).map_err(std::io::Error::other)?;
-    // The OS file: the log takes shared locks too.
-    let log = dir
-        .open(LOG_NAME, Access::AppendCreate)
-        .map_err(std::io::Error::other)?
-        .into_os()?;
-    Ok((dir, log))
+fn open_data_dir(data_dir: &Path) -> std::io::Result<Dir> {
+    Dir::open_data_dir(data_dir, true).map_err(std::io::Error::other)
 }
 
-/// Replay `store.log` under its lock: every complete line ([`line_body`]);
-/// a torn last line (a crash or a failed write mid-append, never
-/// acknowledged) is cut off; a damaged line refuses the replay
-/// ([`std::io::ErrorKind::InvalidData`]: a held failure).
-fn replay(data_dir: &Path) -> std::io::Result<Store> {
-    use std::io::Read;
-    let (dir, log) = open_store_log(data_dir)?;
-    log.lock()?;
-    let mut bytes = Vec::new();
-    (&log).read_to_end(&mut bytes)?;
+/// Open `store.log` (0600, created if missing) in the trusted data dir.
+fn open_store_log(dir: &Dir) -> std::io::Result<File> {
+    use steadfast::fs::Access;
+    // The OS file: the log takes shared locks too.
+    dir.open(LOG_NAME, Access::AppendCreate)
+        .map_err(std::io::Error::other)?
+        .into_os()
+}
+
+/// What `store.snapshot` holds: the map as of byte `offset` of the log of
+/// generation `generation`.
+struct Snapshot {
+    generation: u64,
+    offset: u64,
+    map: HashMap<String, String>,
+}
+
+/// `store.snapshot`'s bytes: the framed header `snapshot <generation>
+/// <offset> <entries>`, then one framed `S key value` per entry.
+fn encode_snapshot(generation: u64, offset: u64, map: &HashMap<String, String>) -> Vec<u8> {
+    let mut out = frame_line(&format!("snapshot {generation} {offset} {}", map.len()));
+    for (key, value) in map {
+        out.push_str(&frame_line(&format!("S {key} {value}")));
+    }
+    out.into_bytes()
+}
+
+/// Read `store.snapshot`'s bytes: every line must be whole and framed, and
+/// the entries as many as the header says (it is renamed into place only
+/// once complete and fsynced: anything else is damage, never a torn
+/// write).
+fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot, String> {
+    let mut lines = bytes.split_inclusive(|&b| b == b'\n');
+    let header = lines
+        .next()
+        .and_then(|line| line.strip_suffix(b"\n"))
+        .and_then(framed)
+        .ok_or("its first line is not a whole snapshot header")?;
+    let fields: Vec<&str> = header.split(' ').collect();
+    let number = |field: &str| field.parse::<u64>().ok();
+    let (generation, offset, entries) = match fields[..] {
+        ["snapshot", generation, offset, entries] => {
+            match (number(generation), number(offset), number(entries)) {
+                (Some(generation), Some(offset), Some(entries)) => (generation, offset, entries),
+                _ => return Err(format!("its header {header:?} does not read")),
+            }
+        }
+        _ => return Err(format!("its header {header:?} is not a snapshot header")),
+    };
     let mut map = HashMap::new();
-    let good_len = match apply_lines(&mut map, &bytes, 0) {
-        Ok(len) => len,
-        Err(reason) => {
-            log.unlock()?;
-            return Err(invalid(reason));
+    for (n, line) in lines.enumerate() {
+        let entry = line
+            .strip_suffix(b"\n")
+            .and_then(framed)
+            .and_then(|body| body.strip_prefix("S "))
+            .and_then(|rest| rest.split_once(' '))
+            .ok_or_else(|| format!("entry {} is damaged", n + 1))?;
+        map.insert(entry.0.to_owned(), entry.1.to_owned());
+    }
+    if map.len() as u64 != entries {
+        return Err(format!(
+            "it holds {} entries where its header says {entries}",
+            map.len()
+        ));
+    }
+    Ok(Snapshot {
+        generation,
+        offset,
+        map,
+    })
+}
+
+/// What [`load`] read: the map, and the log open at the end of what it
+/// applied.
+struct Loaded {
+    map: HashMap<String, String>,
+    log: File,
+    applied: u64,
+    generation: u64,
+    records: u64,
+}
+
+/// How many times [`load`] reads the files again when another process's
+/// compaction moved them on while it read them; a mismatch still there
+/// after that is damage, and held.
+const LOAD_TRIES: u32 = 10;
+
+/// Replay the store: `store.snapshot` if there is one, then `store.log`
+/// under its lock (module doc, "Compaction", says which of its lines
+/// apply); a torn last line of the log (a crash or a failed write
+/// mid-append, never acknowledged) is cut off; a damaged line, a damaged
+/// snapshot or a log that does not continue the snapshot refuses the
+/// replay ([`std::io::ErrorKind::InvalidData`]: a held failure).
+fn load(dir: &Dir) -> std::io::Result<Loaded> {
+    let mut moved = String::new();
+    for _ in 0..LOAD_TRIES {
+        match load_once(dir)? {
+            Ok(loaded) => return Ok(loaded),
+            Err(why) => moved = why,
+        }
+    }
+    Err(invalid(moved))
+}
+
+/// One try of [`load`]: `Err` inside when the snapshot and the log do not
+/// fit (a compaction between the two reads, or damage).
+fn load_once(dir: &Dir) -> std::io::Result<Result<Loaded, String>> {
+    let snapshot = match dir
+        .read(SNAPSHOT_NAME, u64::MAX)
+        .map_err(std::io::Error::other)?
+    {
+        Some(bytes) => Some(
+            decode_snapshot(&bytes)
+                .map_err(|reason| invalid(format!("{SNAPSHOT_NAME}: {reason}")))?,
+        ),
+        None => None,
+    };
+    let log = open_store_log(dir)?;
+    log.lock()?;
+    let loaded = replay_locked(dir, &log, snapshot);
+    let unlocked = log.unlock();
+    let loaded = loaded?;
+    unlocked?;
+    Ok(loaded.map(|(map, applied, generation, records)| Loaded {
+        map,
+        log,
+        applied,
+        generation,
+        records,
+    }))
+}
+
+/// The body of [`load_once`], `log`'s exclusive lock held: the map, the
+/// bytes applied, the log's generation and its records.
+type Replayed = (HashMap<String, String>, u64, u64, u64);
+
+fn replay_locked(
+    dir: &Dir,
+    log: &File,
+    snapshot: Option<Snapshot>,
+) -> std::io::Result<Result<Replayed, String>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    (&*log).read_to_end(&mut bytes)?;
+    let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1) as u64;
+    let (generation, header_len) = log_header(&bytes);
+    let (mut map, from) = match snapshot {
+        // No complete line (removed, or a torn first line): the store is
+        // the snapshot, and the log starts over as its next generation.
+        Some(snapshot) if complete == 0 => {
+            let header = frame_line(&format!("log {}", snapshot.generation + 1));
+            log.set_len(0)?;
+            (&*log).write_all(header.as_bytes())?;
+            log.sync_all()?;
+            return Ok(Ok((
+                snapshot.map,
+                header.len() as u64,
+                snapshot.generation + 1,
+                0,
+            )));
+        }
+        None if generation == 0 => (HashMap::new(), 0),
+        None => {
+            return Ok(Err(format!(
+                "{} continues generation {} of {SNAPSHOT_NAME}, which is missing: restore \
+                 it from a copy",
+                dir.join(LOG_NAME).display(),
+                generation - 1
+            )));
+        }
+        Some(snapshot) if generation == snapshot.generation + 1 => (snapshot.map, header_len),
+        Some(snapshot) if generation == snapshot.generation => {
+            let boundary = snapshot.offset == 0
+                || usize::try_from(snapshot.offset - 1)
+                    .ok()
+                    .and_then(|at| bytes.get(at))
+                    == Some(&b'\n');
+            if snapshot.offset > complete || !boundary {
+                return Ok(Err(format!(
+                    "{SNAPSHOT_NAME} holds {} up to byte {}, which is not the end of a line \
+                     there ({complete} bytes of complete lines): the log is not the one the \
+                     snapshot was taken of",
+                    dir.join(LOG_NAME).display(),
+                    snapshot.offset
+                )));
+            }
+            (snapshot.map, snapshot.offset)
+        }
+        Some(snapshot) => {
+            return Ok(Err(format!(
+                "{} is generation {generation}, but {SNAPSHOT_NAME} is of generation {}: \
+                 a log continues its snapshot's generation or the next",
+                dir.join(LOG_NAME).display(),
+                snapshot.generation
+            )));
         }
     };
+    let start = usize::try_from(from).map_err(|_| invalid("the log is too long".into()))?;
+    let applied = apply_lines(&mut map, &bytes[start..], from).map_err(invalid)?;
+    if applied.sealed && !names_log(dir, log)? {
+        return Ok(Err(format!(
+            "{} was replaced by a compaction while it was read",
+            dir.join(LOG_NAME).display()
+        )));
+    }
+    let good_len = from + applied.len;
     if bytes.len() as u64 > good_len {
         log.set_len(good_len)?;
         log.sync_all()?;
     }
-    log.unlock()?;
+    // The lines before `from` are the snapshot's, but a replay reads them.
+    let before = bytes[usize::try_from(header_len).unwrap_or(0)..start]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count() as u64;
+    Ok(Ok((map, good_len, generation, before + applied.records)))
+}
+
+/// A log's generation, and the length of its header line: `(n, len)` when
+/// its first line is `log n`, `(0, 0)` for a log without one (empty, or
+/// written before compaction).
+fn log_header(bytes: &[u8]) -> (u64, u64) {
+    let Some(end) = bytes.iter().position(|&b| b == b'\n') else {
+        return (0, 0);
+    };
+    framed(&bytes[..end])
+        .and_then(|body| body.strip_prefix("log "))
+        .and_then(|n| n.parse().ok())
+        .map_or((0, 0), |generation| (generation, end as u64 + 1))
+}
+
+/// Open the store under `data_dir` ([`load`]) with the compaction
+/// threshold `compact_after_records`.
+fn replay(data_dir: &Path, compact_after_records: NonZeroU64) -> std::io::Result<Store> {
+    let dir = open_data_dir(data_dir)?;
+    let loaded = load(&dir)?;
+    // `store.log` may have been created just now: its name made durable
+    // before a write is acknowledged in it.
+    dir.sync().map_err(std::io::Error::other)?;
     Ok(Store {
-        map,
-        log,
-        applied: good_len,
+        map: loaded.map,
+        log: loaded.log,
+        applied: loaded.applied,
+        generation: loaded.generation,
+        records: loaded.records,
+        dir_unsynced: false,
         dir,
         lost: None,
         lost_signal: Arc::new(tokio::sync::Notify::new()),
+        compaction: Compaction::new(compact_after_records),
     })
+}
+
+/// Write `store.snapshot` (the map as of byte `offset` of the log of
+/// generation `generation`): a temp file, fsynced, renamed into place, the
+/// dir fsynced. An error leaves either the old snapshot or the new one in
+/// place, each consistent with the log.
+fn write_snapshot(
+    dir: &Dir,
+    generation: u64,
+    offset: u64,
+    map: &HashMap<String, String>,
+) -> std::io::Result<()> {
+    let bytes = encode_snapshot(generation, offset, map);
+    let mut tmp = dir
+        .create_temp(SNAPSHOT_TMP)
+        .map_err(std::io::Error::other)?;
+    #[cfg(feature = "failpoints")]
+    if steadfast_actors::failpoint::reached("kvd.compact.snapshot_mid_write") {
+        let _ = tmp.write_all(&bytes[..bytes.len() / 2]);
+        steadfast_actors::failpoint::kill();
+    }
+    tmp.write_all(&bytes)?;
+    failpoint!("kvd.compact.snapshot_before_fsync");
+    tmp.sync_all()?;
+    drop(tmp);
+    failpoint!("kvd.compact.snapshot_before_rename");
+    dir.rename(SNAPSHOT_TMP, SNAPSHOT_NAME)
+        .map_err(std::io::Error::other)?;
+    failpoint!("kvd.compact.snapshot_before_dir_fsync");
+    dir.sync().map_err(std::io::Error::other)
+}
+
+/// What one compaction did.
+#[derive(Debug)]
+enum Compacted {
+    /// The log is generation `generation` now, the snapshot holding
+    /// `entries` keys, and the fresh log the `tail` records written while
+    /// the snapshot was.
+    Done {
+        generation: u64,
+        entries: usize,
+        tail: u64,
+    },
+    /// Another process is compacting (an overlap replacement's other kvd).
+    Busy,
+    /// Nothing done: the log moved on meanwhile, or shutdown began between
+    /// the snapshot and the fresh log (the snapshot is in place and
+    /// consistent).
+    Skipped,
+}
+
+/// One compaction of `store` (blocking: run it off the runtime's workers):
+/// the map as of the log's current end, written as `store.snapshot`
+/// without holding the store (writes go on meanwhile), then the fresh log
+/// ([`Store::start_new_log`]), which holds it for a copy of the records
+/// written meanwhile and two fsyncs.
+fn compact_once(store: &Shared, stop: &CancellationToken) -> std::io::Result<Compacted> {
+    let dir = {
+        let store = store.lock().unwrap_or_else(PoisonError::into_inner);
+        store.dir.try_clone()?
+    };
+    let lock = dir
+        .open(COMPACT_LOCK, steadfast::fs::Access::ReadWriteCreate)
+        .map_err(std::io::Error::other)?;
+    match lock.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => return Ok(Compacted::Busy),
+        Err(std::fs::TryLockError::Error(error)) => return Err(error),
+    }
+    let (map, generation, offset) = {
+        let mut store = store.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(lost) = &store.lost {
+            return Err(std::io::Error::other(lost.clone()));
+        }
+        store.read_catch_up()?;
+        (store.map.clone(), store.generation, store.applied)
+    };
+    write_snapshot(&dir, generation, offset, &map)?;
+    if stop.is_cancelled() {
+        return Ok(Compacted::Skipped);
+    }
+    failpoint!("kvd.compact.before_new_log");
+    let started = store
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .start_new_log(generation, offset)?;
+    failpoint!("kvd.compact.done");
+    Ok(match started {
+        Some((generation, tail)) => Compacted::Done {
+            generation,
+            entries: map.len(),
+            tail,
+        },
+        None => Compacted::Skipped,
+    })
+}
+
+/// How often the compactor looks at the log's length when no write woke
+/// it (a log another process appended to grows without waking it).
+const COMPACT_CHECK_EVERY: Duration = Duration::from_secs(5);
+/// The wait after the first failed compaction, doubled after each further
+/// one up to [`COMPACT_RETRY_MAX`].
+const COMPACT_RETRY_MIN: Duration = Duration::from_secs(1);
+const COMPACT_RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// The compactor: compacts `store` ([`compact_once`]) whenever its log
+/// holds `compact_after_records` records or more, off the request path
+/// (a blocking thread), until `shutdown` is cancelled.
+///
+/// A failed compaction (ENOSPC, a temp name taken by a directory, …) is
+/// logged and tried again after a backoff (1 s, doubling to 30 s); the
+/// store stays correct and serving throughout. Each call starts afresh
+/// from `store` and the token: a supervisor may run it again after it
+/// ended.
+///
+/// # Errors
+/// The store is lost (its log removed or replaced under it: module doc):
+/// nothing can be compacted until a new runtime opens the store again.
+async fn compactor(store: Shared, shutdown: CancellationToken) -> Result<(), String> {
+    let compaction = Arc::clone(
+        &store
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .compaction,
+    );
+    let mut backoff: Option<Duration> = None;
+    loop {
+        let due = {
+            let store = store.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(lost) = &store.lost {
+                return Err(lost.clone());
+            }
+            compaction.due(store.records)
+        };
+        if due {
+            let (store, stop) = (Arc::clone(&store), shutdown.clone());
+            let compacted = tokio::task::spawn_blocking(move || compact_once(&store, &stop))
+                .await
+                .unwrap_or_else(|join| {
+                    Err(std::io::Error::other(format!(
+                        "the compaction panicked: {join}"
+                    )))
+                });
+            match compacted {
+                Ok(Compacted::Done {
+                    generation,
+                    entries,
+                    tail,
+                }) => {
+                    backoff = None;
+                    tracing::info!(target: "kvd", generation, entries, tail, "store.log compacted");
+                }
+                Ok(Compacted::Busy) => backoff = Some(COMPACT_RETRY_MIN),
+                Ok(Compacted::Skipped) => backoff = None,
+                Err(error) => {
+                    let wait =
+                        backoff.map_or(COMPACT_RETRY_MIN, |wait| (wait * 2).min(COMPACT_RETRY_MAX));
+                    backoff = Some(wait);
+                    tracing::warn!(
+                        target: "kvd",
+                        %error,
+                        retry_in_secs = wait.as_secs(),
+                        "store.log compaction failed; the store serves on"
+                    );
+                }
+            }
+        }
+        // While backing off, a write past the threshold does not cut the
+        // wait short.
+        let wake = async {
+            if backoff.is_none() {
+                compaction.wake.notified().await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => return Ok(()),
+            () = wake => {}
+            () = tokio::time::sleep(backoff.unwrap_or(COMPACT_CHECK_EVERY)) => {}
+        }
+    }
 }
 
 /// The settings that apply in place.
@@ -498,6 +1184,10 @@ struct Config {
     /// answer) for this long is closed (applied in place, from the next
     /// wait).
     idle_timeout_secs: NonZeroU64,
+    /// Compact `store.log` into `store.snapshot` and a fresh log once it
+    /// holds this many records (applied in place). 0 is refused: a store
+    /// that never compacts replays every write it ever took at each boot.
+    compact_after_records: NonZeroU64,
     /// The data dir, when the file names it (the supervisor's leaf).
     #[allow(dead_code)]
     data_dir: Option<PathBuf>,
@@ -560,7 +1250,8 @@ impl Step for ReplayLog {
         let path = cx.data_dir.join(LOG_NAME);
         let replayed = tokio::task::spawn_blocking({
             let data_dir = cx.data_dir.to_path_buf();
-            move || replay(&data_dir)
+            let compact_after_records = cx.config.compact_after_records;
+            move || replay(&data_dir, compact_after_records)
         })
         .await
         .map_err(StepError::backoff)?
@@ -676,6 +1367,18 @@ impl Step for Serve {
                 .unwrap_or_else(PoisonError::into_inner)
                 .lost_signal,
         );
+        // Compaction, off the request path; a task of the runtime's, so a
+        // drain waits for it (it stops between two compactions).
+        let compacted = Arc::clone(&store);
+        let stop = cx.runtime.shutdown_token();
+        cx.runtime
+            .tracker()
+            .spawn("compactor", async move {
+                if let Err(error) = compactor(compacted, stop).await {
+                    tracing::warn!(target: "kvd", %error, "the compactor stopped");
+                }
+            })
+            .map_err(StepError::backoff)?;
         let stop = cx.runtime.shutdown_token();
         cx.runtime.spawn("watch_log", async move {
             let mut every = LOG_CHECK_EVERY;
@@ -734,21 +1437,37 @@ impl Service for Kvd {
                     .idle_timeout_secs
                     .store(change.new.idle_timeout_secs.get(), Ordering::SeqCst),
                 ("log_level", Some(_)) => apply_log_level(change.new.log_level.as_ref()),
+                ("compact_after_records", Some(_)) => {
+                    if let Some(store) = runtime.get::<ReplayLog>() {
+                        let store = store.lock().unwrap_or_else(PoisonError::into_inner);
+                        store
+                            .compaction
+                            .after_records
+                            .store(change.new.compact_after_records.get(), Ordering::SeqCst);
+                        store.compaction.wake.notify_one();
+                    }
+                }
                 _ => restart.push(leaf.clone()),
             }
         }
         restart
     }
 
-    /// `steadfastctl reinit`: remove the log, under the store lock (which
-    /// also proves nothing else has the store open).
+    /// `steadfastctl reinit`: remove the snapshot and the log (and a
+    /// compaction's leftovers), under the store lock (which also proves
+    /// nothing else has the store open). The snapshot goes first: a wipe
+    /// cut short leaves a log without its snapshot, which the next boot
+    /// refuses (held) rather than reading the snapshot's keys back.
     async fn wipe(&self, data_dir: &Path, _config: Option<&Config>) -> Result<(), StepError> {
         let _lock = StoreLock::acquire(data_dir).map_err(StepError::backoff)?;
-        match std::fs::remove_file(data_dir.join(LOG_NAME)) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(StepError::backoff(format!("store.log: {e}"))),
+        for name in [SNAPSHOT_NAME, LOG_NAME, SNAPSHOT_TMP, LOG_TMP, COMPACT_LOCK] {
+            match std::fs::remove_file(data_dir.join(name)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(StepError::backoff(format!("{name}: {e}"))),
+            }
         }
+        Ok(())
     }
 }
 

@@ -53,6 +53,7 @@ mod files;
 mod fleet;
 mod group_commit;
 mod kubernetes;
+mod kvd_compaction;
 mod kvd_limits;
 mod logs;
 mod managers;
