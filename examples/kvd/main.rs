@@ -72,7 +72,7 @@
 //!
 //! Once `store.log` holds `compact_after_records` records (default 10000;
 //! applied in place; 0 is refused as a config error, as a store that never
-//! compacts replays every write it ever took), the `compactor` task
+//! compacts replays every write it ever took), the `compactor` child
 //! replaces it by `store.snapshot` (the map) and a fresh, short log, off
 //! the request path: writes go on while the snapshot is written, and wait
 //! only while the records written meanwhile are copied into the fresh log
@@ -140,6 +140,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, TryLockError};
 use std::time::Duration;
 
+use steadfast::children::{Child, Children, Restart};
 use steadfast::fs::Dir;
 use steadfast::handover::Handover;
 use steadfast::service::{Connection, ResourceRecord, Shutdown, StoreLock};
@@ -1367,17 +1368,25 @@ impl Step for Serve {
                 .unwrap_or_else(PoisonError::into_inner)
                 .lost_signal,
         );
-        // Compaction, off the request path; a task of the runtime's, so a
-        // drain waits for it (it stops between two compactions).
+        // Compaction, off the request path: a supervised child of the
+        // runtime's, restarted alone if it fails (a compaction's failure
+        // never drops a connection), stopped between two compactions by a
+        // drain. Three failures within a minute end the runtime: the store
+        // is then lost, which the next boot repairs.
         let compacted = Arc::clone(&store);
-        let stop = cx.runtime.shutdown_token();
         cx.runtime
-            .tracker()
-            .spawn("compactor", async move {
-                if let Err(error) = compactor(compacted, stop).await {
-                    tracing::warn!(target: "kvd", %error, "the compactor stopped");
-                }
-            })
+            .supervise(
+                Children::one_for_one()
+                    .intensity(3, Duration::from_secs(60))
+                    .child(
+                        Child::task("compactor", move |cx| {
+                            compactor(Arc::clone(&compacted), cx.shutdown().clone())
+                        })
+                        .restart(Restart::Transient)
+                        .shutdown(Duration::from_secs(10)),
+                    ),
+            )
+            .await
             .map_err(StepError::backoff)?;
         let stop = cx.runtime.shutdown_token();
         cx.runtime.spawn("watch_log", async move {

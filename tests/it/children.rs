@@ -180,3 +180,53 @@ fn a_meltdown_ends_the_runtime_spends_the_budget_and_retry_resumes() {
     processes::until(&data, "a sixth boot", |s| s["lifecycle"]["attempt"] == 6);
     stop(daemon);
 }
+
+/// kvd's compactor is a supervised child: restarting it (as a failing one
+/// would be) keeps the store open and an open connection served; the
+/// runtime stays on its first attempt.
+#[test]
+fn restarting_kvds_compactor_keeps_its_connections_and_store() {
+    use std::io::{BufRead, BufReader, Write};
+    processes::steadfastctl();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let port = processes::free_port();
+    let config = tmp.path().join("kvd.toml");
+    std::fs::write(&config, format!("listen_addr = \"127.0.0.1:{port}\"\n")).expect("config");
+    let data = tmp.path().join("data");
+    let daemon = processes::kvd(&data, &config, Stdio::null());
+    let running = processes::until(&data, "kvd running with its compactor", |s| {
+        s["children"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["name"] == "compactor"))
+    });
+    assert_eq!(child(&running, "compactor")["restart"], "transient");
+
+    let stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .set_read_timeout(Some(processes::PATIENCE))
+        .expect("timeout");
+    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+    let mut ask = |line: &str| {
+        (&stream)
+            .write_all(format!("{line}\n").as_bytes())
+            .expect("send");
+        let mut answer = String::new();
+        reader.read_line(&mut answer).expect("an answer");
+        answer.trim_end().to_owned()
+    };
+    assert_eq!(ask("SET k 1"), "OK");
+
+    let out = processes::ctl(&data, &["child", "restart", "compactor"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let after = processes::status(&data).expect("status");
+    assert_eq!(incarnation(&after, "compactor"), 2);
+    assert_eq!(
+        after["lifecycle"]["attempt"], 1,
+        "the runtime was not restarted"
+    );
+    // The same connection, still served, over the same store.
+    assert_eq!(ask("GET k"), "1");
+    assert_eq!(ask("SET k 2"), "OK");
+    assert_eq!(processes::kv(port, "GET k"), "2");
+    stop(daemon);
+}
