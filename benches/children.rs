@@ -84,7 +84,10 @@ where
 async fn running(handle: &SupervisorHandle) {
     let mut rx = handle.watch();
     loop {
-        if matches!(rx.borrow_and_update().lifecycle, LifecycleState::Running { .. }) {
+        if matches!(
+            rx.borrow_and_update().lifecycle,
+            LifecycleState::Running { .. }
+        ) {
             return;
         }
         rx.changed().await.expect("alive");
@@ -137,13 +140,15 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("restart");
 
     group.bench_function("bare_task_spawn", |b| {
-        b.iter_custom(|iters| timed(&rt, iters, || async {
-            let (tx, mut rx) = mpsc::unbounded_channel::<()>();
-            tokio::spawn(async move {
-                let _ = tx.send(());
-            });
-            rx.recv().await.expect("started");
-        }));
+        b.iter_custom(|iters| {
+            timed(&rt, iters, || async {
+                let (tx, mut rx) = mpsc::unbounded_channel::<()>();
+                tokio::spawn(async move {
+                    let _ = tx.send(());
+                });
+                rx.recv().await.expect("started");
+            })
+        });
     });
 
     // A task child that says it started, then fails when told.
@@ -180,13 +185,15 @@ fn bench(c: &mut Criterion) {
     });
 
     group.bench_function("bare_actor_spawn", |b| {
-        b.iter_custom(|iters| timed(&rt, iters, || async {
-            let (tx, mut rx) = mpsc::unbounded_channel();
-            let (actor, join) = Actor::spawn(None, Brittle, tx).await.expect("spawn");
-            rx.recv().await.expect("started");
-            actor.stop(None);
-            let _ = join.await;
-        }));
+        b.iter_custom(|iters| {
+            timed(&rt, iters, || async {
+                let (tx, mut rx) = mpsc::unbounded_channel();
+                let (actor, join) = Actor::spawn(None, Brittle, tx).await.expect("spawn");
+                rx.recv().await.expect("started");
+                actor.stop(None);
+                let _ = join.await;
+            })
+        });
     });
 
     let (actor_started_tx, mut actor_started) = mpsc::unbounded_channel::<()>();
@@ -229,10 +236,12 @@ fn bench(c: &mut Criterion) {
         (handle, run)
     });
     group.bench_function("runtime_restart", |b| {
-        b.iter_custom(|iters| timed(&rt, iters, || async {
-            supervisor_handle.restart().await.expect("restart");
-            running(&supervisor_handle).await;
-        }));
+        b.iter_custom(|iters| {
+            timed(&rt, iters, || async {
+                supervisor_handle.restart().await.expect("restart");
+                running(&supervisor_handle).await;
+            })
+        });
     });
     group.finish();
     rt.block_on(runtime.shutdown_tasks(Duration::from_secs(5)));

@@ -558,17 +558,35 @@ pub fn attempts_in(records: &[Record]) -> usize {
         .count()
 }
 
+/// The most [`Record::ChildRestarted`] records a compacted journal keeps
+/// (the latest): a child that flaps for days must not grow the journal
+/// without bound, and what an operator reads of it is the recent restarts.
+pub const KEEP_CHILD_RESTARTS: usize = 256;
+
+/// How many [`Record::ChildRestarted`] records `records` holds.
+#[must_use]
+pub fn child_restarts_in(records: &[Record]) -> usize {
+    records
+        .iter()
+        .filter(|r| matches!(r, Record::ChildRestarted { .. }))
+        .count()
+}
+
 /// The records of a compacted journal that keeps the last `keep_attempts`
-/// attempts, or `None` when `records` holds no more than that.
+/// attempts and the last [`KEEP_CHILD_RESTARTS`] child restarts, or `None`
+/// when `records` holds no more than that.
 ///
 /// The result is the checkpoints outstanding just before the
 /// `keep_attempts`-th last [`Record::AttemptStarted`] (as
 /// [`Record::Checkpoint`]s), then every record from that attempt on,
-/// unchanged. So [`outstanding`] of the result equals [`outstanding`] of
-/// `records` (a resume loses nothing), and every record at or after the cut
-/// is kept in order. With `keep_attempts == 0` the cut is after the last
-/// record. Checked by `journal_resume::compaction_keeps_what_a_resume_needs`
-/// (a property test over arbitrary record sequences).
+/// unchanged, except the child restarts older than the last
+/// [`KEEP_CHILD_RESTARTS`]. So [`outstanding`] of the result equals
+/// [`outstanding`] of `records` (a resume loses nothing), and every other
+/// record at or after the cut is kept in order. With `keep_attempts == 0`
+/// the cut is after the last record. Checked by
+/// `journal_resume::compaction_keeps_what_a_resume_needs` (a property test
+/// over arbitrary record sequences) and
+/// `journal_resume::compaction_keeps_the_latest_child_restarts`.
 #[must_use]
 pub fn compact(records: &[Record], keep_attempts: usize) -> Option<Vec<Record>> {
     let starts: Vec<usize> = records
@@ -577,15 +595,19 @@ pub fn compact(records: &[Record], keep_attempts: usize) -> Option<Vec<Record>> 
         .filter(|(_, r)| matches!(r, Record::AttemptStarted { .. }))
         .map(|(i, _)| i)
         .collect();
-    if starts.len() <= keep_attempts {
-        return None;
-    }
-    let cut = if keep_attempts == 0 {
+    let cut = if starts.len() <= keep_attempts {
+        0
+    } else if keep_attempts == 0 {
         records.len()
     } else {
         starts[starts.len() - keep_attempts]
     };
     let (before, after) = records.split_at(cut);
+    let restarts = child_restarts_in(after);
+    if starts.len() <= keep_attempts && restarts <= KEEP_CHILD_RESTARTS {
+        return None;
+    }
+    let mut drop_restarts = restarts.saturating_sub(KEEP_CHILD_RESTARTS);
     let mut kept: Vec<Record> = outstanding(before)
         .into_iter()
         .map(|o| Record::Checkpoint {
@@ -595,7 +617,13 @@ pub fn compact(records: &[Record], keep_attempts: usize) -> Option<Vec<Record>> 
             resource: o.resource,
         })
         .collect();
-    kept.extend_from_slice(after);
+    for record in after {
+        if drop_restarts > 0 && matches!(record, Record::ChildRestarted { .. }) {
+            drop_restarts -= 1;
+            continue;
+        }
+        kept.push(record.clone());
+    }
     Some(kept)
 }
 

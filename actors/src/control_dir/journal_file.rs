@@ -152,6 +152,8 @@ pub struct JournalFile<S: JournalSink = File> {
     /// How many `AttemptStarted` records the file holds: decides when to
     /// compact.
     pub(super) attempts: usize,
+    /// The child restarts it holds (compaction keeps the latest).
+    pub(super) child_restarts: usize,
     /// Set while another process may append to the same journal (a
     /// replacement in progress): compaction waits, since a rename would
     /// leave the other writer appending to the old file.
@@ -220,6 +222,7 @@ impl<S: JournalSink> JournalFile<S> {
             _slot: None,
             keep_attempts: None,
             attempts: 0,
+            child_restarts: 0,
             shared: None,
             shared_with: None,
             names: None,
@@ -322,6 +325,7 @@ impl<S: JournalSink> JournalFile<S> {
         self.unsynced.get_or_insert(start);
         self.end = start + buf.len() as u64;
         self.attempts += journal::attempts_in(records);
+        self.child_restarts += journal::child_restarts_in(records);
         Ok(Some(start))
     }
 
@@ -732,13 +736,15 @@ impl<S: JournalSink> JournalFile<S> {
         self.len
     }
 
-    /// Whether the journal holds more than twice the attempts compaction
-    /// keeps (the slack keeps compaction rare: once per `keep` attempts).
+    /// Whether the journal holds more than twice the attempts, or the child
+    /// restarts, compaction keeps (the slack keeps compaction rare: once
+    /// per `keep` attempts, or per 256 restarts of a flapping child).
     #[must_use]
     pub fn wants_compaction(&self) -> bool {
-        self.keep_attempts
-            .is_some_and(|keep| self.attempts > keep.max(1).saturating_mul(2))
-            && self.unsynced.is_none()
+        self.keep_attempts.is_some_and(|keep| {
+            self.attempts > keep.max(1).saturating_mul(2)
+                || self.child_restarts > journal::KEEP_CHILD_RESTARTS.saturating_mul(2)
+        }) && self.unsynced.is_none()
             && !self.is_shared()
     }
 
@@ -771,6 +777,7 @@ impl<S: JournalSink> JournalFile<S> {
         let records_before = decoded.records.len();
         let Some(kept) = journal::compact(&decoded.records, keep) else {
             self.attempts = journal::attempts_in(&decoded.records);
+            self.child_restarts = journal::child_restarts_in(&decoded.records);
             return Ok(None);
         };
         let mut out = journal::encode_header().to_vec();
@@ -802,6 +809,7 @@ impl<S: JournalSink> JournalFile<S> {
                 self.len = out.len() as u64;
                 self.end = self.len;
                 self.attempts = journal::attempts_in(&kept);
+                self.child_restarts = journal::child_restarts_in(&kept);
                 Ok(Some(Compacted {
                     records_before,
                     records_after: kept.len(),

@@ -722,6 +722,7 @@ impl ControlDir {
         writer.shared_with = self.handed_over_from;
         writer.names = Some(self.names.clone());
         writer.attempts = journal::attempts_in(&decoded.records);
+        writer.child_restarts = journal::child_restarts_in(&decoded.records);
         writer.header_unsynced = recovery == Recovery::Fresh;
         let mut records = decoded.records;
         if writer.wants_compaction()

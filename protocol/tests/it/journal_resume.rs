@@ -129,3 +129,40 @@ proptest! {
         }
     }
 }
+
+/// A child that flaps for days leaves the latest restarts, not all of them:
+/// compaction thins them to the last `KEEP_CHILD_RESTARTS`, keeping every
+/// other record and their order; once thinned, there is nothing more to do.
+#[test]
+fn compaction_keeps_the_latest_child_restarts() {
+    use steadfast_protocol::journal::{KEEP_CHILD_RESTARTS, child_restarts_in};
+    let one = std::num::NonZeroU32::MIN;
+    let mut records = vec![Record::AttemptStarted {
+        attempt: one,
+        at_ms: 0,
+    }];
+    for n in 0..KEEP_CHILD_RESTARTS * 3 {
+        records.push(Record::ChildRestarted {
+            attempt: one,
+            child: "flaky".into(),
+            incarnation: u32::try_from(n + 2).unwrap(),
+            reason: "panicked: boom".into(),
+            at_ms: n as u64,
+        });
+        if n == 10 {
+            records.push(Record::CheckpointCleared { step: "s".into() });
+        }
+    }
+    let compacted = compact(&records, 3).expect("too many restarts: compacted");
+    assert_eq!(child_restarts_in(&compacted), KEEP_CHILD_RESTARTS);
+    assert_eq!(compacted[0], records[0]);
+    assert!(compacted.contains(&Record::CheckpointCleared { step: "s".into() }));
+    let Some(Record::ChildRestarted { incarnation, .. }) = compacted.last() else {
+        panic!("the last record is the latest restart");
+    };
+    assert_eq!(
+        *incarnation,
+        u32::try_from(KEEP_CHILD_RESTARTS * 3 + 1).unwrap()
+    );
+    assert_eq!(compact(&compacted, 3), None);
+}
