@@ -132,6 +132,9 @@ static ALLOCATOR: Counting = Counting;
 
 fn bench(c: &mut Criterion) {
     support::mark_start();
+    // The actor child panics on purpose each iteration: printing each
+    // panic (with its backtrace) is not what is measured.
+    std::panic::set_hook(Box::new(|_| {}));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
