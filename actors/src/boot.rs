@@ -501,7 +501,7 @@ async fn run_attempt(
         attempt,
         journal: Some(journal.clone()),
         journal_timeout: shared.timings.journal_timeout,
-        clock: shared.clock.clone(),
+        clock: shared.clock,
         board: Arc::clone(&shared.children),
     });
     let mut checkpoints: Vec<Completed> = Vec::with_capacity(plan.len());

@@ -715,6 +715,12 @@ impl fmt::Display for TaskEnded {
     }
 }
 
+/// A runtime's supervised children: where they report, and their groups.
+struct Supervised {
+    env: RuntimeEnv,
+    groups: Vec<crate::children::Started>,
+}
+
 /// Where a supervisor's runtime sends its children's records and state.
 #[derive(Clone)]
 pub(crate) struct RuntimeEnv {
@@ -743,9 +749,9 @@ pub struct Runtime {
     ended_rx: Option<mpsc::UnboundedReceiver<TaskEnded>>,
     /// Where its children report (a bare runtime makes its own at its
     /// first group).
-    env: Option<RuntimeEnv>,
-    /// Its groups of supervised children, in start order.
-    groups: Vec<crate::children::Started>,
+    /// Where its children report, and its groups of them in start order
+    /// (boxed: most runtimes have none, and the boot's messages carry it).
+    supervised: Option<Box<Supervised>>,
 }
 
 impl fmt::Debug for Runtime {
@@ -784,8 +790,7 @@ impl Runtime {
             shutdown,
             ended_tx,
             ended_rx: Some(ended_rx),
-            env: None,
-            groups: Vec::new(),
+            supervised: None,
         }
     }
 
@@ -793,7 +798,10 @@ impl Runtime {
     /// publish through `env`.
     pub(crate) fn with_env(env: RuntimeEnv) -> Self {
         let mut runtime = Self::new();
-        runtime.env = Some(env);
+        runtime.supervised = Some(Box::new(Supervised {
+            env,
+            groups: Vec::new(),
+        }));
         runtime
     }
 
@@ -835,20 +843,24 @@ impl Runtime {
         if self.shutdown.is_cancelled() {
             return Err(crate::children::ChildrenError::ShuttingDown);
         }
-        let env = match &self.env {
-            Some(env) => env.clone(),
-            None => self
-                .env
-                .insert(RuntimeEnv {
+        let supervised = self.supervised.get_or_insert_with(|| {
+            Box::new(Supervised {
+                env: RuntimeEnv {
                     attempt: NonZeroU32::MIN,
                     journal: None,
                     journal_timeout: Duration::from_secs(5),
                     clock: crate::clock::Clock::start(),
                     board: Arc::default(),
-                })
-                .clone(),
-        };
-        let taken: Vec<String> = self.groups.iter().flat_map(|g| g.names.clone()).collect();
+                },
+                groups: Vec::new(),
+            })
+        });
+        let env = supervised.env.clone();
+        let taken: Vec<String> = supervised
+            .groups
+            .iter()
+            .flat_map(|g| g.names.clone())
+            .collect();
         let started = crate::children::start(
             children,
             crate::children::GroupEnv {
@@ -862,7 +874,7 @@ impl Runtime {
             &taken,
         )
         .await?;
-        self.groups.push(started);
+        supervised.groups.push(started);
         Ok(())
     }
 
@@ -870,9 +882,9 @@ impl Runtime {
     /// order).
     #[must_use]
     pub fn children(&self) -> Vec<steadfast_protocol::children::ChildView> {
-        self.env
+        self.supervised
             .as_ref()
-            .map(|env| env.board.views())
+            .map(|s| s.env.board.views())
             .unwrap_or_default()
     }
 
@@ -885,8 +897,8 @@ impl Runtime {
         name: &str,
         op: steadfast_protocol::children::Op,
     ) -> Result<steadfast_protocol::children::ChildView, crate::children::ChildOpError> {
-        match &self.env {
-            Some(env) => env.board.operate(name, op).await,
+        match &self.supervised {
+            Some(s) => s.env.board.operate(name, op).await,
             None => Err(crate::children::ChildOpError::Unknown(name.to_owned())),
         }
     }
@@ -1016,7 +1028,12 @@ impl Runtime {
         aborted.extend(self.tracker.wait_until(deadline).await);
         // The children last: a connection finishing its request may still
         // use a worker. Groups last started first.
-        for group in self.groups.drain(..).rev() {
+        let groups = self
+            .supervised
+            .as_mut()
+            .map(|s| std::mem::take(&mut s.groups))
+            .unwrap_or_default();
+        for group in groups.into_iter().rev() {
             let answer = group
                 .actor
                 .call(
@@ -1038,7 +1055,7 @@ impl Drop for Runtime {
         for slot in &self.tasks {
             slot.abort.abort();
         }
-        for group in &self.groups {
+        for group in self.supervised.iter().flat_map(|s| &s.groups) {
             // Its `post_stop` aborts what still runs.
             group.actor.stop(None);
         }
