@@ -94,41 +94,8 @@ async fn running(handle: &SupervisorHandle) {
     }
 }
 
-/// Live heap bytes, from the process's own counting allocator.
-struct Counting;
-
-static LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-// SAFETY: every call is forwarded to the system allocator unchanged; only
-// a counter is updated beside it (measurement only).
-#[allow(unsafe_code)]
-unsafe impl std::alloc::GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
-        // SAFETY: the caller's contract is the system allocator's.
-        let ptr = unsafe { std::alloc::System.alloc(layout) };
-        if !ptr.is_null() {
-            LIVE.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed);
-        }
-        ptr
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
-        // SAFETY: as above.
-        unsafe { std::alloc::System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
-        // SAFETY: as above.
-        let out = unsafe { std::alloc::System.realloc(ptr, layout, new) };
-        if !out.is_null() {
-            LIVE.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
-            LIVE.fetch_add(new, std::sync::atomic::Ordering::Relaxed);
-        }
-        out
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
+#[path = "support/counting.rs"]
+mod counting;
 
 fn bench(c: &mut Criterion) {
     support::mark_start();
@@ -265,7 +232,7 @@ fn thousand_children(rt: &tokio::runtime::Runtime) {
     const CHILDREN: usize = 1_000;
     for round in 1..=3 {
         rt.block_on(async {
-            let before = LIVE.load(std::sync::atomic::Ordering::Relaxed);
+            let before = counting::live();
             let mut runtime = Runtime::new();
             let group = (0..CHILDREN).fold(Children::one_for_one(), |group, i| {
                 group.child(Child::task(&format!("w{i}"), |cx| async move {
@@ -276,7 +243,7 @@ fn thousand_children(rt: &tokio::runtime::Runtime) {
             let start = Instant::now();
             runtime.supervise(group).await.expect("supervise");
             let started = start.elapsed();
-            let heap = LIVE.load(std::sync::atomic::Ordering::Relaxed).saturating_sub(before);
+            let heap = counting::live().saturating_sub(before);
             let stop = Instant::now();
             let aborted = runtime.shutdown_tasks(Duration::from_secs(30)).await;
             let stopped = stop.elapsed();

@@ -70,48 +70,12 @@ fn running(s: &Snapshot) -> bool {
     matches!(s.lifecycle, LifecycleState::Running { .. })
 }
 
-/// The process's allocator, counting the bytes it has handed out and not
-/// yet been given back: what the 1,000-supervisor rounds leave on the heap
-/// (RSS alone cannot tell a leak from memory the allocator keeps).
-struct Counting;
-
-static LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-// A global allocator cannot be written without `unsafe`: measurement only.
-// SAFETY: every call is forwarded to the system allocator unchanged; only
-// a counter is updated beside it.
-#[allow(unsafe_code)]
-unsafe impl std::alloc::GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
-        // SAFETY: the caller's contract is the system allocator's.
-        let ptr = unsafe { std::alloc::System.alloc(layout) };
-        if !ptr.is_null() {
-            LIVE.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed);
-        }
-        ptr
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
-        // SAFETY: as above.
-        unsafe { std::alloc::System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
-        // SAFETY: as above.
-        let out = unsafe { std::alloc::System.realloc(ptr, layout, new) };
-        if !out.is_null() {
-            LIVE.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
-            LIVE.fetch_add(new, std::sync::atomic::Ordering::Relaxed);
-        }
-        out
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
+#[path = "support/counting.rs"]
+mod counting;
 
 /// Live heap bytes, in KiB.
 fn heap_kib() -> u64 {
-    (LIVE.load(std::sync::atomic::Ordering::Relaxed) / 1024) as u64
+    (counting::live() / 1024) as u64
 }
 
 /// The process's threads.

@@ -412,8 +412,12 @@ pub(crate) struct GroupEnv {
     pub(crate) board: Arc<Board>,
     /// Told when the group ends the runtime (a meltdown, a significant
     /// child's end): the reason.
-    pub(crate) ended: tokio::sync::mpsc::UnboundedSender<crate::service::TaskEnded>,
+    pub(crate) ended: EndRuntime,
 }
+
+/// How a group ends the runtime that holds it: called once, with the child
+/// to blame and the reason (the runtime turns it into its own end).
+pub(crate) type EndRuntime = Arc<dyn Fn(String, String) + Send + Sync>;
 
 /// The children of a supervisor's running runtime, as status, metrics and
 /// the control plane read them. One a supervisor ([`crate::context::Shared`]).
@@ -905,11 +909,7 @@ impl ChildrenState {
             return;
         }
         self.ended = true;
-        let _ = self.env.ended.send(crate::service::TaskEnded {
-            task: child,
-            error: reason,
-            child: true,
-        });
+        (self.env.ended)(child, reason);
     }
 
     async fn restart(&mut self, myself: &ActorRef<ChildrenMsg>, plan: Plan) {
@@ -977,7 +977,7 @@ impl ChildrenState {
                 };
                 let report = myself.clone();
                 let join = tokio::spawn(async move {
-                    let exit = match crate::service::catch_unwind(future).await {
+                    let exit = match crate::panics::catch_unwind(future).await {
                         Ok(Ok(())) => Exit::Normal,
                         Ok(Err(error)) => Exit::Error(error),
                         Err(panic) => Exit::Panicked(panic_message(panic.as_ref())),

@@ -869,7 +869,16 @@ impl Runtime {
                 journal_timeout: env.journal_timeout,
                 clock: env.clock,
                 board: env.board,
-                ended: self.ended_tx.clone(),
+                ended: {
+                    let ended = self.ended_tx.clone();
+                    std::sync::Arc::new(move |task, error| {
+                        let _ = ended.send(TaskEnded {
+                            task,
+                            error,
+                            child: true,
+                        });
+                    })
+                },
             },
             &taken,
         )
@@ -1081,35 +1090,9 @@ where
     F: Future<Output = ()> + Send + 'static,
 {
     tokio::spawn(async move {
-        let panic = CatchUnwind(Box::pin(work)).await.err();
+        let panic = crate::panics::catch_unwind(work).await.err();
         ended(panic.map(|payload| panic_message(payload.as_ref())));
     });
-}
-
-/// `work`, with a panic in any of its polls caught and handed back as its
-/// payload.
-pub(crate) fn catch_unwind<F: Future>(work: F) -> CatchUnwind<F> {
-    CatchUnwind(Box::pin(work))
-}
-
-/// `work`, with a panic in any of its polls caught and handed back as the
-/// panic's payload (`work` is not polled again, and is dropped with this).
-pub(crate) struct CatchUnwind<F>(Pin<Box<F>>);
-
-impl<F: Future> Future for CatchUnwind<F> {
-    type Output = Result<F::Output, Box<dyn Any + Send>>;
-
-    fn poll(
-        mut self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        let work = self.0.as_mut();
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work.poll(cx))) {
-            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
-            Ok(std::task::Poll::Ready(out)) => std::task::Poll::Ready(Ok(out)),
-            Err(payload) => std::task::Poll::Ready(Err(payload)),
-        }
-    }
 }
 
 /// A booted runtime and the checkpoints of the steps that built it: what the

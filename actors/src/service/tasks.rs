@@ -33,7 +33,7 @@ use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::{CatchUnwind, Runtime, panic_message};
+use super::{Runtime, panic_message};
 use crate::accept::AcceptBackoff;
 
 /// Spawns tasks a [`Runtime`] owns: each is told when the runtime shuts
@@ -124,7 +124,7 @@ impl Tracker {
         let handle = self.inner.tracker.spawn(async move {
             // Dropped however the task ends (returned, panicked, aborted).
             let _deregister = deregister;
-            if let Err(payload) = CatchUnwind(Box::pin(task)).await {
+            if let Err(payload) = crate::panics::catch_unwind(task).await {
                 tracing::warn!(
                     task = %name,
                     panic = %panic_message(payload.as_ref()),
