@@ -85,6 +85,8 @@ pub mod handover;
 // Replacement drives real processes under real deadlines; the simulation runs no `replace`.
 #[allow(clippy::disallowed_methods)]
 pub mod replace;
+#[cfg(feature = "hyper")]
+pub mod serve;
 pub mod supervisor;
 
 /// Config sources, the effective config's errors, and the bounded read a
