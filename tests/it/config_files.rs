@@ -254,7 +254,7 @@ fn a_missing_config_file_exits_78_naming_it() {
     );
 }
 
-/// `minimal DATA FILE` declares FILE with `TomlFileSource::declared_file`
+/// `counter DATA FILE` declares FILE with `TomlFileSource::declared_file`
 /// and nothing else: a FILE that does not exist (a typo) is a held
 /// failure in `resolve_config` whose reason names the path, never a daemon
 /// running on its defaults; creating the file boots it, with no one
@@ -266,21 +266,25 @@ fn a_declared_file_that_is_missing_holds_naming_it() {
     let data = tmp.path().join("data");
     let config = tmp.path().join("typo.toml");
     let port = free_port();
-    let mut child = Kvd(Command::new(processes::example("minimal"))
+    let mut child = Kvd(Command::new(processes::example("counter"))
         .arg(&data)
         .arg(&config)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("minimal starts"));
+        .expect("counter starts"));
     let (s, reason) = held(&data);
     assert_eq!(s["lifecycle"]["report"]["phase"], "resolve_config", "{s:#}");
     assert!(
         reason.contains(&format!("config file {} does not exist", config.display())),
         "{reason}"
     );
-    std::fs::write(&config, format!("listen_addr = \"127.0.0.1:{port}\"\n")).expect("create");
+    std::fs::write(
+        &config,
+        format!("port = {port}\npath = \"count\"\nstep = 1\n"),
+    )
+    .expect("create");
     until(&data, "running once the file exists", |s| {
         state(s) == "running"
     });
