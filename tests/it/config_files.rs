@@ -170,19 +170,16 @@ fn a_fifo_swapped_in_while_running_hangs_nothing() {
 
     // The restart's preflight meets the FIFO too (bounded, in a task):
     // refused, still running; a forced restart drains into the held
-    // failure.
+    // failure, and waits for it: exit 3, naming it.
     let restart = ctl_answers(&data, &["restart"]);
     let stderr = String::from_utf8_lossy(&restart.stderr);
     assert_eq!(restart.status.code(), Some(3), "{stderr}");
     assert!(stderr.contains("config_invalid"), "{stderr}");
     assert!(stderr.contains("is a fifo"), "{stderr}");
     let restart = ctl_answers(&data, &["restart", "--force"]);
-    assert_eq!(
-        restart.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&restart.stderr)
-    );
+    let stderr = String::from_utf8_lossy(&restart.stderr);
+    assert_eq!(restart.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("did not reach running"), "{stderr}");
     let (_, reason) = held(&data);
     assert!(reason.contains("is a fifo"), "{reason}");
     let stop = ctl_answers(&data, &["stop"]);
