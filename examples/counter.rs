@@ -127,16 +127,14 @@ struct Cli {
     file: Option<std::path::PathBuf>,
 }
 
-#[tokio::main]
-async fn main() {
-    // First: SIGTERM, SIGINT and SIGHUP are caught from here on, so one
-    // that arrives while the supervisor is built is answered by `run` (a
-    // drained exit 0), never a death after the run marker was written.
-    steadfast::daemon::catch_signals();
+fn main() {
+    // The command line (--data-dir, --config, the control and log flags), then a runtime,
+    // the signals, the supervisor: a refused flag starts no thread, a SIGTERM is a drained exit.
     let mut cli: Cli = steadfast::daemon::cli::parse(env!("CARGO_PKG_VERSION"));
     cli.daemon.data_dir = cli.daemon.data_dir.or(cli.dir);
-    let launch = cli.daemon.launch("counter").positional_config(cli.file);
-    let launch = launch.defaults_toml("port = 7072\npath = \"count\"\nstep = 1");
-    let run = launch.run(|data_dir, config| Supervisor::builder(data_dir, App).config(config));
-    steadfast::daemon::cli::exit("counter", run.await)
+    cli.daemon
+        .launch("counter")
+        .positional_config(cli.file)
+        .defaults_toml("port = 7072\npath = \"count\"\nstep = 1")
+        .main(|data_dir, config| Supervisor::builder(data_dir, App).config(config))
 }

@@ -144,14 +144,13 @@ fn parse_failure(text: &str) -> Result<(String, Duration), String> {
     Ok((name.to_owned(), Duration::from_millis(ms)))
 }
 
-#[tokio::main]
-async fn main() {
-    steadfast::daemon::catch_signals();
+fn main() {
+    // The command line (--data-dir, --config, the control and log flags), then a runtime,
+    // the signals, the supervisor: a refused flag starts no thread, a SIGTERM is a drained exit.
     let mut cli: Cli = steadfast::daemon::cli::parse(env!("CARGO_PKG_VERSION"));
     cli.daemon.data_dir = cli.daemon.data_dir.or(cli.dir);
     let failures: Failures = cli.fail.into_iter().collect();
-    let launch = cli.daemon.launch("workers");
-    let run =
-        launch.run(|data_dir, config| Supervisor::builder(data_dir, App(failures)).config(config));
-    steadfast::daemon::cli::exit("workers", run.await)
+    cli.daemon
+        .launch("workers")
+        .main(|data_dir, config| Supervisor::builder(data_dir, App(failures)).config(config))
 }

@@ -261,7 +261,7 @@ class Steadfast:
 
     def launch_minimal(self):
         """The `minimal` example (one step: bind a port) on a fresh data dir: (child, data dir)."""
-        return self._fresh("minimal", lambda data, conf: [self.minimal, data, conf])
+        return self._fresh("minimal", lambda data, conf: [self.minimal, "--data-dir", data, "--config", conf])
 
     def _fresh(self, name, argv):
         """`argv(data dir, config)` started on a fresh data dir whose config names a free port."""

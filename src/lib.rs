@@ -10,8 +10,7 @@
 //! with `async fn`s; [`Supervisor::builder`] runs it over a data directory:
 //!
 //! ```no_run
-//! use steadfast::daemon::{DaemonOptions, run_with};
-//! use steadfast::{Made, Plan, Service, Step, StepContext, StepError, Supervisor, TomlFileSource};
+//! use steadfast::{Made, Plan, Service, Step, StepContext, StepError, Supervisor};
 //!
 //! #[derive(serde::Deserialize)]
 //! struct Config {
@@ -43,15 +42,12 @@
 //!     }
 //! }
 //!
-//! #[tokio::main]
-//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//!     let config = TomlFileSource::new()
+//! fn main() {
+//!     // The command line (--data-dir, --config, the control and log flags), then a runtime,
+//!     // the signals, the supervisor: a refused flag starts no thread, a SIGTERM is a drained exit.
+//!     steadfast::daemon::cli::launch("app", env!("CARGO_PKG_VERSION"))
 //!         .defaults_toml("listen_addr = \"127.0.0.1:7071\"")
-//!         .declared_file("/etc/app.toml");
-//!     let (supervisor, handle) = Supervisor::builder("/var/lib/app", App).config(config).build()?;
-//!     // 0 drained by SIGTERM, 80 halt, 75 relaunch (`spec/exit-codes.md`).
-//!     let ended = run_with(supervisor, handle, DaemonOptions::new().control_socket(true)).await?;
-//!     std::process::exit(ended.code())
+//!         .main(|data_dir, config| Supervisor::builder(data_dir, App).config(config))
 //! }
 //! ```
 //!
@@ -67,7 +63,11 @@
 //!   roles) and its reconnecting client; `steadfastctl` (its own package)
 //!   is its command line.
 //! - [`daemon`]: the process-wide helper (signals, systemd, exit code,
-//!   optionally the control socket).
+//!   optionally the control socket); [`daemon::cli`] (feature `cli`, on by
+//!   default) the standard command line and a daemon's `main` in one call.
+//! - `serve` (features `axum`, `tonic`, `hyper`): an axum `Router`, tonic's
+//!   `Routes` or any tower service served through the runtime, so the drain
+//!   owns its connections.
 //! - [`replace`], [`handover`]: the built-in process driver that replaces
 //!   the daemon's own binary (overlap or exclusive), and the passing of the
 //!   data dir's lock and listeners to the candidate.
@@ -85,6 +85,8 @@ pub mod handover;
 // Replacement drives real processes under real deadlines; the simulation runs no `replace`.
 #[allow(clippy::disallowed_methods)]
 pub mod replace;
+#[cfg(feature = "hyper")]
+pub mod serve;
 pub mod supervisor;
 
 /// Config sources, the effective config's errors, and the bounded read a

@@ -1752,39 +1752,23 @@ struct Cli {
 }
 
 fn main() {
-    // The command line first, before any thread: a refused one (or `--help`)
-    // exits having started none.
+    // The command line (--data-dir, --config, the control and log flags), then a runtime,
+    // the signals, the supervisor: a refused flag starts no thread, a SIGTERM is a drained exit.
     let cli: Cli = steadfast::daemon::cli::parse(version());
     let mut timings = steadfast::supervisor::Timings::default();
     if let Some(ms) = cli.commit_window_ms {
         timings.commit_window = Duration::from_millis(ms);
     }
-    let launch = cli.daemon.launch("kvd").defaults_toml(DEFAULTS);
-    let prepared = launch
+    // The multi-thread runtime (the default): a write's fsync holds its
+    // worker (`durable`), the other connections go on on the others.
+    cli.daemon
+        .launch("kvd")
+        .defaults_toml(DEFAULTS)
         .default_data_dir("kvd-data")
-        .prepare()
-        .unwrap_or_else(|error| steadfast::daemon::cli::exit("kvd", Err(error)));
-    // The multi-thread runtime: a write's fsync holds its worker
-    // (`durable`), the other connections go on on the others.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap_or_else(|error| {
-            eprintln!("kvd: no tokio runtime: {error}");
-            std::process::exit(steadfast::daemon::EXIT_START_FAILED)
-        });
-    let ended = runtime.block_on(async {
-        // Before the supervisor is built: SIGTERM, SIGINT and SIGHUP are
-        // answered by `run` (a drained exit 0), never a death after the
-        // run marker was written.
-        steadfast::daemon::catch_signals();
-        let started = prepared.start(|dir, config| {
+        .main(|dir, config| {
             Supervisor::builder(dir, Kvd)
                 .config(config)
                 .version(version())
                 .timings(timings)
-        })?;
-        started.run().await
-    });
-    steadfast::daemon::cli::exit("kvd", ended)
+        })
 }

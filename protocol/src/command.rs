@@ -91,7 +91,7 @@ pub enum CommandError {
     Unavailable,
     /// The command's arguments are not acceptable (a malformed leaf, a
     /// config change the service's config type refuses); nothing changed.
-    #[error("invalid: {0}")]
+    #[error("{}", said_invalid(.0))]
     Invalid(String),
     /// The command was carried out and failed (a wipe step's error, a
     /// journal that cannot be read).
@@ -159,5 +159,29 @@ impl From<Refused> for CommandError {
 impl From<ReplaceRefusal> for CommandError {
     fn from(refusal: ReplaceRefusal) -> Self {
         Self::Replace(refusal)
+    }
+}
+
+/// An [`CommandError::Invalid`]'s reason, said as invalid once: a reason
+/// that already says so (`invalid config: …`) as it is, any other after
+/// `invalid: `.
+fn said_invalid(reason: &str) -> std::borrow::Cow<'_, str> {
+    if reason.starts_with("invalid") {
+        reason.into()
+    } else {
+        format!("invalid: {reason}").into()
+    }
+}
+
+#[cfg(test)]
+mod said_tests {
+    use super::CommandError;
+
+    #[test]
+    fn an_invalid_reason_is_said_invalid_once() {
+        let config = CommandError::Invalid("invalid config: port: invalid type".into());
+        assert_eq!(config.to_string(), "invalid config: port: invalid type");
+        let leaf = CommandError::Invalid("the leaf is empty".into());
+        assert_eq!(leaf.to_string(), "invalid: the leaf is empty");
     }
 }

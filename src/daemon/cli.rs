@@ -221,7 +221,32 @@ fn parse_fingerprint(text: &str) -> Result<Fingerprint, String> {
 /// `--help` and `--version` print and exit 0.
 #[must_use]
 pub fn parse<P: clap::Parser>(version: impl Into<String>) -> P {
-    let mut command = P::command().version(version.into());
+    parse_command(P::command(), version)
+}
+
+/// The standard flags and nothing else: [`launch`]'s command line.
+#[derive(clap::Parser)]
+struct Standard {
+    #[command(flatten)]
+    daemon: DaemonArgs,
+}
+
+/// Parse the standard daemon command line of the daemon `name` (the flags
+/// above and no others of its own) as [`parse`] does, and start applying
+/// it: `cli::launch("appd", env!("CARGO_PKG_VERSION"))`, then the
+/// daemon's defaults, then [`Launch::main`]. A daemon with flags of its
+/// own flattens [`DaemonArgs`] into its parser and calls
+/// [`DaemonArgs::launch`] instead.
+pub fn launch(name: &str, version: impl Into<String>) -> Launch {
+    let command = <Standard as clap::CommandFactory>::command()
+        .name(name.to_owned())
+        .bin_name(name.to_owned());
+    let standard: Standard = parse_command(command, version);
+    standard.daemon.launch(name)
+}
+
+fn parse_command<P: clap::FromArgMatches>(command: clap::Command, version: impl Into<String>) -> P {
+    let mut command = command.version(version.into());
     if command.get_after_help().is_none() {
         command = command.after_help(EXIT_CODES_HELP);
     }
@@ -392,6 +417,7 @@ pub struct Launch {
     defaults: Option<String>,
     default_data_dir: Option<PathBuf>,
     positional_config: Option<PathBuf>,
+    current_thread: bool,
 }
 
 impl DaemonArgs {
@@ -403,11 +429,62 @@ impl DaemonArgs {
             defaults: None,
             default_data_dir: None,
             positional_config: None,
+            current_thread: false,
         }
     }
 }
 
 impl Launch {
+    /// Run [`Self::main`]'s daemon on a current-thread tokio runtime: no
+    /// worker thread is started, and the launch waits on none being
+    /// scheduled (README "Performance"). For a daemon whose work is small;
+    /// a step that calls `block_in_place` needs the multi-thread runtime
+    /// (the default).
+    pub const fn current_thread(mut self) -> Self {
+        self.current_thread = true;
+        self
+    }
+
+    /// The whole of a daemon's `main`: apply the flags ([`Self::prepare`],
+    /// before any thread is started, so a refused one exits having started
+    /// none), build the tokio runtime, catch the signals (a SIGTERM from
+    /// then on is answered by a drained exit 0, never a death after the run
+    /// marker was written), build the supervisor with `build` (handed the
+    /// data directory and the config source), run it, and [`exit`] with
+    /// how it ended.
+    ///
+    /// ```no_run
+    /// # use steadfast::{Plan, Service, Supervisor};
+    /// # struct App;
+    /// # impl Service for App { type Config = toml::Table;
+    /// #   fn plan(&self, _: &toml::Table) -> Plan<toml::Table> { Plan::new() } }
+    /// fn main() {
+    ///     steadfast::daemon::cli::launch("appd", env!("CARGO_PKG_VERSION"))
+    ///         .defaults_toml("listen_addr = \"127.0.0.1:7070\"")
+    ///         .main(|data_dir, config| Supervisor::builder(data_dir, App).config(config))
+    /// }
+    /// ```
+    pub fn main(self, build: impl FnOnce(&Path, TomlFileSource) -> SupervisorBuilder) -> ! {
+        let name = self.name.clone();
+        let mut runtime = if self.current_thread {
+            tokio::runtime::Builder::new_current_thread()
+        } else {
+            tokio::runtime::Builder::new_multi_thread()
+        };
+        let prepared = self
+            .prepare()
+            .unwrap_or_else(|error| exit(&name, Err(error)));
+        let runtime = runtime.enable_all().build().unwrap_or_else(|error| {
+            eprintln!("{name}: not started: no tokio runtime: {error}");
+            std::process::exit(super::EXIT_START_FAILED)
+        });
+        let ended = runtime.block_on(async {
+            super::catch_signals();
+            prepared.start(build)?.run().await
+        });
+        exit(&name, ended)
+    }
+
     /// The config's defaults tier (TOML), under the file.
     pub fn defaults_toml(mut self, text: impl Into<String>) -> Self {
         self.defaults = Some(text.into());

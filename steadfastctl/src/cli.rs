@@ -127,44 +127,59 @@ pub enum Cmd {
         #[arg(long, value_name = "N")]
         history: Option<u32>,
     },
-    /// Boot a stopped runtime (clears a hold). A runtime already running
+    /// Boot a stopped runtime (clears a hold) and wait until the boot
+    /// settled, as `systemctl start`: 0 running; 3 failed, wedged or
+    /// stopped (the state it settled in and its reason on stderr); 5 when
+    /// `--timeout` (default 120 s) passes first. A runtime already running
     /// is no error: it says so and exits 0 (unless --strict).
     Start {
-        /// Return once the boot settled: 0 running, 3 failed, wedged or
-        /// stopped (the reason on stderr), 5 at `--timeout`.
+        /// Return once the daemon accepted the start (it is booting),
+        /// without waiting for the boot to settle.
         #[arg(long)]
+        no_block: bool,
+        /// Wait until the boot settled: the default; accepted for scripts.
+        #[arg(long, conflicts_with = "no_block")]
         wait: bool,
         /// Refuse (exit 3) when the runtime is already running.
         #[arg(long)]
         strict: bool,
     },
-    /// Stop the runtime; returns once the drain has settled. A runtime
-    /// already stopped is no error: it says so and exits 0 (unless
-    /// --strict).
+    /// Stop the runtime; returns once the drain has settled (5 when
+    /// `--timeout`, default 120 s, passes first). A runtime already
+    /// stopped is no error: it says so and exits 0 (unless --strict).
     Stop {
         /// Keep it stopped across a relaunch of the daemon.
         #[arg(long)]
         hold: bool,
+        /// Return once the daemon took the stop (it is draining), without
+        /// waiting for the drain to settle.
+        #[arg(long)]
+        no_block: bool,
         /// Refuse (exit 3) when the runtime is already stopped.
         #[arg(long)]
         strict: bool,
     },
-    /// Stop the runtime and boot it again. The daemon resolves the new
-    /// config first: one that does not resolve is refused (exit 3,
+    /// Stop the runtime and boot it again, and wait until the new boot
+    /// settled, as `start` (and `systemctl restart`). The daemon resolves
+    /// the new config first: one that does not resolve is refused (exit 3,
     /// `config_invalid` and the error) and the runtime keeps serving.
     Restart {
         /// Drain even when the new config does not resolve (the next boot
         /// then fails held in `resolve_config`).
         #[arg(long)]
         force: bool,
-        /// Return once the new boot settled, as `start --wait` (one process
-        /// for a restart, as `systemctl restart`).
+        /// Return once the daemon accepted the restart, without waiting
+        /// for the new boot to settle.
         #[arg(long)]
+        no_block: bool,
+        /// Wait until the new boot settled: the default; accepted for
+        /// scripts.
+        #[arg(long, conflicts_with = "no_block")]
         wait: bool,
     },
     /// Retry a failed boot now.
     Retry {
-        /// Return once the boot settled, as `start --wait`.
+        /// Return once the boot settled, as `start` does.
         #[arg(long)]
         wait: bool,
     },

@@ -22,7 +22,7 @@
 //! The parts, each private: `cli.rs` (the clap definition and the one
 //! parse), `connect.rs` (which daemon, and
 //! the dial), `run.rs` (each command's execution and exit code), `wait.rs`
-//! (`--wait` and `watch`), `render.rs` (text and `--json` output),
+//! (waiting for a boot to settle, and `watch`), `render.rs` (text and `--json` output),
 //! `record.rs` (the status record read without a round trip), `fleet.rs`
 //! (`--inventory`), `out.rs` (writing to stdout/stderr). This file holds
 //! the exit codes, what a failed call ends as (`fail`, `already`), the

@@ -300,13 +300,20 @@ pub fn local_zone() -> &'static jiff::tz::TimeZone {
 }
 
 pub fn ago(now: u64, at: u64) -> String {
-    let ms = now.saturating_sub(at);
-    if ms < 1_000 {
-        format!("{ms} ms ago")
-    } else if ms < 120_000 {
-        format!("{:.1} s ago", ms as f64 / 1000.0)
+    format!("{} ago", seconds(now.saturating_sub(at)))
+}
+
+/// A duration of `ms` in the one unit `status` says times in, seconds:
+/// `0.042 s`, `15.2 s`, `300 s` (three significant digits at most,
+/// never below a millisecond).
+pub fn seconds(ms: u64) -> String {
+    let secs = ms as f64 / 1000.0;
+    if ms < 10_000 {
+        format!("{secs:.3} s")
+    } else if ms < 100_000 {
+        format!("{secs:.1} s")
     } else {
-        format!("{} min ago", ms / 60_000)
+        format!("{} s", ms / 1000)
     }
 }
 
@@ -499,9 +506,7 @@ pub fn render_attempt(attempt: &AttemptRecord, times: Times) -> String {
         times.at(attempt.started_at.as_millis())
     );
     for phase in &attempt.phases {
-        let duration = phase
-            .duration_ms
-            .map_or_else(|| "…".to_owned(), |ms| format!("{ms} ms"));
+        let duration = phase.duration_ms.map_or_else(|| "…".to_owned(), seconds);
         let _ = writeln!(
             out,
             "     {:>5} {:<20} {:>10}  {}",

@@ -121,7 +121,11 @@ pub async fn run(cli: Cli) -> ExitCode {
             }
             answer => answer,
         },
-        Cmd::Stop { hold, strict } => return stop(&client, *hold, *strict, &cli).await,
+        Cmd::Stop {
+            hold,
+            strict,
+            no_block,
+        } => return stop(&client, *hold, *strict, *no_block, &cli).await,
         Cmd::Reload => client.reload().await,
         Cmd::Restart { force, .. } => client.command(cmd::Restart { force: *force }).await,
         Cmd::Retry { .. } => client.retry().await,
@@ -199,7 +203,13 @@ pub async fn run(cli: Cli) -> ExitCode {
     };
     let wait = matches!(
         cli.command,
-        Cmd::Start { wait: true, .. } | Cmd::Restart { wait: true, .. } | Cmd::Retry { wait: true }
+        Cmd::Start {
+            no_block: false,
+            ..
+        } | Cmd::Restart {
+            no_block: false,
+            ..
+        } | Cmd::Retry { wait: true }
     );
     match answer {
         Ok(snapshot) if wait => wait_settled(&client, snapshot, &cli).await,
@@ -396,8 +406,19 @@ pub async fn already_there(client: &ControlClient, cli: &Cli, target: Already) -
 /// `--timeout`, exit 5 when it has not settled by then. A runtime already
 /// stopped is exit 0 (`--strict`: 3) — but not for `--hold` when it is not
 /// held: the hold asked for was not taken, and that is a refusal.
-pub async fn stop(client: &ControlClient, hold: bool, strict: bool, cli: &Cli) -> ExitCode {
-    match client.stop(Hold::from(hold)).await {
+pub async fn stop(
+    client: &ControlClient,
+    hold: bool,
+    strict: bool,
+    no_block: bool,
+    cli: &Cli,
+) -> ExitCode {
+    let stopped = if no_block {
+        stop_taken(client, hold).await
+    } else {
+        client.stop(Hold::from(hold)).await
+    };
+    match stopped {
         Ok(snapshot) => {
             print_answer(&snapshot, cli);
             ExitCode::SUCCESS
@@ -428,6 +449,33 @@ pub async fn stop(client: &ControlClient, hold: bool, strict: bool, cli: &Cli) -
             ExitCode::from(EXIT_TIMED_OUT)
         }
         Err(error) => fail(&error),
+    }
+}
+
+/// `stop --no-block`: the stop's answer if it comes first (a runtime
+/// already stopped, a refusal), else the first snapshot that shows the
+/// drain begun (or past it): the daemon took the stop and goes on
+/// draining when this process ends.
+async fn stop_taken(client: &ControlClient, hold: bool) -> Result<Snapshot, ClientError> {
+    let mut have = client.snapshot().await?;
+    let asked = client.clone();
+    let mut answer = tokio::spawn(async move { asked.stop(Hold::from(hold)).await });
+    loop {
+        tokio::select! {
+            answered = &mut answer => {
+                // The call is never aborted: a join error is its panic.
+                return answered.unwrap_or_else(|join| std::panic::resume_unwind(join.into_panic()));
+            }
+            next = client.watch(&have, Duration::from_secs(30)) => {
+                have = next?;
+                if matches!(
+                    have.lifecycle,
+                    LifecycleState::Draining { .. } | LifecycleState::Stopped { .. }
+                ) {
+                    return Ok(have);
+                }
+            }
+        }
     }
 }
 

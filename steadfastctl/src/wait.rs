@@ -20,16 +20,16 @@ use crate::render::{
 };
 use crate::{EXIT_NOT_RUNNING, EXIT_TIMED_OUT, EXIT_USAGE};
 
-/// `--wait`: follow the boot the command started (its answer is a booting
+/// `start`, `restart` (unless `--no-block`) and `retry --wait`: follow the boot the command started (its answer is a booting
 /// or draining snapshot, never a settled one) to the first settled state,
 /// in this process. 0 running; 3 failed, wedged or stopped, or the daemon
-/// exited, the reason on stderr; 5 when `--timeout` passes first. Prints
+/// exited, the reason on stderr; 5 when `--timeout` (default 120 s) passes first. Prints
 /// the settled snapshot as the command would have printed its answer.
 pub async fn wait_settled(client: &ControlClient, answered: Snapshot, cli: &Cli) -> ExitCode {
-    let deadline = match cli.timeout.map(|_| timeout_of(cli)) {
-        None => None,
-        Some(Ok(timeout)) => Some((tokio::time::Instant::now() + timeout, timeout)),
-        Some(Err(error)) => {
+    // `--timeout`, else its default (120 s), as the call's own.
+    let deadline = match timeout_of(cli) {
+        Ok(timeout) => Some((tokio::time::Instant::now() + timeout, timeout)),
+        Err(error) => {
             say(&error);
             return ExitCode::from(EXIT_USAGE);
         }

@@ -170,19 +170,16 @@ fn a_fifo_swapped_in_while_running_hangs_nothing() {
 
     // The restart's preflight meets the FIFO too (bounded, in a task):
     // refused, still running; a forced restart drains into the held
-    // failure.
+    // failure, and waits for it: exit 3, naming it.
     let restart = ctl_answers(&data, &["restart"]);
     let stderr = String::from_utf8_lossy(&restart.stderr);
     assert_eq!(restart.status.code(), Some(3), "{stderr}");
     assert!(stderr.contains("config_invalid"), "{stderr}");
     assert!(stderr.contains("is a fifo"), "{stderr}");
     let restart = ctl_answers(&data, &["restart", "--force"]);
-    assert_eq!(
-        restart.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&restart.stderr)
-    );
+    let stderr = String::from_utf8_lossy(&restart.stderr);
+    assert_eq!(restart.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("did not reach running"), "{stderr}");
     let (_, reason) = held(&data);
     assert!(reason.contains("is a fifo"), "{reason}");
     let stop = ctl_answers(&data, &["stop"]);
@@ -254,7 +251,7 @@ fn a_missing_config_file_exits_78_naming_it() {
     );
 }
 
-/// `minimal DATA FILE` declares FILE with `TomlFileSource::declared_file`
+/// `counter DATA FILE` declares FILE with `TomlFileSource::declared_file`
 /// and nothing else: a FILE that does not exist (a typo) is a held
 /// failure in `resolve_config` whose reason names the path, never a daemon
 /// running on its defaults; creating the file boots it, with no one
@@ -266,21 +263,25 @@ fn a_declared_file_that_is_missing_holds_naming_it() {
     let data = tmp.path().join("data");
     let config = tmp.path().join("typo.toml");
     let port = free_port();
-    let mut child = Kvd(Command::new(processes::example("minimal"))
+    let mut child = Kvd(Command::new(processes::example("counter"))
         .arg(&data)
         .arg(&config)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("minimal starts"));
+        .expect("counter starts"));
     let (s, reason) = held(&data);
     assert_eq!(s["lifecycle"]["report"]["phase"], "resolve_config", "{s:#}");
     assert!(
         reason.contains(&format!("config file {} does not exist", config.display())),
         "{reason}"
     );
-    std::fs::write(&config, format!("listen_addr = \"127.0.0.1:{port}\"\n")).expect("create");
+    std::fs::write(
+        &config,
+        format!("port = {port}\npath = \"count\"\nstep = 1\n"),
+    )
+    .expect("create");
     until(&data, "running once the file exists", |s| {
         state(s) == "running"
     });

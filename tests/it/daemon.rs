@@ -49,7 +49,9 @@ fn a_daemon_notifies_systemd_and_exits_cleanly_on_sigterm() {
     std::fs::write(&config, format!("listen_addr = \"127.0.0.1:{port}\"\n")).expect("config");
 
     let mut child = Command::new(processes::example("minimal"))
+        .arg("--data-dir")
         .arg(tmp.path().join("data"))
+        .arg("--config")
         .arg(&config)
         .env("NOTIFY_SOCKET", &socket_path)
         .env("WATCHDOG_USEC", "200000")
@@ -140,7 +142,9 @@ fn a_sigterm_from_the_first_moment_is_a_drained_exit_or_touches_nothing() {
     let minimal = processes::example("minimal");
     let spawn = |data: &std::path::Path| {
         Command::new(&minimal)
+            .arg("--data-dir")
             .arg(data)
+            .arg("--config")
             .arg(&config)
             .env_remove("NOTIFY_SOCKET")
             .stdin(Stdio::null())
@@ -237,7 +241,9 @@ fn a_removed_or_replaced_control_socket_is_bound_again() {
     let data = tmp.path().join("data");
     let log_path = tmp.path().join("minimal.log");
     let mut child = Command::new(processes::example("minimal"))
+        .arg("--data-dir")
         .arg(&data)
+        .arg("--config")
         .arg(&config)
         .env_remove("NOTIFY_SOCKET")
         .stdin(Stdio::null())

@@ -781,7 +781,12 @@ fn the_launch_timeline_is_said_at_debug() {
     std::fs::write(&config, format!("listen_addr = \"{addr}\"\n")).expect("config");
     let daemon = spawn_with(
         "minimal",
-        &[s(&data), s(&config)],
+        &[
+            "--data-dir".to_owned(),
+            s(&data),
+            "--config".to_owned(),
+            s(&config),
+        ],
         &[("RUST_LOG", Path::new("info,steadfast::launch=debug"))],
     );
     let text = daemon.wait_for("published: running");

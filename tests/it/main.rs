@@ -63,6 +63,7 @@ mod operator_view;
 mod preflight;
 mod replace;
 mod replace_stop;
+mod serve_frameworks;
 mod status_record;
 mod supervision;
 mod supervisor;

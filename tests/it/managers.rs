@@ -659,7 +659,10 @@ fn each_way_a_daemon_ends_has_its_exit_code() {
     for example in ["minimal", "counter"] {
         let (code, stderr) = run(&processes::example(example), &[]);
         assert_eq!(code, Some(EXIT_NEVER_WORKS), "{example}: {stderr}");
-        let (code, stderr) = run(&processes::example(example), &[open.as_os_str()]);
+        let (code, stderr) = run(
+            &processes::example(example),
+            &["--data-dir".as_ref(), open.as_os_str()],
+        );
         assert_eq!(code, Some(EXIT_NEVER_WORKS), "{example}: {stderr}");
     }
 

@@ -312,3 +312,54 @@ fn the_readme_walkthrough_runs_as_written() {
 fn terminal_log(dir: &Path) -> String {
     std::fs::read_to_string(dir.join("kvd.log")).unwrap_or_default()
 }
+
+/// The README's "Serve an axum router" block (` ```sh axum-walkthrough `),
+/// run as written by one `bash -euo pipefail` with the axum example
+/// (built with its feature) and `steadfastctl` on `PATH`, its port
+/// (`7080`) a free one: the note posted before the restart is answered
+/// `201` and listed after it, and the daemon's SIGTERM ends it drained
+/// (exit 0, or `wait` fails the block).
+#[test]
+fn the_readme_axum_walkthrough_runs_as_written() {
+    if processes::tool("curl").is_none() {
+        return;
+    }
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("README.md");
+    let block: String = readme
+        .split("```sh axum-walkthrough\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n```").next())
+        .expect("the README's axum walkthrough block")
+        .to_owned();
+    let port = processes::free_port().to_string();
+    let block = block.replace("7080", &port);
+    let axum = processes::example_with_features("axum", "axum");
+    let ctl = processes::steadfastctl();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bins = tempfile::tempdir().expect("tempdir");
+    processes::copy_executable(&axum, &bins.path().join("axum"));
+    processes::copy_executable(&ctl, &bins.path().join("steadfastctl"));
+    let path = std::env::join_paths(std::iter::once(bins.path().to_path_buf()).chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))
+    .expect("PATH");
+    let out = Command::new("bash")
+        .args(["--noprofile", "--norc", "-euo", "pipefail", "-c", &block])
+        .current_dir(dir.path())
+        .env("PATH", path)
+        .stdin(Stdio::null())
+        .output()
+        .expect("bash runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let log = std::fs::read_to_string(dir.path().join("notes.log")).unwrap_or_default();
+    assert!(
+        out.status.success(),
+        "the block failed ({:?}):\n{block}\nstdout:\n{stdout}\nstderr:\n{}\nnotes.log:\n{log}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The POST's answer, then the listing after the restart.
+    assert_eq!(stdout.matches("buy milk\n").count(), 2, "{stdout}");
+    assert!(log.contains("exiting (drained"), "{log}");
+}

@@ -63,6 +63,10 @@ fn the_common_lines_parse_once_as_the_whole_command_does() {
         &["stop", "--strict"],
         &["stop", "--hold", "--strict"],
         &["stop", "--strict", "--hold"],
+        &["start", "--no-block"],
+        &["restart", "--no-block", "--force"],
+        &["stop", "--no-block"],
+        &["stop", "--hold", "--no-block"],
     ];
     let globals: &[&[&str]] = &[
         &["--data-dir", "/d"],
@@ -193,6 +197,8 @@ fn the_parse_is_the_whole_command_s() {
         &["restart", "--wait", "--wait"],
         &["restart", "--wait=true"],
         &["status", "--wait"],
+        &["start", "--wait", "--no-block"],
+        &["retry", "--no-block"],
         &["start", "--force"],
         &["stop", "--wait"],
         &["start", "--strict", "--strict"],

@@ -231,9 +231,13 @@ pub async fn run(cli: &Cli) -> ExitCode {
         Cmd::Probe { what } => Ask::Probe(*what),
         Cmd::Metrics => Ask::Metrics,
         Cmd::Journal { limit } => Ask::Journal(*limit),
-        Cmd::Start { wait, strict } => Ask::Start(*wait, *strict),
-        Cmd::Stop { hold, strict } => Ask::Stop(*hold, *strict),
-        Cmd::Restart { force, wait } => Ask::Restart(*force, *wait),
+        Cmd::Start {
+            no_block, strict, ..
+        } => Ask::Start(!*no_block, *strict),
+        Cmd::Stop { hold, strict, .. } => Ask::Stop(*hold, *strict),
+        Cmd::Restart {
+            force, no_block, ..
+        } => Ask::Restart(*force, !*no_block),
         Cmd::Retry { wait } => Ask::Retry(*wait),
         Cmd::Exit { relaunch } => Ask::Exit(*relaunch),
         other => {
