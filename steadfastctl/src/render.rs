@@ -494,7 +494,7 @@ pub fn render_attempt(attempt: &AttemptRecord, times: Times) -> String {
     let mut out = String::new();
     let result = match attempt.result {
         AttemptResult::InProgress => "in progress",
-        AttemptResult::Succeeded => "succeeded",
+        AttemptResult::Succeeded => "booted",
         AttemptResult::Failed => "failed",
         AttemptResult::Cancelled => "cancelled",
     };

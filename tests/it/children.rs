@@ -158,6 +158,9 @@ fn a_meltdown_ends_the_runtime_spends_the_budget_and_retry_resumes() {
     assert!(text.contains("State: failed: the runtime ended:"), "{text}");
     assert!(!text.contains("failed in run"), "{text}");
     assert!(text.contains("failed automatic restarts"), "{text}");
+    // The boot itself went well; the runtime it made failed.
+    assert!(text.contains("#5 booted"), "{text}");
+    assert!(!text.contains("succeeded"), "{text}");
     // Every attempt's meltdown is in the journal, durable before the
     // runtime ended.
     let journal = processes::ctl(&data, &["journal", "--json"]);
