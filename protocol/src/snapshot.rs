@@ -227,16 +227,16 @@ pub struct Snapshot {
     pub children: Vec<crate::children::ChildView>,
 }
 
-/// The restart budget: how many failed automatic boots it allows within its
+/// The restart budget: how many failed automatic restarts (a boot that failed or a runtime that ended) it allows within its
 /// window, and how many the machine has counted (as of the latest failure,
 /// since an operator or a config change last started a boot).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BudgetStatus {
-    /// N: failed automatic boots allowed within the window.
+    /// N: failed automatic restarts allowed within the window.
     pub max_failures: u32,
     /// W, in milliseconds.
     pub window_ms: u64,
-    /// Failed automatic boots counted within it.
+    /// Failed automatic restarts counted within it.
     pub failures: u32,
 }
 

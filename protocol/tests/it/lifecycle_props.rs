@@ -499,7 +499,7 @@ fn no_window_holds_more_than_n_failed_automatic_boots() {
                 let spent = budget_spent.as_ref().expect("the budget is spent");
                 prop_assert_eq!(retry, &RetryClass::Hold);
                 prop_assert_eq!(spent.failures, n);
-                prop_assert!(spent.reason.contains("budget") && spent.reason.contains(&format!("{n} automatic boots")) && spent.reason.contains(&format!("{window_ms} ms")), "{}", spent.reason);
+                prop_assert!(spent.reason.contains("budget") && spent.reason.contains(&format!("{n} automatic restarts failed")) && spent.reason.contains(&format!("{window_ms} ms")), "{}", spent.reason);
                 prop_assert_eq!(m.wake(), None, "a held failure wants no timer");
                 let refused = m.step(&LifecycleEvent::RetryDue { at: Timestamp(now + 1_000_000) });
                 prop_assert!(refused.is_err(), "retry_due boots a spent budget");
