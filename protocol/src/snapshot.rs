@@ -227,9 +227,10 @@ pub struct Snapshot {
     pub children: Vec<crate::children::ChildView>,
 }
 
-/// The restart budget: how many failed automatic restarts (a boot that failed or a runtime that ended) it allows within its
-/// window, and how many the machine has counted (as of the latest failure,
-/// since an operator or a config change last started a boot).
+/// The restart budget: how many failed automatic restarts (a boot that
+/// failed, or a runtime that ended) it allows within its window, and how
+/// many the machine has counted (as of the latest failure, since an
+/// operator or a config change last started a boot).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BudgetStatus {
     /// N: failed automatic restarts allowed within the window.
