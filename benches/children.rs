@@ -15,6 +15,11 @@
 //! - `actor_child_restart`: that actor as a child; it panics on a message,
 //!   and the time until the handle reaches its next incarnation (its
 //!   `pre_start` done). Goal: ≤ 2× `bare_actor_spawn`.
+//! - `ractor_respawn`: the same panic, restarted by a hand-written ractor
+//!   supervisor that spawns a new one linked on `ActorFailed`: what ractor
+//!   alone costs for the same restart (the panic, its unwinding and the
+//!   supervision event included), so `actor_child_restart ÷
+//!   ractor_respawn` is what the group adds.
 //! - `runtime_restart`: a supervisor's `restart` of a one-step runtime
 //!   until it runs again (drain, journal, boot): what restarting the
 //!   runtime instead of the child would cost.
@@ -58,6 +63,45 @@ impl Actor for Brittle {
     }
     async fn handle(&self, _: ActorRef<()>, (): (), (): &mut ()) -> Result<(), ActorProcessingErr> {
         panic!("told to fail")
+    }
+}
+
+/// A hand-written ractor supervisor: on its child's failure it spawns a
+/// new one, linked, and hands it out.
+struct Respawner;
+
+struct RespawnerState {
+    started: mpsc::UnboundedSender<()>,
+    current: std::sync::Arc<std::sync::Mutex<Option<ActorRef<()>>>>,
+}
+
+impl Actor for Respawner {
+    type Msg = ();
+    type State = RespawnerState;
+    type Arguments = RespawnerState;
+    async fn pre_start(
+        &self,
+        myself: ActorRef<()>,
+        state: RespawnerState,
+    ) -> Result<RespawnerState, ActorProcessingErr> {
+        let (child, _) =
+            Actor::spawn_linked(None, Brittle, state.started.clone(), myself.get_cell()).await?;
+        *state.current.lock().expect("lock") = Some(child);
+        Ok(state)
+    }
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<()>,
+        event: ractor::SupervisionEvent,
+        state: &mut RespawnerState,
+    ) -> Result<(), ActorProcessingErr> {
+        if let ractor::SupervisionEvent::ActorFailed(..) = event {
+            let (child, _) =
+                Actor::spawn_linked(None, Brittle, state.started.clone(), myself.get_cell())
+                    .await?;
+            *state.current.lock().expect("lock") = Some(child);
+        }
+        Ok(())
     }
 }
 
@@ -195,6 +239,48 @@ fn bench(c: &mut Criterion) {
         });
     });
 
+    let (respawned_tx, mut respawned) = mpsc::unbounded_channel::<()>();
+    let current = Arc::new(std::sync::Mutex::new(None::<ActorRef<()>>));
+    let respawner = rt.block_on(async {
+        let (respawner, _) = Actor::spawn(
+            None,
+            Respawner,
+            RespawnerState {
+                started: respawned_tx,
+                current: Arc::clone(&current),
+            },
+        )
+        .await
+        .expect("spawn");
+        respawned.recv().await.expect("first start");
+        respawner
+    });
+    let child_id = || {
+        current
+            .lock()
+            .expect("lock")
+            .as_ref()
+            .map(|a: &ActorRef<()>| a.get_id())
+    };
+    group.bench_function("ractor_respawn", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    let old = child_id();
+                    let child = current.lock().expect("lock").clone().expect("running");
+                    child.cast(()).expect("running");
+                    respawned.recv().await.expect("restarted");
+                    while child_id() == old {
+                        tokio::task::yield_now().await;
+                    }
+                }
+                start.elapsed()
+            })
+        });
+    });
+    respawner.stop(None);
+
     let tmp = tempfile::tempdir().expect("tempdir");
     let (supervisor_handle, _run) = rt.block_on(async {
         let (supervisor, handle) = Supervisor::builder(tmp.path().join("data"), Noop)
@@ -220,6 +306,7 @@ fn bench(c: &mut Criterion) {
         &[
             ("task_child_restart", "bare_task_spawn"),
             ("actor_child_restart", "bare_actor_spawn"),
+            ("actor_child_restart", "ractor_respawn"),
             ("runtime_restart", "task_child_restart"),
         ],
     );

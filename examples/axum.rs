@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::{Router, extract::State, http::StatusCode, routing::get};
+use steadfast::children::{Child, Children};
 use steadfast::fs::{Access, open_in_data_dir};
-use steadfast::{Made, Plan, Runtime, Service, Step, StepContext, StepError, Supervisor};
+use steadfast::{Made, Plan, Service, Step, StepContext, StepError, Supervisor};
 
 #[derive(serde::Deserialize)]
 struct Config {
@@ -47,17 +48,23 @@ fn read_all(notes: &Notes) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&all).into_owned())
 }
 
-/// The background work: every `every`, count the notes into `notes.count`. A task of the
-/// runtime's, so a drain stops it with the serving.
-fn count_notes(runtime: &mut Runtime, data_dir: &std::path::Path, notes: Notes, every: Duration) {
+/// The background work: every `every`, count the notes into `notes.count`. A supervised child:
+/// if it fails it is restarted alone (the API stays up); a drain stops it.
+fn counter(data_dir: &std::path::Path, notes: Notes, every: Duration) -> Children {
     let count = data_dir.join("notes.count");
-    runtime.serve("count_notes", async move {
-        loop {
-            tokio::time::sleep(every).await;
-            let lines = read_all(&notes).map_err(|e| e.to_string())?.lines().count();
-            std::fs::write(&count, format!("{lines}\n")).map_err(|e| e.to_string())?;
+    Children::one_for_one().child(Child::task("count_notes", move |cx| {
+        let (count, notes) = (count.clone(), notes.clone());
+        async move {
+            while tokio::time::timeout(every, cx.shutdown().cancelled())
+                .await
+                .is_err()
+            {
+                let lines = read_all(&notes).map_err(|e| e.to_string())?.lines().count();
+                std::fs::write(&count, format!("{lines}\n")).map_err(|e| e.to_string())?;
+            }
+            Ok(())
         }
-    });
+    }))
 }
 
 /// Opens the notes file, serves the router on `listen_addr` and starts the worker.
@@ -84,7 +91,11 @@ impl Step for Serve {
         // Not `axum::serve`: each connection a task of the runtime's, so the drain owns it.
         steadfast::serve::http(cx.runtime, "http", listener, router);
         let every = Duration::from_millis(cx.config.count_every_ms);
-        count_notes(cx.runtime, cx.data_dir, notes, every);
+        let counter = counter(cx.data_dir, notes, every);
+        cx.runtime
+            .supervise(counter)
+            .await
+            .map_err(StepError::hold)?;
         Ok(Made::new("listener", addr.clone(), ()))
     }
 }

@@ -359,7 +359,14 @@ fn the_readme_axum_walkthrough_runs_as_written() {
         out.status.code(),
         String::from_utf8_lossy(&out.stderr)
     );
-    // The POST's answer, then the listing after the restart.
+    // The POST's answer, the worker among the children, then the listing
+    // after the restart.
     assert_eq!(stdout.matches("buy milk\n").count(), 2, "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.contains("count_notes") && l.contains("running")),
+        "{stdout}"
+    );
     assert!(log.contains("exiting (drained"), "{log}");
 }
