@@ -833,9 +833,10 @@ impl Runtime {
     /// ```
     ///
     /// # Errors
-    /// [`ChildrenError`]: a declaration that breaks a rule (a name taken
-    /// in this runtime, a bad name, restarts within a period of 0, …), or
-    /// a runtime already shutting down.
+    /// [`ChildrenError`](crate::children::ChildrenError): a declaration
+    /// that breaks a rule (a name taken in this runtime, a bad name,
+    /// restarts within a period of 0, …), or a runtime already shutting
+    /// down.
     pub async fn supervise(
         &mut self,
         children: crate::children::Children,
