@@ -97,13 +97,14 @@ fn a_broken_config_refuses_the_restart_and_kvd_keeps_serving() {
     );
     assert_eq!(kv(port, "GET greeting"), "hello");
 
-    // --force drains anyway, and the next boot fails held in resolve_config.
+    // --force drains anyway, and the next boot fails held in resolve_config:
+    // the restart waits for it and says so (exit 3, as systemctl's).
     let forced = ctl(&data, &["restart", "--force"]);
-    assert_eq!(
-        forced.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&forced.stderr)
+    let stderr = String::from_utf8_lossy(&forced.stderr);
+    assert_eq!(forced.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("did not reach running: failed in resolve_config"),
+        "{stderr}"
     );
     let held = until(&data, "a held failure", |s| {
         state(s) == "failed" && s["lifecycle"]["retry"]["class"] == "hold"

@@ -168,7 +168,7 @@ async fn a_spent_budget_holds_until_an_operator_retry_on_virtual_time() {
     );
     let line = steadfast::daemon::status_line(&held);
     assert!(
-        line.contains("restart budget spent: 3 automatic boots failed within 60000 ms"),
+        line.contains("restart budget spent: 3 automatic restarts failed within 60000 ms"),
         "{line}"
     );
     let json = serde_json::to_value(&held).expect("json");
