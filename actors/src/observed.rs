@@ -30,14 +30,17 @@ mod recorder {
 
     use super::AdoptedStep;
 
+    /// The steps not yet taken, and how many were recorded in all.
+    type Recorded = (Vec<AdoptedStep>, u64);
+
     thread_local! {
-        static ADOPTED: RefCell<Option<Vec<AdoptedStep>>> = const { RefCell::new(None) };
+        static ADOPTED: RefCell<Option<Recorded>> = const { RefCell::new(None) };
     }
 
     /// Record the steps this thread's Lifecycle actors adopt from now on
     /// (`false`: stop, and drop what was recorded).
     pub fn record_adopted_steps(on: bool) {
-        ADOPTED.with(|cell| *cell.borrow_mut() = on.then(Vec::new));
+        ADOPTED.with(|cell| *cell.borrow_mut() = on.then(|| (Vec::new(), 0)));
     }
 
     /// The steps recorded since the last call.
@@ -46,22 +49,32 @@ mod recorder {
         ADOPTED.with(|cell| {
             cell.borrow_mut()
                 .as_mut()
-                .map(std::mem::take)
+                .map(|(steps, _)| std::mem::take(steps))
                 .unwrap_or_default()
         })
     }
 
+    /// How many steps were recorded since recording began: what a
+    /// simulation stamps its own observations with, to place them among
+    /// the lifecycle's steps (an observation stamped `n` came after the
+    /// `n`th step and before the next).
+    #[must_use]
+    pub fn adopted_so_far() -> u64 {
+        ADOPTED.with(|cell| cell.borrow().as_ref().map_or(0, |(_, count)| *count))
+    }
+
     pub(crate) fn push(step: impl FnOnce() -> AdoptedStep) {
         ADOPTED.with(|cell| {
-            if let Some(steps) = cell.borrow_mut().as_mut() {
+            if let Some((steps, count)) = cell.borrow_mut().as_mut() {
                 steps.push(step());
+                *count += 1;
             }
         });
     }
 }
 
 #[cfg(feature = "simulation")]
-pub use recorder::{record_adopted_steps, take_adopted_steps};
+pub use recorder::{adopted_so_far, record_adopted_steps, take_adopted_steps};
 
 /// The Lifecycle actor adopts `after` for `event` from `before`.
 #[cfg(feature = "simulation")]
