@@ -723,6 +723,11 @@ impl Actor for ChildrenActor {
             ChildrenMsg::Shutdown { deadline, reply } => {
                 let decision = state.group.on(&Event::Shutdown);
                 let aborted = match decision {
+                    Decision::Shutdown { .. }
+                        if crate::planted::children_outlive_shutdown_planted() =>
+                    {
+                        Vec::new()
+                    }
                     Decision::Shutdown { stop } => state.stop_all(&stop, Some(deadline)).await,
                     _ => Vec::new(),
                 };
@@ -765,6 +770,10 @@ impl Actor for ChildrenActor {
     ) -> Result<(), ActorProcessingErr> {
         // Whatever still runs (the group stopped without a shutdown: the
         // runtime was dropped) goes with it.
+        if crate::planted::children_outlive_shutdown_planted() {
+            // Detached, not stopped: a dropped join handle leaves its task.
+            state.live.clear();
+        }
         for live in state.live.iter_mut().filter_map(Option::take) {
             match live {
                 Live::Task { shutdown, join } => {
@@ -827,7 +836,19 @@ impl ChildrenState {
                 tracing::warn!(child = %self.name(child), incarnation, end = %exit, "a child ended");
             }
         }
+        let ended_for_good = matches!(decision, Decision::Ended);
         self.carry_out(myself, decision).await;
+        if ended_for_good
+            && crate::planted::children_restart_temporary_planted()
+            && self
+                .group
+                .spec(child)
+                .is_some_and(|s| s.restart == machine::Restart::Temporary)
+        {
+            // The machine let it end; the executor starts it again anyway.
+            self.start(myself, child, incarnation.saturating_add(1))
+                .await;
+        }
         self.publish();
     }
 
@@ -890,7 +911,9 @@ impl ChildrenState {
                 {
                     tracing::error!(%error, "the meltdown's record could not be made durable");
                 }
-                self.end_runtime(meltdown.child.clone(), meltdown.to_string());
+                if !crate::planted::children_meltdown_unreported_planted() {
+                    self.end_runtime(meltdown.child.clone(), meltdown.to_string());
+                }
             }
             Decision::SignificantEnded { child, exit, stop } => {
                 self.stop_all(&stop, None).await;

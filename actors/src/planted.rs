@@ -19,6 +19,9 @@ mod switches {
         static JOURNAL_REPAIR_CUTS_A_RECORD: Cell<bool> = const { Cell::new(false) };
         static RECONCILE_FORGETS_CHECKPOINTS: Cell<bool> = const { Cell::new(false) };
         static STATUS_RECORD_LAGS: Cell<bool> = const { Cell::new(false) };
+        static CHILDREN_RESTART_TEMPORARY: Cell<bool> = const { Cell::new(false) };
+        static CHILDREN_MELTDOWN_UNREPORTED: Cell<bool> = const { Cell::new(false) };
+        static CHILDREN_OUTLIVE_SHUTDOWN: Cell<bool> = const { Cell::new(false) };
     }
 
     /// Plant (or remove) a drain that leaves a runtime's tracked tasks
@@ -85,8 +88,52 @@ mod switches {
     pub(crate) fn status_record_lags_planted() -> bool {
         STATUS_RECORD_LAGS.with(Cell::get)
     }
+
+    /// Plant (or remove) a Children actor that restarts a temporary child
+    /// the machine let end: it starts the next incarnation on its own.
+    pub fn children_restart_temporary(on: bool) {
+        CHILDREN_RESTART_TEMPORARY.with(|cell| cell.set(on));
+    }
+
+    pub(crate) fn children_restart_temporary_planted() -> bool {
+        CHILDREN_RESTART_TEMPORARY.with(Cell::get)
+    }
+
+    /// Plant (or remove) a meltdown that is not reported: the Children
+    /// actor stops the group and journals the meltdown, and never tells
+    /// the runtime it ended.
+    pub fn children_meltdown_unreported(on: bool) {
+        CHILDREN_MELTDOWN_UNREPORTED.with(|cell| cell.set(on));
+    }
+
+    pub(crate) fn children_meltdown_unreported_planted() -> bool {
+        CHILDREN_MELTDOWN_UNREPORTED.with(Cell::get)
+    }
+
+    /// Plant (or remove) a group whose shutdown leaves its children
+    /// running: the runtime's shutdown answers at once, and the Children
+    /// actor's stop neither cancels nor aborts them.
+    pub fn children_outlive_shutdown(on: bool) {
+        CHILDREN_OUTLIVE_SHUTDOWN.with(|cell| cell.set(on));
+    }
+
+    pub(crate) fn children_outlive_shutdown_planted() -> bool {
+        CHILDREN_OUTLIVE_SHUTDOWN.with(Cell::get)
+    }
 }
 
+#[cfg(feature = "planted-defects")]
+pub use switches::children_meltdown_unreported;
+#[cfg(feature = "planted-defects")]
+pub(crate) use switches::children_meltdown_unreported_planted;
+#[cfg(feature = "planted-defects")]
+pub use switches::children_outlive_shutdown;
+#[cfg(feature = "planted-defects")]
+pub(crate) use switches::children_outlive_shutdown_planted;
+#[cfg(feature = "planted-defects")]
+pub use switches::children_restart_temporary;
+#[cfg(feature = "planted-defects")]
+pub(crate) use switches::children_restart_temporary_planted;
 #[cfg(feature = "planted-defects")]
 pub use switches::drain_leaves_tasks;
 #[cfg(feature = "planted-defects")]
@@ -150,5 +197,26 @@ pub(crate) const fn reconcile_forgets_checkpoints_planted() -> bool {
 /// this build).
 #[cfg(not(feature = "planted-defects"))]
 pub(crate) const fn status_record_lags_planted() -> bool {
+    false
+}
+
+/// Whether the Children actor restarts a temporary child on its own
+/// (never, in this build).
+#[cfg(not(feature = "planted-defects"))]
+pub(crate) const fn children_restart_temporary_planted() -> bool {
+    false
+}
+
+/// Whether a meltdown goes unreported to the runtime (never, in this
+/// build).
+#[cfg(not(feature = "planted-defects"))]
+pub(crate) const fn children_meltdown_unreported_planted() -> bool {
+    false
+}
+
+/// Whether a group's shutdown leaves its children running (never, in
+/// this build).
+#[cfg(not(feature = "planted-defects"))]
+pub(crate) const fn children_outlive_shutdown_planted() -> bool {
     false
 }

@@ -872,7 +872,9 @@ impl Runtime {
                 board: env.board,
                 ended: {
                     let ended = self.ended_tx.clone();
-                    std::sync::Arc::new(move |task, error| {
+                    let attempt = env.attempt.get();
+                    std::sync::Arc::new(move |task: String, error: String| {
+                        crate::observed::group_end_reported(attempt, &task, &error);
                         let _ = ended.send(TaskEnded {
                             task,
                             error,

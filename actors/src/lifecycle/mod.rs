@@ -790,6 +790,9 @@ impl LifecycleActorState {
             // with the next acknowledged append (group commit).
             let _ = self.children.journal.cast(JournalMsg::Stage(records));
             log_transition(&self.machine.state, event, &next.state);
+            // Adopted all the same (the machine is unchanged): a
+            // simulation sees that the fact arrived.
+            crate::observed::adopted(&self.machine, event, &next, effect);
             return effect;
         }
         // The first boot that reaches running creates the identity: asked

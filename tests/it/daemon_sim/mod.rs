@@ -51,7 +51,26 @@
 //! checkpoint not yet durable); after every published step the status
 //! record, `status --json` (answered in process by the control plane's
 //! own code) and the snapshot `watch`'s changes build agree with what was
-//! published, and none reads a version older than one it read; a daemon
+//! published, and none reads a version older than one it read; the
+//! serving step's supervised children (`service.rs`: a permanent, a
+//! transient and a temporary task whose strategy, intensity and failure
+//! rate the seed draws, each incarnation ending on its own, by an error, a
+//! panic, a return or a factory's panic, at a moment the seed draws) do
+//! what a fresh pure machine (`steadfast_protocol::children::Group`) fed
+//! their observed ends, in order and at their virtual instants, decides:
+//! every start is the machine's next one, made once the child's incarnation
+//! before it ended or was stopped, and none it ordered is missing
+//! once the runtime ran and drained, and the group ends its runtime only
+//! for a meltdown the machine decided; every meltdown it decides reaches
+//! the lifecycle: the group reports it to its runtime before that
+//! runtime's drain settles or the daemon exits (`observed` sees the
+//! report), and once it is reported while the runtime boots or runs the
+//! lifecycle hears of a runtime end before it leaves that runtime, the
+//! first while running naming the child unless another end, or a drain
+//! begun for something else, came first (a crash excuses what it cut
+//! short), with its record in the journal
+//! before the lifecycle's failure of that runtime; nothing of a group runs
+//! after its runtime's drain settled; a daemon
 //! whose lock is taken away exits for a relaunch; no operation hangs (a virtual-time
 //! watchdog); the daemon never ends on its own; once the faults stop (a
 //! good config, a disk without faults, one operator `retry`) it settles
@@ -340,6 +359,7 @@ fn the_daemon_keeps_what_it_acknowledged_across_crashes_and_settles() {
         count as f64 / secs
     );
     assert!(counts.crashes > 0 && counts.runtime_crashes > 0 && counts.acked > 0);
+    assert!(counts.child_restarts > 0 && counts.meltdowns_reported > 0);
 }
 
 /// The first seed from 0 at which a run with `plant` breaks a check,
@@ -450,6 +470,46 @@ fn a_planted_status_record_one_transition_late_is_caught() {
     let (_, check, detail) = found.expect("caught within 300 seeds");
     assert_eq!(check, "what operators read is true", "{detail}");
     assert!(detail.contains("status record"), "{detail}");
+}
+
+/// The checks catch a Children actor that restarts a temporary child the
+/// machine let end: a start the machine never ordered.
+#[test]
+fn a_planted_restart_of_a_temporary_child_is_caught() {
+    let found = first_failing_seed(Plant::ChildrenRestartTemporary, 40);
+    eprintln!("a restart of a temporary child: first failing seed {found:?}");
+    let (_, check, detail) = found.expect("caught within 40 seeds");
+    assert_eq!(check, "the restarts match the machine", "{detail}");
+    assert!(detail.contains("child probe"), "{detail}");
+}
+
+/// The checks catch a meltdown the Children actor never reports: the
+/// group is stopped and its record journaled, and the lifecycle keeps the
+/// runtime running until something else drains it, a drain that settles
+/// (or an exit) with the meltdown never reported to the runtime.
+#[test]
+fn a_planted_meltdown_that_is_not_reported_is_caught() {
+    let found = first_failing_seed(Plant::MeltdownUnreported, 60);
+    eprintln!("a meltdown not reported: first failing seed {found:?}");
+    let (_, check, detail) = found.expect("caught within 60 seeds");
+    assert_eq!(check, "a meltdown always reaches the lifecycle", "{detail}");
+    assert!(
+        detail.contains("before the group reported it to its runtime"),
+        "{detail}"
+    );
+}
+
+/// The checks catch a group shutdown that leaves its children running: a
+/// child of a drained runtime is still seen afterwards.
+#[test]
+fn a_planted_shutdown_that_leaves_children_running_is_caught() {
+    let found = first_failing_seed(Plant::ChildrenOutliveShutdown, 40);
+    eprintln!("a shutdown that leaves children running: first failing seed {found:?}");
+    let (_, check, detail) = found.expect("caught within 40 seeds");
+    assert_eq!(
+        check, "nothing of a child runs after its runtime's drain",
+        "{detail}"
+    );
 }
 
 /// The shrinker reduces a failing run to a smaller one that breaks the

@@ -13,6 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use steadfast::children::Exit;
 use steadfast::protocol::journal::{self, Record};
 use steadfast::protocol::lifecycle::{LifecycleState, RetryClass};
 use steadfast::protocol::snapshot::{PreviousRun, Snapshot};
@@ -24,7 +25,10 @@ use tokio::time::Instant;
 
 use super::fs::{FaultCounts, Faults, SimFileSystem};
 use super::rng::Rng;
-use super::service::{Request, STORE_FILE, SimService, World, Write, stored_records};
+use super::service::{
+    CHILDREN, ChildEvent, ChildSeen, ChildrenPlan, Request, STORE_FILE, SimService, World, Write,
+    stored_records,
+};
 
 /// How many attempts the journal's compaction keeps (it compacts past
 /// twice as many): small, so that seeds reach compaction (a daemon's
@@ -155,10 +159,17 @@ pub enum Plant {
     ReconcileForgets,
     /// A status record written one transition late.
     StatusRecordLags,
+    /// A Children actor that restarts a temporary child the machine let
+    /// end.
+    ChildrenRestartTemporary,
+    /// A meltdown the Children actor never reports to its runtime.
+    MeltdownUnreported,
+    /// A group shutdown that leaves its children running.
+    ChildrenOutliveShutdown,
 }
 
 impl Plant {
-    const ALL: [(Self, &'static str); 7] = [
+    const ALL: [(Self, &'static str); 10] = [
         (Self::DrainLeavesTasks, "drain_leaves_tasks"),
         (Self::JournalAcksBeforeFsync, "journal_acks_before_fsync"),
         (Self::RenameWithoutDirSync, "rename_without_dir_sync"),
@@ -166,6 +177,9 @@ impl Plant {
         (Self::RepairCutsARecord, "repair_cuts_a_record"),
         (Self::ReconcileForgets, "reconcile_forgets"),
         (Self::StatusRecordLags, "status_record_lags"),
+        (Self::ChildrenRestartTemporary, "children_restart_temporary"),
+        (Self::MeltdownUnreported, "meltdown_unreported"),
+        (Self::ChildrenOutliveShutdown, "children_outlive_shutdown"),
     ];
 
     /// The defect named `name` (none for an empty name).
@@ -243,6 +257,13 @@ pub struct Counts {
     /// those a crash orphaned.
     pub outliving: u64,
     pub orphaned: u64,
+    /// Children's starts (restarts included) held to the pure machine,
+    /// restarts among them, meltdowns, and meltdowns the lifecycle was
+    /// seen to fail its runtime for.
+    pub child_starts: u64,
+    pub child_restarts: u64,
+    pub meltdowns: u64,
+    pub meltdowns_reported: u64,
     pub virtual_ms: u64,
 }
 
@@ -270,6 +291,10 @@ impl Counts {
         self.reader_checks += other.reader_checks;
         self.outliving += other.outliving;
         self.orphaned += other.orphaned;
+        self.child_starts += other.child_starts;
+        self.child_restarts += other.child_restarts;
+        self.meltdowns += other.meltdowns;
+        self.meltdowns_reported += other.meltdowns_reported;
         self.virtual_ms += other.virtual_ms;
     }
 }
@@ -546,6 +571,8 @@ struct Run {
     /// The longest sleep performed.
     longest_idle: Duration,
     life: u32,
+    /// The children as this life saw them, held to the pure machine.
+    children: ChildrenSeen,
 }
 
 /// Why a life ended.
@@ -594,7 +621,9 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
         performed: Vec::new(),
         longest_idle: Duration::ZERO,
         life: 0,
+        children: ChildrenSeen::default(),
     };
+    run.world.plan_children(ChildrenPlan::draw(seed));
     run.disk
         .create_dir_all_durable(dir.path())
         .expect("the data dir's directory");
@@ -637,6 +666,8 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
         // synced.
         drop(runtime);
         run.check_steps()?;
+        run.check_children()?;
+        run.children_life_ended(matches!(ended, Ended::Crashed))?;
         run.model.machine = None;
         run.model.power_cut = matches!(ended, Ended::Crashed) && run.rng.chance(500);
         // What was durable of the journal before the crash (what a power
@@ -736,6 +767,9 @@ impl Seams {
         planted::journal_repair_cuts_a_record(plant == Some(Plant::RepairCutsARecord));
         planted::reconcile_forgets_checkpoints(plant == Some(Plant::ReconcileForgets));
         planted::status_record_lags(plant == Some(Plant::StatusRecordLags));
+        planted::children_restart_temporary(plant == Some(Plant::ChildrenRestartTemporary));
+        planted::children_meltdown_unreported(plant == Some(Plant::MeltdownUnreported));
+        planted::children_outlive_shutdown(plant == Some(Plant::ChildrenOutliveShutdown));
         steadfast_actors::observed::record_adopted_steps(true);
         steadfast_actors::device::run_inline_on_this_thread(true);
         steadfast_actors::fsx::sim::simulate_on_this_thread(Some(Arc::new(disk)));
@@ -752,6 +786,9 @@ impl Drop for Seams {
         planted::journal_repair_cuts_a_record(false);
         planted::reconcile_forgets_checkpoints(false);
         planted::status_record_lags(false);
+        planted::children_restart_temporary(false);
+        planted::children_meltdown_unreported(false);
+        planted::children_outlive_shutdown(false);
         steadfast_actors::observed::record_adopted_steps(false);
         steadfast_actors::device::run_inline_on_this_thread(false);
         steadfast_actors::device::inline_job_latency(None);
@@ -885,6 +922,7 @@ impl Run {
                     ));
                 }
             }
+            self.children.steps.push(StepSeen::of(&step));
             self.model.machine = Some(step.after);
         }
         Ok(())
@@ -1357,6 +1395,7 @@ impl Run {
         let life_started = Instant::now();
         let faults_at_launch = self.disturbances();
         self.faults_at_launch = faults_at_launch;
+        self.children.journal_intrusions_at_launch = self.journal_intrusions;
         let relaunch = self.life > 1;
         if relaunch {
             self.check_store(data_dir)?;
@@ -1496,6 +1535,7 @@ impl Run {
             let snapshot = handle.snapshot();
             self.take_disk_trace();
             self.check_steps()?;
+            self.check_children()?;
             self.look_at_journal(&op);
             self.trace.push(format!(
                 "life {} {:>12}ms #{number} {op:?} -> {outcome} [{}]",
@@ -1543,6 +1583,7 @@ impl Run {
         // The faults stop: a good config, a disk without faults, and an
         // operator who asks once.
         self.disk.set_faults(Faults::NONE);
+        self.world.calm_children();
         self.write_config(&Edit::Good(-1), true, true);
         for leaf in OVERRIDE_LEAVES {
             let result = handle.config_unset(leaf).await;
@@ -1909,5 +1950,453 @@ impl Run {
             acked += 1;
         }
         format!("{acked}/{records} acknowledged")
+    }
+}
+
+/// Where a lifecycle state stands with a runtime: booting, running or
+/// draining it, and which attempt's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Booting,
+    Running,
+    Draining,
+}
+
+fn stage(state: &LifecycleState) -> Option<(Stage, u32)> {
+    match state {
+        LifecycleState::Booting { attempt, .. } => Some((Stage::Booting, attempt.get())),
+        LifecycleState::Running { attempt, .. } => Some((Stage::Running, attempt.get())),
+        LifecycleState::Draining { attempt, .. } => Some((Stage::Draining, attempt.get())),
+        _ => None,
+    }
+}
+
+/// Whether `reason` is a meltdown's (as `children::Meltdown` words it).
+fn is_meltdown(reason: &str) -> bool {
+    reason.contains("than the group allows") || reason.contains("allows no restarts")
+}
+
+/// What the children's checks need of one adopted lifecycle step.
+struct StepSeen {
+    before: Option<(Stage, u32)>,
+    after: Option<(Stage, u32)>,
+    after_label: String,
+    /// A runtime's end: its attempt and why.
+    ended: Option<(u32, String)>,
+    /// A drain of this attempt settled.
+    drained: Option<u32>,
+}
+
+impl StepSeen {
+    fn of(step: &steadfast_actors::observed::AdoptedStep) -> Self {
+        use steadfast::protocol::lifecycle::LifecycleEvent;
+        let before = stage(&step.before.state);
+        Self {
+            before,
+            after: stage(&step.after.state),
+            after_label: label(&step.after.state),
+            ended: match &step.event {
+                LifecycleEvent::RuntimeEnded { attempt, error, .. } => {
+                    Some((attempt.get(), error.clone()))
+                }
+                _ => None,
+            },
+            drained: match (&step.event, before) {
+                (LifecycleEvent::Drained { .. }, Some((Stage::Draining, attempt))) => Some(attempt),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// One group of children replayed through a fresh pure machine.
+struct Replay {
+    attempt: u32,
+    /// The lifecycle steps adopted before the group started.
+    step: u64,
+    machine: steadfast::protocol::children::Group,
+    /// The starts the machine ordered that were not yet seen, in order.
+    expected: std::collections::VecDeque<(usize, u32)>,
+    /// Each child's incarnation that started and has not yet ended or
+    /// been stopped.
+    live: [Option<u32>; CHILDREN.len()],
+}
+
+/// A meltdown the machine decided, not yet seen reach the lifecycle.
+struct PendingMeltdown {
+    attempt: u32,
+    child: String,
+    /// The lifecycle steps adopted before the end that melted it down.
+    step: u64,
+    /// The lifecycle steps adopted before the group reported it to its
+    /// runtime, once it did.
+    reported: Option<u64>,
+}
+
+/// The children as one life saw them.
+#[derive(Default)]
+struct ChildrenSeen {
+    /// This life's adopted steps; the first's number among the run's.
+    steps: Vec<StepSeen>,
+    first: u64,
+    groups: std::collections::BTreeMap<u64, Replay>,
+    meltdowns: Vec<PendingMeltdown>,
+    /// The ends the groups reported to their runtimes, not yet matched to
+    /// a meltdown.
+    reports: Vec<steadfast_actors::observed::GroupEndReported>,
+    /// Journal intrusions when this life launched.
+    journal_intrusions_at_launch: u64,
+}
+
+impl ChildrenSeen {
+    /// The steps from number `from` on.
+    fn steps_from(&self, from: u64) -> &[StepSeen] {
+        let at = usize::try_from(from.saturating_sub(self.first)).unwrap_or(usize::MAX);
+        self.steps.get(at..).unwrap_or_default()
+    }
+
+    /// The state the step before number `step` left.
+    fn stage_at(&self, step: u64) -> Option<(Stage, u32)> {
+        let at = step.checked_sub(self.first)?.checked_sub(1)?;
+        self.steps
+            .get(usize::try_from(at).ok()?)
+            .and_then(|s| s.after)
+    }
+}
+
+impl Run {
+    /// The children's events since the last look, each held to a fresh
+    /// pure machine per group: every start is the next one the machine
+    /// ordered; every end is stepped through it (a meltdown then must
+    /// reach the lifecycle); nothing of a group happens after its
+    /// runtime's drain settled.
+    fn check_children(&mut self) -> Result<(), Violation> {
+        let (groups, events) = self.world.take_children();
+        let spec = self.world.children_plan().spec();
+        for started in groups {
+            let mut machine =
+                steadfast::protocol::children::Group::new(spec.clone()).expect("a valid group");
+            let plan = machine.start();
+            self.children.groups.insert(
+                started.group,
+                Replay {
+                    attempt: started.attempt,
+                    step: started.step,
+                    machine,
+                    expected: plan.start.into(),
+                    live: [None; CHILDREN.len()],
+                },
+            );
+        }
+        for event in events {
+            self.child_event(event)?;
+        }
+        self.children
+            .reports
+            .extend(steadfast_actors::observed::take_group_ends());
+        self.check_meltdowns(None)?;
+        // A child's end is noted before its group hears of it: a report
+        // left unmatched is an end the machine never decided.
+        if let Some(report) = self.children.reports.first() {
+            return Err(self.violation(
+                "the restarts match the machine",
+                format!(
+                    "attempt {}'s group ended its runtime ({}); the machine decided no \
+                     meltdown of child {}",
+                    report.attempt, report.reason, report.child
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn child_event(&mut self, event: ChildEvent) -> Result<(), Violation> {
+        use steadfast::protocol::children::{Decision, Event};
+        let name = CHILDREN[event.child].0;
+        let Some(replay) = self.children.groups.get(&event.group) else {
+            return Err(self.violation(
+                "the restarts match the machine",
+                format!("child {name} of an unknown group {}", event.group),
+            ));
+        };
+        let (attempt, started_at) = (replay.attempt, replay.step);
+        let drained = self
+            .children
+            .steps_from(started_at)
+            .iter()
+            .zip(started_at.max(self.children.first)..)
+            .find(|(s, n)| s.drained == Some(attempt) && *n < event.step)
+            .map(|(_, n)| n);
+        if let Some(drained) = drained {
+            return Err(self.violation(
+                "nothing of a child runs after its runtime's drain",
+                format!(
+                    "child {name} #{} of attempt {attempt} was seen {:?} after step {} \
+                     (lifecycle step {drained} settled that attempt's drain)",
+                    event.incarnation, event.seen, event.step
+                ),
+            ));
+        }
+        let replay = self.children.groups.get_mut(&event.group).expect("found");
+        match event.seen {
+            ChildSeen::Started => {
+                let next = replay.expected.pop_front();
+                if next != Some((event.child, event.incarnation)) {
+                    return Err(self.violation(
+                        "the restarts match the machine",
+                        format!(
+                            "child {name} #{} of attempt {attempt} started at +{} ms; the \
+                             machine's next start is {:?}",
+                            event.incarnation,
+                            event.at_ms,
+                            next.map(|(c, n)| format!("{} #{n}", CHILDREN[c].0))
+                        ),
+                    ));
+                }
+                if let Some(running) = replay.live[event.child].replace(event.incarnation) {
+                    return Err(self.violation(
+                        "the restarts match the machine",
+                        format!(
+                            "child {name} #{} of attempt {attempt} started at +{} ms while \
+                             #{running} still ran",
+                            event.incarnation, event.at_ms
+                        ),
+                    ));
+                }
+                self.counts.child_starts += 1;
+                self.counts.child_restarts += u64::from(event.incarnation > 1);
+            }
+            ChildSeen::Ended(exit) => {
+                replay.live[event.child] = None;
+                let decision = replay.machine.on(&Event::Exited {
+                    child: event.child,
+                    incarnation: event.incarnation,
+                    exit: exit.clone(),
+                    at: steadfast::protocol::Timestamp(event.at_ms),
+                });
+                let shown = match decision {
+                    Decision::Restart(plan) => {
+                        let shown = format!("restart {:?}", plan.start);
+                        replay.expected.extend(plan.start);
+                        shown
+                    }
+                    Decision::Meltdown { meltdown, .. } => {
+                        self.counts.meltdowns += 1;
+                        self.children.meltdowns.push(PendingMeltdown {
+                            attempt,
+                            child: meltdown.child,
+                            step: event.step,
+                            reported: None,
+                        });
+                        "meltdown".to_owned()
+                    }
+                    other => format!("{other:?}"),
+                };
+                let how = match exit {
+                    Exit::Normal => "returned",
+                    Exit::Error(_) => "failed",
+                    Exit::Panicked(_) => "panicked",
+                    Exit::StartFailed(_) => "could not start",
+                };
+                self.note(format_args!(
+                    "child {name}#{} of attempt {attempt} {how} at +{} ms: {shown}",
+                    event.incarnation, event.at_ms
+                ));
+            }
+            ChildSeen::Stopped => replay.live[event.child] = None,
+            ChildSeen::Alive => {}
+        }
+        Ok(())
+    }
+
+    /// Every meltdown the machine decided reaches the lifecycle. The group
+    /// reports it to its runtime before that runtime's drain settles (the
+    /// drain waits for the group) and before the daemon exits. Once
+    /// reported while the lifecycle runs (or boots) that runtime, the
+    /// lifecycle hears of a runtime end before it leaves the runtime: the
+    /// first it hears of while running names the child, unless another
+    /// end came first. A report made once a drain begun for something else
+    /// was under way is owed nothing more (a runtime reports its first end
+    /// only, and a drain ignores it). `life_ended`: the life is over
+    /// (`true`: by a crash, which excuses what it cut short); what is
+    /// still pending is decided now.
+    fn check_meltdowns(&mut self, life_ended: Option<bool>) -> Result<(), Violation> {
+        let pending = std::mem::take(&mut self.children.meltdowns);
+        let mut left = Vec::new();
+        for mut meltdown in pending {
+            let a = meltdown.attempt;
+            if meltdown.reported.is_none()
+                && let Some(at) = self.children.reports.iter().position(|r| {
+                    r.attempt == a && r.child == meltdown.child && is_meltdown(&r.reason)
+                })
+            {
+                meltdown.reported = Some(self.children.reports.remove(at).step);
+            }
+            let settled = self
+                .children
+                .steps_from(meltdown.step)
+                .iter()
+                .zip(meltdown.step.max(self.children.first)..)
+                .find(|(s, _)| s.drained == Some(a))
+                .map(|(_, n)| n);
+            let unreported = match (meltdown.reported, settled) {
+                (Some(reported), Some(settled)) => reported > settled,
+                (None, Some(_)) => true,
+                (None, None) => life_ended == Some(false),
+                (Some(_), None) => false,
+            };
+            if unreported && life_ended != Some(true) {
+                return Err(self.violation(
+                    "a meltdown always reaches the lifecycle",
+                    format!(
+                        "the machine melted attempt {a}'s group down (child {}); {} before the \
+                         group reported it to its runtime",
+                        meltdown.child,
+                        settled.map_or_else(
+                            || "the daemon exited".to_owned(),
+                            |n| format!("lifecycle step {n} settled that runtime's drain")
+                        )
+                    ),
+                ));
+            }
+            let Some(reported) = meltdown.reported else {
+                if life_ended.is_none() {
+                    left.push(meltdown);
+                }
+                continue;
+            };
+            let mut running = matches!(
+                self.children.stage_at(reported),
+                Some((Stage::Running | Stage::Booting, of)) if of == a
+            );
+            let mut outcome = None;
+            for step in self.children.steps_from(reported) {
+                if let Some((of, error)) = &step.ended
+                    && *of == a
+                {
+                    let named =
+                        error.contains(&format!("child {} ", meltdown.child)) && is_meltdown(error);
+                    outcome = Some(Ok(
+                        (named && step.before == Some((Stage::Running, a))).then_some(())
+                    ));
+                    break;
+                }
+                if step.after == Some((Stage::Running, a)) {
+                    running = true;
+                } else if running
+                    && !matches!(step.after, Some((Stage::Running | Stage::Draining, of)) if of == a)
+                {
+                    outcome = Some(Err(step.after_label.clone()));
+                    break;
+                }
+            }
+            match outcome {
+                Some(Ok(Some(()))) => {
+                    self.counts.meltdowns_reported += 1;
+                    self.check_meltdown_journal(a, &meltdown.child)?;
+                }
+                Some(Ok(None)) => {}
+                Some(Err(left_to)) => {
+                    return Err(self.violation(
+                        "a meltdown always reaches the lifecycle",
+                        format!(
+                            "attempt {a}'s group reported its meltdown (child {}) to its \
+                             runtime; the lifecycle left attempt {a} for {left_to} without \
+                             hearing of it",
+                            meltdown.child
+                        ),
+                    ));
+                }
+                None if life_ended == Some(false) && running => {
+                    return Err(self.violation(
+                        "a meltdown always reaches the lifecycle",
+                        format!(
+                            "attempt {a}'s group reported its meltdown (child {}) to its \
+                             runtime; the daemon exited without the lifecycle hearing of it",
+                            meltdown.child
+                        ),
+                    ));
+                }
+                None if life_ended.is_some() => {}
+                None => left.push(meltdown),
+            }
+        }
+        self.children.meltdowns = left;
+        Ok(())
+    }
+
+    /// A meltdown the lifecycle failed its runtime for: its record is in
+    /// the journal before the lifecycle's record of that failure (once
+    /// that is written), unless the journal was removed or replaced
+    /// underneath this life, or the disk failed a write of it.
+    fn check_meltdown_journal(&mut self, attempt: u32, child: &str) -> Result<(), Violation> {
+        if self.journal_intrusions != self.children.journal_intrusions_at_launch {
+            return Ok(());
+        }
+        let bytes = self.disk.read(self.journal_path()).unwrap_or_default();
+        let Ok(decoded) = journal::decode(&bytes) else {
+            return Ok(());
+        };
+        let records = decoded.records;
+        let Some(began) = records.iter().rposition(
+            |r| matches!(r, Record::AttemptStarted { attempt: a, .. } if a.get() == attempt),
+        ) else {
+            return Ok(());
+        };
+        let Some(failed) = records[began..].iter().position(|r| {
+            matches!(r, Record::Transition { from, event, .. }
+                if from == "running" && event == "runtime_ended")
+        }) else {
+            return Ok(());
+        };
+        self.counts.checks += 1;
+        let journaled = records[began..began + failed].iter().any(|r| {
+            matches!(r, Record::ChildrenMeltdown { attempt: a, child: c, .. }
+                if a.get() == attempt && c == child)
+        });
+        if !journaled && self.disturbances() == self.faults_at_launch {
+            return Err(self.violation(
+                "a meltdown is journaled before the lifecycle fails its runtime",
+                format!(
+                    "attempt {attempt}'s runtime failed for child {child}'s meltdown; the \
+                     journal holds no meltdown record of it before the failure"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The life is over (`crashed`, or it exited): what the machine
+    /// still ordered is owed only by a group whose runtime ran and was
+    /// drained in this life (a crash, or a boot that never reached
+    /// running, drops a group where it stands).
+    fn children_life_ended(&mut self, crashed: bool) -> Result<(), Violation> {
+        self.check_meltdowns(Some(crashed))?;
+        let groups = std::mem::take(&mut self.children.groups);
+        if !crashed {
+            for replay in groups.values() {
+                let ran = self
+                    .children
+                    .steps_from(replay.step)
+                    .iter()
+                    .any(|s| s.after == Some((Stage::Running, replay.attempt)));
+                if ran && let Some((child, incarnation)) = replay.expected.front() {
+                    return Err(self.violation(
+                        "the restarts match the machine",
+                        format!(
+                            "the machine started child {} #{incarnation} of attempt {}; the \
+                             executor never did",
+                            CHILDREN[*child].0, replay.attempt
+                        ),
+                    ));
+                }
+            }
+        }
+        self.children.first += self.children.steps.len() as u64;
+        self.children.steps.clear();
+        // A report of a group the life cut short stays unmatched (its end
+        // was noted, and its meltdown excused, in that life).
+        self.children.reports.clear();
+        Ok(())
     }
 }

@@ -23,6 +23,20 @@
 //! the runtime that serves uses it, and ([`World::leaked_leases`]) none is
 //! left held that the journal does not name, but those whose checkpoint a
 //! crash took before it was durable (the next launch could not know them).
+//!
+//! The serving step also starts a group of supervised children
+//! ([`ChildrenPlan`]): a permanent, a transient and a temporary task, whose
+//! strategy, intensity and failure rate the seed draws. Each incarnation
+//! draws (from the seed, its group, its child and its incarnation, never
+//! from the workload's draws) whether and when it ends on its own: an
+//! error, a panic, a normal return, or a factory that panics. Every start
+//! and end is noted in the world ([`ChildEvent`]), at the virtual instant
+//! it happens and placed among the lifecycle's adopted steps, for the run
+//! to replay through the pure machine. Children end on their own only
+//! while their runtime runs and the faults last: once the runtime's drain
+//! begins they wait to be stopped (noting a heartbeat at 1, 2, 4, … s, so
+//! one left running past the drain shows), and once the faults stop they
+//! no longer fail.
 
 use std::io::Write as _;
 use std::path::Path;
@@ -30,13 +44,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use steadfast::children::{Child, Children, Exit, Restart, Strategy};
 use steadfast::config::{ConfigSource, TomlFileSource};
 use steadfast::fs::{Access, Dir};
+use steadfast::protocol::children::{AutoShutdown, ChildSpec, GroupSpec, Intensity};
 use steadfast::service::{ResourceRecord, StoreLock};
 use steadfast::{
     ConfigChange, Made, Observation, Plan, Runtime, Service, Step, StepContext, StepError,
 };
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 /// The store's file of acknowledged records, one [`record_line`] each.
 pub const STORE_FILE: &str = "sim.store";
@@ -91,6 +109,172 @@ pub enum Request {
 #[derive(Default)]
 pub struct World {
     state: Mutex<WorldState>,
+    children: Mutex<ChildrenWorld>,
+}
+
+/// The children's part of the world: how the seed declares them, and what
+/// they did since the run last looked.
+#[derive(Default)]
+struct ChildrenWorld {
+    plan: ChildrenPlan,
+    /// Set once the faults stop: no incarnation ends on its own after.
+    calm: bool,
+    /// Groups started, for their numbers.
+    groups: u64,
+    /// The groups started and the events noted since the last look.
+    new_groups: Vec<GroupStarted>,
+    events: Vec<ChildEvent>,
+}
+
+/// The simulated children, in start order: name and restart type.
+pub const CHILDREN: [(&str, Restart); 3] = [
+    ("pump", Restart::Permanent),
+    ("flusher", Restart::Transient),
+    ("probe", Restart::Temporary),
+];
+
+/// How a seed declares its groups of children and how often their
+/// incarnations end on their own.
+#[derive(Debug, Clone, Copy)]
+pub struct ChildrenPlan {
+    seed: u64,
+    strategy: Strategy,
+    intensity: Intensity,
+    /// Of 1000 incarnations, how many end on their own.
+    ends_per_mille: u64,
+}
+
+impl Default for ChildrenPlan {
+    fn default() -> Self {
+        Self::draw(0)
+    }
+}
+
+/// A 64-bit mix (splitmix64's finalizer).
+const fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A draw of `seed` at `parts`, independent of every other draw.
+fn drawn(seed: u64, parts: &[u64]) -> u64 {
+    parts
+        .iter()
+        .fold(mix(seed ^ 0xc41d_9e7f), |h, p| mix(h ^ *p))
+}
+
+impl ChildrenPlan {
+    /// The plan `seed` draws.
+    pub fn draw(seed: u64) -> Self {
+        let strategy = [
+            Strategy::OneForOne,
+            Strategy::OneForAll,
+            Strategy::RestForOne,
+        ][usize::try_from(drawn(seed, &[1]) % 3).unwrap_or(0)];
+        let restarts = 1 + u32::try_from(drawn(seed, &[2]) % 4).unwrap_or(0);
+        let period_ms =
+            [1_000, 5_000, 30_000, 120_000][usize::try_from(drawn(seed, &[3]) % 4).unwrap_or(0)];
+        let ends_per_mille =
+            [100, 250, 450, 650][usize::try_from(drawn(seed, &[4]) % 4).unwrap_or(0)];
+        Self {
+            seed,
+            strategy,
+            intensity: Intensity {
+                restarts,
+                period_ms,
+            },
+            ends_per_mille,
+        }
+    }
+
+    /// The group as the pure machine declares it.
+    pub fn spec(&self) -> GroupSpec {
+        GroupSpec {
+            strategy: self.strategy,
+            intensity: self.intensity,
+            auto_shutdown: AutoShutdown::Never,
+            children: CHILDREN
+                .iter()
+                .map(|(name, restart)| ChildSpec {
+                    name: (*name).to_owned(),
+                    kind: steadfast::children::Kind::Task,
+                    restart: *restart,
+                    significant: false,
+                    shutdown_ms: CHILD_SHUTDOWN_MS,
+                })
+                .collect(),
+        }
+    }
+
+    /// How incarnation `incarnation` of child `child` of group `group`
+    /// ends on its own, if it does: after how long, and how.
+    fn fate(&self, group: u64, child: usize, incarnation: u32) -> Option<(Duration, Ending)> {
+        let r = drawn(self.seed, &[5, group, child as u64, u64::from(incarnation)]);
+        if r % 1000 >= self.ends_per_mille {
+            return None;
+        }
+        let after = Duration::from_millis(10 + (r >> 10) % 20_000);
+        let ending = match (r >> 40) % 20 {
+            0 => Ending::FactoryPanics,
+            1..=3 => Ending::Panics,
+            4..=7 => Ending::Returns,
+            _ => Ending::Fails,
+        };
+        Some((after, ending))
+    }
+}
+
+/// How a child's incarnation ends on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    Fails,
+    Panics,
+    Returns,
+    /// Its factory panics: it never runs.
+    FactoryPanics,
+}
+
+/// How long a simulated child is given to stop (it stops at once).
+const CHILD_SHUTDOWN_MS: u64 = 1_000;
+
+/// A group of children started by a boot's serving step.
+#[derive(Debug, Clone)]
+pub struct GroupStarted {
+    /// Its number, from 1 across the run.
+    pub group: u64,
+    /// The boot's attempt.
+    pub attempt: u32,
+    /// The lifecycle steps adopted before it started.
+    pub step: u64,
+}
+
+/// What a child did, as the world saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChildSeen {
+    /// Its factory was called for this incarnation.
+    Started,
+    /// It ended on its own (its factory panicked: `StartFailed`).
+    Ended(Exit),
+    /// It was stopped (its shutdown token cancelled).
+    Stopped,
+    /// A heartbeat once its runtime's drain began.
+    Alive,
+}
+
+/// One thing a child did.
+#[derive(Debug, Clone)]
+pub struct ChildEvent {
+    pub group: u64,
+    pub child: usize,
+    pub incarnation: u32,
+    pub seen: ChildSeen,
+    /// Virtual milliseconds since its group started.
+    pub at_ms: u64,
+    /// The lifecycle steps adopted before it
+    /// (`steadfast_actors::observed::adopted_so_far`).
+    pub step: u64,
 }
 
 #[derive(Default)]
@@ -357,6 +541,65 @@ impl World {
         let state = self.lock();
         let orphaned = state.resources.values().filter(|r| r.orphaned).count() as u64;
         (state.resources.len() as u64, orphaned)
+    }
+
+    fn children(&self) -> MutexGuard<'_, ChildrenWorld> {
+        self.children.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Declare the seed's children.
+    pub fn plan_children(&self, plan: ChildrenPlan) {
+        self.children().plan = plan;
+    }
+
+    /// The seed's children.
+    pub fn children_plan(&self) -> ChildrenPlan {
+        self.children().plan
+    }
+
+    /// The faults stopped: from now on no child ends on its own.
+    pub fn calm_children(&self) {
+        self.children().calm = true;
+    }
+
+    /// The groups started and the children's events since the last call.
+    pub fn take_children(&self) -> (Vec<GroupStarted>, Vec<ChildEvent>) {
+        let mut children = self.children();
+        (
+            std::mem::take(&mut children.new_groups),
+            std::mem::take(&mut children.events),
+        )
+    }
+
+    fn group_started(&self, attempt: u32) -> u64 {
+        let mut children = self.children();
+        children.groups += 1;
+        let group = children.groups;
+        children.new_groups.push(GroupStarted {
+            group,
+            attempt,
+            step: steadfast_actors::observed::adopted_so_far(),
+        });
+        group
+    }
+
+    fn child_seen(
+        &self,
+        group: u64,
+        began: Instant,
+        child: usize,
+        incarnation: u32,
+        seen: ChildSeen,
+    ) {
+        let at_ms = u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.children().events.push(ChildEvent {
+            group,
+            child,
+            incarnation,
+            seen,
+            at_ms,
+            step: steadfast_actors::observed::adopted_so_far(),
+        });
     }
 
     /// Forget what the daemon's side held: the process crashed.
@@ -630,6 +873,12 @@ impl Step for Serve {
             }
             Ok(())
         });
+        let group = self.world.group_started(cx.attempt.get());
+        let children = children(&self.world, group, cx.runtime.shutdown_token());
+        cx.runtime
+            .supervise(children)
+            .await
+            .map_err(StepError::backoff)?;
         self.world.lock().serving = Some(tx);
         Ok(Made::new("serve", "requests", ()))
     }
@@ -710,5 +959,123 @@ impl Service for SimService {
         let dir = Dir::open_data_dir(data_dir, false).map_err(StepError::backoff)?;
         dir.unlink(STORE_FILE).map_err(StepError::backoff)?;
         dir.sync().map_err(StepError::backoff)
+    }
+}
+
+/// Group `group`'s children as the seed declares them; `drain` is their
+/// runtime's shutdown token.
+fn children(world: &Arc<World>, group: u64, drain: CancellationToken) -> Children {
+    let plan = world.children_plan();
+    let began = Instant::now();
+    let mut declared = match plan.strategy {
+        Strategy::OneForOne => Children::one_for_one(),
+        Strategy::OneForAll => Children::one_for_all(),
+        Strategy::RestForOne => Children::rest_for_one(),
+    }
+    .intensity(
+        plan.intensity.restarts,
+        Duration::from_millis(plan.intensity.period_ms),
+    );
+    for (child, (name, restart)) in CHILDREN.iter().enumerate() {
+        let world = Arc::clone(world);
+        let drain = drain.clone();
+        declared = declared.child(
+            Child::task(name, move |cx| {
+                let incarnation = cx.incarnation();
+                world.child_seen(group, began, child, incarnation, ChildSeen::Started);
+                let fate = plan.fate(group, child, incarnation);
+                if let Some((_, Ending::FactoryPanics)) = fate {
+                    let why = format!("the simulation's factory of {} panicked", cx.name());
+                    world.child_seen(
+                        group,
+                        began,
+                        child,
+                        incarnation,
+                        ChildSeen::Ended(Exit::StartFailed(why.clone())),
+                    );
+                    panic!("{why}");
+                }
+                let (world, drain) = (Arc::clone(&world), drain.clone());
+                async move {
+                    live_child(
+                        &world,
+                        (group, began, child, incarnation),
+                        &cx,
+                        &drain,
+                        fate,
+                    )
+                    .await
+                }
+            })
+            .restart(*restart)
+            .shutdown(Duration::from_millis(CHILD_SHUTDOWN_MS)),
+        );
+    }
+    declared
+}
+
+/// One incarnation of a simulated child: it ends as `fate` says while its
+/// runtime runs and the faults last, stops when told, and once its
+/// runtime's drain began only waits to be stopped, noting heartbeats.
+async fn live_child(
+    world: &World,
+    (group, began, child, incarnation): (u64, Instant, usize, u32),
+    cx: &steadfast::children::ChildContext,
+    drain: &CancellationToken,
+    fate: Option<(Duration, Ending)>,
+) -> Result<(), String> {
+    let seen = |what| world.child_seen(group, began, child, incarnation, what);
+    let mut ends_at = fate.map(|(after, ending)| (Instant::now() + after, ending));
+    loop {
+        let due_at = ends_at.map(|(at, _)| at);
+        let due = async move {
+            match due_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            () = cx.shutdown().cancelled() => {
+                seen(ChildSeen::Stopped);
+                return Ok(());
+            }
+            () = drain.cancelled() => break,
+            () = due => {
+                let ending = ends_at.take().map(|(_, ending)| ending);
+                if world.children().calm {
+                    continue;
+                }
+                let why = format!("the simulation ended {} #{incarnation}", cx.name());
+                match ending {
+                    Some(Ending::Panics) => {
+                        seen(ChildSeen::Ended(Exit::Panicked(why.clone())));
+                        panic!("{why}");
+                    }
+                    Some(Ending::Returns) => {
+                        seen(ChildSeen::Ended(Exit::Normal));
+                        return Ok(());
+                    }
+                    _ => {
+                        seen(ChildSeen::Ended(Exit::Error(why.clone())));
+                        return Err(why);
+                    }
+                }
+            }
+        }
+    }
+    let mut every = Duration::from_secs(1);
+    loop {
+        tokio::select! {
+            biased;
+            () = cx.shutdown().cancelled() => {
+                seen(ChildSeen::Stopped);
+                return Ok(());
+            }
+            () = tokio::time::sleep(every) => {
+                seen(ChildSeen::Alive);
+                every *= 2;
+            }
+        }
     }
 }
