@@ -431,7 +431,7 @@ fn control_exit_code(error: &crate::control::ControlError) -> i32 {
     }
 }
 
-impl crate::SupervisorError {
+impl crate::supervisor::SupervisorError {
     /// The exit code for a daemon whose supervisor could not be built
     /// (`spec/exit-codes.md`): [`EXIT_NEVER_WORKS`] for a data dir or
     /// control file steadfast refuses (a link, another user's or a

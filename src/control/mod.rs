@@ -68,7 +68,7 @@ pub struct InProcess(execute::ControlService);
 impl InProcess {
     /// A new connection to `handle`.
     #[must_use]
-    pub fn new(handle: crate::SupervisorHandle) -> Self {
+    pub fn new(handle: crate::supervisor::SupervisorHandle) -> Self {
         Self(execute::ControlService::new(handle))
     }
 
