@@ -19,6 +19,18 @@ a cycle among the counted edges is an import circle: two files (or more)
 that each need the other, so neither can be read, tested or moved alone.
 References from `#[cfg(test)]` modules count like any other: a test module
 is part of its file.
+
+Folders count too. The exception above lets a folder's `mod.rs` (or the
+`x.rs` beside an `x/` folder) use its children and be used by them, so two
+folders could need each other through their `mod.rs` files without any two
+files making a circle. So the same graph is also read at every level: the
+child modules of one module are siblings, each standing for its whole
+subtree (a file module alone, or a folder with everything under it), and a
+counted edge from a file in one sibling's subtree to a file in another's
+is a use of that sibling. A cycle among the siblings of any module is an
+import circle between folders, reported with the file edges that make it.
+(A cycle among siblings that are all single files is a file circle, and
+reported as one.)
 """
 
 from __future__ import annotations
@@ -213,6 +225,33 @@ def edges(mods: dict[tuple[str, ...], Module]) -> dict[tuple[str, ...], dict[tup
     return graph
 
 
+Edge = tuple[tuple[str, ...], int, tuple[str, ...]]  # (from file, line, to file)
+
+
+def sibling_graphs(
+    mods: dict[tuple[str, ...], Module],
+    graph: dict[tuple[str, ...], dict[tuple[str, ...], int]],
+) -> dict[tuple[str, ...], dict[tuple[str, ...], dict[tuple[str, ...], Edge]]]:
+    """For each module with children, the edges among its children's subtrees.
+
+    A counted edge a -> b belongs to the level of the deepest module both
+    lie under: it is a use of b's subtree there by a's subtree. The edge
+    kept for a pair of siblings is its first (by file, then line).
+    """
+    levels: dict = {}
+    for m in mods:
+        if m:
+            levels.setdefault(m[:-1], {}).setdefault(m, {})
+    for a in sorted(graph):
+        for b, line in sorted(graph[a].items(), key=lambda e: (e[1], e[0])):
+            k = 0
+            while a[k] == b[k]:
+                k += 1
+            level = levels[a[:k]]
+            level[a[: k + 1]].setdefault(b[: k + 1], (a, line, b))
+    return levels
+
+
 def cycles(graph: dict[tuple[str, ...], dict[tuple[str, ...], int]]) -> list[tuple[list, list]]:
     """Each strongly connected component of size > 1, with one cycle in it."""
     index: dict = {}
@@ -296,6 +335,19 @@ def name(mods, m: tuple[str, ...], repo: Path) -> str:
     return str(mods[m].file.relative_to(repo))
 
 
+def has_children(mods, m: tuple[str, ...]) -> bool:
+    return any(len(o) == len(m) + 1 and o[: len(m)] == m for o in mods)
+
+
+def subtree_name(mods, m: tuple[str, ...], repo: Path) -> str:
+    """A file module by its file, a folder by its folder (`src/control/`)."""
+    file = mods[m].file
+    if not has_children(mods, m):
+        return str(file.relative_to(repo))
+    folder = file.parent if file.name == "mod.rs" else file.parent / file.stem
+    return str(folder.relative_to(repo)) + "/"
+
+
 def check(repo: Path) -> list[str]:
     """One line per circle found, naming the files and where each edge is."""
     reports = []
@@ -312,14 +364,32 @@ def check(repo: Path) -> list[str]:
                 report += " (tangled with: " + ", ".join(
                     name(mods, m, repo) for m in comp if m not in cycle) + ")"
             reports.append(report)
+        for level in sibling_graphs(mods, graph).values():
+            units = {u: set(targets) for u, targets in level.items()}
+            for cycle, comp in cycles(units):
+                if not any(has_children(mods, u) for u in comp):
+                    continue  # single files only: the file check's circle
+                loop = " -> ".join(subtree_name(mods, u, repo) for u in cycle + cycle[:1])
+                hops = []
+                for a, b in zip(cycle, cycle[1:] + cycle[:1]):
+                    src, line, dst = level[a][b]
+                    hops.append(f"{name(mods, src, repo)}:{line} -> {name(mods, dst, repo)}")
+                report = f"import circle between folders in {root.relative_to(repo)}: {loop} ({'; '.join(hops)})"
+                if len(comp) > len(cycle):
+                    report += " (tangled with: " + ", ".join(
+                        subtree_name(mods, u, repo) for u in comp if u not in cycle) + ")"
+                reports.append(report)
     return sorted(set(reports))
 
 
 def self_test() -> None:
-    """A planted circle is found; what the rule allows is not."""
+    """Planted circles (of files, of folders) are found; what the rule allows is not."""
     files = {
         "Cargo.toml": "[package]\nname = \"planted\"\n",
-        "src/lib.rs": "mod a;\nmod b;\nmod folder;\nmod clean;\npub use a::A;\n",
+        "src/lib.rs": (
+            "mod a;\nmod b;\nmod folder;\nmod clean;\nmod p;\nmod q;\nmod deep;\nmod tidy;\n"
+            "pub use a::A;\n"
+        ),
         # a -> b through a use tree, b -> a through an inline path.
         "src/a.rs": "use crate::{clean, b::{self, B as _}};\npub struct A;\n",
         "src/b.rs": "pub struct B;\nfn f() { let _ = crate::a::A; }\n",
@@ -333,6 +403,20 @@ def self_test() -> None:
             "const R: &str = r#\"crate::b\"#;\nfn g<'a>(c: char) -> bool { c == '\"' }\n"
             "#[cfg(test)]\nmod tests { use super::*; }\n"
         ),
+        # Folders: p/ uses q.rs from a file inside it, q.rs uses p/ through
+        # its mod.rs; no two files need each other, the two subtrees do.
+        "src/p/mod.rs": "mod inner;\npub struct P;\n",
+        "src/p/inner.rs": "use crate::q::Q;\n",
+        "src/q.rs": "pub struct Q;\nfn f() { let _ = crate::p::P; }\n",
+        # Two folders one level down, one of them an `n.rs` beside `n/`.
+        "src/deep/mod.rs": "mod m;\nmod n;\n",
+        "src/deep/m/mod.rs": "mod leaf;\npub struct M;\n",
+        "src/deep/m/leaf.rs": "use crate::deep::n::N;\n",
+        "src/deep/n.rs": "mod sub;\npub struct N;\n",
+        "src/deep/n/sub.rs": "use super::super::m::M;\n",
+        # A folder using a sibling one way, and its parent and child each other: clean.
+        "src/tidy/mod.rs": "mod t;\npub use t::T;\npub struct U;\n",
+        "src/tidy/t.rs": "use super::U;\nuse crate::clean;\nuse crate::deep::n::N;\npub struct T;\n",
     }
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp)
@@ -341,13 +425,19 @@ def self_test() -> None:
             (repo / rel).write_text(text)
         found = check(repo)
         expected = [
+            "import circle between folders in src/lib.rs: src/deep/m/ -> src/deep/n/ -> src/deep/m/"
+            " (src/deep/m/leaf.rs:1 -> src/deep/n.rs; src/deep/n/sub.rs:1 -> src/deep/m/mod.rs)",
+            "import circle between folders in src/lib.rs: src/p/ -> src/q.rs -> src/p/"
+            " (src/p/inner.rs:1 -> src/q.rs; src/q.rs:2 -> src/p/mod.rs)",
             "import circle in src/lib.rs: src/a.rs:1 -> src/b.rs:2 -> src/a.rs",
             "import circle in src/lib.rs: src/folder/x.rs:2 -> src/folder/y.rs:3 -> src/folder/x.rs",
         ]
         assert found == expected, f"self-test: found {found!r}, expected {expected!r}"
-        # Break both: no circle left.
+        # Break them all: no circle left (p/ -> q.rs and m/ -> n/ stay, one way).
         (repo / "src/b.rs").write_text("pub struct B;\n")
         (repo / "src/folder/y.rs").write_text("pub struct Y;\n")
+        (repo / "src/q.rs").write_text("pub struct Q;\n")
+        (repo / "src/deep/n/sub.rs").write_text("pub struct S;\n")
         found = check(repo)
         assert found == [], f"self-test: found {found!r} after the circles were broken"
     print("import_cycles self-test: ok")

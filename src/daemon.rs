@@ -122,6 +122,9 @@ use steadfast_protocol::replacement::Stop;
 use steadfast_protocol::snapshot::Snapshot;
 use tokio::signal::unix::{SignalKind, signal};
 
+use steadfast_protocol::control::{Answer, Execute, cmd};
+
+use crate::control::ControlService;
 use crate::supervisor::{Supervisor, SupervisorHandle};
 use steadfast_actors::lifecycle::CommandError;
 
@@ -428,7 +431,7 @@ fn control_exit_code(error: &crate::control::ControlError) -> i32 {
     }
 }
 
-impl crate::SupervisorError {
+impl crate::supervisor::SupervisorError {
     /// The exit code for a daemon whose supervisor could not be built
     /// (`spec/exit-codes.md`): [`EXIT_NEVER_WORKS`] for a data dir or
     /// control file steadfast refuses (a link, another user's or a
@@ -1097,7 +1100,7 @@ fn tell_stopping(status: &str) {
 /// `READY=1` was sent, it is framed for `Type=notify-reload`: `RELOADING=1`
 /// with `MONOTONIC_USEC=` before, `READY=1` (and the `STATUS=`) once the
 /// reload was answered.
-pub(crate) async fn reload(handle: &SupervisorHandle) -> Result<Snapshot, CommandError> {
+async fn reload(handle: &SupervisorHandle) -> Result<Snapshot, CommandError> {
     let framed = SYSTEMD.on.load(Ordering::SeqCst) && SYSTEMD.ready.load(Ordering::SeqCst);
     if framed {
         match NotifyState::monotonic_usec_now() {
@@ -1113,6 +1116,16 @@ pub(crate) async fn reload(handle: &SupervisorHandle) -> Result<Snapshot, Comman
         tell(&[NotifyState::Ready, NotifyState::Status(&status)]);
     }
     answer
+}
+
+/// Carrying out `reload` ([`steadfast_protocol::control::cmd::Reload`]):
+/// through [`reload`], so `steadfastctl reload` and SIGHUP say the same
+/// `RELOADING=1` … `READY=1`. Here, not among `crate::control`'s command
+/// files, since the control plane sits below the daemon.
+impl Execute<cmd::Reload> for ControlService {
+    async fn execute(self, _: cmd::Reload) -> Answer<cmd::Reload> {
+        self.answer(reload(&self.handle).await)
+    }
 }
 
 /// Tell systemd the daemon's state: `STATUS=` on every change, `READY=1`

@@ -45,12 +45,13 @@ use steadfast_actors::fsx;
 use steadfast_actors::lifecycle::Hold;
 use steadfast_actors::replace_runner::{AsyncDriver, StepFuture};
 use steadfast_actors::replacement::{DriverError, ReplaceDriver, ReplaceJob, SettleFuture};
+use steadfast_protocol::control::{Answer, CommandError, Execute, cmd};
 use steadfast_protocol::lifecycle::{ExitIntent, LifecycleState};
 use steadfast_protocol::replacement::{
     Budgets, Failure, Mode, Outcome, Progress, ReasonKind, ReplaceRefusal, Report, Step, Stop,
 };
 
-use crate::control::ControlClient;
+use crate::control::{ControlClient, ControlService};
 use crate::handover::{DirKey, HANDOVER_ENV, Offer};
 use crate::supervisor::SupervisorHandle;
 
@@ -838,6 +839,23 @@ pub async fn replace_binary(
             driver: Box::new(driver),
         })
         .await
+}
+
+/// Carrying out `replace` ([`steadfast_protocol::control::cmd::Replace`]):
+/// [`replace_binary`], answered with its report. Here, not among
+/// `crate::control`'s command files, since the driver uses the control
+/// plane (its client asks the candidate), not the other way round.
+impl Execute<cmd::Replace> for ControlService {
+    async fn execute(self, command: cmd::Replace) -> Answer<cmd::Replace> {
+        let budgets = Budgets {
+            setup: Duration::from_millis(command.setup_budget_ms),
+            drain: command.drain_budget_ms.map(Duration::from_millis),
+        };
+        let report = replace_binary(&self.handle, command.binary.into(), command.mode, budgets)
+            .await
+            .map_err(CommandError::Replace)?;
+        Ok(self.replace_status(Some(report)))
+    }
 }
 
 #[cfg(test)]

@@ -892,3 +892,97 @@ fn log_refusal(command: &str, error: &CommandError) {
         tracing::info!(command, state, reason = error.reason(), %error, "command refused");
     }
 }
+
+/// A supervisor's handover across its life: what its service offers is its
+/// own, not the process's.
+#[cfg(test)]
+mod tests {
+    use std::fs::File;
+    use std::path::Path;
+
+    use steadfast_actors::service::{Made, Plan, Service, Step, StepContext, StepError};
+    use steadfast_protocol::lifecycle::{ExitIntent, LifecycleState};
+
+    use super::Supervisor;
+
+    /// A step that offers a file of its data dir as `app:store` through its
+    /// supervisor's handover, and never withdraws it.
+    struct OfferStore;
+
+    impl Step for OfferStore {
+        const NAME: &'static str = "offer_store";
+        type Config = toml::Table;
+        type Output = File;
+
+        async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Made<File>, StepError> {
+            let file = File::create(cx.data_dir.join("store")).map_err(StepError::backoff)?;
+            cx.handover
+                .share("app:store", &file)
+                .map_err(StepError::backoff)?;
+            Ok(Made::new("store", "app:store", file))
+        }
+    }
+
+    /// Offers the store, or (`false`) nothing at all.
+    struct Offering(bool);
+
+    impl Service for Offering {
+        type Config = toml::Table;
+        fn plan(&self, _config: &toml::Table) -> Plan<toml::Table> {
+            if self.0 {
+                Plan::new().step(OfferStore)
+            } else {
+                Plan::new()
+            }
+        }
+    }
+
+    /// Run a supervisor of `service` over `dir` until running; what a
+    /// replacement of it would offer then; and exit it.
+    async fn offered_once_running(dir: &Path, service: Offering) -> Vec<String> {
+        let (supervisor, handle) = Supervisor::builder(dir, service)
+            .build()
+            .expect("the supervisor builds");
+        let run = tokio::spawn(supervisor.run());
+        let mut snapshots = handle.watch();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            snapshots.wait_for(|s| matches!(s.lifecycle, LifecycleState::Running { .. })),
+        )
+        .await
+        .expect("running within a minute")
+        .expect("the supervisor publishes");
+        let offered = handle
+            .replace_side()
+            .handover
+            .offered()
+            .expect("the offers")
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        handle.exit(ExitIntent::Halt).await.expect("exit");
+        run.await.expect("run");
+        offered
+    }
+
+    /// A supervisor whose service offered a file and never withdrew it
+    /// exits; a later supervisor of the same data dir, in the same process,
+    /// whose service offers nothing, would hand over nothing: the offers
+    /// were the first supervisor's, and went with it (they were once the
+    /// process's, by data dir, and a later replacement handed the stale
+    /// file over).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_later_supervisor_of_the_same_data_dir_offers_nothing_of_an_earlier_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert_eq!(
+            offered_once_running(dir.path(), Offering(true)).await,
+            vec!["app:store".to_owned()],
+            "the first supervisor offers its store"
+        );
+        assert_eq!(
+            offered_once_running(dir.path(), Offering(false)).await,
+            Vec::<String>::new(),
+            "the second offers none of the first's"
+        );
+    }
+}

@@ -1140,6 +1140,3 @@ pub(crate) async fn start(
     }
     Ok(Started { actor, names })
 }
-
-#[cfg(test)]
-mod tests;

@@ -58,6 +58,9 @@ pub use crate::panics::panic_message;
 
 mod tasks;
 
+#[cfg(test)]
+mod children_tests;
+
 pub use tasks::{Connection, Listener, Shutdown, ShuttingDown, Tracker};
 
 /// A boxed, sendable future: how the supervisor holds a step's or a

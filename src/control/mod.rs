@@ -45,6 +45,9 @@ pub mod tls;
 
 pub use auth::{Token, TokenError};
 pub use client::{ClientError, ControlClient, Endpoint};
+/// The service the commands are carried out by, for the commands whose
+/// impls live above the control plane (`reload`, `replace`).
+pub(crate) use execute::ControlService;
 pub use server::{ControlError, ServerGuard, ServerLimits, serve_unix, serve_unix_with};
 pub use steadfast_protocol::control::Role;
 pub use steadfast_protocol::control::WireSnapshot;
@@ -65,7 +68,7 @@ pub struct InProcess(execute::ControlService);
 impl InProcess {
     /// A new connection to `handle`.
     #[must_use]
-    pub fn new(handle: crate::SupervisorHandle) -> Self {
+    pub fn new(handle: crate::supervisor::SupervisorHandle) -> Self {
         Self(execute::ControlService::new(handle))
     }
 

@@ -3,6 +3,12 @@
 //! of [`ControlService`] (its pure half — name, role, arguments, answer —
 //! is `steadfast_protocol::control::cmd`). The server hands every request
 //! to [`steadfast_protocol::control::dispatch`], which picks the impl.
+//!
+//! Two commands are carried out where what they run lives, since the
+//! control plane sits below it: `reload` in `crate::daemon` (the daemon's
+//! systemd framing of a reload) and `replace` in `crate::replace` (the
+//! process driver). Their impls are of the same trait, so `dispatch` finds
+//! them all the same.
 
 use std::sync::Arc;
 
@@ -21,8 +27,6 @@ mod journal;
 mod metrics;
 mod reinit;
 mod reinit_prepare;
-mod reload;
-mod replace;
 mod replace_status;
 mod restart;
 mod retry;
@@ -33,9 +37,9 @@ mod watch;
 
 /// The control service over one supervisor, for one connection.
 #[derive(Clone)]
-pub(super) struct ControlService {
+pub(crate) struct ControlService {
     /// The supervisor the commands go to.
-    pub(super) handle: SupervisorHandle,
+    pub(crate) handle: SupervisorHandle,
     /// The snapshot last answered on this connection, as sent: what a
     /// `watch` after its version is diffed against.
     pub(super) sent: Arc<std::sync::Mutex<Option<Snapshot>>>,
@@ -74,12 +78,12 @@ impl ControlService {
     }
 
     /// A command's answer on the wire: the snapshot after it, or why not.
-    fn answer(&self, result: Result<Snapshot, CommandError>) -> ControlAnswer {
+    pub(crate) fn answer(&self, result: Result<Snapshot, CommandError>) -> ControlAnswer {
         result.map(|snapshot| self.send(&snapshot))
     }
 
     /// Who answers, and `report`.
-    fn replace_status(&self, report: Option<Report>) -> ReplaceStatus {
+    pub(crate) fn replace_status(&self, report: Option<Report>) -> ReplaceStatus {
         let snapshot = self.handle.snapshot();
         ReplaceStatus {
             pid: snapshot.pid,

@@ -1,5 +1,8 @@
 //! The Children actor carrying out its machine's decisions over real tokio
-//! tasks and ractor actors, in a bare runtime (no supervisor).
+//! tasks and ractor actors, in a bare runtime (no supervisor). These tests
+//! live under `service` because they start the children through a
+//! [`Runtime`], which uses `children`: from `children` they would make an
+//! import circle.
 
 use std::sync::Arc;
 use std::sync::Mutex as StdMutex;
@@ -8,7 +11,7 @@ use std::time::Duration;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use steadfast_protocol::children::{ChildState, Exit, Op};
 
-use super::*;
+use crate::children::*;
 use crate::service::Runtime;
 
 /// Who started and stopped, in order.
