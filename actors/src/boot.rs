@@ -513,11 +513,9 @@ async fn run_attempt(
         // Resume: a step checkpointed by an earlier boot (of this process or
         // a crashed one) and not cleared is skipped only if observation says
         // its resource is still there; otherwise it runs again.
-        if let Some(prior) = shared
-            .ledger
-            .find(step)
-            .filter(|_| !crate::planted::reconcile_forgets_checkpoints_planted())
-        {
+        if let Some(prior) = shared.ledger.find(step).filter(|_| {
+            !crate::planted::planted(crate::planted::Defect::ReconcileForgetsCheckpoints)
+        }) {
             let observed = tokio::select! {
                 biased;
                 () = cancel.cancelled() => None,

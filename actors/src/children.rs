@@ -724,7 +724,9 @@ impl Actor for ChildrenActor {
                 let decision = state.group.on(&Event::Shutdown);
                 let aborted = match decision {
                     Decision::Shutdown { .. }
-                        if crate::planted::children_outlive_shutdown_planted() =>
+                        if crate::planted::planted(
+                            crate::planted::Defect::ChildrenOutliveShutdown,
+                        ) =>
                     {
                         Vec::new()
                     }
@@ -770,7 +772,7 @@ impl Actor for ChildrenActor {
     ) -> Result<(), ActorProcessingErr> {
         // Whatever still runs (the group stopped without a shutdown: the
         // runtime was dropped) goes with it.
-        if crate::planted::children_outlive_shutdown_planted() {
+        if crate::planted::planted(crate::planted::Defect::ChildrenOutliveShutdown) {
             // Detached, not stopped: a dropped join handle leaves its task.
             state.live.clear();
         }
@@ -839,7 +841,7 @@ impl ChildrenState {
         let ended_for_good = matches!(decision, Decision::Ended);
         self.carry_out(myself, decision).await;
         if ended_for_good
-            && crate::planted::children_restart_temporary_planted()
+            && crate::planted::planted(crate::planted::Defect::ChildrenRestartTemporary)
             && self
                 .group
                 .spec(child)
@@ -911,7 +913,7 @@ impl ChildrenState {
                 {
                     tracing::error!(%error, "the meltdown's record could not be made durable");
                 }
-                if !crate::planted::children_meltdown_unreported_planted() {
+                if !crate::planted::planted(crate::planted::Defect::ChildrenMeltdownUnreported) {
                     self.end_runtime(meltdown.child.clone(), meltdown.to_string());
                 }
             }

@@ -133,7 +133,9 @@ impl JournalState {
                 })
                 .await?
             }
-            Commit::Sync if crate::planted::journal_acks_before_fsync_planted() => {
+            Commit::Sync
+                if crate::planted::planted(crate::planted::Defect::JournalAcksBeforeFsync) =>
+            {
                 let result = file.write(&records).map(|_| None);
                 (file, result, records)
             }

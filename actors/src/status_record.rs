@@ -70,7 +70,7 @@ struct Inner {
     /// change of the writer block frames again; and the framed record (a
     /// reused buffer).
     body: Vec<u8>,
-    /// With the planted defect `planted::status_record_lags` only: the
+    /// With the planted defect `planted::Defect::StatusRecordLags` only: the
     /// body of the latest snapshot, held back until the next publish.
     held_back: Vec<u8>,
     framed: Vec<u8>,
@@ -145,7 +145,7 @@ impl StatusRecord {
             inner.fail(&std::io::Error::other(error));
             return;
         }
-        if crate::planted::status_record_lags_planted() {
+        if crate::planted::planted(crate::planted::Defect::StatusRecordLags) {
             // The snapshot published before this one is written; this one
             // waits for the next publish.
             std::mem::swap(&mut inner.body, &mut inner.held_back);

@@ -678,7 +678,7 @@ impl ControlDir {
                 Recovery::Fresh
             }
             Tail::Torn { offset } => {
-                if crate::planted::journal_repair_cuts_a_record_planted()
+                if crate::planted::planted(crate::planted::Defect::JournalRepairCutsARecord)
                     && let Some(last) = decoded.records.pop()
                 {
                     let len = journal::encode_record(&last).map_or(0, |bytes| bytes.len());

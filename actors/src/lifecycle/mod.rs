@@ -861,12 +861,13 @@ impl LifecycleActorState {
         self.shared
             .metrics
             .transition(&self.machine.state, &next.state, at);
-        let next =
-            if crate::planted::lifecycle_decides_quiet_steps_planted() && effect == Effect::None {
-                self.machine.clone()
-            } else {
-                next
-            };
+        let next = if crate::planted::planted(crate::planted::Defect::LifecycleDecidesQuietSteps)
+            && effect == Effect::None
+        {
+            self.machine.clone()
+        } else {
+            next
+        };
         crate::observed::adopted(&self.machine, event, &next, effect);
         self.machine = next;
         if let Effect::StartBoot { attempt } = effect {

@@ -184,7 +184,7 @@ impl Tracker {
             return Vec::new();
         }
         let aborted = self.abort_all();
-        if crate::planted::drain_leaves_tasks_planted() {
+        if crate::planted::planted(crate::planted::Defect::DrainLeavesTasks) {
             return aborted;
         }
         // An aborted task is gone at its next await (a task inside a
@@ -204,7 +204,7 @@ impl Tracker {
         let mut names = Vec::with_capacity(tasks.len());
         for (name, abort) in tasks {
             if let Some(abort) = abort
-                && !crate::planted::drain_leaves_tasks_planted()
+                && !crate::planted::planted(crate::planted::Defect::DrainLeavesTasks)
             {
                 abort.abort();
             }

@@ -20,6 +20,7 @@ use steadfast::protocol::snapshot::{PreviousRun, Snapshot};
 use steadfast::supervisor::Timings;
 use steadfast::{CommandError, ExitIntent, Hold, Supervisor, SupervisorHandle};
 use steadfast_actors::fsx::sim::SimFs as _;
+use steadfast_actors::planted::Defect;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -181,6 +182,23 @@ impl Plant {
         (Self::MeltdownUnreported, "meltdown_unreported"),
         (Self::ChildrenOutliveShutdown, "children_outlive_shutdown"),
     ];
+
+    /// The library's defect this plants (none for the disk's, which the
+    /// simulated disk plants itself).
+    fn defect(self) -> Option<Defect> {
+        Some(match self {
+            Self::DrainLeavesTasks => Defect::DrainLeavesTasks,
+            Self::JournalAcksBeforeFsync => Defect::JournalAcksBeforeFsync,
+            Self::RenameWithoutDirSync => return None,
+            Self::ActorDecides => Defect::LifecycleDecidesQuietSteps,
+            Self::RepairCutsARecord => Defect::JournalRepairCutsARecord,
+            Self::ReconcileForgets => Defect::ReconcileForgetsCheckpoints,
+            Self::StatusRecordLags => Defect::StatusRecordLags,
+            Self::ChildrenRestartTemporary => Defect::ChildrenRestartTemporary,
+            Self::MeltdownUnreported => Defect::ChildrenMeltdownUnreported,
+            Self::ChildrenOutliveShutdown => Defect::ChildrenOutliveShutdown,
+        })
+    }
 
     /// The defect named `name` (none for an empty name).
     ///
@@ -761,15 +779,7 @@ impl Seams {
             });
             draw
         }));
-        planted::drain_leaves_tasks(plant == Some(Plant::DrainLeavesTasks));
-        planted::journal_acks_before_fsync(plant == Some(Plant::JournalAcksBeforeFsync));
-        planted::lifecycle_decides_quiet_steps(plant == Some(Plant::ActorDecides));
-        planted::journal_repair_cuts_a_record(plant == Some(Plant::RepairCutsARecord));
-        planted::reconcile_forgets_checkpoints(plant == Some(Plant::ReconcileForgets));
-        planted::status_record_lags(plant == Some(Plant::StatusRecordLags));
-        planted::children_restart_temporary(plant == Some(Plant::ChildrenRestartTemporary));
-        planted::children_meltdown_unreported(plant == Some(Plant::MeltdownUnreported));
-        planted::children_outlive_shutdown(plant == Some(Plant::ChildrenOutliveShutdown));
+        planted::plant(plant.and_then(Plant::defect));
         steadfast_actors::observed::record_adopted_steps(true);
         steadfast_actors::device::run_inline_on_this_thread(true);
         steadfast_actors::fsx::sim::simulate_on_this_thread(Some(Arc::new(disk)));
@@ -780,15 +790,7 @@ impl Seams {
 impl Drop for Seams {
     fn drop(&mut self) {
         use steadfast_actors::planted;
-        planted::drain_leaves_tasks(false);
-        planted::journal_acks_before_fsync(false);
-        planted::lifecycle_decides_quiet_steps(false);
-        planted::journal_repair_cuts_a_record(false);
-        planted::reconcile_forgets_checkpoints(false);
-        planted::status_record_lags(false);
-        planted::children_restart_temporary(false);
-        planted::children_meltdown_unreported(false);
-        planted::children_outlive_shutdown(false);
+        planted::plant(None);
         steadfast_actors::observed::record_adopted_steps(false);
         steadfast_actors::device::run_inline_on_this_thread(false);
         steadfast_actors::device::inline_job_latency(None);
