@@ -5,7 +5,7 @@
 //! one defect at a time is planted in the calling thread, none until a test
 //! plants one: a simulation runs a daemon on a current-thread runtime of its
 //! own thread, so a planted defect reaches only that daemon. Without the
-//! feature [`planted`] is a constant `false` and the code it guards is the
+//! feature `planted` is a constant `false` and the code it guards is the
 //! only code there is.
 
 /// A defect the code can be told to have.
