@@ -101,9 +101,9 @@ pub mod config {
 /// What a [`Service`]'s steps use beyond the root's names.
 pub mod service {
     pub use steadfast_actors::service::{
-        CancellationToken, Checkpoint, ConfigChange, Connection, Listener, Made, Observation, Plan,
-        Runtime, Service, Shutdown, ShuttingDown, Step, StepContext, StepError, StepProgress,
-        TaskEnded, Tracker,
+        CancellationToken, Checkpoint, ConfigChange, Connection, Lifetime, Listener, Made,
+        Observation, Plan, Runtime, Service, Shutdown, ShuttingDown, Step, StepContext, StepError,
+        StepProgress, TaskEnded, Tracker,
     };
     pub use steadfast_actors::store::StoreLock;
     pub use steadfast_protocol::journal::ResourceRecord;
