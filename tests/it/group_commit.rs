@@ -70,6 +70,19 @@ fn counts(data: &Path) -> (u64, u64) {
     (fsyncs, records)
 }
 
+/// `(control-dir fsyncs, journal fsyncs)` so far, from the daemon's
+/// OpenMetrics text.
+fn launch_fsyncs(data: &Path) -> (u64, u64) {
+    let [dir, journal] = samples(
+        data,
+        [
+            "steadfast_control_dir_fsyncs_total",
+            "steadfast_journal_fsync_duration_seconds_count",
+        ],
+    );
+    (dir, journal)
+}
+
 fn state_is(data: &Path, state: &str, attempt: u64) {
     processes::until(data, state, |s| {
         s["lifecycle"]["state"] == state
@@ -148,15 +161,8 @@ fn fsyncs_at_launch() {
     let data = tmp.path().join("data");
     let _kvd = kvd(tmp.path(), processes::free_port());
     state_is(&data, "running", 1);
-    let [dir, journal] = samples(
-        &data,
-        [
-            "steadfast_control_dir_fsyncs_total",
-            "steadfast_journal_fsync_duration_seconds_count",
-        ],
-    );
     assert_eq!(
-        (dir, journal),
+        launch_fsyncs(&data),
         (6, 1),
         "control-dir fsyncs and journal appends of a fresh launch"
     );
@@ -181,15 +187,8 @@ fn fsyncs_at_relaunch_after_a_clean_stop() {
     assert!(first.0.wait().expect("wait").success(), "a clean stop");
     let _again = kvd(tmp.path(), port);
     state_is(&data, "running", 1);
-    let [dir, journal] = samples(
-        &data,
-        [
-            "steadfast_control_dir_fsyncs_total",
-            "steadfast_journal_fsync_duration_seconds_count",
-        ],
-    );
     assert_eq!(
-        (dir, journal),
+        launch_fsyncs(&data),
         (3, 1),
         "control-dir fsyncs and journal appends of a relaunch after a clean stop"
     );
