@@ -39,7 +39,13 @@ def main():
     rounds = int(args[0])
     work = tempfile.mkdtemp(prefix="ab-launch-")
     try:
-        sides = [(d, cp.Steadfast(d, work)) for d in args[1:]]
+        # A work dir per build: each names its data dirs kvd-1, kvd-2, ...
+        # on its own, so every launch is on a fresh data dir.
+        sides = []
+        for i, d in enumerate(args[1:]):
+            own = os.path.join(work, str(i))
+            os.makedirs(own)
+            sides.append((d, cp.Steadfast(d, own)))
         rit = cp.Runit(work)
 
         def poll(check):

@@ -49,7 +49,13 @@ def main():
     os.environ["RUST_LOG"] = "info,steadfast::launch=debug"
     os.environ["NO_COLOR"] = "1"
     try:
-        sides = [(d, cp.Steadfast(d, work)) for d in sys.argv[2:]]
+        # A work dir per build: each names its data dirs and logs kvd-1,
+        # kvd-2, ... on its own.
+        sides = []
+        for i, d in enumerate(sys.argv[2:]):
+            own = os.path.join(work, str(i))
+            os.makedirs(own)
+            sides.append((d, cp.Steadfast(d, own)))
         order = random.Random(30)
         samples = {d: {} for d, _ in sides}
         steps = {d: [] for d, _ in sides}
