@@ -7,13 +7,13 @@
 Python stdlib only; reads the sources, builds nothing. Each check below
 reports every failure with its line in ARCHITECTURE.md and what is missing.
 
-1. **Every path in backticks exists** (`actors/src/root.rs`, `lifecycle/`,
-   `journal_file.rs`). A path is tried from the repository's root, from the
-   section's crate (`### \`actors/\`` is `actors/src/`), and from every
-   folder the same list item or paragraph named before it (so `mod.rs`
-   after `control_dir/` is `actors/src/control_dir/mod.rs`). Outside the
-   codemap a bare file or folder name (`daemon.rs`, `control/`) may be any
-   of that name. A path the page says is *not* there (`not \`src/bin/\``)
+1. **Every path in backticks exists**, tracked by git
+   (`actors/src/root.rs`, `lifecycle/`, `journal_file.rs`). A path is tried
+   from the repository's root, from the section's crate (`### \`actors/\``
+   is `actors/src/`), and from every folder the same list item or
+   paragraph named before it (so `mod.rs` after `control_dir/` is
+   `actors/src/control_dir/mod.rs`). Outside the codemap a bare file or
+   folder name (`daemon.rs`, `control/`) may be any of that name. A path the page says is *not* there (`not \`src/bin/\``)
    must be absent. Paths that are not the repository's (a daemon's file,
    an HTTP request, the plan beside the repository) are listed in
    `NOT_REPOSITORY_PATHS`, each with its reason.
@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -125,20 +126,30 @@ class Span:
     bases: list[str] = field(default_factory=list)  # folders named earlier in the block
 
 
+def tracked_files(root: Path) -> set[str]:
+    """The files git tracks (what a clean clone has), or, outside a git
+    checkout (the self-test's copy), every file but build output."""
+    try:
+        listed = subprocess.run(
+            ["git", "-C", str(root), "ls-files", "-z"], capture_output=True, check=True
+        ).stdout.decode()
+        return {f for f in listed.split("\0") if f and (root / f).exists()}
+    except (OSError, subprocess.CalledProcessError):
+        files = set()
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = [d for d in dirnames if d != ".git" and not d.startswith("target")]
+            rel = Path(dirpath).relative_to(root)
+            files.update((rel / name).as_posix() for name in filenames)
+        return files
+
+
 class Repo:
     """The repository's files, and its Rust sources without comment lines."""
 
     def __init__(self, root: Path):
         self.root = root
-        self.files: set[str] = set()
-        self.dirs: set[str] = set()
-        for dirpath, dirnames, filenames in os.walk(root):
-            rel = Path(dirpath).relative_to(root).as_posix()
-            dirnames[:] = [d for d in dirnames if d not in (".git", "target") and not d.startswith("target")]
-            if rel != ".":
-                self.dirs.add(rel)
-            for name in filenames:
-                self.files.add(name if rel == "." else f"{rel}/{name}")
+        self.files = tracked_files(root)
+        self.dirs = {str(parent) for f in self.files for parent in Path(f).parents if str(parent) != "."}
         self.rust: dict[str, str] = {}
         self.text: dict[str, str] = {}
         for path in sorted(self.files):
@@ -321,7 +332,9 @@ def check_paths(repo: Repo, spans: list[Span]) -> list[str]:
             continue
         if where is None:
             tried = "the root" + (f", {', '.join(section_roots(span.section) or [])}" if section_roots(span.section) else "")
-            errors.append(f"line {span.line}: no file or folder `{text}` (tried from {tried} and the folders named before it)")
+            errors.append(
+                f"line {span.line}: no tracked file or folder `{text}` (tried from {tried} and the folders named before it)"
+            )
         else:
             resolved[span.text] = where
     return errors
