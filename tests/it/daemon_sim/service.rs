@@ -331,8 +331,9 @@ pub struct Outliving {
     /// A lease not given back (a spool file's presence is its name on the
     /// disk).
     pub held: bool,
-    /// There when the daemon's journal was removed or replaced underneath:
-    /// no later process can know it.
+    /// There when the daemon's journal was removed or replaced underneath,
+    /// or removed without its removal made durable (a failed directory
+    /// fsync): no later process can know it.
     pub orphaned: bool,
 }
 
@@ -542,6 +543,16 @@ impl World {
     /// ahead of the resources they name).
     pub fn unknown_after_crash(&self, kept: &[u8]) -> Vec<String> {
         self.lock().unknown(kept)
+    }
+
+    /// A removal whose directory fsync failed: what every read sees is
+    /// gone (observation says so, and the drain clears its checkpoint),
+    /// but a power cut may bring the name back, which no journal names
+    /// then (it keeps one resource a step): orphaned, and counted.
+    fn removal_unsure(&self, kind: Kind, number: u64) {
+        if let Some(r) = self.lock().resources.get_mut(&(kind, number)) {
+            r.orphaned = true;
+        }
     }
 
     /// The journal was removed or replaced underneath: the checkpoints of
@@ -888,7 +899,13 @@ impl Step for Spool {
         let dir = Dir::open_data_dir(&self.world.data_dir(), false).map_err(StepError::backoff)?;
         dir.unlink(&spool_name(number))
             .map_err(StepError::backoff)?;
-        dir.sync().map_err(StepError::backoff)
+        dir.sync().map_err(|error| {
+            // The name is gone from what every read sees, so the drain's
+            // observation clears the checkpoint; a power cut may bring it
+            // back, and the journal keeps one resource a step.
+            self.world.removal_unsure(Kind::Spool, number);
+            StepError::backoff(error)
+        })
     }
 }
 
