@@ -369,6 +369,23 @@ impl Actor for JournalActor {
                 if let Some(note) = state.note.take() {
                     let _ = note.await;
                 }
+                // `released` tells the next launch that every record this
+                // process wrote is durable (it then skips the journal's
+                // fsync at open, `ControlDir::open_journal`): so it is
+                // written only once they are. Staged facts stay staged,
+                // as for `Sync`; without them the journal is whole.
+                if matches!(marker, RunMarker::Released { .. }) {
+                    let staged = std::mem::take(&mut state.staged);
+                    let synced = state.write(Vec::new(), Commit::Sync).await;
+                    let mut later = std::mem::replace(&mut state.staged, staged);
+                    state.staged.append(&mut later);
+                    if let Err(error) = synced? {
+                        let _ = reply.send(Err(format!(
+                            "not released: the journal could not be made durable first: {error}"
+                        )));
+                        return Ok(());
+                    }
+                }
                 let control = Arc::clone(&state.control);
                 let result = crate::device::run(move || control.write_run(&marker)).await?;
                 let _ = reply.send(result.map_err(|e| e.to_string()));
@@ -458,4 +475,71 @@ pub(crate) async fn append(
         JournalMsg::Append(records, note, reply)
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use steadfast_protocol::time::Timestamp;
+
+    /// The journal's fsyncs so far, as the metrics count them.
+    fn fsyncs(metrics: &crate::metrics::Metrics) -> u64 {
+        metrics
+            .render(Timestamp(0))
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("steadfast_journal_fsync_duration_seconds_count ")?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0)
+    }
+
+    /// `released` tells the next launch it need not fsync the journal at
+    /// open: a record written ahead of its fsync is made durable before
+    /// the marker is written, and a journal with nothing unsynced costs no
+    /// fsync for it.
+    #[tokio::test]
+    async fn released_is_written_only_once_the_journal_is_durable() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let control = Arc::new(ControlDir::open(&tmp.path().join("data")).expect("open"));
+        let (file, _, _) = control.open_journal().expect("journal");
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let (journal, _task) = Actor::spawn(
+            None,
+            JournalActor,
+            JournalArgs {
+                control: Arc::clone(&control),
+                file: Some(file),
+                metrics: Arc::clone(&metrics),
+            },
+        )
+        .await
+        .expect("spawn");
+        let timeout = Duration::from_secs(10);
+        let record = Record::AttemptStarted {
+            attempt: std::num::NonZeroU32::MIN,
+            at_ms: 1,
+        };
+        write(&journal, vec![record], timeout)
+            .await
+            .expect("written ahead");
+        assert_eq!(fsyncs(&metrics), 0, "written, not yet durable");
+        let released = RunMarker::Released { at_ms: 2, epoch: 1 };
+        ask(&journal, timeout, |r| JournalMsg::WriteRun(released, r))
+            .await
+            .expect("released");
+        assert_eq!(fsyncs(&metrics), 1, "the record was made durable first");
+        assert!(matches!(
+            control.read_run().expect("read"),
+            crate::control_dir::MarkerRead::Valid(RunMarker::Released { .. })
+        ));
+        ask(&journal, timeout, |r| {
+            JournalMsg::WriteRun(RunMarker::Released { at_ms: 3, epoch: 1 }, r)
+        })
+        .await
+        .expect("released again");
+        assert_eq!(fsyncs(&metrics), 1, "nothing left to make durable");
+        journal.stop(None);
+    }
 }

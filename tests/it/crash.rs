@@ -223,7 +223,9 @@ fn check_relaunch(
     // Killed before its launch marker (its first) was renamed into place,
     // before it wrote anything to the journal: the marker is still the one
     // the process before it left, and says what that one's relaunch read.
-    let unmarked = what == "marker.before_rename:1";
+    // After a clean stop the launch marker is written in place, with no
+    // rename: the first rename is then a later marker's, over `holding`.
+    let unmarked = what == "marker.before_rename:1" && *before_prev != "clean_stop";
     let expected = if unmarked {
         *before_prev
     } else if killed && !released {

@@ -189,7 +189,7 @@ fn fsyncs_at_relaunch_after_a_clean_stop() {
     state_is(&data, "running", 1);
     assert_eq!(
         launch_fsyncs(&data),
-        (3, 1),
+        (1, 1),
         "control-dir fsyncs and journal appends of a relaunch after a clean stop"
     );
 }

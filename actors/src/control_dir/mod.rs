@@ -522,6 +522,15 @@ impl ControlDir {
         Ok(dir)
     }
 
+    /// Whether the process before this one stopped cleanly, as the run
+    /// marker read at open says (`released`), and nobody handed this
+    /// directory over: it then made its journal and the data dir's names
+    /// durable before it wrote that marker, and nothing ran since.
+    fn predecessor_synced(&self) -> bool {
+        matches!(self.previous_run, PreviousRun::CleanStop { .. })
+            && self.handed_over_from.is_none()
+    }
+
     /// Keep the journal bounded: writers from [`Self::open_journal`] compact
     /// it to the last `keep` attempts (and the checkpoints still
     /// outstanding) once it holds more than twice that many.
@@ -661,12 +670,20 @@ impl ControlDir {
                 // does), and a power cut then leaves a hole before its
                 // records. An fsync of a file with nothing dirty costs no
                 // I/O.
-                self.count_fsync();
+                //
+                // Not after a clean stop: its writer made every record
+                // durable before it wrote `released` (the Journal actor's
+                // `WriteRun`), so nothing is dirty but what a power cut
+                // would have to take with the marker.
                 let synced = if self.dir.stat(JOURNAL_UNSURE_NAME)?.is_some() {
+                    self.count_fsync();
                     Err(io::Error::other(format!(
                         "{JOURNAL_UNSURE_NAME}: an earlier launch's fsync of the journal failed"
                     )))
+                } else if self.predecessor_synced() {
+                    Ok(())
                 } else {
+                    self.count_fsync();
                     file.sync_data()
                 };
                 if let Err(error) = synced {
@@ -860,24 +877,10 @@ impl ControlDir {
                 reason,
             })?;
         let tmp_name = ".run.tmp";
-        let tmp = self.dir.join(tmp_name);
-        let mut file = self.dir.create_temp(tmp_name)?;
-        if let Err(source) = file.write_all(&bytes) {
-            let _ = self.dir.unlink(tmp_name);
-            return Err(io_err(&tmp)(source));
-        }
-        // Renamed into place now, before its fsync: the marker must name
-        // this process before the journal's first write (a process killed
-        // with that write in the page cache is `crashed`, never
-        // `first_ever`, at the next open). What a power loss can leave
-        // instead — the marker this one replaced, or this one torn — reads
-        // as a run that did not end cleanly or as `crashed`, as the
-        // per-attempt note's rewrite may (`note_run`).
-        crate::failpoint::hit_doing("marker.before_rename", || marker.label().to_owned());
-        if let Err(e) = self.dir.rename(tmp_name, "run") {
-            let _ = self.dir.unlink(tmp_name);
-            return Err(e.into());
-        }
+        let (file, in_place) = match self.overwrite_after_clean_stop(&bytes)? {
+            Some(file) => (file, true),
+            None => (self.write_run_renamed(tmp_name, marker, &bytes)?, false),
+        };
         let names = self.names.clone();
         // Kept until the job is done: no other daemon takes the data dir
         // while this one's marker is still on its way.
@@ -889,9 +892,19 @@ impl ControlDir {
             move || -> Result<(), String> {
                 let _lock = lock;
                 names.fsyncs.fetch_add(1, Ordering::Relaxed);
-                file.sync_all()
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                if in_place {
+                    // The name `run` is durable (the clean stop's marker
+                    // was renamed and its directory fsynced); only the
+                    // bytes, and the length with them, are new.
+                    file.sync_data()
+                } else {
+                    file.sync_all()
+                }
+                .map_err(|e| format!("{}: {e}", path.display()))?;
                 drop(file);
+                if in_place && !names.dirs_pending() {
+                    return Ok(());
+                }
                 crate::failpoint::hit_doing("marker.before_dir_fsync", || label.to_owned());
                 names.sync_settled().map_err(|e| e.to_string())
             }
@@ -920,6 +933,60 @@ impl ControlDir {
         };
         self.names.settling.queue(Box::new(settle), Arc::new(retry));
         Ok(())
+    }
+
+    /// The launch's run marker written as [`Self::write_run_settling`]
+    /// does outside a relaunch after a clean stop: a temp file, renamed
+    /// over `run` at once (before its fsync).
+    fn write_run_renamed(
+        &self,
+        tmp_name: &str,
+        marker: &RunMarker,
+        bytes: &[u8],
+    ) -> Result<File, ControlDirError> {
+        let tmp = self.dir.join(tmp_name);
+        let mut file = self.dir.create_temp(tmp_name)?;
+        if let Err(source) = file.write_all(bytes) {
+            let _ = self.dir.unlink(tmp_name);
+            return Err(io_err(&tmp)(source));
+        }
+        // Renamed into place now, before its fsync: the marker must name
+        // this process before the journal's first write (a process killed
+        // with that write in the page cache is `crashed`, never
+        // `first_ever`, at the next open). What a power loss can leave
+        // instead — the marker this one replaced, or this one torn — reads
+        // as a run that did not end cleanly or as `crashed`, as the
+        // per-attempt note's rewrite may (`note_run`).
+        crate::failpoint::hit_doing("marker.before_rename", || marker.label().to_owned());
+        if let Err(e) = self.dir.rename(tmp_name, "run") {
+            let _ = self.dir.unlink(tmp_name);
+            return Err(e.into());
+        }
+        Ok(file)
+    }
+
+    /// At a relaunch after a clean stop, the launch's run marker written
+    /// over the `released` one in place (`pwrite` at 0, then the length
+    /// set), so that one `fdatasync` makes it durable and no directory
+    /// needs one: that marker's name is durable (its writer renamed it and
+    /// fsynced the directory) and no other name is new. What a power loss
+    /// can leave instead is what a rename before its fsync may: the
+    /// `released` marker (the write lost whole) or a torn one, unreadable,
+    /// so `crashed`; either before anything of this launch was
+    /// acknowledged. `None`, writing nothing, at any other launch or when
+    /// `run` cannot be opened as a file of ours: the caller renames a new
+    /// marker over it.
+    fn overwrite_after_clean_stop(&self, bytes: &[u8]) -> Result<Option<File>, ControlDirError> {
+        if !self.predecessor_synced() || self.names.dirs_pending() {
+            return Ok(None);
+        }
+        let target = self.run_path();
+        let Ok(file) = self.dir.open("run", Access::Write) else {
+            return Ok(None);
+        };
+        file.write_all_at(bytes, 0).map_err(io_err(&target))?;
+        file.set_len(bytes.len() as u64).map_err(io_err(&target))?;
+        Ok(Some(file))
     }
 
     /// Replace a durable `holding` run marker with `marker` (the attempt a
@@ -1235,10 +1302,12 @@ impl ControlDir {
 
     /// How many fsyncs this control directory made outside journal appends
     /// (the `steadfast_control_dir_fsyncs_total` metric): its directories,
-    /// its markers, a journal repair's or compaction's. A fresh launch costs three before
-    /// the first append is acknowledged (the `holding` marker, the control
-    /// dir and the data dir, in the job [`Self::write_run_settling`]
-    /// queues), and two when the identity is created.
+    /// its markers, the journal's at open, a journal repair's or
+    /// compaction's. A fresh launch costs four before the first append is
+    /// acknowledged (the `holding` marker, the control dir, the data dir
+    /// and its parent, in the job [`Self::write_run_settling`] queues),
+    /// and two when the identity is created; a relaunch after a clean stop
+    /// one (the marker, written in place).
     #[must_use]
     pub fn fsyncs(&self) -> Arc<AtomicU64> {
         Arc::clone(&self.names.fsyncs)

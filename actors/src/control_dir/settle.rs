@@ -38,10 +38,17 @@ impl UnsyncedNames {
         self.settling.wait(&self.dir)
     }
 
+    /// Whether a name waits for a directory fsync: one made in the
+    /// control directory, or the control directory's own (and the data
+    /// dir's) when no clean stop proved them durable.
+    pub(super) fn dirs_pending(&self) -> bool {
+        self.pending.load(Ordering::SeqCst) || self.parent_pending()
+    }
+
     /// fsync the directory if a name is pending.
     pub(super) fn sync_if_pending(&self) -> Result<(), FsError> {
         self.settling.wait(&self.dir)?;
-        if self.pending.load(Ordering::SeqCst) || self.parent_pending() {
+        if self.dirs_pending() {
             self.sync()?;
         }
         Ok(())

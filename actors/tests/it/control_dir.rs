@@ -1599,3 +1599,75 @@ fn the_launch_marker_settles_before_the_first_acknowledgement() {
         MarkerRead::Valid(RunMarker::Released { at_ms: 5, epoch: 1 })
     ));
 }
+
+/// A relaunch after a clean stop (`released`, readable): the journal is
+/// not fsynced at open (its writer made it durable before `released`),
+/// and the launch marker is written over `run` in place — the same file,
+/// no temp file, no rename — and made durable with one fsync, no
+/// directory's. After a crash (`holding`) the journal's open fsync, the
+/// rename and the directories' fsyncs are all made again.
+#[test]
+fn a_relaunch_after_a_clean_stop_fsyncs_its_marker_alone() {
+    use std::os::unix::fs::MetadataExt as _;
+    use std::sync::atomic::Ordering;
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let run = data.join(".steadfast/run");
+    {
+        let cd = ControlDir::open(&data).unwrap();
+        let (mut journal, _, _) = cd.open_journal().unwrap();
+        cd.write_run_settling(&RunMarker::Holding { pid: 7, attempt: 0 })
+            .unwrap();
+        journal.append(&[record(1)]).unwrap();
+        cd.write_run(&RunMarker::Released { at_ms: 5, epoch: 1 })
+            .unwrap();
+    }
+    let inode = std::fs::metadata(&run).unwrap().ino();
+
+    let cd = ControlDir::open(&data).unwrap();
+    assert!(matches!(cd.previous_run(), PreviousRun::CleanStop { .. }));
+    let fsyncs = cd.fsyncs();
+    let (mut journal, records, recovery) = cd.open_journal().unwrap();
+    assert_eq!((records, recovery), (vec![record(1)], Recovery::Clean));
+    assert_eq!(
+        fsyncs.load(Ordering::Relaxed),
+        0,
+        "no fsync of the journal at open"
+    );
+    cd.write_run_settling(&RunMarker::Holding { pid: 8, attempt: 0 })
+        .unwrap();
+    journal.append(&[record(2)]).unwrap();
+    assert_eq!(fsyncs.load(Ordering::Relaxed), 1, "the marker's alone");
+    assert_eq!(
+        std::fs::metadata(&run).unwrap().ino(),
+        inode,
+        "the marker was written in place"
+    );
+    assert!(matches!(
+        cd.read_run().unwrap(),
+        MarkerRead::Valid(RunMarker::Holding { pid: 8, attempt: 0 })
+    ));
+    drop(journal);
+    drop(cd);
+
+    // Killed while holding: the next launch trusts nothing of it.
+    let cd = ControlDir::open(&data).unwrap();
+    assert!(matches!(cd.previous_run(), PreviousRun::Crashed { .. }));
+    let fsyncs = cd.fsyncs();
+    let (mut journal, records, _) = cd.open_journal().unwrap();
+    assert_eq!(records, vec![record(1), record(2)]);
+    assert_eq!(fsyncs.load(Ordering::Relaxed), 1, "the journal's at open");
+    cd.write_run_settling(&RunMarker::Holding { pid: 9, attempt: 0 })
+        .unwrap();
+    journal.append(&[record(3)]).unwrap();
+    assert_eq!(
+        fsyncs.load(Ordering::Relaxed),
+        5,
+        "then the marker, the control dir, the data dir and its parent"
+    );
+    assert_ne!(
+        std::fs::metadata(&run).unwrap().ino(),
+        inode,
+        "a new marker renamed over it"
+    );
+}
