@@ -31,7 +31,7 @@ use steadfast::protocol::snapshot::PhaseOutcome;
 use steadfast::service::{ResourceRecord, StoreLock};
 use steadfast::supervisor::Timings;
 use steadfast::{
-    ExitIntent, Hold, Made, Observation, Plan, Runtime, Service, Step, StepContext, StepError,
+    ExitIntent, Hold, Observation, Plan, Resource, Runtime, Service, Step, StepContext, StepError,
     Supervisor,
 };
 use steadfast_actors::control_dir::ControlDir;
@@ -62,13 +62,13 @@ impl Step for Prepare {
     type Config = toml::Table;
     type Output = ();
 
-    async fn execute(&self, _cx: StepContext<'_, toml::Table>) -> Result<Made<()>, StepError> {
+    async fn execute(&self, _cx: StepContext<'_, toml::Table>) -> Result<Resource<()>, StepError> {
         // Idempotent: a crash between creating it and its checkpoint runs
         // this again over an existing file.
         std::fs::File::create(&self.path)
             .and_then(|f| f.sync_all())
             .map_err(|e| StepError::backoff(format!("{}: {e}", self.path.display())))?;
-        Ok(Made::new("file", self.path.display().to_string(), ()))
+        Ok(Resource::new("file", self.path.display().to_string(), ()))
     }
 
     /// On disk, not in the runtime: a resumed boot finds it.
@@ -104,9 +104,9 @@ impl Step for OpenStore {
     async fn execute(
         &self,
         cx: StepContext<'_, toml::Table>,
-    ) -> Result<Made<StoreLock>, StepError> {
+    ) -> Result<Resource<StoreLock>, StepError> {
         let lock = StoreLock::acquire(cx.data_dir).map_err(StepError::backoff)?;
-        Ok(Made::new("store", "store.lock", lock))
+        Ok(Resource::new("store", "store.lock", lock))
     }
 }
 
@@ -121,7 +121,7 @@ impl Step for Serve {
     async fn execute(
         &self,
         cx: StepContext<'_, toml::Table>,
-    ) -> Result<Made<Self::Output>, StepError> {
+    ) -> Result<Resource<Self::Output>, StepError> {
         let child = std::process::Command::new("sleep")
             .arg("60")
             .stdin(std::process::Stdio::null())
@@ -136,7 +136,7 @@ impl Step for Serve {
             stop.cancelled().await;
             Ok(())
         });
-        Ok(Made::new("process", pid.to_string(), child))
+        Ok(Resource::new("process", pid.to_string(), child))
     }
 
     async fn destroy(

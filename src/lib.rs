@@ -10,7 +10,7 @@
 //! with `async fn`s; [`Supervisor::builder`] runs it over a data directory:
 //!
 //! ```no_run
-//! use steadfast::{Made, Plan, Service, Step, StepContext, StepError, Supervisor};
+//! use steadfast::{Resource, Plan, Service, Step, StepContext, StepError, Supervisor};
 //!
 //! #[derive(serde::Deserialize)]
 //! struct Config {
@@ -25,10 +25,10 @@
 //!     type Config = Config;
 //!     type Output = tokio::net::TcpListener;
 //!
-//!     async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Made<Self::Output>, StepError> {
+//!     async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Resource<Self::Output>, StepError> {
 //!         let addr = &cx.config.listen_addr;
 //!         let listener = tokio::net::TcpListener::bind(addr).await.map_err(StepError::backoff)?;
-//!         Ok(Made::new("listener", addr.clone(), listener))
+//!         Ok(Resource::new("listener", addr.clone(), listener))
 //!     }
 //! }
 //!
@@ -101,9 +101,9 @@ pub mod config {
 /// What a [`Service`]'s steps use beyond the root's names.
 pub mod service {
     pub use steadfast_actors::service::{
-        CancellationToken, Checkpoint, ConfigChange, Connection, Listener, Made, Observation, Plan,
-        Runtime, Service, Shutdown, ShuttingDown, Step, StepContext, StepError, StepProgress,
-        TaskEnded, Tracker,
+        CancellationToken, Checkpoint, ConfigChange, Connection, Listener, Observation, Plan,
+        Resource, Runtime, Service, Shutdown, ShuttingDown, Step, StepContext, StepError,
+        StepProgress, TaskEnded, Tracker,
     };
     pub use steadfast_actors::store::StoreLock;
     pub use steadfast_protocol::journal::ResourceRecord;
@@ -133,7 +133,7 @@ pub mod fs {
 
 pub use config::TomlFileSource;
 pub use service::{
-    ConfigChange, Made, Observation, Plan, Runtime, Service, Step, StepContext, StepError,
+    ConfigChange, Observation, Plan, Resource, Runtime, Service, Step, StepContext, StepError,
 };
 pub use steadfast_protocol::command::CommandError;
 pub use steadfast_protocol::lifecycle::ExitIntent;

@@ -19,7 +19,7 @@
 //!   aborted, so nothing is answered after `stopped`.
 //!
 //! ```no_run
-//! use steadfast::{Made, Step, StepContext, StepError};
+//! use steadfast::{Resource, Step, StepContext, StepError};
 //! use tokio::net::TcpListener;
 //!
 //! struct Http;
@@ -29,12 +29,12 @@
 //!     type Config = toml::Table;
 //!     type Output = ();
 //!
-//!     async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Made<()>, StepError> {
+//!     async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Resource<()>, StepError> {
 //!         let listener = TcpListener::bind("127.0.0.1:8080").await.map_err(StepError::backoff)?;
 //!         let router = axum::Router::new().route("/", axum::routing::get(|| async { "hello" }));
 //!         // Not `axum::serve(listener, router)`: its connections escape the drain.
 //!         steadfast::serve::http(cx.runtime, "http", listener, router);
-//!         Ok(Made::new("listener", "127.0.0.1:8080", ()))
+//!         Ok(Resource::new("listener", "127.0.0.1:8080", ()))
 //!     }
 //! }
 //! ```

@@ -900,7 +900,7 @@ mod tests {
     use std::fs::File;
     use std::path::Path;
 
-    use steadfast_actors::service::{Made, Plan, Service, Step, StepContext, StepError};
+    use steadfast_actors::service::{Plan, Resource, Service, Step, StepContext, StepError};
     use steadfast_protocol::lifecycle::{ExitIntent, LifecycleState};
 
     use super::Supervisor;
@@ -914,12 +914,15 @@ mod tests {
         type Config = toml::Table;
         type Output = File;
 
-        async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Made<File>, StepError> {
+        async fn execute(
+            &self,
+            cx: StepContext<'_, toml::Table>,
+        ) -> Result<Resource<File>, StepError> {
             let file = File::create(cx.data_dir.join("store")).map_err(StepError::backoff)?;
             cx.handover
                 .share("app:store", &file)
                 .map_err(StepError::backoff)?;
-            Ok(Made::new("store", "app:store", file))
+            Ok(Resource::new("store", "app:store", file))
         }
     }
 

@@ -36,7 +36,7 @@ pub(crate) mod conn;
 mod error;
 mod execute;
 mod limits;
-mod rewake;
+mod repoll;
 // Real sockets under real deadlines: the simulation serves no connection.
 #[allow(clippy::disallowed_methods)]
 pub mod server;
@@ -52,7 +52,7 @@ pub use server::{ControlError, ServerGuard, ServerLimits, serve_unix, serve_unix
 pub use steadfast_protocol::control::Role;
 pub use steadfast_protocol::control::WireSnapshot;
 pub use tcp::{TcpServerGuard, serve_tcp, serve_tcp_with};
-pub use tls::{Fingerprint, TlsError, TlsServerConfig};
+pub use tls::{CertFingerprint, TlsError, TlsServerConfig};
 #[cfg(feature = "tls")]
 pub use tls::{TlsClient, TlsServerGuard, serve_tls, serve_tls_with};
 

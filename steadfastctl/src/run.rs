@@ -641,7 +641,7 @@ pub async fn replace(
     json: bool,
 ) -> ExitCode {
     use steadfast::protocol::control::ReplaceRequest;
-    use steadfast::protocol::replacement::{Ended, Mode, Step};
+    use steadfast::protocol::replacement::{Mode, Step, TransactionEnd};
     let Some(setup_budget_ms) = secs_to_ms(setup_budget).filter(|&ms| ms > 0) else {
         errln!("steadfastctl: --setup-budget must be a positive number of seconds");
         return ExitCode::from(2);
@@ -700,13 +700,13 @@ pub async fn replace(
                 print_json_line(ended);
             }
             return match ended {
-                Ended::Outcome(outcome) => {
+                TransactionEnd::Outcome(outcome) => {
                     if !json {
                         outln!("outcome: {outcome:?}");
                     }
                     ExitCode::SUCCESS
                 }
-                Ended::Failed {
+                TransactionEnd::Failed {
                     step,
                     committed,
                     message,

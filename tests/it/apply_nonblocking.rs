@@ -26,8 +26,8 @@ impl steadfast::Step for Nothing {
     async fn execute(
         &self,
         _cx: steadfast::StepContext<'_, toml::Table>,
-    ) -> Result<steadfast::Made<()>, steadfast::StepError> {
-        Ok(steadfast::Made::new("nothing", "", ()))
+    ) -> Result<steadfast::Resource<()>, steadfast::StepError> {
+        Ok(steadfast::Resource::new("nothing", "", ()))
     }
 }
 

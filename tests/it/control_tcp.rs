@@ -550,7 +550,7 @@ async fn a_daemon_serves_tcp_and_creates_its_token_file() {
         .expect("the daemon ends")
         .expect("task")
         .expect("the control planes were served");
-    assert_eq!(intent, steadfast::daemon::Ended::Halt);
+    assert_eq!(intent, steadfast::daemon::ExitReason::Halt);
     assert!(
         TcpStream::connect(addr).await.is_err(),
         "the port is closed once the daemon returns"

@@ -57,8 +57,8 @@ impl steadfast::Step for Idle {
     async fn execute(
         &self,
         _cx: steadfast::StepContext<'_, Counted>,
-    ) -> Result<steadfast::Made<()>, steadfast::StepError> {
-        Ok(steadfast::Made::new("idle", "", ()))
+    ) -> Result<steadfast::Resource<()>, steadfast::StepError> {
+        Ok(steadfast::Resource::new("idle", "", ()))
     }
 }
 

@@ -704,7 +704,7 @@ mod tests {
 
     #[test]
     fn replace_answers_round_trip_through_bincode() {
-        use crate::replacement::{Ended, Outcome, Progress, ReasonKind, Step, StepEvent};
+        use crate::replacement::{Outcome, Progress, ReasonKind, Step, StepEvent, TransactionEnd};
         let report = Report {
             seq: 4,
             serial: 1,
@@ -724,7 +724,7 @@ mod tests {
                     at: Timestamp(2),
                 },
             ],
-            ended: Some(Ended::Failed {
+            ended: Some(TransactionEnd::Failed {
                 step: Step::Verify,
                 committed: false,
                 reason: ReasonKind::Deadline,
@@ -739,7 +739,7 @@ mod tests {
         });
         assert_eq!(round_trip(&ok), ok);
         let done = Report {
-            ended: Some(Ended::Outcome(Outcome::RetirementPending)),
+            ended: Some(TransactionEnd::Outcome(Outcome::RetirementPending)),
             ..report
         };
         assert_eq!(round_trip(&done), done);

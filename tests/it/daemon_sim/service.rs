@@ -50,7 +50,7 @@ use steadfast::fs::{Access, Dir};
 use steadfast::protocol::children::{AutoShutdown, ChildSpec, GroupSpec, Intensity};
 use steadfast::service::{ResourceRecord, StoreLock};
 use steadfast::{
-    ConfigChange, Made, Observation, Plan, Runtime, Service, Step, StepContext, StepError,
+    ConfigChange, Observation, Plan, Resource, Runtime, Service, Step, StepContext, StepError,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -662,7 +662,10 @@ impl Step for OpenStore {
     type Config = toml::Table;
     type Output = Store;
 
-    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Made<Store>, StepError> {
+    async fn execute(
+        &self,
+        cx: StepContext<'_, toml::Table>,
+    ) -> Result<Resource<Store>, StepError> {
         switches(cx.config, Self::NAME).await?;
         if leaf(cx.config, "refuse").and_then(toml::Value::as_bool) == Some(true) {
             return Err(StepError::hold("the simulation refused the store"));
@@ -702,7 +705,11 @@ impl Step for OpenStore {
             alive: Arc::new(AtomicBool::new(true)),
             world: Arc::clone(&self.world),
         };
-        Ok(Made::new("store", cx.data_dir.display().to_string(), store))
+        Ok(Resource::new(
+            "store",
+            cx.data_dir.display().to_string(),
+            store,
+        ))
     }
 
     async fn observe(&self, record: &ResourceRecord, _runtime: &Runtime) -> Observation {
@@ -731,11 +738,11 @@ impl Step for TakeLease {
     type Config = toml::Table;
     type Output = ();
 
-    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Made<()>, StepError> {
+    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Resource<()>, StepError> {
         switches(cx.config, Self::NAME).await?;
         let number = self.world.make(Kind::Lease);
         self.world.in_use(Kind::Lease, number);
-        Ok(Made::new("lease", number.to_string(), ()))
+        Ok(Resource::new("lease", number.to_string(), ()))
     }
 
     async fn observe(&self, record: &ResourceRecord, _runtime: &Runtime) -> Observation {
@@ -780,7 +787,7 @@ impl Step for Spool {
     type Config = toml::Table;
     type Output = ();
 
-    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Made<()>, StepError> {
+    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Resource<()>, StepError> {
         switches(cx.config, Self::NAME).await?;
         let dir = Dir::open_data_dir(cx.data_dir, false).map_err(StepError::backoff)?;
         let number = self.world.make(Kind::Spool);
@@ -803,7 +810,7 @@ impl Step for Spool {
             return Err(StepError::backoff(error));
         }
         self.world.in_use(Kind::Spool, number);
-        Ok(Made::new("spool", number.to_string(), ()))
+        Ok(Resource::new("spool", number.to_string(), ()))
     }
 
     async fn observe(&self, record: &ResourceRecord, _runtime: &Runtime) -> Observation {
@@ -838,7 +845,7 @@ impl Step for Serve {
     type Config = toml::Table;
     type Output = ();
 
-    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Made<()>, StepError> {
+    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Resource<()>, StepError> {
         switches(cx.config, Self::NAME).await?;
         let store = cx
             .runtime
@@ -880,7 +887,7 @@ impl Step for Serve {
             .await
             .map_err(StepError::backoff)?;
         self.world.lock().serving = Some(tx);
-        Ok(Made::new("serve", "requests", ()))
+        Ok(Resource::new("serve", "requests", ()))
     }
 }
 
