@@ -37,7 +37,9 @@ CRATES = ("steadfast", "steadfast_actors", "steadfast_protocol")
 
 MAIN = re.compile(r'<section id="main-content".*', re.S)
 ITEM = re.compile(
-    r'<dt><a class="(\w+)" href="([^"]+)" title="\w+ ([\w:]+)">.*?</a>(.*?)</dt>', re.S
+    r'<dt(?: class="[^"]*")?><a class="(\w+)" href="([^"]+)" title="\w+ ([\w:]+)">.*?</a>'
+    r"(.*?)</dt>",
+    re.S,
 )
 REEXPORT = re.compile(r'<dt id="reexport\.(\w+)"><code>(.*?)</code></dt>', re.S)
 TITLE = re.compile(r'title="\w+ ([\w:]+)"')
