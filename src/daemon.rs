@@ -80,7 +80,7 @@
 //!   with [`DaemonOptions::create_token`], a missing token file is created
 //!   (0600) first.
 //! - With `DaemonOptions::control_tls`, the control plane is also served
-//!   over TLS 1.3 (`crate::control::tls`: mutual TLS or a token inside the
+//!   over TLS 1.3 (`crate::control::TlsServerConfig`: mutual TLS or a token inside the
 //!   session, roles); SIGHUP and `reload` re-read its certificate files.
 //! - A control plane that was asked for and cannot be served is never
 //!   dropped silently: [`run_with`] returns [`DaemonError`] (naming the path
@@ -125,7 +125,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use steadfast_protocol::control::{Answer, Execute, cmd};
 
 use crate::control::ControlService;
-use crate::supervisor::{Supervisor, SupervisorHandle};
+use crate::embedding::{Supervisor, SupervisorHandle};
 use steadfast_actors::lifecycle::CommandError;
 
 #[cfg(feature = "cli")]
@@ -291,7 +291,7 @@ impl DaemonOptions {
 
     /// Serve the control plane over TLS 1.3 at `addr` with `config`'s
     /// certificate, key and client authorization (mutual TLS, tokens;
-    /// each with a role): see [`crate::control::tls`]. Any address may be
+    /// each with a role): see [`crate::control::TlsServerConfig`]. Any address may be
     /// used. SIGHUP and the `reload` method re-read its files. With the
     /// cargo feature `tls`.
     #[cfg(feature = "tls")]
@@ -435,7 +435,7 @@ fn control_exit_code(error: &crate::control::ControlError) -> i32 {
     }
 }
 
-impl crate::supervisor::SupervisorError {
+impl crate::embedding::SupervisorError {
     /// The exit code for a daemon whose supervisor could not be built
     /// (`spec/exit-codes.md`): [`EXIT_NEVER_WORKS`] for a data dir or
     /// control file steadfast refuses (a link, another user's or a
@@ -504,12 +504,12 @@ fn serve_tcp(
     let Some((addr, token_file)) = options.control_tcp.as_ref() else {
         return Ok(None);
     };
-    let token = match crate::control::Token::read_file(token_file) {
-        Err(crate::control::TokenError::Io { source, .. })
+    let token = match crate::control::auth::Token::read_file(token_file) {
+        Err(crate::control::auth::TokenError::Io { source, .. })
             if options.create_token && source.kind() == std::io::ErrorKind::NotFound =>
         {
             tracing::info!(path = %token_file.display(), "creating the control token file");
-            crate::control::Token::create_file(token_file)
+            crate::control::auth::Token::create_file(token_file)
         }
         read => read,
     };

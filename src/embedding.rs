@@ -1,4 +1,6 @@
-//! The embedding API: [`Supervisor`] and [`SupervisorHandle`].
+//! The embedding API: [`Supervisor`] and [`SupervisorHandle`]. A user
+//! names them at the crate root, the rest (the builder, its timings) in
+//! [`crate::supervisor`].
 //!
 //! [`Supervisor::builder`]`(..).build()` opens the data directory — takes its lock (a second
 //! supervisor gets [`SupervisorError::Locked`]), opens and repairs the journal
@@ -13,11 +15,11 @@ use std::sync::{Arc, Mutex, Weak};
 
 use steadfast_actors::clock::Clock;
 use steadfast_actors::config::{ConfigSource, Overrides, TomlFileSource, value_text};
-pub use steadfast_actors::context::Timings;
+use steadfast_actors::context::Timings;
 use steadfast_actors::context::{Shared, reinit_salt};
 use steadfast_actors::control_dir::{self, ControlDir, ControlDirError, RunMarker};
 use steadfast_actors::ledger::Ledger;
-pub use steadfast_actors::lifecycle::Hold;
+use steadfast_actors::lifecycle::Hold;
 use steadfast_actors::lifecycle::{Command, CommandError, CommandRequest};
 use steadfast_actors::replacement::{
     ReplaceJob, ReplaceRequest, ReplacementChannels, Request, StopAnswer,

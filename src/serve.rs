@@ -49,7 +49,8 @@ use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::service::{Connection, Listener, Runtime, Tracker};
+use crate::Runtime;
+use crate::service::{Connection, Listener, Tracker};
 
 /// An error a served service or body may return.
 type BoxError = Box<dyn StdError + Send + Sync>;

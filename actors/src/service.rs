@@ -188,8 +188,12 @@ pub type Made<T> = Resource<T>;
 /// output, and destroying it drops the output.
 ///
 /// ```no_run
-/// # use steadfast_actors as steadfast; // the facade's paths, as users write them
-/// use steadfast::service::{Connection, Resource, Plan, Service, Step, StepContext, StepError};
+/// # mod steadfast { // the facade's paths, as users write them
+/// #     pub use steadfast_actors::service::{Plan, Resource, Service, Step, StepContext, StepError};
+/// #     pub mod service { pub use steadfast_actors::service::Connection; }
+/// # }
+/// use steadfast::service::Connection;
+/// use steadfast::{Plan, Resource, Service, Step, StepContext, StepError};
 ///
 /// #[derive(serde::Deserialize)]
 /// struct Config {
@@ -475,8 +479,10 @@ pub struct ConfigChange<'a, C> {
 /// over a typed config. Implemented with plain `async fn`s.
 ///
 /// ```no_run
-/// # use steadfast_actors as steadfast; // the facade's paths, as users write them
-/// use steadfast::service::{Resource, Plan, Service, Step, StepContext, StepError};
+/// # mod steadfast { // the facade's paths, as users write them
+/// #     pub use steadfast_actors::service::{Plan, Resource, Service, Step, StepContext, StepError};
+/// # }
+/// use steadfast::{Plan, Resource, Service, Step, StepContext, StepError};
 ///
 /// #[derive(serde::Deserialize)]
 /// struct Config {
@@ -823,10 +829,10 @@ impl Runtime {
     /// within its own shutdown timeout and the drain's grace.
     ///
     /// ```no_run
-    /// # use steadfast_actors as steadfast;
+    /// # mod steadfast { pub use steadfast_actors::{children, service::Runtime}; } // the facade's paths
     /// use std::time::Duration;
     /// use steadfast::children::{Child, Children, Restart};
-    /// # async fn f(runtime: &mut steadfast::service::Runtime) -> Result<(), steadfast::children::ChildrenError> {
+    /// # async fn f(runtime: &mut steadfast::Runtime) -> Result<(), steadfast::children::ChildrenError> {
     /// runtime
     ///     .supervise(
     ///         Children::one_for_one()

@@ -75,7 +75,7 @@ use steadfast_protocol::history::JournalAttempt;
 use steadfast_protocol::lifecycle::ExitIntent;
 use steadfast_protocol::snapshot::{ConfigView, Snapshot};
 #[cfg(doc)]
-use steadfast_protocol::{control::CommandError, lifecycle::Refused};
+use steadfast_protocol::{command::CommandError, lifecycle::Refused};
 use tarpc::ServerError;
 use tarpc::client::RpcError;
 use tokio::net::UnixStream;

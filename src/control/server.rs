@@ -106,7 +106,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use steadfast_actors::accept::AcceptBackoff;
-use steadfast_protocol::control::{ControlRequest, ControlResponse, Role, dispatch, forbidden};
+use steadfast_protocol::command::Role;
+use steadfast_protocol::control::{ControlRequest, ControlResponse, dispatch, forbidden};
 use tarpc::ServerError;
 use tarpc::context::Context;
 use tarpc::server::{BaseChannel, Channel, Serve};
@@ -125,7 +126,7 @@ use super::execute::ControlService;
 use super::limits::through_dir;
 pub use super::limits::{MAX_SOCKET_PATH, ServerLimits};
 use super::repoll::RepollOnSelfWake;
-use crate::supervisor::SupervisorHandle;
+use crate::embedding::SupervisorHandle;
 
 /// The mode of the control socket.
 pub const SOCKET_MODE: u32 = 0o600;

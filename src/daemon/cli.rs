@@ -71,11 +71,13 @@ use clap::builder::{PossibleValuesParser, TypedValueParser as _};
 use super::{
     DaemonError, DaemonOptions, EXIT_NEVER_WORKS, ExitReason, LogFormat, LogLevel, LogLevelError,
 };
-use crate::config::{ConfigError, TomlFileSource};
-use crate::control::{CertFingerprint, TlsError, Token, TokenError};
+use crate::TomlFileSource;
+use crate::config::ConfigError;
+use crate::control::auth::{Token, TokenError};
+use crate::control::{CertFingerprint, TlsError};
 #[cfg(feature = "tls")]
 use crate::control::{Role, TlsServerConfig};
-use crate::supervisor::{Supervisor, SupervisorBuilder, SupervisorError, SupervisorHandle};
+use crate::embedding::{Supervisor, SupervisorBuilder, SupervisorError, SupervisorHandle};
 
 /// The variable that names the data directory when `--data-dir` does not
 /// (`steadfastctl`'s too).

@@ -15,10 +15,10 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::*;
-use steadfast::control::auth::{ANSWER_ACCEPTED, ANSWER_REFUSED, HELLO_LEN};
+use steadfast::control::auth::{ANSWER_ACCEPTED, ANSWER_REFUSED, HELLO_LEN, Token, TokenError};
 use steadfast::control::{
-    ClientError, ControlClient, ControlError, ServerLimits, TcpServerGuard, Token, TokenError,
-    serve_tcp, serve_tcp_with,
+    ClientError, ControlClient, ControlError, ServerLimits, TcpServerGuard, serve_tcp,
+    serve_tcp_with,
 };
 use steadfast::protocol::control::MAX_FRAME_LEN;
 use steadfast::{ExitIntent, SupervisorHandle};

@@ -16,9 +16,10 @@ use common::*;
 use pki::{Ca, write_private};
 use rcgen::KeyPair;
 use steadfast::Hold;
+use steadfast::control::auth::Token;
 use steadfast::control::{
     CertFingerprint, ClientError, ControlClient, ControlError, Endpoint, Role, ServerLimits,
-    TlsClient, TlsError, TlsServerConfig, TlsServerGuard, Token, serve_tls, serve_tls_with,
+    TlsClient, TlsError, TlsServerConfig, TlsServerGuard, serve_tls, serve_tls_with,
 };
 use steadfast::{CommandError, ExitIntent, SupervisorHandle};
 use tokio::io::AsyncReadExt;

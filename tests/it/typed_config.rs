@@ -78,8 +78,8 @@ impl steadfast::Service for TakesStep {
 
     async fn apply_config(
         &self,
-        change: steadfast::service::ConfigChange<'_, Counted>,
-        _runtime: &mut steadfast::service::Runtime,
+        change: steadfast::ConfigChange<'_, Counted>,
+        _runtime: &mut steadfast::Runtime,
     ) -> Vec<String> {
         self.offered
             .lock()

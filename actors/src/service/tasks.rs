@@ -324,8 +324,12 @@ impl Runtime {
     /// - A handler's end (or panic) ends only its connection.
     ///
     /// ```no_run
-    /// # use steadfast_actors as steadfast; // the facade's paths, as users write them
-    /// use steadfast::service::{Connection, Resource, Step, StepContext, StepError};
+    /// # mod steadfast { // the facade's paths, as users write them
+    /// #     pub use steadfast_actors::service::{Resource, Step, StepContext, StepError};
+    /// #     pub mod service { pub use steadfast_actors::service::Connection; }
+    /// # }
+    /// use steadfast::service::Connection;
+    /// use steadfast::{Resource, Step, StepContext, StepError};
     /// use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     /// use tokio::net::TcpListener;
     ///

@@ -30,7 +30,7 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::command::{CommandError, Role};
+use crate::command::{CommandError, Role};
 use crate::replacement::Report;
 use crate::snapshot::Snapshot;
 

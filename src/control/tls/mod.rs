@@ -56,7 +56,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use steadfast_protocol::control::Role;
+use steadfast_protocol::command::Role;
 
 #[cfg(doc)]
 use super::auth::{self, Token};
@@ -64,7 +64,7 @@ pub use super::error::TlsError;
 #[cfg(doc)]
 use super::limits::ServerLimits;
 #[cfg(doc)]
-use steadfast_protocol::control::CommandError;
+use steadfast_protocol::command::CommandError;
 
 #[cfg(feature = "tls")]
 mod session;

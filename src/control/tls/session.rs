@@ -15,7 +15,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
-use steadfast_protocol::control::Role;
+use steadfast_protocol::command::Role;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -23,7 +23,7 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tokio_util::sync::CancellationToken;
 
 #[cfg(doc)]
-use steadfast_protocol::control::CommandError;
+use steadfast_protocol::command::CommandError;
 
 use super::{CertFingerprint, TlsServerConfig};
 use crate::control::auth::{self, HELLO_LEN, Token};
@@ -32,7 +32,7 @@ use crate::control::error::{ClientError, ControlError, TlsError};
 use crate::control::limits::ServerLimits;
 use crate::control::server::serve_admitted;
 use crate::control::tcp::accept_handshakes;
-use crate::supervisor::SupervisorHandle;
+use crate::embedding::SupervisorHandle;
 
 /// How long a client waits for the TLS handshake and the hello's answer.
 const CLIENT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -45,12 +45,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use steadfast::children::{Child, Children, Exit, Restart, Strategy};
-use steadfast::config::{ConfigSource, TomlFileSource};
+use steadfast::config::ConfigSource;
 use steadfast::fs::{Access, Dir};
 use steadfast::protocol::children::{AutoShutdown, ChildSpec, GroupSpec, Intensity};
 use steadfast::service::{ResourceRecord, StoreLock};
 use steadfast::{
     ConfigChange, Observation, Plan, Resource, Runtime, Service, Step, StepContext, StepError,
+    TomlFileSource,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
