@@ -593,7 +593,7 @@ impl SupervisorHandle {
     pub async fn child(
         &self,
         name: &str,
-        op: steadfast_protocol::children::Op,
+        op: steadfast_protocol::children::ChildOp,
     ) -> Result<steadfast_protocol::children::ChildView, steadfast_actors::children::ChildOpError>
     {
         self.shared.children.operate(name, op).await

@@ -147,7 +147,10 @@ pub mod children {
         AutoShutdown, Child, ChildContext, ChildGone, ChildOpError, ChildState, Children,
         ChildrenError, DEFAULT_SHUTDOWN, Handle, Intensity, Restart, SpecError, Strategy,
     };
-    pub use steadfast_protocol::children::{ChildView, Exit, Kind, Op};
+    pub use steadfast_protocol::children::{ChildExit, ChildKind, ChildOp, ChildView};
+    #[allow(deprecated)]
+    // the old names of `ChildExit`, `ChildKind`, `ChildOp`, for one release
+    pub use steadfast_protocol::children::{Exit, Kind, Op};
 }
 
 /// Files under a data directory, opened without following a link and

@@ -921,7 +921,7 @@ impl Runtime {
     pub async fn operate_child(
         &self,
         name: &str,
-        op: steadfast_protocol::children::Op,
+        op: steadfast_protocol::children::ChildOp,
     ) -> Result<steadfast_protocol::children::ChildView, crate::children::ChildOpError> {
         match &self.supervised {
             Some(s) => s.env.board.operate(name, op).await,

@@ -1125,7 +1125,7 @@ impl ControlClient {
     pub async fn child(
         &self,
         name: &str,
-        op: steadfast_protocol::children::Op,
+        op: steadfast_protocol::children::ChildOp,
     ) -> Result<steadfast_protocol::children::ChildView, ClientError> {
         let wire = self
             .call(cmd::Child {

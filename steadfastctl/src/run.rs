@@ -224,7 +224,7 @@ pub async fn run(cli: Cli) -> ExitCode {
 /// `child list|restart|stop|start`: the list from the snapshot (the read
 /// role's); a command answered with the child as it now stands.
 async fn child(client: &ControlClient, command: &ChildCmd, json: bool) -> ExitCode {
-    use steadfast::protocol::children::Op;
+    use steadfast::protocol::children::ChildOp;
     let (name, op) = match command {
         ChildCmd::List => {
             return match client.snapshot().await {
@@ -239,9 +239,9 @@ async fn child(client: &ControlClient, command: &ChildCmd, json: bool) -> ExitCo
                 Err(error) => fail(&error),
             };
         }
-        ChildCmd::Restart { name, .. } => (name, Op::Restart),
-        ChildCmd::Stop { name, .. } => (name, Op::Stop),
-        ChildCmd::Start { name, .. } => (name, Op::Start),
+        ChildCmd::Restart { name, .. } => (name, ChildOp::Restart),
+        ChildCmd::Stop { name, .. } => (name, ChildOp::Stop),
+        ChildCmd::Start { name, .. } => (name, ChildOp::Start),
     };
     match client.child(name, op).await {
         Ok(view) => {

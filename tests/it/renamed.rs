@@ -16,12 +16,15 @@ fn same<A: 'static, B: 'static>() -> bool {
 #[test]
 fn the_old_names_are_the_new_types() {
     use steadfast::protocol::replacement;
-    use steadfast::{control, daemon};
+    use steadfast::{children, control, daemon};
 
     assert!(same::<steadfast::Made<u8>, steadfast::Resource<u8>>());
     assert!(same::<daemon::Ended, daemon::ExitReason>());
     assert!(same::<replacement::Ended, replacement::TransactionEnd>());
     assert!(same::<control::Fingerprint, control::CertFingerprint>());
+    assert!(same::<children::Kind, children::ChildKind>());
+    assert!(same::<children::Exit, children::ChildExit>());
+    assert!(same::<children::Op, children::ChildOp>());
     #[cfg(feature = "cli")]
     assert!(same::<daemon::cli::Started, daemon::cli::Built>());
 }
@@ -30,6 +33,12 @@ fn the_old_names_are_the_new_types() {
 fn the_old_names_still_build_and_match() {
     let made = steadfast::Made::new("listener", "127.0.0.1:7071", 7_u8);
     assert_eq!((made.record.kind.as_str(), made.output), ("listener", 7));
+    assert!(matches!(
+        steadfast::children::Exit::Normal,
+        steadfast::children::ChildExit::Normal,
+    ));
+    assert_eq!(steadfast::children::Op::Restart.as_str(), "restart");
+    assert_eq!(steadfast::children::Kind::Task.as_str(), "task");
     let ended = steadfast::daemon::Ended::Halt;
     assert!(matches!(ended, steadfast::daemon::Ended::Halt));
     assert_eq!(ended.code(), steadfast::daemon::EXIT_HALT);

@@ -609,7 +609,7 @@ mod tests {
         // One child's restart is a command: the read role may only list.
         let child = ControlRequest::Child(cmd::Child {
             name: "ticker".into(),
-            op: crate::children::Op::Restart,
+            op: crate::children::ChildOp::Restart,
         });
         assert_eq!(required_role(&child), (Role::Operate, "child"));
         let Some(ControlResponse::Child(Err(error))) = forbidden(&child, Role::Read) else {
@@ -665,7 +665,7 @@ mod tests {
             (
                 cmd::Child {
                     name: "w".into(),
-                    op: crate::children::Op::Stop,
+                    op: crate::children::ChildOp::Stop,
                 }
                 .into_request(),
                 &[17, 1, b'w', 1],

@@ -44,7 +44,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use steadfast::children::{Child, Children, Exit, Restart, Strategy};
+use steadfast::children::{Child, ChildExit, Children, Restart, Strategy};
 use steadfast::config::ConfigSource;
 use steadfast::fs::{Access, Dir};
 use steadfast::protocol::children::{AutoShutdown, ChildSpec, GroupSpec, Intensity};
@@ -200,7 +200,7 @@ impl ChildrenPlan {
                 .iter()
                 .map(|(name, restart)| ChildSpec {
                     name: (*name).to_owned(),
-                    kind: steadfast::children::Kind::Task,
+                    kind: steadfast::children::ChildKind::Task,
                     restart: *restart,
                     significant: false,
                     shutdown_ms: CHILD_SHUTDOWN_MS,
@@ -257,7 +257,7 @@ pub enum ChildSeen {
     /// Its factory was called for this incarnation.
     Started,
     /// It ended on its own (its factory panicked: `StartFailed`).
-    Ended(Exit),
+    Ended(ChildExit),
     /// It was stopped (its shutdown token cancelled).
     Stopped,
     /// A heartbeat once its runtime's drain began.
@@ -999,7 +999,7 @@ fn children(world: &Arc<World>, group: u64, drain: CancellationToken) -> Childre
                         began,
                         child,
                         incarnation,
-                        ChildSeen::Ended(Exit::StartFailed(why.clone())),
+                        ChildSeen::Ended(ChildExit::StartFailed(why.clone())),
                     );
                     panic!("{why}");
                 }
@@ -1057,15 +1057,15 @@ async fn live_child(
                 let why = format!("the simulation ended {} #{incarnation}", cx.name());
                 match ending {
                     Some(Ending::Panics) => {
-                        seen(ChildSeen::Ended(Exit::Panicked(why.clone())));
+                        seen(ChildSeen::Ended(ChildExit::Panicked(why.clone())));
                         panic!("{why}");
                     }
                     Some(Ending::Returns) => {
-                        seen(ChildSeen::Ended(Exit::Normal));
+                        seen(ChildSeen::Ended(ChildExit::Normal));
                         return Ok(());
                     }
                     _ => {
-                        seen(ChildSeen::Ended(Exit::Error(why.clone())));
+                        seen(ChildSeen::Ended(ChildExit::Error(why.clone())));
                         return Err(why);
                     }
                 }
