@@ -115,29 +115,11 @@ impl Service for App {
     }
 }
 
-/// `counter [DATA_DIR [FILE]]` and steadfast's daemon flags.
-#[derive(clap::Parser)]
-#[command(name = "counter")]
-struct Cli {
-    #[command(flatten)]
-    daemon: steadfast::daemon::cli::DaemonArgs,
-    /// The data directory (as --data-dir; one or the other).
-    #[arg(value_name = "DATA_DIR", conflicts_with = "data_dir")]
-    dir: Option<std::path::PathBuf>,
-    /// A config file, watched (a missing one holds the boot until it
-    /// appears).
-    #[arg(value_name = "FILE")]
-    file: Option<std::path::PathBuf>,
-}
-
 fn main() {
-    // The command line (--data-dir, --config, the control and log flags), then a runtime,
-    // the signals, the supervisor: a refused flag starts no thread, a SIGTERM is a drained exit.
-    let mut cli: Cli = steadfast::daemon::cli::parse(env!("CARGO_PKG_VERSION"));
-    cli.daemon.data_dir = cli.daemon.data_dir.or(cli.dir);
-    cli.daemon
-        .launch("counter")
-        .positional_config(cli.file)
+    // The command line (`counter [DATA_DIR [FILE]]`: the operands, --data-dir, --config, the
+    // control and log flags), then a runtime, the signals, the supervisor: a refused flag starts
+    // no thread, a SIGTERM is a drained exit. A FILE operand that is missing holds the boot.
+    steadfast::daemon::cli::launch("counter", env!("CARGO_PKG_VERSION"))
         .defaults_toml("port = 7072\npath = \"count\"\nstep = 1")
         .main(|data_dir, config| Supervisor::builder(data_dir, App).config(config))
 }

@@ -3,8 +3,10 @@
 //! (boot, restart, exit halt) and killable with `SIGKILL` at any failpoint of
 //! `steadfast_actors::failpoint` (`STEADFAST_CRASH_AT=<point>:<nth>`).
 //!
-//! The plan: `prepare` creates `<data_dir>/prepared` (durable: it survives a
-//! crash, so a resumed boot observes it and skips the step), `open_store`
+//! The plan: `prepare` creates `<data_dir>/prepared` (it outlives the
+//! process: its intent is durable before it runs, and a resumed boot
+//! observes the file and skips the step, or runs it again told it was
+//! interrupted: `interrupted prepare`), `open_store`
 //! takes the store lock, `serve` spawns a child process (`sleep 60`) and a
 //! task that waits for the shutdown token.
 //!
@@ -28,7 +30,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use steadfast::protocol::journal::{self, Record};
 use steadfast::protocol::lifecycle::LifecycleState;
 use steadfast::protocol::snapshot::PhaseOutcome;
-use steadfast::service::{ResourceRecord, StoreLock};
+use steadfast::service::{Lifetime, ResourceRecord, StoreLock};
 use steadfast::supervisor::Timings;
 use steadfast::{
     ExitIntent, Hold, Observation, Plan, Resource, Runtime, Service, Step, StepContext, StepError,
@@ -61,10 +63,15 @@ impl Step for Prepare {
     const NAME: &'static str = "prepare";
     type Config = toml::Table;
     type Output = ();
+    const LIFETIME: Lifetime = Lifetime::Outlives;
 
-    async fn execute(&self, _cx: StepContext<'_, toml::Table>) -> Result<Resource<()>, StepError> {
-        // Idempotent: a crash between creating it and its checkpoint runs
-        // this again over an existing file.
+    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Resource<()>, StepError> {
+        // A run interrupted after its intent (a crash before its checkpoint
+        // was durable) may have left the file: creating it truncates it,
+        // which adopts it whole.
+        if cx.interrupted {
+            say("interrupted prepare");
+        }
         std::fs::File::create(&self.path)
             .and_then(|f| f.sync_all())
             .map_err(|e| StepError::backoff(format!("{}: {e}", self.path.display())))?;
@@ -111,6 +118,9 @@ impl Step for OpenStore {
 }
 
 /// Spawns the child process and a task that waits for the shutdown token.
+/// The child would outlive a `kill -9` of the daemon; the harness kills it
+/// itself, so the step stands for one whose resource dies with the process
+/// (the default lifetime): a boot after a crash runs it again.
 struct Serve;
 
 impl Step for Serve {

@@ -123,9 +123,6 @@ impl Service for App {
 struct Cli {
     #[command(flatten)]
     daemon: steadfast::daemon::cli::DaemonArgs,
-    /// The data directory (as --data-dir; one or the other).
-    #[arg(value_name = "DATA_DIR", conflicts_with = "data_dir")]
-    dir: Option<std::path::PathBuf>,
     /// Make child NAME fail every MS milliseconds.
     #[arg(long, value_name = "NAME:MS", value_parser = parse_failure)]
     fail: Vec<(String, Duration)>,
@@ -147,8 +144,7 @@ fn parse_failure(text: &str) -> Result<(String, Duration), String> {
 fn main() {
     // The command line (--data-dir, --config, the control and log flags), then a runtime,
     // the signals, the supervisor: a refused flag starts no thread, a SIGTERM is a drained exit.
-    let mut cli: Cli = steadfast::daemon::cli::parse(env!("CARGO_PKG_VERSION"));
-    cli.daemon.data_dir = cli.daemon.data_dir.or(cli.dir);
+    let cli: Cli = steadfast::daemon::cli::parse(env!("CARGO_PKG_VERSION"));
     let failures: Failures = cli.fail.into_iter().collect();
     cli.daemon
         .launch("workers")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Launch until running, two or more steadfast builds against runsv, alternated.
 
-    python3 scripts/ab_launch.py ROUNDS BIN_DIR [BIN_DIR ...]
+    python3 scripts/ab_launch.py [--floor PATH] ROUNDS BIN_DIR [BIN_DIR ...]
 
 Each BIN_DIR holds `steadfastctl` and `examples/{kvd,minimal}` (as
 `target/release` does; copy one build aside to compare it with another). Every
@@ -10,11 +10,17 @@ order shuffled each round (seeded), each polled the way
 `compare_peers.py`'s launch section polls (a check, 1 ms, a check, ...), so
 the builds see the same machine load. Prints each median and
 its ratio to runsv until `sv status` says `run:` in the same run.
+
+--floor PATH adds the floor of any daemon's launch to every round: the
+`launch_floor` example (`cargo build --release --example launch_floor`: a
+file fsynced once, a loopback listener bound, `ready` printed), timed until
+its `ready` line arrives on a pipe (no poll: a floor).
 """
 import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -24,12 +30,22 @@ import compare_peers as cp  # noqa: E402
 
 
 def main():
-    if len(sys.argv) < 3:
+    args = sys.argv[1:]
+    floor = None
+    if args[:1] == ["--floor"] and len(args) > 1:
+        floor, args = args[1], args[2:]
+    if len(args) < 2:
         raise SystemExit(__doc__)
-    rounds = int(sys.argv[1])
+    rounds = int(args[0])
     work = tempfile.mkdtemp(prefix="ab-launch-")
     try:
-        sides = [(d, cp.Steadfast(d, work)) for d in sys.argv[2:]]
+        # A work dir per build: each names its data dirs kvd-1, kvd-2, ...
+        # on its own, so every launch is on a fresh data dir.
+        sides = []
+        for i, d in enumerate(args[1:]):
+            own = os.path.join(work, str(i))
+            os.makedirs(own)
+            sides.append((d, cp.Steadfast(d, own)))
         rit = cp.Runit(work)
 
         def poll(check):
@@ -58,7 +74,25 @@ def main():
         # by one each round (which keeps each case's predecessor), puts one
         # build right after runsv's teardown in most rounds; that launch was
         # the slower one, whichever build it was.
+        floors = [0]
+
+        def floor_case():
+            floors[0] += 1
+            began = time.perf_counter()
+            child = cp.start([floor, os.path.join(work, f"floor-{floors[0]}")],
+                             stdout=subprocess.PIPE)
+            try:
+                line = child.stdout.readline()
+                took = time.perf_counter() - began
+                if not line.startswith(b"ready "):
+                    raise RuntimeError(f"launch_floor said {line!r}")
+                return took
+            finally:
+                cp.stop(child)
+
         cases = [("runsv", runsv_case)]
+        if floor:
+            cases.append((("floor", floor), floor_case))
         for d, sf in sides:
             cases.append((("kvd", d), lambda sf=sf: sf_case(sf, sf.launch)))
             cases.append((("minimal", d), lambda sf=sf: sf_case(sf, sf.launch_minimal)))

@@ -1138,7 +1138,9 @@ impl Execute<cmd::Reload> for ControlService {
 /// Tell systemd the daemon's state: `STATUS=` on every change, `READY=1`
 /// at the first settled state, `EXTEND_TIMEOUT_USEC=` (the step's
 /// deadline) each time a boot step starts or reports progress before
-/// that, `STOPPING=1` (once) when it begins to end.
+/// that (once for the latest, when several start before this task runs:
+/// each extension counts from when it is sent), `STOPPING=1` (once) when
+/// it begins to end.
 async fn notify_systemd(handle: SupervisorHandle) {
     let mut snapshots = handle.watch();
     let mut deadlines = handle.step_deadlines();
@@ -1163,8 +1165,11 @@ async fn notify_systemd(handle: SupervisorHandle) {
             }
             last_status = status;
         }
+        // A step's deadline is announced before the snapshot that ends the
+        // boot is published: when both are waiting, the extension goes
+        // first, so it is never dropped for a `READY=1` that came later.
         tokio::select! {
-            changed = snapshots.changed() => if changed.is_err() { return },
+            biased;
             changed = deadlines.changed() => {
                 if changed.is_err() { return }
                 let extend = *deadlines.borrow_and_update();
@@ -1173,6 +1178,7 @@ async fn notify_systemd(handle: SupervisorHandle) {
                     tell(&[NotifyState::ExtendTimeoutUsec(usec)]);
                 }
             }
+            changed = snapshots.changed() => if changed.is_err() { return },
         }
     }
 }

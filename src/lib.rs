@@ -10,7 +10,7 @@
 //! with `async fn`s; [`Supervisor::builder`] runs it over a data directory:
 //!
 //! ```no_run
-//! use steadfast::{Resource, Plan, Service, Step, StepContext, StepError, Supervisor};
+//! use steadfast::{Plan, Resource, Service, Step, StepContext, StepError, Supervisor};
 //!
 //! #[derive(serde::Deserialize)]
 //! struct Config {
@@ -130,8 +130,8 @@ pub mod config {
 /// What a [`Service`]'s steps use beyond the root's names.
 pub mod service {
     pub use steadfast_actors::service::{
-        CancellationToken, Checkpoint, Connection, Listener, Shutdown, ShuttingDown, StepProgress,
-        TaskEnded, Tracker,
+        CancellationToken, Checkpoint, Connection, Lifetime, Listener, Shutdown, ShuttingDown,
+        StepProgress, TaskEnded, Tracker,
     };
     pub use steadfast_actors::store::StoreLock;
     pub use steadfast_protocol::journal::ResourceRecord;

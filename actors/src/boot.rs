@@ -18,14 +18,19 @@
 //!   a runtime that came up, against the file as it is when it lands.
 //! - A plan that names one step twice fails `resolve_config` with class
 //!   hold, naming the step (`service::tests::a_plan_that_names_a_step_twice_is_refused`).
-//! - Each completed step's checkpoint is acknowledged by the journal (an
-//!   fsync) before the next step starts. The last step's, which no step
-//!   waits on, is staged and made durable by the `booted` transition's
-//!   append, before `running` is published (group commit).
-//! - Resume: a step with an outstanding checkpoint (`crate::ledger`) is
-//!   skipped only if its step's `Step::observe` says its resource is still present
+//! - What is durable when (`spec/control-dir.md`, "What a boot makes
+//!   durable, and when"): a step whose resource outlives the process
+//!   (`Step::LIFETIME`) has its intent appended (an fsync) before it runs;
+//!   every completed step's checkpoint is staged and made durable by the
+//!   boot's next append (the next such intent, or the `booted`
+//!   transition, before `running` is published: group commit). A boot of
+//!   steps that die with the process costs one fsync, its `booted`.
+//! - Resume: a step with a checkpoint to reconcile (`crate::ledger`: of a
+//!   crashed process only if it outlives the process) is skipped only if
+//!   its step's `Step::observe` says its resource is still present
 //!   (reported `skipped`, with the observation's duration); otherwise it
-//!   runs again. Checked by `tests/it/crash.rs`
+//!   runs again, told whether an earlier run was interrupted after its
+//!   intent. Checked by `tests/it/crash.rs`
 //!   (`a_checkpointed_step_is_skipped_after_a_crash_only_if_still_present`).
 //! - The step deadline is not decided here: it is the lifecycle machine's
 //!   (`Timings::step_deadline`, in its policy). A step's
@@ -87,8 +92,8 @@ use crate::context::Shared;
 use crate::drain::teardown;
 use crate::journal::JournalMsg;
 use crate::service::{
-    Checkpoint, Completed, LiveRuntime, Observation, Runtime, StepEnv, StepError, StepProgress,
-    spawn_watched,
+    Checkpoint, Completed, Lifetime, LiveRuntime, Observation, Runtime, StepEnv, StepError,
+    StepProgress, spawn_watched,
 };
 use crate::store::StoreLock;
 
@@ -510,10 +515,12 @@ async fn run_attempt(
         let index = u32::try_from(offset + 2).unwrap_or(u32::MAX);
         let phase = Phase::new(step);
         let started = reporter.started(&phase, index, total);
-        // Resume: a step checkpointed by an earlier boot (of this process or
-        // a crashed one) and not cleared is skipped only if observation says
-        // its resource is still there; otherwise it runs again.
-        if let Some(prior) = shared.ledger.find(step).filter(|_| {
+        // Resume: a step checkpointed by an earlier boot and not cleared
+        // (of a crashed process only if its resource outlives the process)
+        // is skipped only if observation says its resource is still there;
+        // otherwise it runs again.
+        let lifetime = step_impl.lifetime();
+        if let Some(prior) = shared.ledger.find(step, lifetime).filter(|_| {
             !crate::planted::planted(crate::planted::Defect::ReconcileForgetsCheckpoints)
         }) {
             let observed = tokio::select! {
@@ -532,12 +539,51 @@ async fn run_attempt(
         }
         let progress =
             StepProgress::announced(shared.timings.step_deadline, shared.step_deadlines.clone());
+        let interrupted = shared.ledger.interrupted(step, lifetime);
+        // Intent ahead: a resource that outlives the process is named in
+        // the journal, durably, before the step makes any of it, so a crash
+        // part way through leaves the next process knowing. The append
+        // also makes what this boot staged so far durable (group commit).
+        let intent = match lifetime {
+            Lifetime::Process => Ok(()),
+            Lifetime::Outlives
+                if crate::planted::planted(crate::planted::Defect::IntentNotAhead) =>
+            {
+                reporter.stage(Record::Intent {
+                    attempt,
+                    step: step.to_owned(),
+                    index,
+                });
+                shared.ledger.intended(step);
+                Ok(())
+            }
+            Lifetime::Outlives => {
+                let record = Record::Intent {
+                    attempt,
+                    step: step.to_owned(),
+                    index,
+                };
+                reporter.flush();
+                let timeout = shared.timings.journal_timeout;
+                match crate::journal::append(&journal, vec![record], None, timeout).await {
+                    Ok(()) => {
+                        shared.ledger.intended(step);
+                        crate::failpoint::hit("boot.after_intent");
+                        Ok(())
+                    }
+                    Err(error) => Err(StepError::backoff(format!(
+                        "the intent to run it is not durable: {error}"
+                    ))),
+                }
+            }
+        };
         let prior: Vec<Checkpoint> = checkpoints.iter().map(|c| c.checkpoint.clone()).collect();
         let cx = StepEnv {
             attempt,
             data_dir: &shared.data_dir,
             runtime: &mut runtime,
             prior: &prior,
+            interrupted,
             progress: &progress,
             handover: &shared.handover,
         };
@@ -546,11 +592,14 @@ async fn run_attempt(
         // future at once. Its progress goes to the machine, which owns the
         // deadline; a quarter of the deadline between forwarded reports
         // keeps each one ahead of the deadline the one before it set.
-        let result = tokio::select! {
-            biased;
-            () = cancel.cancelled() => Err(StepError::backoff(cancellation.reason())),
-            result = step_impl.execute(cx) => result,
-            never = reporter.forward_progress(&progress, interval) => match never {},
+        let result = match intent {
+            Err(error) => Err(error),
+            Ok(()) => tokio::select! {
+                biased;
+                () = cancel.cancelled() => Err(StepError::backoff(cancellation.reason())),
+                result = step_impl.execute(cx) => result,
+                never = reporter.forward_progress(&progress, interval) => match never {},
+            },
         };
         let failure = match result {
             Err(error) => Some(error),
@@ -562,43 +611,26 @@ async fn run_attempt(
                     index,
                     resource,
                 };
-                // Checkpoint before proceeding: durable before the next step.
-                let record = Record::Checkpoint {
+                // Staged: no later step waits on it. It is made durable by
+                // the boot's next append (the next outliving step's intent,
+                // or the `booted` transition, fsynced before `running` is
+                // published: group commit). A crash before then loses it:
+                // a resource that dies with the process died too, and one
+                // that outlives it has its intent durable, so the next boot
+                // runs the step again, told it was interrupted.
+                reporter.stage(Record::Checkpoint {
                     attempt,
                     step: checkpoint.step.clone(),
                     index,
                     resource: checkpoint.resource.clone(),
-                };
+                });
+                shared.ledger.recorded(&checkpoint);
                 checkpoints.push(Completed {
                     step: Arc::clone(step_impl),
-                    checkpoint: checkpoint.clone(),
+                    checkpoint,
                 });
-                if offset + 1 == plan.len() {
-                    // The last step: no next step waits on its checkpoint,
-                    // so it is staged and rides with the `booted`
-                    // transition's append (one fsync fewer per boot: group
-                    // commit). `running` is published only once
-                    // that append's fsync returned, and a crash before it
-                    // leaves no checkpoint: the next boot runs the step
-                    // again, as after a crash between a step and its fsync.
-                    reporter.stage(record);
-                    shared.ledger.recorded(&checkpoint);
-                    crate::failpoint::hit("boot.after_checkpoint");
-                    None
-                } else {
-                    let timeout = shared.timings.journal_timeout;
-                    reporter.flush();
-                    match crate::journal::append(&journal, vec![record], None, timeout).await {
-                        Ok(()) => {
-                            shared.ledger.recorded(&checkpoint);
-                            crate::failpoint::hit("boot.after_checkpoint");
-                            None
-                        }
-                        Err(error) => Some(StepError::backoff(format!(
-                            "checkpoint not durable: {error}"
-                        ))),
-                    }
-                }
+                crate::failpoint::hit("boot.after_checkpoint");
+                None
             }
         };
         if let Some(error) = failure {

@@ -46,9 +46,13 @@ pub const POINTS: &[&str] = &[
     "marker.before_rename",
     // Renamed, the directory not yet fsynced.
     "marker.before_dir_fsync",
-    // A step created its resource; its checkpoint is not yet durable.
+    // The intent of a step whose resource outlives the process is
+    // durable; the step has not started.
+    "boot.after_intent",
+    // A step created its resource; its checkpoint is not yet staged.
     "boot.before_checkpoint",
-    // A step's checkpoint is durable; the next step has not started.
+    // A step's checkpoint is staged (durable with the boot's next append);
+    // the next step has not started.
     "boot.after_checkpoint",
     // A drain destroyed a resource and has not yet observed it gone.
     "drain.mid_destroy",

@@ -43,6 +43,10 @@ pub enum Defect {
     /// shutdown answers at once, and the Children actor's stop neither
     /// cancels nor aborts them.
     ChildrenOutliveShutdown,
+    /// An intent that is not written ahead: a step whose resource outlives
+    /// the process runs with its intent only staged (durable with the
+    /// boot's next append, after the resource was made).
+    IntentNotAhead,
 }
 
 #[cfg(feature = "planted-defects")]

@@ -111,6 +111,29 @@ impl From<bool> for Observation {
     }
 }
 
+/// How long a step's resource lives, which decides what the boot makes
+/// durable for it and when (`spec/control-dir.md`, "What a boot makes
+/// durable, and when").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Lifetime {
+    /// It dies with the process: an open file handle, a lock, a bound
+    /// listener, a task, memory, an actor. After a crash nothing of it is
+    /// left to reconcile, so its checkpoint is staged and becomes durable
+    /// with the boot's `booted` record (one fsync for the whole boot), and a
+    /// boot after a crash runs the step again without observing anything.
+    #[default]
+    Process,
+    /// It outlives the process: a file or directory the step creates, a
+    /// child process in a session of its own, a lease or a registration
+    /// held elsewhere. Before the step runs, an intent naming it is made
+    /// durable (written ahead of the resource), and after a crash the boot
+    /// reconciles it: a checkpointed resource that [`Step::observe`] finds
+    /// is adopted (the step is skipped); a step whose intent has no
+    /// checkpoint runs again with [`StepContext::interrupted`] set, and
+    /// must adopt or remove what its interrupted run may have left.
+    Outlives,
+}
+
 /// A completed step and the record of what it created, as the journal keeps
 /// it (the step's name is what the checkpoint carries).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,6 +160,12 @@ pub struct StepContext<'a, C> {
     pub runtime: &'a mut Runtime,
     /// The checkpoints of the earlier steps of this boot.
     pub prior: &'a [Checkpoint],
+    /// For a step whose resource outlives the process ([`Lifetime::Outlives`]):
+    /// an earlier run of this step, in a process that crashed, began
+    /// (its intent is durable) and left no checkpoint, so it may have
+    /// made part or all of its resource. This run adopts or removes it
+    /// before making anew. Always `false` for [`Lifetime::Process`].
+    pub interrupted: bool,
     /// Where the step reports progress: [`StepProgress::report`] pushes its
     /// deadline back to `Timings::step_deadline` from now; a step that passes
     /// it fails with class backoff.
@@ -260,6 +289,10 @@ pub trait Step: Sized + Send + Sync + 'static {
     /// The live value this step leaves in the runtime (`()` for none).
     type Output: Send + Sync + 'static;
 
+    /// How long the step's resource lives: [`Lifetime::Process`] unless
+    /// it outlives the process, which a step says explicitly.
+    const LIFETIME: Lifetime = Lifetime::Process;
+
     /// Run the step; return the record of what it created and its output.
     fn execute(
         &self,
@@ -303,6 +336,8 @@ pub struct StepEnv<'a> {
     pub runtime: &'a mut Runtime,
     /// The checkpoints of the earlier steps of this boot.
     pub prior: &'a [Checkpoint],
+    /// [`StepContext::interrupted`].
+    pub interrupted: bool,
     /// The step's deadline.
     pub progress: &'a StepProgress,
     /// This supervisor's handover.
@@ -315,6 +350,8 @@ pub struct StepEnv<'a> {
 pub trait AnyStep: Send + Sync + 'static {
     /// [`Step::NAME`].
     fn name(&self) -> &'static str;
+    /// [`Step::LIFETIME`].
+    fn lifetime(&self) -> Lifetime;
     /// [`Step::execute`] over the bound config, keeping the output in the
     /// runtime.
     fn execute<'a>(&'a self, env: StepEnv<'a>) -> BoxFuture<'a, Result<ResourceRecord, StepError>>;
@@ -359,6 +396,10 @@ impl<S: Step> AnyStep for Bound<S> {
         S::NAME
     }
 
+    fn lifetime(&self) -> Lifetime {
+        S::LIFETIME
+    }
+
     fn execute<'a>(&'a self, env: StepEnv<'a>) -> BoxFuture<'a, Result<ResourceRecord, StepError>> {
         Box::pin(async move {
             let StepEnv {
@@ -366,6 +407,7 @@ impl<S: Step> AnyStep for Bound<S> {
                 data_dir,
                 runtime,
                 prior,
+                interrupted,
                 progress,
                 handover,
             } = env;
@@ -375,6 +417,7 @@ impl<S: Step> AnyStep for Bound<S> {
                 data_dir,
                 runtime: &mut *runtime,
                 prior,
+                interrupted,
                 progress,
                 handover,
             };
@@ -1261,6 +1304,7 @@ mod tests {
             data_dir: Path::new("/nonexistent"),
             runtime,
             prior: &[],
+            interrupted: false,
             progress: &progress,
             handover: &Arc::default(),
         })

@@ -1576,7 +1576,9 @@ where
 ///   runtime's), so no request is answered once the runtime is stopped.
 async fn serve_connection(conn: Connection<TcpListener>, store: &Shared, live: &Live) {
     let Connection {
-        stream, shutdown, ..
+        stream,
+        shutdown,
+        peer,
     } = conn;
     // An answer is one small write the client waits for: send it now.
     let _ = stream.set_nodelay(true);
@@ -1603,8 +1605,13 @@ async fn serve_connection(conn: Connection<TcpListener>, store: &Shared, live: &
             }
         };
         let mut answer = match read {
-            // Idle too long, the client gone, or its side broken.
-            Err(_) | Ok(Err(_) | Ok(Read::Closed)) => return,
+            // Idle too long: said at debug, so a log shows when it closed.
+            Err(_) => {
+                tracing::debug!(target: "kvd", %peer, ?idle, "an idle connection closed");
+                return;
+            }
+            // The client gone, or its side broken.
+            Ok(Err(_) | Ok(Read::Closed)) => return,
             Ok(Ok(Read::TooLong)) => {
                 let refusal = format!("ERR line too long (at most {MAX_LINE} bytes)\n");
                 let refused = async {

@@ -168,8 +168,12 @@ pub enum Record {
         /// The state after, by its wire name.
         to: String,
     },
-    /// A step acquired a resource; written before the boot proceeds so a
-    /// resumed boot can reconcile it against what it observes.
+    /// A step acquired a resource. A step whose resource dies with the
+    /// process stages it (durable with the boot's `booted` append, or an
+    /// earlier one); one whose resource outlives the process has its
+    /// [`Record::Intent`] durable before it runs, and stages this too, so a
+    /// resumed boot can reconcile the resource against what it observes
+    /// (`spec/control-dir.md`, "What a boot makes durable, and when").
     Checkpoint {
         /// The attempt that acquired it.
         attempt: NonZeroU32,
@@ -216,6 +220,19 @@ pub enum Record {
         reason: String,
         /// When, in milliseconds since the Unix epoch.
         at_ms: u64,
+    },
+    /// A step whose resource outlives the process is about to run: durable
+    /// before it makes anything, so a crash part way through leaves the
+    /// next process knowing that something of the step's may be there
+    /// ([`unfinished`]) until its [`Record::Checkpoint`] or
+    /// [`Record::CheckpointCleared`] follows.
+    Intent {
+        /// The attempt whose boot runs the step.
+        attempt: NonZeroU32,
+        /// The step.
+        step: String,
+        /// The step's position in the plan.
+        index: u32,
     },
 }
 
@@ -519,34 +536,83 @@ pub struct Outstanding {
     pub resource: ResourceRecord,
 }
 
-/// The checkpoints `records` leave outstanding, in the order their steps
-/// were last checkpointed: a [`Record::Checkpoint`] adds (or replaces) its
-/// step's entry, a [`Record::CheckpointCleared`] removes it. Every other
-/// record is ignored. Checked by `journal_resume::outstanding_follows_checkpoints_and_clears`.
-#[must_use]
-pub fn outstanding(records: &[Record]) -> Vec<Outstanding> {
-    let mut out: Vec<Outstanding> = Vec::new();
+/// An [`Record::Intent`] no checkpoint or clear followed: a step whose
+/// resource outlives the process began in a process that did not finish
+/// it, so what it made, if anything, is for the step's next run to adopt or
+/// remove.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unfinished {
+    /// The attempt whose boot ran the step.
+    pub attempt: NonZeroU32,
+    /// The step.
+    pub step: String,
+    /// The step's position in that attempt's plan.
+    pub index: u32,
+}
+
+/// What `records` leave for a resumed boot to reconcile, step by step: the
+/// outstanding checkpoints and the unfinished intents, in the order their
+/// steps last wrote one. A step has at most one entry: each
+/// [`Record::Checkpoint`] or [`Record::Intent`] replaces the entry of its
+/// step, a [`Record::CheckpointCleared`] removes it.
+fn left(records: &[Record]) -> Vec<Result<Outstanding, Unfinished>> {
+    let mut out: Vec<Result<Outstanding, Unfinished>> = Vec::new();
+    let step_of = |entry: &Result<Outstanding, Unfinished>| match entry {
+        Ok(o) => o.step.clone(),
+        Err(u) => u.step.clone(),
+    };
     for record in records {
-        match record {
+        let entry = match record {
             Record::Checkpoint {
                 attempt,
                 step,
                 index,
                 resource,
-            } => {
-                out.retain(|o| o.step != *step);
-                out.push(Outstanding {
-                    attempt: *attempt,
-                    step: step.clone(),
-                    index: *index,
-                    resource: resource.clone(),
-                });
+            } => Ok(Outstanding {
+                attempt: *attempt,
+                step: step.clone(),
+                index: *index,
+                resource: resource.clone(),
+            }),
+            Record::Intent {
+                attempt,
+                step,
+                index,
+            } => Err(Unfinished {
+                attempt: *attempt,
+                step: step.clone(),
+                index: *index,
+            }),
+            Record::CheckpointCleared { step } => {
+                out.retain(|e| step_of(e) != *step);
+                continue;
             }
-            Record::CheckpointCleared { step } => out.retain(|o| o.step != *step),
-            _ => {}
-        }
+            _ => continue,
+        };
+        let step = step_of(&entry);
+        out.retain(|e| step_of(e) != step);
+        out.push(entry);
     }
     out
+}
+
+/// The checkpoints `records` leave outstanding, in the order their steps
+/// were last checkpointed: a [`Record::Checkpoint`] adds (or replaces) its
+/// step's entry; a [`Record::CheckpointCleared`] removes it, and so does a
+/// later [`Record::Intent`] of the step (it ran again: see [`unfinished`]).
+/// Every other record is ignored. Checked by
+/// `journal_resume::outstanding_follows_checkpoints_and_clears`.
+#[must_use]
+pub fn outstanding(records: &[Record]) -> Vec<Outstanding> {
+    left(records).into_iter().filter_map(Result::ok).collect()
+}
+
+/// The intents `records` leave unfinished: a [`Record::Intent`] that no
+/// [`Record::Checkpoint`] or [`Record::CheckpointCleared`] of its step
+/// followed. Checked by `journal_resume::an_intent_is_unfinished_until_its_checkpoint`.
+#[must_use]
+pub fn unfinished(records: &[Record]) -> Vec<Unfinished> {
+    left(records).into_iter().filter_map(Result::err).collect()
 }
 
 /// How many [`Record::AttemptStarted`] records `records` holds.
@@ -576,12 +642,12 @@ pub fn child_restarts_in(records: &[Record]) -> usize {
 /// attempts and the last [`KEEP_CHILD_RESTARTS`] child restarts, or `None`
 /// when `records` holds no more than that.
 ///
-/// The result is the checkpoints outstanding just before the
-/// `keep_attempts`-th last [`Record::AttemptStarted`] (as
-/// [`Record::Checkpoint`]s), then every record from that attempt on,
-/// unchanged, except the child restarts older than the last
-/// [`KEEP_CHILD_RESTARTS`]. So [`outstanding`] of the result equals
-/// [`outstanding`] of `records` (a resume loses nothing), and every other
+/// The result is the checkpoints outstanding and the intents unfinished
+/// just before the `keep_attempts`-th last [`Record::AttemptStarted`] (as
+/// [`Record::Checkpoint`]s and [`Record::Intent`]s), then every record from
+/// that attempt on, unchanged, except the child restarts older than the
+/// last [`KEEP_CHILD_RESTARTS`]. So [`outstanding`] and [`unfinished`] of
+/// the result equal those of `records` (a resume loses nothing), and every other
 /// record at or after the cut is kept in order. With `keep_attempts == 0`
 /// the cut is after the last record. Checked by
 /// `journal_resume::compaction_keeps_what_a_resume_needs` (a property test
@@ -608,13 +674,20 @@ pub fn compact(records: &[Record], keep_attempts: usize) -> Option<Vec<Record>> 
         return None;
     }
     let mut drop_restarts = restarts.saturating_sub(KEEP_CHILD_RESTARTS);
-    let mut kept: Vec<Record> = outstanding(before)
+    let mut kept: Vec<Record> = left(before)
         .into_iter()
-        .map(|o| Record::Checkpoint {
-            attempt: o.attempt,
-            step: o.step,
-            index: o.index,
-            resource: o.resource,
+        .map(|entry| match entry {
+            Ok(o) => Record::Checkpoint {
+                attempt: o.attempt,
+                step: o.step,
+                index: o.index,
+                resource: o.resource,
+            },
+            Err(u) => Record::Intent {
+                attempt: u.attempt,
+                step: u.step,
+                index: u.index,
+            },
         })
         .collect();
     for record in after {

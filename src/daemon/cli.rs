@@ -34,6 +34,8 @@
 //! |---|---|---|
 //! | `--data-dir DIR` | `STEADFAST_DATA_DIR` | the data directory; else the config file's `data_dir`, else the daemon's default ([`Launch::default_data_dir`]), else an error |
 //! | `--config FILE` | `STEADFAST_CONFIG` | the config file: it must exist (a missing one is an error, exit 78) and is watched |
+//! | operand `DATA_DIR` | | the same as `--data-dir` (`app DIR`, as runsv takes its directory); one or the other |
+//! | operand `FILE` (after `DATA_DIR`) | | a config file, declared and watched like `--config`'s; a missing one holds the boot until it appears; one or the other |
 //! | `--log-format plain\|json` | `STEADFAST_LOG_FORMAT` | how log lines are written |
 //! | `--log-level LEVEL` | (`RUST_LOG`) | the level until the config sets one ([`set_configured_log_level`]) |
 //! | `--metrics-addr ADDR` | `STEADFAST_METRICS_ADDR` | serve `GET /metrics` there |
@@ -97,6 +99,16 @@ pub struct DaemonArgs {
     /// file's `data_dir`, else the daemon's own default).
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
+    /// The data directory as an operand (`app DIR`, as runsv takes its
+    /// directory): the same as --data-dir; one or the other.
+    #[arg(value_name = "DATA_DIR", conflicts_with = "data_dir")]
+    pub data_dir_operand: Option<PathBuf>,
+    /// A config file as an operand (`app DIR FILE`): declared and watched
+    /// like --config's, except that a missing one is not refused at start:
+    /// the boot holds on it, naming it, and boots once it appears. One or
+    /// the other.
+    #[arg(value_name = "FILE", conflicts_with = "config")]
+    pub config_operand: Option<PathBuf>,
     /// The config file (TOML). It must exist; it is watched, and a change
     /// applies without a restart where the daemon allows it.
     #[arg(long, value_name = "FILE", env = "STEADFAST_CONFIG")]
@@ -551,6 +563,7 @@ impl Launch {
         let data_dir = args
             .data_dir
             .clone()
+            .or_else(|| args.data_dir_operand.clone())
             .or(from_env)
             .or(from_file)
             .or_else(|| self.default_data_dir.clone())
@@ -562,7 +575,12 @@ impl Launch {
         // A declared file is required: if it disappears later, the next
         // resolve holds on it instead of quietly falling back to the
         // defaults.
-        if let Some(path) = args.config.as_ref().or(self.positional_config.as_ref()) {
+        if let Some(path) = args
+            .config
+            .as_ref()
+            .or(self.positional_config.as_ref())
+            .or(args.config_operand.as_ref())
+        {
             source = source.declared_file(path);
         }
         let mut options = DaemonOptions::new()

@@ -154,7 +154,7 @@ fn kill_point(i: usize) -> String {
     let round = i / POINTS.len();
     let span = match point {
         "journal.mid_write" | "journal.before_fsync" | "journal.after_fsync" => 24,
-        "boot.before_checkpoint" | "boot.after_checkpoint" => 9,
+        "boot.after_intent" | "boot.before_checkpoint" | "boot.after_checkpoint" => 9,
         "drain.mid_destroy" => 9,
         "marker.before_rename" | "marker.before_dir_fsync" => 3,
         _ => 1,
@@ -394,32 +394,41 @@ fn journal_records(data_dir: &Path) -> Vec<steadfast::protocol::journal::Record>
         .records
 }
 
+/// A daemon that stays running (its script paused), killed with `SIGKILL`
+/// once it said it is running: every checkpoint of its boot is durable
+/// then (they ride with `booted`, which is fsynced before `running` is
+/// published).
+fn killed_once_running(data_dir: &Path) -> Daemon {
+    let mut daemon = Daemon::spawn_with(data_dir, None, &[("CRASHD_PAUSE_MS", "600000")]);
+    daemon
+        .wait_for("ack running")
+        .unwrap_or_else(|| panic!("never running: {:?}", daemon.seen));
+    // Said after `ack running`, from the same snapshot: every phase line
+    // of the boot is out.
+    daemon
+        .wait_for("phase 1 serve ")
+        .unwrap_or_else(|| panic!("no serve phase: {:?}", daemon.seen));
+    let _ = daemon.child.kill();
+    assert_eq!(daemon.child.wait().expect("wait").signal(), Some(9));
+    daemon.drain();
+    daemon
+}
+
 #[test]
 fn a_checkpointed_step_is_skipped_after_a_crash_only_if_still_present() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let data_dir = tmp.path().join("data");
-    // Killed right after `prepare`'s checkpoint was fsynced.
-    let mut first = Daemon::spawn(&data_dir, Some("boot.after_checkpoint:1".into()));
-    assert_eq!(first.child.wait().expect("wait").signal(), Some(9));
-    first.drain();
+    let first = killed_once_running(&data_dir);
     assert!(data_dir.join("prepared").exists());
 
-    // The relaunch observes the file: `prepare` is skipped, the rest run.
-    // It is killed after its next checkpoint (`open_store`'s).
-    let mut second = Daemon::spawn(&data_dir, Some("boot.after_checkpoint:1".into()));
-    assert_eq!(second.child.wait().expect("wait").signal(), Some(9));
-    second.drain();
+    // The relaunch observes the file: `prepare` (it outlives the process)
+    // is skipped, the rest (they die with the process) run again.
+    let second = killed_once_running(&data_dir);
     assert_eq!(second.values("previous "), ["crashed"]);
     assert_eq!(second.values("expect_skip prepare "), ["yes"]);
-    // What a watcher saw of the skip, if anything: the boot's progress is
-    // published once the `start` written ahead of it is known durable
-    // (its commit window, or the boot's next Lifecycle-visible fsync), and
-    // this process was killed right after `open_store`'s checkpoint, so it
-    // may have published none. Never a `prepare` that ran.
-    let seen = second.values("phase 1 prepare ");
-    assert!(seen.iter().all(|outcome| outcome == "skipped"), "{seen:?}");
-    // The skip is in the journal (staged, then made durable by the fsync of
-    // `open_store`'s checkpoint, after which the process was killed).
+    assert_eq!(second.values("phase 1 prepare "), ["skipped"]);
+    assert_eq!(second.values("phase 1 open_store "), ["completed"]);
+    assert!(second.values("interrupted prepare").is_empty());
     let records = journal_records(&data_dir);
     assert!(
         records.iter().any(|r| matches!(r,
@@ -449,6 +458,53 @@ fn a_checkpointed_step_is_skipped_after_a_crash_only_if_still_present() {
     let left = steadfast::protocol::journal::outstanding(&journal_records(&data_dir));
     assert!(left.is_empty(), "{left:?}");
     assert!(!data_dir.join("prepared").exists());
+}
+
+/// Intent ahead: killed after `prepare` (whose file outlives the process)
+/// made its file and before its checkpoint was staged, a daemon leaves the
+/// step's intent durable and no checkpoint. The relaunch runs the step
+/// again, told it was interrupted, and its clean exit leaves nothing:
+/// no file, no intent, no checkpoint.
+#[test]
+fn a_step_killed_after_its_intent_runs_again_told_so_and_nothing_is_left() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data_dir = tmp.path().join("data");
+    let mut first = Daemon::spawn(&data_dir, Some("boot.before_checkpoint:1".into()));
+    assert_eq!(first.child.wait().expect("wait").signal(), Some(9));
+    first.drain();
+    assert!(data_dir.join("prepared").exists(), "{:?}", first.seen);
+    let records = journal_records(&data_dir);
+    let unfinished = steadfast::protocol::journal::unfinished(&records);
+    assert_eq!(
+        unfinished
+            .iter()
+            .map(|u| u.step.as_str())
+            .collect::<Vec<_>>(),
+        ["prepare"],
+        "{records:?}"
+    );
+
+    let mut second = Daemon::spawn(&data_dir, None);
+    assert_eq!(
+        second.child.wait().expect("wait").code(),
+        Some(steadfast::daemon::EXIT_HALT)
+    );
+    second.drain();
+    assert_eq!(second.values("previous "), ["crashed"]);
+    assert_eq!(
+        second.values("interrupted prepare").len(),
+        1,
+        "{:?}",
+        second.seen
+    );
+    assert_eq!(second.values("phase 1 prepare "), ["completed"]);
+    let records = journal_records(&data_dir);
+    assert!(steadfast::protocol::journal::unfinished(&records).is_empty());
+    assert!(steadfast::protocol::journal::outstanding(&records).is_empty());
+    assert!(!data_dir.join("prepared").exists());
+    for pid in second.values("child ") {
+        kill_leftovers(&pid.parse().into_iter().collect());
+    }
 }
 
 /// What `/proc/<pid>/fd` links to.

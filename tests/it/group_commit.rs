@@ -70,6 +70,19 @@ fn counts(data: &Path) -> (u64, u64) {
     (fsyncs, records)
 }
 
+/// `(control-dir fsyncs, journal fsyncs)` so far, from the daemon's
+/// OpenMetrics text.
+fn launch_fsyncs(data: &Path) -> (u64, u64) {
+    let [dir, journal] = samples(
+        data,
+        [
+            "steadfast_control_dir_fsyncs_total",
+            "steadfast_journal_fsync_duration_seconds_count",
+        ],
+    );
+    (dir, journal)
+}
+
 fn state_is(data: &Path, state: &str, attempt: u64) {
     processes::until(data, state, |s| {
         s["lifecycle"]["state"] == state
@@ -111,19 +124,19 @@ fn fsyncs_per_stop_start_and_restart() {
     ctl_ok(&data, &["restart"]);
     state_is(&data, "running", 4);
     let restart = cost("restart");
-    // Before group commit: 3, 6, 9 and 8; before writing ahead: 2, 5, 7
-    // and 6. A stop is its `stop` record, written ahead, then the drain's
-    // progress, its cleared checkpoints, the runtime's task ending while
-    // it is shut down (staged: it changes nothing) and the `drained`
-    // transition, all in one append. A start is its `start` record,
-    // written ahead, then one append per checkpoint a later step waits on
-    // (kvd's `open_store` — which carries the `start` — `replay_log`,
-    // `bind_listener`), then the last step's checkpoint with the `booted`
-    // transition. A restart is a stop and a start whose `restart` and
-    // `drained` ride with the first checkpoint.
+    // Before staging process-lifetime checkpoints: 1, 4, 5 and 4; before
+    // writing ahead: 2, 5, 7 and 6; before group commit: 3, 6, 9 and 8. A
+    // stop is its `stop` record, written ahead, then the drain's progress,
+    // its cleared checkpoints, the runtime's task ending while it is shut
+    // down (staged: it changes nothing) and the `drained` transition, all
+    // in one append. A start is its `start` record, written ahead, then
+    // the boot's progress and every step's checkpoint (kvd's steps all
+    // die with the process: staged) with the `booted` transition, one
+    // append. A restart is a stop and a start whose `restart` and
+    // `drained` ride with that one append too.
     assert_eq!(
         (stop, start, stop_start, restart),
-        (1, 4, 5, 4),
+        (1, 1, 2, 1),
         "fsyncs per stop, start, stop+start, restart"
     );
 }
@@ -138,27 +151,46 @@ fn fsyncs_per_stop_start_and_restart() {
 /// `booted` append); the journal's header is made durable by its first
 /// append.
 /// Before: 8 (the control dir and the journal header and its directory
-/// entry each had an fsync of their own). Journal appends (4; 5 before
-/// writing ahead): `resolving → booting` with `AttemptStarted`, written
-/// ahead and made durable with `open_store`'s checkpoint, then those of
-/// `replay_log` and `bind_listener`, the last with `booted`.
+/// entry each had an fsync of their own). Journal appends: 1 (4 before
+/// process-lifetime checkpoints were staged, 5 before writing ahead):
+/// `resolving → booting` with `AttemptStarted`, written ahead, the boot's
+/// progress and its four checkpoints, all made durable with `booted`.
 #[test]
 fn fsyncs_at_launch() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let data = tmp.path().join("data");
     let _kvd = kvd(tmp.path(), processes::free_port());
     state_is(&data, "running", 1);
-    let [dir, journal] = samples(
-        &data,
-        [
-            "steadfast_control_dir_fsyncs_total",
-            "steadfast_journal_fsync_duration_seconds_count",
-        ],
-    );
     assert_eq!(
-        (dir, journal),
-        (6, 4),
+        launch_fsyncs(&data),
+        (6, 1),
         "control-dir fsyncs and journal appends of a fresh launch"
+    );
+}
+
+/// Relaunch: the fsyncs a kvd makes before it is running on a data dir a
+/// clean stop left (`spec/control-dir.md`, "The fsyncs of a launch"):
+/// the journal's fsync at open (the predecessor's tail made durable before
+/// it is built on; no I/O after a clean stop), the `holding` marker and
+/// the control dir its rename is in (a crash must read as one), and the
+/// boot's one append. The data dir and its parent are not fsynced again:
+/// the readable `released` marker proves their names durable.
+#[test]
+fn fsyncs_at_relaunch_after_a_clean_stop() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let port = processes::free_port();
+    let mut first = kvd(tmp.path(), port);
+    state_is(&data, "running", 1);
+    let pid = rustix::process::Pid::from_child(&first.0);
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM");
+    assert!(first.0.wait().expect("wait").success(), "a clean stop");
+    let _again = kvd(tmp.path(), port);
+    state_is(&data, "running", 1);
+    assert_eq!(
+        launch_fsyncs(&data),
+        (3, 1),
+        "control-dir fsyncs and journal appends of a relaunch after a clean stop"
     );
 }
 

@@ -20,10 +20,11 @@
 
 use crate::support::processes;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
 
 use processes::{PATIENCE, ctl, free_port, kv, until, wait_exit};
 
@@ -69,18 +70,89 @@ fn try_kv(port: u16, line: &str) -> Option<String> {
     (!answer.is_empty()).then(|| answer.trim_end().to_owned())
 }
 
-/// Whether the server closed `stream` (end of file, or a reset), waiting
-/// at most [`PATIENCE`].
-fn closed(stream: &mut impl Read) -> bool {
+/// How long the server took to close `stream` (end of file, or a reset),
+/// waiting at most [`PATIENCE`] in all; else what the wait found instead
+/// (bytes, an error, or nothing), and after how long.
+///
+/// A read with a timeout fails with `EINTR` when a signal handler runs on
+/// its thread, even under `SA_RESTART`: that is read again, within the
+/// same patience, never taken for an answer.
+fn wait_closed(stream: &mut BufReader<TcpStream>) -> Result<Duration, String> {
+    let start = Instant::now();
     let mut byte = [0u8; 1];
-    match stream.read(&mut byte) {
-        Ok(0) => true,
-        Ok(_) => false,
-        Err(error) => matches!(
-            error.kind(),
-            std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
-        ),
+    loop {
+        let left = PATIENCE.saturating_sub(start.elapsed());
+        if left.is_zero() {
+            return Err(format!("still open after {:?}", start.elapsed()));
+        }
+        stream
+            .get_ref()
+            .set_read_timeout(Some(left))
+            .map_err(|e| format!("set the read timeout: {e}"))?;
+        let read = stream.read(&mut byte);
+        let waited = start.elapsed();
+        match read {
+            Ok(0) => return Ok(waited),
+            Ok(_) => {
+                return Err(format!(
+                    "read {:?} after {waited:?} instead of the end of the stream",
+                    char::from(byte[0])
+                ));
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::ConnectionReset | ErrorKind::BrokenPipe) => {
+                return Ok(waited);
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return Err(format!(
+                    "still open after {waited:?} (the read timed out: {e})"
+                ));
+            }
+            Err(e) => {
+                return Err(format!(
+                    "after {waited:?} the read failed: {e} ({:?})",
+                    e.kind()
+                ));
+            }
+        }
     }
+}
+
+/// What a test says when kvd did not do what it waited for: its lifecycle,
+/// the state of each of its threads (`T`: stopped; `D`: waiting on a
+/// device, with the kernel function it waits in), and the end of its log
+/// (`kvd-RUN.log` in `dir`).
+fn kvd_report(dir: &Path, run: u32, daemon: &Child) -> String {
+    let lifecycle = processes::status(&dir.join("data"))
+        .map_or_else(|| "no status".to_owned(), |s| s["lifecycle"].to_string());
+    let pid = daemon.id();
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|tasks| {
+            tasks
+                .filter_map(Result::ok)
+                .map(|task| {
+                    let stat =
+                        std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+                    let wchan =
+                        std::fs::read_to_string(task.path().join("wchan")).unwrap_or_default();
+                    // `TID (NAME) STATE …`: the name may hold spaces.
+                    let (name, state) = stat
+                        .split_once(" (")
+                        .and_then(|(_, rest)| rest.rsplit_once(") "))
+                        .map_or(("?", "?"), |(name, rest)| (name, &rest[..1]));
+                    format!("{name}:{state}:{wchan}")
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_else(|e| format!("none ({e})"));
+    let log = std::fs::read_to_string(dir.join(format!("kvd-{run}.log"))).unwrap_or_default();
+    let lines: Vec<&str> = log.lines().collect();
+    let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+    format!(
+        "kvd (pid {pid}): lifecycle {lifecycle}; threads (name:state:wchan) {threads}\n\
+         the last lines of its log:\n{tail}"
+    )
 }
 
 /// A line of 2 MiB with no newline: the first 1 MiB and a byte are read,
@@ -109,7 +181,12 @@ fn a_line_over_the_cap_is_refused_and_closes() {
         answer.starts_with("ERR line too long"),
         "answered {answer:?}"
     );
-    assert!(closed(&mut reader), "the connection is closed");
+    if let Err(instead) = wait_closed(&mut reader) {
+        panic!(
+            "the connection is not closed: {instead}\n{}",
+            kvd_report(tmp.path(), 1, &daemon)
+        );
+    }
     sending.join().expect("the sender");
     assert_eq!(kv(port, "SET after 1"), "OK");
     assert_eq!(kv(port, "GET after"), "1");
@@ -118,12 +195,18 @@ fn a_line_over_the_cap_is_refused_and_closes() {
 
 /// `idle_timeout_secs = 1`: a connection that asks nothing after its
 /// answer, and one that sends half a line, are both closed; a busy one is
-/// served.
+/// served. kvd logs its requests and each idle close (`kvd=debug`), so a
+/// failure's report shows what kvd did and when.
 #[test]
 fn an_idle_connection_is_closed_after_the_idle_timeout() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let port = free_port();
-    let daemon = start(tmp.path(), 1, port, "idle_timeout_secs = 1\n");
+    let daemon = start(
+        tmp.path(),
+        1,
+        port,
+        "idle_timeout_secs = 1\nlog_level = \"info,kvd=debug\"\n",
+    );
     let mut idle = TcpStream::connect(("127.0.0.1", port)).expect("connect");
     idle.set_read_timeout(Some(PATIENCE)).expect("timeout");
     idle.write_all(b"SET a 1\n").expect("send");
@@ -131,14 +214,21 @@ fn an_idle_connection_is_closed_after_the_idle_timeout() {
     let mut answer = String::new();
     reader.read_line(&mut answer).expect("an answer");
     assert_eq!(answer, "OK\n");
-    let mut half = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    half.set_read_timeout(Some(PATIENCE)).expect("timeout");
-    half.write_all(b"SET b").expect("send");
-    assert!(closed(&mut reader), "the idle connection is closed");
-    assert!(
-        closed(&mut half),
-        "the half-sent request's connection is closed"
-    );
+    let half = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    let mut half = BufReader::new(half);
+    half.get_mut().write_all(b"SET b").expect("send");
+    for (what, stream) in [("idle", &mut reader), ("half-sent request's", &mut half)] {
+        if let Err(instead) = wait_closed(stream) {
+            panic!(
+                "the {what} connection (from {}) is not closed: {instead}\n{}",
+                stream
+                    .get_ref()
+                    .local_addr()
+                    .map_or_else(|e| e.to_string(), |a| a.to_string()),
+                kvd_report(tmp.path(), 1, &daemon)
+            );
+        }
+    }
     assert_eq!(kv(port, "GET a"), "1");
     exit(tmp.path(), daemon);
 }

@@ -163,8 +163,10 @@ fn write_config(path: &Path, port: u16) {
 }
 
 /// Running: `READY=1` with `STATUS=running …`, after an
-/// `EXTEND_TIMEOUT_USEC=` for each boot step (the step deadline, 300 s by
-/// default); `STOPPING=1` once on exit.
+/// `EXTEND_TIMEOUT_USEC=` (the step deadline, 300 s by default) as the
+/// boot's steps start: kvd's four run back to back (no fsync between
+/// them), so their announcements may coalesce into fewer, never none;
+/// `STOPPING=1` once on exit.
 #[test]
 fn ready_when_running_after_extending_the_start_timeout() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -183,8 +185,8 @@ fn ready_when_running_after_extending_the_start_timeout() {
         .filter(|m| has(m, "EXTEND_TIMEOUT_USEC=300000000"))
         .count();
     assert!(
-        extends >= 4,
-        "one EXTEND_TIMEOUT_USEC per kvd step (4) before READY=1: {:#?}",
+        extends >= 1,
+        "an EXTEND_TIMEOUT_USEC before READY=1: {:#?}",
         notify.seen
     );
     exit_once(&data, &mut child, &mut notify);

@@ -508,6 +508,17 @@ impl ControlDir {
         // A compaction that died before its rename left its temp file.
         dir.dir.unlink(COMPACT_TMP_NAME)?;
         dir.previous_run = previous_run_from(&dir.read_run()?);
+        // A readable `released` marker proves the data dir's names durable:
+        // the process that wrote it settled its launch's job (the data
+        // dir's and its parent's fsyncs) before any marker write, that one
+        // included, and every launch writes `holding` over it first. Only
+        // this launch's new names (none: the control dir exists) are left.
+        if matches!(dir.previous_run, PreviousRun::CleanStop { .. }) && !created {
+            *dir.names
+                .parent
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        }
         Ok(dir)
     }
 

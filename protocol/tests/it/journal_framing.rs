@@ -209,6 +209,11 @@ fn every_variant() -> Vec<Record> {
             reason: String::new(),
             at_ms: 0,
         },
+        Record::Intent {
+            attempt: nz(u32::MAX),
+            step: "lease".into(),
+            index: u32::MAX,
+        },
     ]
 }
 
@@ -225,9 +230,10 @@ fn variant_index(r: &Record) -> usize {
         Record::CheckpointCleared { .. } => 8,
         Record::ChildRestarted { .. } => 9,
         Record::ChildrenMeltdown { .. } => 10,
+        Record::Intent { .. } => 11,
     }
 }
-const VARIANTS: usize = 11;
+const VARIANTS: usize = 12;
 
 /// `n` varied records: every variant, string lengths 0..=40 (one phase name of
 /// 300), resource payloads up to 600 bytes, full-range numbers.
@@ -305,13 +311,18 @@ fn varied_records(n: usize, seed: u64) -> Vec<Record> {
                     reason: g.text(40),
                     at_ms,
                 },
-                _ => Record::ChildrenMeltdown {
+                10 => Record::ChildrenMeltdown {
                     attempt: nz(attempt),
                     child: g.text(40),
                     restarts: g.next() as u32,
                     period_ms: g.next(),
                     reason: g.text(40),
                     at_ms,
+                },
+                _ => Record::Intent {
+                    attempt: nz(attempt),
+                    step: g.text(40),
+                    index: g.below(10) as u32,
                 },
             }
         })

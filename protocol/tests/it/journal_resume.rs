@@ -5,7 +5,8 @@
 use crate::support::nz;
 use proptest::prelude::*;
 use steadfast_protocol::journal::{
-    AttemptResult, Record, ResourceRecord, attempts_in, compact, outstanding,
+    AttemptResult, Record, ResourceRecord, Unfinished, attempts_in, compact, outstanding,
+    unfinished,
 };
 
 fn checkpoint(attempt: u32, step: &str, id: &str) -> Record {
@@ -18,6 +19,14 @@ fn checkpoint(attempt: u32, step: &str, id: &str) -> Record {
             id: id.into(),
             payload: vec![],
         },
+    }
+}
+
+fn intent(attempt: u32, step: &str) -> Record {
+    Record::Intent {
+        attempt: nz(attempt),
+        step: step.into(),
+        index: 2,
     }
 }
 
@@ -49,6 +58,40 @@ fn outstanding_follows_checkpoints_and_clears() {
     // "prepare" was checkpointed again by attempt 2: the later record wins
     // and moves to the end; "open_store" was cleared.
     assert_eq!(steps, vec![("prepare", "b", 2), ("serve", "x", 2)]);
+}
+
+/// An intent stays unfinished until its step's checkpoint or clear
+/// follows; a later intent of a checkpointed step takes its checkpoint's
+/// place (the step ran again, its earlier resource observed gone).
+#[test]
+fn an_intent_is_unfinished_until_its_checkpoint() {
+    let records = vec![
+        started(1),
+        intent(1, "prepare"),
+        checkpoint(1, "prepare", "a"),
+        intent(1, "lease"),
+        started(2),
+        intent(2, "spool"),
+        Record::CheckpointCleared {
+            step: "spool".into(),
+        },
+        intent(2, "prepare"),
+    ];
+    let left: Vec<(String, u32)> = unfinished(&records)
+        .into_iter()
+        .map(|Unfinished { step, attempt, .. }| (step, attempt.get()))
+        .collect();
+    assert_eq!(left, vec![("lease".into(), 1), ("prepare".into(), 2)]);
+    assert_eq!(
+        outstanding(&records),
+        vec![],
+        "prepare's checkpoint gave way"
+    );
+    let mut finished = records.clone();
+    finished.push(checkpoint(2, "prepare", "b"));
+    finished.push(checkpoint(2, "lease", "7"));
+    assert_eq!(unfinished(&finished), vec![]);
+    assert_eq!(outstanding(&finished).len(), 2);
 }
 
 #[test]
@@ -92,7 +135,9 @@ fn arb_record() -> impl Strategy<Value = Record> {
         (1u32..50).prop_map(started),
         (1u32..50, step.clone(), "[a-z]{1,3}")
             .prop_map(|(attempt, step, id)| checkpoint(attempt, step, &id)),
-        step.prop_map(|step| Record::CheckpointCleared { step: step.into() }),
+        step.clone()
+            .prop_map(|step| Record::CheckpointCleared { step: step.into() }),
+        (1u32..50, step).prop_map(|(attempt, step)| intent(attempt, step)),
         (0u64..1000).prop_map(|at_ms| Record::Transition {
             at_ms,
             from: "booting".into(),
@@ -114,11 +159,12 @@ proptest! {
             None => prop_assert!(attempts_in(&records) <= keep),
             Some(compacted) => {
                 prop_assert_eq!(outstanding(&compacted), outstanding(&records));
+                prop_assert_eq!(unfinished(&compacted), unfinished(&records));
                 prop_assert_eq!(attempts_in(&compacted), keep);
                 prop_assert!(compacted.len() <= records.len() + 4);
                 let kept_tail: Vec<&Record> = compacted
                     .iter()
-                    .skip_while(|r| matches!(r, Record::Checkpoint { .. }))
+                    .skip_while(|r| matches!(r, Record::Checkpoint { .. } | Record::Intent { .. }))
                     .collect();
                 let original_tail: Vec<&Record> =
                     records[records.len() - kept_tail.len()..].iter().collect();

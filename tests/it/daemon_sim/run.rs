@@ -167,10 +167,13 @@ pub enum Plant {
     MeltdownUnreported,
     /// A group shutdown that leaves its children running.
     ChildrenOutliveShutdown,
+    /// An outliving step's intent staged, not made durable before the
+    /// step runs.
+    IntentNotAhead,
 }
 
 impl Plant {
-    const ALL: [(Self, &'static str); 10] = [
+    const ALL: [(Self, &'static str); 11] = [
         (Self::DrainLeavesTasks, "drain_leaves_tasks"),
         (Self::JournalAcksBeforeFsync, "journal_acks_before_fsync"),
         (Self::RenameWithoutDirSync, "rename_without_dir_sync"),
@@ -181,6 +184,7 @@ impl Plant {
         (Self::ChildrenRestartTemporary, "children_restart_temporary"),
         (Self::MeltdownUnreported, "meltdown_unreported"),
         (Self::ChildrenOutliveShutdown, "children_outlive_shutdown"),
+        (Self::IntentNotAhead, "intent_not_ahead"),
     ];
 
     /// The library's defect this plants (none for the disk's, which the
@@ -197,6 +201,7 @@ impl Plant {
             Self::ChildrenRestartTemporary => Defect::ChildrenRestartTemporary,
             Self::MeltdownUnreported => Defect::ChildrenMeltdownUnreported,
             Self::ChildrenOutliveShutdown => Defect::ChildrenOutliveShutdown,
+            Self::IntentNotAhead => Defect::IntentNotAhead,
         })
     }
 
@@ -272,7 +277,7 @@ pub struct Counts {
     /// Times the status record, `status --json` and `watch` were read back.
     pub reader_checks: u64,
     /// Resources that outlive the process (leases, spool files) made, and
-    /// those a crash orphaned.
+    /// those an intrusion on the journal orphaned.
     pub outliving: u64,
     pub orphaned: u64,
     /// Children's starts (restarts included) held to the pure machine,
@@ -1165,7 +1170,19 @@ impl Run {
     /// that life compacted the journal and a crash kept the rename.
     fn check_kept_journal(&mut self) -> Result<(), Violation> {
         let kept_bytes = self.disk.read(self.journal_path()).unwrap_or_default();
-        self.world.orphan_untracked(&kept_bytes);
+        // Intent ahead: whatever a crash cut short, every resource that
+        // outlives the process is named by the journal the launch keeps.
+        self.counts.checks += 1;
+        let unknown = self.world.unknown_after_crash(&kept_bytes);
+        if !unknown.is_empty() {
+            return Err(self.violation(
+                "an outliving resource is known to the journal after a crash",
+                format!(
+                    "{unknown:?} are there, and the journal the relaunch keeps names them \
+                     neither by a checkpoint nor by an unfinished intent of their step"
+                ),
+            ));
+        }
         let Some((durable, written)) = self.model.journal_at_crash.take() else {
             return Ok(());
         };
@@ -1373,7 +1390,8 @@ impl Run {
 
     /// At the run's end (the daemon exited, its drain done): no resource
     /// that outlives the process (a lease, a spool file) is left there that
-    /// the journal does not name, but those a crash orphaned.
+    /// the journal names neither by a checkpoint nor by an unfinished
+    /// intent of its step, but those an intrusion orphaned.
     fn check_outliving(&mut self) -> Result<(), Violation> {
         self.counts.checks += 1;
         let bytes = self.disk.read(self.journal_path()).unwrap_or_default();
@@ -1385,8 +1403,8 @@ impl Run {
             return Err(self.violation(
                 "an outliving resource is never leaked",
                 format!(
-                    "{leaked:?} are there, named by no checkpoint of the journal, and no crash \
-                     orphaned them"
+                    "{leaked:?} are there, named by no checkpoint or unfinished intent of the \
+                     journal, and no intrusion orphaned them"
                 ),
             ));
         }

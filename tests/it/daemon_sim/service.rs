@@ -14,15 +14,18 @@
 //!   else).
 //!
 //! Between the store and serving, the plan takes a lease from an outside
-//! service (the `lease` step, [`World`]'s leases): a resource that outlives
-//! the process, so a boot after a crash must adopt the lease its
-//! predecessor checkpointed (observation finds it held) rather than take a
-//! second, and a drain must give it back. The world checks, from the
-//! outside service's side: a lease is never taken while one the journal
-//! holds checkpointed is still held (made twice), never given back while
-//! the runtime that serves uses it, and ([`World::leaked_leases`]) none is
-//! left held that the journal does not name, but those whose checkpoint a
-//! crash took before it was durable (the next launch could not know them).
+//! service (the `lease` step, [`World`]'s leases) and writes a spool file:
+//! resources that outlive the process (both steps say so), so a boot after
+//! a crash must adopt the one its predecessor checkpointed (observation
+//! finds it there) rather than make a second, a step whose intent a crash
+//! left unfinished must take back what its interrupted run made, and a
+//! drain must give it back. The world checks, from the outside service's
+//! side: a resource is never made while one the journal holds
+//! checkpointed is still there (made twice), never given back while the
+//! runtime that serves uses it, and ([`World::leaked`],
+//! [`World::unknown_after_crash`]) none is there that the journal names
+//! neither by a checkpoint nor by an unfinished intent of its step (intent
+//! ahead: a crash can no longer take a resource's only record).
 //!
 //! The serving step also starts a group of supervised children
 //! ([`ChildrenPlan`]): a permanent, a transient and a temporary task, whose
@@ -48,7 +51,7 @@ use steadfast::children::{Child, ChildExit, Children, Restart, Strategy};
 use steadfast::config::ConfigSource;
 use steadfast::fs::{Access, Dir};
 use steadfast::protocol::children::{AutoShutdown, ChildSpec, GroupSpec, Intensity};
-use steadfast::service::{ResourceRecord, StoreLock};
+use steadfast::service::{Lifetime, ResourceRecord, StoreLock};
 use steadfast::{
     ConfigChange, Observation, Plan, Resource, Runtime, Service, Step, StepContext, StepError,
     TomlFileSource,
@@ -329,9 +332,9 @@ pub struct Outliving {
     /// A lease not given back (a spool file's presence is its name on the
     /// disk).
     pub held: bool,
-    /// Made by a boot whose checkpoint of it a crash took before it was
-    /// durable, or whose journal was removed underneath: no later process
-    /// can know it.
+    /// There when the daemon's journal was removed or replaced underneath,
+    /// or removed without its removal made durable (a failed directory
+    /// fsync): no later process can know it.
     pub orphaned: bool,
 }
 
@@ -353,7 +356,60 @@ pub fn outstanding_of(bytes: &[u8], kind: Kind) -> Vec<u64> {
         .collect()
 }
 
+/// The resources of `kind` the journal `bytes` has checkpointed and not
+/// cleared, whether or not a later intent of the step followed (none if it
+/// does not decode): a run of the step made while one of them is still
+/// there made it twice (the boot should have adopted it).
+fn checkpointed_of(bytes: &[u8], kind: Kind) -> Vec<u64> {
+    use steadfast::protocol::journal::Record;
+    let Ok(decoded) = steadfast::protocol::journal::decode(bytes) else {
+        return Vec::new();
+    };
+    let mut ids = Vec::new();
+    for record in &decoded.records {
+        match record {
+            Record::Checkpoint { step, resource, .. } if step == kind.step() => {
+                ids.extend(resource.id.parse::<u64>());
+            }
+            Record::CheckpointCleared { step } if step == kind.step() => ids.clear(),
+            _ => {}
+        }
+    }
+    ids
+}
+
+/// Whether the journal `bytes` leave an intent of `kind`'s step
+/// unfinished: a run of it began and may have made one not yet
+/// checkpointed, which the step's next run takes back.
+pub fn unfinished_of(bytes: &[u8], kind: Kind) -> bool {
+    let Ok(decoded) = steadfast::protocol::journal::decode(bytes) else {
+        return false;
+    };
+    steadfast::protocol::journal::unfinished(&decoded.records)
+        .iter()
+        .any(|u| u.step == kind.step())
+}
+
 impl WorldState {
+    /// The resources there now that the journal `bytes` names neither by
+    /// a checkpoint nor by an unfinished intent of their step, and that no
+    /// intrusion orphaned.
+    fn unknown(&self, bytes: &[u8]) -> Vec<String> {
+        let mut unknown = Vec::new();
+        for kind in Kind::ALL {
+            if unfinished_of(bytes, kind) {
+                continue;
+            }
+            let tracked = outstanding_of(bytes, kind);
+            for ((k, n), r) in &self.resources {
+                if *k == kind && !r.orphaned && !tracked.contains(n) && self.present(kind, *n) {
+                    unknown.push(format!("{} {n}", kind.step()));
+                }
+            }
+        }
+        unknown
+    }
+
     /// Whether the resource is there now.
     fn present(&self, kind: Kind, number: u64) -> bool {
         match kind {
@@ -376,7 +432,7 @@ impl WorldState {
     /// A new resource of `kind`, checking that none of its kind the
     /// daemon tracks (checkpointed in its journal) is still there.
     fn make(&mut self, kind: Kind) -> u64 {
-        let tracked = outstanding_of(&self.journal_bytes(), kind);
+        let tracked = checkpointed_of(&self.journal_bytes(), kind);
         let number = self
             .resources
             .range((kind, 0)..=(kind, u64::MAX))
@@ -483,24 +539,20 @@ impl World {
     }
 
     /// After a crash, once the next launch repaired its journal (`kept`,
-    /// the journal's bytes): every resource there that it does not name
-    /// was made by a boot whose checkpoint the crash took (or brought back
-    /// by a power cut), and is orphaned.
-    pub fn orphan_untracked(&self, kept: &[u8]) {
-        let mut state = self.lock();
-        for kind in Kind::ALL {
-            let tracked = outstanding_of(kept, kind);
-            let there: Vec<u64> = state
-                .resources
-                .keys()
-                .filter(|(k, n)| *k == kind && !tracked.contains(n) && state.present(kind, *n))
-                .map(|(_, n)| *n)
-                .collect();
-            for n in there {
-                if let Some(r) = state.resources.get_mut(&(kind, n)) {
-                    r.orphaned = true;
-                }
-            }
+    /// the journal's bytes): the resources there that it names neither by a
+    /// checkpoint nor by an unfinished intent (none, with intents written
+    /// ahead of the resources they name).
+    pub fn unknown_after_crash(&self, kept: &[u8]) -> Vec<String> {
+        self.lock().unknown(kept)
+    }
+
+    /// A removal whose directory fsync failed: what every read sees is
+    /// gone (observation says so, and the drain clears its checkpoint),
+    /// but a power cut may bring the name back, which no journal names
+    /// then (it keeps one resource a step): orphaned, and counted.
+    fn removal_unsure(&self, kind: Kind, number: u64) {
+        if let Some(r) = self.lock().resources.get_mut(&(kind, number)) {
+            r.orphaned = true;
         }
     }
 
@@ -522,22 +574,27 @@ impl World {
     }
 
     /// The resources there now that are neither orphaned nor named by the
-    /// journal `bytes`: leaked.
+    /// journal `bytes` (a checkpoint, or an unfinished intent of their
+    /// step, which the step's next run reconciles): leaked.
     pub fn leaked(&self, bytes: &[u8]) -> Vec<String> {
-        let state = self.lock();
-        let mut leaked = Vec::new();
-        for kind in Kind::ALL {
-            let tracked = outstanding_of(bytes, kind);
-            for ((k, n), r) in &state.resources {
-                if *k == kind && !r.orphaned && !tracked.contains(n) && state.present(kind, *n) {
-                    leaked.push(format!("{} {n}", kind.step()));
-                }
-            }
-        }
-        leaked
+        self.lock().unknown(bytes)
     }
 
-    /// Resources made, and those a crash orphaned.
+    /// The resources of `kind` there now: what a run of its step that an
+    /// earlier one's crash interrupted takes back before making anew (the
+    /// outside service lists what is held in the daemon's name; a spool
+    /// file is one of the service's own names).
+    fn leftovers(&self, kind: Kind) -> Vec<u64> {
+        let state = self.lock();
+        state
+            .resources
+            .keys()
+            .filter(|(k, n)| *k == kind && state.present(kind, *n))
+            .map(|(_, n)| *n)
+            .collect()
+    }
+
+    /// Resources made, and those an intrusion orphaned.
     pub fn resource_counts(&self) -> (u64, u64) {
         let state = self.lock();
         let orphaned = state.resources.values().filter(|r| r.orphaned).count() as u64;
@@ -729,7 +786,8 @@ impl Step for OpenStore {
 
 /// Takes a lease from the outside service ([`World`]): it outlives the
 /// process, so a boot after a crash adopts the one its predecessor
-/// checkpointed while observation finds it held.
+/// checkpointed while observation finds it held, and a run its
+/// predecessor's crash interrupted gives back what that run took.
 struct TakeLease {
     world: Arc<World>,
 }
@@ -738,8 +796,14 @@ impl Step for TakeLease {
     const NAME: &'static str = Kind::Lease.step();
     type Config = toml::Table;
     type Output = ();
+    const LIFETIME: Lifetime = Lifetime::Outlives;
 
     async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Resource<()>, StepError> {
+        if cx.interrupted {
+            for number in self.world.leftovers(Kind::Lease) {
+                self.world.torn_down(Kind::Lease, number);
+            }
+        }
         switches(cx.config, Self::NAME).await?;
         let number = self.world.make(Kind::Lease);
         self.world.in_use(Kind::Lease, number);
@@ -778,7 +842,8 @@ fn observe(world: &World, kind: Kind, record: &ResourceRecord) -> Observation {
 /// Writes a spool file into the data dir (through `steadfast::fs`, so on
 /// the simulated disk): made durable, name and bytes, before it is
 /// checkpointed; removed, and the removal made durable, when the runtime
-/// is drained. It outlives the process.
+/// is drained, or by the next run of the step when a crash interrupted
+/// this one. It outlives the process.
 struct Spool {
     world: Arc<World>,
 }
@@ -787,10 +852,21 @@ impl Step for Spool {
     const NAME: &'static str = Kind::Spool.step();
     type Config = toml::Table;
     type Output = ();
+    const LIFETIME: Lifetime = Lifetime::Outlives;
 
     async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Resource<()>, StepError> {
-        switches(cx.config, Self::NAME).await?;
         let dir = Dir::open_data_dir(cx.data_dir, false).map_err(StepError::backoff)?;
+        if cx.interrupted {
+            // What the interrupted run wrote goes, durably, before a new
+            // file is made.
+            for number in self.world.leftovers(Kind::Spool) {
+                dir.unlink(&spool_name(number))
+                    .map_err(StepError::backoff)?;
+                dir.sync().map_err(StepError::backoff)?;
+                self.world.torn_down(Kind::Spool, number);
+            }
+        }
+        switches(cx.config, Self::NAME).await?;
         let number = self.world.make(Kind::Spool);
         let name = spool_name(number);
         let written = dir
@@ -804,7 +880,8 @@ impl Step for Spool {
             .and_then(|()| dir.sync().map_err(|e| e.to_string()));
         if let Err(error) = written {
             // Not made: nothing of it is left behind (a crash may still
-            // bring back a name not yet removed durably: orphaned).
+            // bring back a name not yet removed durably; its intent is
+            // durable, so the step's next run takes it back).
             let _ = dir.unlink(&name);
             let _ = dir.sync();
             self.world.torn_down(Kind::Spool, number);
@@ -830,7 +907,13 @@ impl Step for Spool {
         let dir = Dir::open_data_dir(&self.world.data_dir(), false).map_err(StepError::backoff)?;
         dir.unlink(&spool_name(number))
             .map_err(StepError::backoff)?;
-        dir.sync().map_err(StepError::backoff)
+        dir.sync().map_err(|error| {
+            // The name is gone from what every read sees, so the drain's
+            // observation clears the checkpoint; a power cut may bring it
+            // back, and the journal keeps one resource a step.
+            self.world.removal_unsure(Kind::Spool, number);
+            StepError::backoff(error)
+        })
     }
 }
 
