@@ -546,26 +546,21 @@ async fn run_attempt(
         // also makes what this boot staged so far durable (group commit).
         let intent = match lifetime {
             Lifetime::Process => Ok(()),
-            Lifetime::Outlives
-                if crate::planted::planted(crate::planted::Defect::IntentNotAhead) =>
-            {
-                reporter.stage(Record::Intent {
-                    attempt,
-                    step: step.to_owned(),
-                    index,
-                });
-                shared.ledger.intended(step);
-                Ok(())
-            }
             Lifetime::Outlives => {
                 let record = Record::Intent {
                     attempt,
                     step: step.to_owned(),
                     index,
                 };
-                reporter.flush();
-                let timeout = shared.timings.journal_timeout;
-                match crate::journal::append(&journal, vec![record], None, timeout).await {
+                let written = if crate::planted::planted(crate::planted::Defect::IntentNotAhead) {
+                    reporter.stage(record);
+                    Ok(())
+                } else {
+                    reporter.flush();
+                    let timeout = shared.timings.journal_timeout;
+                    crate::journal::append(&journal, vec![record], None, timeout).await
+                };
+                match written {
                     Ok(()) => {
                         shared.ledger.intended(step);
                         crate::failpoint::hit("boot.after_intent");

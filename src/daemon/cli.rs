@@ -442,7 +442,8 @@ impl DaemonArgs {
             name: name.into(),
             defaults: None,
             default_data_dir: None,
-            positional_config: None,
+            // The operand is a positional config file: the same rule.
+            positional_config: self.config_operand.clone(),
             current_thread: false,
         }
     }
@@ -575,12 +576,7 @@ impl Launch {
         // A declared file is required: if it disappears later, the next
         // resolve holds on it instead of quietly falling back to the
         // defaults.
-        if let Some(path) = args
-            .config
-            .as_ref()
-            .or(self.positional_config.as_ref())
-            .or(args.config_operand.as_ref())
-        {
+        if let Some(path) = args.config.as_ref().or(self.positional_config.as_ref()) {
             source = source.declared_file(path);
         }
         let mut options = DaemonOptions::new()

@@ -2304,7 +2304,10 @@ impl Run {
                 if step.after == Some((Stage::Running, a)) {
                     running = true;
                 } else if running
-                    && !matches!(step.after, Some((Stage::Running | Stage::Draining, of)) if of == a)
+                    && !matches!(
+                        step.after,
+                        Some((Stage::Booting | Stage::Running | Stage::Draining, of)) if of == a
+                    )
                 {
                     outcome = Some(Err(step.after_label.clone()));
                     break;
