@@ -38,9 +38,9 @@ mod support;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use steadfast::Runtime;
 use steadfast::children::{Child, Children, Handle};
 use steadfast::protocol::lifecycle::LifecycleState;
-use steadfast::service::Runtime;
 use steadfast::{Supervisor, SupervisorHandle};
 use support::{Noop, empty_source};
 use tokio::sync::{Notify, mpsc};

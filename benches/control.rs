@@ -67,12 +67,14 @@ use support::{Noop, empty_source};
 
 use criterion::{Criterion, Throughput, criterion_group};
 use steadfast::Supervisor;
+use steadfast::control::auth::Token;
 use steadfast::control::codec::options;
+use steadfast::control::serve_tcp_with;
 use steadfast::control::{ControlClient, serve_unix};
 #[cfg(feature = "tls")]
 use steadfast::control::{Endpoint, Role, TlsClient, TlsServerConfig, serve_tls};
-use steadfast::control::{Token, serve_tcp_with};
-use steadfast::protocol::control::{CommandError, WireSnapshot};
+use steadfast::protocol::command::CommandError;
+use steadfast::protocol::control::WireSnapshot;
 use steadfast::protocol::lifecycle::LifecycleState;
 use steadfast_actors::control_dir::ControlDir;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};

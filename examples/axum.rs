@@ -10,7 +10,7 @@ use std::time::Duration;
 use axum::{Router, extract::State, http::StatusCode, routing::get};
 use steadfast::children::{Child, Children};
 use steadfast::fs::{Access, open_in_data_dir};
-use steadfast::{Made, Plan, Service, Step, StepContext, StepError, Supervisor};
+use steadfast::{Plan, Resource, Service, Step, StepContext, StepError, Supervisor};
 
 #[derive(serde::Deserialize)]
 struct Config {
@@ -74,7 +74,7 @@ impl Step for Serve {
     const NAME: &'static str = "serve";
     type Config = Config;
     type Output = ();
-    async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Made<()>, StepError> {
+    async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Resource<()>, StepError> {
         let file = open_in_data_dir(cx.data_dir, "notes", Access::AppendCreate);
         let file = file
             .map_err(StepError::hold)?
@@ -96,7 +96,7 @@ impl Step for Serve {
             .supervise(counter)
             .await
             .map_err(StepError::hold)?;
-        Ok(Made::new("listener", addr.clone(), ()))
+        Ok(Resource::new("listener", addr.clone(), ()))
     }
 }
 

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use steadfast::Supervisor;
 use steadfast::fs::{Access, File, open_in_data_dir};
 use steadfast::service::Connection;
-use steadfast::{ConfigChange, Made, Plan, Runtime, Service, Step, StepContext, StepError};
+use steadfast::{ConfigChange, Plan, Resource, Runtime, Service, Step, StepContext, StepError};
 use tokio::{io::AsyncWriteExt, net::TcpListener};
 
 #[derive(serde::Deserialize)]
@@ -46,7 +46,10 @@ impl Step for OpenCounter {
     const NAME: &'static str = "open_counter";
     type Config = Config;
     type Output = Arc<Counter>;
-    async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Made<Arc<Counter>>, StepError> {
+    async fn execute(
+        &self,
+        cx: StepContext<'_, Config>,
+    ) -> Result<Resource<Arc<Counter>>, StepError> {
         let path = &cx.config.path;
         let file = open_in_data_dir(cx.data_dir, path, Access::ReadWriteCreate)
             .map_err(|e| StepError::hold(format!("{path}: {e}")))?;
@@ -56,7 +59,7 @@ impl Step for OpenCounter {
         let count = digits.parse().map_err(bad)?;
         let (state, step) = (Mutex::new((file, count)), AtomicU64::new(cx.config.step));
         let counter = Arc::new(Counter { state, step });
-        Ok(Made::new("file", path.clone(), counter))
+        Ok(Resource::new("file", path.clone(), counter))
     }
 }
 
@@ -67,7 +70,7 @@ impl Step for Serve {
     const NAME: &'static str = "serve";
     type Config = Config;
     type Output = ();
-    async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Made<()>, StepError> {
+    async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Resource<()>, StepError> {
         let counter = cx.runtime.get::<OpenCounter>().cloned();
         let counter = counter.ok_or_else(|| StepError::backoff("no counter"))?;
         let addr = format!("127.0.0.1:{}", cx.config.port);
@@ -86,7 +89,7 @@ impl Step for Serve {
                 }
             },
         );
-        Ok(Made::new("listener", addr, ()))
+        Ok(Resource::new("listener", addr, ()))
     }
 }
 

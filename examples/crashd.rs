@@ -33,7 +33,7 @@ use steadfast::protocol::snapshot::PhaseOutcome;
 use steadfast::service::{Lifetime, ResourceRecord, StoreLock};
 use steadfast::supervisor::Timings;
 use steadfast::{
-    ExitIntent, Hold, Made, Observation, Plan, Runtime, Service, Step, StepContext, StepError,
+    ExitIntent, Hold, Observation, Plan, Resource, Runtime, Service, Step, StepContext, StepError,
     Supervisor,
 };
 use steadfast_actors::control_dir::ControlDir;
@@ -65,7 +65,7 @@ impl Step for Prepare {
     type Output = ();
     const LIFETIME: Lifetime = Lifetime::Outlives;
 
-    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Made<()>, StepError> {
+    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Resource<()>, StepError> {
         // A run interrupted after its intent (a crash before its checkpoint
         // was durable) may have left the file: creating it truncates it,
         // which adopts it whole.
@@ -75,7 +75,7 @@ impl Step for Prepare {
         std::fs::File::create(&self.path)
             .and_then(|f| f.sync_all())
             .map_err(|e| StepError::backoff(format!("{}: {e}", self.path.display())))?;
-        Ok(Made::new("file", self.path.display().to_string(), ()))
+        Ok(Resource::new("file", self.path.display().to_string(), ()))
     }
 
     /// On disk, not in the runtime: a resumed boot finds it.
@@ -111,9 +111,9 @@ impl Step for OpenStore {
     async fn execute(
         &self,
         cx: StepContext<'_, toml::Table>,
-    ) -> Result<Made<StoreLock>, StepError> {
+    ) -> Result<Resource<StoreLock>, StepError> {
         let lock = StoreLock::acquire(cx.data_dir).map_err(StepError::backoff)?;
-        Ok(Made::new("store", "store.lock", lock))
+        Ok(Resource::new("store", "store.lock", lock))
     }
 }
 
@@ -131,7 +131,7 @@ impl Step for Serve {
     async fn execute(
         &self,
         cx: StepContext<'_, toml::Table>,
-    ) -> Result<Made<Self::Output>, StepError> {
+    ) -> Result<Resource<Self::Output>, StepError> {
         let child = std::process::Command::new("sleep")
             .arg("60")
             .stdin(std::process::Stdio::null())
@@ -146,7 +146,7 @@ impl Step for Serve {
             stop.cancelled().await;
             Ok(())
         });
-        Ok(Made::new("process", pid.to_string(), child))
+        Ok(Resource::new("process", pid.to_string(), child))
     }
 
     async fn destroy(

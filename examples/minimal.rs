@@ -3,7 +3,7 @@
 //! `cargo run --example minimal -- --data-dir DIR [--config FILE]` (every flag of
 //! `steadfast::daemon::cli`), then `steadfastctl --data-dir DIR status`.
 use steadfast::service::Connection;
-use steadfast::{Made, Plan, Service, Step, StepContext, StepError, Supervisor};
+use steadfast::{Plan, Resource, Service, Step, StepContext, StepError, Supervisor};
 use tokio::{io::AsyncWriteExt, net::TcpListener};
 
 #[derive(serde::Deserialize)]
@@ -17,7 +17,7 @@ impl Step for Greet {
     const NAME: &'static str = "serve";
     type Config = Config;
     type Output = ();
-    async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Made<()>, StepError> {
+    async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Resource<()>, StepError> {
         let addr = &cx.config.listen_addr;
         let listener = TcpListener::bind(addr).await.map_err(StepError::backoff)?;
         // Each connection is a task of the runtime's: a drain ends it.
@@ -28,7 +28,7 @@ impl Step for Greet {
                 let _ = conn.stream.write_all(b"hello\n").await;
             },
         );
-        Ok(Made::new("listener", addr.clone(), ()))
+        Ok(Resource::new("listener", addr.clone(), ()))
     }
 }
 

@@ -18,7 +18,7 @@ use std::time::Duration;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use steadfast::Supervisor;
 use steadfast::children::{Child, ChildContext, Children, Handle};
-use steadfast::{Made, Plan, Service, Step, StepContext, StepError};
+use steadfast::{Plan, Resource, Service, Step, StepContext, StepError};
 
 /// How often each named child fails (`--fail NAME:MS`).
 type Failures = HashMap<String, Duration>;
@@ -83,7 +83,7 @@ impl Step for Workers {
     async fn execute(
         &self,
         cx: StepContext<'_, toml::Table>,
-    ) -> Result<Made<Self::Output>, StepError> {
+    ) -> Result<Resource<Self::Output>, StepError> {
         let f = &self.0;
         let period = Duration::from_secs(10);
         let cache = Handle::new();
@@ -104,7 +104,7 @@ impl Step for Workers {
             let group = group.intensity(3, period);
             cx.runtime.supervise(group).await.map_err(StepError::hold)?;
         }
-        Ok(Made::new("workers", "7", cache))
+        Ok(Resource::new("workers", "7", cache))
     }
 }
 

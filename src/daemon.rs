@@ -48,8 +48,8 @@
 //!
 //!   Datagrams are sent in order from a thread of their own: a blocking
 //!   `send` to a full socket waits there, never on a runtime worker.
-//! - [`run`] returns how the daemon [`Ended`];
-//!   `std::process::exit(ended.code())` gives the code its service manager
+//! - [`run`] returns why the daemon ended, an [`ExitReason`];
+//!   `std::process::exit(reason.code())` gives the code its service manager
 //!   reads (`spec/exit-codes.md`): [`EXIT_DRAINED`] (0) when SIGTERM or
 //!   SIGINT drained it (the manager stopped it) or a replacement took
 //!   over, [`EXIT_HALT`] (80) for `steadfastctl exit` (stay down),
@@ -80,7 +80,7 @@
 //!   with [`DaemonOptions::create_token`], a missing token file is created
 //!   (0600) first.
 //! - With `DaemonOptions::control_tls`, the control plane is also served
-//!   over TLS 1.3 (`crate::control::tls`: mutual TLS or a token inside the
+//!   over TLS 1.3 (`crate::control::TlsServerConfig`: mutual TLS or a token inside the
 //!   session, roles); SIGHUP and `reload` re-read its certificate files.
 //! - A control plane that was asked for and cannot be served is never
 //!   dropped silently: [`run_with`] returns [`DaemonError`] (naming the path
@@ -125,7 +125,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use steadfast_protocol::control::{Answer, Execute, cmd};
 
 use crate::control::ControlService;
-use crate::supervisor::{Supervisor, SupervisorHandle};
+use crate::embedding::{Supervisor, SupervisorHandle};
 use steadfast_actors::lifecycle::CommandError;
 
 #[cfg(feature = "cli")]
@@ -291,7 +291,7 @@ impl DaemonOptions {
 
     /// Serve the control plane over TLS 1.3 at `addr` with `config`'s
     /// certificate, key and client authorization (mutual TLS, tokens;
-    /// each with a role): see [`crate::control::tls`]. Any address may be
+    /// each with a role): see [`crate::control::TlsServerConfig`]. Any address may be
     /// used. SIGHUP and the `reload` method re-read its files. With the
     /// cargo feature `tls`.
     #[cfg(feature = "tls")]
@@ -351,11 +351,11 @@ pub const EXIT_NEVER_WORKS: i32 = 78;
 /// a failure and restarts, like a crash.
 pub const EXIT_START_FAILED: i32 = 1;
 
-/// How [`run_with`] ended: what the daemon's process should exit with
-/// ([`Ended::code`]).
+/// Why [`run_with`] ended, and so what the daemon's process should exit
+/// with ([`ExitReason::code`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum Ended {
+pub enum ExitReason {
     /// SIGTERM or SIGINT drained it: its service manager (or a terminal)
     /// stopped it. Exit [`EXIT_DRAINED`] (0).
     Drained,
@@ -370,7 +370,7 @@ pub enum Ended {
     HandedOver,
 }
 
-impl Ended {
+impl ExitReason {
     /// The process exit code (`spec/exit-codes.md`).
     #[must_use]
     pub const fn code(self) -> i32 {
@@ -404,6 +404,10 @@ impl Ended {
     }
 }
 
+/// The old name of [`ExitReason`].
+#[deprecated(since = "0.1.0", note = "renamed to `ExitReason`")]
+pub type Ended = ExitReason;
+
 /// The exit code for an I/O error that kept the daemon from starting:
 /// [`EXIT_NEVER_WORKS`] for a refusal a restart would meet again (no
 /// permission, no such file or directory, a read-only file system, an
@@ -431,7 +435,7 @@ fn control_exit_code(error: &crate::control::ControlError) -> i32 {
     }
 }
 
-impl crate::supervisor::SupervisorError {
+impl crate::embedding::SupervisorError {
     /// The exit code for a daemon whose supervisor could not be built
     /// (`spec/exit-codes.md`): [`EXIT_NEVER_WORKS`] for a data dir or
     /// control file steadfast refuses (a link, another user's or a
@@ -500,12 +504,12 @@ fn serve_tcp(
     let Some((addr, token_file)) = options.control_tcp.as_ref() else {
         return Ok(None);
     };
-    let token = match crate::control::Token::read_file(token_file) {
-        Err(crate::control::TokenError::Io { source, .. })
+    let token = match crate::control::auth::Token::read_file(token_file) {
+        Err(crate::control::auth::TokenError::Io { source, .. })
             if options.create_token && source.kind() == std::io::ErrorKind::NotFound =>
         {
             tracing::info!(path = %token_file.display(), "creating the control token file");
-            crate::control::Token::create_file(token_file)
+            crate::control::auth::Token::create_file(token_file)
         }
         read => read,
     };
@@ -529,7 +533,10 @@ fn serve_tcp(
 ///
 /// # Errors
 /// As [`run_with`].
-pub async fn run(supervisor: Supervisor, handle: SupervisorHandle) -> Result<Ended, DaemonError> {
+pub async fn run(
+    supervisor: Supervisor,
+    handle: SupervisorHandle,
+) -> Result<ExitReason, DaemonError> {
     run_with(
         supervisor,
         handle,
@@ -549,7 +556,7 @@ pub async fn run_with(
     supervisor: Supervisor,
     handle: SupervisorHandle,
     options: DaemonOptions,
-) -> Result<Ended, DaemonError> {
+) -> Result<ExitReason, DaemonError> {
     warm_blocking_pool();
     if options.logging {
         init_logging(options.log_format);
@@ -672,7 +679,7 @@ async fn run_serving(
     control: Option<crate::control::ServerGuard>,
     control_tcp: Option<crate::control::TcpServerGuard>,
     signals: bool,
-) -> Ended {
+) -> ExitReason {
     // Whether the exit the daemon ends on was a signal's (SIGTERM,
     // SIGINT): held while a signal's `exit` is asked, so the end waits
     // for its answer before it reads it.
@@ -741,9 +748,9 @@ async fn run_serving(
         .await
         .is_ok_and(|asked| *asked);
     let ended = match intent {
-        ExitIntent::Relaunch => Ended::Relaunch,
-        ExitIntent::Halt if drained => Ended::Drained,
-        ExitIntent::Halt => Ended::Halt,
+        ExitIntent::Relaunch => ExitReason::Relaunch,
+        ExitIntent::Halt if drained => ExitReason::Drained,
+        ExitIntent::Halt => ExitReason::Halt,
     };
     signals.abort();
     lost.abort();
@@ -783,7 +790,7 @@ const ANSWER_GRACE: Duration = Duration::from_millis(500);
 async fn handed_over_then_reported(
     handle: &SupervisorHandle,
     handed_over: &mut tokio::sync::watch::Receiver<bool>,
-) -> Ended {
+) -> ExitReason {
     if handed_over.wait_for(|over| *over).await.is_err() {
         std::future::pending::<()>().await;
     }
@@ -798,7 +805,7 @@ async fn handed_over_then_reported(
         Err(_) => None,
     };
     let Some(stop) = forwarded else {
-        return Ended::HandedOver;
+        return ExitReason::HandedOver;
     };
     tracing::info!(
         ?stop,
@@ -807,9 +814,9 @@ async fn handed_over_then_reported(
     let mut gone = side.successor_gone.subscribe();
     let _ = gone.wait_for(|gone| *gone).await;
     match stop {
-        Stop::Signal => Ended::Drained,
-        Stop::Exit(ExitIntent::Halt) => Ended::Halt,
-        Stop::Exit(ExitIntent::Relaunch) => Ended::Relaunch,
+        Stop::Signal => ExitReason::Drained,
+        Stop::Exit(ExitIntent::Halt) => ExitReason::Halt,
+        Stop::Exit(ExitIntent::Relaunch) => ExitReason::Relaunch,
     }
 }
 

@@ -48,9 +48,10 @@
 //! Checked by the unit tests here (`the_expected_peer_receives_the_lock_and_the_shared_files`,
 //! `a_candidate_hands_an_exit_back_until_the_offer_is_dropped`,
 //! `another_peer_gets_nothing`, `no_socket_is_not_found`,
-//! `a_later_supervisor_of_the_same_data_dir_offers_nothing_of_an_earlier_one`,
 //! `two_supervisors_in_a_candidate_each_get_their_own_lock`: a real
-//! candidate process with two data dirs) and by
+//! candidate process with two data dirs), by `embedding.rs`'s
+//! `a_later_supervisor_of_the_same_data_dir_offers_nothing_of_an_earlier_one`
+//! and by
 //! `tests/it/replace.rs` (real kvd processes). A [`HANDOVER_ENV`] naming a
 //! socket nobody serves (an inherited environment, a dead incumbent) hands
 //! nothing over: the data dir's lock alone decides who runs.

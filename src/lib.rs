@@ -10,7 +10,7 @@
 //! with `async fn`s; [`Supervisor::builder`] runs it over a data directory:
 //!
 //! ```no_run
-//! use steadfast::{Made, Plan, Service, Step, StepContext, StepError, Supervisor};
+//! use steadfast::{Plan, Resource, Service, Step, StepContext, StepError, Supervisor};
 //!
 //! #[derive(serde::Deserialize)]
 //! struct Config {
@@ -25,10 +25,10 @@
 //!     type Config = Config;
 //!     type Output = tokio::net::TcpListener;
 //!
-//!     async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Made<Self::Output>, StepError> {
+//!     async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Resource<Self::Output>, StepError> {
 //!         let addr = &cx.config.listen_addr;
 //!         let listener = tokio::net::TcpListener::bind(addr).await.map_err(StepError::backoff)?;
-//!         Ok(Made::new("listener", addr.clone(), listener))
+//!         Ok(Resource::new("listener", addr.clone(), listener))
 //!     }
 //! }
 //!
@@ -52,12 +52,20 @@
 //! ```
 //!
 //! # Layout
+//! Every public name has one path: what an embedding names is at the
+//! root, the rest of a topic in its module, the pure core whole under
+//! [`protocol`] (some of its names re-exported by name where a user needs
+//! them). `public-api.txt` in the repository lists every path.
+//!
 //! - At the root: what an embedding names — the [`Supervisor`] and its
-//!   [`SupervisorHandle`], the [`Service`] and its [`Step`]s, the
+//!   [`SupervisorHandle`], the [`Service`] and its [`Plan`] of [`Step`]s
+//!   (their [`StepContext`], [`Resource`], [`StepError`]), the [`Runtime`]
+//!   they build, the [`TomlFileSource`] of its config, the
 //!   [`CommandError`] every command answers.
 //! - [`service`]: the rest of what steps use (checkpoints, progress, the
-//!   store lock, the connections a runtime owns: `Runtime::accept_loop`); [`config`]: config sources and their errors;
-//!   [`supervisor`]: timings and the builder.
+//!   store lock, the connections a runtime owns: `Runtime::accept_loop`);
+//!   [`config`]: other config sources and their errors; [`supervisor`]:
+//!   the builder and its timings; [`children`]: supervised children.
 //! - [`control`]: the control plane's server (Unix socket, TCP behind a
 //!   token on loopback, or TLS 1.3 with client certificates or tokens and
 //!   roles) and its reconnecting client; `steadfastctl` (its own package)
@@ -81,28 +89,48 @@ pub use steadfast_protocol as protocol;
 
 pub mod control;
 pub mod daemon;
+mod embedding;
 pub mod handover;
 // Replacement drives real processes under real deadlines; the simulation runs no `replace`.
 #[allow(clippy::disallowed_methods)]
 pub mod replace;
 #[cfg(feature = "hyper")]
 pub mod serve;
-pub mod supervisor;
 
-/// Config sources, the effective config's errors, and the bounded read a
-/// service uses for files of its own.
+pub use embedding::{Supervisor, SupervisorError, SupervisorHandle};
+pub use steadfast_actors::config::TomlFileSource;
+#[allow(deprecated)] // the old name of `Resource`, for one release
+pub use steadfast_actors::service::Made;
+pub use steadfast_actors::service::{
+    ConfigChange, Observation, Plan, Resource, Runtime, Service, Step, StepContext, StepError,
+};
+pub use steadfast_protocol::command::{CommandError, Hold};
+pub use steadfast_protocol::lifecycle::ExitIntent;
+
+/// The builder of a [`Supervisor`] and what it is given beyond a service
+/// and a config source: timings, how much journal to keep; and what
+/// [`SupervisorHandle::reinit_prepare`] answers.
+pub mod supervisor {
+    pub use crate::embedding::{
+        DEFAULT_JOURNAL_KEEP_ATTEMPTS, ReinitConfirmation, SupervisorBuilder,
+    };
+    pub use steadfast_actors::context::Timings;
+}
+
+/// Config sources beyond the root's [`TomlFileSource`], the effective
+/// config's errors, and the bounded read a service uses for files of its
+/// own.
 pub mod config {
     pub use steadfast_actors::config::{
         ConfigError, ConfigSource, Fingerprint, MAX_CONFIG_BYTES, RESOLVE_DEADLINE, ResolvedConfig,
-        TomlFileSource, changed_leaves, parse_value, read_config_file,
+        changed_leaves, parse_value, read_config_file,
     };
 }
 
 /// What a [`Service`]'s steps use beyond the root's names.
 pub mod service {
     pub use steadfast_actors::service::{
-        CancellationToken, Checkpoint, ConfigChange, Connection, Lifetime, Listener, Made,
-        Observation, Plan, Runtime, Service, Shutdown, ShuttingDown, Step, StepContext, StepError,
+        CancellationToken, Checkpoint, Connection, Lifetime, Listener, Shutdown, ShuttingDown,
         StepProgress, TaskEnded, Tracker,
     };
     pub use steadfast_actors::store::StoreLock;
@@ -119,7 +147,10 @@ pub mod children {
         AutoShutdown, Child, ChildContext, ChildGone, ChildOpError, ChildState, Children,
         ChildrenError, DEFAULT_SHUTDOWN, Handle, Intensity, Restart, SpecError, Strategy,
     };
-    pub use steadfast_protocol::children::{ChildView, Exit, Kind, Op};
+    pub use steadfast_protocol::children::{ChildExit, ChildKind, ChildOp, ChildView};
+    #[allow(deprecated)]
+    // the old names of `ChildExit`, `ChildKind`, `ChildOp`, for one release
+    pub use steadfast_protocol::children::{Exit, Kind, Op};
 }
 
 /// Files under a data directory, opened without following a link and
@@ -130,14 +161,6 @@ pub mod fs {
         read_nofollow,
     };
 }
-
-pub use config::TomlFileSource;
-pub use service::{
-    ConfigChange, Made, Observation, Plan, Runtime, Service, Step, StepContext, StepError,
-};
-pub use steadfast_protocol::command::CommandError;
-pub use steadfast_protocol::lifecycle::ExitIntent;
-pub use supervisor::{Hold, Supervisor, SupervisorError, SupervisorHandle};
 
 /// The README's Rust blocks, compiled as they are written (`use` lines
 /// included) by `cargo test --doc`: a snippet that stops compiling fails

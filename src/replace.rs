@@ -45,15 +45,16 @@ use steadfast_actors::fsx;
 use steadfast_actors::lifecycle::Hold;
 use steadfast_actors::replace_runner::{AsyncDriver, StepFuture};
 use steadfast_actors::replacement::{DriverError, ReplaceDriver, ReplaceJob, SettleFuture};
-use steadfast_protocol::control::{Answer, CommandError, Execute, cmd};
+use steadfast_protocol::command::CommandError;
+use steadfast_protocol::control::{Answer, Execute, cmd};
 use steadfast_protocol::lifecycle::{ExitIntent, LifecycleState};
 use steadfast_protocol::replacement::{
     Budgets, Failure, Mode, Outcome, Progress, ReasonKind, ReplaceRefusal, Report, Step, Stop,
 };
 
 use crate::control::{ControlClient, ControlService};
+use crate::embedding::SupervisorHandle;
 use crate::handover::{DirKey, HANDOVER_ENV, Offer};
-use crate::supervisor::SupervisorHandle;
 
 /// The selection file's name in the control directory.
 pub const SELECTION_FILE: &str = "selection";

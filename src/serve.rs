@@ -19,7 +19,7 @@
 //!   aborted, so nothing is answered after `stopped`.
 //!
 //! ```no_run
-//! use steadfast::{Made, Step, StepContext, StepError};
+//! use steadfast::{Resource, Step, StepContext, StepError};
 //! use tokio::net::TcpListener;
 //!
 //! struct Http;
@@ -29,12 +29,12 @@
 //!     type Config = toml::Table;
 //!     type Output = ();
 //!
-//!     async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Made<()>, StepError> {
+//!     async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Resource<()>, StepError> {
 //!         let listener = TcpListener::bind("127.0.0.1:8080").await.map_err(StepError::backoff)?;
 //!         let router = axum::Router::new().route("/", axum::routing::get(|| async { "hello" }));
 //!         // Not `axum::serve(listener, router)`: its connections escape the drain.
 //!         steadfast::serve::http(cx.runtime, "http", listener, router);
-//!         Ok(Made::new("listener", "127.0.0.1:8080", ()))
+//!         Ok(Resource::new("listener", "127.0.0.1:8080", ()))
 //!     }
 //! }
 //! ```
@@ -49,7 +49,8 @@ use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::service::{Connection, Listener, Runtime, Tracker};
+use crate::Runtime;
+use crate::service::{Connection, Listener, Tracker};
 
 /// An error a served service or body may return.
 type BoxError = Box<dyn StdError + Send + Sync>;

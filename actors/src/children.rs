@@ -37,8 +37,8 @@ use std::time::Duration;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use steadfast_protocol::Timestamp;
 use steadfast_protocol::children::{
-    self as machine, ChildSpec, ChildView, Decision, Event, Exit, GroupSpec, Kind, Op, OpRefused,
-    Plan,
+    self as machine, ChildExit, ChildKind, ChildOp, ChildSpec, ChildView, Decision, Event,
+    GroupSpec, OpRefused, Plan,
 };
 use steadfast_protocol::journal::Record;
 use tokio::task::JoinHandle;
@@ -187,7 +187,7 @@ impl fmt::Debug for Child {
 }
 
 impl Child {
-    fn new(name: &str, kind: Kind, factory: Factory) -> Self {
+    fn new(name: &str, kind: ChildKind, factory: Factory) -> Self {
         Self {
             spec: ChildSpec {
                 name: name.to_owned(),
@@ -210,7 +210,7 @@ impl Child {
     {
         Self::new(
             name,
-            Kind::Task,
+            ChildKind::Task,
             Factory::Task(Arc::new(move |cx| Box::pin(factory(cx)))),
         )
     }
@@ -228,7 +228,7 @@ impl Child {
         let factory = Arc::new(factory);
         Self::new(
             name,
-            Kind::Actor,
+            ChildKind::Actor,
             Factory::Actor(Arc::new(move |supervisor| {
                 let handle = handle.clone();
                 let factory = Arc::clone(&factory);
@@ -528,7 +528,7 @@ impl Board {
     /// # Errors
     /// [`ChildOpError`]: no such child, the machine refused, or the group
     /// ended meanwhile.
-    pub async fn operate(&self, name: &str, op: Op) -> Result<ChildView, ChildOpError> {
+    pub async fn operate(&self, name: &str, op: ChildOp) -> Result<ChildView, ChildOpError> {
         let actor = self
             .lock()
             .iter()
@@ -581,7 +581,7 @@ pub enum ChildrenMsg {
         /// Which incarnation.
         incarnation: u32,
         /// How.
-        exit: Exit,
+        exit: ChildExit,
     },
     /// A start failed (reported through the mailbox, so a factory that
     /// always fails is paced by the machine, never a loop in one turn).
@@ -598,7 +598,7 @@ pub enum ChildrenMsg {
         /// The child's name.
         name: String,
         /// What to do.
-        op: Op,
+        op: ChildOp,
         /// Answered once done.
         reply: RpcReplyPort<Result<ChildView, ChildOpError>>,
     },
@@ -713,7 +713,7 @@ impl Actor for ChildrenActor {
                 error,
             } => {
                 state
-                    .exited(&myself, child, incarnation, Exit::StartFailed(error))
+                    .exited(&myself, child, incarnation, ChildExit::StartFailed(error))
                     .await;
             }
             ChildrenMsg::Operator { name, op, reply } => {
@@ -748,8 +748,10 @@ impl Actor for ChildrenActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let (cell, exit) = match event {
-            SupervisionEvent::ActorTerminated(cell, _, _) => (cell, Exit::Normal),
-            SupervisionEvent::ActorFailed(cell, error) => (cell, Exit::Panicked(error.to_string())),
+            SupervisionEvent::ActorTerminated(cell, _, _) => (cell, ChildExit::Normal),
+            SupervisionEvent::ActorFailed(cell, error) => {
+                (cell, ChildExit::Panicked(error.to_string()))
+            }
             _ => return Ok(()),
         };
         let id = cell.get_id();
@@ -815,7 +817,7 @@ impl ChildrenState {
         myself: &ActorRef<ChildrenMsg>,
         child: usize,
         incarnation: u32,
-        exit: Exit,
+        exit: ChildExit,
     ) {
         if let Some((_, current)) = self.group.state(child)
             && current == incarnation
@@ -858,7 +860,7 @@ impl ChildrenState {
         &mut self,
         myself: &ActorRef<ChildrenMsg>,
         name: &str,
-        op: Op,
+        op: ChildOp,
     ) -> Result<ChildView, ChildOpError> {
         let child = self
             .group
@@ -1003,9 +1005,9 @@ impl ChildrenState {
                 let report = myself.clone();
                 let join = tokio::spawn(async move {
                     let exit = match crate::panics::catch_unwind(future).await {
-                        Ok(Ok(())) => Exit::Normal,
-                        Ok(Err(error)) => Exit::Error(error),
-                        Err(panic) => Exit::Panicked(panic_message(panic.as_ref())),
+                        Ok(Ok(())) => ChildExit::Normal,
+                        Ok(Err(error)) => ChildExit::Error(error),
+                        Err(panic) => ChildExit::Panicked(panic_message(panic.as_ref())),
                     };
                     let _ = report.cast(ChildrenMsg::TaskEnded {
                         child,

@@ -38,7 +38,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 use steadfast_protocol::Timestamp;
 use steadfast_protocol::lifecycle::{LifecycleState, RetryClass};
-use steadfast_protocol::replacement::{Ended, Outcome, Report};
+use steadfast_protocol::replacement::{Outcome, Report, TransactionEnd};
 use steadfast_protocol::snapshot::Snapshot;
 
 /// Every state the machine has, so the state gauge shows each (0 or 1).
@@ -523,10 +523,10 @@ impl Metrics {
         }
         last.replacement_seq = Some(report.seq);
         let outcome = match ended {
-            Ended::Outcome(Outcome::Unchanged) => "unchanged".to_owned(),
-            Ended::Outcome(Outcome::Complete) => "complete".to_owned(),
-            Ended::Outcome(Outcome::RetirementPending) => "retirement_pending".to_owned(),
-            Ended::Failed { reason, .. } => format!("failed_{}", reason.name()),
+            TransactionEnd::Outcome(Outcome::Unchanged) => "unchanged".to_owned(),
+            TransactionEnd::Outcome(Outcome::Complete) => "complete".to_owned(),
+            TransactionEnd::Outcome(Outcome::RetirementPending) => "retirement_pending".to_owned(),
+            TransactionEnd::Failed { reason, .. } => format!("failed_{}", reason.name()),
         };
         self.replacements
             .get_or_create(&OutcomeLabels { outcome })

@@ -39,8 +39,8 @@ use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use steadfast_protocol::replacement::{
-    Budgets, Ended, Failure, Mode, Outcome, Progress, ReplaceRefusal, Report, Step, StepEvent,
-    Stop, StopDecision,
+    Budgets, Failure, Mode, Outcome, Progress, ReplaceRefusal, Report, Step, StepEvent, Stop,
+    StopDecision, TransactionEnd,
 };
 use tokio::sync::{mpsc, watch};
 
@@ -407,7 +407,7 @@ impl ReplacementState {
             if let Err(failure) = &result {
                 tracing::warn!(%failure, committed = failure.committed, "replacement failed");
             }
-            let ended = Ended::from_result(&result);
+            let ended = TransactionEnd::from_result(&result);
             let decision = StopDecision::once_ended(ended.committed());
             // Settle first (roll back, or hand over), then publish the end:
             // a watcher that sees the outcome sees a settled daemon.

@@ -176,18 +176,19 @@ pub struct StepContext<'a, C> {
     pub handover: &'a Arc<crate::handover::Handover>,
 }
 
-/// What a step made: the record the journal keeps (handed back to the same
-/// step's [`Step::observe`] and [`Step::destroy`]) and the live value the
-/// runtime keeps under the step's type.
+/// The resource a step made, as [`Step::execute`] returns it: the record
+/// the journal keeps (handed back to the same step's [`Step::observe`] and
+/// [`Step::destroy`]) and the live value the runtime keeps under the step's
+/// type.
 #[derive(Debug)]
-pub struct Made<T> {
+pub struct Resource<T> {
     /// The durable record of what was created.
     pub record: ResourceRecord,
     /// The live value, kept in the [`Runtime`] under the step's type.
     pub output: T,
 }
 
-impl<T> Made<T> {
+impl<T> Resource<T> {
     /// A record of `kind` and `id` (no payload) and the live `output`.
     pub fn new(kind: impl Into<String>, id: impl Into<String>, output: T) -> Self {
         Self {
@@ -201,19 +202,27 @@ impl<T> Made<T> {
     }
 }
 
+/// The old name of [`Resource`].
+#[deprecated(since = "0.1.0", note = "renamed to `Resource`")]
+pub type Made<T> = Resource<T>;
+
 /// One step of a plan: one type that owns its name, how it runs, how its
 /// resource is observed and how it is destroyed. Implemented with plain
 /// `async fn`s.
 ///
-/// The runtime keeps what [`Step::execute`] returns as [`Made::output`]
+/// The runtime keeps what [`Step::execute`] returns as [`Resource::output`]
 /// under the step's own type: a later step asks for it with
 /// [`Runtime::get`]`::<ThisStep>()`, so two steps never collide on one type.
 /// By default a step's resource is present while the runtime holds its
 /// output, and destroying it drops the output.
 ///
 /// ```no_run
-/// # use steadfast_actors as steadfast; // the facade's paths, as users write them
-/// use steadfast::service::{Connection, Made, Plan, Service, Step, StepContext, StepError};
+/// # mod steadfast { // the facade's paths, as users write them
+/// #     pub use steadfast_actors::service::{Plan, Resource, Service, Step, StepContext, StepError};
+/// #     pub mod service { pub use steadfast_actors::service::Connection; }
+/// # }
+/// use steadfast::service::Connection;
+/// use steadfast::{Plan, Resource, Service, Step, StepContext, StepError};
 ///
 /// #[derive(serde::Deserialize)]
 /// struct Config {
@@ -227,12 +236,12 @@ impl<T> Made<T> {
 ///     type Config = Config;
 ///     type Output = Option<tokio::net::TcpListener>;
 ///
-///     async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Made<Self::Output>, StepError> {
+///     async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Resource<Self::Output>, StepError> {
 ///         let listener = tokio::net::TcpListener::bind(&cx.config.listen_addr)
 ///             .await
 ///             .map_err(StepError::backoff)?;
 ///         let bound = listener.local_addr().map_err(StepError::backoff)?;
-///         Ok(Made::new("listener", bound.to_string(), Some(listener)))
+///         Ok(Resource::new("listener", bound.to_string(), Some(listener)))
 ///     }
 /// }
 ///
@@ -243,7 +252,7 @@ impl<T> Made<T> {
 ///     type Config = Config;
 ///     type Output = ();
 ///
-///     async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Made<()>, StepError> {
+///     async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Resource<()>, StepError> {
 ///         // An earlier step's output, asked for by its step's type.
 ///         let listener = cx
 ///             .runtime
@@ -254,7 +263,7 @@ impl<T> Made<T> {
 ///         cx.runtime.accept_loop("accept", listener, |conn: Connection<tokio::net::TcpListener>| async move {
 ///             drop(conn.stream);
 ///         });
-///         Ok(Made::new("serve", "accept", ()))
+///         Ok(Resource::new("serve", "accept", ()))
 ///     }
 /// }
 ///
@@ -288,7 +297,7 @@ pub trait Step: Sized + Send + Sync + 'static {
     fn execute(
         &self,
         cx: StepContext<'_, Self::Config>,
-    ) -> impl Future<Output = Result<Made<Self::Output>, StepError>> + Send;
+    ) -> impl Future<Output = Result<Resource<Self::Output>, StepError>> + Send;
 
     /// Whether this step's resource (its own `record`) is really there.
     /// Decides both the resume (a present resource is not recreated) and the
@@ -513,8 +522,10 @@ pub struct ConfigChange<'a, C> {
 /// over a typed config. Implemented with plain `async fn`s.
 ///
 /// ```no_run
-/// # use steadfast_actors as steadfast; // the facade's paths, as users write them
-/// use steadfast::service::{Made, Plan, Service, Step, StepContext, StepError};
+/// # mod steadfast { // the facade's paths, as users write them
+/// #     pub use steadfast_actors::service::{Plan, Resource, Service, Step, StepContext, StepError};
+/// # }
+/// use steadfast::{Plan, Resource, Service, Step, StepContext, StepError};
 ///
 /// #[derive(serde::Deserialize)]
 /// struct Config {
@@ -528,8 +539,8 @@ pub struct ConfigChange<'a, C> {
 ///     type Config = Config;
 ///     type Output = String;
 ///
-///     async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Made<String>, StepError> {
-///         Ok(Made::new("greeting", "stdout", cx.config.greeting.clone()))
+///     async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Resource<String>, StepError> {
+///         Ok(Resource::new("greeting", "stdout", cx.config.greeting.clone()))
 ///     }
 /// }
 ///
@@ -861,10 +872,10 @@ impl Runtime {
     /// within its own shutdown timeout and the drain's grace.
     ///
     /// ```no_run
-    /// # use steadfast_actors as steadfast;
+    /// # mod steadfast { pub use steadfast_actors::{children, service::Runtime}; } // the facade's paths
     /// use std::time::Duration;
     /// use steadfast::children::{Child, Children, Restart};
-    /// # async fn f(runtime: &mut steadfast::service::Runtime) -> Result<(), steadfast::children::ChildrenError> {
+    /// # async fn f(runtime: &mut steadfast::Runtime) -> Result<(), steadfast::children::ChildrenError> {
     /// runtime
     ///     .supervise(
     ///         Children::one_for_one()
@@ -953,7 +964,7 @@ impl Runtime {
     pub async fn operate_child(
         &self,
         name: &str,
-        op: steadfast_protocol::children::Op,
+        op: steadfast_protocol::children::ChildOp,
     ) -> Result<steadfast_protocol::children::ChildView, crate::children::ChildOpError> {
         match &self.supervised {
             Some(s) => s.env.board.operate(name, op).await,
@@ -1260,8 +1271,8 @@ mod tests {
         async fn execute(
             &self,
             _cx: StepContext<'_, toml::Table>,
-        ) -> Result<Made<String>, StepError> {
-            Ok(Made::new("side", "left", "l".to_owned()))
+        ) -> Result<Resource<String>, StepError> {
+            Ok(Resource::new("side", "left", "l".to_owned()))
         }
     }
 
@@ -1272,12 +1283,12 @@ mod tests {
         async fn execute(
             &self,
             cx: StepContext<'_, toml::Table>,
-        ) -> Result<Made<String>, StepError> {
+        ) -> Result<Resource<String>, StepError> {
             let left = cx
                 .runtime
                 .get::<Left>()
                 .ok_or_else(|| StepError::hold("no left"))?;
-            Ok(Made::new("side", "right", format!("{left}r")))
+            Ok(Resource::new("side", "right", format!("{left}r")))
         }
     }
 

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use steadfast::config::{ConfigSource, ResolvedConfig};
-use steadfast::{Made, Plan, Service, Step, StepContext, StepError};
+use steadfast::{Plan, Resource, Service, Step, StepContext, StepError};
 
 /// A service with one step that creates nothing.
 pub struct Noop;
@@ -19,8 +19,8 @@ impl Step for Nothing {
     type Config = toml::Table;
     type Output = ();
 
-    async fn execute(&self, _cx: StepContext<'_, toml::Table>) -> Result<Made<()>, StepError> {
-        Ok(Made::new("noop", "", ()))
+    async fn execute(&self, _cx: StepContext<'_, toml::Table>) -> Result<Resource<()>, StepError> {
+        Ok(Resource::new("noop", "", ()))
     }
 }
 

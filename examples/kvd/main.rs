@@ -59,7 +59,7 @@
 //! `steadfastctl config set log_level debug`; `config unset log_level`
 //! goes back to `RUST_LOG`. Each request is a debug line. Under systemd
 //! the lines carry syslog priorities (`tests/it/logs.rs`). The process exits with how it
-//! ended (`steadfast::daemon::Ended::code`): 0 drained by SIGTERM, 80 halt,
+//! ended (`steadfast::daemon::ExitReason::code`): 0 drained by SIGTERM, 80 halt,
 //! 75 relaunch (`spec/exit-codes.md`).
 //!
 //! `store.log`, `store.snapshot`, `store.lock` and the compaction's temp
@@ -145,7 +145,7 @@ use steadfast::fs::Dir;
 use steadfast::handover::Handover;
 use steadfast::service::{Connection, ResourceRecord, Shutdown, StoreLock};
 use steadfast::{
-    ConfigChange, Made, Plan, Runtime, Service, Step, StepContext, StepError, Supervisor,
+    ConfigChange, Plan, Resource, Runtime, Service, Step, StepContext, StepError, Supervisor,
 };
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
 use tokio::net::TcpListener;
@@ -1202,7 +1202,10 @@ impl Step for OpenStore {
     type Config = Config;
     type Output = Offered<StoreLock>;
 
-    async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Made<Self::Output>, StepError> {
+    async fn execute(
+        &self,
+        cx: StepContext<'_, Config>,
+    ) -> Result<Resource<Self::Output>, StepError> {
         // An overlap replacement's candidate adopts the store lock its
         // incumbent handed over; anyone else takes it.
         let lock = match cx.handover.take(STORE_LOCK_HANDOVER) {
@@ -1217,7 +1220,7 @@ impl Step for OpenStore {
             .share(STORE_LOCK_HANDOVER, lock_file)
             .map_err(StepError::backoff)?;
         let path = StoreLock::path_under(cx.data_dir).display().to_string();
-        Ok(Made::new(
+        Ok(Resource::new(
             "store_lock",
             path,
             Offered {
@@ -1247,7 +1250,7 @@ impl Step for ReplayLog {
     type Config = Config;
     type Output = Shared;
 
-    async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Made<Shared>, StepError> {
+    async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Resource<Shared>, StepError> {
         let path = cx.data_dir.join(LOG_NAME);
         let replayed = tokio::task::spawn_blocking({
             let data_dir = cx.data_dir.to_path_buf();
@@ -1267,7 +1270,7 @@ impl Step for ReplayLog {
             }
         })?;
         let id = format!("{} ({} keys)", path.display(), replayed.map.len());
-        Ok(Made::new("store", id, Arc::new(Mutex::new(replayed))))
+        Ok(Resource::new("store", id, Arc::new(Mutex::new(replayed))))
     }
 }
 
@@ -1281,7 +1284,10 @@ impl Step for BindListener {
     /// The listener until `serve` takes it.
     type Output = Offered<Option<TcpListener>>;
 
-    async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Made<Self::Output>, StepError> {
+    async fn execute(
+        &self,
+        cx: StepContext<'_, Config>,
+    ) -> Result<Resource<Self::Output>, StepError> {
         let addr = cx.config.listen_addr.as_str();
         // An overlap candidate accepts on its incumbent's socket.
         let listener = match cx.handover.take_listener(LISTENER_HANDOVER) {
@@ -1299,7 +1305,7 @@ impl Step for BindListener {
             item: Some(listener),
             handover: Arc::clone(cx.handover),
         };
-        Ok(Made::new("listener", bound.to_string(), offered))
+        Ok(Resource::new("listener", bound.to_string(), offered))
     }
 
     async fn destroy(
@@ -1324,7 +1330,7 @@ impl Step for Serve {
     /// The settings that apply in place.
     type Output = Arc<Live>;
 
-    async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Made<Arc<Live>>, StepError> {
+    async fn execute(&self, cx: StepContext<'_, Config>) -> Result<Resource<Arc<Live>>, StepError> {
         let listener = cx
             .runtime
             .get_mut::<BindListener>()
@@ -1415,7 +1421,7 @@ impl Step for Serve {
                 }
             }
         });
-        Ok(Made::new("serve", "accept", live))
+        Ok(Resource::new("serve", "accept", live))
     }
 }
 

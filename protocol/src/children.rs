@@ -21,7 +21,7 @@
 //! - nothing starts once the shutdown has begun or the group has ended;
 //! - an exit of an incarnation that is no longer current changes nothing.
 //!
-//! Operator commands ([`Op`]) act on one child alone and never count
+//! Operator commands ([`ChildOp`]) act on one child alone and never count
 //! against the intensity (as OTP's `restart_child`); an operator's stop of
 //! a significant child is not its end. Where the machine departs from OTP
 //! (a strategy takes only the siblings that run; the intensity's window is
@@ -64,7 +64,7 @@ impl Restart {
 
     /// Whether a child of this type that ended with `exit` is restarted.
     #[must_use]
-    pub const fn restarts_after(self, exit: &Exit) -> bool {
+    pub const fn restarts_after(self, exit: &ChildExit) -> bool {
         match self {
             Self::Permanent => true,
             Self::Transient => !exit.is_normal(),
@@ -145,14 +145,14 @@ impl Default for Intensity {
 /// What a child is, as status shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Kind {
+pub enum ChildKind {
     /// An async task.
     Task,
     /// A ractor actor.
     Actor,
 }
 
-impl Kind {
+impl ChildKind {
     /// Its spelling in status.
     #[must_use]
     pub const fn as_str(self) -> &'static str {
@@ -163,13 +163,17 @@ impl Kind {
     }
 }
 
+/// The old name of [`ChildKind`].
+#[deprecated(since = "0.1.0", note = "renamed to `ChildKind`")]
+pub type Kind = ChildKind;
+
 /// One child as its group declares it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChildSpec {
     /// Unique in its runtime; see [`check_name`].
     pub name: String,
     /// A task or an actor.
-    pub kind: Kind,
+    pub kind: ChildKind,
     /// When it is started again.
     pub restart: Restart,
     /// Whether its end (when not restarted) may end the runtime
@@ -274,7 +278,7 @@ impl GroupSpec {
 /// How a child's incarnation ended.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Exit {
+pub enum ChildExit {
     /// It returned `Ok` (an actor: stopped on its own).
     Normal,
     /// It returned an error (an actor: stopped with a reason).
@@ -285,7 +289,7 @@ pub enum Exit {
     StartFailed(String),
 }
 
-impl Exit {
+impl ChildExit {
     /// Whether this is a normal end (a transient child's end for good).
     #[must_use]
     pub const fn is_normal(&self) -> bool {
@@ -293,7 +297,7 @@ impl Exit {
     }
 }
 
-impl fmt::Display for Exit {
+impl fmt::Display for ChildExit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Normal => f.write_str("returned"),
@@ -304,10 +308,14 @@ impl fmt::Display for Exit {
     }
 }
 
+/// The old name of [`ChildExit`].
+#[deprecated(since = "0.1.0", note = "renamed to `ChildExit`")]
+pub type Exit = ChildExit;
+
 /// An operator's command about one child.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Op {
+pub enum ChildOp {
     /// Stop it if it runs, then start it.
     Restart,
     /// Stop it; it stays stopped until started.
@@ -316,7 +324,7 @@ pub enum Op {
     Start,
 }
 
-impl Op {
+impl ChildOp {
     /// Its spelling on the wire and the command line.
     #[must_use]
     pub const fn as_str(self) -> &'static str {
@@ -328,6 +336,10 @@ impl Op {
     }
 }
 
+/// The old name of [`ChildOp`].
+#[deprecated(since = "0.1.0", note = "renamed to `ChildOp`")]
+pub type Op = ChildOp;
+
 /// What happens to a group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
@@ -338,7 +350,7 @@ pub enum Event {
         /// Which incarnation (from 1).
         incarnation: u32,
         /// How.
-        exit: Exit,
+        exit: ChildExit,
         /// When.
         at: Timestamp,
     },
@@ -347,7 +359,7 @@ pub enum Event {
         /// The child's index.
         child: usize,
         /// What to do.
-        op: Op,
+        op: ChildOp,
         /// When.
         at: Timestamp,
     },
@@ -465,7 +477,7 @@ pub enum Decision {
         /// The child's name.
         child: String,
         /// Its end.
-        exit: Exit,
+        exit: ChildExit,
         /// The running children, to stop.
         stop: Vec<usize>,
     },
@@ -487,7 +499,7 @@ pub enum ChildState {
     /// Its current incarnation runs.
     Running,
     /// It ended and is not restarted: how.
-    Ended(Exit),
+    Ended(ChildExit),
     /// Stopped by an operator or by a sibling's restart that does not
     /// restart it (a temporary child).
     Stopped,
@@ -500,7 +512,7 @@ impl ChildState {
         match self {
             Self::NotStarted => "not_started",
             Self::Running => "running",
-            Self::Ended(Exit::Normal) => "ended",
+            Self::Ended(ChildExit::Normal) => "ended",
             Self::Ended(_) => "failed",
             Self::Stopped => "stopped",
         }
@@ -537,7 +549,7 @@ pub struct ChildView {
     /// Its name.
     pub name: String,
     /// Task or actor.
-    pub kind: Kind,
+    pub kind: ChildKind,
     /// Its restart type.
     pub restart: Restart,
     /// Whether it is significant.
@@ -725,7 +737,7 @@ impl Group {
         }
     }
 
-    fn ended_quietly(&mut self, i: usize, incarnation: u32, exit: &Exit) {
+    fn ended_quietly(&mut self, i: usize, incarnation: u32, exit: &ChildExit) {
         if let Some(child) = self.children.get_mut(i)
             && child.incarnation == incarnation
             && child.state == ChildState::Running
@@ -734,7 +746,7 @@ impl Group {
         }
     }
 
-    fn exited(&mut self, i: usize, incarnation: u32, exit: &Exit, at: Timestamp) -> Decision {
+    fn exited(&mut self, i: usize, incarnation: u32, exit: &ChildExit, at: Timestamp) -> Decision {
         let Some(child) = self.children.get_mut(i) else {
             return Decision::Ignore;
         };
@@ -822,7 +834,7 @@ impl Group {
     }
 
     /// Child `i` ended and is not restarted: does its end end the runtime?
-    fn ended_for_good(&mut self, i: usize, exit: &Exit) -> Decision {
+    fn ended_for_good(&mut self, i: usize, exit: &ChildExit) -> Decision {
         let child = &self.children[i];
         if !child.spec.significant {
             return Decision::Ended;
@@ -847,22 +859,22 @@ impl Group {
         }
     }
 
-    fn operator(&mut self, i: usize, op: Op) -> Decision {
+    fn operator(&mut self, i: usize, op: ChildOp) -> Decision {
         let Some(child) = self.children.get_mut(i) else {
             return Decision::Ignore;
         };
         let running = child.state == ChildState::Running;
         match (op, running) {
-            (Op::Start, true) => Decision::Refused(OpRefused::Running),
-            (Op::Stop, false) => Decision::Refused(OpRefused::NotRunning),
-            (Op::Stop, true) => {
+            (ChildOp::Start, true) => Decision::Refused(OpRefused::Running),
+            (ChildOp::Stop, false) => Decision::Refused(OpRefused::NotRunning),
+            (ChildOp::Stop, true) => {
                 child.state = ChildState::Stopped;
                 Decision::Restart(Plan {
                     stop: vec![i],
                     ..Plan::default()
                 })
             }
-            (Op::Start | Op::Restart, _) => {
+            (ChildOp::Start | ChildOp::Restart, _) => {
                 let stop = if running { vec![i] } else { Vec::new() };
                 let first = child.incarnation == 0;
                 child.incarnation = child.incarnation.saturating_add(1);

@@ -143,7 +143,7 @@ pub enum ExitIntent {
     /// Exit 80: stay down, as an operator asked (`steadfastctl exit`). The
     /// shipped service-manager snippets leave it down (`spec/exit-codes.md`);
     /// a daemon drained by its manager's SIGTERM exits 0 instead
-    /// (`steadfast::daemon::Ended`).
+    /// (`steadfast::daemon::ExitReason`).
     Halt,
     /// Exit 75 (`EX_TEMPFAIL`): a failure exit, so the service manager
     /// starts a fresh process.

@@ -590,7 +590,7 @@ pub struct StepEvent {
 /// How a transaction ended, for a report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Ended {
+pub enum TransactionEnd {
     /// It ended without failing.
     Outcome(Outcome),
     /// It failed: where, whether selection had committed, why.
@@ -606,7 +606,7 @@ pub enum Ended {
     },
 }
 
-impl Ended {
+impl TransactionEnd {
     /// The report's end for a runner's result.
     #[must_use]
     pub fn from_result<E: fmt::Display>(result: &Result<Outcome, Failure<E>>) -> Self {
@@ -634,6 +634,10 @@ impl Ended {
     }
 }
 
+/// The old name of [`TransactionEnd`].
+#[deprecated(since = "0.1.0", note = "renamed to `TransactionEnd`")]
+pub type Ended = TransactionEnd;
+
 /// The progress of one replacement transaction, as a daemon publishes it
 /// while the transaction runs and after it ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -654,7 +658,7 @@ pub struct Report {
     /// Every step asked and answered, in order.
     pub events: Vec<StepEvent>,
     /// How it ended; `None` while it runs.
-    pub ended: Option<Ended>,
+    pub ended: Option<TransactionEnd>,
 }
 
 /// Why a replacement was not started. Wire names are snake_case.

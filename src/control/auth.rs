@@ -1,7 +1,7 @@
 //! The TCP transport's credential: a 32-byte token kept in a 0600 file, and
 //! the fixed-size handshake that presents it before tarpc sees a byte
 //! (`spec/control.md`, "TCP handshake"). The TLS transport
-//! ([`super::tls`]) sends the same hello inside its session (or the
+//! ([`super::TlsServerConfig`]) sends the same hello inside its session (or the
 //! [`certificate_hello`] when the client certificate alone authorizes).
 //!
 //! Why plain TCP carries only a token and no TLS: it is meant for the
@@ -11,8 +11,9 @@
 //! mode expresses. It does **not** encrypt or authenticate the traffic
 //! that follows: on a non-loopback address anyone on the path can read the
 //! token and the snapshots and replay the token. So TCP binds loopback
-//! unless told otherwise, and [`super::tcp::serve_tcp`] logs a warning when
-//! told otherwise; reach a remote daemon over [`super::tls`] (or a tunnel).
+//! unless told otherwise, and [`super::serve_tcp`] logs a warning when
+//! told otherwise; reach a remote daemon over TLS (`serve_tls`), or a
+//! tunnel.
 //!
 //! Invariants, and the tests that check them:
 //! - A token file readable or writable by group or others, or owned by

@@ -44,7 +44,7 @@ use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use steadfast_protocol::control::Role;
+use steadfast_protocol::command::Role;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 

@@ -75,7 +75,7 @@ use steadfast_protocol::history::JournalAttempt;
 use steadfast_protocol::lifecycle::ExitIntent;
 use steadfast_protocol::snapshot::{ConfigView, Snapshot};
 #[cfg(doc)]
-use steadfast_protocol::{control::CommandError, lifecycle::Refused};
+use steadfast_protocol::{command::CommandError, lifecycle::Refused};
 use tarpc::ServerError;
 use tarpc::client::RpcError;
 use tokio::net::UnixStream;
@@ -1125,7 +1125,7 @@ impl ControlClient {
     pub async fn child(
         &self,
         name: &str,
-        op: steadfast_protocol::children::Op,
+        op: steadfast_protocol::children::ChildOp,
     ) -> Result<steadfast_protocol::children::ChildView, ClientError> {
         let wire = self
             .call(cmd::Child {

@@ -5,7 +5,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use steadfast_protocol::control::CommandError;
+use steadfast_protocol::command::CommandError;
 use steadfast_protocol::lifecycle::Refused;
 use tarpc::client::RpcError;
 

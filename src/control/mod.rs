@@ -2,20 +2,23 @@
 //! socket, or opt-in over TCP behind a token handshake, so an operator
 //! (`steadfastctl`) or a script drives a daemon.
 //!
-//! - [`server`]: [`serve_unix`] serves a [`crate::SupervisorHandle`] on a
-//!   socket (mode 0600, peer uid checked before any frame is read).
-//! - [`tcp`]: [`serve_tcp`] serves it on a TCP port (loopback by default);
-//!   a client presents a token before any frame is decoded.
-//! - [`tls`]: `serve_tls` serves it over TLS 1.3 (rustls): mutual TLS
-//!   or a token inside the session, each peer with a role (`read`,
-//!   `operate`); certificates reloaded with the daemon.
-//! - [`auth`]: the token ([`Token`]: its 0600 file, the handshake bytes,
-//!   the constant-time comparison) and why plain TCP is loopback only.
-//! - [`client`]: [`ControlClient`] calls either, and reconnects.
+//! - [`serve_unix`] serves a [`crate::SupervisorHandle`] on a socket (mode
+//!   0600, peer uid checked before any frame is read).
+//! - [`serve_tcp`] serves it on a TCP port (loopback by default); a client
+//!   presents a token before any frame is decoded.
+//! - `serve_tls` serves it over TLS 1.3 (rustls): mutual TLS or a token
+//!   inside the session, each peer with a role (`read`, `operate`);
+//!   certificates reloaded with the daemon ([`TlsServerConfig`]).
+//! - [`ControlClient`] calls any of them, and reconnects.
+//! - [`auth`]: the token ([`auth::Token`]: its 0600 file, the handshake
+//!   bytes, the constant-time comparison) and why plain TCP is loopback
+//!   only.
 //! - [`codec`]: the frames both sides use (bincode 1.3.3, 1 MiB limit,
 //!   deadlines clamped on the server).
 //!
-//! The service trait and its wire values live in the pure core,
+//! Each name has one path: the servers, the client and their settings
+//! here; the token and the hello's bytes in [`auth`], the frames in
+//! [`codec`]. The service trait and its wire values live in the pure core,
 //! [`steadfast_protocol::control`]. Checked end to end by
 //! `tests/it/control.rs`, `tests/it/control_tcp.rs`, `tests/it/control_tls.rs` and
 //! `tests/it/ctl.rs`.
@@ -26,7 +29,7 @@ pub mod auth;
 mod bounds;
 // Real sockets under real deadlines: the simulation serves no connection.
 #[allow(clippy::disallowed_methods)]
-pub mod client;
+mod client;
 // Real sockets under real deadlines: the simulation serves no connection.
 #[allow(clippy::disallowed_methods)]
 pub mod codec;
@@ -36,23 +39,30 @@ pub(crate) mod conn;
 mod error;
 mod execute;
 mod limits;
-mod rewake;
+mod repoll;
 // Real sockets under real deadlines: the simulation serves no connection.
 #[allow(clippy::disallowed_methods)]
-pub mod server;
-pub mod tcp;
-pub mod tls;
+mod server;
+mod tcp;
+// `daemon::cli` checks a TLS config before the supervisor is built.
+pub(crate) mod tls;
 
-pub use auth::{Token, TokenError};
-pub use client::{ClientError, ControlClient, Endpoint};
+pub use client::{
+    ClientError, ControlClient, DEFAULT_CALL_TIMEOUT, Endpoint, SocketFile, socket_file,
+};
 /// The service the commands are carried out by, for the commands whose
 /// impls live above the control plane (`reload`, `replace`).
 pub(crate) use execute::ControlService;
-pub use server::{ControlError, ServerGuard, ServerLimits, serve_unix, serve_unix_with};
-pub use steadfast_protocol::control::Role;
+pub use server::{
+    ControlError, MAX_SOCKET_PATH, SOCKET_CHECK, SOCKET_MODE, ServerGuard, ServerLimits,
+    serve_unix, serve_unix_with,
+};
+pub use steadfast_protocol::command::Role;
 pub use steadfast_protocol::control::WireSnapshot;
-pub use tcp::{TcpServerGuard, serve_tcp, serve_tcp_with};
-pub use tls::{Fingerprint, TlsError, TlsServerConfig};
+pub use tcp::{LOOPBACK, TcpServerGuard, serve_tcp, serve_tcp_with};
+#[allow(deprecated)] // the old name of `CertFingerprint`, for one release
+pub use tls::Fingerprint;
+pub use tls::{CertFingerprint, TlsError, TlsServerConfig};
 #[cfg(feature = "tls")]
 pub use tls::{TlsClient, TlsServerGuard, serve_tls, serve_tls_with};
 
@@ -68,7 +78,7 @@ pub struct InProcess(execute::ControlService);
 impl InProcess {
     /// A new connection to `handle`.
     #[must_use]
-    pub fn new(handle: crate::supervisor::SupervisorHandle) -> Self {
+    pub fn new(handle: crate::embedding::SupervisorHandle) -> Self {
         Self(execute::ControlService::new(handle))
     }
 

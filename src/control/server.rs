@@ -89,9 +89,10 @@
 //!   `snapshot` reads the latest published snapshot (the handle's watch
 //!   channel, no round trip to the Lifecycle actor) and clones only what
 //!   the lean form keeps.
-//! - Every served connection runs inside `Rewake` (`rewake`): tarpc's channel wakes
-//!   its own task as it answers, and is polled again in place rather than
-//!   rescheduled as a yield (which woke another worker thread per call).
+//! - Every served connection runs inside `RepollOnSelfWake` (`repoll`):
+//!   tarpc's channel wakes its own task as it answers, and is polled again
+//!   in place rather than rescheduled as a yield (which woke another worker
+//!   thread per call).
 
 use std::fs;
 use std::io;
@@ -105,7 +106,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use steadfast_actors::accept::AcceptBackoff;
-use steadfast_protocol::control::{ControlRequest, ControlResponse, Role, dispatch, forbidden};
+use steadfast_protocol::command::Role;
+use steadfast_protocol::control::{ControlRequest, ControlResponse, dispatch, forbidden};
 use tarpc::ServerError;
 use tarpc::context::Context;
 use tarpc::server::{BaseChannel, Channel, Serve};
@@ -123,8 +125,8 @@ use super::error::io_err;
 use super::execute::ControlService;
 use super::limits::through_dir;
 pub use super::limits::{MAX_SOCKET_PATH, ServerLimits};
-use super::rewake::Rewake;
-use crate::supervisor::SupervisorHandle;
+use super::repoll::RepollOnSelfWake;
+use crate::embedding::SupervisorHandle;
 
 /// The mode of the control socket.
 pub const SOCKET_MODE: u32 = 0o600;
@@ -627,7 +629,7 @@ pub(crate) async fn serve_admitted<S, K>(
     let trickle = frame_watch(limits.frame_timeout, activity);
     // tarpc's channel wakes itself as it answers: polled again in place
     // rather than rescheduled as a yield that wakes another worker.
-    Rewake::new(async {
+    RepollOnSelfWake::new(async {
         tokio::select! {
             // In this order: a stopped server answers nothing more, even a
             // call that arrived in the same wake as the stop (an unbiased

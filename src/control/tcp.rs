@@ -60,8 +60,8 @@ use super::bounds::{Evict, Pool, Slot};
 use super::error::{ClientError, ControlError};
 use super::limits::ServerLimits;
 use super::server::serve_admitted;
-use crate::supervisor::SupervisorHandle;
-use steadfast_protocol::control::Role;
+use crate::embedding::SupervisorHandle;
+use steadfast_protocol::command::Role;
 
 /// The loopback address a daemon's control port is usually bound to (the
 /// port is the caller's choice).

@@ -71,13 +71,15 @@ use std::sync::OnceLock;
 use clap::builder::{PossibleValuesParser, TypedValueParser as _};
 
 use super::{
-    DaemonError, DaemonOptions, EXIT_NEVER_WORKS, Ended, LogFormat, LogLevel, LogLevelError,
+    DaemonError, DaemonOptions, EXIT_NEVER_WORKS, ExitReason, LogFormat, LogLevel, LogLevelError,
 };
-use crate::config::{ConfigError, TomlFileSource};
-use crate::control::{Fingerprint, TlsError, Token, TokenError};
+use crate::TomlFileSource;
+use crate::config::ConfigError;
+use crate::control::auth::{Token, TokenError};
+use crate::control::{CertFingerprint, TlsError};
 #[cfg(feature = "tls")]
 use crate::control::{Role, TlsServerConfig};
-use crate::supervisor::{Supervisor, SupervisorBuilder, SupervisorError, SupervisorHandle};
+use crate::embedding::{Supervisor, SupervisorBuilder, SupervisorError, SupervisorHandle};
 
 /// The variable that names the data directory when `--data-dir` does not
 /// (`steadfastctl`'s too).
@@ -201,7 +203,7 @@ pub struct DaemonArgs {
         requires = "tls_client_ca",
         value_parser = parse_fingerprint
     )]
-    pub tls_read_only_fingerprint: Vec<Fingerprint>,
+    pub tls_read_only_fingerprint: Vec<CertFingerprint>,
     /// --control-tls: a client presenting the token in this file (0600)
     /// inside the session may operate (repeatable).
     #[arg(long, value_name = "FILE", requires = "control_tls")]
@@ -220,8 +222,8 @@ fn log_format(name: &str) -> LogFormat {
     }
 }
 
-fn parse_fingerprint(text: &str) -> Result<Fingerprint, String> {
-    Fingerprint::from_hex(text).ok_or_else(|| {
+fn parse_fingerprint(text: &str) -> Result<CertFingerprint, String> {
+    CertFingerprint::from_hex(text).ok_or_else(|| {
         format!("{text:?} is not a SHA-256 fingerprint (64 hex digits, colons allowed)")
     })
 }
@@ -386,11 +388,11 @@ impl CliError {
     }
 }
 
-/// Exit the process: with how the daemon ended ([`Ended::code`]: 0
+/// Exit the process: with how the daemon ended ([`ExitReason::code`]: 0
 /// drained by a signal, 80 halt, 75 relaunch), or, for an error, after
 /// saying it on stderr as `NAME: error` (a [`CliError::Daemon`] is logged
 /// already: only its flag is said), with [`CliError::exit_code`].
-pub fn exit(name: &str, outcome: Result<Ended, CliError>) -> ! {
+pub fn exit(name: &str, outcome: Result<ExitReason, CliError>) -> ! {
     let code = match outcome {
         Ok(ended) => {
             tracing::info!(
@@ -493,7 +495,7 @@ impl Launch {
         });
         let ended = runtime.block_on(async {
             super::catch_signals();
-            prepared.start(build)?.run().await
+            prepared.build(build)?.run().await
         });
         exit(&name, ended)
     }
@@ -615,12 +617,12 @@ impl Launch {
     /// data directory and the config source), and run it.
     ///
     /// # Errors
-    /// As [`Self::prepare`], [`Prepared::start`] and [`Started::run`].
+    /// As [`Self::prepare`], [`Prepared::build`] and [`Built::run`].
     pub async fn run(
         self,
         build: impl FnOnce(&Path, TomlFileSource) -> SupervisorBuilder,
-    ) -> Result<Ended, CliError> {
-        self.prepare()?.start(build)?.run().await
+    ) -> Result<ExitReason, CliError> {
+        self.prepare()?.build(build)?.run().await
     }
 }
 
@@ -678,10 +680,10 @@ impl Prepared {
     /// # Errors
     /// [`CliError::Supervisor`] when the data directory cannot be opened
     /// (held by another daemon, a corrupt journal).
-    pub fn start(
+    pub fn build(
         self,
         build: impl FnOnce(&Path, TomlFileSource) -> SupervisorBuilder,
-    ) -> Result<Started, CliError> {
+    ) -> Result<Built, CliError> {
         let (supervisor, handle) = build(&self.data_dir, self.source.clone())
             .build()
             .map_err(CliError::Supervisor)?;
@@ -689,23 +691,36 @@ impl Prepared {
         if let Some((_, message)) = crate::replace::Selection::elsewhere(&self.data_dir) {
             tracing::warn!(daemon = %self.name, "{message}");
         }
-        Ok(Started {
+        Ok(Built {
             prepared: self,
             supervisor,
             handle,
         })
     }
+
+    /// The old name of [`Self::build`] (it builds the supervisor; nothing
+    /// starts until [`Built::run`]).
+    ///
+    /// # Errors
+    /// As [`Self::build`].
+    #[deprecated(since = "0.1.0", note = "renamed to `build`")]
+    pub fn start(
+        self,
+        build: impl FnOnce(&Path, TomlFileSource) -> SupervisorBuilder,
+    ) -> Result<Built, CliError> {
+        self.build(build)
+    }
 }
 
-/// The supervisor built, not yet running.
+/// The supervisor built, not yet running: [`Built::run`] runs it.
 #[derive(Debug)]
-pub struct Started {
+pub struct Built {
     prepared: Prepared,
     supervisor: Supervisor,
     handle: SupervisorHandle,
 }
 
-impl Started {
+impl Built {
     /// The supervisor's handle (to watch it, or serve more).
     #[must_use]
     pub const fn handle(&self) -> &SupervisorHandle {
@@ -717,7 +732,7 @@ impl Started {
     ///
     /// # Errors
     /// [`CliError::Daemon`] when a listener a flag asks for cannot be served.
-    pub async fn run(self) -> Result<Ended, CliError> {
+    pub async fn run(self) -> Result<ExitReason, CliError> {
         let Prepared {
             options, tcp, tls, ..
         } = self.prepared;
@@ -729,6 +744,10 @@ impl Started {
             })
     }
 }
+
+/// The old name of [`Built`].
+#[deprecated(since = "0.1.0", note = "renamed to `Built`")]
+pub type Started = Built;
 
 /// The flag whose listener `error` is about.
 fn daemon_flag(
@@ -798,7 +817,7 @@ fn tls_config(args: &DaemonArgs) -> Result<TlsServerConfig, CliError> {
         config = config.client_ca(ca, Role::Operate);
     }
     for file in &args.tls_read_only_cert {
-        let fingerprint = Fingerprint::of_pem_file(file).map_err(|source| CliError::Tls {
+        let fingerprint = CertFingerprint::of_pem_file(file).map_err(|source| CliError::Tls {
             flag: "--tls-read-only-cert",
             source,
         })?;

@@ -8,7 +8,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use steadfast::control::{ClientError, ControlClient, Endpoint, TlsClient, Token};
+use steadfast::control::auth::Token;
+use steadfast::control::{ClientError, ControlClient, Endpoint, TlsClient};
 
 use crate::cli::{Cli, Cmd, host_of, host_port};
 use crate::{DATA_DIR_ENV, DEFAULT_TIMEOUT};

@@ -11,7 +11,7 @@
 //!   the Unix socket (no `--tcp`/`--tls` flags), and
 //!   `STEADFASTCTL_NO_RECORD` is not set;
 //! - the control socket's file passes every check a dial makes before it
-//!   connects (`steadfast::control::client::socket_file`: its directory's
+//!   connects (`steadfast::control::socket_file`: its directory's
 //!   and its own owner and mode, no link followed, the trusted-uid rule);
 //! - `status` in that directory, opened `O_NOFOLLOW` through the checked
 //!   directory's descriptor, is a regular file with one link, owned by the
@@ -51,7 +51,7 @@ use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use rustix::fs::{FileType, Mode, OFlags};
-use steadfast::control::client::{ClientError, SocketFile};
+use steadfast::control::{ClientError, SocketFile};
 use steadfast::protocol::snapshot::Snapshot;
 use steadfast::protocol::status_record::{self, HEADER_LEN, MAX_BODY_LEN, RecordError, Writer};
 
@@ -84,7 +84,7 @@ pub(super) fn read(socket: &Path) -> Read {
     if std::env::var_os(NO_RECORD_ENV).is_some() {
         return Read::Ask;
     }
-    match steadfast::control::client::socket_file(socket) {
+    match steadfast::control::socket_file(socket) {
         Ok(file) => trusted(&file).map_or(Read::Ask, |s| Read::Trusted(Box::new(s))),
         Err(error) if error.ends_a_dial() => Read::NoDaemon(error),
         Err(_) => Read::Ask,

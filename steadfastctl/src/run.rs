@@ -224,7 +224,7 @@ pub async fn run(cli: Cli) -> ExitCode {
 /// `child list|restart|stop|start`: the list from the snapshot (the read
 /// role's); a command answered with the child as it now stands.
 async fn child(client: &ControlClient, command: &ChildCmd, json: bool) -> ExitCode {
-    use steadfast::protocol::children::Op;
+    use steadfast::protocol::children::ChildOp;
     let (name, op) = match command {
         ChildCmd::List => {
             return match client.snapshot().await {
@@ -239,9 +239,9 @@ async fn child(client: &ControlClient, command: &ChildCmd, json: bool) -> ExitCo
                 Err(error) => fail(&error),
             };
         }
-        ChildCmd::Restart { name, .. } => (name, Op::Restart),
-        ChildCmd::Stop { name, .. } => (name, Op::Stop),
-        ChildCmd::Start { name, .. } => (name, Op::Start),
+        ChildCmd::Restart { name, .. } => (name, ChildOp::Restart),
+        ChildCmd::Stop { name, .. } => (name, ChildOp::Stop),
+        ChildCmd::Start { name, .. } => (name, ChildOp::Start),
     };
     match client.child(name, op).await {
         Ok(view) => {
@@ -641,7 +641,7 @@ pub async fn replace(
     json: bool,
 ) -> ExitCode {
     use steadfast::protocol::control::ReplaceRequest;
-    use steadfast::protocol::replacement::{Ended, Mode, Step};
+    use steadfast::protocol::replacement::{Mode, Step, TransactionEnd};
     let Some(setup_budget_ms) = secs_to_ms(setup_budget).filter(|&ms| ms > 0) else {
         errln!("steadfastctl: --setup-budget must be a positive number of seconds");
         return ExitCode::from(2);
@@ -700,13 +700,13 @@ pub async fn replace(
                 print_json_line(ended);
             }
             return match ended {
-                Ended::Outcome(outcome) => {
+                TransactionEnd::Outcome(outcome) => {
                     if !json {
                         outln!("outcome: {outcome:?}");
                     }
                     ExitCode::SUCCESS
                 }
-                Ended::Failed {
+                TransactionEnd::Failed {
                     step,
                     committed,
                     message,

@@ -11,8 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::{PATIENCE, exit, running, supervise_with, until};
+use steadfast::ConfigChange;
 use steadfast::protocol::lifecycle::{LifecycleState, StopReason, StoreOutcome};
-use steadfast::service::{ConfigChange, StoreLock};
+use steadfast::service::StoreLock;
 use steadfast::{ExitIntent, Hold, TomlFileSource};
 use tokio::sync::Notify;
 
@@ -26,8 +27,8 @@ impl steadfast::Step for Nothing {
     async fn execute(
         &self,
         _cx: steadfast::StepContext<'_, toml::Table>,
-    ) -> Result<steadfast::Made<()>, steadfast::StepError> {
-        Ok(steadfast::Made::new("nothing", "", ()))
+    ) -> Result<steadfast::Resource<()>, steadfast::StepError> {
+        Ok(steadfast::Resource::new("nothing", "", ()))
     }
 }
 
@@ -50,7 +51,7 @@ impl steadfast::Service for HeldApply {
     fn apply_config(
         &self,
         change: ConfigChange<'_, toml::Table>,
-        _runtime: &mut steadfast::service::Runtime,
+        _runtime: &mut steadfast::Runtime,
     ) -> impl Future<Output = Vec<String>> + Send {
         let changed = change.changed.to_vec();
         async move {

@@ -31,7 +31,7 @@ use steadfast::protocol::journal::Record;
 use steadfast::protocol::lifecycle::LifecycleState;
 use steadfast::protocol::snapshot::AttemptResult;
 use steadfast::{
-    ExitIntent, Hold, Made, Plan, Service, Step, StepContext, StepError, SupervisorHandle,
+    ExitIntent, Hold, Plan, Resource, Service, Step, StepContext, StepError, SupervisorHandle,
 };
 
 /// How many boots the test may take to land the stop in the window.
@@ -53,8 +53,8 @@ impl Step for Prepare {
     type Config = toml::Table;
     type Output = ();
 
-    async fn execute(&self, _cx: StepContext<'_, toml::Table>) -> Result<Made<()>, StepError> {
-        Ok(Made::new(Self::NAME, Self::NAME, ()))
+    async fn execute(&self, _cx: StepContext<'_, toml::Table>) -> Result<Resource<()>, StepError> {
+        Ok(Resource::new(Self::NAME, Self::NAME, ()))
     }
 }
 
@@ -66,7 +66,7 @@ impl Step for Serve {
     type Config = toml::Table;
     type Output = ();
 
-    async fn execute(&self, _cx: StepContext<'_, toml::Table>) -> Result<Made<()>, StepError> {
+    async fn execute(&self, _cx: StepContext<'_, toml::Table>) -> Result<Resource<()>, StepError> {
         if self.0.stop_in_last_step.swap(false, Ordering::SeqCst) {
             let handle = self.0.handle.get().expect("the handle is set").clone();
             let stopper = handle.clone();
@@ -85,7 +85,7 @@ impl Step for Serve {
                 }
             });
         }
-        Ok(Made::new(Self::NAME, Self::NAME, ()))
+        Ok(Resource::new(Self::NAME, Self::NAME, ()))
     }
 }
 

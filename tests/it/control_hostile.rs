@@ -40,8 +40,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{PATIENCE, Switch, exit, good, running, supervise, until};
+use steadfast::control::auth::Token;
 use steadfast::control::{
-    ControlClient, Endpoint, ServerLimits, Token, serve_tcp_with, serve_unix, serve_unix_with,
+    ControlClient, Endpoint, ServerLimits, serve_tcp_with, serve_unix, serve_unix_with,
 };
 use steadfast::protocol::lifecycle::RefusedBecause;
 use steadfast::{ExitIntent, Hold};

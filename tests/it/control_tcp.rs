@@ -15,10 +15,10 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::*;
-use steadfast::control::auth::{ANSWER_ACCEPTED, ANSWER_REFUSED, HELLO_LEN};
+use steadfast::control::auth::{ANSWER_ACCEPTED, ANSWER_REFUSED, HELLO_LEN, Token, TokenError};
 use steadfast::control::{
-    ClientError, ControlClient, ControlError, ServerLimits, TcpServerGuard, Token, TokenError,
-    serve_tcp, serve_tcp_with,
+    ClientError, ControlClient, ControlError, ServerLimits, TcpServerGuard, serve_tcp,
+    serve_tcp_with,
 };
 use steadfast::protocol::control::MAX_FRAME_LEN;
 use steadfast::{ExitIntent, SupervisorHandle};
@@ -550,7 +550,7 @@ async fn a_daemon_serves_tcp_and_creates_its_token_file() {
         .expect("the daemon ends")
         .expect("task")
         .expect("the control planes were served");
-    assert_eq!(intent, steadfast::daemon::Ended::Halt);
+    assert_eq!(intent, steadfast::daemon::ExitReason::Halt);
     assert!(
         TcpStream::connect(addr).await.is_err(),
         "the port is closed once the daemon returns"

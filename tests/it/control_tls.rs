@@ -16,9 +16,10 @@ use common::*;
 use pki::{Ca, write_private};
 use rcgen::KeyPair;
 use steadfast::Hold;
+use steadfast::control::auth::Token;
 use steadfast::control::{
-    ClientError, ControlClient, ControlError, Endpoint, Fingerprint, Role, ServerLimits, TlsClient,
-    TlsError, TlsServerConfig, TlsServerGuard, Token, serve_tls, serve_tls_with,
+    CertFingerprint, ClientError, ControlClient, ControlError, Endpoint, Role, ServerLimits,
+    TlsClient, TlsError, TlsServerConfig, TlsServerGuard, serve_tls, serve_tls_with,
 };
 use steadfast::{CommandError, ExitIntent, SupervisorHandle};
 use tokio::io::AsyncReadExt;
@@ -278,7 +279,7 @@ async fn a_read_only_peer_reads_but_is_refused_a_command() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let pki = Pki::new(tmp.path());
     let viewer = pki.client_ca.leaf(tmp.path(), "viewer", false, false);
-    let viewer_print = Fingerprint::of_pem_file(&viewer.0).expect("a fingerprint");
+    let viewer_print = CertFingerprint::of_pem_file(&viewer.0).expect("a fingerprint");
     let token_path = tmp.path().join("read.token");
     let read_token = Token::create_file(&token_path).expect("a token");
     let config = pki
@@ -646,7 +647,7 @@ async fn steadfastctl_over_tls() {
     let pki = Pki::new(tmp.path());
     let viewer = pki.client_ca.leaf(tmp.path(), "viewer", false, false);
     let config = pki.mutual().cert_role(
-        Fingerprint::of_pem_file(&viewer.0).expect("a fingerprint"),
+        CertFingerprint::of_pem_file(&viewer.0).expect("a fingerprint"),
         Role::Read,
     );
     let (run, handle, server) = running_on_tls(tmp.path(), config, ServerLimits::default()).await;
@@ -798,7 +799,7 @@ async fn read_peers_cannot_take_the_operate_slots() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let pki = Pki::new(tmp.path());
     let viewer = pki.client_ca.leaf(tmp.path(), "viewer", false, false);
-    let viewer_print = Fingerprint::of_pem_file(&viewer.0).expect("a fingerprint");
+    let viewer_print = CertFingerprint::of_pem_file(&viewer.0).expect("a fingerprint");
     let limits = ServerLimits {
         max_connections: 3,
         max_connections_per_peer: 3,
@@ -873,7 +874,7 @@ async fn a_daemon_serves_tls_through_its_options() {
         .expect("the daemon ends")
         .expect("task")
         .expect("the control planes were served");
-    assert_eq!(intent, steadfast::daemon::Ended::Halt);
+    assert_eq!(intent, steadfast::daemon::ExitReason::Halt);
 }
 
 /// `steadfastctl --inventory` over TLS: two daemons served over mutual
@@ -895,7 +896,7 @@ async fn an_inventory_reaches_daemons_over_tls() {
         std::fs::create_dir(dir).expect("mkdir");
     }
     let read_only = pki.mutual().cert_role(
-        Fingerprint::of_pem_file(&viewer.0).expect("a fingerprint"),
+        CertFingerprint::of_pem_file(&viewer.0).expect("a fingerprint"),
         Role::Read,
     );
     let (run_a, a, server_a) = running_on_tls(&a_dir, read_only, ServerLimits::default()).await;

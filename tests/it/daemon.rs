@@ -378,7 +378,7 @@ async fn run_with_signals_off_leaves_the_dispositions_alone() {
     let intent = daemon.await.expect("task").expect("the daemon ran");
     assert_eq!(
         intent,
-        steadfast::daemon::Ended::Halt,
+        steadfast::daemon::ExitReason::Halt,
         "a halt asked through the handle"
     );
 }

@@ -12,7 +12,7 @@ use steadfast::protocol::journal::{Record, ResourceRecord as Res, attempts_in, o
 use steadfast::protocol::lifecycle::LifecycleState;
 use steadfast::protocol::snapshot::PhaseOutcome;
 use steadfast::supervisor::Timings;
-use steadfast::{ExitIntent, Made, Plan, Service, Step, StepContext, StepError, Supervisor};
+use steadfast::{ExitIntent, Plan, Resource, Service, Step, StepContext, StepError, Supervisor};
 use steadfast_actors::control_dir::{COMPACT_TMP_NAME, ControlDir};
 
 /// One step, `work`, that takes 1.2 s: silent, or reporting progress every
@@ -27,7 +27,7 @@ impl Step for Slow {
     type Config = toml::Table;
     type Output = ();
 
-    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Made<()>, StepError> {
+    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Resource<()>, StepError> {
         let report = cx.config.get("report").and_then(toml::Value::as_bool) == Some(true);
         for _ in 0..24 {
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -35,7 +35,7 @@ impl Step for Slow {
                 cx.progress.report();
             }
         }
-        Ok(Made::new("work", "done", ()))
+        Ok(Resource::new("work", "done", ()))
     }
 }
 

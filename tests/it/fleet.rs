@@ -591,14 +591,14 @@ async fn tcp_entries_present_their_token_files() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let daemons = fleet(tmp.path(), 1).await;
     let token = tmp.path().join("d00.token");
-    steadfast::control::Token::create_file(&token).expect("a token file");
+    steadfast::control::auth::Token::create_file(&token).expect("a token file");
     let server = steadfast::control::serve_tcp(
         daemons[0].handle.clone(),
         "127.0.0.1:0".parse().expect("addr"),
         &token,
     )
     .expect("serves tcp");
-    steadfast::control::Token::create_file(tmp.path().join("other.token")).expect("another");
+    steadfast::control::auth::Token::create_file(tmp.path().join("other.token")).expect("another");
     let addr = server.local_addr();
     let file = inventory(
         &tmp.path().join("fleet.toml"),

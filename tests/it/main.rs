@@ -61,6 +61,7 @@ mod metrics;
 mod notify;
 mod operator_view;
 mod preflight;
+mod renamed;
 mod replace;
 mod replace_stop;
 mod serve_frameworks;

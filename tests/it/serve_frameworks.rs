@@ -28,7 +28,7 @@ use hyper::http::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use steadfast::protocol::lifecycle::LifecycleState;
 use steadfast::supervisor::Timings;
-use steadfast::{Hold, Made, Plan, Runtime, Service, Step, StepContext, StepError, Supervisor};
+use steadfast::{Hold, Plan, Resource, Runtime, Service, Step, StepContext, StepError, Supervisor};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, Semaphore};
 
@@ -89,14 +89,14 @@ impl Step for Bind {
     const NAME: &'static str = "serve";
     type Config = toml::Table;
     type Output = ();
-    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Made<()>, StepError> {
+    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Resource<()>, StepError> {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .map_err(StepError::backoff)?;
         let addr = listener.local_addr().map_err(StepError::backoff)?;
         *self.addr.lock().unwrap_or_else(PoisonError::into_inner) = Some(addr);
         (self.serve)(cx.runtime, listener, Arc::clone(&self.probe));
-        Ok(Made::new("listener", addr.to_string(), ()))
+        Ok(Resource::new("listener", addr.to_string(), ()))
     }
 }
 

@@ -721,8 +721,8 @@ async fn a_plan_that_names_a_step_twice_is_held_naming_it() {
         async fn execute(
             &self,
             _cx: steadfast::StepContext<'_, toml::Table>,
-        ) -> Result<steadfast::Made<()>, steadfast::StepError> {
-            Ok(steadfast::Made::new("nothing", "", ()))
+        ) -> Result<steadfast::Resource<()>, steadfast::StepError> {
+            Ok(steadfast::Resource::new("nothing", "", ()))
         }
     }
     struct Twice;

@@ -306,14 +306,14 @@ impl steadfast::Step for Stubborn {
     async fn execute(
         &self,
         cx: steadfast::StepContext<'_, toml::Table>,
-    ) -> Result<steadfast::Made<()>, steadfast::StepError> {
+    ) -> Result<steadfast::Resource<()>, steadfast::StepError> {
         if cx.config.get("stubborn").and_then(toml::Value::as_bool) == Some(true) {
             cx.runtime.spawn("stubborn", async {
                 std::future::pending::<()>().await;
                 Ok(())
             });
         }
-        Ok(steadfast::Made::new("task", "stubborn", ()))
+        Ok(steadfast::Resource::new("task", "stubborn", ()))
     }
 }
 
@@ -325,7 +325,7 @@ impl steadfast::Step for Work {
     async fn execute(
         &self,
         cx: steadfast::StepContext<'_, toml::Table>,
-    ) -> Result<steadfast::Made<()>, steadfast::StepError> {
+    ) -> Result<steadfast::Resource<()>, steadfast::StepError> {
         let leaf = |name: &str| cx.config.get(name).cloned();
         let reports = leaf("reports")
             .and_then(|v| v.as_integer())
@@ -340,7 +340,7 @@ impl steadfast::Step for Work {
         if leaf("fail").and_then(|v| v.as_bool()) == Some(true) {
             return Err(steadfast::StepError::backoff("work failed on its own"));
         }
-        Ok(steadfast::Made::new("work", "done", ()))
+        Ok(steadfast::Resource::new("work", "done", ()))
     }
 }
 

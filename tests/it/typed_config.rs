@@ -57,8 +57,8 @@ impl steadfast::Step for Idle {
     async fn execute(
         &self,
         _cx: steadfast::StepContext<'_, Counted>,
-    ) -> Result<steadfast::Made<()>, steadfast::StepError> {
-        Ok(steadfast::Made::new("idle", "", ()))
+    ) -> Result<steadfast::Resource<()>, steadfast::StepError> {
+        Ok(steadfast::Resource::new("idle", "", ()))
     }
 }
 
@@ -78,8 +78,8 @@ impl steadfast::Service for TakesStep {
 
     async fn apply_config(
         &self,
-        change: steadfast::service::ConfigChange<'_, Counted>,
-        _runtime: &mut steadfast::service::Runtime,
+        change: steadfast::ConfigChange<'_, Counted>,
+        _runtime: &mut steadfast::Runtime,
     ) -> Vec<String> {
         self.offered
             .lock()

@@ -73,8 +73,8 @@ impl TomlFileSource {
     /// a directory, a socket, a bigger file), as any other unreadable file.
     ///
     /// ```
-    /// # use steadfast_actors as steadfast; // the facade's paths, as users write them
-    /// use steadfast::config::TomlFileSource;
+    /// # use steadfast_actors::config as steadfast; // the facade's path, as users write it
+    /// use steadfast::TomlFileSource;
     ///
     /// let dir = tempfile::tempdir()?;
     /// let path = dir.path().join("app.toml");
@@ -112,8 +112,8 @@ impl TomlFileSource {
     /// too big, not TOML) still fails the resolve.
     ///
     /// ```
-    /// # use steadfast_actors as steadfast; // the facade's paths, as users write them
-    /// use steadfast::config::TomlFileSource;
+    /// # use steadfast_actors::config as steadfast; // the facade's path, as users write it
+    /// use steadfast::TomlFileSource;
     ///
     /// let dir = tempfile::tempdir()?;
     /// let source = TomlFileSource::new()

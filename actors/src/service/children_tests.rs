@@ -9,7 +9,7 @@ use std::sync::Mutex as StdMutex;
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use steadfast_protocol::children::{ChildState, Exit, Op};
+use steadfast_protocol::children::{ChildExit, ChildOp, ChildState};
 
 use crate::children::*;
 use crate::service::Runtime;
@@ -78,7 +78,7 @@ async fn a_transient_child_that_returns_is_not_restarted_and_the_runtime_runs_on
         )
         .await
         .unwrap();
-    until(|| state_of(&runtime, "once").0 == ChildState::Ended(Exit::Normal)).await;
+    until(|| state_of(&runtime, "once").0 == ChildState::Ended(ChildExit::Normal)).await;
     assert_eq!(state_of(&runtime, "once").1, 1);
     assert!(ended.try_recv().is_err(), "the runtime did not end");
     assert!(
@@ -136,7 +136,7 @@ async fn a_temporary_child_that_panics_is_never_restarted_even_under_one_for_all
     until(|| {
         matches!(
             state_of(&runtime, "temp").0,
-            ChildState::Ended(Exit::Panicked(_))
+            ChildState::Ended(ChildExit::Panicked(_))
         )
     })
     .await;
@@ -340,21 +340,21 @@ async fn an_operator_restarts_one_child_and_nothing_else() {
         .await
         .unwrap();
     until(|| trace.lines().len() == 2).await;
-    let view = runtime.operate_child("a", Op::Restart).await.unwrap();
+    let view = runtime.operate_child("a", ChildOp::Restart).await.unwrap();
     assert_eq!((view.state, view.incarnation), (ChildState::Running, 2));
     until(|| trace.lines().len() == 4).await;
     assert_eq!(trace.lines()[2..], ["stop a#1", "start a#2"]);
     assert!(matches!(
-        runtime.operate_child("a", Op::Start).await,
+        runtime.operate_child("a", ChildOp::Start).await,
         Err(ChildOpError::Refused { .. })
     ));
     assert!(matches!(
-        runtime.operate_child("zed", Op::Stop).await,
+        runtime.operate_child("zed", ChildOp::Stop).await,
         Err(ChildOpError::Unknown(_))
     ));
-    runtime.operate_child("b", Op::Stop).await.unwrap();
+    runtime.operate_child("b", ChildOp::Stop).await.unwrap();
     assert_eq!(state_of(&runtime, "b").0, ChildState::Stopped);
-    runtime.operate_child("b", Op::Start).await.unwrap();
+    runtime.operate_child("b", ChildOp::Start).await.unwrap();
     assert_eq!(state_of(&runtime, "b"), (ChildState::Running, 2, 1));
 }
 

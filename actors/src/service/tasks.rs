@@ -324,8 +324,12 @@ impl Runtime {
     /// - A handler's end (or panic) ends only its connection.
     ///
     /// ```no_run
-    /// # use steadfast_actors as steadfast; // the facade's paths, as users write them
-    /// use steadfast::service::{Connection, Made, Step, StepContext, StepError};
+    /// # mod steadfast { // the facade's paths, as users write them
+    /// #     pub use steadfast_actors::service::{Resource, Step, StepContext, StepError};
+    /// #     pub mod service { pub use steadfast_actors::service::Connection; }
+    /// # }
+    /// use steadfast::service::Connection;
+    /// use steadfast::{Resource, Step, StepContext, StepError};
     /// use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     /// use tokio::net::TcpListener;
     ///
@@ -336,7 +340,7 @@ impl Runtime {
     ///     type Config = toml::Table;
     ///     type Output = ();
     ///
-    ///     async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Made<()>, StepError> {
+    ///     async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Resource<()>, StepError> {
     ///         let listener = TcpListener::bind("127.0.0.1:7070").await.map_err(StepError::backoff)?;
     ///         cx.runtime.accept_loop("echo", listener, |conn: Connection<TcpListener>| async move {
     ///             let (read, mut write) = conn.stream.into_split();
@@ -349,7 +353,7 @@ impl Runtime {
     ///                 }
     ///             }
     ///         });
-    ///         Ok(Made::new("listener", "127.0.0.1:7070", ()))
+    ///         Ok(Resource::new("listener", "127.0.0.1:7070", ()))
     ///     }
     /// }
     /// ```

@@ -15,8 +15,8 @@ use steadfast_actors::replacement::{
 };
 use steadfast_protocol::lifecycle::ExitIntent;
 use steadfast_protocol::replacement::{
-    Budgets, Ended, Failure, Mode, Outcome, Progress, ReasonKind, ReplaceRefusal, Report, Step,
-    Stop,
+    Budgets, Failure, Mode, Outcome, Progress, ReasonKind, ReplaceRefusal, Report, Step, Stop,
+    TransactionEnd,
 };
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 
@@ -184,7 +184,10 @@ async fn a_second_replacement_is_refused_while_one_runs() {
     );
     gate.add_permits(1);
     let report = ended(&fx, 1).await;
-    assert_eq!(report.ended, Some(Ended::Outcome(Outcome::Complete)));
+    assert_eq!(
+        report.ended,
+        Some(TransactionEnd::Outcome(Outcome::Complete))
+    );
     // Once it ended, the next one is accepted.
     let third = request(&fx, gated(&gate, None, false))
         .await
@@ -192,7 +195,7 @@ async fn a_second_replacement_is_refused_while_one_runs() {
     assert_eq!(third.serial, 2);
     assert_eq!(
         ended(&fx, 2).await.ended,
-        Some(Ended::Outcome(Outcome::Complete))
+        Some(TransactionEnd::Outcome(Outcome::Complete))
     );
 }
 
@@ -248,7 +251,7 @@ async fn another_process_holding_the_upgrade_lock_refuses() {
         .expect("starts once the other holder is gone");
     assert_eq!(
         ended(&fx, report.serial).await.ended,
-        Some(Ended::Outcome(Outcome::Complete))
+        Some(TransactionEnd::Outcome(Outcome::Complete))
     );
 }
 
@@ -318,7 +321,7 @@ async fn the_report_follows_every_step() {
     );
     assert_eq!(
         report.ended,
-        Some(Ended::Failed {
+        Some(TransactionEnd::Failed {
             step: Step::Validate,
             committed: false,
             reason: ReasonKind::Adapter,
@@ -367,7 +370,7 @@ async fn a_stop_before_commit_aborts_and_is_carried_out_here() {
     let report = ended(&fx, 1).await;
     assert!(matches!(
         report.ended,
-        Some(Ended::Failed {
+        Some(TransactionEnd::Failed {
             step: Step::Verify,
             committed: false,
             reason: ReasonKind::Stopped,
@@ -428,7 +431,10 @@ async fn a_stop_after_commit_is_forwarded() {
     assert_eq!(seen.recv().await.as_deref(), Some("settled committed"));
     assert_eq!(seen.recv().await.as_deref(), Some("forwarded Signal"));
     let report = ended(&fx, 1).await;
-    assert_eq!(report.ended, Some(Ended::Outcome(Outcome::Complete)));
+    assert_eq!(
+        report.ended,
+        Some(TransactionEnd::Outcome(Outcome::Complete))
+    );
     // A later stop is forwarded too.
     assert_eq!(
         stop(&fx, Stop::Exit(ExitIntent::Relaunch)).await,

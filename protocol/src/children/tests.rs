@@ -6,7 +6,7 @@ use super::*;
 fn child(name: &str, restart: Restart) -> ChildSpec {
     ChildSpec {
         name: name.to_owned(),
-        kind: Kind::Task,
+        kind: ChildKind::Task,
         restart,
         significant: false,
         shutdown_ms: 1_000,
@@ -33,7 +33,7 @@ fn panicked(child: usize, incarnation: u32, at: u64) -> Event {
     Event::Exited {
         child,
         incarnation,
-        exit: Exit::Panicked("boom".into()),
+        exit: ChildExit::Panicked("boom".into()),
         at: Timestamp(at),
     }
 }
@@ -44,11 +44,11 @@ fn a_transient_child_that_returns_is_not_restarted() {
     let d = g.on(&Event::Exited {
         child: 0,
         incarnation: 1,
-        exit: Exit::Normal,
+        exit: ChildExit::Normal,
         at: Timestamp(10),
     });
     assert_eq!(d, Decision::Ended);
-    assert_eq!(g.state(0), Some((&ChildState::Ended(Exit::Normal), 1)));
+    assert_eq!(g.state(0), Some((&ChildState::Ended(ChildExit::Normal), 1)));
     assert_eq!(g.phase(), Phase::Running);
 }
 
@@ -140,7 +140,7 @@ fn the_restart_past_the_intensity_is_a_meltdown() {
     assert_eq!(
         g.on(&Event::Operator {
             child: 0,
-            op: Op::Start,
+            op: ChildOp::Start,
             at: Timestamp(3_000)
         }),
         Decision::Refused(OpRefused::ShuttingDown)
@@ -202,7 +202,7 @@ fn intensity_zero_makes_any_failure_a_meltdown_whatever_the_period() {
         g.on(&Event::Exited {
             child: 0,
             incarnation: 1,
-            exit: Exit::Normal,
+            exit: ChildExit::Normal,
             at: Timestamp(0)
         }),
         Decision::Meltdown { .. }
@@ -271,14 +271,14 @@ fn a_significant_childs_end_ends_the_runtime() {
     let d = g.on(&Event::Exited {
         child: 1,
         incarnation: 1,
-        exit: Exit::Normal,
+        exit: ChildExit::Normal,
         at: Timestamp(1),
     });
     assert_eq!(
         d,
         Decision::SignificantEnded {
             child: "s".into(),
-            exit: Exit::Normal,
+            exit: ChildExit::Normal,
             stop: vec![0]
         }
     );
@@ -296,7 +296,7 @@ fn an_operator_restart_touches_one_child_and_never_counts() {
     );
     let d = g.on(&Event::Operator {
         child: 1,
-        op: Op::Restart,
+        op: ChildOp::Restart,
         at: Timestamp(1),
     });
     let Decision::Restart(plan) = d else {
@@ -310,7 +310,7 @@ fn an_operator_restart_touches_one_child_and_never_counts() {
     assert_eq!(
         g.on(&Event::Operator {
             child: 0,
-            op: Op::Start,
+            op: ChildOp::Start,
             at: Timestamp(2)
         }),
         Decision::Refused(OpRefused::Running)
@@ -359,7 +359,7 @@ fn a_meltdown_of_a_group_that_allows_no_restart_says_so() {
     let Decision::Meltdown { meltdown, .. } = g.on(&Event::Exited {
         child: 0,
         incarnation: 1,
-        exit: Exit::Normal,
+        exit: ChildExit::Normal,
         at: Timestamp(0),
     }) else {
         panic!("a meltdown")

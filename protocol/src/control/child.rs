@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::Command;
-use crate::children::Op;
+use crate::children::ChildOp;
 use crate::command::Role;
 
 /// Restart, stop or start one supervised child of the running runtime by
@@ -15,7 +15,7 @@ pub struct Child {
     /// The child's name.
     pub name: String,
     /// What to do.
-    pub op: Op,
+    pub op: ChildOp,
 }
 
 impl Command for Child {

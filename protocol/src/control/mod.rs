@@ -30,7 +30,7 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::command::{CommandError, Role};
+use crate::command::{CommandError, Role};
 use crate::replacement::Report;
 use crate::snapshot::Snapshot;
 
@@ -609,7 +609,7 @@ mod tests {
         // One child's restart is a command: the read role may only list.
         let child = ControlRequest::Child(cmd::Child {
             name: "ticker".into(),
-            op: crate::children::Op::Restart,
+            op: crate::children::ChildOp::Restart,
         });
         assert_eq!(required_role(&child), (Role::Operate, "child"));
         let Some(ControlResponse::Child(Err(error))) = forbidden(&child, Role::Read) else {
@@ -665,7 +665,7 @@ mod tests {
             (
                 cmd::Child {
                     name: "w".into(),
-                    op: crate::children::Op::Stop,
+                    op: crate::children::ChildOp::Stop,
                 }
                 .into_request(),
                 &[17, 1, b'w', 1],
@@ -704,7 +704,7 @@ mod tests {
 
     #[test]
     fn replace_answers_round_trip_through_bincode() {
-        use crate::replacement::{Ended, Outcome, Progress, ReasonKind, Step, StepEvent};
+        use crate::replacement::{Outcome, Progress, ReasonKind, Step, StepEvent, TransactionEnd};
         let report = Report {
             seq: 4,
             serial: 1,
@@ -724,7 +724,7 @@ mod tests {
                     at: Timestamp(2),
                 },
             ],
-            ended: Some(Ended::Failed {
+            ended: Some(TransactionEnd::Failed {
                 step: Step::Verify,
                 committed: false,
                 reason: ReasonKind::Deadline,
@@ -739,7 +739,7 @@ mod tests {
         });
         assert_eq!(round_trip(&ok), ok);
         let done = Report {
-            ended: Some(Ended::Outcome(Outcome::RetirementPending)),
+            ended: Some(TransactionEnd::Outcome(Outcome::RetirementPending)),
             ..report
         };
         assert_eq!(round_trip(&done), done);

@@ -18,8 +18,8 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use steadfast_protocol::Timestamp;
 use steadfast_protocol::children::{
-    AutoShutdown, ChildSpec, ChildState, Decision, Event, Exit, Group, GroupSpec, Intensity, Kind,
-    Op, OpRefused, Phase, Plan, Restart, Strategy as Policy,
+    AutoShutdown, ChildExit, ChildKind, ChildOp, ChildSpec, ChildState, Decision, Event, Group,
+    GroupSpec, Intensity, OpRefused, Phase, Plan, Restart, Strategy as Policy,
 };
 
 /// Sequences checked.
@@ -63,7 +63,7 @@ fn group_spec() -> impl Strategy<Value = GroupSpec> {
             .enumerate()
             .map(|(i, (restart, significant))| ChildSpec {
                 name: format!("c{i}"),
-                kind: Kind::Task,
+                kind: ChildKind::Task,
                 restart,
                 significant: significant
                     && auto_shutdown != AutoShutdown::Never
@@ -98,12 +98,12 @@ enum Step {
     Exit {
         child: usize,
         which: Which,
-        exit: Exit,
+        exit: ChildExit,
         after_ms: u64,
     },
     Operator {
         child: usize,
-        op: Op,
+        op: ChildOp,
         after_ms: u64,
     },
     Shutdown,
@@ -118,12 +118,16 @@ fn step() -> impl Strategy<Value = Step> {
         1 => Just(Which::Next),
     ];
     let exit = prop_oneof![
-        Just(Exit::Normal),
-        Just(Exit::Error("e".into())),
-        Just(Exit::Panicked("p".into())),
-        Just(Exit::StartFailed("s".into())),
+        Just(ChildExit::Normal),
+        Just(ChildExit::Error("e".into())),
+        Just(ChildExit::Panicked("p".into())),
+        Just(ChildExit::StartFailed("s".into())),
     ];
-    let op = prop_oneof![Just(Op::Restart), Just(Op::Stop), Just(Op::Start)];
+    let op = prop_oneof![
+        Just(ChildOp::Restart),
+        Just(ChildOp::Stop),
+        Just(ChildOp::Start)
+    ];
     let after = prop_oneof![
         3 => 0u64..=1_500,
         1 => Just(0u64),
@@ -613,9 +617,9 @@ fn the_intensity_holds_over_crash_loops_timed_against_the_period() {
             0..=2 * p + 1,
         ];
         let exit = prop_oneof![
-            Just(Exit::Error("e".into())),
-            Just(Exit::Panicked("p".into())),
-            Just(Exit::Normal),
+            Just(ChildExit::Error("e".into())),
+            Just(ChildExit::Panicked("p".into())),
+            Just(ChildExit::Normal),
         ];
         let steps = proptest::collection::vec((0..n, exit, delta), 1..=MAX_LEN).prop_map(|v| {
             v.into_iter()

@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use steadfast_protocol::Timestamp;
 use steadfast_protocol::children::{
-    AutoShutdown, ChildSpec, ChildState, Decision, Event, Exit, Group, GroupSpec, Intensity, Kind,
-    Op, OpRefused, Plan, Restart, SpecError, Strategy,
+    AutoShutdown, ChildExit, ChildKind, ChildOp, ChildSpec, ChildState, Decision, Event, Group,
+    GroupSpec, Intensity, OpRefused, Plan, Restart, SpecError, Strategy,
 };
 
 /// The table rows' child names, in declaration order; `d` is one past the
@@ -133,7 +133,7 @@ fn child(name: &str, cell: &str) -> ChildSpec {
     };
     ChildSpec {
         name: name.to_owned(),
-        kind: Kind::Task,
+        kind: ChildKind::Task,
         restart: restart(restart_type),
         significant,
         shutdown_ms: 1_000,
@@ -165,22 +165,22 @@ fn groups(text: &str) -> BTreeMap<String, GroupSpec> {
     groups
 }
 
-fn exit(s: &str) -> Exit {
+fn exit(s: &str) -> ChildExit {
     match s {
-        "normal" => Exit::Normal,
-        "error" => Exit::Error(MESSAGE.into()),
-        "panicked" => Exit::Panicked(MESSAGE.into()),
-        "start_failed" => Exit::StartFailed(MESSAGE.into()),
+        "normal" => ChildExit::Normal,
+        "error" => ChildExit::Error(MESSAGE.into()),
+        "panicked" => ChildExit::Panicked(MESSAGE.into()),
+        "start_failed" => ChildExit::StartFailed(MESSAGE.into()),
         other => panic!("no exit {other:?}"),
     }
 }
 
-fn exit_label(e: &Exit) -> String {
+fn exit_label(e: &ChildExit) -> String {
     let label = match e {
-        Exit::Normal => return "normal".into(),
-        Exit::Error(m) => ("error", m),
-        Exit::Panicked(m) => ("panicked", m),
-        Exit::StartFailed(m) => ("start_failed", m),
+        ChildExit::Normal => return "normal".into(),
+        ChildExit::Error(m) => ("error", m),
+        ChildExit::Panicked(m) => ("panicked", m),
+        ChildExit::StartFailed(m) => ("start_failed", m),
     };
     if label.1 == MESSAGE {
         label.0.to_owned()
@@ -219,7 +219,7 @@ fn step(s: &str) -> Step {
         ["shutdown"] => Step::On(Event::Shutdown),
         ["op", op, name] => Step::On(Event::Operator {
             child: index(name),
-            op: [Op::Restart, Op::Stop, Op::Start]
+            op: [ChildOp::Restart, ChildOp::Stop, ChildOp::Start]
                 .into_iter()
                 .find(|o| o.as_str() == *op)
                 .unwrap_or_else(|| panic!("no op {op:?}")),

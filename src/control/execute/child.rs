@@ -1,6 +1,7 @@
 //! Carrying out `child` ([`steadfast_protocol::control::cmd::Child`]).
 
-use steadfast_protocol::control::{Answer, CommandError, Execute, WireChild, cmd};
+use steadfast_protocol::command::CommandError;
+use steadfast_protocol::control::{Answer, Execute, WireChild, cmd};
 
 use super::ControlService;
 

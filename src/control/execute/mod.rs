@@ -12,11 +12,12 @@
 
 use std::sync::Arc;
 
-use steadfast_protocol::control::{CommandError, ControlAnswer, ReplaceStatus, WireSnapshot};
+use steadfast_protocol::command::CommandError;
+use steadfast_protocol::control::{ControlAnswer, ReplaceStatus, WireSnapshot};
 use steadfast_protocol::replacement::Report;
 use steadfast_protocol::snapshot::Snapshot;
 
-use crate::supervisor::SupervisorHandle;
+use crate::embedding::SupervisorHandle;
 
 mod child;
 mod config_set;

@@ -7,7 +7,7 @@
 //! inside the session, before any frame is decoded, by one of:
 //! - a client certificate from the configured CA (mutual TLS), then the
 //!   40-byte certificate hello ([`auth::certificate_hello`]); its role is
-//!   the one given to its SHA-256 [`Fingerprint`], else the CA's role;
+//!   the one given to its SHA-256 [`CertFingerprint`], else the CA's role;
 //! - a token ([`Token`]'s 40-byte hello, as over plain TCP), whose role is
 //!   the token file's.
 //!
@@ -46,7 +46,7 @@
 //!   `a_refused_reload_is_an_error_until_a_good_one`.
 
 //!
-//! The configuration types ([`TlsServerConfig`], [`Fingerprint`],
+//! The configuration types ([`TlsServerConfig`], [`CertFingerprint`],
 //! [`TlsError`]) are always here, so a daemon's command line reads the same
 //! with or without TLS; the session itself (rustls and its `ring`
 //! provider: serving, dialing, loading the files) is built only with the
@@ -56,7 +56,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use steadfast_protocol::control::Role;
+use steadfast_protocol::command::Role;
 
 #[cfg(doc)]
 use super::auth::{self, Token};
@@ -64,7 +64,7 @@ pub use super::error::TlsError;
 #[cfg(doc)]
 use super::limits::ServerLimits;
 #[cfg(doc)]
-use steadfast_protocol::control::CommandError;
+use steadfast_protocol::command::CommandError;
 
 #[cfg(feature = "tls")]
 mod session;
@@ -77,21 +77,21 @@ pub(crate) use session::{check, dial};
 /// given a role of its own (`openssl x509 -noout -fingerprint -sha256`
 /// prints the same bytes, colon-separated).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Fingerprint([u8; 32]);
+pub struct CertFingerprint([u8; 32]);
 
-impl fmt::Debug for Fingerprint {
+impl fmt::Debug for CertFingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Fingerprint({})", self.to_hex())
+        write!(f, "CertFingerprint({})", self.to_hex())
     }
 }
 
-impl fmt::Display for Fingerprint {
+impl fmt::Display for CertFingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.to_hex())
     }
 }
 
-impl Fingerprint {
+impl CertFingerprint {
     /// 64 lowercase hex digits.
     #[must_use]
     pub fn to_hex(&self) -> String {
@@ -119,6 +119,10 @@ impl Fingerprint {
     }
 }
 
+/// The old name of [`CertFingerprint`].
+#[deprecated(since = "0.1.0", note = "renamed to `CertFingerprint`")]
+pub type Fingerprint = CertFingerprint;
+
 /// What a TLS control port serves and whom it lets in. Paths are read at
 /// `serve_tls` and again at each reload.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,7 +139,7 @@ pub struct TlsServerConfig {
     /// `cert_roles` does not name.
     pub cert_role: Role,
     /// Roles of particular client certificates, by fingerprint.
-    pub cert_roles: Vec<(Fingerprint, Role)>,
+    pub cert_roles: Vec<(CertFingerprint, Role)>,
     /// Token files (each 0600, as [`Token::read_file`]) accepted inside
     /// the session, each with its role.
     pub tokens: Vec<(PathBuf, Role)>,
@@ -166,7 +170,7 @@ impl TlsServerConfig {
 
     /// Give the client certificate with `fingerprint` the role `role`.
     #[must_use]
-    pub fn cert_role(mut self, fingerprint: Fingerprint, role: Role) -> Self {
+    pub fn cert_role(mut self, fingerprint: CertFingerprint, role: Role) -> Self {
         self.cert_roles.push((fingerprint, role));
         self
     }

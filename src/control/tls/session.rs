@@ -15,7 +15,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
-use steadfast_protocol::control::Role;
+use steadfast_protocol::command::Role;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -23,16 +23,16 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tokio_util::sync::CancellationToken;
 
 #[cfg(doc)]
-use steadfast_protocol::control::CommandError;
+use steadfast_protocol::command::CommandError;
 
-use super::{Fingerprint, TlsServerConfig};
+use super::{CertFingerprint, TlsServerConfig};
 use crate::control::auth::{self, HELLO_LEN, Token};
 use crate::control::bounds::{Evict, Over, Pool};
 use crate::control::error::{ClientError, ControlError, TlsError};
 use crate::control::limits::ServerLimits;
 use crate::control::server::serve_admitted;
 use crate::control::tcp::accept_handshakes;
-use crate::supervisor::SupervisorHandle;
+use crate::embedding::SupervisorHandle;
 
 /// How long a client waits for the TLS handshake and the hello's answer.
 const CLIENT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -45,7 +45,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-impl Fingerprint {
+impl CertFingerprint {
     /// The fingerprint of a certificate's DER bytes.
     #[must_use]
     pub fn of_der(der: &[u8]) -> Self {
@@ -174,7 +174,7 @@ struct Loaded {
     /// The tokens accepted inside the session, with their roles.
     tokens: Vec<(Token, Role)>,
     /// Client certificate roles (copied from the configuration).
-    cert_roles: Vec<(Fingerprint, Role)>,
+    cert_roles: Vec<(CertFingerprint, Role)>,
     /// The role of a client certificate `cert_roles` does not name; `None`
     /// when no client CA is configured (no certificate can authorize).
     cert_role: Option<Role>,
@@ -242,7 +242,7 @@ impl Loaded {
     ) -> Option<Role> {
         if auth::is_certificate_hello(hello) {
             let cert = peer?;
-            let fingerprint = Fingerprint::of_der(cert.as_ref());
+            let fingerprint = CertFingerprint::of_der(cert.as_ref());
             return self
                 .cert_roles
                 .iter()
@@ -702,18 +702,21 @@ mod tests {
 
     #[test]
     fn fingerprints_round_trip_as_hex_with_or_without_colons() {
-        let fingerprint = Fingerprint::of_der(b"not really a certificate");
+        let fingerprint = CertFingerprint::of_der(b"not really a certificate");
         let hex = fingerprint.to_hex();
-        assert_eq!(Fingerprint::from_hex(&hex), Some(fingerprint));
+        assert_eq!(CertFingerprint::from_hex(&hex), Some(fingerprint));
         let colons = hex
             .as_bytes()
             .chunks(2)
             .map(|pair| std::str::from_utf8(pair).expect("ascii").to_uppercase())
             .collect::<Vec<_>>()
             .join(":");
-        assert_eq!(Fingerprint::from_hex(&colons), Some(fingerprint));
-        assert_eq!(Fingerprint::from_hex(&hex[..62]), None);
-        assert_eq!(Fingerprint::from_hex(&format!("{}zz", &hex[..62])), None);
+        assert_eq!(CertFingerprint::from_hex(&colons), Some(fingerprint));
+        assert_eq!(CertFingerprint::from_hex(&hex[..62]), None);
+        assert_eq!(
+            CertFingerprint::from_hex(&format!("{}zz", &hex[..62])),
+            None
+        );
     }
 
     #[test]
@@ -725,7 +728,7 @@ mod tests {
         Token::create_file(&token).expect("a token");
         let roles_without_ca = config
             .token_file(&token, Role::Read)
-            .cert_role(Fingerprint::of_der(b"x"), Role::Operate);
+            .cert_role(CertFingerprint::of_der(b"x"), Role::Operate);
         let refused = load(&roles_without_ca).err().expect("refused");
         assert!(
             matches!(&refused, TlsError::Config(why) if why.contains("no client CA")),

@@ -7,7 +7,8 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use steadfast::control::{Endpoint, TlsClient, Token};
+use steadfast::control::auth::Token;
+use steadfast::control::{Endpoint, TlsClient};
 
 /// The keys an inventory entry may hold.
 const KEYS: [&str; 9] = [

@@ -58,7 +58,7 @@ fn launch(
     data_dir: &Path,
     gate: Arc<Semaphore>,
     timings: Timings,
-) -> Result<(Supervisor, SupervisorHandle), steadfast::supervisor::SupervisorError> {
+) -> Result<(Supervisor, SupervisorHandle), steadfast::SupervisorError> {
     Supervisor::builder(data_dir, Gated(gate))
         .config(ConfigSource::new(|| {
             Ok(ResolvedConfig::untracked(toml::Table::new()))

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use steadfast::children::Exit;
+use steadfast::children::ChildExit;
 use steadfast::protocol::journal::{self, Record};
 use steadfast::protocol::lifecycle::{LifecycleState, RetryClass};
 use steadfast::protocol::snapshot::{PreviousRun, Snapshot};
@@ -2213,10 +2213,10 @@ impl Run {
                     other => format!("{other:?}"),
                 };
                 let how = match exit {
-                    Exit::Normal => "returned",
-                    Exit::Error(_) => "failed",
-                    Exit::Panicked(_) => "panicked",
-                    Exit::StartFailed(_) => "could not start",
+                    ChildExit::Normal => "returned",
+                    ChildExit::Error(_) => "failed",
+                    ChildExit::Panicked(_) => "panicked",
+                    ChildExit::StartFailed(_) => "could not start",
                 };
                 self.note(format_args!(
                     "child {name}#{} of attempt {attempt} {how} at +{} ms: {shown}",

@@ -47,13 +47,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use steadfast::children::{Child, Children, Exit, Restart, Strategy};
-use steadfast::config::{ConfigSource, TomlFileSource};
+use steadfast::children::{Child, ChildExit, Children, Restart, Strategy};
+use steadfast::config::ConfigSource;
 use steadfast::fs::{Access, Dir};
 use steadfast::protocol::children::{AutoShutdown, ChildSpec, GroupSpec, Intensity};
 use steadfast::service::{Lifetime, ResourceRecord, StoreLock};
 use steadfast::{
-    ConfigChange, Made, Observation, Plan, Runtime, Service, Step, StepContext, StepError,
+    ConfigChange, Observation, Plan, Resource, Runtime, Service, Step, StepContext, StepError,
+    TomlFileSource,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -202,7 +203,7 @@ impl ChildrenPlan {
                 .iter()
                 .map(|(name, restart)| ChildSpec {
                     name: (*name).to_owned(),
-                    kind: steadfast::children::Kind::Task,
+                    kind: steadfast::children::ChildKind::Task,
                     restart: *restart,
                     significant: false,
                     shutdown_ms: CHILD_SHUTDOWN_MS,
@@ -259,7 +260,7 @@ pub enum ChildSeen {
     /// Its factory was called for this incarnation.
     Started,
     /// It ended on its own (its factory panicked: `StartFailed`).
-    Ended(Exit),
+    Ended(ChildExit),
     /// It was stopped (its shutdown token cancelled).
     Stopped,
     /// A heartbeat once its runtime's drain began.
@@ -719,7 +720,10 @@ impl Step for OpenStore {
     type Config = toml::Table;
     type Output = Store;
 
-    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Made<Store>, StepError> {
+    async fn execute(
+        &self,
+        cx: StepContext<'_, toml::Table>,
+    ) -> Result<Resource<Store>, StepError> {
         switches(cx.config, Self::NAME).await?;
         if leaf(cx.config, "refuse").and_then(toml::Value::as_bool) == Some(true) {
             return Err(StepError::hold("the simulation refused the store"));
@@ -759,7 +763,11 @@ impl Step for OpenStore {
             alive: Arc::new(AtomicBool::new(true)),
             world: Arc::clone(&self.world),
         };
-        Ok(Made::new("store", cx.data_dir.display().to_string(), store))
+        Ok(Resource::new(
+            "store",
+            cx.data_dir.display().to_string(),
+            store,
+        ))
     }
 
     async fn observe(&self, record: &ResourceRecord, _runtime: &Runtime) -> Observation {
@@ -790,7 +798,7 @@ impl Step for TakeLease {
     type Output = ();
     const LIFETIME: Lifetime = Lifetime::Outlives;
 
-    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Made<()>, StepError> {
+    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Resource<()>, StepError> {
         if cx.interrupted {
             for number in self.world.leftovers(Kind::Lease) {
                 self.world.torn_down(Kind::Lease, number);
@@ -799,7 +807,7 @@ impl Step for TakeLease {
         switches(cx.config, Self::NAME).await?;
         let number = self.world.make(Kind::Lease);
         self.world.in_use(Kind::Lease, number);
-        Ok(Made::new("lease", number.to_string(), ()))
+        Ok(Resource::new("lease", number.to_string(), ()))
     }
 
     async fn observe(&self, record: &ResourceRecord, _runtime: &Runtime) -> Observation {
@@ -846,7 +854,7 @@ impl Step for Spool {
     type Output = ();
     const LIFETIME: Lifetime = Lifetime::Outlives;
 
-    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Made<()>, StepError> {
+    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Resource<()>, StepError> {
         let dir = Dir::open_data_dir(cx.data_dir, false).map_err(StepError::backoff)?;
         if cx.interrupted {
             // What the interrupted run wrote goes, durably, before a new
@@ -880,7 +888,7 @@ impl Step for Spool {
             return Err(StepError::backoff(error));
         }
         self.world.in_use(Kind::Spool, number);
-        Ok(Made::new("spool", number.to_string(), ()))
+        Ok(Resource::new("spool", number.to_string(), ()))
     }
 
     async fn observe(&self, record: &ResourceRecord, _runtime: &Runtime) -> Observation {
@@ -921,7 +929,7 @@ impl Step for Serve {
     type Config = toml::Table;
     type Output = ();
 
-    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Made<()>, StepError> {
+    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Resource<()>, StepError> {
         switches(cx.config, Self::NAME).await?;
         let store = cx
             .runtime
@@ -963,7 +971,7 @@ impl Step for Serve {
             .await
             .map_err(StepError::backoff)?;
         self.world.lock().serving = Some(tx);
-        Ok(Made::new("serve", "requests", ()))
+        Ok(Resource::new("serve", "requests", ()))
     }
 }
 
@@ -1074,7 +1082,7 @@ fn children(world: &Arc<World>, group: u64, drain: CancellationToken) -> Childre
                         began,
                         child,
                         incarnation,
-                        ChildSeen::Ended(Exit::StartFailed(why.clone())),
+                        ChildSeen::Ended(ChildExit::StartFailed(why.clone())),
                     );
                     panic!("{why}");
                 }
@@ -1132,15 +1140,15 @@ async fn live_child(
                 let why = format!("the simulation ended {} #{incarnation}", cx.name());
                 match ending {
                     Some(Ending::Panics) => {
-                        seen(ChildSeen::Ended(Exit::Panicked(why.clone())));
+                        seen(ChildSeen::Ended(ChildExit::Panicked(why.clone())));
                         panic!("{why}");
                     }
                     Some(Ending::Returns) => {
-                        seen(ChildSeen::Ended(Exit::Normal));
+                        seen(ChildSeen::Ended(ChildExit::Normal));
                         return Ok(());
                     }
                     _ => {
-                        seen(ChildSeen::Ended(Exit::Error(why.clone())));
+                        seen(ChildSeen::Ended(ChildExit::Error(why.clone())));
                         return Err(why);
                     }
                 }

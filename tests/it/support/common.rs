@@ -17,7 +17,7 @@ use steadfast::protocol::snapshot::Snapshot;
 use steadfast::service::{ResourceRecord, StoreLock};
 use steadfast::supervisor::Timings;
 use steadfast::{
-    ConfigChange, ExitIntent, Made, Observation, Plan, Runtime, Service, Step, StepContext,
+    ConfigChange, ExitIntent, Observation, Plan, Resource, Runtime, Service, Step, StepContext,
     StepError, Supervisor, SupervisorHandle,
 };
 use tokio::net::TcpListener;
@@ -78,7 +78,10 @@ impl Step for OpenStore {
     type Config = toml::Table;
     type Output = Store;
 
-    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Made<Store>, StepError> {
+    async fn execute(
+        &self,
+        cx: StepContext<'_, toml::Table>,
+    ) -> Result<Resource<Store>, StepError> {
         panic_if_asked::<Self>(cx.config);
         if let Some(reason) = leaf(cx.config, "refuse").and_then(toml::Value::as_str) {
             return Err(StepError::hold(format!("refused: {reason}")));
@@ -89,7 +92,11 @@ impl Step for OpenStore {
             lock,
             leak_on_drain: switched(cx.config, "leak_store_on_drain"),
         };
-        Ok(Made::new("store", cx.data_dir.display().to_string(), store))
+        Ok(Resource::new(
+            "store",
+            cx.data_dir.display().to_string(),
+            store,
+        ))
     }
 
     /// Present while the store's lock is held, by anyone: a resumed boot
@@ -136,7 +143,7 @@ impl Step for BindListener {
     async fn execute(
         &self,
         cx: StepContext<'_, toml::Table>,
-    ) -> Result<Made<Self::Output>, StepError> {
+    ) -> Result<Resource<Self::Output>, StepError> {
         panic_if_asked::<Self>(cx.config);
         let addr = leaf(cx.config, "listen_addr")
             .and_then(toml::Value::as_str)
@@ -145,7 +152,7 @@ impl Step for BindListener {
             .await
             .map_err(|e| StepError::backoff(format!("cannot bind {addr}: {e}")))?;
         let local = listener.local_addr().map_err(StepError::backoff)?;
-        Ok(Made::new("listener", local.to_string(), Some(listener)))
+        Ok(Resource::new("listener", local.to_string(), Some(listener)))
     }
 }
 
@@ -162,7 +169,10 @@ impl Step for Serve {
     type Config = toml::Table;
     type Output = Serving;
 
-    async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Made<Serving>, StepError> {
+    async fn execute(
+        &self,
+        cx: StepContext<'_, toml::Table>,
+    ) -> Result<Resource<Serving>, StepError> {
         panic_if_asked::<Self>(cx.config);
         let listener = cx
             .runtime
@@ -190,7 +200,7 @@ impl Step for Serve {
         let serving = Serving {
             panic_on_destroy: switched(cx.config, "panic_on_destroy"),
         };
-        Ok(Made::new("serve", "accept", serving))
+        Ok(Resource::new("serve", "accept", serving))
     }
 
     async fn destroy(
@@ -486,14 +496,14 @@ impl steadfast::Step for Gate {
     async fn execute(
         &self,
         _cx: steadfast::StepContext<'_, toml::Table>,
-    ) -> Result<steadfast::Made<()>, steadfast::StepError> {
+    ) -> Result<steadfast::Resource<()>, steadfast::StepError> {
         drop(
             self.0
                 .acquire()
                 .await
                 .map_err(steadfast::StepError::backoff)?,
         );
-        Ok(steadfast::Made::new("gate", "", ()))
+        Ok(steadfast::Resource::new("gate", "", ()))
     }
 }
 

@@ -1,4 +1,6 @@
-//! The embedding API: [`Supervisor`] and [`SupervisorHandle`].
+//! The embedding API: [`Supervisor`] and [`SupervisorHandle`]. A user
+//! names them at the crate root, the rest (the builder, its timings) in
+//! [`crate::supervisor`].
 //!
 //! [`Supervisor::builder`]`(..).build()` opens the data directory — takes its lock (a second
 //! supervisor gets [`SupervisorError::Locked`]), opens and repairs the journal
@@ -13,11 +15,11 @@ use std::sync::{Arc, Mutex, Weak};
 
 use steadfast_actors::clock::Clock;
 use steadfast_actors::config::{ConfigSource, Overrides, TomlFileSource, value_text};
-pub use steadfast_actors::context::Timings;
+use steadfast_actors::context::Timings;
 use steadfast_actors::context::{Shared, reinit_salt};
 use steadfast_actors::control_dir::{self, ControlDir, ControlDirError, RunMarker};
 use steadfast_actors::ledger::Ledger;
-pub use steadfast_actors::lifecycle::Hold;
+use steadfast_actors::lifecycle::Hold;
 use steadfast_actors::lifecycle::{Command, CommandError, CommandRequest};
 use steadfast_actors::replacement::{
     ReplaceJob, ReplaceRequest, ReplacementChannels, Request, StopAnswer,
@@ -591,7 +593,7 @@ impl SupervisorHandle {
     pub async fn child(
         &self,
         name: &str,
-        op: steadfast_protocol::children::Op,
+        op: steadfast_protocol::children::ChildOp,
     ) -> Result<steadfast_protocol::children::ChildView, steadfast_actors::children::ChildOpError>
     {
         self.shared.children.operate(name, op).await
@@ -900,7 +902,7 @@ mod tests {
     use std::fs::File;
     use std::path::Path;
 
-    use steadfast_actors::service::{Made, Plan, Service, Step, StepContext, StepError};
+    use steadfast_actors::service::{Plan, Resource, Service, Step, StepContext, StepError};
     use steadfast_protocol::lifecycle::{ExitIntent, LifecycleState};
 
     use super::Supervisor;
@@ -914,12 +916,15 @@ mod tests {
         type Config = toml::Table;
         type Output = File;
 
-        async fn execute(&self, cx: StepContext<'_, toml::Table>) -> Result<Made<File>, StepError> {
+        async fn execute(
+            &self,
+            cx: StepContext<'_, toml::Table>,
+        ) -> Result<Resource<File>, StepError> {
             let file = File::create(cx.data_dir.join("store")).map_err(StepError::backoff)?;
             cx.handover
                 .share("app:store", &file)
                 .map_err(StepError::backoff)?;
-            Ok(Made::new("store", "app:store", file))
+            Ok(Resource::new("store", "app:store", file))
         }
     }
 

@@ -9,7 +9,7 @@
 //! switch on another core for every call, the largest part of what a call
 //! costs beyond a raw ping-pong on a busy 2-core machine.
 //!
-//! [`Rewake`] gives the future it wraps its own waker: a wake that arrives
+//! [`RepollOnSelfWake`] gives the future it wraps its own waker: a wake that arrives
 //! while the future is being polled (from itself, or from another thread in
 //! that window) marks it to be polled again at once, on the same thread, as
 //! tokio would have done later; any other wake goes to the task's waker as
@@ -63,7 +63,7 @@ impl Wake for Flag {
 }
 
 /// `inner`, polled again in place when it wakes itself (module docs).
-pub(crate) struct Rewake<F> {
+pub(crate) struct RepollOnSelfWake<F> {
     /// The wrapped future.
     inner: Pin<Box<F>>,
     /// What its waker reaches.
@@ -72,7 +72,7 @@ pub(crate) struct Rewake<F> {
     waker: Waker,
 }
 
-impl<F: Future> Rewake<F> {
+impl<F: Future> RepollOnSelfWake<F> {
     /// Wrap `inner`.
     pub(crate) fn new(inner: F) -> Self {
         let flag = Arc::new(Flag::default());
@@ -84,7 +84,7 @@ impl<F: Future> Rewake<F> {
     }
 }
 
-impl<F: Future> Future for Rewake<F> {
+impl<F: Future> Future for RepollOnSelfWake<F> {
     type Output = F::Output;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
@@ -125,7 +125,7 @@ mod tests {
                 Poll::Ready(polls)
             }
         });
-        let mut wrapped = Rewake::new(counted);
+        let mut wrapped = RepollOnSelfWake::new(counted);
         let outer_wakes = Arc::new(Counter::default());
         let outer = Waker::from(Arc::clone(&outer_wakes));
         let mut cx = Context::from_waker(&outer);
@@ -138,7 +138,7 @@ mod tests {
     async fn a_wake_after_the_poll_reaches_the_task_and_a_busy_loop_yields() {
         let stash: Arc<std::sync::Mutex<Option<Waker>>> = Arc::default();
         let kept = Arc::clone(&stash);
-        let mut wrapped = Rewake::new(std::future::poll_fn(move |cx| {
+        let mut wrapped = RepollOnSelfWake::new(std::future::poll_fn(move |cx| {
             *kept.lock().expect("lock") = Some(cx.waker().clone());
             Poll::<()>::Pending
         }));
@@ -152,7 +152,7 @@ mod tests {
 
         // Always waking itself: MAX_POLLS polls, then one wake of the task.
         let mut polls = 0usize;
-        let mut spinning = Rewake::new(std::future::poll_fn(|cx| {
+        let mut spinning = RepollOnSelfWake::new(std::future::poll_fn(|cx| {
             polls += 1;
             cx.waker().wake_by_ref();
             Poll::<()>::Pending
