@@ -13,8 +13,8 @@
 //! is recomputed at every event, so it follows each swap). It
 //! decides nothing: it calls `on_change`, and the supervisor turns that into a
 //! `ConfigChanged` event (which the lifecycle machine may refuse — that case is
-//! covered by the fingerprint in `actors/src/config.rs`, not here). It never reads the
-//! file: what it reports is read by a resolve, through `actors/src/config.rs`'s
+//! covered by the fingerprint in `actors/src/config/fingerprint.rs`, not here). It never reads the
+//! file: what it reports is read by a resolve, through `actors/src/config/file.rs`'s
 //! bounded `read_config_file` under a deadline, off this actor (a FIFO or
 //! a device renamed over the file is refused, never waited on).
 //!

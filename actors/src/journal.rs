@@ -1,4 +1,8 @@
-//! The Journal actor: the sole writer of the control directory.
+//! The Journal actor: the one writer of the journal, and of the run, hold
+//! and identity markers and the override tier, once the supervisor runs
+//! (the launch's own run marker is written while it is built,
+//! `ControlDir::write_run_settling`; the status record has a writer of its
+//! own, `status_record`).
 //!
 //! Every record and marker a supervisor writes goes through this actor, one
 //! at a time, and is acknowledged only after its fsync returned. Records
