@@ -514,6 +514,9 @@ where
 {
     use clap::{CommandFactory, FromArgMatches};
     let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    if let Some(cli) = poll_line(&args) {
+        return Ok(cli);
+    }
     let whole = Cli::command();
     if let Some(mut lean) = lean_command(&whole, &args)
         && let Ok(mut matches) = lean.try_get_matches_from_mut(args.iter().cloned())
@@ -523,6 +526,89 @@ where
     }
     let mut matches = whole.try_get_matches_from(args)?;
     Cli::from_arg_matches_mut(&mut matches)
+}
+
+/// [`parse_from`]'s first try, for the line a poll runs again and again:
+/// `status` or `probe ready|live`, with at most one each of
+/// `--data-dir DIR` (or `--socket PATH`, not both), `--json`, `--utc` and
+/// `-v`/`--verbose`, in any order, read straight into a [`Cli`] without
+/// building clap's command, which is most of a poll's own work. `None`
+/// for every other line, clap's to parse: another word or flag, one
+/// given twice, a value that is empty or starts with `-` (clap reads
+/// those its own way). What it reads is what the whole command reads
+/// (`tests::the_common_lines_parse_once_as_the_whole_command_does`,
+/// `tests::the_parse_is_the_whole_command_s`).
+fn poll_line(args: &[std::ffi::OsString]) -> Option<Cli> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut words = args.iter().skip(1);
+    let (mut data_dir, mut socket) = (None, None);
+    let (mut json, mut utc, mut verbose) = (false, false, false);
+    let mut command = None;
+    let mut probe = false;
+    let once = |seen: &mut bool| (!std::mem::replace(seen, true)).then_some(());
+    while let Some(word) = words.next() {
+        let bytes = word.as_bytes();
+        let (flag, inline) = match bytes.iter().position(|b| *b == b'=') {
+            Some(at) if bytes.starts_with(b"--") => (&bytes[..at], Some(&bytes[at + 1..])),
+            _ => (bytes, None),
+        };
+        let path = |inline: Option<&[u8]>, words: &mut dyn Iterator<Item = &std::ffi::OsString>| {
+            let value = match inline {
+                Some(value) => value,
+                None => words.next()?.as_bytes(),
+            };
+            (!value.is_empty() && value[0] != b'-')
+                .then(|| PathBuf::from(std::ffi::OsStr::from_bytes(value)))
+        };
+        match (flag, inline) {
+            (b"--data-dir", _) if data_dir.is_none() => data_dir = Some(path(inline, &mut words)?),
+            (b"--socket", _) if socket.is_none() => socket = Some(path(inline, &mut words)?),
+            (b"--json", None) => once(&mut json)?,
+            (b"--utc", None) => once(&mut utc)?,
+            (b"-v" | b"--verbose", None) => once(&mut verbose)?,
+            (b"status", None) if command.is_none() && !probe => {
+                command = Some(Cmd::Status { history: None });
+            }
+            (b"probe", None) if command.is_none() && !probe => probe = true,
+            (b"ready", None) if probe && command.is_none() => {
+                command = Some(Cmd::Probe {
+                    what: ProbeKind::Ready,
+                });
+            }
+            (b"live", None) if probe && command.is_none() => {
+                command = Some(Cmd::Probe {
+                    what: ProbeKind::Live,
+                });
+            }
+            _ => return None,
+        }
+    }
+    if data_dir.is_some() && socket.is_some() {
+        return None;
+    }
+    Some(Cli {
+        data_dir,
+        socket,
+        tcp: None,
+        token_file: None,
+        tls: None,
+        ca: None,
+        cert: None,
+        key: None,
+        server_name: None,
+        client_config: None,
+        json,
+        utc,
+        verbose,
+        timeout: None,
+        fleet: FleetArgs {
+            inventory: None,
+            only: Vec::new(),
+            all: false,
+            parallel: None,
+        },
+        command: command?,
+    })
 }
 
 /// [`parse_from`]'s lean command for `args`: `None` (parse with the whole)

@@ -382,3 +382,64 @@ fn a_timeout_that_cannot_be_kept_is_refused() {
         assert!(cli.timeout.is_some_and(|secs| secs > 0.0), "{value}");
     }
 }
+
+/// The lines a poll runs (`status`, `probe ready|live` with the data dir
+/// or socket, `--json`, `--utc`, `-v`, in any order) are read without
+/// clap's command, into what the whole command reads; a line with
+/// anything else goes to clap.
+#[test]
+fn a_poll_line_is_read_without_clap_as_the_whole_command_reads_it() {
+    let read: &[&[&str]] = &[
+        &["status"],
+        &["--data-dir", "/d", "status"],
+        &["--data-dir=/d", "--json", "status"],
+        &["status", "--data-dir", "/d", "--json"],
+        &["--json", "--utc", "-v", "status", "--data-dir", "/d =d"],
+        &["--data-dir", "status", "status"],
+        &["--socket", "/s", "--verbose", "status"],
+        &["probe", "ready"],
+        &["--data-dir", "/d", "probe", "ready"],
+        &["probe", "--json", "live", "--socket=s"],
+        &["-v", "probe", "live"],
+    ];
+    for form in read {
+        let argv: Vec<std::ffi::OsString> = std::iter::once("steadfastctl")
+            .chain(form.iter().copied())
+            .map(Into::into)
+            .collect();
+        let fast = poll_line(&argv).unwrap_or_else(|| panic!("{form:?} went to clap"));
+        let whole = Cli::try_parse_from(argv).expect("the whole command reads it");
+        assert_eq!(format!("{fast:?}"), format!("{whole:?}"), "{form:?}");
+    }
+    let parsed_by_clap: &[&[&str]] = &[
+        &[],
+        &["--json"],
+        &["probe"],
+        &["ready"],
+        &["ready", "probe"],
+        &["status", "--history", "3"],
+        &["--timeout", "1", "status"],
+        &["--json", "--json", "status"],
+        &["-vv", "status"],
+        &["--json=true", "status"],
+        &["--data-dir", "/d", "--socket", "/s", "status"],
+        &["--data-dir", "/d", "--data-dir", "/e", "status"],
+        &["--data-dir=", "status"],
+        &["--data-dir", "-d", "status"],
+        &["--data-dir=-d", "status"],
+        &["status", "--data-dir"],
+        &["status", "status"],
+        &["probe", "ready", "live"],
+        &["--", "status"],
+        &["--inventory", "/i", "status"],
+        &["restart"],
+    ];
+    for form in parsed_by_clap {
+        let argv: Vec<std::ffi::OsString> = std::iter::once("steadfastctl")
+            .chain(form.iter().copied())
+            .map(Into::into)
+            .collect();
+        assert!(poll_line(&argv).is_none(), "{form:?} was read without clap");
+        same_as_the_whole(form);
+    }
+}
