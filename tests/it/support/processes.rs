@@ -152,6 +152,12 @@ pub fn ctl(data_dir: &Path, args: &[&str]) -> Output {
         .expect("steadfastctl runs")
 }
 
+/// A process's output bytes (stdout or stderr) as text, lossily: what an
+/// assertion's message shows.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
 /// Run the real `steadfastctl` with `args` off the async runtime's threads
 /// (for a test on a tokio runtime). `STEADFAST_DATA_DIR` is removed from
 /// its environment: only `args` say which daemon.
@@ -166,6 +172,17 @@ pub async fn ctl_async<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item =
     })
     .await
     .expect("task")
+}
+
+/// [`ctl_async`] with `flag PATH` before `args` (`--data-dir DIR`,
+/// `--inventory FILE`): the daemons `args` are for.
+pub async fn ctl_async_at(flag: &str, path: &Path, args: &[&str]) -> Output {
+    let flag: [&std::ffi::OsStr; 2] = [flag.as_ref(), path.as_os_str()];
+    ctl_async(
+        flag.into_iter()
+            .chain(args.iter().map(std::ffi::OsStr::new)),
+    )
+    .await
 }
 
 /// `status --json`, parsed; `None` while no daemon answers. `status`
