@@ -483,9 +483,7 @@ async fn a_deadline_of_u64_max_seconds_is_still_answered() {
 /// (the client is `steadfastctl` as `nobody`); otherwise says why it skips.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn another_uid_is_refused() {
-    let setpriv = Path::new("/usr/bin/setpriv");
-    if rustix::process::geteuid().as_raw() != 0 || !setpriv.exists() {
-        eprintln!("skipped: needs root and /usr/bin/setpriv to run a client as another uid");
+    if !processes::root_with(&[processes::SETPRIV]) {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -504,9 +502,7 @@ async fn another_uid_is_refused() {
     let as_nobody = tokio::task::spawn_blocking({
         let path = path.clone();
         move || {
-            std::process::Command::new("/usr/bin/setpriv")
-                .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                .arg(&ctl)
+            processes::as_nobody(&ctl)
                 .arg("--socket")
                 .arg(&path)
                 .arg("status")

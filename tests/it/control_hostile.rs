@@ -29,6 +29,7 @@
 
 use crate::support::common;
 use crate::support::processes;
+use crate::support::processes::{PYTHON, SETPRIV, as_nobody, root_with};
 
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::PermissionsExt;
@@ -919,9 +920,6 @@ fn an_abandoned_exit_and_stop_from_steadfastctl_are_not_run() {
     );
 }
 
-const SETPRIV: &str = "/usr/bin/setpriv";
-const PYTHON: &str = "/usr/bin/python3";
-
 /// Python for a listener of another user: `count_received(s, wait, idle)`
 /// accepts on `s` until no one dials for `wait` s, reads each connection
 /// until it closes or is idle `idle` s, and gives the bytes received.
@@ -947,26 +945,6 @@ def count_received(s, wait, idle):
         pass
     return got
 "#;
-
-/// Whether this test may play another user: it runs as root and `tools`
-/// are there. Says why it skips when not.
-fn root_with(tools: &[&str]) -> bool {
-    let able =
-        rustix::process::geteuid().as_raw() == 0 && tools.iter().all(|t| Path::new(t).exists());
-    if !able {
-        eprintln!("skipped: needs root and {}", tools.join(", "));
-    }
-    able
-}
-
-/// `program` to be run as uid and gid 65534 (nobody), without root's groups.
-fn as_nobody(program: impl AsRef<std::ffi::OsStr>) -> Command {
-    let mut command = Command::new(SETPRIV);
-    command
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(program);
-    command
-}
 
 /// Another user (uid 65534, through `setpriv`) who may write in the data
 /// dir renames `.steadfast` away and plants a socket of its own there: the

@@ -152,6 +152,32 @@ pub fn ctl(data_dir: &Path, args: &[&str]) -> Output {
         .expect("steadfastctl runs")
 }
 
+/// `setpriv`, which runs a program as another user.
+pub const SETPRIV: &str = "/usr/bin/setpriv";
+/// The Python a test runs a peer of another user with.
+pub const PYTHON: &str = "/usr/bin/python3";
+
+/// Whether this test may play another user: it runs as root and `tools`
+/// are there. Says why it skips when not.
+pub fn root_with(tools: &[&str]) -> bool {
+    let able =
+        rustix::process::geteuid().as_raw() == 0 && tools.iter().all(|t| Path::new(t).exists());
+    if !able {
+        eprintln!("skipped: needs root and {}", tools.join(", "));
+    }
+    able
+}
+
+/// `program` to be run as uid and gid 65534 (nobody), without root's
+/// groups, through [`SETPRIV`].
+pub fn as_nobody(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut command = Command::new(SETPRIV);
+    command
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(program);
+    command
+}
+
 /// A process's output bytes (stdout or stderr) as text, lossily: what an
 /// assertion's message shows.
 pub fn text(bytes: &[u8]) -> String {
