@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 use common::{PATIENCE, Switch, exit, good, running, supervise, until};
 use steadfast::control::auth::Token;
 use steadfast::control::{
-    ControlClient, Endpoint, ServerLimits, TcpServerGuard, serve_tcp_with, serve_unix,
+    ControlClient, Endpoint, ServerGuard, ServerLimits, TcpServerGuard, serve_tcp_with, serve_unix,
     serve_unix_with,
 };
 use steadfast::protocol::lifecycle::RefusedBecause;
@@ -63,10 +63,30 @@ fn serve_loopback(
     serve_tcp_with(handle.clone(), addr, token.clone(), limits).expect("serves")
 }
 
+/// A running supervisor over `dir`, its control socket served with the
+/// default limits.
+async fn running_on_socket(
+    dir: &Path,
+) -> (
+    tokio::task::JoinHandle<ExitIntent>,
+    SupervisorHandle,
+    ServerGuard,
+) {
+    let (run, handle) = supervise(dir, Switch::new(Some(good())).source(), None);
+    let server = serve_unix(handle.clone(), socket(dir)).expect("serves");
+    until(&handle, "running", running).await;
+    (run, handle, server)
+}
+
+/// `steadfastctl --socket SOCKET`, for its arguments to be added.
+fn ctl_command(socket: &Path) -> Command {
+    let mut command = Command::new(processes::steadfastctl());
+    command.arg("--socket").arg(socket);
+    command
+}
+
 fn ctl_at(socket: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(processes::steadfastctl())
-        .arg("--socket")
-        .arg(socket)
+    ctl_command(socket)
         .args(args)
         .output()
         .expect("steadfastctl runs")
@@ -128,9 +148,7 @@ async fn answered_together(n: usize, endpoint: &Endpoint) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn idle_connections_do_not_lock_the_operator_out() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
-    let _server = serve_unix(handle.clone(), socket(tmp.path())).expect("serves");
-    until(&handle, "running", running).await;
+    let (run, handle, _server) = running_on_socket(tmp.path()).await;
     let path = socket(tmp.path());
     let idle: Vec<StdUnixStream> = (0..32)
         .map(|_| StdUnixStream::connect(&path).expect("connect"))
@@ -197,15 +215,11 @@ async fn watchers_do_not_make_probe_live_fail() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn evicted_watchers_keep_watching_until_the_stop() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
-    let _server = serve_unix(handle.clone(), socket(tmp.path())).expect("serves");
-    until(&handle, "running", running).await;
+    let (run, handle, _server) = running_on_socket(tmp.path()).await;
     let path = socket(tmp.path());
     let mut watchers: Vec<Child> = (0..40)
         .map(|_| {
-            Command::new(processes::steadfastctl())
-                .arg("--socket")
-                .arg(&path)
+            ctl_command(&path)
                 .args(["watch", "--until", "stopped"])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -256,12 +270,8 @@ async fn evicted_watchers_keep_watching_until_the_stop() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_watcher_gives_its_slot_back_at_once() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
-    let server = serve_unix(handle.clone(), socket(tmp.path())).expect("serves");
-    until(&handle, "running", running).await;
-    let mut watcher = Command::new(processes::steadfastctl())
-        .arg("--socket")
-        .arg(socket(tmp.path()))
+    let (run, handle, server) = running_on_socket(tmp.path()).await;
+    let mut watcher = ctl_command(&socket(tmp.path()))
         .arg("watch")
         .stdout(Stdio::piped())
         .spawn()
@@ -302,9 +312,7 @@ async fn a_burst_of_1000_calls_is_all_answered() {
     const CLIENTS: usize = 1_000;
     const PROCESSES: usize = 200;
     let tmp = tempfile::tempdir().expect("tempdir");
-    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
-    let _server = serve_unix(handle.clone(), socket(tmp.path())).expect("serves");
-    until(&handle, "running", running).await;
+    let (run, handle, _server) = running_on_socket(tmp.path()).await;
     let path = socket(tmp.path());
 
     let clients_answered = answered_together(CLIENTS, &Endpoint::Unix(path.clone())).await;
