@@ -641,6 +641,26 @@ async fn a_loose_private_key_is_refused() {
     exit(run, &handle, ExitIntent::Halt).await;
 }
 
+/// A path as an argument (the test's paths are UTF-8).
+fn s(path: &Path) -> String {
+    path.to_str().expect("utf-8").to_owned()
+}
+
+/// `steadfastctl`'s flags to reach `addr` over TLS, trusting `ca` and
+/// presenting `cert`.
+fn tls_flags(addr: &str, ca: &Path, cert: &(PathBuf, PathBuf)) -> Vec<String> {
+    vec![
+        "--tls".to_owned(),
+        addr.to_owned(),
+        "--ca".to_owned(),
+        s(ca),
+        "--cert".to_owned(),
+        s(&cert.0),
+        "--key".to_owned(),
+        s(&cert.1),
+    ]
+}
+
 async fn steadfastctl(args: Vec<String>) -> std::process::Output {
     processes::ctl_async(args).await
 }
@@ -660,19 +680,7 @@ async fn steadfastctl_over_tls() {
     );
     let (run, handle, server) = running_on_tls(tmp.path(), config, ServerLimits::default()).await;
     let addr = server.local_addr().to_string();
-    let s = |p: &Path| p.to_str().expect("utf-8").to_owned();
-    let tls_args = |cert: &(PathBuf, PathBuf), ca: &Path| {
-        vec![
-            "--tls".to_owned(),
-            addr.clone(),
-            "--ca".to_owned(),
-            s(ca),
-            "--cert".to_owned(),
-            s(&cert.0),
-            "--key".to_owned(),
-            s(&cert.1),
-        ]
-    };
+    let tls_args = |cert: &(PathBuf, PathBuf), ca: &Path| tls_flags(&addr, ca, cert);
     let with = |mut base: Vec<String>, rest: &[&str]| {
         base.extend(rest.iter().map(|&a| a.to_owned()));
         base
@@ -759,19 +767,13 @@ async fn a_killed_tls_watcher_gives_its_slot_back_at_once() {
         ..ServerLimits::default()
     };
     let (run, handle, server) = running_on_tls(tmp.path(), pki.mutual(), limits).await;
-    let s = |p: &Path| p.to_str().expect("utf-8").to_owned();
     let mut watcher = std::process::Command::new(processes::steadfastctl())
-        .args([
-            "--tls",
+        .args(tls_flags(
             &server.local_addr().to_string(),
-            "--ca",
-            &s(&pki.server_ca.pem),
-            "--cert",
-            &s(&pki.operator.0),
-            "--key",
-            &s(&pki.operator.1),
-            "watch",
-        ])
+            &pki.server_ca.pem,
+            &pki.operator,
+        ))
+        .arg("watch")
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("steadfastctl watch");
@@ -915,7 +917,6 @@ async fn an_inventory_reaches_daemons_over_tls() {
             .expect("serves the socket");
     until(&c, "running", running).await;
 
-    let s = |p: &Path| p.to_str().expect("utf-8").to_owned();
     let entry = |name: &str, addr: SocketAddr, ca: &Path, cert: &(PathBuf, PathBuf)| {
         format!(
             "[[daemon]]\nname = \"{name}\"\ntls = \"{addr}\"\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
