@@ -1144,15 +1144,6 @@ impl<T> Offered<T> {
     fn withdraw(&self, name: &str) {
         self.handover.withdraw(name);
     }
-
-    /// Take step `S`'s offered output out of `runtime`, if it is still
-    /// there, and withdraw its offer of `name`: what `destroy` does for
-    /// each step that offers what it made.
-    fn withdraw_taken<S: Step<Output = Self>>(runtime: &mut Runtime, name: &str) {
-        if let Some(offered) = runtime.take::<S>() {
-            offered.withdraw(name);
-        }
-    }
 }
 
 /// The longest request kvd reads, newline excluded: a longer line is
@@ -1244,7 +1235,9 @@ impl Step for OpenStore {
         _record: &ResourceRecord,
         runtime: &mut Runtime,
     ) -> Result<(), StepError> {
-        Offered::withdraw_taken::<Self>(runtime, STORE_LOCK_HANDOVER);
+        if let Some(offered) = runtime.take::<Self>() {
+            offered.withdraw(STORE_LOCK_HANDOVER);
+        }
         Ok(())
     }
 }
@@ -1320,7 +1313,9 @@ impl Step for BindListener {
         _record: &ResourceRecord,
         runtime: &mut Runtime,
     ) -> Result<(), StepError> {
-        Offered::withdraw_taken::<Self>(runtime, LISTENER_HANDOVER);
+        if let Some(offered) = runtime.take::<Self>() {
+            offered.withdraw(LISTENER_HANDOVER);
+        }
         Ok(())
     }
 }
