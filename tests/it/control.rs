@@ -34,6 +34,26 @@ fn serve(dir: &Path, handle: &SupervisorHandle) -> ServerGuard {
     serve_unix(handle.clone(), socket(dir)).expect("the control socket binds")
 }
 
+/// [`serve`] with `limits`.
+fn serve_with(dir: &Path, handle: &SupervisorHandle, limits: ServerLimits) -> ServerGuard {
+    serve_unix_with(handle.clone(), socket(dir), limits).expect("serves")
+}
+
+/// What the server sends a raw connection to the socket under `dir`
+/// before it closes it (read off the runtime, for `PATIENCE` at most).
+async fn said_before_the_close(dir: &Path) -> Vec<u8> {
+    let path = socket(dir);
+    tokio::task::spawn_blocking(move || {
+        let mut raw = StdUnixStream::connect(&path).expect("connect");
+        raw.set_read_timeout(Some(PATIENCE)).expect("timeout");
+        let mut said = Vec::new();
+        let _ = raw.read_to_end(&mut said);
+        said
+    })
+    .await
+    .expect("task")
+}
+
 async fn connect(dir: &Path) -> ControlClient {
     ControlClient::connect_unix(socket(dir))
         .await
@@ -463,9 +483,7 @@ async fn a_deadline_of_u64_max_seconds_is_still_answered() {
 /// (the client is `steadfastctl` as `nobody`); otherwise says why it skips.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn another_uid_is_refused() {
-    let setpriv = Path::new("/usr/bin/setpriv");
-    if rustix::process::geteuid().as_raw() != 0 || !setpriv.exists() {
-        eprintln!("skipped: needs root and /usr/bin/setpriv to run a client as another uid");
+    if !processes::root_with(&[processes::SETPRIV]) {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -484,9 +502,7 @@ async fn another_uid_is_refused() {
     let as_nobody = tokio::task::spawn_blocking({
         let path = path.clone();
         move || {
-            std::process::Command::new("/usr/bin/setpriv")
-                .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                .arg(&ctl)
+            processes::as_nobody(&ctl)
                 .arg("--socket")
                 .arg(&path)
                 .arg("status")
@@ -528,7 +544,7 @@ async fn in_flight_and_connection_bounds_hold() {
         evict_grace: Duration::from_secs(3600),
         ..ServerLimits::default()
     };
-    let _server = serve_unix_with(handle.clone(), socket(tmp.path()), limits).expect("serves");
+    let _server = serve_with(tmp.path(), &handle, limits);
     let up = until(&handle, "running", running).await;
     let client = connect(tmp.path()).await;
 
@@ -557,16 +573,7 @@ async fn in_flight_and_connection_bounds_hold() {
         .expect_err("over the connection limit");
     assert!(matches!(busy, ClientError::Busy { .. }), "{busy:?}");
     assert!(!busy.is_refusal());
-    let path = socket(tmp.path());
-    let said = tokio::task::spawn_blocking(move || {
-        let mut raw = StdUnixStream::connect(&path).expect("connect");
-        raw.set_read_timeout(Some(PATIENCE)).expect("timeout");
-        let mut said = Vec::new();
-        let _ = raw.read_to_end(&mut said);
-        said
-    })
-    .await
-    .expect("task");
+    let said = said_before_the_close(tmp.path()).await;
     assert_eq!(
         said,
         [steadfast::control::auth::ANSWER_BUSY],
@@ -602,7 +609,7 @@ async fn a_pipelined_call_waits_out_busy_and_is_answered() {
         evict_grace: Duration::from_secs(3600),
         ..ServerLimits::default()
     };
-    let _server = serve_unix_with(handle.clone(), socket(tmp.path()), limits).expect("serves");
+    let _server = serve_with(tmp.path(), &handle, limits);
     until(&handle, "running", running).await;
     let endpoint = steadfast::control::Endpoint::Unix(socket(tmp.path()));
     let holder = ControlClient::connect_pipelined(endpoint.clone(), PATIENCE)
@@ -699,7 +706,7 @@ async fn an_idle_connection_is_closed() {
         idle_timeout: Duration::from_millis(400),
         ..ServerLimits::default()
     };
-    let _server = serve_unix_with(handle.clone(), socket(tmp.path()), limits).expect("serves");
+    let _server = serve_with(tmp.path(), &handle, limits);
     until(&handle, "running", running).await;
 
     let busy = connect(tmp.path()).await;
@@ -736,20 +743,11 @@ async fn connections_per_uid_are_bounded() {
         evict_grace: Duration::from_secs(3600),
         ..ServerLimits::default()
     };
-    let _server = serve_unix_with(handle.clone(), socket(tmp.path()), limits).expect("serves");
+    let _server = serve_with(tmp.path(), &handle, limits);
     until(&handle, "running", running).await;
     let first = connect(tmp.path()).await;
     first.snapshot().await.expect("the first is answered");
-    let path = socket(tmp.path());
-    let said = tokio::task::spawn_blocking(move || {
-        let mut second = StdUnixStream::connect(&path).expect("connect");
-        second.set_read_timeout(Some(PATIENCE)).expect("timeout");
-        let mut said = Vec::new();
-        let _ = second.read_to_end(&mut said);
-        said
-    })
-    .await
-    .expect("task");
+    let said = said_before_the_close(tmp.path()).await;
     assert_eq!(
         said,
         [steadfast::control::auth::ANSWER_BUSY],

@@ -29,6 +29,7 @@
 
 use crate::support::common;
 use crate::support::processes;
+use crate::support::processes::{PYTHON, SETPRIV, as_nobody, root_with};
 
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::PermissionsExt;
@@ -42,22 +43,102 @@ use std::time::{Duration, Instant};
 use common::{PATIENCE, Switch, exit, good, running, supervise, until};
 use steadfast::control::auth::Token;
 use steadfast::control::{
-    ControlClient, Endpoint, ServerLimits, serve_tcp_with, serve_unix, serve_unix_with,
+    ControlClient, Endpoint, ServerGuard, ServerLimits, TcpServerGuard, serve_tcp_with, serve_unix,
+    serve_unix_with,
 };
 use steadfast::protocol::lifecycle::RefusedBecause;
-use steadfast::{ExitIntent, Hold};
+use steadfast::{ExitIntent, Hold, SupervisorHandle};
 
 fn socket(dir: &Path) -> PathBuf {
     steadfast_actors::control_dir::ControlDir::under(dir).join("control.sock")
 }
 
+/// `handle` served over loopback TCP, on a free port, with `token` and `limits`.
+fn serve_loopback(
+    handle: &SupervisorHandle,
+    token: &Token,
+    limits: ServerLimits,
+) -> TcpServerGuard {
+    let addr = (std::net::Ipv4Addr::LOCALHOST, 0).into();
+    serve_tcp_with(handle.clone(), addr, token.clone(), limits).expect("serves")
+}
+
+/// A running supervisor over `dir`, its control socket served with the
+/// default limits.
+async fn running_on_socket(
+    dir: &Path,
+) -> (
+    tokio::task::JoinHandle<ExitIntent>,
+    SupervisorHandle,
+    ServerGuard,
+) {
+    let (run, handle) = supervise(dir, Switch::new(Some(good())).source(), None);
+    let server = serve_unix(handle.clone(), socket(dir)).expect("serves");
+    until(&handle, "running", running).await;
+    (run, handle, server)
+}
+
+/// `steadfastctl --socket SOCKET`, for its arguments to be added.
+fn ctl_command(socket: &Path) -> Command {
+    let mut command = Command::new(processes::steadfastctl());
+    command.arg("--socket").arg(socket);
+    command
+}
+
 fn ctl_at(socket: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(processes::steadfastctl())
-        .arg("--socket")
-        .arg(socket)
+    ctl_command(socket)
         .args(args)
         .output()
         .expect("steadfastctl runs")
+}
+
+/// `n` snapshot calls one after another, each on a new connection to
+/// `endpoint`: how many were answered (a failure is printed).
+async fn answered_in_turn(n: usize, endpoint: &Endpoint) -> usize {
+    let mut answered = 0;
+    for _ in 0..n {
+        let called = async {
+            ControlClient::connect(endpoint.clone())
+                .await?
+                .snapshot()
+                .await
+        };
+        match called.await {
+            Ok(_) => answered += 1,
+            Err(error) => eprintln!("the operator's call failed: {error}"),
+        }
+    }
+    answered
+}
+
+/// `n` snapshot calls, each on its own connection to `endpoint`, released
+/// together by a barrier: how many were answered (a failure is printed).
+async fn answered_together(n: usize, endpoint: &Endpoint) -> usize {
+    let barrier = Arc::new(tokio::sync::Barrier::new(n));
+    let answered = Arc::new(AtomicUsize::new(0));
+    let calls: Vec<_> = (0..n)
+        .map(|_| {
+            let (barrier, answered, endpoint) = (
+                Arc::clone(&barrier),
+                Arc::clone(&answered),
+                endpoint.clone(),
+            );
+            tokio::spawn(async move {
+                barrier.wait().await;
+                let called = async { ControlClient::connect(endpoint).await?.snapshot().await };
+                match called.await {
+                    Ok(_) => {
+                        answered.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(error) => eprintln!("a call failed: {error}"),
+                }
+            })
+        })
+        .collect();
+    for call in calls {
+        call.await.expect("task");
+    }
+    answered.load(Ordering::SeqCst)
 }
 
 /// 32 idle connections of the operator's own uid (the per-uid bound) do not
@@ -67,21 +148,12 @@ fn ctl_at(socket: &Path, args: &[&str]) -> std::process::Output {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn idle_connections_do_not_lock_the_operator_out() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
-    let _server = serve_unix(handle.clone(), socket(tmp.path())).expect("serves");
-    until(&handle, "running", running).await;
+    let (run, handle, _server) = running_on_socket(tmp.path()).await;
     let path = socket(tmp.path());
     let idle: Vec<StdUnixStream> = (0..32)
         .map(|_| StdUnixStream::connect(&path).expect("connect"))
         .collect();
-    let mut answered = 0;
-    for _ in 0..5 {
-        let called = async { ControlClient::connect_unix(&path).await?.snapshot().await };
-        match called.await {
-            Ok(_) => answered += 1,
-            Err(error) => eprintln!("the operator's call failed: {error}"),
-        }
-    }
+    let answered = answered_in_turn(5, &Endpoint::Unix(path.clone())).await;
     eprintln!("answered {answered} of 5 calls with 32 idle connections open");
     assert_eq!(answered, 5);
     drop(idle);
@@ -143,15 +215,11 @@ async fn watchers_do_not_make_probe_live_fail() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn evicted_watchers_keep_watching_until_the_stop() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
-    let _server = serve_unix(handle.clone(), socket(tmp.path())).expect("serves");
-    until(&handle, "running", running).await;
+    let (run, handle, _server) = running_on_socket(tmp.path()).await;
     let path = socket(tmp.path());
     let mut watchers: Vec<Child> = (0..40)
         .map(|_| {
-            Command::new(processes::steadfastctl())
-                .arg("--socket")
-                .arg(&path)
+            ctl_command(&path)
                 .args(["watch", "--until", "stopped"])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -202,12 +270,8 @@ async fn evicted_watchers_keep_watching_until_the_stop() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_watcher_gives_its_slot_back_at_once() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
-    let server = serve_unix(handle.clone(), socket(tmp.path())).expect("serves");
-    until(&handle, "running", running).await;
-    let mut watcher = Command::new(processes::steadfastctl())
-        .arg("--socket")
-        .arg(socket(tmp.path()))
+    let (run, handle, server) = running_on_socket(tmp.path()).await;
+    let mut watcher = ctl_command(&socket(tmp.path()))
         .arg("watch")
         .stdout(Stdio::piped())
         .spawn()
@@ -248,33 +312,10 @@ async fn a_burst_of_1000_calls_is_all_answered() {
     const CLIENTS: usize = 1_000;
     const PROCESSES: usize = 200;
     let tmp = tempfile::tempdir().expect("tempdir");
-    let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
-    let _server = serve_unix(handle.clone(), socket(tmp.path())).expect("serves");
-    until(&handle, "running", running).await;
+    let (run, handle, _server) = running_on_socket(tmp.path()).await;
     let path = socket(tmp.path());
 
-    let barrier = Arc::new(tokio::sync::Barrier::new(CLIENTS));
-    let answered = Arc::new(AtomicUsize::new(0));
-    let calls: Vec<_> = (0..CLIENTS)
-        .map(|_| {
-            let (barrier, answered, path) =
-                (Arc::clone(&barrier), Arc::clone(&answered), path.clone());
-            tokio::spawn(async move {
-                barrier.wait().await;
-                let called = async { ControlClient::connect_unix(&path).await?.snapshot().await };
-                match called.await {
-                    Ok(_) => {
-                        answered.fetch_add(1, Ordering::SeqCst);
-                    }
-                    Err(error) => eprintln!("a call failed: {error}"),
-                }
-            })
-        })
-        .collect();
-    for call in calls {
-        call.await.expect("task");
-    }
-    let clients_answered = answered.load(Ordering::SeqCst);
+    let clients_answered = answered_together(CLIENTS, &Endpoint::Unix(path.clone())).await;
 
     let processes_answered = tokio::task::spawn_blocking({
         let path = path.clone();
@@ -324,42 +365,10 @@ async fn a_burst_over_tcp_is_all_answered() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
     let token = Token::generate().expect("a token");
-    let server = serve_tcp_with(
-        handle.clone(),
-        (std::net::Ipv4Addr::LOCALHOST, 0).into(),
-        token.clone(),
-        ServerLimits::default(),
-    )
-    .expect("serves");
+    let server = serve_loopback(&handle, &token, ServerLimits::default());
     until(&handle, "running", running).await;
     let addr = server.local_addr();
-    let barrier = Arc::new(tokio::sync::Barrier::new(CLIENTS));
-    let answered = Arc::new(AtomicUsize::new(0));
-    let calls: Vec<_> = (0..CLIENTS)
-        .map(|_| {
-            let (barrier, answered, token) =
-                (Arc::clone(&barrier), Arc::clone(&answered), token.clone());
-            tokio::spawn(async move {
-                barrier.wait().await;
-                let called = async {
-                    ControlClient::connect_tcp(addr, token)
-                        .await?
-                        .snapshot()
-                        .await
-                };
-                match called.await {
-                    Ok(_) => {
-                        answered.fetch_add(1, Ordering::SeqCst);
-                    }
-                    Err(error) => eprintln!("a call failed: {error}"),
-                }
-            })
-        })
-        .collect();
-    for call in calls {
-        call.await.expect("task");
-    }
-    let answered = answered.load(Ordering::SeqCst);
+    let answered = answered_together(CLIENTS, &Endpoint::Tcp { addr, token }).await;
     eprintln!("answered {answered} of {CLIENTS} tcp calls released together");
     assert_eq!(answered, CLIENTS);
     exit(run, &handle, ExitIntent::Halt).await;
@@ -379,13 +388,7 @@ async fn silent_tcp_connections_do_not_lock_the_operator_out() {
         ..ServerLimits::default()
     };
     let token = Token::generate().expect("a token");
-    let server = serve_tcp_with(
-        handle.clone(),
-        (std::net::Ipv4Addr::LOCALHOST, 0).into(),
-        token.clone(),
-        limits,
-    )
-    .expect("serves");
+    let server = serve_loopback(&handle, &token, limits);
     until(&handle, "running", running).await;
     let addr = server.local_addr();
     let open = Arc::new(AtomicUsize::new(0));
@@ -412,19 +415,7 @@ async fn silent_tcp_connections_do_not_lock_the_operator_out() {
     while open.load(Ordering::SeqCst) < SILENT / 2 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let mut answered = 0;
-    for _ in 0..10 {
-        let called = async {
-            ControlClient::connect_tcp(addr, token.clone())
-                .await?
-                .snapshot()
-                .await
-        };
-        match called.await {
-            Ok(_) => answered += 1,
-            Err(error) => eprintln!("the operator's call failed: {error}"),
-        }
-    }
+    let answered = answered_in_turn(10, &Endpoint::Tcp { addr, token }).await;
     eprintln!("answered {answered} of 10 operator calls beside {SILENT} silent connections");
     for attacker in attackers {
         attacker.abort();
@@ -470,6 +461,26 @@ fn tricklers<S: std::io::Write + Send + 'static>(
             })
         })
         .collect()
+}
+
+/// Wait (bounded) until `n` tricklers were admitted: only then do they
+/// hold the slots the operator's call must win back.
+async fn until_admitted(admitted: &AtomicUsize, n: usize) {
+    tokio::time::timeout(PATIENCE, async {
+        while admitted.load(Ordering::SeqCst) < n {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("every trickler admitted");
+}
+
+/// Tell the tricklers to stop and wait for their threads to end.
+fn stop_tricklers(stop: &std::sync::atomic::AtomicBool, threads: Vec<std::thread::JoinHandle<()>>) {
+    stop.store(true, Ordering::SeqCst);
+    for thread in threads {
+        thread.join().expect("trickler");
+    }
 }
 
 /// Wait (bounded) until every trickler was closed by the server at least
@@ -526,13 +537,7 @@ async fn trickling_connections_do_not_lock_the_operator_out() {
         &closed,
         &stop,
     );
-    tokio::time::timeout(PATIENCE, async {
-        while admitted.load(Ordering::SeqCst) < TRICKLERS {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("every trickler admitted");
+    until_admitted(&admitted, TRICKLERS).await;
     // Past the eviction grace of the last one admitted.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let started = Instant::now();
@@ -550,10 +555,7 @@ async fn trickling_connections_do_not_lock_the_operator_out() {
     );
     assert_eq!(stopped.status.code(), Some(0));
     until_closed(&closed, TRICKLERS).await;
-    stop.store(true, Ordering::SeqCst);
-    for thread in threads {
-        thread.join().expect("trickler");
-    }
+    stop_tricklers(&stop, threads);
     exit(run, &handle, ExitIntent::Halt).await;
 }
 
@@ -571,13 +573,7 @@ async fn trickling_tcp_connections_do_not_lock_the_operator_out() {
         ..ServerLimits::default()
     };
     let token = Token::generate().expect("a token");
-    let server = serve_tcp_with(
-        handle.clone(),
-        (std::net::Ipv4Addr::LOCALHOST, 0).into(),
-        token.clone(),
-        limits,
-    )
-    .expect("serves");
+    let server = serve_loopback(&handle, &token, limits);
     until(&handle, "running", running).await;
     let addr = server.local_addr();
     let closed = Arc::new(AtomicUsize::new(0));
@@ -602,13 +598,7 @@ async fn trickling_tcp_connections_do_not_lock_the_operator_out() {
         &closed,
         &stop,
     );
-    tokio::time::timeout(PATIENCE, async {
-        while admitted.load(Ordering::SeqCst) < TRICKLERS {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("every trickler admitted");
+    until_admitted(&admitted, TRICKLERS).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let called = async {
         ControlClient::connect_within(
@@ -626,10 +616,7 @@ async fn trickling_tcp_connections_do_not_lock_the_operator_out() {
     eprintln!("the operator's stop beside {TRICKLERS} tcp tricklers: {stopped:?}");
     assert_eq!(stopped.expect("answered").lifecycle.name(), "stopped");
     until_closed(&closed, TRICKLERS).await;
-    stop.store(true, Ordering::SeqCst);
-    for thread in threads {
-        thread.join().expect("trickler");
-    }
+    stop_tricklers(&stop, threads);
     exit(run, &handle, ExitIntent::Halt).await;
 }
 
@@ -646,13 +633,7 @@ async fn a_client_whose_clock_is_off_is_answered() {
     let (run, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
     let _unix = serve_unix(handle.clone(), socket(tmp.path())).expect("serves");
     let token = Token::generate().expect("a token");
-    let tcp = serve_tcp_with(
-        handle.clone(),
-        (std::net::Ipv4Addr::LOCALHOST, 0).into(),
-        token.clone(),
-        ServerLimits::default(),
-    )
-    .expect("serves");
+    let tcp = serve_loopback(&handle, &token, ServerLimits::default());
     until(&handle, "running", running).await;
     let endpoints = [
         Endpoint::Unix(socket(tmp.path())),
@@ -722,12 +703,7 @@ fn a_daemon_refuses_to_run_without_its_control_socket() {
     ] {
         let tmp = tempfile::tempdir().expect("tempdir");
         let data = tmp.path().join("data");
-        let control = steadfast_actors::control_dir::ControlDir::under(&data);
-        std::fs::create_dir_all(&control).expect("mkdir");
-        for dir in [&data, &control] {
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
-        }
-        let path = control.join("control.sock");
+        let path = private_control_dir(&data).join("control.sock");
         plant(&path).expect("plant");
         let mut child = processes::kvd(&data, &kvd_config(tmp.path()), Stdio::piped());
         let code = processes::wait_exit(&mut child);
@@ -800,12 +776,31 @@ fn a_socket_path_over_108_bytes_is_served() {
     );
 }
 
+/// `data` and its control dir, made (0700, as a daemon makes them) before
+/// any daemon runs, so that a test can plant something in it: the control dir.
+fn private_control_dir(data: &Path) -> PathBuf {
+    let control = steadfast_actors::control_dir::ControlDir::under(data);
+    std::fs::create_dir_all(&control).expect("mkdir");
+    for dir in [data, &control] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    }
+    control
+}
+
 /// A kvd running, reachable over its socket.
 fn running_kvd(tmp: &Path) -> (Child, PathBuf) {
     let data = tmp.join("data");
     let child = processes::kvd(&data, &kvd_config(tmp), Stdio::piped());
     processes::until(&data, "running", |s| s["lifecycle"]["state"] == "running");
     (child, data)
+}
+
+/// [`running_kvd`] for an async test: its waiting runs off the runtime.
+async fn running_kvd_off_runtime(tmp: &Path) -> (Child, PathBuf) {
+    let tmp = tmp.to_owned();
+    tokio::task::spawn_blocking(move || running_kvd(&tmp))
+        .await
+        .expect("task")
 }
 
 /// A client connected before the daemon is stopped (SIGSTOP) sends `exit`
@@ -817,12 +812,7 @@ fn running_kvd(tmp: &Path) -> (Child, PathBuf) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_abandoned_exit_of_a_connected_client_is_dropped() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let (mut child, data) = tokio::task::spawn_blocking({
-        let tmp = tmp.path().to_owned();
-        move || running_kvd(&tmp)
-    })
-    .await
-    .expect("task");
+    let (mut child, data) = running_kvd_off_runtime(tmp.path()).await;
     let client = ControlClient::connect_unix(socket(&data))
         .await
         .expect("connects")
@@ -863,12 +853,7 @@ async fn an_abandoned_exit_of_a_connected_client_is_dropped() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_abandoned_pipelined_exit_is_never_read() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let (mut child, data) = tokio::task::spawn_blocking({
-        let tmp = tmp.path().to_owned();
-        move || running_kvd(&tmp)
-    })
-    .await
-    .expect("task");
+    let (mut child, data) = running_kvd_off_runtime(tmp.path()).await;
     processes::signal(&child, rustix::process::Signal::STOP);
     let client =
         ControlClient::connect_pipelined(Endpoint::Unix(socket(&data)), Duration::from_secs(1))
@@ -943,6 +928,32 @@ fn an_abandoned_exit_and_stop_from_steadfastctl_are_not_run() {
     );
 }
 
+/// Python for a listener of another user: `count_received(s, wait, idle)`
+/// accepts on `s` until no one dials for `wait` s, reads each connection
+/// until it closes or is idle `idle` s, and gives the bytes received.
+const COUNT_RECEIVED: &str = r#"
+import socket
+def count_received(s, wait, idle):
+    s.settimeout(wait)
+    got = 0
+    try:
+        while True:
+            c, _ = s.accept()
+            c.settimeout(idle)
+            try:
+                while True:
+                    b = c.recv(65536)
+                    if not b:
+                        break
+                    got += len(b)
+            except socket.timeout:
+                pass
+            c.close()
+    except socket.timeout:
+        pass
+    return got
+"#;
+
 /// Another user (uid 65534, through `setpriv`) who may write in the data
 /// dir renames `.steadfast` away and plants a socket of its own there: the
 /// operator's `steadfastctl stop` refuses to talk to it (exit 1, "not
@@ -951,10 +962,7 @@ fn an_abandoned_exit_and_stop_from_steadfastctl_are_not_run() {
 /// it skips. Before the fix: the client connected and sent its command.
 #[test]
 fn a_socket_planted_by_another_user_gets_nothing() {
-    let setpriv = Path::new("/usr/bin/setpriv");
-    let python = Path::new("/usr/bin/python3");
-    if rustix::process::geteuid().as_raw() != 0 || !setpriv.exists() || !python.exists() {
-        eprintln!("skipped: needs root, /usr/bin/setpriv and /usr/bin/python3");
+    if !root_with(&[SETPRIV, PYTHON]) {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -977,30 +985,11 @@ s.bind(path)
 os.chmod(path, 0o777)
 s.listen(16)
 print("listening", flush=True)
-s.settimeout(5.0)
-got = 0
-try:
-    while True:
-        c, _ = s.accept()
-        c.settimeout(2.0)
-        try:
-            while True:
-                b = c.recv(65536)
-                if not b:
-                    break
-                got += len(b)
-        except socket.timeout:
-            pass
-        c.close()
-except socket.timeout:
-    pass
-print("received", got, flush=True)
+print("received", count_received(s, 5.0, 2.0), flush=True)
 "#;
-    let mut planted = Command::new(setpriv)
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(python)
+    let mut planted = as_nobody(PYTHON)
         .arg("-c")
-        .arg(script)
+        .arg([COUNT_RECEIVED, script].concat())
         .arg(&data)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -1060,10 +1049,7 @@ async fn a_command_whose_caller_gave_up_is_not_stepped() {
 /// `/usr/bin/python3`; otherwise says why it skips.
 #[test]
 fn a_listener_of_another_user_gets_nothing() {
-    let setpriv = Path::new("/usr/bin/setpriv");
-    let python = Path::new("/usr/bin/python3");
-    if rustix::process::geteuid().as_raw() != 0 || !setpriv.exists() || !python.exists() {
-        eprintln!("skipped: needs root, /usr/bin/setpriv and /usr/bin/python3");
+    if !root_with(&[SETPRIV, PYTHON]) {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -1079,30 +1065,11 @@ s.bind(sys.argv[1])
 s.listen(16)
 print("listening", flush=True)
 sys.stdin.readline()
-s.settimeout(1.0)
-got = 0
-try:
-    while True:
-        c, _ = s.accept()
-        c.settimeout(1.0)
-        try:
-            while True:
-                b = c.recv(65536)
-                if not b:
-                    break
-                got += len(b)
-        except socket.timeout:
-            pass
-        c.close()
-except socket.timeout:
-    pass
-print("received", got, flush=True)
+print("received", count_received(s, 1.0, 1.0), flush=True)
 "#;
-    let mut listener = Command::new(setpriv)
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(python)
+    let mut listener = as_nobody(PYTHON)
         .arg("-c")
-        .arg(script)
+        .arg([COUNT_RECEIVED, script].concat())
         .arg(&path)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -1142,12 +1109,7 @@ print("received", got, flush=True)
 #[test]
 fn a_stale_socket_is_replaced() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let data = tmp.path().join("data");
-    let control = steadfast_actors::control_dir::ControlDir::under(&data);
-    std::fs::create_dir_all(&control).expect("mkdir");
-    for dir in [&data, &control] {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
-    }
+    let control = private_control_dir(&tmp.path().join("data"));
     drop(std::os::unix::net::UnixListener::bind(control.join("control.sock")).expect("bind"));
     let (mut child, data) = running_kvd(tmp.path());
     assert_eq!(processes::ctl(&data, &["exit"]).status.code(), Some(0));
@@ -1166,9 +1128,7 @@ fn a_stale_socket_is_replaced() {
 /// Runs only as root with `setpriv`; otherwise says why it skips.
 #[test]
 fn a_root_operator_reaches_a_service_users_daemon() {
-    let setpriv = Path::new("/usr/bin/setpriv");
-    if rustix::process::geteuid().as_raw() != 0 || !setpriv.exists() {
-        eprintln!("skipped: needs root and /usr/bin/setpriv");
+    if !root_with(&[SETPRIV]) {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -1185,9 +1145,7 @@ fn a_root_operator_reaches_a_service_users_daemon() {
     let nobody = rustix::fs::Uid::from_raw(65534);
     rustix::fs::chown(&data, Some(nobody), Some(rustix::fs::Gid::from_raw(65534)))
         .expect("chown the data dir");
-    let mut child = Command::new(setpriv)
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(&bin)
+    let mut child = as_nobody(&bin)
         .arg("--data-dir")
         .arg(&data)
         .arg("--config")

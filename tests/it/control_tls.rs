@@ -59,6 +59,12 @@ impl Pki {
             .client_ca(&self.client_ca.pem, Role::Operate)
     }
 
+    /// A client trusting the server CA, presenting the operator's
+    /// certificate: the client most tests dial with.
+    fn as_operator(&self) -> TlsClient {
+        self.client(Some(&self.operator))
+    }
+
     /// A client trusting the server CA, presenting `cert` (or nothing).
     fn client(&self, cert: Option<&(PathBuf, PathBuf)>) -> TlsClient {
         TlsClient::from_files(
@@ -93,6 +99,25 @@ async fn connect(
     ControlClient::connect_within(Endpoint::tls(addr, tls, token), Duration::from_secs(20)).await
 }
 
+/// The error of a client that presents `cert` (made in the test's dir, beside
+/// the usual set; `None`: no certificate) to a daemon serving mutual TLS,
+/// which must refuse it (`what` says what was presented).
+async fn refused_by_mutual_tls(
+    what: &str,
+    cert: impl FnOnce(&Path, &Pki) -> Option<(PathBuf, PathBuf)>,
+) -> ClientError {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let pki = Pki::new(tmp.path());
+    let (run, handle, server) =
+        running_on_tls(tmp.path(), pki.mutual(), ServerLimits::default()).await;
+    let cert = cert(tmp.path(), &pki);
+    let refused = connect(server.local_addr(), pki.client(cert.as_ref()), None)
+        .await
+        .expect_err(what);
+    exit(run, &handle, ExitIntent::Halt).await;
+    refused
+}
+
 /// Mutual TLS with a certificate from the client CA: every method, a
 /// command included, over a session whose server certificate the client
 /// verified for 127.0.0.1.
@@ -102,7 +127,7 @@ async fn a_good_client_certificate_operates() {
     let pki = Pki::new(tmp.path());
     let (run, handle, server) =
         running_on_tls(tmp.path(), pki.mutual(), ServerLimits::default()).await;
-    let client = connect(server.local_addr(), pki.client(Some(&pki.operator)), None)
+    let client = connect(server.local_addr(), pki.as_operator(), None)
         .await
         .expect("a good certificate");
     let snapshot = client.snapshot().await.expect("answered");
@@ -126,14 +151,10 @@ async fn a_good_client_certificate_operates() {
 /// refused in the handshake: a typed error, nothing served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_certificate_from_another_ca_is_refused() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let pki = Pki::new(tmp.path());
-    let (run, handle, server) =
-        running_on_tls(tmp.path(), pki.mutual(), ServerLimits::default()).await;
-    let stranger = Ca::new(tmp.path(), "stranger-ca").leaf(tmp.path(), "stranger", false, false);
-    let refused = connect(server.local_addr(), pki.client(Some(&stranger)), None)
-        .await
-        .expect_err("another CA's certificate");
+    let refused = refused_by_mutual_tls("another CA's certificate", |dir, _| {
+        Some(Ca::new(dir, "stranger-ca").leaf(dir, "stranger", false, false))
+    })
+    .await;
     assert!(
         matches!(refused, ClientError::CertificateRefused { .. }),
         "{refused:?}"
@@ -144,42 +165,29 @@ async fn a_certificate_from_another_ca_is_refused() {
             .contains("not signed by a CA the daemon trusts"),
         "{refused}"
     );
-    exit(run, &handle, ExitIntent::Halt).await;
 }
 
 /// An expired client certificate from the right CA is refused, and says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_expired_client_certificate_is_refused() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let pki = Pki::new(tmp.path());
-    let (run, handle, server) =
-        running_on_tls(tmp.path(), pki.mutual(), ServerLimits::default()).await;
-    let expired = pki.client_ca.leaf(tmp.path(), "expired", false, true);
-    let refused = connect(server.local_addr(), pki.client(Some(&expired)), None)
-        .await
-        .expect_err("an expired certificate");
+    let refused = refused_by_mutual_tls("an expired certificate", |dir, pki| {
+        Some(pki.client_ca.leaf(dir, "expired", false, true))
+    })
+    .await;
     assert!(
         matches!(&refused, ClientError::CertificateRefused { why, .. } if why.contains("expired")),
         "{refused:?}"
     );
-    exit(run, &handle, ExitIntent::Halt).await;
 }
 
 /// No client certificate (and no token) where the daemon requires one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn no_client_certificate_is_refused() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let pki = Pki::new(tmp.path());
-    let (run, handle, server) =
-        running_on_tls(tmp.path(), pki.mutual(), ServerLimits::default()).await;
-    let refused = connect(server.local_addr(), pki.client(None), None)
-        .await
-        .expect_err("no certificate");
+    let refused = refused_by_mutual_tls("no certificate", |_, _| None).await;
     assert!(
         matches!(&refused, ClientError::CertificateRefused { why, .. } if why.contains("requires a client certificate")),
         "{refused:?}"
     );
-    exit(run, &handle, ExitIntent::Halt).await;
 }
 
 /// The client refuses a daemon whose certificate another CA signed, or
@@ -207,7 +215,7 @@ async fn an_untrusted_server_certificate_is_refused_by_the_client() {
     let endpoint = Endpoint::Tls {
         addr,
         server_name: "kvd.example.org".to_owned(),
-        tls: pki.client(Some(&pki.operator)),
+        tls: pki.as_operator(),
         token: None,
     };
     let misnamed = ControlClient::connect_within(endpoint, Duration::from_secs(20))
@@ -221,7 +229,7 @@ async fn an_untrusted_server_certificate_is_refused_by_the_client() {
     let endpoint = Endpoint::Tls {
         addr,
         server_name: "localhost".to_owned(),
-        tls: pki.client(Some(&pki.operator)),
+        tls: pki.as_operator(),
         token: None,
     };
     let client = ControlClient::connect_within(endpoint, Duration::from_secs(20))
@@ -262,7 +270,7 @@ async fn a_token_inside_tls_is_accepted_and_a_wrong_one_refused() {
         "{nothing:?}"
     );
     // A certificate still works beside tokens.
-    connect(addr, pki.client(Some(&pki.operator)), None)
+    connect(addr, pki.as_operator(), None)
         .await
         .expect("a certificate")
         .snapshot()
@@ -336,7 +344,7 @@ async fn a_read_only_peer_reads_but_is_refused_a_command() {
         assert!(running(&handle.snapshot()), "nothing was run");
     }
     // The operator's certificate still operates.
-    let operator = connect(addr, pki.client(Some(&pki.operator)), None)
+    let operator = connect(addr, pki.as_operator(), None)
         .await
         .expect("the operator");
     operator.stop(Hold::None).await.expect("operate");
@@ -402,7 +410,7 @@ async fn a_pre_handshake_flood_does_not_lock_the_operator_out() {
         .expect("the silent connection is closed");
     assert!(matches!(closed, Ok(0) | Err(_)), "{closed:?}");
     for _ in 0..5 {
-        let client = connect(addr, pki.client(Some(&pki.operator)), None)
+        let client = connect(addr, pki.as_operator(), None)
             .await
             .expect("the operator gets in during the flood");
         assert!(running(&client.snapshot().await.expect("answered")));
@@ -424,7 +432,7 @@ async fn a_reload_serves_the_new_certificate_and_keeps_sessions() {
     let (run, handle, server) =
         running_on_tls(tmp.path(), pki.mutual(), ServerLimits::default()).await;
     let addr = server.local_addr();
-    let established = connect(addr, pki.client(Some(&pki.operator)), None)
+    let established = connect(addr, pki.as_operator(), None)
         .await
         .expect("the first certificate");
     established.snapshot().await.expect("answered");
@@ -447,7 +455,7 @@ async fn a_reload_serves_the_new_certificate_and_keeps_sessions() {
         .snapshot()
         .await
         .expect("answered");
-    let old = connect(addr, pki.client(Some(&pki.operator)), None)
+    let old = connect(addr, pki.as_operator(), None)
         .await
         .expect_err("the old certificate is no longer served");
     assert!(
@@ -501,7 +509,7 @@ async fn a_refused_reload_is_an_error_until_a_good_one() {
     let (run, handle, server) =
         running_on_tls(tmp.path(), pki.mutual(), ServerLimits::default()).await;
     let addr = server.local_addr();
-    let operator = connect(addr, pki.client(Some(&pki.operator)), None)
+    let operator = connect(addr, pki.as_operator(), None)
         .await
         .expect("the operator connects");
     let good_key = std::fs::read_to_string(&pki.server.1).expect("the key");
@@ -572,7 +580,7 @@ async fn a_refused_reload_is_an_error_until_a_good_one() {
             failures,
             "{name}: counted"
         );
-        connect(addr, pki.client(Some(&pki.operator)), None)
+        connect(addr, pki.as_operator(), None)
             .await
             .unwrap_or_else(|e| panic!("{name}: the old certificate is still served: {e}"))
             .snapshot()
@@ -633,6 +641,26 @@ async fn a_loose_private_key_is_refused() {
     exit(run, &handle, ExitIntent::Halt).await;
 }
 
+/// A path as an argument (the test's paths are UTF-8).
+fn s(path: &Path) -> String {
+    path.to_str().expect("utf-8").to_owned()
+}
+
+/// `steadfastctl`'s flags to reach `addr` over TLS, trusting `ca` and
+/// presenting `cert`.
+fn tls_flags(addr: &str, ca: &Path, cert: &(PathBuf, PathBuf)) -> Vec<String> {
+    vec![
+        "--tls".to_owned(),
+        addr.to_owned(),
+        "--ca".to_owned(),
+        s(ca),
+        "--cert".to_owned(),
+        s(&cert.0),
+        "--key".to_owned(),
+        s(&cert.1),
+    ]
+}
+
 async fn steadfastctl(args: Vec<String>) -> std::process::Output {
     processes::ctl_async(args).await
 }
@@ -652,19 +680,7 @@ async fn steadfastctl_over_tls() {
     );
     let (run, handle, server) = running_on_tls(tmp.path(), config, ServerLimits::default()).await;
     let addr = server.local_addr().to_string();
-    let s = |p: &Path| p.to_str().expect("utf-8").to_owned();
-    let tls_args = |cert: &(PathBuf, PathBuf), ca: &Path| {
-        vec![
-            "--tls".to_owned(),
-            addr.clone(),
-            "--ca".to_owned(),
-            s(ca),
-            "--cert".to_owned(),
-            s(&cert.0),
-            "--key".to_owned(),
-            s(&cert.1),
-        ]
-    };
+    let tls_args = |cert: &(PathBuf, PathBuf), ca: &Path| tls_flags(&addr, ca, cert);
     let with = |mut base: Vec<String>, rest: &[&str]| {
         base.extend(rest.iter().map(|&a| a.to_owned()));
         base
@@ -751,19 +767,13 @@ async fn a_killed_tls_watcher_gives_its_slot_back_at_once() {
         ..ServerLimits::default()
     };
     let (run, handle, server) = running_on_tls(tmp.path(), pki.mutual(), limits).await;
-    let s = |p: &Path| p.to_str().expect("utf-8").to_owned();
     let mut watcher = std::process::Command::new(processes::steadfastctl())
-        .args([
-            "--tls",
+        .args(tls_flags(
             &server.local_addr().to_string(),
-            "--ca",
-            &s(&pki.server_ca.pem),
-            "--cert",
-            &s(&pki.operator.0),
-            "--key",
-            &s(&pki.operator.1),
-            "watch",
-        ])
+            &pki.server_ca.pem,
+            &pki.operator,
+        ))
+        .arg("watch")
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("steadfastctl watch");
@@ -779,7 +789,7 @@ async fn a_killed_tls_watcher_gives_its_slot_back_at_once() {
     watcher.kill().expect("kill");
     let _ = watcher.wait();
     let client = ControlClient::connect_within(
-        Endpoint::tls(server.local_addr(), pki.client(Some(&pki.operator)), None),
+        Endpoint::tls(server.local_addr(), pki.as_operator(), None),
         Duration::from_secs(20),
     )
     .await
@@ -830,7 +840,7 @@ async fn read_peers_cannot_take_the_operate_slots() {
     }
     eprintln!("{} viewers admitted of 3 slots", viewers.len());
     let operator = ControlClient::connect_within(
-        Endpoint::tls(addr, pki.client(Some(&pki.operator)), None),
+        Endpoint::tls(addr, pki.as_operator(), None),
         Duration::from_secs(5),
     )
     .await
@@ -865,7 +875,7 @@ async fn a_daemon_serves_tls_through_its_options() {
         options,
     ));
     until(&handle, "running", running).await;
-    let client = connect(addr, pki.client(Some(&pki.operator)), None)
+    let client = connect(addr, pki.as_operator(), None)
         .await
         .expect("the daemon's TLS port answers");
     client.exit(ExitIntent::Halt).await.expect("exit over TLS");
@@ -907,7 +917,6 @@ async fn an_inventory_reaches_daemons_over_tls() {
             .expect("serves the socket");
     until(&c, "running", running).await;
 
-    let s = |p: &Path| p.to_str().expect("utf-8").to_owned();
     let entry = |name: &str, addr: SocketAddr, ca: &Path, cert: &(PathBuf, PathBuf)| {
         format!(
             "[[daemon]]\nname = \"{name}\"\ntls = \"{addr}\"\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",

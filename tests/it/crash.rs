@@ -130,6 +130,18 @@ impl Daemon {
             .filter_map(|l| l.strip_prefix(prefix).map(|v| v.trim().to_owned()))
             .collect()
     }
+
+    /// Kill the child processes it said it spawned (its `child PID` lines
+    /// seen so far), which may outlive it.
+    fn kill_its_children(&self) {
+        kill_leftovers(
+            &self
+                .values("child ")
+                .iter()
+                .filter_map(|p| p.parse().ok())
+                .collect(),
+        );
+    }
 }
 
 /// Whether `needles` appear in `haystack` in order (not necessarily next to
@@ -449,13 +461,8 @@ fn a_checkpointed_step_is_skipped_after_a_crash_only_if_still_present() {
     third.drain();
     assert_eq!(third.values("expect_skip prepare "), ["no"]);
     assert_eq!(third.values("phase 1 prepare "), ["completed"]);
-    for pid in first
-        .values("child ")
-        .iter()
-        .chain(&second.values("child "))
-    {
-        kill_leftovers(&pid.parse().into_iter().collect());
-    }
+    first.kill_its_children();
+    second.kill_its_children();
     // A clean exit drained everything: nothing is outstanding.
     let left = steadfast::protocol::journal::outstanding(&journal_records(&data_dir));
     assert!(left.is_empty(), "{left:?}");
@@ -504,9 +511,7 @@ fn a_step_killed_after_its_intent_runs_again_told_so_and_nothing_is_left() {
     assert!(steadfast::protocol::journal::unfinished(&records).is_empty());
     assert!(steadfast::protocol::journal::outstanding(&records).is_empty());
     assert!(!data_dir.join("prepared").exists());
-    for pid in second.values("child ") {
-        kill_leftovers(&pid.parse().into_iter().collect());
-    }
+    second.kill_its_children();
 }
 
 /// What `/proc/<pid>/fd` links to.
@@ -563,13 +568,7 @@ fn a_journal_write_that_fails_is_never_acknowledged() {
     daemon.child.kill().expect("kill -9");
     assert_eq!(daemon.child.wait().expect("wait").signal(), Some(9));
     daemon.drain();
-    kill_leftovers(
-        &daemon
-            .values("child ")
-            .iter()
-            .filter_map(|p| p.parse().ok())
-            .collect(),
-    );
+    daemon.kill_its_children();
 
     // The next daemon: the journal decodes (a short write's torn tail is
     // cut, never read as a record), the run counts as crashed, and it runs.
@@ -589,13 +588,7 @@ fn a_journal_write_that_fails_is_never_acknowledged() {
         next.values("ack ").last().map(String::as_str),
         Some("exiting")
     );
-    kill_leftovers(
-        &next
-            .values("child ")
-            .iter()
-            .filter_map(|p| p.parse().ok())
-            .collect(),
-    );
+    next.kill_its_children();
 }
 
 #[test]
@@ -639,11 +632,5 @@ fn a_destroy_that_reports_success_but_leaves_the_resource_is_a_survivor() {
     let steps: Vec<&str> = left.iter().map(|o| o.step.as_str()).collect();
     assert_eq!(steps, ["prepare"]);
     assert!(data_dir.join("prepared").exists());
-    kill_leftovers(
-        &daemon
-            .values("child ")
-            .iter()
-            .filter_map(|p| p.parse().ok())
-            .collect(),
-    );
+    daemon.kill_its_children();
 }

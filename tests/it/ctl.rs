@@ -6,6 +6,7 @@
 
 use crate::support::common;
 use crate::support::processes;
+use crate::support::processes::text;
 
 use std::path::Path;
 use std::process::Output;
@@ -17,16 +18,7 @@ use steadfast::{ExitIntent, Hold};
 
 /// Run `steadfastctl --data-dir DIR ARGS…` off the runtime's threads.
 async fn ctl(data_dir: &Path, args: &[&str]) -> Output {
-    let flag: [&std::ffi::OsStr; 2] = ["--data-dir".as_ref(), data_dir.as_os_str()];
-    processes::ctl_async(
-        flag.into_iter()
-            .chain(args.iter().map(std::ffi::OsStr::new)),
-    )
-    .await
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+    processes::ctl_async_at("--data-dir", data_dir, args).await
 }
 
 /// A supervisor over `data_dir`, running, with its control socket served.

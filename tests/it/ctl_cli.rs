@@ -24,7 +24,7 @@ use std::process::{Command, Output, Stdio};
 use common::*;
 #[cfg(feature = "tls")]
 use pki::Ca;
-use processes::{ctl, free_port, wait_exit};
+use processes::{ctl, free_port, text, wait_exit};
 #[cfg(feature = "tls")]
 use steadfast::ExitIntent;
 #[cfg(feature = "tls")]
@@ -32,10 +32,6 @@ use steadfast::control::{Role, TlsServerConfig, serve_tls};
 
 fn state(s: &serde_json::Value) -> &str {
     s["lifecycle"]["state"].as_str().unwrap_or("")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// A kvd config listening on `port`.

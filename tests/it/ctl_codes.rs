@@ -13,14 +13,10 @@ use crate::support::processes;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use processes::{ctl, free_port, until, wait_exit};
+use processes::{ctl, free_port, text, until, wait_exit};
 
 fn state(s: &serde_json::Value) -> &str {
     s["lifecycle"]["state"].as_str().unwrap_or("")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 fn config(dir: &Path, port: u16) -> std::path::PathBuf {

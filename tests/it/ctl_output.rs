@@ -18,14 +18,10 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use processes::{PATIENCE, ctl, free_port, steadfastctl, until, wait_exit};
+use processes::{PATIENCE, ctl, free_port, steadfastctl, text, until, wait_exit};
 
 fn state(s: &serde_json::Value) -> &str {
     s["lifecycle"]["state"].as_str().unwrap_or("")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// `child`'s output once it exits; killed and failed when it has not

@@ -445,9 +445,7 @@ fn what_can_never_work_exits_78_before_the_data_dir_is_touched() {
 #[test]
 fn a_data_dir_another_user_can_redirect_exits_78_naming_where() {
     use std::os::unix::fs::PermissionsExt;
-    let setpriv = Path::new("/usr/bin/setpriv");
-    if !rustix::process::geteuid().is_root() || !setpriv.exists() {
-        eprintln!("skipped: needs root and /usr/bin/setpriv");
+    if !processes::root_with(&[processes::SETPRIV]) {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -461,14 +459,8 @@ fn a_data_dir_another_user_can_redirect_exits_78_naming_where() {
     std::fs::create_dir(&private).expect("mkdir");
     std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).expect("chmod");
     let planted = shared.join("data");
-    let status = Command::new(setpriv)
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "ln",
-            "-s",
-        ])
+    let status = processes::as_nobody("ln")
+        .arg("-s")
         .arg(&private)
         .arg(&planted)
         .status()

@@ -9,6 +9,7 @@
 
 use crate::support::common;
 use crate::support::processes;
+use crate::support::processes::text;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -88,16 +89,7 @@ fn entries_of(daemons: &[Daemon]) -> Vec<(String, String)> {
 
 /// `steadfastctl --inventory FILE ARGS…`, off the runtime's threads.
 async fn ctl(inventory: &Path, args: &[&str]) -> Output {
-    let flag: [&std::ffi::OsStr; 2] = ["--inventory".as_ref(), inventory.as_os_str()];
-    processes::ctl_async(
-        flag.into_iter()
-            .chain(args.iter().map(std::ffi::OsStr::new)),
-    )
-    .await
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+    processes::ctl_async_at("--inventory", inventory, args).await
 }
 
 fn json(out: &Output) -> serde_json::Value {

@@ -14,15 +14,12 @@
 //!   (`a_multi_line_error_is_indented`).
 
 use crate::support::processes;
+use crate::support::processes::text;
 
 use std::path::Path;
 use std::process::{Output, Stdio};
 
 use steadfast::protocol::snapshot::SCHEMA;
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 fn ctl_ok(data: &Path, args: &[&str]) -> Output {
     let out = processes::ctl(data, args);

@@ -43,6 +43,48 @@ fn replace(data: &Path, binary: &Path, mode: &str, extra: &[&str]) -> std::proce
     ctl(data, &args)
 }
 
+/// [`replace`], which must succeed (else the test fails with its output and
+/// kvd's log): what it printed.
+fn replaced(kvd: &Kvd, binary: &Path, mode: &str, extra: &[&str]) -> String {
+    let out = replace(&kvd.data, binary, mode, extra);
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout: {printed}\nstderr: {}\nlog: {}",
+        String::from_utf8_lossy(&out.stderr),
+        kvd.log()
+    );
+    printed
+}
+
+/// The incumbent exits 0 (it handed over) and another process serves the
+/// same data dir: the new one's status.
+fn the_candidate_serves(kvd: &mut Kvd, old_pid: u64) -> serde_json::Value {
+    assert_eq!(wait_exit(&mut kvd.child), Some(0), "log: {}", kvd.log());
+    let after = until(&kvd.data, "the candidate running", running);
+    assert_ne!(pid_of(&after), old_pid);
+    after
+}
+
+/// The selection a replace recorded in the control dir of `data`.
+fn selection(data: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(data.join(".steadfast/selection")).expect("selection"))
+        .expect("selection json")
+}
+
+/// The write made before the replace (`before` = 1) and every write the
+/// load saw acknowledged are still there.
+fn assert_writes_kept(port: u16, acknowledged: &[String]) {
+    assert_eq!(kv(port, "GET before").as_deref(), Some("1"));
+    for key in acknowledged {
+        assert!(
+            kv(port, &format!("GET {key}")).is_some_and(|v| v.starts_with('v')),
+            "acknowledged write {key} lost"
+        );
+    }
+}
+
 pub(crate) fn running(s: &serde_json::Value) -> bool {
     s["lifecycle"]["state"] == "running"
 }
@@ -199,20 +241,7 @@ fn an_exclusive_upgrade_leaves_kvd_serving_the_new_binary() {
     let candidate = stamped_kvd(&kvd.dir, "kvd-2", "2.0.0-candidate");
 
     let load = load(kvd.port);
-    let out = replace(
-        &kvd.data,
-        &candidate,
-        "exclusive",
-        &["--setup-budget", "30"],
-    );
-    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stdout: {printed}\nstderr: {}\nlog: {}",
-        String::from_utf8_lossy(&out.stderr),
-        kvd.log()
-    );
+    let printed = replaced(&kvd, &candidate, "exclusive", &["--setup-budget", "30"]);
     // Each step was shown live, in order, then the outcome.
     let order = [
         "recheck", "prepare", "drain", "start", "verify", "validate", "commit",
@@ -221,15 +250,10 @@ fn an_exclusive_upgrade_leaves_kvd_serving_the_new_binary() {
     assert!(printed.contains("outcome: Complete"), "{printed}");
 
     // The incumbent exits 0 (handed over); the candidate serves, same data.
-    assert_eq!(wait_exit(&mut kvd.child), Some(0), "log: {}", kvd.log());
-    let after = until(&kvd.data, "the candidate running", running);
-    assert_ne!(pid_of(&after), old_pid);
+    let after = the_candidate_serves(&mut kvd, old_pid);
     assert_eq!(after["identity"], before["identity"]);
     assert_handed_over(&after, &before);
-    let selection: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(kvd.data.join(".steadfast/selection")).expect("selection"),
-    )
-    .expect("selection json");
+    let selection = selection(&kvd.data);
     assert_eq!(selection["version"], "2.0.0-candidate");
     assert_eq!(selection["pid"].as_u64(), Some(pid_of(&after)));
     assert_eq!(
@@ -241,13 +265,7 @@ fn an_exclusive_upgrade_leaves_kvd_serving_the_new_binary() {
     // listener at the drain, and a connection the kernel completed into its
     // backlog but kvd never accepted is reset with it (overlap hands the
     // socket over instead, and asserts none is lost). It is reported.
-    assert_eq!(kv(kvd.port, "GET before").as_deref(), Some("1"));
-    for key in &result.acknowledged {
-        assert!(
-            kv(kvd.port, &format!("GET {key}")).is_some_and(|v| v.starts_with('v')),
-            "acknowledged write {key} lost"
-        );
-    }
+    assert_writes_kept(kvd.port, &result.acknowledged);
     eprintln!(
         "exclusive upgrade: {} writes acknowledged, {} connections dropped, client-visible gap {:?}",
         result.acknowledged.len(),
@@ -291,19 +309,11 @@ fn an_overlap_upgrade_under_load_loses_no_connection_and_no_write() {
     let load = load(kvd.port);
     // Some load on the incumbent alone first.
     std::thread::sleep(Duration::from_millis(200));
-    let out = replace(
-        &kvd.data,
+    let printed = replaced(
+        &kvd,
         &candidate,
         "overlap",
         &["--setup-budget", "30", "--drain-budget", "30"],
-    );
-    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stdout: {printed}\nstderr: {}\nlog: {}",
-        String::from_utf8_lossy(&out.stderr),
-        kvd.log()
     );
     let order = [
         "recheck", "prepare", "start", "verify", "validate", "commit", "retire",
@@ -315,9 +325,7 @@ fn an_overlap_upgrade_under_load_loses_no_connection_and_no_write() {
     );
     assert!(printed.contains("outcome: Complete"), "{printed}");
 
-    assert_eq!(wait_exit(&mut kvd.child), Some(0), "log: {}", kvd.log());
-    let after = until(&kvd.data, "the candidate running", running);
-    assert_ne!(pid_of(&after), old_pid);
+    let after = the_candidate_serves(&mut kvd, old_pid);
     assert_eq!(after["identity"], before["identity"]);
     assert_handed_over(&after, &before);
     // The retiring incumbent released a store it handed over: no wedge
@@ -335,13 +343,7 @@ fn an_overlap_upgrade_under_load_loses_no_connection_and_no_write() {
         kvd.log()
     );
     assert!(!result.acknowledged.is_empty());
-    assert_eq!(kv(kvd.port, "GET before").as_deref(), Some("1"));
-    for key in &result.acknowledged {
-        assert!(
-            kv(kvd.port, &format!("GET {key}")).is_some_and(|v| v.starts_with('v')),
-            "acknowledged write {key} lost"
-        );
-    }
+    assert_writes_kept(kvd.port, &result.acknowledged);
     eprintln!(
         "overlap upgrade: {} writes acknowledged, {} connections dropped, client-visible gap {:?}",
         result.acknowledged.len(),
@@ -375,23 +377,13 @@ fn an_overlap_upgrade_closes_an_established_connection_after_answering_it() {
     assert_eq!(ask("SET held-before 1").as_deref(), Some("OK"));
 
     let candidate = stamped_kvd(&kvd.dir, "kvd-2", "2.0.0-candidate");
-    let out = replace(
-        &kvd.data,
+    replaced(
+        &kvd,
         &candidate,
         "overlap",
         &["--setup-budget", "30", "--drain-budget", "30"],
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stdout: {}\nstderr: {}\nlog: {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-        kvd.log()
-    );
-    assert_eq!(wait_exit(&mut kvd.child), Some(0), "log: {}", kvd.log());
-    let after = until(&kvd.data, "the candidate running", running);
-    assert_ne!(pid_of(&after), old_pid);
+    the_candidate_serves(&mut kvd, old_pid);
 
     // The old process is gone: the established connection went with it.
     assert_eq!(
@@ -700,10 +692,7 @@ fn a_candidate_others_could_write_is_never_run() {
     until(&kvd.data, "the candidate running", |s| {
         running(s) && pid_of(s) != pid_of(&before)
     });
-    let selection: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(kvd.data.join(".steadfast/selection")).expect("selection"),
-    )
-    .expect("selection json");
+    let selection = selection(&kvd.data);
     assert_eq!(selection["version"], "2.0.0-loose");
     kvd.stop_whoever_serves();
 }
@@ -745,10 +734,7 @@ fn under_systemd_mainpid_names_the_new_process_after_commit() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(wait_exit(&mut kvd.child), Some(0));
-    let selection: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(kvd.data.join(".steadfast/selection")).expect("selection"),
-    )
-    .expect("selection json");
+    let selection = selection(&kvd.data);
     let want = format!("MAINPID={}", selection["pid"].as_u64().expect("pid"));
     kvd.stop_whoever_serves();
     stop.store(true, Ordering::SeqCst);
@@ -777,13 +763,8 @@ fn a_failure_after_commit_says_committed_and_keeps_the_new_selection() {
     );
     // Not rolled back: the incumbent still retired and exited, the
     // candidate serves, selected, with the data.
-    assert_eq!(wait_exit(&mut kvd.child), Some(0), "log: {}", kvd.log());
-    let after = until(&kvd.data, "the candidate running", running);
-    assert_ne!(pid_of(&after), old_pid);
-    let selection: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(kvd.data.join(".steadfast/selection")).expect("selection"),
-    )
-    .expect("selection json");
+    let after = the_candidate_serves(&mut kvd, old_pid);
+    let selection = selection(&kvd.data);
     assert_eq!(selection["pid"].as_u64(), Some(pid_of(&after)));
     assert_eq!(kv(kvd.port, "GET before").as_deref(), Some("1"));
     kvd.stop_whoever_serves();

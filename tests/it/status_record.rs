@@ -32,6 +32,7 @@
 //!   for a runtime (`prlimit --nofile=4`).
 
 use crate::support::processes;
+use crate::support::processes::text;
 
 use std::fs::File;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -73,10 +74,6 @@ fn ctl_args(command: &mut Command, data: &Path, args: &[&str], rpc: bool) {
     if rpc {
         command.env("STEADFASTCTL_NO_RECORD", "1");
     }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// `--json status`'s JSON without `now`.

@@ -13,6 +13,14 @@ fn child(name: &str, restart: Restart) -> ChildSpec {
     }
 }
 
+/// Permanent children of these names, in order: most groups here need nothing else.
+fn permanent(names: &[&str]) -> Vec<ChildSpec> {
+    names
+        .iter()
+        .map(|name| child(name, Restart::Permanent))
+        .collect()
+}
+
 fn group(strategy: Strategy, restarts: u32, children: Vec<ChildSpec>) -> Group {
     let mut g = Group::new(GroupSpec {
         strategy,
@@ -38,15 +46,29 @@ fn panicked(child: usize, incarnation: u32, at: u64) -> Event {
     }
 }
 
+/// Incarnation `incarnation` of `child` returned on its own at `at` ms.
+fn returned(child: usize, incarnation: u32, at: u64) -> Event {
+    Event::Exited {
+        child,
+        incarnation,
+        exit: ChildExit::Normal,
+        at: Timestamp(at),
+    }
+}
+
+/// The operator's `op` on `child` at `at` ms.
+fn operator(child: usize, op: ChildOp, at: u64) -> Event {
+    Event::Operator {
+        child,
+        op,
+        at: Timestamp(at),
+    }
+}
+
 #[test]
 fn a_transient_child_that_returns_is_not_restarted() {
     let mut g = group(Strategy::OneForAll, 3, vec![child("a", Restart::Transient)]);
-    let d = g.on(&Event::Exited {
-        child: 0,
-        incarnation: 1,
-        exit: ChildExit::Normal,
-        at: Timestamp(10),
-    });
+    let d = g.on(&returned(0, 1, 10));
     assert_eq!(d, Decision::Ended);
     assert_eq!(g.state(0), Some((&ChildState::Ended(ChildExit::Normal), 1)));
     assert_eq!(g.phase(), Phase::Running);
@@ -88,15 +110,7 @@ fn a_temporary_child_is_never_restarted_even_under_one_for_all() {
 
 #[test]
 fn one_for_all_stops_in_reverse_and_starts_in_order() {
-    let mut g = group(
-        Strategy::OneForAll,
-        3,
-        vec![
-            child("a", Restart::Permanent),
-            child("b", Restart::Permanent),
-            child("c", Restart::Permanent),
-        ],
-    );
+    let mut g = group(Strategy::OneForAll, 3, permanent(&["a", "b", "c"]));
     let Decision::Restart(plan) = g.on(&panicked(1, 1, 10)) else {
         panic!("a restart")
     };
@@ -106,15 +120,7 @@ fn one_for_all_stops_in_reverse_and_starts_in_order() {
 
 #[test]
 fn rest_for_one_never_touches_earlier_siblings() {
-    let mut g = group(
-        Strategy::RestForOne,
-        3,
-        vec![
-            child("a", Restart::Permanent),
-            child("b", Restart::Permanent),
-            child("c", Restart::Permanent),
-        ],
-    );
+    let mut g = group(Strategy::RestForOne, 3, permanent(&["a", "b", "c"]));
     let Decision::Restart(plan) = g.on(&panicked(1, 1, 10)) else {
         panic!("a restart")
     };
@@ -138,11 +144,7 @@ fn the_restart_past_the_intensity_is_a_meltdown() {
     assert!(stop.is_empty());
     assert_eq!(g.phase(), Phase::Ended);
     assert_eq!(
-        g.on(&Event::Operator {
-            child: 0,
-            op: ChildOp::Start,
-            at: Timestamp(3_000)
-        }),
+        g.on(&operator(0, ChildOp::Start, 3_000)),
         Decision::Refused(OpRefused::ShuttingDown)
     );
 }
@@ -169,14 +171,7 @@ fn an_exit_of_an_old_incarnation_changes_nothing() {
 
 #[test]
 fn nothing_starts_once_the_shutdown_began() {
-    let mut g = group(
-        Strategy::OneForAll,
-        3,
-        vec![
-            child("a", Restart::Permanent),
-            child("b", Restart::Permanent),
-        ],
-    );
+    let mut g = group(Strategy::OneForAll, 3, permanent(&["a", "b"]));
     assert_eq!(
         g.on(&Event::Shutdown),
         Decision::Shutdown { stop: vec![1, 0] }
@@ -199,12 +194,7 @@ fn intensity_zero_makes_any_failure_a_meltdown_whatever_the_period() {
     .expect("intensity 0 within 0 is valid: no restarts");
     g.start();
     assert!(matches!(
-        g.on(&Event::Exited {
-            child: 0,
-            incarnation: 1,
-            exit: ChildExit::Normal,
-            at: Timestamp(0)
-        }),
+        g.on(&returned(0, 1, 0)),
         Decision::Meltdown { .. }
     ));
 }
@@ -268,12 +258,7 @@ fn a_significant_childs_end_ends_the_runtime() {
     })
     .expect("valid");
     g.start();
-    let d = g.on(&Event::Exited {
-        child: 1,
-        incarnation: 1,
-        exit: ChildExit::Normal,
-        at: Timestamp(1),
-    });
+    let d = g.on(&returned(1, 1, 1));
     assert_eq!(
         d,
         Decision::SignificantEnded {
@@ -286,19 +271,8 @@ fn a_significant_childs_end_ends_the_runtime() {
 
 #[test]
 fn an_operator_restart_touches_one_child_and_never_counts() {
-    let mut g = group(
-        Strategy::OneForAll,
-        0,
-        vec![
-            child("a", Restart::Permanent),
-            child("b", Restart::Permanent),
-        ],
-    );
-    let d = g.on(&Event::Operator {
-        child: 1,
-        op: ChildOp::Restart,
-        at: Timestamp(1),
-    });
+    let mut g = group(Strategy::OneForAll, 0, permanent(&["a", "b"]));
+    let d = g.on(&operator(1, ChildOp::Restart, 1));
     let Decision::Restart(plan) = d else {
         panic!("a restart")
     };
@@ -308,11 +282,7 @@ fn an_operator_restart_touches_one_child_and_never_counts() {
     assert_eq!(g.view(Timestamp(1))[1].restarts_in_period, 0);
     assert_eq!(g.view(Timestamp(1))[1].restarts_total, 1);
     assert_eq!(
-        g.on(&Event::Operator {
-            child: 0,
-            op: ChildOp::Start,
-            at: Timestamp(2)
-        }),
+        g.on(&operator(0, ChildOp::Start, 2)),
         Decision::Refused(OpRefused::Running)
     );
 }
@@ -332,14 +302,7 @@ fn the_shutdown_after_a_meltdown_changes_nothing() {
 
 #[test]
 fn a_meltdown_counts_the_groups_restarts_and_says_so() {
-    let mut g = group(
-        Strategy::OneForOne,
-        1,
-        vec![
-            child("a", Restart::Permanent),
-            child("b", Restart::Permanent),
-        ],
-    );
+    let mut g = group(Strategy::OneForOne, 1, permanent(&["a", "b"]));
     assert!(matches!(g.on(&panicked(0, 1, 0)), Decision::Restart(_)));
     let Decision::Meltdown { meltdown, .. } = g.on(&panicked(1, 1, 10)) else {
         panic!("a meltdown")
@@ -356,12 +319,7 @@ fn a_meltdown_counts_the_groups_restarts_and_says_so() {
 #[test]
 fn a_meltdown_of_a_group_that_allows_no_restart_says_so() {
     let mut g = group(Strategy::OneForOne, 0, vec![child("a", Restart::Permanent)]);
-    let Decision::Meltdown { meltdown, .. } = g.on(&Event::Exited {
-        child: 0,
-        incarnation: 1,
-        exit: ChildExit::Normal,
-        at: Timestamp(0),
-    }) else {
+    let Decision::Meltdown { meltdown, .. } = g.on(&returned(0, 1, 0)) else {
         panic!("a meltdown")
     };
     assert_eq!(

@@ -62,12 +62,23 @@ fn held(cause: &str) -> StoreOutcome {
     }
 }
 
+/// A daemon started at 1 ms and booting attempt 1: where most steps begin.
+fn booting() -> Lifecycle {
+    ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) }).0
+}
+
 /// A daemon that has booted attempt 1 and is running.
 fn running() -> Lifecycle {
-    let m = Lifecycle::at(t(0));
-    let (m, _) = ok(&m, LifecycleEvent::Start { at: t(1) });
-    let (m, _) = ok(&m, LifecycleEvent::Booted { at: t(2) });
+    let (m, _) = ok(&booting(), LifecycleEvent::Booted { at: t(2) });
     m
+}
+
+/// The operator's restart at `at` ms, its config preflight passed.
+fn restart(at: u64) -> LifecycleEvent {
+    LifecycleEvent::Restart {
+        at: t(at),
+        preflight: Preflight::Ok,
+    }
 }
 
 #[test]
@@ -96,7 +107,7 @@ fn the_hold_marker_at_startup_rests_stopped_without_booting() {
 
 #[test]
 fn a_boot_begins_in_resolve_config_and_follows_the_services_phases() {
-    let (m, _) = ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) });
+    let m = booting();
     let (m, effect) = ok(
         &m,
         LifecycleEvent::Phase {
@@ -117,7 +128,7 @@ fn a_boot_begins_in_resolve_config_and_follows_the_services_phases() {
 
 #[test]
 fn the_first_backoff_failure_waits_exactly_1000_ms() {
-    let (m, _) = ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) });
+    let m = booting();
     let (m, _) = ok(&m, failed(FailureClass::Backoff, 10));
     assert_eq!(
         m.state,
@@ -177,7 +188,7 @@ fn seeded_jitter_is_deterministic_and_only_shortens() {
 
 #[test]
 fn retry_due_starts_the_next_attempt_only_for_a_backoff_failure() {
-    let (m, _) = ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) });
+    let m = booting();
     let (backoff, _) = ok(&m, failed(FailureClass::Backoff, 10));
     let (next, effect) = ok(&backoff, LifecycleEvent::RetryDue { at: t(1_010) });
     assert_eq!(effect, Effect::StartBoot { attempt: nz(2) });
@@ -199,7 +210,7 @@ fn retry_due_starts_the_next_attempt_only_for_a_backoff_failure() {
 
 #[test]
 fn a_retry_due_before_its_time_is_refused() {
-    let (m, _) = ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) });
+    let m = booting();
     let (m, _) = ok(&m, failed(FailureClass::Backoff, 10));
     assert_eq!(
         no(&m, LifecycleEvent::RetryDue { at: t(1_009) }),
@@ -209,7 +220,7 @@ fn a_retry_due_before_its_time_is_refused() {
 
 #[test]
 fn an_operator_retry_boots_a_held_failure_and_only_a_failure() {
-    let (m, _) = ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) });
+    let m = booting();
     let (hold, _) = ok(&m, failed(FailureClass::Hold, 10));
     let (_, effect) = ok(&hold, LifecycleEvent::Retry { at: t(20) });
     assert_eq!(effect, Effect::StartBoot { attempt: nz(2) });
@@ -221,7 +232,7 @@ fn an_operator_retry_boots_a_held_failure_and_only_a_failure() {
 
 #[test]
 fn a_config_change_retries_a_failed_boot() {
-    let (m, _) = ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) });
+    let m = booting();
     for class in [FailureClass::Hold, FailureClass::Backoff] {
         let (failed_boot, _) = ok(&m, failed(class, 10));
         let (next, effect) = ok(&failed_boot, LifecycleEvent::ConfigChanged { at: t(11) });
@@ -232,7 +243,7 @@ fn a_config_change_retries_a_failed_boot() {
 
 #[test]
 fn a_config_change_during_a_boot_is_refused_as_busy() {
-    let (m, _) = ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) });
+    let m = booting();
     assert_eq!(
         no(&m, LifecycleEvent::ConfigChanged { at: t(2) }),
         RefusedBecause::LifecycleBusy
@@ -319,7 +330,7 @@ fn start_is_refused_while_running_and_from_a_failure() {
         no(&running(), LifecycleEvent::Start { at: t(9) }),
         RefusedBecause::RuntimeRunning
     );
-    let (m, _) = ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) });
+    let m = booting();
     assert_eq!(
         no(&m, LifecycleEvent::Start { at: t(2) }),
         RefusedBecause::LifecycleBusy
@@ -333,7 +344,7 @@ fn start_is_refused_while_running_and_from_a_failure() {
 
 #[test]
 fn stop_during_a_boot_cancels_it_and_rests_once_released() {
-    let (m, _) = ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) });
+    let m = booting();
     let (m, effect) = ok(&m, LifecycleEvent::Stop { at: t(2) });
     assert_eq!(effect, Effect::CancelBoot);
     assert_eq!(
@@ -374,7 +385,7 @@ fn stop_during_a_boot_cancels_it_and_rests_once_released() {
 
 #[test]
 fn a_cancelled_boot_reporting_failure_settles_the_drain() {
-    let (m, _) = ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) });
+    let m = booting();
     let (m, _) = ok(&m, LifecycleEvent::Stop { at: t(2) });
     let (m, _) = ok(&m, failed(FailureClass::Backoff, 3));
     assert!(matches!(m.state, LifecycleState::Stopped { epoch: 1, .. }));
@@ -387,16 +398,7 @@ fn stop_and_restart_are_busy_while_draining() {
         no(&m, LifecycleEvent::Stop { at: t(4) }),
         RefusedBecause::LifecycleBusy
     );
-    assert_eq!(
-        no(
-            &m,
-            LifecycleEvent::Restart {
-                at: t(4),
-                preflight: Preflight::Ok
-            }
-        ),
-        RefusedBecause::LifecycleBusy
-    );
+    assert_eq!(no(&m, restart(4)), RefusedBecause::LifecycleBusy);
     assert_eq!(
         no(&m, LifecycleEvent::Start { at: t(4) }),
         RefusedBecause::LifecycleBusy
@@ -405,7 +407,7 @@ fn stop_and_restart_are_busy_while_draining() {
 
 #[test]
 fn stop_from_a_failure_rests_at_once_with_the_failures_epoch() {
-    let (m, _) = ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) });
+    let m = booting();
     let (m, _) = ok(&m, failed(FailureClass::Backoff, 2));
     let (m, effect) = ok(&m, LifecycleEvent::Stop { at: t(3) });
     assert_eq!(effect, Effect::None);
@@ -425,13 +427,7 @@ fn stop_from_a_failure_rests_at_once_with_the_failures_epoch() {
 
 #[test]
 fn a_restart_releases_the_store_then_boots_the_next_attempt() {
-    let (m, effect) = ok(
-        &running(),
-        LifecycleEvent::Restart {
-            at: t(3),
-            preflight: Preflight::Ok,
-        },
-    );
+    let (m, effect) = ok(&running(), restart(3));
     assert_eq!(effect, Effect::ShutdownRuntime);
     let (m, effect) = ok(
         &m,
@@ -488,13 +484,7 @@ fn exit_while_running_drains_first() {
 
 #[test]
 fn a_drain_that_leaves_the_store_held_wedges() {
-    for event in [
-        LifecycleEvent::Stop { at: t(3) },
-        LifecycleEvent::Restart {
-            at: t(3),
-            preflight: Preflight::Ok,
-        },
-    ] {
+    for event in [LifecycleEvent::Stop { at: t(3) }, restart(3)] {
         let (m, _) = ok(&running(), event);
         let (m, effect) = ok(
             &m,
@@ -516,7 +506,7 @@ fn a_drain_that_leaves_the_store_held_wedges() {
 
 #[test]
 fn a_failed_boot_that_still_holds_the_store_wedges() {
-    let (m, _) = ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) });
+    let m = booting();
     let (m, _) = ok(
         &m,
         LifecycleEvent::BootFailed {
@@ -543,10 +533,7 @@ fn wedged_accepts_only_exit() {
         LifecycleEvent::Start { at: t(5) },
         LifecycleEvent::Retry { at: t(5) },
         LifecycleEvent::Stop { at: t(5) },
-        LifecycleEvent::Restart {
-            at: t(5),
-            preflight: Preflight::Ok,
-        },
+        restart(5),
         LifecycleEvent::ConfigChanged { at: t(5) },
         LifecycleEvent::Drained {
             at: t(5),
@@ -1130,7 +1117,7 @@ fn the_budget_holds_the_nth_failed_automatic_boot_within_its_window() {
             window_ms: 600_000
         })
     );
-    let (mut m, _) = ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) });
+    let mut m = booting();
     // The first boot and four retries on the timer: five automatic boots.
     for n in 1..=4 {
         let at = m.attempts() as u64 * 10_000;
@@ -1251,7 +1238,7 @@ fn the_budget_off_retries_on_backoff_forever() {
 
 #[test]
 fn step_hands_back_the_wake_and_refuses_an_early_stable() {
-    let (m, _) = ok(&Lifecycle::at(t(0)), LifecycleEvent::Start { at: t(1) });
+    let m = booting();
     assert_eq!(
         m.wake(),
         Some(Wake {

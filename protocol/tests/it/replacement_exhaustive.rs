@@ -403,14 +403,21 @@ fn assert_stops_at_every_state(tally: &Tally) {
     assert_eq!(stops, tally.answers / 5 + tally.cut_at_limit);
 }
 
-#[test]
-fn every_overlap_answer_sequence_keeps_the_promises() {
-    let tally = enumerate(Mode::Overlap);
+/// [`enumerate`] `mode`, with the checks that hold for every mode: a stop
+/// at every state, and a sequence that completes after every retry.
+fn enumerated(mode: Mode) -> Tally {
+    let tally = enumerate(mode);
     assert_stops_at_every_state(&tally);
     assert!(
         tally.complete_after_every_retry,
         "no sequence completed after every retry"
     );
+    tally
+}
+
+#[test]
+fn every_overlap_answer_sequence_keeps_the_promises() {
+    let tally = enumerated(Mode::Overlap);
     assert_eq!(
         tally,
         Tally {
@@ -434,12 +441,7 @@ fn every_overlap_answer_sequence_keeps_the_promises() {
 
 #[test]
 fn every_exclusive_answer_sequence_keeps_the_promises() {
-    let tally = enumerate(Mode::Exclusive);
-    assert_stops_at_every_state(&tally);
-    assert!(
-        tally.complete_after_every_retry,
-        "no sequence completed after every retry"
-    );
+    let tally = enumerated(Mode::Exclusive);
     assert_eq!(
         tally,
         Tally {

@@ -152,6 +152,38 @@ pub fn ctl(data_dir: &Path, args: &[&str]) -> Output {
         .expect("steadfastctl runs")
 }
 
+/// `setpriv`, which runs a program as another user.
+pub const SETPRIV: &str = "/usr/bin/setpriv";
+/// The Python a test runs a peer of another user with.
+pub const PYTHON: &str = "/usr/bin/python3";
+
+/// Whether this test may play another user: it runs as root and `tools`
+/// are there. Says why it skips when not.
+pub fn root_with(tools: &[&str]) -> bool {
+    let able =
+        rustix::process::geteuid().as_raw() == 0 && tools.iter().all(|t| Path::new(t).exists());
+    if !able {
+        eprintln!("skipped: needs root and {}", tools.join(", "));
+    }
+    able
+}
+
+/// `program` to be run as uid and gid 65534 (nobody), without root's
+/// groups, through [`SETPRIV`].
+pub fn as_nobody(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut command = Command::new(SETPRIV);
+    command
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(program);
+    command
+}
+
+/// A process's output bytes (stdout or stderr) as text, lossily: what an
+/// assertion's message shows.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
 /// Run the real `steadfastctl` with `args` off the async runtime's threads
 /// (for a test on a tokio runtime). `STEADFAST_DATA_DIR` is removed from
 /// its environment: only `args` say which daemon.
@@ -166,6 +198,17 @@ pub async fn ctl_async<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item =
     })
     .await
     .expect("task")
+}
+
+/// [`ctl_async`] with `flag PATH` before `args` (`--data-dir DIR`,
+/// `--inventory FILE`): the daemons `args` are for.
+pub async fn ctl_async_at(flag: &str, path: &Path, args: &[&str]) -> Output {
+    let flag: [&std::ffi::OsStr; 2] = [flag.as_ref(), path.as_os_str()];
+    ctl_async(
+        flag.into_iter()
+            .chain(args.iter().map(std::ffi::OsStr::new)),
+    )
+    .await
 }
 
 /// `status --json`, parsed; `None` while no daemon answers. `status`

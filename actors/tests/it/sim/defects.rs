@@ -33,18 +33,45 @@ fn after_crash(disk: &SimDisk) -> Vec<Record> {
         .records
 }
 
-/// A transition written ahead, then an awaited append whose fsync fails:
-/// the cut that follows takes the written-ahead record too, so the sync
-/// the Lifecycle actor makes next must not answer `Ok` for it (it did:
-/// nothing was left to sync).
-#[test]
-fn a_failed_append_fsync_leaves_what_was_written_ahead_unacknowledged() {
+/// Record 1 written ahead, then an awaited append of record 2 whose fsync
+/// fails: where several defects began.
+fn an_append_whose_fsync_failed() -> (SimDisk, JournalFile<SimFile>) {
     let (disk, mut writer) = fresh();
     writer.write(&[record(1)]).expect("written ahead");
     disk.fail_next_fsyncs(1);
     writer
         .append(&[record(2)])
         .expect_err("the append's fsync fails");
+    (disk, writer)
+}
+
+/// Record 1 written ahead, then a failed write of record 2, then a cut
+/// back whose fsync fails.
+fn a_cut_back_whose_fsync_failed() -> (SimDisk, JournalFile<SimFile>) {
+    let (disk, mut writer) = fresh();
+    writer.write(&[record(1)]).expect("written ahead");
+    disk.fail_next_write();
+    writer.write(&[record(2)]).expect_err("the write fails");
+    disk.fail_next_fsyncs(1);
+    writer.sync().expect_err("the cut back's fsync fails");
+    (disk, writer)
+}
+
+/// The records a successor launched now (no crash, the page cache as it
+/// is) reads from the journal.
+fn what_a_successor_reads(disk: &SimDisk) -> Vec<Record> {
+    use steadfast_actors::control_dir::JournalDir as _;
+    let read = disk.read_journal().expect("readable").expect("the journal");
+    journal::decode(&read).expect("decodes").records
+}
+
+/// A transition written ahead, then an awaited append whose fsync fails:
+/// the cut that follows takes the written-ahead record too, so the sync
+/// the Lifecycle actor makes next must not answer `Ok` for it (it did:
+/// nothing was left to sync).
+#[test]
+fn a_failed_append_fsync_leaves_what_was_written_ahead_unacknowledged() {
+    let (disk, mut writer) = an_append_whose_fsync_failed();
     // The Journal actor skips a sync with nothing unsynced: this one must
     // not be skipped.
     assert!(
@@ -73,12 +100,7 @@ fn a_failed_append_fsync_leaves_what_was_written_ahead_unacknowledged() {
 /// valid ones).
 #[test]
 fn a_failed_cut_back_does_not_leave_lost_pages_before_new_records() {
-    let (disk, mut writer) = fresh();
-    writer.write(&[record(1)]).expect("written ahead");
-    disk.fail_next_write();
-    writer.write(&[record(2)]).expect_err("the write fails");
-    disk.fail_next_fsyncs(1);
-    writer.sync().expect_err("the cut back's fsync fails");
+    let (disk, mut writer) = a_cut_back_whose_fsync_failed();
     writer
         .append(&[record(3)])
         .expect("the next append cuts back and goes on");
@@ -93,16 +115,9 @@ fn a_failed_cut_back_does_not_leave_lost_pages_before_new_records() {
 /// journal that no longer opened). It is cut at once too.
 #[test]
 fn a_failed_cut_back_leaves_no_lost_record_for_a_successor_to_read() {
-    use steadfast_actors::control_dir::JournalDir as _;
-    let (disk, mut writer) = fresh();
-    writer.write(&[record(1)]).expect("written ahead");
-    disk.fail_next_write();
-    writer.write(&[record(2)]).expect_err("the write fails");
-    disk.fail_next_fsyncs(1);
-    writer.sync().expect_err("the cut back's fsync fails");
+    let (disk, _writer) = a_cut_back_whose_fsync_failed();
     // The process is killed here: what its successor reads.
-    let read = disk.read_journal().expect("readable").expect("the journal");
-    let records = journal::decode(&read).expect("decodes").records;
+    let records = what_a_successor_reads(&disk);
     assert!(
         records.is_empty(),
         "a record the failed fsync lost is still there to read: {records:?}"
@@ -114,12 +129,7 @@ fn a_failed_cut_back_leaves_no_lost_record_for_a_successor_to_read() {
 /// the appends after it go on (they were refused until a relaunch).
 #[test]
 fn after_a_failed_append_fsync_the_journal_answers_the_cut_once_and_goes_on() {
-    let (disk, mut writer) = fresh();
-    writer.write(&[record(1)]).expect("written ahead");
-    disk.fail_next_fsyncs(1);
-    writer
-        .append(&[record(2)])
-        .expect_err("the append's fsync fails");
+    let (disk, mut writer) = an_append_whose_fsync_failed();
     writer
         .append(&[])
         .expect_err("the actor's sync answers for the cut record");
@@ -136,16 +146,9 @@ fn after_a_failed_append_fsync_the_journal_answers_the_cut_once_and_goes_on() {
 /// a journal that no longer opens).
 #[test]
 fn a_failed_fsync_is_cut_back_at_once_not_at_the_next_append() {
-    use steadfast_actors::control_dir::JournalDir as _;
-    let (disk, mut writer) = fresh();
-    writer.write(&[record(1)]).expect("written ahead");
-    disk.fail_next_fsyncs(1);
-    writer
-        .append(&[record(2)])
-        .expect_err("the append's fsync fails");
+    let (disk, _writer) = an_append_whose_fsync_failed();
     // The process is killed here: what its successor reads.
-    let read = disk.read_journal().expect("readable").expect("the journal");
-    let records = journal::decode(&read).expect("decodes").records;
+    let records = what_a_successor_reads(&disk);
     assert!(
         records.is_empty(),
         "records no fsync wrote are still there to read: {records:?}"
