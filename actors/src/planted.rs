@@ -47,6 +47,10 @@ pub enum Defect {
     /// the process runs with its intent only staged (durable with the
     /// boot's next append, after the resource was made).
     IntentNotAhead,
+    /// A launch marker written in place over a clean stop's and never
+    /// fsynced: a power cut after an acknowledgement can leave `released`
+    /// (the run read as a clean stop).
+    LaunchMarkerUnsynced,
 }
 
 #[cfg(feature = "planted-defects")]

@@ -877,11 +877,13 @@ impl ControlDir {
                 reason,
             })?;
         let tmp_name = ".run.tmp";
-        let (file, in_place) = match self.overwrite_after_clean_stop(&bytes)? {
+        let (file, in_place) = match self.overwrite_after_clean_stop(&bytes) {
             Some(file) => (file, true),
             None => (self.write_run_renamed(tmp_name, marker, &bytes)?, false),
         };
         let names = self.names.clone();
+        let unsynced =
+            in_place && crate::planted::planted(crate::planted::Defect::LaunchMarkerUnsynced);
         // Kept until the job is done: no other daemon takes the data dir
         // while this one's marker is still on its way.
         let lock = Arc::clone(&self.lock);
@@ -892,7 +894,9 @@ impl ControlDir {
             move || -> Result<(), String> {
                 let _lock = lock;
                 names.fsyncs.fetch_add(1, Ordering::Relaxed);
-                if in_place {
+                if unsynced {
+                    Ok(())
+                } else if in_place {
                     // The name `run` is durable (the clean stop's marker
                     // was renamed and its directory fsynced); only the
                     // bytes, and the length with them, are new.
@@ -973,20 +977,30 @@ impl ControlDir {
     /// can leave instead is what a rename before its fsync may: the
     /// `released` marker (the write lost whole) or a torn one, unreadable,
     /// so `crashed`; either before anything of this launch was
-    /// acknowledged. `None`, writing nothing, at any other launch or when
-    /// `run` cannot be opened as a file of ours: the caller renames a new
-    /// marker over it.
-    fn overwrite_after_clean_stop(&self, bytes: &[u8]) -> Result<Option<File>, ControlDirError> {
+    /// acknowledged. A write the disk refuses is undone (the `released`
+    /// bytes written back as they were, so a launch the disk fails leaves
+    /// a clean stop a clean stop) and the caller renames a new marker over
+    /// it. `None`, writing nothing, at any other launch or when `run`
+    /// cannot be read and opened as a file of ours.
+    fn overwrite_after_clean_stop(&self, bytes: &[u8]) -> Option<File> {
         if !self.predecessor_synced() || self.names.dirs_pending() {
-            return Ok(None);
+            return None;
         }
-        let target = self.run_path();
-        let Ok(file) = self.dir.open("run", Access::Write) else {
-            return Ok(None);
-        };
-        file.write_all_at(bytes, 0).map_err(io_err(&target))?;
-        file.set_len(bytes.len() as u64).map_err(io_err(&target))?;
-        Ok(Some(file))
+        let cap = MARKER_HEADER_LEN as u64 + u64::from(MAX_MARKER_PAYLOAD);
+        let before = self.dir.read("run", cap).ok().flatten()?;
+        let file = self.dir.open("run", Access::Write).ok()?;
+        let written = file
+            .write_all_at(bytes, 0)
+            .and_then(|()| file.set_len(bytes.len() as u64));
+        if let Err(error) = written {
+            let undone = file
+                .write_all_at(&before, 0)
+                .and_then(|()| file.set_len(before.len() as u64));
+            tracing::warn!(%error, undone = undone.is_ok(),
+                "the run marker could not be written in place; writing a new one");
+            return None;
+        }
+        Some(file)
     }
 
     /// Replace a durable `holding` run marker with `marker` (the attempt a

@@ -693,3 +693,57 @@ fn a_journal_removed_underneath_is_not_appended_to() {
         );
     });
 }
+
+/// A relaunch after a clean stop writes its run marker over `released` in
+/// place. A write the disk refuses there is undone and a new marker is
+/// renamed over it, so the launch goes on and reads the clean stop; a
+/// power cut once it runs reads a crash (the renamed marker was made
+/// durable as any is).
+#[test]
+fn a_marker_write_refused_in_place_leaves_the_clean_stop_and_the_launch_goes_on() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data_dir = tmp.path().join("data");
+    let run = data_dir.join(".steadfast").join("run");
+    let disk = SimFileSystem::new(Rng::new(7), Faults::NONE);
+    let _seams = Simulated::install(&disk);
+    let previous_after = |disk: &SimFileSystem, exit: bool| {
+        let runtime = paused_runtime();
+        let previous = runtime.block_on(async {
+            let (supervisor, handle) =
+                supervise(&data_dir, Arc::new(Semaphore::new(1)), Timings::default());
+            let daemon = tokio::spawn(supervisor.run());
+            until(&handle, running(1)).await;
+            let previous = handle.snapshot().previous_run;
+            if exit {
+                let exited = handle.exit(ExitIntent::Relaunch).await;
+                assert!(exited.is_ok(), "{exited:?}");
+                assert_eq!(daemon.await.ok(), Some(ExitIntent::Relaunch));
+            }
+            previous
+        });
+        drop(runtime);
+        if !exit {
+            disk.crash();
+        }
+        previous
+    };
+    previous_after(&disk, true);
+    // The next write into `run`, the relaunch's marker in place, fails.
+    disk.fail_a_write_of(&run, 0);
+    let previous = previous_after(&disk, false);
+    assert!(
+        matches!(
+            previous,
+            steadfast::protocol::snapshot::PreviousRun::CleanStop { .. }
+        ),
+        "{previous:?}"
+    );
+    let previous = previous_after(&disk, true);
+    assert!(
+        matches!(
+            previous,
+            steadfast::protocol::snapshot::PreviousRun::Crashed { .. }
+        ),
+        "after a power cut: {previous:?}"
+    );
+}

@@ -9,7 +9,8 @@
 //! read through the file-system seam) good and broken, steps that fail,
 //! panic, hang or report progress slowly, a store that refuses, a runtime
 //! that crashes, days of idle time — and crashes part way through an
-//! operation, each followed by a relaunch on what survived, sometimes
+//! operation (or, one time in five, an `exit --relaunch` asked instead),
+//! each followed by a relaunch on what survived, sometimes
 //! after the wall clock jumped (up to 30 days either way); the journal,
 //! the status record, the run and hold markers and the lock removed or
 //! replaced by a copy underneath now and then. The service's plan holds
@@ -37,7 +38,9 @@
 //! owners of the store; a stop held across a relaunch comes back stopped,
 //! and a relaunch comes back held only if it was (or a hold change was
 //! answered `not durable` or cut short);
-//! a crash reads as a crash; an acknowledged `config set` reads back after
+//! a crash reads as a crash, and a clean stop whose `released` marker is
+//! durable as a clean stop, with every journal record it wrote durable
+//! too (a power cut after it takes nothing); an acknowledged `config set` reads back after
 //! a relaunch; after a crash the journal replays to at least the attempt
 //! last published while the disk failed nothing; after a kill on a healthy disk no attempt
 //! published before it starts again; at every relaunch, once its launch
@@ -410,6 +413,7 @@ fn a_planted_journal_that_acknowledges_before_its_fsync_is_caught() {
         [
             "the journal replays to the state last reported",
             "an outliving resource is known to the journal after a crash",
+            "a released run's journal is durable",
         ]
         .contains(&check),
         "{check}: {detail}"
@@ -533,6 +537,18 @@ fn a_planted_intent_not_written_ahead_is_caught() {
         check, "an outliving resource is known to the journal after a crash",
         "{detail}"
     );
+}
+
+/// A launch marker written in place over a clean stop's and never
+/// fsynced: a power cut after the relaunch acknowledged something leaves
+/// `released`, and the next launch reads a clean stop where there was a
+/// crash.
+#[test]
+fn a_planted_launch_marker_left_unsynced_is_caught() {
+    let found = first_failing_seed(Plant::LaunchMarkerUnsynced, SEEDS);
+    eprintln!("a launch marker left unsynced: first failing seed {found:?}");
+    let (_, check, detail) = found.expect("caught within 300 seeds");
+    assert_eq!(check, "a crash is seen as a crash", "{detail}");
 }
 
 /// The shrinker reduces a failing run to a smaller one that breaks the

@@ -170,10 +170,13 @@ pub enum Plant {
     /// An outliving step's intent staged, not made durable before the
     /// step runs.
     IntentNotAhead,
+    /// A launch marker written in place after a clean stop and never
+    /// fsynced.
+    LaunchMarkerUnsynced,
 }
 
 impl Plant {
-    const ALL: [(Self, &'static str); 11] = [
+    const ALL: [(Self, &'static str); 12] = [
         (Self::DrainLeavesTasks, "drain_leaves_tasks"),
         (Self::JournalAcksBeforeFsync, "journal_acks_before_fsync"),
         (Self::RenameWithoutDirSync, "rename_without_dir_sync"),
@@ -185,6 +188,7 @@ impl Plant {
         (Self::MeltdownUnreported, "meltdown_unreported"),
         (Self::ChildrenOutliveShutdown, "children_outlive_shutdown"),
         (Self::IntentNotAhead, "intent_not_ahead"),
+        (Self::LaunchMarkerUnsynced, "launch_marker_unsynced"),
     ];
 
     /// The library's defect this plants (none for the disk's, which the
@@ -202,6 +206,7 @@ impl Plant {
             Self::MeltdownUnreported => Defect::ChildrenMeltdownUnreported,
             Self::ChildrenOutliveShutdown => Defect::ChildrenOutliveShutdown,
             Self::IntentNotAhead => Defect::IntentNotAhead,
+            Self::LaunchMarkerUnsynced => Defect::LaunchMarkerUnsynced,
         })
     }
 
@@ -245,8 +250,11 @@ pub struct Outcome {
 pub struct Counts {
     pub ops: u64,
     pub crashes: u64,
-    /// Crashes that were power cuts (the rest killed the process alone).
+    /// Crashes that were power cuts (the rest killed the process alone),
+    /// and clean exits the power went out after.
     pub power_cuts: u64,
+    /// Lives that exited when asked, each relaunched after a clean stop.
+    pub clean_exits: u64,
     /// Launches the disk's faults failed (each tried again).
     pub failed_launches: u64,
     /// Relaunches after a crash that found a stop held across relaunch.
@@ -292,6 +300,7 @@ pub struct Counts {
 
 impl Counts {
     pub fn add(&mut self, other: &Self) {
+        self.clean_exits += other.clean_exits;
         self.ops += other.ops;
         self.crashes += other.crashes;
         self.power_cuts += other.power_cuts;
@@ -543,6 +552,13 @@ struct Model {
     /// page cache). `None`: no crash, or a life whose journal was removed
     /// or replaced underneath.
     journal_at_crash: Option<(Vec<Record>, Vec<u8>)>,
+    /// The last life exited when asked: whether its `released` run marker
+    /// is durable (then the relaunch reads a clean stop). `None`: it
+    /// crashed.
+    exited_released: Option<bool>,
+    /// This life's launch failed on a disk fault at least once before it
+    /// opened.
+    launch_failed: bool,
     /// Whether the run or hold marker was removed or replaced underneath
     /// during the last life: what a relaunch reads of the crash and the
     /// hold is not the daemon's to keep.
@@ -561,6 +577,9 @@ struct Model {
 
 struct Run {
     rng: Rng,
+    /// Which lives cut short exit instead of crashing: a stream of its
+    /// own, so every other draw of a seed is what it was without them.
+    exits: Rng,
     world: Arc<World>,
     disk: SimFileSystem,
     /// The data dir's path as the disk's trace names it (each run has its
@@ -601,6 +620,9 @@ struct Run {
 /// Why a life ended.
 enum Ended {
     Crashed,
+    /// Asked to exit for a relaunch, and exited: the next launch follows
+    /// a clean stop (unless the disk failed its `released` marker).
+    Exited,
     Settled,
 }
 
@@ -626,6 +648,7 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
     disk.spare_faults(options.reduction.spare_faults.clone());
     let mut run = Run {
         rng: Rng::new(seed),
+        exits: Rng::new(seed ^ 0x00e8_17ed),
         world,
         disk: disk.clone(),
         data_dir: dir.path().display().to_string(),
@@ -672,6 +695,11 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
         let crash_after = (!run.rng.chance(250))
             .then(|| u32::try_from(run.rng.below(u64::from(left.max(1)))).unwrap_or(0) + 1);
         let ops = crash_after.map_or(left, |n| n.min(left));
+        // One in five of the lives cut short is asked to exit instead, so
+        // the next launch follows a clean stop (its marker written in
+        // place, the journal's open fsync skipped) and is itself crashed
+        // and power-cut as any launch is.
+        let exits = crash_after.is_some() && run.exits.chance(200);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .start_paused(true)
@@ -679,8 +707,12 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
             .expect("a runtime");
         let faults_before = run.disturbances();
         let intrusions_before = run.journal_intrusions;
-        let ended =
-            runtime.block_on(run.life(dir.path(), ops, crash_after.is_some() && ops < left))?;
+        let ended = runtime.block_on(run.life(
+            dir.path(),
+            ops,
+            crash_after.is_some() && ops < left,
+            exits,
+        ))?;
         run.model.faulted = run.disturbances() != faults_before;
         run.model.intruded = run.journal_intrusions != intrusions_before;
         // The crash: every task of the daemon is dropped where it waits
@@ -692,10 +724,15 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
         run.check_children()?;
         run.children_life_ended(matches!(ended, Ended::Crashed))?;
         run.model.machine = None;
-        run.model.power_cut = matches!(ended, Ended::Crashed) && run.rng.chance(500);
+        let cut_short = matches!(ended, Ended::Crashed | Ended::Exited);
+        run.model.power_cut = cut_short && run.rng.chance(500);
+        run.model.exited_released = None;
+        if matches!(ended, Ended::Exited) {
+            run.check_released_covers_the_journal()?;
+        }
         // What was durable of the journal before the crash (what a power
         // cut keeps at the least, a kill too).
-        let durable = (matches!(ended, Ended::Crashed) && !run.model.intruded).then(|| {
+        let durable = (cut_short && !run.model.intruded).then(|| {
             let bytes = run
                 .disk
                 .read_durable(run.journal_path())
@@ -708,7 +745,7 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
             run.disk.crash();
         }
         run.take_disk_trace();
-        if matches!(ended, Ended::Crashed) {
+        if cut_short {
             run.check_journal(dir.path())?;
         }
         run.model.journal_at_crash = durable.map(|durable| {
@@ -720,6 +757,16 @@ pub fn run(seed: u64, options: Options) -> Result<Outcome, Violation> {
         left -= ops;
         match ended {
             Ended::Settled => break,
+            Ended::Exited => {
+                run.counts.clean_exits += 1;
+                run.counts.power_cuts += u64::from(run.model.power_cut);
+                let how = if run.model.power_cut {
+                    "; the power cut"
+                } else {
+                    ""
+                };
+                run.note(format_args!("exited{how}; relaunch"));
+            }
             Ended::Crashed => {
                 run.counts.crashes += 1;
                 run.counts.power_cuts += u64::from(run.model.power_cut);
@@ -1051,6 +1098,79 @@ impl Run {
         Ok(())
     }
 
+    /// Ask the daemon to exit for a relaunch, as `steadfastctl exit
+    /// --relaunch` does, with the disk's faults still on: carried out and
+    /// answered `Ok`, or `not durable` when the disk failed this life a
+    /// write.
+    async fn exit_when_asked(
+        &mut self,
+        handle: &SupervisorHandle,
+        daemon: &mut tokio::task::JoinHandle<ExitIntent>,
+        life_started: Instant,
+    ) -> Result<Ended, Violation> {
+        self.counts.checks += 1;
+        let exited = tokio::time::timeout(Duration::from_secs(3_700), async {
+            let asked = handle.exit(ExitIntent::Relaunch).await;
+            (
+                asked.map(drop).map_err(|e| e.to_string()),
+                daemon.await.ok(),
+            )
+        })
+        .await;
+        let faulted = self.disturbances() != self.faults_at_launch;
+        let answered = match &exited {
+            Ok((Ok(()), Some(ExitIntent::Relaunch))) => true,
+            Ok((Err(e), Some(ExitIntent::Relaunch))) => faulted && e.starts_with("not durable"),
+            _ => false,
+        };
+        if !answered {
+            return Err(self.violation(
+                "the daemon exits when asked",
+                format!("exit --relaunch: {exited:?}"),
+            ));
+        }
+        self.take_disk_trace();
+        self.note(format_args!("asked to exit for a relaunch; exited"));
+        self.elapsed_before += life_started.elapsed();
+        self.counts.virtual_ms = u64::try_from(self.elapsed_before.as_millis()).unwrap_or(0);
+        Ok(Ended::Exited)
+    }
+
+    /// A life that exited: when its `released` run marker is durable,
+    /// every journal record it wrote is durable too (the next launch
+    /// trusts the journal without an fsync at open), so a power cut now
+    /// takes nothing from it.
+    fn check_released_covers_the_journal(&mut self) -> Result<(), Violation> {
+        let run = Path::new(&self.data_dir).join(".steadfast").join("run");
+        // The payload's first byte is the variant's varint tag: `Holding`
+        // 0, `Released` 1 (`control_dir::markers`).
+        let released = self
+            .disk
+            .read_durable(&run)
+            .is_some_and(|bytes| bytes.starts_with(b"STFDRUN1") && bytes.get(16) == Some(&1));
+        self.model.exited_released = Some(released);
+        if !released || self.model.intruded {
+            return Ok(());
+        }
+        self.counts.checks += 1;
+        let records = |bytes: Option<Vec<u8>>| {
+            journal::decode(&bytes.unwrap_or_default()).map(|decoded| decoded.records)
+        };
+        let durable = records(self.disk.read_durable(self.journal_path()));
+        let written = records(self.disk.read(self.journal_path()));
+        if durable.is_err() || durable != written {
+            return Err(self.violation(
+                "a released run's journal is durable",
+                format!(
+                    "released is durable; the journal's durable records {:?} differ from those written {:?}",
+                    durable.map(|r| r.len()),
+                    written.map(|r| r.len())
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// A relaunch's first snapshot: what the journal and the markers
     /// replayed of the life that crashed.
     fn relaunched(&mut self, first: &Snapshot) -> Result<(), Violation> {
@@ -1059,6 +1179,7 @@ impl Run {
         // A run or hold marker removed or replaced underneath: what the
         // relaunch reads of the crash and of the hold is not the daemon's.
         let markers_intruded = std::mem::take(&mut self.model.markers_intruded);
+        let exited_released = self.model.exited_released.take();
         let hold_uncertain = std::mem::take(&mut self.model.hold_uncertain) || markers_intruded;
         if self.model.held
             && !hold_uncertain
@@ -1087,6 +1208,45 @@ impl Run {
             self.model.durable_attempt = 0;
             self.model.epoch = 0;
             return self.observe(first);
+        }
+        match (exited_released, &first.previous_run) {
+            // Released, durably: read as a clean stop, a power cut or not.
+            (Some(true), PreviousRun::CleanStop { .. }) => {
+                self.model.last_attempt = 0;
+                self.model.durable_attempt = 0;
+                self.model.epoch = 0;
+                return self.observe(first);
+            }
+            // A launch the disk failed while it wrote its marker over
+            // `released` in place, and failed again as it put `released`
+            // back: the marker it left is torn, so unreadable.
+            (
+                Some(true),
+                PreviousRun::Crashed {
+                    pid: None,
+                    attempt: None,
+                },
+            ) if self.model.launch_failed => {
+                self.model.last_attempt = 0;
+                self.model.durable_attempt = 0;
+                self.model.epoch = 0;
+                return self.observe(first);
+            }
+            (Some(true), other) => {
+                return Err(self.violation(
+                    "a clean stop reads as a clean stop",
+                    format!("its released marker was durable; the previous run reads {other:?}"),
+                ));
+            }
+            // The disk failed its release: `holding` stands, a crash (its
+            // attempt note aside, which an exit's drain moved on).
+            (Some(false), PreviousRun::Crashed { .. }) => {
+                self.model.last_attempt = 0;
+                self.model.durable_attempt = 0;
+                self.model.epoch = 0;
+                return self.observe(first);
+            }
+            (Some(false), _) | (None, _) => {}
         }
         let crashed_on = match &first.previous_run {
             PreviousRun::Crashed { attempt, .. } => *attempt,
@@ -1411,7 +1571,13 @@ impl Run {
         Ok(())
     }
 
-    async fn life(&mut self, data_dir: &Path, ops: u32, crash: bool) -> Result<Ended, Violation> {
+    async fn life(
+        &mut self,
+        data_dir: &Path,
+        ops: u32,
+        crash: bool,
+        exits: bool,
+    ) -> Result<Ended, Violation> {
         let life_started = Instant::now();
         let faults_at_launch = self.disturbances();
         self.faults_at_launch = faults_at_launch;
@@ -1433,6 +1599,7 @@ impl Run {
             self.counts.clock_jumps += 1;
             self.note(format_args!("the wall clock jumped {by} ms"));
         }
+        self.model.launch_failed = false;
         let (supervisor, handle) = loop {
             let faults_before = injected(&self.disk.counts());
             let wall =
@@ -1456,6 +1623,7 @@ impl Run {
                 Ok(built) => break built,
                 Err(e) if injected(&self.disk.counts()) != faults_before => {
                     self.counts.failed_launches += 1;
+                    self.model.launch_failed = true;
                     let e = e.to_string().replace(&self.data_dir, "<data>");
                     self.note(format_args!("launch failed on a disk fault ({e}); again"));
                     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -1506,6 +1674,11 @@ impl Run {
         self.check_readers(&handle, &status, &watch).await?;
         self.model.acknowledged = false;
         for index in 0..ops {
+            if exits && crash && index + 1 == ops {
+                return self
+                    .exit_when_asked(&handle, &mut daemon, life_started)
+                    .await;
+            }
             let op = Op::draw(&mut self.rng, self.model.connections.len());
             let last = crash && index + 1 == ops;
             let number = self.drawn_ops;
