@@ -552,10 +552,9 @@ struct Model {
     /// page cache). `None`: no crash, or a life whose journal was removed
     /// or replaced underneath.
     journal_at_crash: Option<(Vec<Record>, Vec<u8>)>,
-    /// The last life exited when asked: whether its `released` run marker
-    /// is durable (then the relaunch reads a clean stop). `None`: it
-    /// crashed.
-    exited_released: Option<bool>,
+    /// The last life exited when asked: how far its `released` run marker
+    /// got. `None`: it crashed.
+    exited_released: Option<Released>,
     /// This life's launch failed on a disk fault at least once before it
     /// opened.
     launch_failed: bool,
@@ -573,6 +572,19 @@ struct Model {
     watched: Option<Snapshot>,
     /// The published version the readers were last checked at.
     read_checked: Option<u64>,
+}
+
+/// How far an exited life's `released` run marker got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Released {
+    /// Durable: the relaunch reads a clean stop, a power cut or not.
+    Durable,
+    /// Renamed into place, its directory's fsync failed: a power cut may
+    /// keep the rename or not.
+    Written,
+    /// Not written (the disk refused it, or the journal's fsync before
+    /// it): `holding` stands, a crash.
+    No,
 }
 
 struct Run {
@@ -1136,20 +1148,29 @@ impl Run {
         Ok(Ended::Exited)
     }
 
-    /// A life that exited: when its `released` run marker is durable,
-    /// every journal record it wrote is durable too (the next launch
-    /// trusts the journal without an fsync at open), so a power cut now
-    /// takes nothing from it.
+    /// A life that exited: when its `released` run marker was written
+    /// (durable, or renamed into place with its directory's fsync
+    /// failed), every journal record it wrote is durable (the next launch
+    /// may read it and trusts the journal without an fsync at open), so a
+    /// power cut now takes nothing from it.
     fn check_released_covers_the_journal(&mut self) -> Result<(), Violation> {
         let run = Path::new(&self.data_dir).join(".steadfast").join("run");
         // The payload's first byte is the variant's varint tag: `Holding`
         // 0, `Released` 1 (`control_dir::markers`).
-        let released = self
-            .disk
-            .read_durable(&run)
-            .is_some_and(|bytes| bytes.starts_with(b"STFDRUN1") && bytes.get(16) == Some(&1));
+        let is_released = |bytes: Option<Vec<u8>>| {
+            bytes.is_some_and(|b| b.starts_with(b"STFDRUN1") && b.get(16) == Some(&1))
+        };
+        let released = if is_released(self.disk.read_durable(&run)) {
+            Released::Durable
+        } else if is_released(self.disk.read(&run)) {
+            Released::Written
+        } else {
+            Released::No
+        };
         self.model.exited_released = Some(released);
-        if !released || self.model.intruded {
+        // Written at all, `released` was written after the journal's
+        // fsync: the next launch may read it, and trusts the journal.
+        if released == Released::No || self.model.intruded {
             return Ok(());
         }
         self.counts.checks += 1;
@@ -1162,7 +1183,7 @@ impl Run {
             return Err(self.violation(
                 "a released run's journal is durable",
                 format!(
-                    "released is durable; the journal's durable records {:?} differ from those written {:?}",
+                    "released is {released:?}; the journal's durable records {:?} differ from those written {:?}",
                     durable.map(|r| r.len()),
                     written.map(|r| r.len())
                 ),
@@ -1211,7 +1232,7 @@ impl Run {
         }
         match (exited_released, &first.previous_run) {
             // Released, durably: read as a clean stop, a power cut or not.
-            (Some(true), PreviousRun::CleanStop { .. }) => {
+            (Some(Released::Durable | Released::Written), PreviousRun::CleanStop { .. }) => {
                 self.model.last_attempt = 0;
                 self.model.durable_attempt = 0;
                 self.model.epoch = 0;
@@ -1221,7 +1242,7 @@ impl Run {
             // `released` in place, and failed again as it put `released`
             // back: the marker it left is torn, so unreadable.
             (
-                Some(true),
+                Some(Released::Durable),
                 PreviousRun::Crashed {
                     pid: None,
                     attempt: None,
@@ -1232,7 +1253,7 @@ impl Run {
                 self.model.epoch = 0;
                 return self.observe(first);
             }
-            (Some(true), other) => {
+            (Some(Released::Durable), other) => {
                 return Err(self.violation(
                     "a clean stop reads as a clean stop",
                     format!("its released marker was durable; the previous run reads {other:?}"),
@@ -1240,13 +1261,13 @@ impl Run {
             }
             // The disk failed its release: `holding` stands, a crash (its
             // attempt note aside, which an exit's drain moved on).
-            (Some(false), PreviousRun::Crashed { .. }) => {
+            (Some(Released::Written | Released::No), PreviousRun::Crashed { .. }) => {
                 self.model.last_attempt = 0;
                 self.model.durable_attempt = 0;
                 self.model.epoch = 0;
                 return self.observe(first);
             }
-            (Some(false), _) | (None, _) => {}
+            (Some(Released::Written | Released::No), _) | (None, _) => {}
         }
         let crashed_on = match &first.previous_run {
             PreviousRun::Crashed { attempt, .. } => *attempt,
