@@ -93,6 +93,11 @@ enum Commit {
     Sync,
     /// Write only; a later `Sync` or `Append` makes it durable.
     Later,
+    /// As `Sync`, and a writer a failed write poisoned is repaired first
+    /// even with nothing to write (the failed write's bytes, whole frames
+    /// among them, cut back for good): every byte left in the file is
+    /// durable, as `released` promises the next launch.
+    Whole,
 }
 
 impl JournalState {
@@ -118,7 +123,9 @@ impl JournalState {
         all.extend(records);
         let records = all;
         let mut file = self.file.take().ok_or("the journal file is in use")?;
-        if records.is_empty() && !file.has_unsynced() && commit == Commit::Sync {
+        let nothing_to_do = !file.has_unsynced()
+            && (commit == Commit::Sync || (commit == Commit::Whole && !file.is_poisoned()));
+        if records.is_empty() && nothing_to_do {
             self.file = Some(file);
             return Ok(Ok(()));
         }
@@ -137,13 +144,13 @@ impl JournalState {
                 })
                 .await?
             }
-            Commit::Sync
+            Commit::Sync | Commit::Whole
                 if crate::planted::planted(crate::planted::Defect::JournalAcksBeforeFsync) =>
             {
                 let result = file.write(&records).map(|_| None);
                 (file, result, records)
             }
-            Commit::Sync => {
+            Commit::Sync | Commit::Whole => {
                 let metrics = Arc::clone(&self.metrics);
                 crate::device::run(move || {
                     let started = tokio::time::Instant::now();
@@ -182,7 +189,7 @@ impl JournalState {
             let at = self.ahead.partition_point(|(start, _)| *start < from);
             cut.extend(self.ahead.drain(at..).flat_map(|(_, batch)| batch));
         }
-        if file.all_durable() || (commit == Commit::Sync && result.is_ok()) {
+        if file.all_durable() || (commit != Commit::Later && result.is_ok()) {
             self.ahead.clear();
         }
         self.file = Some(file);
@@ -380,7 +387,7 @@ impl Actor for JournalActor {
                 // as for `Sync`; without them the journal is whole.
                 if matches!(marker, RunMarker::Released { .. }) {
                     let staged = std::mem::take(&mut state.staged);
-                    let synced = state.write(Vec::new(), Commit::Sync).await;
+                    let synced = state.write(Vec::new(), Commit::Whole).await;
                     let mut later = std::mem::replace(&mut state.staged, staged);
                     state.staged.append(&mut later);
                     if let Err(error) = synced? {
