@@ -1272,10 +1272,12 @@ impl Run {
         let crashed_on = match &first.previous_run {
             PreviousRun::Crashed { attempt, .. } => *attempt,
             // A power cut before the launch's run marker was durable (the
-            // disk failed its fsyncs) leaves no trace of the run, and is
-            // honest only if the run acknowledged nothing (every
-            // acknowledgement waits for that marker).
-            PreviousRun::FirstEver
+            // disk failed its fsyncs) leaves no trace of the run: the
+            // marker before it reads (none, or a clean stop's `released`
+            // its write in place was to replace), honest only if the run
+            // acknowledged nothing (every acknowledgement waits for that
+            // marker).
+            PreviousRun::FirstEver | PreviousRun::CleanStop { .. }
                 if self.model.power_cut && !self.model.acknowledged && self.model.faulted =>
             {
                 self.model.last_attempt = 0;
