@@ -117,7 +117,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use sd_notify::NotifyState;
-use steadfast_protocol::lifecycle::{ExitIntent, LifecycleState};
+use steadfast_protocol::lifecycle::{ExitIntent, LifecycleState, Settlement};
 use steadfast_protocol::replacement::Stop;
 use steadfast_protocol::snapshot::Snapshot;
 use tokio::signal::unix::{SignalKind, signal};
@@ -1053,15 +1053,14 @@ async fn flush(patience: Duration) {
 }
 
 /// A state the daemon settles in at startup: `READY=1` follows the first
-/// one. The daemon is up above its runtime once its runtime is running,
-/// stopped, failed (held or on backoff) or wedged; `STATUS=` says which.
+/// one. The daemon is up above its runtime once its runtime has come to
+/// rest ([`LifecycleState::settlement`]: running, stopped, failed — held or
+/// on backoff — or wedged); `STATUS=` says which. `exiting` is not one:
+/// [`stopping`] says that instead.
 const fn settled(lifecycle: &LifecycleState) -> bool {
     matches!(
-        lifecycle,
-        LifecycleState::Running { .. }
-            | LifecycleState::Stopped { .. }
-            | LifecycleState::Failed { .. }
-            | LifecycleState::Wedged { .. }
+        lifecycle.settlement(),
+        Some(Settlement::Running | Settlement::Short)
     )
 }
 

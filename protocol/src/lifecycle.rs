@@ -274,6 +274,18 @@ pub enum RetryClass {
     Hold,
 }
 
+/// Where a boot or a drain came to rest ([`LifecycleState::settlement`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Settlement {
+    /// `running`: the runtime serves.
+    Running,
+    /// `failed`, `wedged` or `stopped`: at rest, short of running (the
+    /// state says why).
+    Short,
+    /// `exiting`: the daemon ends; nothing settles after it.
+    Exiting,
+}
+
 /// The daemon's lifecycle. The control plane is served in every state.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
@@ -385,6 +397,26 @@ impl LifecycleState {
             | Self::Stopped { .. }
             | Self::Failed { .. }
             | Self::Exiting { .. } => false,
+        }
+    }
+
+    /// Where a boot or a drain has come to rest in this state, if it has:
+    /// what `--wait` follows a `start`, `restart` or `retry` to (one daemon
+    /// or many) and what `READY=1` follows at startup (`spec/control.md`,
+    /// "Settled"). The one place "settled" is decided; `None` while a
+    /// boot, a drain or a wipe is on its way.
+    #[must_use]
+    pub const fn settlement(&self) -> Option<Settlement> {
+        match self {
+            Self::Running { .. } => Some(Settlement::Running),
+            Self::Failed { .. } | Self::Wedged { .. } | Self::Stopped { .. } => {
+                Some(Settlement::Short)
+            }
+            Self::Exiting { .. } => Some(Settlement::Exiting),
+            Self::Resolving { .. }
+            | Self::Booting { .. }
+            | Self::Draining { .. }
+            | Self::Reinitializing { .. } => None,
         }
     }
 

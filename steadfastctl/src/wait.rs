@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use steadfast::control::ControlClient;
-use steadfast::protocol::lifecycle::LifecycleState;
+use steadfast::protocol::lifecycle::{LifecycleState, Settlement};
 use steadfast::protocol::snapshot::{PhaseOutcome, Snapshot};
 
 use crate::cli::{Cli, StateName};
@@ -36,14 +36,12 @@ pub async fn wait_settled(client: &ControlClient, answered: Snapshot, cli: &Cli)
     };
     let mut have = answered;
     loop {
-        match &have.lifecycle {
-            LifecycleState::Running { .. } => {
+        match have.lifecycle.settlement() {
+            Some(Settlement::Running) => {
                 print_answer(&have, cli);
                 return ExitCode::SUCCESS;
             }
-            LifecycleState::Failed { .. }
-            | LifecycleState::Wedged { .. }
-            | LifecycleState::Stopped { .. } => {
+            Some(Settlement::Short) => {
                 out::exit_code_if_closed(EXIT_NOT_RUNNING);
                 print_answer(&have, cli);
                 errln!(
@@ -52,14 +50,14 @@ pub async fn wait_settled(client: &ControlClient, answered: Snapshot, cli: &Cli)
                 );
                 return ExitCode::from(EXIT_NOT_RUNNING);
             }
-            LifecycleState::Exiting { .. } => {
+            Some(Settlement::Exiting) => {
                 return daemon_exited(
                     Some(StateName::Running),
                     Some(&have),
                     "it said it is exiting",
                 );
             }
-            _ => {}
+            None => {}
         }
         if deadline.is_some_and(|(at, _)| tokio::time::Instant::now() >= at) {
             return timed_out(Some(StateName::Running), Some(&have), deadline);

@@ -1562,3 +1562,55 @@ fn the_budget_window_keeps_its_start_when_the_failure_is_earlier_than_w() {
         }
     ));
 }
+
+/// "Settled" is decided here alone (`spec/control.md`, "Settled"):
+/// running is reached; failed, wedged and stopped are at rest short of it;
+/// exiting ends; a boot, a drain or a wipe on its way is not settled.
+#[test]
+fn each_state_settles_as_the_spec_says_or_is_on_its_way() {
+    let failed = ok(&booting(), failed(FailureClass::Hold, 3)).0.state;
+    let cases = [
+        (Lifecycle::at(t(0)).state, None),
+        (booting().state, None),
+        (running().state, Some(Settlement::Running)),
+        (
+            LifecycleState::Draining {
+                attempt: nz(1),
+                then: AfterDrain::Stop,
+            },
+            None,
+        ),
+        (
+            LifecycleState::Reinitializing {
+                epoch: 1,
+                since: t(4),
+            },
+            None,
+        ),
+        (failed, Some(Settlement::Short)),
+        (
+            LifecycleState::Stopped {
+                reason: StopReason::OperatorRequest,
+                epoch: 1,
+                since: t(4),
+            },
+            Some(Settlement::Short),
+        ),
+        (
+            LifecycleState::Wedged {
+                cause: "the store stayed held".into(),
+                since: t(4),
+            },
+            Some(Settlement::Short),
+        ),
+        (
+            LifecycleState::Exiting {
+                intent: ExitIntent::Halt,
+            },
+            Some(Settlement::Exiting),
+        ),
+    ];
+    for (state, settles) in cases {
+        assert_eq!(state.settlement(), settles, "{}", state.name());
+    }
+}
