@@ -63,7 +63,8 @@ reports every failure with its line in ARCHITECTURE.md and what is missing.
 10. **One file a command**: each command of the `commands!` registry has
     its file in `protocol/src/control/` and its `Execute` in
     `src/control/execute/`, but `reload`'s and `replace`'s, in the files
-    the page says.
+    the page says; a line marked `reads` is all in its own file (an
+    `impl Reads for`), with no `Execute` of the facade's.
 """
 
 from __future__ import annotations
@@ -619,9 +620,16 @@ def check_commands(repo: Repo, doc: str) -> list[str]:
         return ["protocol/src/control/mod.rs has no `commands! { … }` registry"]
     errors = []
     elsewhere = {"reload": "src/daemon.rs", "replace": "src/replace.rs"}
-    for file, variant in re.findall(rf"^\s*({IDENT}) => ({IDENT})", registry.group(1), re.M):
+    line = rf"^\s*({IDENT}) => ({IDENT})\s*(?:\{{\}}|\([^)]*\))\s*(reads)?\s*,"
+    for file, variant, reads in re.findall(line, registry.group(1), re.M):
         if f"protocol/src/control/{file}.rs" not in repo.files:
             errors.append(f"command {file}: no protocol/src/control/{file}.rs")
+        if reads:
+            if f"impl Reads for {variant} " not in repo.rust.get(f"protocol/src/control/{file}.rs", ""):
+                errors.append(f"command {file}: marked `reads`, its file has no `impl Reads for {variant}`")
+            if f"src/control/execute/{file}.rs" in repo.files:
+                errors.append(f"command {file}: marked `reads`, yet src/control/execute/{file}.rs is there")
+            continue
         where = elsewhere.get(file, f"src/control/execute/{file}.rs")
         if f"impl Execute<cmd::{variant}> for ControlService" not in repo.rust.get(where, ""):
             errors.append(f"command {file}: its `Execute<cmd::{variant}>` is not in {where}")

@@ -514,6 +514,14 @@ impl SupervisorHandle {
         self.snapshots.borrow().clone()
     }
 
+    /// What a command answered from the snapshot alone answers now, in
+    /// process (e.g. `handle.read(&cmd::Ping)`): the same answer the
+    /// control plane gives a peer.
+    #[must_use]
+    pub fn read<C: steadfast_protocol::control::Reads>(&self, command: &C) -> C::Reply {
+        command.read(&self.snapshots.borrow())
+    }
+
     /// A receiver of every published snapshot.
     #[must_use]
     pub fn watch(&self) -> watch::Receiver<Snapshot> {

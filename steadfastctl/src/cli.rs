@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use steadfast::protocol::control::ReadCmd;
 
 use crate::EXIT_USAGE;
 use crate::out;
@@ -268,6 +269,11 @@ pub enum Cmd {
         #[arg(long, value_name = "SECS")]
         drain_budget: Option<f64>,
     },
+    // The commands answered from the daemon's snapshot alone (`ping`, …),
+    // each a subcommand its own type defines: its name, its line of help,
+    // its arguments (`steadfast_protocol::control::Reads`).
+    #[command(flatten)]
+    Read(ReadCmd),
 }
 
 #[derive(Debug, Subcommand)]

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use steadfast::control::{ClientError, ControlClient};
-use steadfast::protocol::control::cmd;
+use steadfast::protocol::control::{ReadVisitor, Reads, Registered, cmd};
 use steadfast::protocol::lifecycle::LifecycleState;
 use steadfast::protocol::snapshot::{ErrorSource, SCHEMA, Snapshot};
 use steadfast::{ExitIntent, Hold};
@@ -151,6 +151,15 @@ pub async fn run(cli: Cli) -> ExitCode {
             return watch(&client, *until, cli.json, cli.utc, deadline).await;
         }
         Cmd::Probe { what } => return probe(&client, *what, cli.verbose).await,
+        Cmd::Read(read) => {
+            return read
+                .clone()
+                .visit(PrintRead {
+                    client: &client,
+                    json: cli.json,
+                })
+                .await;
+        }
         Cmd::Journal { limit } => return journal(&client, *limit, cli.json, cli.utc).await,
         Cmd::Metrics => return metrics(&client).await,
         Cmd::Config(ConfigCmd::Show { leaf }) => {
@@ -513,6 +522,37 @@ pub async fn probe(client: &ControlClient, what: ProbeKind, verbose: bool) -> Ex
             }
             ExitCode::FAILURE
         }
+    }
+}
+
+/// A command answered from the snapshot: called, and its answer printed
+/// as its own `Display` says, or with `--json` as JSON.
+struct PrintRead<'a> {
+    client: &'a ControlClient,
+    json: bool,
+}
+
+impl<'a> ReadVisitor for PrintRead<'a> {
+    type Output = std::pin::Pin<Box<dyn Future<Output = ExitCode> + 'a>>;
+
+    fn visit<C>(self, command: C) -> Self::Output
+    where
+        C: Reads + Registered + Sync + 'static,
+        C::Reply: std::fmt::Display,
+    {
+        Box::pin(async move {
+            match self.client.call(command).await {
+                Ok(reply) if self.json => {
+                    print_json(&reply);
+                    ExitCode::SUCCESS
+                }
+                Ok(reply) => {
+                    outln!("{reply}");
+                    ExitCode::SUCCESS
+                }
+                Err(error) => fail(&error),
+            }
+        })
     }
 }
 

@@ -85,6 +85,57 @@ async fn the_journal_tells_attempts_and_phases_across_a_relaunch() {
     }
 }
 
+/// `ping`, a command answered from the snapshot alone, answers the
+/// daemon's pid and state the same three ways: over the socket, in process
+/// (`SupervisorHandle::read`) and from `steadfastctl ping` (text, and
+/// `--json`); after a stop it says `stopped`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ping_answers_the_pid_and_state_every_way_it_is_asked() {
+    use steadfast::protocol::control::cmd;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (task, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+    let _server = serve(tmp.path(), &handle);
+    until(&handle, "running", running).await;
+    let client = connect(tmp.path()).await;
+    let pong = client.call(cmd::Ping).await.expect("ping");
+    assert_eq!(
+        (pong.pid, pong.state.as_str()),
+        (std::process::id(), "running")
+    );
+    assert_eq!(handle.read(&cmd::Ping), pong, "in process, the same answer");
+    let socket = steadfast_actors::control_dir::ControlDir::under(tmp.path()).join("control.sock");
+    let ctl = |args: &[&str]| {
+        let socket = socket.clone();
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                std::process::Command::new(crate::support::processes::steadfastctl())
+                    .arg("--socket")
+                    .arg(&socket)
+                    .args(&args)
+                    .output()
+                    .expect("steadfastctl runs")
+            })
+            .await
+            .expect("joins")
+        }
+    };
+    let text = ctl(&["ping"]).await;
+    assert!(text.status.success(), "{text:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&text.stdout),
+        format!("pid {}: running\n", std::process::id())
+    );
+    let json = ctl(&["--json", "ping"]).await;
+    assert!(json.status.success(), "{json:?}");
+    let value: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    assert_eq!(value["pid"], std::process::id());
+    assert_eq!(value["state"], "running");
+    client.stop(Hold::None).await.expect("stops");
+    assert_eq!(client.call(cmd::Ping).await.expect("ping").state, "stopped");
+    exit(task, &handle, ExitIntent::Halt).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn overrides_are_set_shown_unset_and_survive_a_relaunch() {
     let tmp = tempfile::tempdir().expect("tempdir");

@@ -872,3 +872,39 @@ async fn the_fleet_exits_and_starts_what_already_runs() {
         assert_eq!(intent, ExitIntent::Halt, "{}", daemon.name);
     }
 }
+
+/// A command answered from the snapshot (`ping`) asks every daemon as a
+/// query does: one line each, its answer as the single command prints it
+/// (or why none came), `--json` each answer under `answer`; exit 1 when
+/// one did not answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ping_asks_every_daemon_and_names_the_silent() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let daemons = fleet(tmp.path(), 2).await;
+    daemons[1].handle.stop(Hold::None).await.expect("stop");
+    let mut entries = entries_of(&daemons);
+    entries.push(data_dir_entry("gone", &tmp.path().join("nowhere")));
+    let file = inventory(&tmp.path().join("fleet.toml"), &entries);
+    let pid = std::process::id();
+
+    let out = ctl(&file, &["ping"]).await;
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    assert_eq!(line_of(&stdout, "d00"), format!("d00   pid {pid}: running"));
+    assert_eq!(line_of(&stdout, "d01"), format!("d01   pid {pid}: stopped"));
+    assert!(
+        line_of(&stdout, "gone").starts_with("gone  unreachable: "),
+        "{stdout}"
+    );
+    assert!(text(&out.stderr).contains("gone"), "{}", text(&out.stderr));
+
+    let out = ctl(&file, &["--json", "ping"]).await;
+    let document = json(&out);
+    assert_eq!(document["command"], "ping");
+    assert_eq!(document["daemons"][0]["answer"]["pid"], pid);
+    assert_eq!(document["daemons"][0]["answer"]["state"], "running");
+    assert_eq!(document["daemons"][1]["answer"]["state"], "stopped");
+    assert_eq!(document["daemons"][2]["ok"], false);
+    assert_eq!(document["unreachable"], serde_json::json!(["gone"]));
+    exit_all(daemons).await;
+}

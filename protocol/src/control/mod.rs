@@ -257,6 +257,37 @@ pub trait Execute<C: Command> {
     fn execute(self, command: C) -> impl Future<Output = Answer<C>> + Send;
 }
 
+/// A [`Command`] answered from the daemon's latest snapshot alone (the
+/// registry's `reads` form): its answer is decided here, in its own file,
+/// so the facade carries it out with no code of its own (every
+/// [`Snapshots`] executes it), `SupervisorHandle::read` answers it in
+/// process, and with the `cli` feature it is a `steadfastctl` subcommand
+/// of its [`Command::NAME`] and its fields.
+pub trait Reads: Command {
+    /// What it answers, given the daemon's latest snapshot.
+    fn read(&self, snapshot: &Snapshot) -> Self::Reply;
+}
+
+/// What a [`Reads`] command is answered from: the daemon's latest snapshot.
+pub trait Snapshots {
+    /// The latest snapshot.
+    fn latest(&self) -> Snapshot;
+}
+
+/// How a registry line's command is carried out: by the executor's own
+/// [`Execute`] impl (no marker), or, marked `reads`, by [`Reads::read`] on
+/// any [`Snapshots`].
+macro_rules! carried_out {
+    (; $ty:ty) => {};
+    (reads; $ty:ty) => {
+        impl<E: Snapshots + Send> Execute<$ty> for E {
+            async fn execute(self, command: $ty) -> Answer<$ty> {
+                Ok(Reads::read(&command, &self.latest()))
+            }
+        }
+    };
+}
+
 /// The [`ControlRequest`] pattern of one registered command: `{}` (no
 /// arguments) or `(Type)`.
 macro_rules! request_pattern {
@@ -295,7 +326,7 @@ macro_rules! request_of {
 /// the wire's (bincode tags a variant by its position): a new command goes
 /// at the end.
 macro_rules! commands {
-    ($( $file:ident => $variant:ident $body:tt, )*) => {
+    ($( $file:ident => $variant:ident $body:tt $($how:ident)?, )*) => {
         $( mod $file; )*
 
         /// The commands, one type each (each in its own file of this
@@ -304,7 +335,58 @@ macro_rules! commands {
             $( pub use super::$file::$variant; )*
         }
 
+        $( carried_out!($($how)?; cmd::$variant); )*
+
+        commands!(@reads $( $variant $($how)?, )*);
         commands!(@wire $( $variant $body => cmd::$variant, )*);
+    };
+    // The `reads` commands' subcommands of `steadfastctl`.
+    (@reads $( $variant:ident $($how:ident)?, )*) => {
+        commands!(@reads_cli [] $( $variant $($how)?, )*);
+    };
+    (@reads_cli [$($done:ident)*] $variant:ident reads, $($rest:tt)*) => {
+        commands!(@reads_cli [$($done)* $variant] $($rest)*);
+    };
+    (@reads_cli [$($done:ident)*] $variant:ident, $($rest:tt)*) => {
+        commands!(@reads_cli [$($done)*] $($rest)*);
+    };
+    (@reads_cli [$($done:ident)*]) => {
+        /// The commands answered from the snapshot ([`Reads`]), as
+        /// `steadfastctl` subcommands: each named by its
+        /// [`Command::NAME`], with its type's doc comment as its help and
+        /// its fields as arguments.
+        #[cfg(feature = "cli")]
+        #[derive(Debug, Clone, clap::Subcommand)]
+        // A variant's doc is its type's: one of its own would replace the
+        // type's as the subcommand's help.
+        #[allow(missing_docs)]
+        pub enum ReadCmd {
+            $(
+                #[command(name = <cmd::$done as Command>::NAME)]
+                $done(cmd::$done),
+            )*
+        }
+
+        #[cfg(feature = "cli")]
+        impl ReadCmd {
+            /// Hand the command, typed, to `visit`.
+            pub fn visit<V: ReadVisitor>(self, visit: V) -> V::Output {
+                match self {
+                    $( Self::$done(command) => visit.visit(command), )*
+                }
+            }
+
+            /// Their wire names, in the registry's order.
+            pub const NAMES: &'static [&'static str] = &[$( <cmd::$done as Command>::NAME, )*];
+
+            /// Its wire name ([`Command::NAME`]), also its subcommand's.
+            #[must_use]
+            pub const fn name(&self) -> &'static str {
+                match self {
+                    $( Self::$done(_) => <cmd::$done as Command>::NAME, )*
+                }
+            }
+        }
     };
     (@wire $( $variant:ident $body:tt => $ty:ty, )*) => {
         /// A request, as it crosses the wire: one variant per command, in
@@ -395,9 +477,9 @@ macro_rules! commands {
         }
 
         /// What carries out every registered command.
-        pub trait Executor: Send $( + Execute<$ty> )* {}
+        pub trait Executor: Send + Snapshots $( + Execute<$ty> )* {}
 
-        impl<E: Send $( + Execute<$ty> )*> Executor for E {}
+        impl<E: Send + Snapshots $( + Execute<$ty> )*> Executor for E {}
 
         /// Run `request`'s command on `executor`, answered in its method's
         /// variant.
@@ -432,9 +514,25 @@ commands! {
     replace_status => ReplaceStatus(cmd::ReplaceStatus),
     reload => Reload {},
     child => Child(cmd::Child),
+    ping => Ping {} reads,
+}
+
+/// What is done with a [`ReadCmd`]'s command, whichever it is
+/// ([`ReadCmd::visit`]): e.g. call it and print its answer.
+#[cfg(feature = "cli")]
+pub trait ReadVisitor {
+    /// What the visit gives.
+    type Output;
+    /// Do it with `command`.
+    fn visit<C>(self, command: C) -> Self::Output
+    where
+        C: Reads + Registered + Sync + 'static,
+        C::Reply: std::fmt::Display;
 }
 
 pub use child::WireChild;
+
+pub use ping::Pong;
 
 pub use replace::ReplaceRequest;
 
@@ -619,6 +717,12 @@ mod tests {
             error.to_string(),
             "forbidden: `child` needs the operate role; this peer's role is read"
         );
+        // A command answered from the snapshot is a read.
+        assert_eq!(
+            required_role(&cmd::Ping.into_request()),
+            (Role::Read, "ping")
+        );
+        assert!(forbidden(&cmd::Ping.into_request(), Role::Read).is_none());
         assert!(Role::Operate.permits(Role::Read) && !Role::Read.permits(Role::Operate));
         assert_eq!(Role::parse("read"), Some(Role::Read));
         assert_eq!(Role::parse("admin"), None);
@@ -630,7 +734,7 @@ mod tests {
     fn the_wire_keeps_its_tags_and_fields() {
         let options = bincode::DefaultOptions::new().with_limit(MAX_FRAME_LEN as u64);
         let bytes = |request: ControlRequest| options.serialize(&request).expect("encodes");
-        let cases: [(ControlRequest, &[u8]); 9] = [
+        let cases: [(ControlRequest, &[u8]); 10] = [
             (ControlRequest::Snapshot {}, &[0]),
             (
                 cmd::Watch {
@@ -670,6 +774,7 @@ mod tests {
                 .into_request(),
                 &[17, 1, b'w', 1],
             ),
+            (cmd::Ping.into_request(), &[18]),
         ];
         for (request, wire) in cases {
             let name = request.method();
@@ -693,6 +798,39 @@ mod tests {
             .is_long_poll()
         );
         assert!(!ControlRequest::Snapshot {}.is_long_poll());
+    }
+
+    /// `ping` is answered from the snapshot, and `dispatch` carries it out
+    /// on anything that has one, with no code of the executor's own.
+    #[test]
+    fn ping_reads_the_pid_and_state_from_the_snapshot() {
+        struct Latest(Snapshot);
+        impl Snapshots for Latest {
+            fn latest(&self) -> Snapshot {
+                self.0.clone()
+            }
+        }
+        let pong = cmd::Ping.read(&snapshot());
+        assert_eq!(
+            pong,
+            Pong {
+                pid: 42,
+                state: "resolving".into()
+            }
+        );
+        assert_eq!(pong.to_string(), "pid 42: resolving");
+        let answered = now_or_never(Execute::<cmd::Ping>::execute(Latest(snapshot()), cmd::Ping));
+        assert_eq!(answered, Ok(pong));
+    }
+
+    /// Drive a future that never waits (an `execute` of a `reads` command).
+    fn now_or_never<F: Future>(future: F) -> F::Output {
+        let mut future = std::pin::pin!(future);
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        match future.as_mut().poll(&mut context) {
+            std::task::Poll::Ready(output) => output,
+            std::task::Poll::Pending => panic!("a read never waits"),
+        }
     }
 
     #[test]

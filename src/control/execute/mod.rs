@@ -9,11 +9,15 @@
 //! systemd framing of a reload) and `replace` in `crate::replace` (the
 //! process driver). Their impls are of the same trait, so `dispatch` finds
 //! them all the same.
+//!
+//! A command answered from the snapshot alone (the registry's `reads`
+//! form, e.g. `ping`) has no file here: the [`Snapshots`] impl below
+//! carries every such command out.
 
 use std::sync::Arc;
 
 use steadfast_protocol::command::CommandError;
-use steadfast_protocol::control::{ControlAnswer, ReplaceStatus, WireSnapshot};
+use steadfast_protocol::control::{ControlAnswer, ReplaceStatus, Snapshots, WireSnapshot};
 use steadfast_protocol::replacement::Report;
 use steadfast_protocol::snapshot::Snapshot;
 
@@ -35,6 +39,14 @@ mod snapshot;
 mod start;
 mod stop;
 mod watch;
+
+/// The commands answered from the snapshot alone (the registry's `reads`
+/// form, `ping` among them) are carried out by this, with no file here.
+impl Snapshots for ControlService {
+    fn latest(&self) -> Snapshot {
+        self.handle.snapshot()
+    }
+}
 
 /// The control service over one supervisor, for one connection.
 #[derive(Clone)]

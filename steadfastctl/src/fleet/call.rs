@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use steadfast::Hold;
 use steadfast::control::{ClientError, ControlClient};
-use steadfast::protocol::control::cmd;
-use steadfast::protocol::lifecycle::LifecycleState;
+use steadfast::protocol::control::{ReadVisitor, Reads, Registered, cmd};
 use steadfast::protocol::snapshot::Snapshot;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -24,7 +23,7 @@ use super::{Answer, Ask, Failure, one_line};
 /// The replies in the entries' order.
 pub(super) async fn call_all(
     entries: &[Entry],
-    ask: Ask,
+    ask: &Ask,
     timeout: Duration,
     parallel: usize,
 ) -> Vec<Result<Answer, Failure>> {
@@ -34,18 +33,20 @@ pub(super) async fn call_all(
     for (i, entry) in entries.iter().enumerate() {
         let target = entry.target.clone();
         let permits = Arc::clone(&permits);
+        let ask = ask.clone();
         calls.spawn(async move {
             let reply = if ask.is_command() {
                 // A command waits its turn, then has its own `timeout`.
                 match permits.acquire_owned().await {
                     Ok(_permit) => {
+                        let waits = ask.waits();
                         match tokio::time::timeout(timeout, call(&target, ask, timeout)).await {
                             Ok(reply) => reply,
                             Err(_) => Err(Failure::Deadline(format!(
                                 "no answer within {} s{} (a command the daemon took goes on; \
                                  `status` says where it is)",
                                 timeout.as_secs_f64(),
-                                if ask.waits() {
+                                if waits {
                                     ", or its boot did not settle"
                                 } else {
                                     ""
@@ -154,6 +155,7 @@ pub(super) async fn call(target: &Target, ask: Ask, timeout: Duration) -> Result
             }
             answer => snapshot(answer),
         },
+        Ask::Read(read) => read.visit(FleetRead { client: &client }).await,
         Ask::Start(..) | Ask::Restart(..) | Ask::Retry(_) => {
             let answer = match ask {
                 Ask::Restart(force, _) => client.command(cmd::Restart { force }).await,
@@ -188,16 +190,37 @@ pub(super) async fn settled(
 ) -> Result<Snapshot, ClientError> {
     let mut have = answered;
     loop {
-        if matches!(
-            have.lifecycle,
-            LifecycleState::Running { .. }
-                | LifecycleState::Failed { .. }
-                | LifecycleState::Wedged { .. }
-                | LifecycleState::Stopped { .. }
-                | LifecycleState::Exiting { .. }
-        ) {
+        if have.lifecycle.settlement().is_some() {
             return Ok(have);
         }
         have = client.watch(&have, Duration::from_secs(30)).await?;
+    }
+}
+
+/// A command answered from the snapshot, called on one daemon: its answer
+/// as its own `Display` prints it, and as JSON.
+struct FleetRead<'a> {
+    client: &'a ControlClient,
+}
+
+impl<'a> ReadVisitor for FleetRead<'a> {
+    type Output = std::pin::Pin<Box<dyn Future<Output = Result<Answer, Failure>> + Send + 'a>>;
+
+    fn visit<C>(self, command: C) -> Self::Output
+    where
+        C: Reads + Registered + Sync + 'static,
+        C::Reply: std::fmt::Display,
+    {
+        Box::pin(async move {
+            let reply = self
+                .client
+                .call(command)
+                .await
+                .map_err(|e| Failure::of(&e))?;
+            Ok(Answer::Read {
+                text: reply.to_string(),
+                json: serde_json::to_value(&reply).unwrap_or(serde_json::Value::Null),
+            })
+        })
     }
 }

@@ -63,6 +63,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use steadfast::control::ClientError;
+use steadfast::protocol::control::ReadCmd;
 use steadfast::protocol::history::JournalAttempt;
 use steadfast::protocol::snapshot::Snapshot;
 
@@ -85,7 +86,7 @@ pub const COMMAND_PARALLEL: usize = 8;
 pub const QUERY_PARALLEL: usize = 64;
 
 /// What is asked of many daemons.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Ask {
     /// `status`.
     Status,
@@ -105,11 +106,15 @@ enum Ask {
     Retry(bool),
     /// `exit [--relaunch]`.
     Exit(bool),
+    /// A command answered from the snapshot (`ping`, …): each daemon's
+    /// answer, as the command prints it.
+    Read(ReadCmd),
 }
 
 impl Ask {
-    const fn name(self) -> &'static str {
+    const fn name(&self) -> &'static str {
         match self {
+            Self::Read(read) => read.name(),
             Self::Status => "status",
             Self::Probe(_) => "probe",
             Self::Metrics => "metrics",
@@ -122,7 +127,7 @@ impl Ask {
         }
     }
 
-    const fn is_command(self) -> bool {
+    const fn is_command(&self) -> bool {
         matches!(
             self,
             Self::Start(..) | Self::Stop(..) | Self::Restart(..) | Self::Retry(_) | Self::Exit(_)
@@ -130,7 +135,7 @@ impl Ask {
     }
 
     /// `--wait`: the boot the command started is followed to its end.
-    const fn waits(self) -> bool {
+    const fn waits(&self) -> bool {
         matches!(
             self,
             Self::Start(true, _) | Self::Restart(_, true) | Self::Retry(true)
@@ -148,6 +153,11 @@ enum Answer {
     Already(Box<Snapshot>),
     /// OpenMetrics text.
     Metrics(String),
+    /// A command's answer from the snapshot: as text, and as JSON.
+    Read {
+        text: String,
+        json: serde_json::Value,
+    },
     /// The journal's attempts; `offline` when read from the file because
     /// no daemon answered (why).
     Journal {
@@ -240,11 +250,13 @@ pub async fn run(cli: &Cli) -> ExitCode {
         } => Ask::Restart(*force, !*no_block),
         Cmd::Retry { wait } => Ask::Retry(*wait),
         Cmd::Exit { relaunch } => Ask::Exit(*relaunch),
+        Cmd::Read(read) => Ask::Read(read.clone()),
         other => {
             return usage(&format!(
                 "{} does not go with --inventory (it does: status, probe, metrics, journal, \
-                 start, stop, restart, retry, exit)",
-                command_name(other)
+                 start, stop, restart, retry, exit, {})",
+                command_name(other),
+                ReadCmd::NAMES.join(", ")
             ));
         }
     };
@@ -252,7 +264,7 @@ pub async fn run(cli: &Cli) -> ExitCode {
         Ok(entries) => entries,
         Err(error) => return usage(&error),
     };
-    let chosen = match choose(&entries, &cli.fleet, inventory, ask) {
+    let chosen = match choose(&entries, &cli.fleet, inventory, &ask) {
         Ok(chosen) => chosen,
         Err(error) => return usage(&error),
     };
@@ -272,12 +284,12 @@ pub async fn run(cli: &Cli) -> ExitCode {
         },
         NonZeroUsize::get,
     );
-    let replies = call_all(&chosen, ask, timeout, parallel).await;
-    report(&chosen, &replies, ask, cli, timeout)
+    let replies = call_all(&chosen, &ask, timeout, parallel).await;
+    report(&chosen, &replies, &ask, cli, timeout)
 }
 
 /// The subcommand's name, for a refusal.
-const fn command_name(cmd: &Cmd) -> &'static str {
+fn command_name(cmd: &Cmd) -> &'static str {
     match cmd {
         Cmd::Status { .. } => "status",
         Cmd::Start { .. } => "start",
@@ -296,6 +308,7 @@ const fn command_name(cmd: &Cmd) -> &'static str {
         Cmd::Replace { .. } => "replace",
         Cmd::Completions { .. } => "completions",
         Cmd::Man { .. } => "man",
+        Cmd::Read(read) => read.name(),
     }
 }
 
@@ -305,7 +318,7 @@ fn choose(
     entries: &[Entry],
     args: &FleetArgs,
     inventory: &Path,
-    ask: Ask,
+    ask: &Ask,
 ) -> Result<Vec<Entry>, String> {
     if args.only.is_empty() {
         if ask.is_command() && !args.all {

@@ -29,7 +29,7 @@ pub(super) enum Verdict {
     Unreachable,
 }
 
-pub(super) fn verdict(ask: Ask, reply: &Result<Answer, Failure>) -> Verdict {
+pub(super) fn verdict(ask: &Ask, reply: &Result<Answer, Failure>) -> Verdict {
     match reply {
         Ok(Answer::Snapshot(snapshot)) => match ask {
             Ask::Status
@@ -54,7 +54,7 @@ pub(super) fn verdict(ask: Ask, reply: &Result<Answer, Failure>) -> Verdict {
 pub(super) fn report(
     entries: &[Entry],
     replies: &[Result<Answer, Failure>],
-    ask: Ask,
+    ask: &Ask,
     cli: &Cli,
     timeout: Duration,
 ) -> ExitCode {
@@ -105,6 +105,7 @@ pub(super) fn report(
             Ask::Probe(_) if !cli.verbose => {}
             Ask::Metrics => out!("{}", merged.unwrap_or_default()),
             Ask::Journal(_) => print_journals(entries, replies, cli.utc),
+            Ask::Read(_) => out!("{}", reads(entries, replies)),
             _ => out!("{}", table(entries, replies, ask)),
         }
     }
@@ -151,7 +152,7 @@ pub(super) fn report(
 
 /// One line per daemon: name, endpoint, state, attempt, pid, and since
 /// when (or what went wrong).
-pub(super) fn table(entries: &[Entry], replies: &[Result<Answer, Failure>], ask: Ask) -> String {
+pub(super) fn table(entries: &[Entry], replies: &[Result<Answer, Failure>], ask: &Ask) -> String {
     use std::fmt::Write as _;
     let rows: Vec<[String; 6]> = entries
         .iter()
@@ -237,6 +238,27 @@ pub(super) fn table(entries: &[Entry], replies: &[Result<Answer, Failure>], ask:
     out
 }
 
+/// A command answered from the snapshot: one line per daemon, its name
+/// and its answer as the command prints it (or what went wrong).
+pub(super) fn reads(entries: &[Entry], replies: &[Result<Answer, Failure>]) -> String {
+    use std::fmt::Write as _;
+    let width = entries
+        .iter()
+        .map(|e| escape(&e.name).chars().count())
+        .max()
+        .unwrap_or(0);
+    let mut out = String::new();
+    for (entry, reply) in entries.iter().zip(replies) {
+        let answer = match reply {
+            Ok(Answer::Read { text, .. }) => escape(&one_line(text)).into_owned(),
+            Ok(_) => "answered".to_owned(),
+            Err(failure) => format!("{}: {}", failure.kind(), escape(&one_line(failure.text()))),
+        };
+        let _ = writeln!(out, "{:<width$}  {answer}", escape(&entry.name));
+    }
+    out
+}
+
 /// The attempt a snapshot is on, or its last one (a stopped runtime keeps
 /// the number of the attempt it stopped).
 pub(super) fn attempt_of(snapshot: &Snapshot) -> Option<u32> {
@@ -291,7 +313,7 @@ pub(super) fn document(
     entries: &[Entry],
     replies: &[Result<Answer, Failure>],
     verdicts: &[Verdict],
-    ask: Ask,
+    ask: &Ask,
     timeout: Duration,
 ) -> serde_json::Value {
     use serde_json::{Value, json};
@@ -326,6 +348,9 @@ pub(super) fn document(
                 }
                 Ok(Answer::Metrics(text)) => {
                     fields.insert("metrics".into(), json!(text));
+                }
+                Ok(Answer::Read { json, .. }) => {
+                    fields.insert("answer".into(), json.clone());
                 }
                 Ok(Answer::Journal { attempts, offline }) => {
                     fields.insert("offline".into(), json!(offline.is_some()));
