@@ -445,17 +445,23 @@ pub fn render_status(snapshot: &Snapshot, times: Times) -> String {
     out
 }
 
+/// The width of the widest of `names` as printed (escaped): the column a
+/// list of names is padded to.
+pub fn name_width<'a>(names: impl IntoIterator<Item = &'a str>) -> usize {
+    names
+        .into_iter()
+        .map(|name| escape(name).chars().count())
+        .max()
+        .unwrap_or(0)
+}
+
 /// The supervised children, one a line: name, kind, restart type, state
 /// (with a failed child's end), incarnation and restarts within the
 /// group's period.
 pub fn render_children(children: &[steadfast::protocol::children::ChildView]) -> String {
     use std::fmt::Write as _;
     use steadfast::protocol::children::ChildState;
-    let width = children
-        .iter()
-        .map(|c| escape(&c.name).chars().count())
-        .max()
-        .unwrap_or(0);
+    let width = name_width(children.iter().map(|c| c.name.as_str()));
     let mut out = String::new();
     for child in children {
         let state = match &child.state {

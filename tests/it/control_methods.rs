@@ -35,6 +35,23 @@ async fn connect(dir: &Path) -> ControlClient {
     .expect("connects")
 }
 
+/// A supervisor over `dir` with a good config, its socket served, running,
+/// and a client connected to it.
+async fn running_served(
+    dir: &Path,
+) -> (
+    tokio::task::JoinHandle<ExitIntent>,
+    SupervisorHandle,
+    ServerGuard,
+    ControlClient,
+) {
+    let (task, handle) = supervise(dir, Switch::new(Some(good())).source(), None);
+    let server = serve(dir, &handle);
+    until(&handle, "running", running).await;
+    let client = connect(dir).await;
+    (task, handle, server, client)
+}
+
 fn refusal(error: &ClientError) -> RefusedBecause {
     match error {
         ClientError::Command(CommandError::Refused(refused)) => refused.reason,
@@ -46,10 +63,7 @@ fn refusal(error: &ClientError) -> RefusedBecause {
 async fn the_journal_tells_attempts_and_phases_across_a_relaunch() {
     let tmp = tempfile::tempdir().expect("tempdir");
     for run in 1..=2u32 {
-        let (task, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
-        let _server = serve(tmp.path(), &handle);
-        until(&handle, "running", running).await;
-        let client = connect(tmp.path()).await;
+        let (task, handle, _server, client) = running_served(tmp.path()).await;
         let attempts = client.journal(10).await.expect("journal");
         assert_eq!(
             attempts.iter().map(|a| a.run).collect::<Vec<_>>(),
@@ -93,10 +107,7 @@ async fn the_journal_tells_attempts_and_phases_across_a_relaunch() {
 async fn ping_answers_the_pid_and_state_every_way_it_is_asked() {
     use steadfast::protocol::control::cmd;
     let tmp = tempfile::tempdir().expect("tempdir");
-    let (task, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
-    let _server = serve(tmp.path(), &handle);
-    until(&handle, "running", running).await;
-    let client = connect(tmp.path()).await;
+    let (task, handle, _server, client) = running_served(tmp.path()).await;
     let pong = client.call(cmd::Ping).await.expect("ping");
     assert_eq!(
         (pong.pid, pong.state.as_str()),
@@ -358,10 +369,7 @@ async fn a_custom_config_source_still_gets_the_override_tier() {
     // ("no override tier"). The tier is the supervisor's now, on top of any
     // source.
     let tmp = tempfile::tempdir().expect("tempdir");
-    let (task, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
-    let _server = serve(tmp.path(), &handle);
-    until(&handle, "running", running).await;
-    let client = connect(tmp.path()).await;
+    let (task, handle, _server, client) = running_served(tmp.path()).await;
     client
         .config_set("a", "1")
         .await

@@ -242,11 +242,7 @@ pub(super) fn table(entries: &[Entry], replies: &[Result<Answer, Failure>], ask:
 /// and its answer as the command prints it (or what went wrong).
 pub(super) fn reads(entries: &[Entry], replies: &[Result<Answer, Failure>]) -> String {
     use std::fmt::Write as _;
-    let width = entries
-        .iter()
-        .map(|e| escape(&e.name).chars().count())
-        .max()
-        .unwrap_or(0);
+    let width = crate::render::name_width(entries.iter().map(|e| e.name.as_str()));
     let mut out = String::new();
     for (entry, reply) in entries.iter().zip(replies) {
         let answer = match reply {
