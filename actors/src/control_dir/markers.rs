@@ -171,6 +171,55 @@ pub(super) fn decode_marker<T: DeserializeOwned>(
         .map_err(|e| format!("payload does not decode: {e}"))
 }
 
+/// A readable `released` run marker as [`read_run_at_open`] read it: a
+/// launch writes its own marker over that file in place, once it is
+/// checked to be the same file, as long as these bytes
+/// ([`ControlDir::write_run_settling`]), and writes these bytes back if
+/// the disk refuses that write.
+#[derive(Debug)]
+pub(super) struct ReleasedRun {
+    /// The marker's bytes: the whole file.
+    pub(super) bytes: Vec<u8>,
+    /// The device and inode of the file they were read from (`fstat` of
+    /// the descriptor read).
+    pub(super) id: (u64, u64),
+}
+
+/// Read the run marker as [`read_marker`] does and, when it is a readable
+/// `released`, keep its bytes and the identity of the file read (one
+/// `fstat` more, of the descriptor read, then only): what a relaunch's
+/// marker written in place needs, so that it does not read `run` again.
+pub(super) fn read_run_at_open(
+    dir: &Dir,
+) -> Result<(MarkerRead<RunMarker>, Option<ReleasedRun>), ControlDirError> {
+    let cap = MARKER_HEADER_LEN as u64 + u64::from(MAX_MARKER_PAYLOAD) + 1;
+    let file = match dir.open("run", Access::Read) {
+        Ok(file) => file,
+        Err(e) if e.io_kind() == Some(io::ErrorKind::NotFound) => {
+            return Ok((MarkerRead::Missing, None));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let path = dir.join("run");
+    let mut bytes = Vec::new();
+    (&file)
+        .take(cap)
+        .read_to_end(&mut bytes)
+        .map_err(io_err(&path))?;
+    let read = match decode_marker(RUN_MAGIC, &bytes) {
+        Ok(value) => MarkerRead::Valid(value),
+        Err(reason) => MarkerRead::Unreadable(reason),
+    };
+    let released = match read {
+        MarkerRead::Valid(RunMarker::Released { .. }) => Some(ReleasedRun {
+            id: file.meta().map_err(io_err(&path))?.id(),
+            bytes,
+        }),
+        _ => None,
+    };
+    Ok((read, released))
+}
+
 /// Read a marker file: missing, valid, or unreadable (and why). Reads at
 /// most one byte past the largest possible marker.
 pub(super) fn read_marker<T: DeserializeOwned>(

@@ -319,7 +319,7 @@ use lock::HeldLock;
 pub use markers::{
     Identity, MarkerRead, PreviousRun, RunMarker, handed_over_run, previous_run_from,
 };
-use markers::{encode_marker, read_marker};
+use markers::{ReleasedRun, encode_marker, read_marker, read_run_at_open};
 use settle::{Settling, UnsyncedNames};
 
 /// How many times a handed-over open re-reads a journal whose tail looks
@@ -341,6 +341,9 @@ pub struct ControlDir {
     lock: Arc<HeldLock>,
     /// What the run marker said at open, before this daemon wrote its own.
     previous_run: PreviousRun,
+    /// The `released` run marker read at open, until the launch's marker
+    /// is written over it in place ([`Self::write_run_settling`]).
+    released: std::sync::Mutex<Option<ReleasedRun>>,
     /// Whether [`Self::open_journal`] has handed out the one writer.
     journal_opened: Arc<AtomicBool>,
     /// How many attempts the journal keeps when compacted (`None`: never).
@@ -497,6 +500,7 @@ impl ControlDir {
             lock: Arc::new(HeldLock::new(lock, Arc::clone(&dir))?),
             dir,
             previous_run: PreviousRun::FirstEver,
+            released: std::sync::Mutex::new(None),
             journal_opened: Arc::new(AtomicBool::new(false)),
             journal_keep: None,
             journal_shared: Arc::new(AtomicBool::new(false)),
@@ -507,7 +511,9 @@ impl ControlDir {
         };
         // A compaction that died before its rename left its temp file.
         dir.dir.unlink(COMPACT_TMP_NAME)?;
-        dir.previous_run = previous_run_from(&dir.read_run()?);
+        let (run, released) = read_run_at_open(&dir.dir)?;
+        dir.previous_run = previous_run_from(&run);
+        dir.released = std::sync::Mutex::new(released);
         // A readable `released` marker proves the data dir's names durable:
         // the process that wrote it settled its launch's job (the data
         // dir's and its parent's fsyncs) before any marker write, that one
@@ -981,14 +987,30 @@ impl ControlDir {
     /// bytes written back as they were, so a launch the disk fails leaves
     /// a clean stop a clean stop) and the caller renames a new marker over
     /// it. `None`, writing nothing, at any other launch or when `run`
-    /// cannot be read and opened as a file of ours.
+    /// cannot be opened as a file of ours or is no longer the file read
+    /// at open.
+    ///
+    /// `run` is not read again: the `released` bytes and the file they
+    /// came from were kept at open (`read_run_at_open`). The file written
+    /// is opened as every file here is (`O_NOFOLLOW`, a regular file of
+    /// this euid with one link) and must be the one read then, as long:
+    /// anything else at `run` gets a new marker renamed over it. Used
+    /// once: after it, `run` no longer holds the bytes kept.
     fn overwrite_after_clean_stop(&self, bytes: &[u8]) -> Option<File> {
+        let released = self
+            .released
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()?;
         if !self.predecessor_synced() || self.names.dirs_pending() {
             return None;
         }
-        let cap = MARKER_HEADER_LEN as u64 + u64::from(MAX_MARKER_PAYLOAD);
-        let before = self.dir.read("run", cap).ok().flatten()?;
+        let before = released.bytes;
         let file = self.dir.open("run", Access::Write).ok()?;
+        let meta = file.meta().ok()?;
+        if meta.id() != released.id || meta.len != before.len() as u64 {
+            return None;
+        }
         let written = file
             .write_all_at(bytes, 0)
             .and_then(|()| file.set_len(bytes.len() as u64));

@@ -1671,3 +1671,51 @@ fn a_relaunch_after_a_clean_stop_fsyncs_its_marker_alone() {
         "a new marker renamed over it"
     );
 }
+
+/// A relaunch after a clean stop writes its marker in place over the very
+/// `released` file read at open, without reading `run` again: a `run`
+/// replaced since (another file renamed over it, by hand) is not that
+/// file, and gets a new marker renamed over it, fsynced with the control
+/// dir, as after a crash.
+#[test]
+fn a_run_marker_replaced_after_open_is_not_written_in_place() {
+    use std::os::unix::fs::MetadataExt as _;
+    use std::sync::atomic::Ordering;
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let run = data.join(".steadfast/run");
+    {
+        let cd = ControlDir::open(&data).unwrap();
+        let (mut journal, _, _) = cd.open_journal().unwrap();
+        cd.write_run_settling(&RunMarker::Holding { pid: 7, attempt: 0 })
+            .unwrap();
+        journal.append(&[record(1)]).unwrap();
+        cd.write_run(&RunMarker::Released { at_ms: 5, epoch: 1 })
+            .unwrap();
+    }
+    let cd = ControlDir::open(&data).unwrap();
+    assert!(matches!(cd.previous_run(), PreviousRun::CleanStop { .. }));
+    let (mut journal, _, _) = cd.open_journal().unwrap();
+    let same_bytes = data.join(".steadfast/run.copy");
+    fs::copy(&run, &same_bytes).unwrap();
+    fs::rename(&same_bytes, &run).unwrap();
+    let replaced = fs::metadata(&run).unwrap().ino();
+    let fsyncs = cd.fsyncs();
+    cd.write_run_settling(&RunMarker::Holding { pid: 8, attempt: 0 })
+        .unwrap();
+    journal.append(&[record(2)]).unwrap();
+    assert_eq!(
+        fsyncs.load(Ordering::Relaxed),
+        2,
+        "the new marker and the control dir"
+    );
+    assert_ne!(
+        fs::metadata(&run).unwrap().ino(),
+        replaced,
+        "a new marker renamed over it"
+    );
+    assert!(matches!(
+        cd.read_run().unwrap(),
+        MarkerRead::Valid(RunMarker::Holding { pid: 8, attempt: 0 })
+    ));
+}

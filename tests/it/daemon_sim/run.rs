@@ -1110,37 +1110,64 @@ impl Run {
         Ok(())
     }
 
-    /// Ask the daemon to exit for a relaunch, as `steadfastctl exit
-    /// --relaunch` does, with the disk's faults still on: carried out and
-    /// answered `Ok`, or `not durable` when the disk failed this life a
-    /// write.
-    async fn exit_when_asked(
+    /// Ask the daemon to exit with `intent` and wait, up to `within` of
+    /// virtual time, for the answer and for its run to end with that
+    /// intent: carried out and answered `Ok` — or `not durable` when the
+    /// disk failed this life a marker or journal write that only a
+    /// relaunch repairs (the next daemon reads the disk). Anything else
+    /// breaks "the daemon exits when asked", the violation's detail
+    /// starting with `asked`.
+    async fn ask_to_exit(
         &mut self,
         handle: &SupervisorHandle,
         daemon: &mut tokio::task::JoinHandle<ExitIntent>,
-        life_started: Instant,
-    ) -> Result<Ended, Violation> {
+        intent: ExitIntent,
+        within: Duration,
+        asked: &str,
+    ) -> Result<(), Violation> {
         self.counts.checks += 1;
-        let exited = tokio::time::timeout(Duration::from_secs(3_700), async {
-            let asked = handle.exit(ExitIntent::Relaunch).await;
+        let exited = tokio::time::timeout(within, async {
+            let answer = handle.exit(intent).await;
             (
-                asked.map(drop).map_err(|e| e.to_string()),
+                answer.map(drop).map_err(|e| e.to_string()),
                 daemon.await.ok(),
             )
         })
         .await;
         let faulted = self.disturbances() != self.faults_at_launch;
         let answered = match &exited {
-            Ok((Ok(()), Some(ExitIntent::Relaunch))) => true,
-            Ok((Err(e), Some(ExitIntent::Relaunch))) => faulted && e.starts_with("not durable"),
+            Ok((Ok(()), Some(ended))) => *ended == intent,
+            Ok((Err(e), Some(ended))) => {
+                *ended == intent && faulted && e.starts_with("not durable")
+            }
             _ => false,
         };
         if !answered {
             return Err(self.violation(
                 "the daemon exits when asked",
-                format!("exit --relaunch: {exited:?}"),
+                format!("{asked}: {exited:?}"),
             ));
         }
+        Ok(())
+    }
+
+    /// Ask the daemon to exit for a relaunch, as `steadfastctl exit
+    /// --relaunch` does, with the disk's faults still on
+    /// ([`Self::ask_to_exit`]).
+    async fn exit_when_asked(
+        &mut self,
+        handle: &SupervisorHandle,
+        daemon: &mut tokio::task::JoinHandle<ExitIntent>,
+        life_started: Instant,
+    ) -> Result<Ended, Violation> {
+        self.ask_to_exit(
+            handle,
+            daemon,
+            ExitIntent::Relaunch,
+            Duration::from_secs(3_700),
+            "exit --relaunch",
+        )
+        .await?;
         self.take_disk_trace();
         self.note(format_args!("asked to exit for a relaunch; exited"));
         self.elapsed_before += life_started.elapsed();
@@ -1837,30 +1864,9 @@ impl Run {
         self.observe(&snapshot)?;
         self.check_readers(&handle, &status, &watch).await?;
         // And it exits when asked, its drain included.
-        self.counts.checks += 1;
-        let exited = tokio::time::timeout(WATCHDOG, async {
-            let asked = handle.exit(ExitIntent::Halt).await;
-            (
-                asked.map(drop).map_err(|e| e.to_string()),
-                daemon.await.ok(),
-            )
-        })
-        .await;
-        // Carried out, and answered `Ok` — or `not durable` when the disk
-        // failed this process a marker or journal write that only a
-        // relaunch repairs (the next daemon reads the disk).
-        let faulted = self.disturbances() != faults_at_launch;
-        let answered = match &exited {
-            Ok((Ok(()), Some(ExitIntent::Halt))) => true,
-            Ok((Err(e), Some(ExitIntent::Halt))) => faulted && e.starts_with("not durable"),
-            _ => false,
-        };
-        if !answered {
-            return Err(self.violation(
-                "the daemon exits when asked",
-                format!("exit from {}: {exited:?}", label(&snapshot.lifecycle)),
-            ));
-        }
+        let asked = format!("exit from {}", label(&snapshot.lifecycle));
+        self.ask_to_exit(&handle, &mut daemon, ExitIntent::Halt, WATCHDOG, &asked)
+            .await?;
         self.note(format_args!("exited"));
         self.elapsed_before += life_started.elapsed();
         self.counts.virtual_ms = u64::try_from(self.elapsed_before.as_millis()).unwrap_or(0);
