@@ -147,6 +147,46 @@ async fn ping_answers_the_pid_and_state_every_way_it_is_asked() {
     exit(task, &handle, ExitIntent::Halt).await;
 }
 
+/// `SupervisorHandle::call` carries out any command, in process, from
+/// its type alone, with the answer a peer gets: a read, a query, a
+/// refusal with its typed reason, and commands that change the state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_command_is_carried_out_in_process_by_its_type() {
+    use steadfast::protocol::control::cmd;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (task, handle) = supervise(tmp.path(), Switch::new(Some(good())).source(), None);
+    until(&handle, "running", running).await;
+    let pong = handle.call(cmd::Ping).await.expect("ping");
+    assert_eq!(pong, handle.read(&cmd::Ping));
+    let metrics = handle.call(cmd::Metrics).await.expect("metrics");
+    assert!(metrics.ends_with("# EOF\n"), "{metrics}");
+    let journal = handle
+        .call(cmd::Journal { limit: 5 })
+        .await
+        .expect("journal");
+    assert_eq!(journal.into_attempts().expect("attempts").len(), 1);
+    let refused = handle.call(cmd::Retry).await.expect_err("nothing failed");
+    assert_eq!(
+        refused.refused().map(|r| r.reason),
+        Some(RefusedBecause::RuntimeNotFailed)
+    );
+    let stopped = handle
+        .call(cmd::Stop { hold: Hold::None })
+        .await
+        .expect("stops")
+        .into_snapshot()
+        .expect("a snapshot");
+    assert!(
+        matches!(stopped.lifecycle, LifecycleState::Stopped { .. }),
+        "{:?}",
+        stopped.lifecycle
+    );
+    assert_eq!(handle.call(cmd::Ping).await.expect("ping").state, "stopped");
+    handle.call(cmd::Start).await.expect("starts");
+    until(&handle, "running again", running).await;
+    exit(task, &handle, ExitIntent::Halt).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn overrides_are_set_shown_unset_and_survive_a_relaunch() {
     let tmp = tempfile::tempdir().expect("tempdir");

@@ -409,6 +409,16 @@ macro_rules! commands {
             )*
         }
 
+        impl ControlResponse {
+            /// The method it answers ([`Command::NAME`]).
+            #[must_use]
+            pub const fn method(&self) -> &'static str {
+                match self {
+                    $( ControlResponse::$variant(_) => <$ty as Command>::NAME, )*
+                }
+            }
+        }
+
         impl tarpc::RequestName for ControlRequest {
             fn name(&self) -> &'static str {
                 self.method()
@@ -789,6 +799,10 @@ mod tests {
             Err(CommandError::Unavailable)
         );
         assert_eq!(ControlRequest::Snapshot {}.method(), "snapshot");
+        assert_eq!(
+            ControlResponse::Restart(Err(CommandError::Unavailable)).method(),
+            "restart"
+        );
         assert!(
             cmd::Watch {
                 after_version: 0,

@@ -11,6 +11,10 @@ use crate::snapshot::Snapshot;
 
 /// Print the daemon's pid and lifecycle state: the cheapest question that
 /// proves it answers.
+//
+// It proves the control plane answers, from the latest snapshot; that the
+// Lifecycle actor still handles its mailbox is the watchdog's round trip
+// (`SupervisorHandle::ping`), not this.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct Ping;

@@ -17,7 +17,9 @@
 use std::sync::Arc;
 
 use steadfast_protocol::command::CommandError;
-use steadfast_protocol::control::{ControlAnswer, ReplaceStatus, Snapshots, WireSnapshot};
+use steadfast_protocol::control::{
+    Answer, ControlAnswer, Registered, ReplaceStatus, Snapshots, WireSnapshot, dispatch,
+};
 use steadfast_protocol::replacement::Report;
 use steadfast_protocol::snapshot::Snapshot;
 
@@ -40,6 +42,31 @@ mod start;
 mod stop;
 mod watch;
 
+/// Every command, in process: what [`ControlClient::call`](crate::control::ControlClient::call)
+/// is to a peer.
+impl SupervisorHandle {
+    /// Carry out `command` on this supervisor as the control plane carries
+    /// out a peer's (the same [`Execute`](steadfast_protocol::control::Execute)
+    /// impl, the same answer; in process, so no role is checked): e.g.
+    /// `handle.call(cmd::Restart { force: false })`, or
+    /// `handle.call(cmd::Journal { limit: 5 })`. A command's own type is
+    /// all it takes, as for the client.
+    ///
+    /// # Errors
+    /// The command's refusal, as a peer would read it.
+    pub async fn call<C: Registered>(&self, command: C) -> Answer<C> {
+        let service = ControlService::new(self.clone());
+        let response = dispatch(service, command.into_request()).await;
+        C::answer(response).unwrap_or_else(|other| {
+            Err(CommandError::Failed(format!(
+                "`{}` was answered as `{}`",
+                C::NAME,
+                other.method()
+            )))
+        })
+    }
+}
+
 /// The commands answered from the snapshot alone (the registry's `reads`
 /// form, `ping` among them) are carried out by this, with no file here.
 impl Snapshots for ControlService {
@@ -60,7 +87,7 @@ pub(crate) struct ControlService {
 
 impl ControlService {
     /// The service for one new connection to `handle`.
-    pub(super) fn new(handle: SupervisorHandle) -> Self {
+    pub(crate) fn new(handle: SupervisorHandle) -> Self {
         Self {
             handle,
             sent: Arc::default(),
