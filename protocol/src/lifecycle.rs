@@ -72,13 +72,14 @@
 //!   `config_changed`. Checked by `ready::tests` and `spec_table` (the
 //!   `config_touched` and `config_checked` rows).
 //! - Every event in `exiting` is refused as `exiting`.
-//! - [`LifecycleEvent::Restart`] carries its [`Preflight`]: an operator's
-//!   restart arrives `unchecked`, and where it would drain the machine
-//!   moves nothing and asks for the check ([`Effect::Preflight`]); the
-//!   outcome comes back as [`LifecycleEvent::PreflightDone`], stepped as
-//!   the restart it answers. A restart whose new config does not resolve is
-//!   refused as `config_invalid` (with the error) wherever it would drain,
-//!   so the runtime keeps serving; a forced one (`skipped`) drains anyway.
+//! - [`LifecycleEvent::Restart`] carries its [`Preflight`], and is stepped
+//!   once: where a restart would drain, the machine says a preflight is
+//!   needed ([`Lifecycle::restart_needs_preflight`]: exactly where an
+//!   invalid one is refused), the actors resolve the new config first and
+//!   step the restart with what they found. A restart whose new config does
+//!   not resolve is refused as `config_invalid` (with the error) wherever
+//!   it would drain, so the runtime keeps serving; a forced one (`skipped`)
+//!   drains anyway.
 //!   Checked by
 //!   `tests::a_restart_whose_config_does_not_resolve_is_refused_and_keeps_running`
 //!   and `tests/it/lifecycle_props.rs`
@@ -468,12 +469,11 @@ pub enum Preflight {
         /// Why, rendered (names the file and what is wrong).
         error: String,
     },
-    /// Not checked: the operator forced the restart (`restart --force`).
+    /// Not checked: the operator forced the restart (`restart --force`),
+    /// or it arrives where it would not drain
+    /// ([`Lifecycle::restart_needs_preflight`] says no), so what the config
+    /// is changes nothing.
     Skipped,
-    /// Not checked yet: where the restart would drain, the machine asks for
-    /// the check ([`Effect::Preflight`]) and decides once its outcome comes
-    /// back ([`LifecycleEvent::PreflightDone`]).
-    Unchecked,
 }
 
 impl Preflight {
@@ -484,7 +484,6 @@ impl Preflight {
             Self::Ok => "ok",
             Self::Invalid { .. } => "invalid",
             Self::Skipped => "skipped",
-            Self::Unchecked => "unchecked",
         }
     }
 }
@@ -615,16 +614,6 @@ pub enum LifecycleEvent {
         /// What resolving the new config before the drain found.
         preflight: Preflight,
     },
-    /// What a restart's preflight ([`Effect::Preflight`]) found: stepped
-    /// as the `restart` it answers, carrying that outcome, in whatever
-    /// state the lifecycle is in when it comes back. Refusals and the
-    /// journal name it `restart`.
-    PreflightDone {
-        /// When.
-        at: Timestamp,
-        /// Why the new config does not resolve; `None`: it resolves.
-        error: Option<String>,
-    },
     /// End the process.
     Exit {
         /// Halt or relaunch.
@@ -680,7 +669,6 @@ impl LifecycleEvent {
             Self::Stable { .. } => "stable",
             Self::Stop { .. } => "stop",
             Self::Restart { .. } => "restart",
-            Self::PreflightDone { .. } => "preflight_done",
             Self::Exit { .. } => "exit",
             Self::Drained { .. } => "drained",
             Self::Reinit { .. } => "reinit",
@@ -689,13 +677,11 @@ impl LifecycleEvent {
     }
 
     /// The name the journal, the logs and a refusal give this event: the
-    /// event it stands for (a preflight's outcome is the `restart` it
-    /// answers; a touched or checked config is a `config_changed`), its
-    /// own name otherwise.
+    /// event it stands for (a touched or checked config is a
+    /// `config_changed`), its own name otherwise.
     #[must_use]
     pub const fn recorded_as(&self) -> &'static str {
         match self {
-            Self::PreflightDone { .. } => "restart",
             Self::ConfigTouched { .. } | Self::ConfigChecked { .. } => "config_changed",
             other => other.name(),
         }
@@ -747,10 +733,6 @@ pub enum Effect {
     /// Run the service's wipe step over the released store (then report
     /// `wiped`).
     Wipe,
-    /// Resolve the config a restart would boot with, off the actor's
-    /// handler (then report `preflight_done`, answering the restart with
-    /// its step).
-    Preflight,
     /// Tell whether the configuration the last boot read changed since
     /// (its declared file's fingerprint, the override tier's generation),
     /// then report `config_checked`.
@@ -770,7 +752,6 @@ impl Effect {
             Self::CancelApply => "cancel_apply",
             Self::Exit(_) => "exit",
             Self::Wipe => "wipe",
-            Self::Preflight => "preflight",
             Self::CheckConfig => "check_config",
         }
     }
@@ -1220,6 +1201,31 @@ impl Lifecycle {
         .map(|_| self.epoch)
     }
 
+    /// Whether an operator's `restart` here must first resolve the new
+    /// config (`spec/lifecycle.md`, "Restart preflight"): exactly where a
+    /// restart would drain, which is where a preflight that found the
+    /// config invalid is refused as `config_invalid`. Asked, not stepped:
+    /// the actors resolve, then step the restart once with what they found
+    /// (or, where this says no, as `skipped`).
+    #[must_use]
+    pub fn restart_needs_preflight(&self) -> bool {
+        // The moment decides nothing here: an invalid preflight is never
+        // accepted, only refused for one reason or another.
+        let invalid = LifecycleEvent::Restart {
+            at: Timestamp(0),
+            preflight: Preflight::Invalid {
+                error: String::new(),
+            },
+        };
+        matches!(
+            transition(self, &invalid),
+            Err(Refused {
+                reason: RefusedBecause::ConfigInvalid,
+                ..
+            })
+        )
+    }
+
     /// Take one step: see [`step`].
     ///
     /// # Errors
@@ -1392,16 +1398,6 @@ fn transition(m: &Lifecycle, event: &LifecycleEvent) -> Result<(Lifecycle, Effec
     use LifecycleEvent as E;
     use LifecycleState as S;
 
-    if let E::PreflightDone { at, error } = event {
-        // The restart the preflight answers, decided where it lands.
-        let preflight = match error {
-            None => Preflight::Ok,
-            Some(error) => Preflight::Invalid {
-                error: error.clone(),
-            },
-        };
-        return transition(m, &E::Restart { at: *at, preflight });
-    }
     // A failure held on its config is retried only if what its boot read
     // changed: asked where it matters, a `config_changed` everywhere else.
     let held = matches!(
@@ -1524,15 +1520,6 @@ fn transition(m: &Lifecycle, event: &LifecycleEvent) -> Result<(Lifecycle, Effec
                 ..refused(m, event, RefusedBecause::ConfigInvalid)
             });
         }
-        // Where it would drain, an unchecked restart first asks for its
-        // preflight; nothing moves until `preflight_done`.
-        (
-            S::Booting { .. } | S::Running { .. },
-            E::Restart {
-                preflight: Preflight::Unchecked,
-                ..
-            },
-        ) => Effect::Preflight,
         (S::Booting { attempt, .. }, E::Restart { .. }) => {
             next.drain(*attempt, AfterDrain::Restart, Effect::CancelBoot)
         }

@@ -99,12 +99,13 @@
 //!   `tests/it/control_hostile.rs::a_command_whose_caller_gave_up_is_not_stepped`.
 //!
 //! - A `restart` (unless forced) never drains for a config that does not
-//!   resolve: it is stepped `unchecked`, the machine asks for the
-//!   preflight ([`Effect::Preflight`]) where it would drain, the resolve
-//!   runs in a spawned task (bounded by `RESOLVE_DEADLINE`), never in this
-//!   actor's handler, and comes back as [`LifecycleMsg::PreflightDone`];
-//!   the machine steps that outcome as the restart and refuses
-//!   (`config_invalid`) or drains.
+//!   resolve, and is stepped once: where the machine says a preflight is
+//!   needed ([`Lifecycle::restart_needs_preflight`]: where it would
+//!   drain), the resolve runs in a spawned task (bounded by
+//!   `RESOLVE_DEADLINE`), never in this actor's handler, and comes back as
+//!   [`LifecycleMsg::Preflighted`]; the machine steps the restart with that
+//!   outcome and refuses (`config_invalid`) or drains. Elsewhere it is
+//!   stepped at once (`skipped`), and refused with that state's reason.
 //!   `tests/it/preflight.rs::a_broken_config_refuses_the_restart_and_kvd_keeps_serving`,
 //!   `tests/it/preflight.rs::the_preflight_runs_in_a_task_and_the_actor_keeps_answering`.
 //!
@@ -325,11 +326,11 @@ pub enum LifecycleMsg {
         /// The wipe step's error, if it failed.
         error: Option<String>,
     },
-    /// A restart's config preflight finished (it ran in a task): step
-    /// `preflight_done` with its outcome.
-    PreflightDone {
-        /// Why the new config does not resolve; `None`: it resolves.
-        error: Option<String>,
+    /// A restart's config preflight finished (it ran in a task): step the
+    /// restart, once, with what it found.
+    Preflighted {
+        /// Whether the new config resolves (`ok`), or why not (`invalid`).
+        preflight: Preflight,
         /// Where the restart's answer goes.
         reply: RpcReplyPort<Result<Snapshot, CommandError>>,
     },
@@ -687,8 +688,8 @@ impl Actor for LifecycleActor {
                         .await
                         .ok();
                 }
-                LifecycleMsg::PreflightDone { error, reply } => {
-                    let event = LifecycleEvent::PreflightDone { at: now, error };
+                LifecycleMsg::Preflighted { preflight, reply } => {
+                    let event = LifecycleEvent::Restart { at: now, preflight };
                     state.run_command(&myself, event, None, reply).await;
                 }
                 LifecycleMsg::OverrideChecked(checked) => {
@@ -964,9 +965,6 @@ impl LifecycleActorState {
             Effect::Wipe => {
                 crate::drain::start_wipe(Arc::clone(&self.shared), myself.get_derived())
             }
-            // Performed with the restart's answer, which travels with it
-            // (`Reply::WithPreflight`, in `run_command`).
-            Effect::Preflight => {}
             // Answered by the handler that stepped the change, at once
             // (`LifecycleMsg::ConfigChanged`).
             Effect::CheckConfig => {}
@@ -1237,10 +1235,16 @@ impl LifecycleActorState {
                 },
                 None,
             ),
+            // Where a restart would drain, the machine wants the new config
+            // resolved first; the restart is stepped once that is known.
+            Command::Restart { force: false } if self.machine.restart_needs_preflight() => {
+                return self.preflight(myself, reply);
+            }
+            // Elsewhere it is refused whatever the config: stepped at once.
             Command::Restart { force: false } => (
                 LifecycleEvent::Restart {
                     at,
-                    preflight: Preflight::Unchecked,
+                    preflight: Preflight::Skipped,
                 },
                 None,
             ),
@@ -1262,9 +1266,8 @@ impl LifecycleActorState {
 
     /// Resolve the config a restart would boot with, in a task (a slow or
     /// hanging source never blocks this actor: `resolve_within` bounds it),
-    /// then step `preflight_done` with the outcome
-    /// ([`LifecycleMsg::PreflightDone`]), answering the restart with that
-    /// step: [`Effect::Preflight`].
+    /// then step the restart with what it found
+    /// ([`LifecycleMsg::Preflighted`]), answering it with that one step.
     fn preflight(
         &self,
         myself: &ActorRef<LifecycleMsg>,
@@ -1273,10 +1276,15 @@ impl LifecycleActorState {
         let shared = Arc::clone(&self.shared);
         let lifecycle = myself.clone();
         tokio::spawn(async move {
-            let error = resolve_checked(&shared).await.err().map(|e| e.to_string());
+            let preflight = match resolve_checked(&shared).await {
+                Ok(_) => Preflight::Ok,
+                Err(error) => Preflight::Invalid {
+                    error: error.to_string(),
+                },
+            };
             // The actor is gone: the reply port drops, and the caller
             // reads that as an unavailable supervisor.
-            let _ = lifecycle.cast(LifecycleMsg::PreflightDone { error, reply });
+            let _ = lifecycle.cast(LifecycleMsg::Preflighted { preflight, reply });
         });
     }
 
@@ -1313,7 +1321,6 @@ impl LifecycleActorState {
                 let _ = reply.send(Err(CommandError::Durability(error)));
             }
             Reply::OnDrained => self.waiters.stop.push(reply),
-            Reply::WithPreflight => self.preflight(myself, reply),
             _ if self.durability.deferred.is_some() => {
                 if let Some(deferred) = self.durability.deferred.as_mut() {
                     deferred.replies.push(reply);

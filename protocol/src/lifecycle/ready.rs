@@ -145,9 +145,6 @@ pub enum Reply {
     /// Once no config apply is in flight, with its outcome (a `reload`
     /// the running runtime applies).
     OnApplied,
-    /// With the step of the preflight's outcome (`preflight_done`): the
-    /// answer travels with [`Effect::Preflight`].
-    WithPreflight,
 }
 
 /// Which kind of state a step entered, for what the shell does on entry.
@@ -241,11 +238,10 @@ impl Lifecycle {
                 at: Some(report.at),
             });
         }
-        // A step that asks the shell a question first (a restart's
-        // preflight, whether a held failure's config changed), or whose
-        // answer leaves all as it was, moves nothing: nothing to journal or
-        // publish.
-        let quiet = matches!(effect, Effect::Preflight | Effect::CheckConfig)
+        // A step that asks the shell a question first (whether a held
+        // failure's config changed), or whose answer leaves all as it was,
+        // moves nothing: nothing to journal or publish.
+        let quiet = matches!(effect, Effect::CheckConfig)
             || (matches!(event, LifecycleEvent::ConfigChecked { changed: false, .. })
                 && effect == Effect::None
                 && self.unchanged(&next));
@@ -293,7 +289,6 @@ impl Lifecycle {
         let reply = match origin {
             Origin::Fact | Origin::BootEnd { .. } => Reply::None,
             Origin::Command { .. } => match (event, &next.state) {
-                _ if effect == Effect::Preflight => Reply::WithPreflight,
                 (LifecycleEvent::Stop { .. }, LifecycleState::Draining { .. }) => Reply::OnDrained,
                 (LifecycleEvent::Reinit { .. }, LifecycleState::Reinitializing { .. }) => {
                     Reply::OnWiped

@@ -113,11 +113,13 @@ fn ready_agrees_with_step_on_every_fixture() {
         stop(5_000),
         LifecycleEvent::Restart {
             at: t(5_000),
-            preflight: Preflight::Unchecked,
+            preflight: Preflight::Ok,
         },
-        LifecycleEvent::PreflightDone {
+        LifecycleEvent::Restart {
             at: t(5_000),
-            error: None,
+            preflight: Preflight::Invalid {
+                error: "kvd.toml: expected a value".into(),
+            },
         },
         LifecycleEvent::Exit {
             intent: ExitIntent::Halt,
@@ -331,42 +333,44 @@ fn a_command_is_answered_when_its_outcome_is_known() {
 }
 
 #[test]
-fn an_unchecked_restart_asks_for_its_preflight_and_moves_nothing() {
-    let restart = LifecycleEvent::Restart {
+fn a_restart_needs_its_preflight_exactly_where_it_would_drain() {
+    let invalid = LifecycleEvent::Restart {
         at: t(30),
-        preflight: Preflight::Unchecked,
+        preflight: Preflight::Invalid {
+            error: "kvd.toml: expected a value".into(),
+        },
     };
     for m in [running(), booting()] {
-        let ready = go(&m, &restart, COMMAND);
-        assert_eq!(ready.next, m);
-        assert_eq!(ready.effect, Effect::Preflight);
-        assert_eq!(ready.journaling, Journaling::Nothing);
-        assert_eq!(ready.reply, Reply::WithPreflight);
-        assert!(!ready.publish);
-        assert_eq!(ready.entered, None);
+        assert!(m.restart_needs_preflight(), "{}", m.state.name());
     }
-    // Where a restart is refused anyway, that reason comes first, without
-    // a preflight.
-    let refused = Lifecycle::at(t(0))
-        .ready(&restart, COMMAND)
+    // Where a restart is refused anyway, that reason comes first, and no
+    // preflight is asked for.
+    let at_rest = Lifecycle::at(t(0));
+    assert!(!at_rest.restart_needs_preflight());
+    let refused = at_rest
+        .ready(&invalid, COMMAND)
         .expect_err("refused at rest");
     assert_eq!(refused.reason, RefusedBecause::RuntimeNotRunning);
     assert_eq!(refused.event, "restart");
+    let draining = go(&running(), &stop(30), COMMAND).next;
+    assert!(!draining.restart_needs_preflight());
 }
 
 #[test]
-fn a_preflight_outcome_is_stepped_as_the_restart_it_answers() {
-    let ok = LifecycleEvent::PreflightDone {
+fn a_restart_is_stepped_once_with_its_preflight() {
+    let ok = LifecycleEvent::Restart {
         at: t(31),
-        error: None,
+        preflight: Preflight::Ok,
     };
     let ready = go(&running(), &ok, COMMAND);
     assert_eq!(ready.effect, Effect::ShutdownRuntime);
     assert_eq!(records(&ready), [transition_record("restart")]);
     assert_eq!(ready.reply, Reply::OnDurable);
-    let invalid = LifecycleEvent::PreflightDone {
+    let invalid = LifecycleEvent::Restart {
         at: t(31),
-        error: Some("kvd.toml: expected a value".into()),
+        preflight: Preflight::Invalid {
+            error: "kvd.toml: expected a value".into(),
+        },
     };
     let refused = running()
         .ready(&invalid, COMMAND)

@@ -37,7 +37,7 @@ pub const STATES: [&str; 20] = [
 ];
 
 /// The event labels of the spec's table, in its order.
-pub const EVENTS: [&str; 40] = [
+pub const EVENTS: [&str; 37] = [
     "held_at_startup",
     "start",
     "retry",
@@ -67,9 +67,6 @@ pub const EVENTS: [&str; 40] = [
     "restart",
     "restart(invalid)",
     "restart(force)",
-    "restart(unchecked)",
-    "preflight_done",
-    "preflight_done(invalid)",
     "exit",
     "drained(released)",
     "drained(held)",
@@ -365,15 +362,6 @@ pub fn event(label: &str, m: &Lifecycle) -> LifecycleEvent {
         "restart(force)" => E::Restart {
             at,
             preflight: Preflight::Skipped,
-        },
-        "restart(unchecked)" => E::Restart {
-            at,
-            preflight: Preflight::Unchecked,
-        },
-        "preflight_done" => E::PreflightDone { at, error: None },
-        "preflight_done(invalid)" => E::PreflightDone {
-            at,
-            error: Some("kvd.toml: expected a value".into()),
         },
         "exit" => E::Exit {
             intent: ExitIntent::Halt,
