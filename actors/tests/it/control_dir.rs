@@ -1600,6 +1600,18 @@ fn the_launch_marker_settles_before_the_first_acknowledgement() {
     ));
 }
 
+/// A daemon's first run over `data`: launched (`holding`), one record
+/// appended, then stopped cleanly (`released`).
+fn stopped_cleanly(data: &Path) {
+    let cd = ControlDir::open(data).unwrap();
+    let (mut journal, _, _) = cd.open_journal().unwrap();
+    cd.write_run_settling(&RunMarker::Holding { pid: 7, attempt: 0 })
+        .unwrap();
+    journal.append(&[record(1)]).unwrap();
+    cd.write_run(&RunMarker::Released { at_ms: 5, epoch: 1 })
+        .unwrap();
+}
+
 /// A relaunch after a clean stop (`released`, readable): the journal is
 /// not fsynced at open (its writer made it durable before `released`),
 /// and the launch marker is written over `run` in place — the same file,
@@ -1613,15 +1625,7 @@ fn a_relaunch_after_a_clean_stop_fsyncs_its_marker_alone() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
     let run = data.join(".steadfast/run");
-    {
-        let cd = ControlDir::open(&data).unwrap();
-        let (mut journal, _, _) = cd.open_journal().unwrap();
-        cd.write_run_settling(&RunMarker::Holding { pid: 7, attempt: 0 })
-            .unwrap();
-        journal.append(&[record(1)]).unwrap();
-        cd.write_run(&RunMarker::Released { at_ms: 5, epoch: 1 })
-            .unwrap();
-    }
+    stopped_cleanly(&data);
     let inode = std::fs::metadata(&run).unwrap().ino();
 
     let cd = ControlDir::open(&data).unwrap();
@@ -1684,15 +1688,7 @@ fn a_run_marker_replaced_after_open_is_not_written_in_place() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
     let run = data.join(".steadfast/run");
-    {
-        let cd = ControlDir::open(&data).unwrap();
-        let (mut journal, _, _) = cd.open_journal().unwrap();
-        cd.write_run_settling(&RunMarker::Holding { pid: 7, attempt: 0 })
-            .unwrap();
-        journal.append(&[record(1)]).unwrap();
-        cd.write_run(&RunMarker::Released { at_ms: 5, epoch: 1 })
-            .unwrap();
-    }
+    stopped_cleanly(&data);
     let cd = ControlDir::open(&data).unwrap();
     assert!(matches!(cd.previous_run(), PreviousRun::CleanStop { .. }));
     let (mut journal, _, _) = cd.open_journal().unwrap();
