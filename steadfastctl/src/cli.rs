@@ -660,8 +660,8 @@ fn lean_command(whole: &clap::Command, args: &[std::ffi::OsString]) -> Option<cl
 pub struct FleetArgs {
     /// A TOML file listing daemons (`[[daemon]]` entries: `name` and one of
     /// `data_dir`, `socket`, `tcp` + `token_file`, `tls` + `ca` + `cert` +
-    /// `key`): `status`, `probe`, `metrics`, `journal` ask them all at once
-    /// under one `--timeout` (default 10 s); `start`, `stop`, `restart`,
+    /// `key`): `status`, `probe`, `metrics`, `journal`, `ping` ask them all
+    /// at once under one `--timeout` (default 10 s); `start`, `stop`, `restart`,
     /// `retry`, `exit` need `--only` or `--all`.
     #[arg(
         long,
