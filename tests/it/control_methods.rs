@@ -115,29 +115,14 @@ async fn ping_answers_the_pid_and_state_every_way_it_is_asked() {
     );
     assert_eq!(handle.read(&cmd::Ping), pong, "in process, the same answer");
     let socket = steadfast_actors::control_dir::ControlDir::under(tmp.path()).join("control.sock");
-    let ctl = |args: &[&str]| {
-        let socket = socket.clone();
-        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-        async move {
-            tokio::task::spawn_blocking(move || {
-                std::process::Command::new(crate::support::processes::steadfastctl())
-                    .arg("--socket")
-                    .arg(&socket)
-                    .args(&args)
-                    .output()
-                    .expect("steadfastctl runs")
-            })
-            .await
-            .expect("joins")
-        }
-    };
-    let text = ctl(&["ping"]).await;
+    let text = crate::support::processes::ctl_async_at("--socket", &socket, &["ping"]).await;
     assert!(text.status.success(), "{text:?}");
     assert_eq!(
         String::from_utf8_lossy(&text.stdout),
         format!("pid {}: running\n", std::process::id())
     );
-    let json = ctl(&["--json", "ping"]).await;
+    let json =
+        crate::support::processes::ctl_async_at("--socket", &socket, &["--json", "ping"]).await;
     assert!(json.status.success(), "{json:?}");
     let value: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
     assert_eq!(value["pid"], std::process::id());
