@@ -152,17 +152,13 @@ pub async fn run(cli: Cli) -> ExitCode {
         }
         Cmd::Probe { what } => return probe(&client, *what, cli.verbose).await,
         Cmd::Read(read) => {
-            return match read.clone().visit(CallRead { client: &client }).await {
-                Ok((_, json)) if cli.json => {
-                    print_json(&json);
-                    ExitCode::SUCCESS
-                }
-                Ok((text, _)) => {
-                    outln!("{text}");
-                    ExitCode::SUCCESS
-                }
-                Err(error) => fail(&error),
-            };
+            return read
+                .clone()
+                .visit(PrintRead {
+                    client: &client,
+                    json: cli.json,
+                })
+                .await;
         }
         Cmd::Journal { limit } => return journal(&client, *limit, cli.json, cli.utc).await,
         Cmd::Metrics => return metrics(&client).await,
@@ -529,18 +525,15 @@ pub async fn probe(client: &ControlClient, what: ProbeKind, verbose: bool) -> Ex
     }
 }
 
-/// A command answered from the snapshot, called on one daemon: its answer
-/// as its own `Display` prints it, and as JSON (one daemon's `ping`, and
-/// each daemon's with `--inventory`).
-pub(crate) struct CallRead<'a> {
-    pub(crate) client: &'a ControlClient,
+/// A command answered from the snapshot: called, and its answer printed
+/// as its own `Display` says, or with `--json` as JSON.
+struct PrintRead<'a> {
+    client: &'a ControlClient,
+    json: bool,
 }
 
-/// What [`CallRead`] answers: the text, and the JSON.
-pub(crate) type ReadAnswer = Result<(String, serde_json::Value), ClientError>;
-
-impl<'a> ReadVisitor for CallRead<'a> {
-    type Output = std::pin::Pin<Box<dyn Future<Output = ReadAnswer> + Send + 'a>>;
+impl<'a> ReadVisitor for PrintRead<'a> {
+    type Output = std::pin::Pin<Box<dyn Future<Output = ExitCode> + 'a>>;
 
     fn visit<C>(self, command: C) -> Self::Output
     where
@@ -548,9 +541,17 @@ impl<'a> ReadVisitor for CallRead<'a> {
         C::Reply: std::fmt::Display,
     {
         Box::pin(async move {
-            let reply = self.client.call(command).await?;
-            let json = serde_json::to_value(&reply).unwrap_or(serde_json::Value::Null);
-            Ok((reply.to_string(), json))
+            match self.client.call(command).await {
+                Ok(reply) if self.json => {
+                    print_json(&reply);
+                    ExitCode::SUCCESS
+                }
+                Ok(reply) => {
+                    outln!("{reply}");
+                    ExitCode::SUCCESS
+                }
+                Err(error) => fail(&error),
+            }
         })
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use steadfast::Hold;
 use steadfast::control::{ClientError, ControlClient};
-use steadfast::protocol::control::cmd;
+use steadfast::protocol::control::{ReadVisitor, Reads, Registered, cmd};
 use steadfast::protocol::snapshot::Snapshot;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -155,11 +155,7 @@ pub(super) async fn call(target: &Target, ask: Ask, timeout: Duration) -> Result
             }
             answer => snapshot(answer),
         },
-        Ask::Read(read) => read
-            .visit(crate::run::CallRead { client: &client })
-            .await
-            .map(|(text, json)| Answer::Read { text, json })
-            .map_err(|e| Failure::of(&e)),
+        Ask::Read(read) => read.visit(FleetRead { client: &client }).await,
         Ask::Start(..) | Ask::Restart(..) | Ask::Retry(_) => {
             let answer = match ask {
                 Ask::Restart(force, _) => client.command(cmd::Restart { force }).await,
@@ -198,5 +194,33 @@ pub(super) async fn settled(
             return Ok(have);
         }
         have = client.watch(&have, Duration::from_secs(30)).await?;
+    }
+}
+
+/// A command answered from the snapshot, called on one daemon: its answer
+/// as its own `Display` prints it, and as JSON.
+struct FleetRead<'a> {
+    client: &'a ControlClient,
+}
+
+impl<'a> ReadVisitor for FleetRead<'a> {
+    type Output = std::pin::Pin<Box<dyn Future<Output = Result<Answer, Failure>> + Send + 'a>>;
+
+    fn visit<C>(self, command: C) -> Self::Output
+    where
+        C: Reads + Registered + Sync + 'static,
+        C::Reply: std::fmt::Display,
+    {
+        Box::pin(async move {
+            let reply = self
+                .client
+                .call(command)
+                .await
+                .map_err(|e| Failure::of(&e))?;
+            Ok(Answer::Read {
+                text: reply.to_string(),
+                json: serde_json::to_value(&reply).unwrap_or(serde_json::Value::Null),
+            })
+        })
     }
 }
